@@ -1,0 +1,101 @@
+package jobs
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+func openDB(t testing.TB, path string) *store.DB {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "jobs.db")
+	}
+	db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func startRunner(t testing.TB, q *Queue, opts RunnerOptions, hs ...Handler) *Runner {
+	t.Helper()
+	r, err := NewRunner(q, hs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop() })
+	return r
+}
+
+// funcHandler is a Handler built from functions, recording its Abandon calls.
+type funcHandler struct {
+	kind  string
+	run   func(ctx context.Context, job *Job) Outcome
+	lease time.Duration
+
+	mu        sync.Mutex
+	abandoned map[int64][]string
+	abandonCh chan int64
+}
+
+func newFuncHandler(kind string, run func(ctx context.Context, job *Job) Outcome) *funcHandler {
+	return &funcHandler{kind: kind, run: run, abandoned: map[int64][]string{}, abandonCh: make(chan int64, 10000)}
+}
+
+func (h *funcHandler) Kind() string                              { return h.kind }
+func (h *funcHandler) Run(ctx context.Context, job *Job) Outcome { return h.run(ctx, job) }
+func (h *funcHandler) Recover(context.Context, *Queue) error     { return nil }
+func (h *funcHandler) Lease() time.Duration                      { return h.lease }
+func (h *funcHandler) Abandon(_ context.Context, job *Job, reason string) {
+	h.mu.Lock()
+	h.abandoned[job.ID] = append(h.abandoned[job.ID], reason)
+	h.mu.Unlock()
+	h.abandonCh <- job.ID
+}
+
+func (h *funcHandler) abandons(id int64) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.abandoned[id]...)
+}
+
+// waitStatus polls the store until the job reaches status or the test's
+// patience runs out. It waits on the runner's real goroutines, never on
+// the job's schedule, which tests drive with a fake clock.
+func waitStatus(t testing.TB, q *Queue, id int64, status store.JobStatus) Job {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		j, err := q.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status == status {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d is %s (attempts %d, last error %q), want %s", id, j.Status, j.Attempts, j.LastError, status)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

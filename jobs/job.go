@@ -1,0 +1,112 @@
+// Package jobs runs slow or fallible work as durable jobs: rows in the store
+// that survive crashes, restarts and config reloads, claimed under a lease by
+// a Runner and settled by a guarded write. It knows nothing about what the
+// work is; callers register a Handler per kind.
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Job is one stored job, as a handler receives it. Attempts counts this run.
+type Job = store.Job
+
+// Decode unmarshals a job's JSON payload into v.
+func Decode(job *Job, v any) error {
+	if err := json.Unmarshal(job.Payload, v); err != nil {
+		return fmt.Errorf("jobs: decoding %s job %d payload: %w", job.Kind, job.ID, err)
+	}
+	return nil
+}
+
+// Handler does the work of one kind of job.
+//
+// Run MUST honour ctx: it is cancelled when the runner stops and the bound
+// for running handlers passes. Abandon and Recover run with a context of
+// their own and should be quick.
+type Handler interface {
+	// Kind names the jobs this handler runs, e.g. "challenge_validate".
+	Kind() string
+	// Run does one attempt and says how it went.
+	Run(ctx context.Context, job *Job) Outcome
+	// Recover runs once when a runner starts, before it claims anything;
+	// a handler re-queues here work that a crash may have left unqueued.
+	Recover(ctx context.Context, q *Queue) error
+	// Abandon is called exactly once when the job is retired without
+	// success: Failed, attempts exhausted, deadline passed, or cancelled by
+	// an operator. reason is for the operator; it is also stored on the job.
+	// (Across a crash in the middle of Abandon it is called again when the
+	// job is reclaimed, so it should be idempotent.)
+	Abandon(ctx context.Context, job *Job, reason string)
+}
+
+// Leaser is implemented by handlers whose attempts need a lease other than
+// the runner's default. The runner renews the lease while Run works, so this
+// bounds how long a dead process's job waits before another takes it over.
+type Leaser interface {
+	Lease() time.Duration
+}
+
+// Limiter is implemented by handlers that cap how many of their jobs one
+// runner runs at once.
+type Limiter interface {
+	Concurrency() int
+}
+
+type outcomeKind int
+
+const (
+	outcomeDone outcomeKind = iota + 1
+	outcomeRetry
+	outcomeRetryAfter
+	outcomeFailed
+	outcomeReschedule
+)
+
+// Outcome is what a handler says about one attempt.
+type Outcome struct {
+	kind   outcomeKind
+	reason string
+	after  time.Duration
+}
+
+// Done: the work is finished.
+func Done() Outcome { return Outcome{kind: outcomeDone} }
+
+// Retry: a transient failure; try again after the runner's backoff
+// (base·2^(attempt−1) with jitter, capped). It spends one attempt.
+func Retry(reason string) Outcome { return Outcome{kind: outcomeRetry, reason: reason} }
+
+// RetryAfter: try again after d, as someone else asked (a rate limit, a
+// Retry-After header). It does not spend the attempt budget.
+func RetryAfter(reason string, d time.Duration) Outcome {
+	return Outcome{kind: outcomeRetryAfter, reason: reason, after: d}
+}
+
+// Failed: a permanent failure; the job is retired and abandoned.
+func Failed(reason string) Outcome { return Outcome{kind: outcomeFailed, reason: reason} }
+
+// Reschedule: this round of periodic work is done; run again after d with a
+// fresh attempt budget.
+func Reschedule(d time.Duration) Outcome { return Outcome{kind: outcomeReschedule, after: d} }
+
+func (o Outcome) String() string {
+	switch o.kind {
+	case outcomeDone:
+		return "done"
+	case outcomeRetry:
+		return "retry: " + o.reason
+	case outcomeRetryAfter:
+		return fmt.Sprintf("retry after %s: %s", o.after, o.reason)
+	case outcomeFailed:
+		return "failed: " + o.reason
+	case outcomeReschedule:
+		return fmt.Sprintf("reschedule in %s", o.after)
+	}
+	return "invalid outcome"
+}

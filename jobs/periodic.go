@@ -1,0 +1,56 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Periodic is a Handler for housekeeping that runs every Every: one row per
+// kind (the kind is also the key), enqueued by Recover at start, rescheduled
+// after each run. A failed round is tried again after Every too, so
+// housekeeping never retires itself.
+type Periodic struct {
+	Name  string
+	Every time.Duration
+	Do    func(ctx context.Context) error
+}
+
+// Kind is the periodic job's name.
+func (p *Periodic) Kind() string { return p.Name }
+
+// Run does one round.
+func (p *Periodic) Run(ctx context.Context, _ *Job) Outcome {
+	if err := p.Do(ctx); err != nil {
+		return RetryAfter(err.Error(), p.Every)
+	}
+	return Reschedule(p.Every)
+}
+
+// Recover makes sure the periodic row exists.
+func (p *Periodic) Recover(ctx context.Context, q *Queue) error {
+	if _, _, err := q.Enqueue(ctx, Spec{Kind: p.Name, Key: p.Name}); err != nil {
+		return fmt.Errorf("scheduling %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// Abandon does nothing: only an operator's cancel retires periodic work,
+// and the next start schedules it again.
+func (p *Periodic) Abandon(context.Context, *Job, string) {}
+
+// SweepKind is the kind of the job that prunes settled jobs.
+const SweepKind = "jobs_sweep"
+
+// NewSweep returns the periodic job that deletes jobs settled more than
+// retention ago, every interval.
+func NewSweep(q *Queue, retention, every time.Duration) *Periodic {
+	return &Periodic{
+		Name:  SweepKind,
+		Every: every,
+		Do: func(ctx context.Context) error {
+			_, err := q.db.PruneJobs(ctx, q.clock.Now().Add(-retention))
+			return err
+		},
+	}
+}

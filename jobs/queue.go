@@ -1,0 +1,160 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// DefaultMaxAttempts is the attempt budget of a job that names none.
+const DefaultMaxAttempts = 8
+
+// Queue is the producer and operator side of the job table: enqueue, list,
+// count, cancel, retry. Runners attached to it are woken on every enqueue,
+// so work queued in this process starts without waiting for a poll.
+type Queue struct {
+	db    *store.DB
+	clock clock.Clock
+
+	mu      sync.Mutex
+	runners []*Runner
+}
+
+// NewQueue returns a queue over db. A nil clock means the wall clock.
+func NewQueue(db *store.DB, clk clock.Clock) *Queue {
+	if clk == nil {
+		clk = clock.Real()
+	}
+	return &Queue{db: db, clock: clk}
+}
+
+// Spec describes a job to enqueue.
+type Spec struct {
+	Kind string
+	// Key is the job's identity within its kind: while a job with this kind
+	// and key is ready or running, enqueueing another returns it instead.
+	// Empty means no identity.
+	Key     string
+	Payload any // marshalled to JSON; nil means {}
+	// RunAt is the earliest time to run; zero means now. Delay, if set, is
+	// added to now instead.
+	RunAt time.Time
+	Delay time.Duration
+	// Deadline, if set, is when the work stops being worth doing: a job
+	// claimed after it is retired without running.
+	Deadline    time.Time
+	MaxAttempts int // default DefaultMaxAttempts
+}
+
+// Enqueue stores a ready job, or returns the live job with the same kind
+// and key (created=false), and wakes the local runners.
+func (q *Queue) Enqueue(ctx context.Context, s Spec) (job Job, created bool, err error) {
+	var payload []byte
+	if s.Payload != nil {
+		if payload, err = json.Marshal(s.Payload); err != nil {
+			return Job{}, false, fmt.Errorf("jobs: encoding %s payload: %w", s.Kind, err)
+		}
+	}
+	now := q.clock.Now()
+	runAt := s.RunAt
+	if s.Delay > 0 {
+		runAt = now.Add(s.Delay)
+	}
+	if s.MaxAttempts <= 0 {
+		s.MaxAttempts = DefaultMaxAttempts
+	}
+	job, created, err = q.db.EnqueueJob(ctx, store.NewJob{
+		Kind: s.Kind, Key: s.Key, Payload: payload,
+		RunAt: runAt, Deadline: s.Deadline, MaxAttempts: s.MaxAttempts,
+	}, now)
+	if err != nil {
+		return Job{}, false, err
+	}
+	if created {
+		q.wake()
+	}
+	return job, created, nil
+}
+
+// Get reads one job.
+func (q *Queue) Get(ctx context.Context, id int64) (Job, error) { return q.db.GetJob(ctx, id) }
+
+// List returns jobs newest first.
+func (q *Queue) List(ctx context.Context, f store.JobFilter) ([]Job, error) {
+	return q.db.ListJobs(ctx, f)
+}
+
+// Count counts jobs by kind and status.
+func (q *Queue) Count(ctx context.Context) ([]store.JobCount, error) { return q.db.CountJobs(ctx) }
+
+// Cancel retires a job for an operator. A waiting job is cancelled now and
+// its handler's Abandon runs here if this process has one for its kind; a
+// running job finishes its current attempt and is then retired instead of
+// retried (it may still succeed). Cancelling a settled job is an error
+// wrapping store.ErrWrongState.
+func (q *Queue) Cancel(ctx context.Context, id int64) (Job, error) {
+	job, err := q.db.CancelJob(ctx, id, q.clock.Now())
+	if err != nil {
+		return Job{}, err
+	}
+	if job.Status == store.JobCancelled {
+		if h := q.localHandler(job.Kind); h != nil {
+			h.Abandon(ctx, &job, cancelledReason)
+		}
+	}
+	return job, nil
+}
+
+const cancelledReason = "cancelled by an operator"
+
+// RetryNow makes a job run at once: a waiting job skips its backoff; a
+// failed or cancelled job is revived with a fresh attempt budget.
+func (q *Queue) RetryNow(ctx context.Context, id int64) (Job, error) {
+	job, err := q.db.RetryJobNow(ctx, id, q.clock.Now())
+	if err != nil {
+		return Job{}, err
+	}
+	q.wake()
+	return job, nil
+}
+
+func (q *Queue) attach(r *Runner) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.runners = append(q.runners, r)
+}
+
+func (q *Queue) detach(r *Runner) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, x := range q.runners {
+		if x == r {
+			q.runners = append(q.runners[:i], q.runners[i+1:]...)
+			return
+		}
+	}
+}
+
+func (q *Queue) wake() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, r := range q.runners {
+		r.Wake()
+	}
+}
+
+func (q *Queue) localHandler(kind string) Handler {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, r := range q.runners {
+		if h, ok := r.handlers[kind]; ok {
+			return h.Handler
+		}
+	}
+	return nil
+}

@@ -1,0 +1,499 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// RunnerOptions tunes a Runner. The zero value is a safe default.
+type RunnerOptions struct {
+	Clock  clock.Clock // default: wall clock
+	Logger *zap.Logger // default: no logging
+	// Owner names this runner in leases; default host:pid:random.
+	Owner string
+	// Lease is the default lease of an attempt (Leaser overrides). 1m.
+	Lease time.Duration
+	// Concurrency is the default per-kind cap (Limiter overrides). 8.
+	Concurrency int
+	// PollInterval bounds how long a job queued by another process waits
+	// before this runner notices it. 1s.
+	PollInterval time.Duration
+	// BackoffBase and BackoffCap shape Retry delays: base·2^(attempt−1),
+	// capped. 30s and 1h.
+	BackoffBase, BackoffCap time.Duration
+	// Jitter spreads each backoff by up to ±Jitter of itself (0.1 by
+	// default, at most 0.5; negative means none), so retries of many jobs
+	// that failed together do not return together.
+	Jitter float64
+	// StopTimeout is how long Stop waits for running handlers before it
+	// cancels them and releases their leases. 10s.
+	StopTimeout time.Duration
+}
+
+func (o *RunnerOptions) setDefaults() {
+	if o.Clock == nil {
+		o.Clock = clock.Real()
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Owner == "" {
+		o.Owner = defaultOwner()
+	}
+	if o.Lease <= 0 {
+		o.Lease = time.Minute
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 8
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	if o.BackoffBase <= 0 {
+		o.BackoffBase = 30 * time.Second
+	}
+	if o.BackoffCap <= 0 {
+		o.BackoffCap = time.Hour
+	}
+	if o.BackoffCap < o.BackoffBase {
+		o.BackoffCap = o.BackoffBase
+	}
+	switch {
+	case o.Jitter == 0:
+		o.Jitter = 0.1
+	case o.Jitter < 0:
+		o.Jitter = 0
+	case o.Jitter > 0.5:
+		o.Jitter = 0.5
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 10 * time.Second
+	}
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// kindState is a registered handler with its limits and bookkeeping.
+type kindState struct {
+	Handler
+	lease       time.Duration
+	concurrency int
+	running     int       // guarded by Runner.mu
+	renewedAt   time.Time // loop goroutine only
+}
+
+// Runner claims due jobs of the kinds it has handlers for and runs them.
+// Several runners (in one process during a config reload, or in several
+// processes) may share one store: claims are atomic and every settling write
+// is guarded on the lease owner.
+type Runner struct {
+	q        *Queue
+	opts     RunnerOptions
+	log      *zap.Logger
+	handlers map[string]*kindState
+	kinds    []string // sorted, for stable claim order
+
+	wake chan struct{}
+
+	mu       sync.Mutex
+	inflight map[int64]*kindState
+	started  bool
+
+	loopCancel context.CancelFunc
+	loopDone   chan struct{}
+	workCtx    context.Context
+	workCancel context.CancelFunc
+	workers    sync.WaitGroup
+}
+
+// NewRunner checks the handlers and returns a runner that is not started.
+func NewRunner(q *Queue, handlers []Handler, opts RunnerOptions) (*Runner, error) {
+	opts.setDefaults()
+	r := &Runner{
+		q: q, opts: opts, log: opts.Logger.Named("jobs"),
+		handlers: make(map[string]*kindState, len(handlers)),
+		wake:     make(chan struct{}, 1),
+		inflight: make(map[int64]*kindState),
+	}
+	for _, h := range handlers {
+		kind := h.Kind()
+		if kind == "" {
+			return nil, errors.New("jobs: a handler has an empty kind")
+		}
+		if _, dup := r.handlers[kind]; dup {
+			return nil, fmt.Errorf("jobs: two handlers for kind %q", kind)
+		}
+		ks := &kindState{Handler: h, lease: opts.Lease, concurrency: opts.Concurrency}
+		if l, ok := h.(Leaser); ok && l.Lease() > 0 {
+			ks.lease = l.Lease()
+		}
+		if l, ok := h.(Limiter); ok && l.Concurrency() > 0 {
+			ks.concurrency = l.Concurrency()
+		}
+		r.handlers[kind] = ks
+		r.kinds = append(r.kinds, kind)
+	}
+	sort.Strings(r.kinds)
+	return r, nil
+}
+
+// Owner is the name this runner puts on its leases.
+func (r *Runner) Owner() string { return r.opts.Owner }
+
+// Start runs every handler's Recover, attaches the runner to its queue and
+// starts claiming. A Recover error stops the start.
+func (r *Runner) Start(ctx context.Context) error {
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return errors.New("jobs: runner already started")
+	}
+	r.started = true
+	r.mu.Unlock()
+	for _, kind := range r.kinds {
+		if err := r.handlers[kind].Recover(ctx, r.q); err != nil {
+			return fmt.Errorf("jobs: recovering %s: %w", kind, err)
+		}
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	r.loopCancel, r.loopDone = cancel, make(chan struct{})
+	r.workCtx, r.workCancel = context.WithCancel(context.Background())
+	r.q.attach(r)
+	go r.loop(loopCtx)
+	return nil
+}
+
+// Wake makes the runner look for due jobs now.
+func (r *Runner) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Running is the number of attempts this runner has in flight.
+func (r *Runner) Running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inflight)
+}
+
+// Stop stops claiming, waits up to StopTimeout for running handlers, then
+// cancels the rest and releases their leases so another runner can take
+// them at once. It returns when the handlers have returned, or after a
+// further short grace for handlers that ignore cancellation.
+func (r *Runner) Stop() error {
+	r.mu.Lock()
+	if !r.started || r.loopCancel == nil {
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
+	r.loopCancel()
+	<-r.loopDone
+	r.q.detach(r)
+
+	if waitTimeout(&r.workers, r.opts.StopTimeout) {
+		return nil
+	}
+	r.workCancel()
+	r.mu.Lock()
+	ids := make([]int64, 0, len(r.inflight))
+	for id := range r.inflight {
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := r.q.db.ReleaseJob(ctx, id, r.opts.Owner, r.opts.Clock.Now())
+		cancel()
+		if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+			errs = append(errs, err)
+		}
+	}
+	if !waitTimeout(&r.workers, time.Second) {
+		r.log.Warn("job handlers still running after stop; their jobs were released",
+			zap.String("event", "jobs_stop_abandoned"), zap.Int("handlers", len(ids)))
+	}
+	return errors.Join(errs...)
+}
+
+// waitTimeout waits for wg up to d and reports whether it finished.
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// loop claims what is due, renews leases, and sleeps until the next due
+// time, a wake-up, or the poll interval, whichever comes first.
+func (r *Runner) loop(ctx context.Context) {
+	defer close(r.loopDone)
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		claimed := r.claimDue(ctx)
+		r.renewLeases(ctx)
+		wait := r.nextWait(ctx, claimed)
+		t := r.opts.Clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-r.wake:
+			t.Stop()
+		case <-t.C():
+		}
+	}
+}
+
+// claimDue claims, for each kind with free slots, as many due jobs as it
+// has slots, and starts a worker for each. It reports whether any kind
+// filled all the slots it asked for (there may be more waiting).
+func (r *Runner) claimDue(ctx context.Context) (more bool) {
+	for _, kind := range r.kinds {
+		ks := r.handlers[kind]
+		r.mu.Lock()
+		free := ks.concurrency - ks.running
+		r.mu.Unlock()
+		if free <= 0 {
+			continue
+		}
+		now := r.opts.Clock.Now()
+		claimed, err := r.q.db.ClaimJobs(ctx, kind, r.opts.Owner, now, now.Add(ks.lease), free)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Error("claiming jobs", zap.String("event", "jobs_claim_failed"), zap.String("kind", kind), zap.Error(err))
+			}
+			continue
+		}
+		if len(claimed) == free {
+			more = true
+		}
+		for i := range claimed {
+			job := claimed[i]
+			r.mu.Lock()
+			ks.running++
+			r.inflight[job.ID] = ks
+			r.mu.Unlock()
+			r.workers.Add(1)
+			go r.work(ks, &job)
+		}
+	}
+	return more
+}
+
+// renewLeases extends the leases of kinds with work in flight once a third
+// of their lease has passed, so a slow handler is not mistaken for a dead one.
+func (r *Runner) renewLeases(ctx context.Context) {
+	now := r.opts.Clock.Now()
+	for _, kind := range r.kinds {
+		ks := r.handlers[kind]
+		r.mu.Lock()
+		busy := ks.running > 0
+		r.mu.Unlock()
+		if !busy || now.Sub(ks.renewedAt) < ks.lease/3 {
+			continue
+		}
+		if err := r.q.db.ExtendJobLeases(ctx, kind, r.opts.Owner, now.Add(ks.lease), now); err != nil {
+			if ctx.Err() == nil {
+				r.log.Error("renewing leases", zap.String("event", "jobs_renew_failed"), zap.String("kind", kind), zap.Error(err))
+			}
+			continue
+		}
+		ks.renewedAt = now
+	}
+}
+
+// nextWait is how long the loop may sleep: until the earliest due job of a
+// kind with free slots, the next lease renewal, or the poll interval.
+func (r *Runner) nextWait(ctx context.Context, more bool) time.Duration {
+	if more {
+		return 0
+	}
+	now := r.opts.Clock.Now()
+	wait := r.opts.PollInterval
+	var open []string
+	r.mu.Lock()
+	for _, kind := range r.kinds {
+		ks := r.handlers[kind]
+		if ks.running < ks.concurrency {
+			open = append(open, kind)
+		}
+		if ks.running > 0 {
+			if d := ks.renewedAt.Add(ks.lease / 3).Sub(now); d < wait {
+				wait = d
+			}
+		}
+	}
+	r.mu.Unlock()
+	if next, ok, err := r.q.db.NextJobDue(ctx, open); err == nil && ok {
+		if d := next.Sub(now); d < wait {
+			wait = d
+		}
+	}
+	// A due job that this runner could not claim (another runner holds it)
+	// must not spin the loop; the poll interval's tenth bounds the rate.
+	if floor := r.opts.PollInterval / 10; wait < floor {
+		wait = floor
+	}
+	return wait
+}
+
+// work runs one claimed job to its settling write.
+func (r *Runner) work(ks *kindState, job *Job) {
+	defer r.workers.Done()
+	defer func() {
+		r.mu.Lock()
+		ks.running--
+		delete(r.inflight, job.ID)
+		r.mu.Unlock()
+		r.Wake()
+	}()
+	now := r.opts.Clock.Now()
+	switch {
+	case job.CancelRequested:
+		r.retire(ks, job, store.JobCancelled, cancelledReason)
+		return
+	case !job.Deadline.IsZero() && !now.Before(job.Deadline):
+		r.retire(ks, job, store.JobFailed, withLast("deadline passed", job.LastError))
+		return
+	case job.Attempts > job.MaxAttempts:
+		// The last allowed attempt was started by a runner that died.
+		r.retire(ks, job, store.JobFailed, withLast("attempts exhausted", job.LastError))
+		return
+	}
+	ctx, cancel := context.WithCancel(r.workCtx)
+	out := r.runSafely(ctx, ks, job)
+	cancel()
+	r.settle(ks, job, out)
+}
+
+func withLast(what, last string) string {
+	if last == "" {
+		return what
+	}
+	return what + "; last error: " + last
+}
+
+// runSafely runs the handler, turning a panic into a retry.
+func (r *Runner) runSafely(ctx context.Context, ks *kindState, job *Job) (out Outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("job handler panicked", zap.String("event", "jobs_handler_panic"),
+				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Any("panic", p))
+			out = Retry(fmt.Sprintf("handler panicked: %v", p))
+		}
+	}()
+	out = ks.Run(ctx, job)
+	if out.kind == 0 {
+		out = Retry("handler returned no outcome")
+	}
+	return out
+}
+
+// settle writes an attempt's outcome, guarded on this runner's lease.
+func (r *Runner) settle(ks *kindState, job *Job, out Outcome) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := r.opts.Clock.Now()
+	var (
+		status store.JobStatus
+		err    error
+	)
+	switch out.kind {
+	case outcomeDone:
+		err = r.q.db.CompleteJob(ctx, job.ID, r.opts.Owner, now)
+	case outcomeFailed:
+		r.retire(ks, job, store.JobFailed, out.reason)
+		return
+	case outcomeReschedule:
+		status, err = r.q.db.RescheduleJob(ctx, job.ID, r.opts.Owner, now.Add(out.after), now)
+	case outcomeRetry, outcomeRetryAfter:
+		refund := out.kind == outcomeRetryAfter
+		if !refund && job.Attempts >= job.MaxAttempts {
+			r.retire(ks, job, store.JobFailed, "attempts exhausted; last error: "+out.reason)
+			return
+		}
+		delay := out.after
+		if !refund {
+			delay = r.backoff(job.Attempts)
+		}
+		runAt := now.Add(delay)
+		if !job.Deadline.IsZero() && !runAt.Before(job.Deadline) {
+			r.retire(ks, job, store.JobFailed, "deadline passes before the next attempt; last error: "+out.reason)
+			return
+		}
+		status, err = r.q.db.RetryJob(ctx, job.ID, r.opts.Owner, runAt, out.reason, refund, now)
+	}
+	if err != nil {
+		r.logSettleError(job, err)
+		return
+	}
+	if status == store.JobCancelled {
+		// An operator cancelled it while this attempt ran; the guarded
+		// write above retired it, so this runner is the one to abandon it.
+		ks.Abandon(ctx, job, cancelledReason)
+	}
+}
+
+// retire abandons a job and then settles it for good. Abandon runs while
+// the lease is still held, so no other runner can retire it concurrently.
+func (r *Runner) retire(ks *kindState, job *Job, status store.JobStatus, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ks.Abandon(ctx, job, reason)
+	if err := r.q.db.RetireJob(ctx, job.ID, r.opts.Owner, status, reason, r.opts.Clock.Now()); err != nil {
+		r.logSettleError(job, err)
+	}
+}
+
+func (r *Runner) logSettleError(job *Job, err error) {
+	if errors.Is(err, store.ErrLeaseLost) {
+		r.log.Warn("job lease lost before its attempt was recorded", zap.String("event", "jobs_lease_lost"),
+			zap.String("kind", job.Kind), zap.Int64("job", job.ID))
+		return
+	}
+	r.log.Error("recording job outcome", zap.String("event", "jobs_settle_failed"),
+		zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Error(err))
+}
+
+// backoff is base·2^(attempt−1), capped, spread by ±Jitter.
+func (r *Runner) backoff(attempt int) time.Duration {
+	d := r.opts.BackoffBase
+	for i := 1; i < attempt && d < r.opts.BackoffCap; i++ {
+		d *= 2
+	}
+	if d > r.opts.BackoffCap {
+		d = r.opts.BackoffCap
+	}
+	spread := 1 + r.opts.Jitter*(2*mrand.Float64()-1)
+	return time.Duration(float64(d) * spread)
+}

@@ -1,0 +1,432 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// JobStatus is where a job is in its life.
+type JobStatus string
+
+// Job statuses. ready and running are "live"; the rest are settled.
+const (
+	JobReady     JobStatus = "ready"
+	JobRunning   JobStatus = "running"
+	JobDone      JobStatus = "done"
+	JobFailed    JobStatus = "failed"
+	JobCancelled JobStatus = "cancelled"
+)
+
+// Job is one row of the jobs table.
+type Job struct {
+	ID          int64
+	Kind        string
+	Key         string // "" when the job has no identity
+	Payload     []byte // JSON
+	Status      JobStatus
+	Attempts    int // runs started, less those refunded (explicit-delay retries, releases)
+	MaxAttempts int
+	RunAt       time.Time
+	Deadline    time.Time // zero: none
+	LeaseOwner  string
+	LeaseUntil  time.Time
+	LastError   string
+	// CancelRequested: an operator cancelled the job while it ran; it is
+	// retired instead of retried when the current attempt ends.
+	CancelRequested bool
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	FinishedAt      time.Time
+}
+
+// NewJob describes a job to enqueue.
+type NewJob struct {
+	Kind        string
+	Key         string // "" for no identity: every enqueue makes a row
+	Payload     []byte // JSON; nil means {}
+	RunAt       time.Time
+	Deadline    time.Time // zero: none
+	MaxAttempts int
+}
+
+const jobCols = `id, kind, key, payload, status, attempts, max_attempts, run_at, deadline,
+	lease_owner, lease_until, last_error, cancel_requested, created_at, updated_at, finished_at`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanJob(r rowScanner) (Job, error) {
+	var (
+		j                              Job
+		key, owner                     sql.NullString
+		payload                        string
+		runAt, created, updated        int64
+		deadline, leaseUntil, finished sql.NullInt64
+		cancel                         int
+	)
+	if err := r.Scan(&j.ID, &j.Kind, &key, &payload, &j.Status, &j.Attempts, &j.MaxAttempts, &runAt, &deadline,
+		&owner, &leaseUntil, &j.LastError, &cancel, &created, &updated, &finished); err != nil {
+		return Job{}, err
+	}
+	j.Key, j.LeaseOwner, j.Payload = key.String, owner.String, []byte(payload)
+	j.RunAt, j.CreatedAt, j.UpdatedAt = ms(runAt), ms(created), ms(updated)
+	j.Deadline, j.LeaseUntil, j.FinishedAt = nullMs(deadline), nullMs(leaseUntil), nullMs(finished)
+	j.CancelRequested = cancel != 0
+	return j, nil
+}
+
+func ms(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+func nullMs(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return ms(v.Int64)
+}
+
+func msOrNull(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+func strOrNull(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// EnqueueJob inserts a ready job, unless a live (ready or running) job with
+// the same kind and key exists: then it returns that one and created=false.
+func (db *DB) EnqueueJob(ctx context.Context, nj NewJob, now time.Time) (job Job, created bool, err error) {
+	if nj.Kind == "" {
+		return Job{}, false, errors.New("store: job kind is empty")
+	}
+	if nj.MaxAttempts <= 0 {
+		return Job{}, false, fmt.Errorf("store: job max attempts must be positive, got %d", nj.MaxAttempts)
+	}
+	payload := "{}"
+	if nj.Payload != nil {
+		payload = string(nj.Payload)
+	}
+	runAt := nj.RunAt
+	if runAt.IsZero() {
+		runAt = now
+	}
+	insert := db.q(`INSERT INTO jobs (kind, key, payload, status, max_attempts, run_at, deadline, created_at, updated_at)
+		VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?)
+		ON CONFLICT DO NOTHING
+		RETURNING ` + jobCols)
+	live := db.q(`SELECT ` + jobCols + ` FROM jobs WHERE kind = ? AND key = ? AND status IN ('ready','running')`)
+	err = db.withTx(ctx, func(tx *sql.Tx) error {
+		job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), payload, nj.MaxAttempts,
+			runAt.UnixMilli(), msOrNull(nj.Deadline), now.UnixMilli(), now.UnixMilli()))
+		if err == nil {
+			created = true
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("store: enqueue %s: %w", nj.Kind, err)
+		}
+		// The insert conflicted with the live job for this kind and key;
+		// the transaction holds the write lock, so it is still there.
+		if job, err = scanJob(tx.QueryRowContext(ctx, live, nj.Kind, nj.Key)); err != nil {
+			return fmt.Errorf("store: enqueue %s: reading live job: %w", nj.Kind, err)
+		}
+		return nil
+	})
+	return job, created, err
+}
+
+// ClaimJobs leases up to limit jobs of one kind that are due (ready with
+// run_at reached) or abandoned (running with an expired lease), in one
+// atomic statement, and counts the attempt.
+func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
+	rows, err := db.w.QueryContext(ctx, db.q(`UPDATE jobs
+		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
+		WHERE id IN (
+			SELECT id FROM jobs
+			WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ?))
+			ORDER BY run_at, id
+			LIMIT ?)
+		RETURNING `+jobCols), owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: claiming %s jobs: %w", kind, err)
+	}
+	return collectJobs(rows)
+}
+
+func collectJobs(rows *sql.Rows) ([]Job, error) {
+	defer rows.Close()
+	var out []Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: reading job: %w", err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: reading jobs: %w", err)
+	}
+	return out, nil
+}
+
+// ExtendJobLeases pushes out the leases of every running job of kind held
+// by owner; a runner calls it while handlers are still working.
+func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUntil, now time.Time) error {
+	_, err := db.w.ExecContext(ctx, db.q(`UPDATE jobs SET lease_until = ?, updated_at = ?
+		WHERE kind = ? AND lease_owner = ? AND status = 'running'`), leaseUntil.UnixMilli(), now.UnixMilli(), kind, owner)
+	if err != nil {
+		return fmt.Errorf("store: extending %s leases: %w", kind, err)
+	}
+	return nil
+}
+
+// settle runs a guarded write on a job the caller holds the lease of and
+// returns the job's new status. ErrLeaseLost when the lease is gone.
+func (db *DB) settle(ctx context.Context, what string, id int64, owner, set string, args ...any) (JobStatus, error) {
+	stmt := db.q(`UPDATE jobs SET ` + set + `
+		WHERE id = ? AND lease_owner = ? AND status = 'running'
+		RETURNING status`)
+	var st JobStatus
+	err := db.w.QueryRowContext(ctx, stmt, append(args, id, owner)...).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("%w: job %d (%s)", ErrLeaseLost, id, what)
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: job %d (%s): %w", id, what, err)
+	}
+	return st, nil
+}
+
+// CompleteJob settles a job as done.
+func (db *DB) CompleteJob(ctx context.Context, id int64, owner string, now time.Time) error {
+	_, err := db.settle(ctx, "done", id, owner,
+		`status = 'done', lease_owner = NULL, lease_until = NULL, last_error = '', updated_at = ?, finished_at = ?`,
+		now.UnixMilli(), now.UnixMilli())
+	return err
+}
+
+// RescheduleJob makes a periodic job ready again at runAt with a fresh
+// attempt budget; an operator's cancel retires it instead.
+func (db *DB) RescheduleJob(ctx context.Context, id int64, owner string, runAt, now time.Time) (JobStatus, error) {
+	return db.settle(ctx, "reschedule", id, owner,
+		`status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'ready' END,
+		 finished_at = CASE WHEN cancel_requested = 1 THEN ? ELSE NULL END,
+		 attempts = 0, run_at = ?, last_error = '', lease_owner = NULL, lease_until = NULL, updated_at = ?`,
+		now.UnixMilli(), runAt.UnixMilli(), now.UnixMilli())
+}
+
+// RetryJob makes a job ready again at runAt, recording reason. refund gives
+// back the attempt the run counted (a rate limit is not the job's failure).
+// If an operator cancelled the job meanwhile it is retired as cancelled
+// instead; the returned status says which.
+func (db *DB) RetryJob(ctx context.Context, id int64, owner string, runAt time.Time, reason string, refund bool, now time.Time) (JobStatus, error) {
+	refunded := 0
+	if refund {
+		refunded = 1
+	}
+	return db.settle(ctx, "retry", id, owner,
+		`status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'ready' END,
+		 finished_at = CASE WHEN cancel_requested = 1 THEN ? ELSE NULL END,
+		 attempts = attempts - ?, run_at = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
+		now.UnixMilli(), refunded, runAt.UnixMilli(), reason, now.UnixMilli())
+}
+
+// RetireJob settles a job as failed or cancelled for good.
+func (db *DB) RetireJob(ctx context.Context, id int64, owner string, status JobStatus, reason string, now time.Time) error {
+	if status != JobFailed && status != JobCancelled {
+		return fmt.Errorf("store: cannot retire job %d as %q", id, status)
+	}
+	_, err := db.settle(ctx, "retire", id, owner,
+		`status = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?, finished_at = ?`,
+		string(status), reason, now.UnixMilli(), now.UnixMilli())
+	return err
+}
+
+// ReleaseJob hands a leased job back as ready now, refunding the attempt:
+// the runner is stopping and could not let the handler finish.
+func (db *DB) ReleaseJob(ctx context.Context, id int64, owner string, now time.Time) error {
+	_, err := db.settle(ctx, "release", id, owner,
+		`status = 'ready', attempts = attempts - 1, run_at = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
+		now.UnixMilli(), now.UnixMilli())
+	return err
+}
+
+// CancelJob cancels a job for an operator. A ready job is settled as
+// cancelled at once (returned with Status cancelled); a running one is
+// marked so that its current attempt is its last. A settled job is
+// ErrWrongState.
+func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, error) {
+	var job Job
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		job, err = scanJob(tx.QueryRowContext(ctx, db.q(`UPDATE jobs
+			SET status = CASE WHEN status = 'ready' THEN 'cancelled' ELSE status END,
+			    finished_at = CASE WHEN status = 'ready' THEN ? ELSE finished_at END,
+			    cancel_requested = 1, updated_at = ?
+			WHERE id = ? AND status IN ('ready','running')
+			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return db.explainMissing(ctx, tx, id, "cancel")
+		}
+		return err
+	})
+	return job, err
+}
+
+// RetryJobNow makes a job ready to run now for an operator: a waiting job
+// skips its backoff, a failed or cancelled one is revived with a fresh
+// attempt budget. ErrConflict if another live job has its kind and key;
+// ErrWrongState if it is running or done.
+func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, error) {
+	var job Job
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		job, err = scanJob(tx.QueryRowContext(ctx, db.q(`UPDATE jobs
+			SET attempts = CASE WHEN status = 'ready' THEN attempts ELSE 0 END,
+			    status = 'ready', run_at = ?, cancel_requested = 0, finished_at = NULL, updated_at = ?
+			WHERE id = ? AND status IN ('ready','failed','cancelled')
+			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return db.explainMissing(ctx, tx, id, "retry")
+		case err != nil && isUniqueViolation(err):
+			return fmt.Errorf("%w: job %d: another job with its kind and key is live", ErrConflict, id)
+		}
+		return err
+	})
+	return job, err
+}
+
+// explainMissing turns "no row updated" into ErrNotFound or ErrWrongState.
+func (db *DB) explainMissing(ctx context.Context, tx *sql.Tx, id int64, op string) error {
+	var st JobStatus
+	err := tx.QueryRowContext(ctx, db.q(`SELECT status FROM jobs WHERE id = ?`), id).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: job %d", ErrNotFound, id)
+	}
+	if err != nil {
+		return fmt.Errorf("store: job %d: %w", id, err)
+	}
+	return fmt.Errorf("%w: cannot %s job %d: it is %s", ErrWrongState, op, id, st)
+}
+
+func isUniqueViolation(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// GetJob reads one job.
+func (db *DB) GetJob(ctx context.Context, id int64) (Job, error) {
+	j, err := scanJob(db.r.QueryRowContext(ctx, db.q(`SELECT `+jobCols+` FROM jobs WHERE id = ?`), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Job{}, fmt.Errorf("%w: job %d", ErrNotFound, id)
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("store: job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+// JobFilter selects jobs for operators. Zero fields do not filter.
+type JobFilter struct {
+	Kind     string
+	Status   JobStatus
+	Key      string
+	BeforeID int64 // page: only jobs with a smaller id
+	Limit    int   // default 100
+}
+
+// ListJobs returns jobs newest first.
+func (db *DB) ListJobs(ctx context.Context, f JobFilter) ([]Job, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Kind != "" {
+		where, args = append(where, "kind = ?"), append(args, f.Kind)
+	}
+	if f.Status != "" {
+		where, args = append(where, "status = ?"), append(args, string(f.Status))
+	}
+	if f.Key != "" {
+		where, args = append(where, "key = ?"), append(args, f.Key)
+	}
+	if f.BeforeID > 0 {
+		where, args = append(where, "id < ?"), append(args, f.BeforeID)
+	}
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	stmt := `SELECT ` + jobCols + ` FROM jobs`
+	if len(where) > 0 {
+		stmt += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	stmt += ` ORDER BY id DESC LIMIT ?`
+	rows, err := db.r.QueryContext(ctx, db.q(stmt), append(args, f.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("store: listing jobs: %w", err)
+	}
+	return collectJobs(rows)
+}
+
+// JobCount is the number of jobs of one kind in one status.
+type JobCount struct {
+	Kind   string
+	Status JobStatus
+	N      int64
+}
+
+// CountJobs counts jobs by kind and status.
+func (db *DB) CountJobs(ctx context.Context) ([]JobCount, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT kind, status, COUNT(*) FROM jobs GROUP BY kind, status ORDER BY kind, status`)
+	if err != nil {
+		return nil, fmt.Errorf("store: counting jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []JobCount
+	for rows.Next() {
+		var c JobCount
+		if err := rows.Scan(&c.Kind, &c.Status, &c.N); err != nil {
+			return nil, fmt.Errorf("store: counting jobs: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// NextJobDue returns the earliest time a job of one of kinds becomes
+// claimable (a ready job's run_at, or a running job's lease expiry), and
+// false when there is none.
+func (db *DB) NextJobDue(ctx context.Context, kinds []string) (time.Time, bool, error) {
+	if len(kinds) == 0 {
+		return time.Time{}, false, nil
+	}
+	marks := strings.TrimSuffix(strings.Repeat("?,", len(kinds)), ",")
+	args := make([]any, len(kinds))
+	for i, k := range kinds {
+		args[i] = k
+	}
+	var next sql.NullInt64
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT MIN(CASE WHEN status = 'ready' THEN run_at ELSE lease_until END)
+		FROM jobs WHERE status IN ('ready','running') AND kind IN (`+marks+`)`), args...).Scan(&next)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("store: next due job: %w", err)
+	}
+	return nullMs(next), next.Valid, nil
+}
+
+// PruneJobs deletes settled jobs that finished before cutoff.
+func (db *DB) PruneJobs(ctx context.Context, cutoff time.Time) (int64, error) {
+	res, err := db.w.ExecContext(ctx, db.q(`DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled')`), cutoff.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("store: pruning jobs: %w", err)
+	}
+	return res.RowsAffected()
+}

@@ -1,0 +1,90 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// migration is one step of the schema history. Steps are append-only: a
+// released step is never edited, a change is a new step.
+type migration struct {
+	version int
+	name    string
+	stmts   []string
+}
+
+const createSchemaTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	name       TEXT NOT NULL,
+	applied_at BIGINT NOT NULL
+)`
+
+// migrate applies, in one transaction, every step the database lacks, and
+// records each in schema_migrations. A concurrent opener serializes on the
+// write lock and then finds nothing left to do.
+func (db *DB) migrate(ctx context.Context) error {
+	steps := db.dialect.migrations()
+	return db.withTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, createSchemaTable); err != nil {
+			return fmt.Errorf("store: creating schema table: %w", err)
+		}
+		var current sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&current); err != nil {
+			return fmt.Errorf("store: reading schema version: %w", err)
+		}
+		if int(current.Int64) > len(steps) {
+			return tooNew(db.desc, int(current.Int64), len(steps))
+		}
+		now := time.Now().UnixMilli()
+		for _, m := range steps[current.Int64:] {
+			for _, stmt := range m.stmts {
+				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("store: migration %d (%s): %w", m.version, m.name, err)
+				}
+			}
+			if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`),
+				m.version, m.name, now); err != nil {
+				return fmt.Errorf("store: recording migration %d: %w", m.version, err)
+			}
+		}
+		return nil
+	})
+}
+
+// refuseNewerSchema looks at an existing SQLite file through a read-only
+// handle, so that a database written by a newer binary is refused before
+// this binary changes anything in it (not even its journal mode).
+func refuseNewerSchema(ctx context.Context, path string, opts SQLiteOptions, d dialect) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	ro, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout("+fmt.Sprint(opts.BusyTimeout.Milliseconds())+")")
+	if err != nil {
+		return fmt.Errorf("store: opening %s read-only: %w", path, err)
+	}
+	defer ro.Close()
+	var tables int
+	if err := ro.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&tables); err != nil {
+		return fmt.Errorf("store: reading %s: %w", path, err)
+	}
+	if tables == 0 {
+		return nil
+	}
+	var current sql.NullInt64
+	if err := ro.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("store: reading schema version of %s: %w", path, err)
+	}
+	if known := len(d.migrations()); int(current.Int64) > known {
+		return tooNew(path, int(current.Int64), known)
+	}
+	return nil
+}
+
+func tooNew(where string, have, known int) error {
+	return fmt.Errorf("%w: %s is at schema version %d, this binary knows up to %d; upgrade the binary or restore a backup",
+		ErrSchemaTooNew, where, have, known)
+}

@@ -1,0 +1,91 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestOpenCreatesSchemaAndReopensIdempotently(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "a.db")
+	for i := 0; i < 2; i++ {
+		db, err := OpenSQLite(ctx, path, SQLiteOptions{})
+		if err != nil {
+			t.Fatalf("open #%d: %v", i+1, err)
+		}
+		var n int
+		if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != len(sqliteMigrations) {
+			t.Fatalf("open #%d: %d migrations recorded, want %d", i+1, n, len(sqliteMigrations))
+		}
+		var mode string
+		if err := db.w.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+			t.Fatalf("journal_mode = %q, %v; want wal", mode, err)
+		}
+		var fk int
+		if err := db.r.QueryRowContext(ctx, `PRAGMA foreign_keys`).Scan(&fk); err != nil || fk != 1 {
+			t.Fatalf("foreign_keys = %d, %v; want 1", fk, err)
+		}
+		db.Close()
+	}
+}
+
+func TestOpenRefusesNewerSchemaAndLeavesFileUntouched(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "newer.db")
+	db, err := OpenSQLite(ctx, path, SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A newer binary ran one more migration.
+	if _, err := db.w.ExecContext(ctx, `CREATE TABLE from_the_future (x INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.w.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'future', 0)`,
+		len(sqliteMigrations)+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshotFiles(t, path)
+
+	_, err = OpenSQLite(ctx, path, SQLiteOptions{})
+	if !errors.Is(err, ErrSchemaTooNew) {
+		t.Fatalf("open: got %v, want ErrSchemaTooNew", err)
+	}
+	if want := "schema version 2, this binary knows up to 1"; !bytes.Contains([]byte(err.Error()), []byte(want)) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	after := snapshotFiles(t, path)
+	if !bytes.Equal(before, after) {
+		t.Fatal("refused database file was modified")
+	}
+}
+
+// snapshotFiles reads the database file; the WAL, if any, must be empty
+// after a clean close, so the main file is the whole database.
+func snapshotFiles(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() > 0 {
+		t.Fatalf("%s-wal has %d bytes after close", path, fi.Size())
+	}
+	return b
+}
+
+func TestOpenRejectsBadSynchronousSetting(t *testing.T) {
+	_, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "x.db"), SQLiteOptions{Synchronous: "OFF"})
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("synchronous")) {
+		t.Fatalf("got %v, want an error naming synchronous", err)
+	}
+}

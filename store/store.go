@@ -1,0 +1,148 @@
+// Package store is the project's database: it owns the schema (as ordered,
+// append-only migrations) and every SQL statement, so the rest of the code
+// talks in domain methods and never in SQL. SQLite (through modernc.org/sqlite,
+// no cgo) is the embedded default; the dialect seam keeps PostgreSQL a matter
+// of adding statements here, not of touching callers.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// DB is an open store. It is safe for concurrent use.
+//
+// Writes go through w, reads through r. For SQLite, w has exactly one
+// connection: writers serialize on the database lock anyway, and one
+// connection turns lock contention inside this process into a queue in
+// database/sql instead of SQLITE_BUSY retries.
+type DB struct {
+	w, r    *sql.DB
+	dialect dialect
+	desc    string // where the store lives, for messages; never a credential
+}
+
+// SQLiteOptions tunes an embedded SQLite store. The zero value is a safe
+// default.
+type SQLiteOptions struct {
+	// BusyTimeout is how long a statement waits for another process's write
+	// lock before failing. Default 10s.
+	BusyTimeout time.Duration
+	// Readers is the size of the read-only connection pool. Default 4.
+	Readers int
+	// Synchronous is SQLite's synchronous pragma: "FULL" (default) makes
+	// every commit durable across power loss; "NORMAL" keeps the database
+	// consistent and survives a process crash, but may lose the last
+	// commits if the machine loses power.
+	Synchronous string
+}
+
+// OpenSQLite opens (creating if needed) the SQLite database at path, brings
+// its schema up to date, and returns the store. A database whose schema is
+// newer than this binary is refused (ErrSchemaTooNew) and left untouched.
+func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, error) {
+	if path == "" {
+		return nil, errors.New("store: sqlite path is empty")
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
+	if opts.Readers <= 0 {
+		opts.Readers = 4
+	}
+	switch opts.Synchronous {
+	case "":
+		opts.Synchronous = "FULL"
+	case "FULL", "NORMAL":
+	default:
+		return nil, fmt.Errorf("store: synchronous must be FULL or NORMAL, not %q", opts.Synchronous)
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("store: creating directory for %s: %w", path, err)
+		}
+	}
+
+	// The schema check happens on a read-only handle first, so a database
+	// from a newer binary is not even switched to WAL by us.
+	if err := refuseNewerSchema(ctx, path, opts, sqliteDialect{}); err != nil {
+		return nil, err
+	}
+
+	w, err := sql.Open("sqlite", sqliteDSN(path, opts, false))
+	if err != nil {
+		return nil, fmt.Errorf("store: opening %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+
+	r, err := sql.Open("sqlite", sqliteDSN(path, opts, true))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: opening %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(opts.Readers)
+	r.SetMaxIdleConns(opts.Readers)
+	r.SetConnMaxIdleTime(0)
+
+	db := &DB{w: w, r: r, dialect: sqliteDialect{}, desc: path}
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// sqliteDSN builds a modernc.org/sqlite DSN. _txlock=immediate makes every
+// explicit transaction take the write lock at BEGIN, so a transaction that
+// reads then writes cannot fail half-way with a stale snapshot.
+func sqliteDSN(path string, opts SQLiteOptions, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous("+opts.Synchronous+")")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// Close releases both connection pools.
+func (db *DB) Close() error {
+	return errors.Join(db.w.Close(), db.r.Close())
+}
+
+// String names where the store lives, without credentials.
+func (db *DB) String() string { return db.desc }
+
+// withTx runs fn in a write transaction, committing if it returns nil.
+func (db *DB) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+// q rewrites a statement written with ? placeholders for the dialect.
+func (db *DB) q(stmt string) string { return db.dialect.rebind(stmt) }
