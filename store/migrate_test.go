@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -60,7 +61,7 @@ func TestOpenRefusesNewerSchemaAndLeavesFileUntouched(t *testing.T) {
 	if !errors.Is(err, ErrSchemaTooNew) {
 		t.Fatalf("open: got %v, want ErrSchemaTooNew", err)
 	}
-	if want := "schema version 2, this binary knows up to 1"; !bytes.Contains([]byte(err.Error()), []byte(want)) {
+	if want := fmt.Sprintf("schema version %d, this binary knows up to %d", len(sqliteMigrations)+1, len(sqliteMigrations)); !bytes.Contains([]byte(err.Error()), []byte(want)) {
 		t.Errorf("error %q does not say %q", err, want)
 	}
 	after := snapshotFiles(t, path)

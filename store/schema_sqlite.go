@@ -31,4 +31,90 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL`,
 		},
 	},
+	{
+		version: 2,
+		name:    "acme",
+		stmts: []string{
+			// Server-wide secrets (the nonce MAC key), shared by every
+			// instance on this database.
+			`CREATE TABLE secrets (
+				name       TEXT PRIMARY KEY,
+				value      BLOB NOT NULL,
+				created_at BIGINT NOT NULL
+			)`,
+			`CREATE TABLE accounts (
+				id             TEXT PRIMARY KEY,
+				profile        TEXT NOT NULL,
+				key_thumbprint TEXT NOT NULL,
+				key_jwk        TEXT NOT NULL,
+				status         TEXT NOT NULL CHECK (status IN ('valid','deactivated','revoked')),
+				contact        TEXT NOT NULL DEFAULT '[]',
+				tos_agreed     INTEGER NOT NULL DEFAULT 0,
+				created_at     BIGINT NOT NULL,
+				updated_at     BIGINT NOT NULL,
+				UNIQUE (profile, key_thumbprint)
+			)`,
+			// A nonce is valid once: its use is recorded until it expires.
+			`CREATE TABLE used_nonces (
+				nonce      TEXT PRIMARY KEY,
+				expires_at BIGINT NOT NULL
+			)`,
+			`CREATE INDEX used_nonces_expiry ON used_nonces (expires_at)`,
+			`CREATE TABLE orders (
+				id             TEXT PRIMARY KEY,
+				profile        TEXT NOT NULL,
+				account_id     TEXT NOT NULL REFERENCES accounts (id),
+				status         TEXT NOT NULL CHECK (status IN ('pending','ready','processing','valid','invalid')),
+				identifiers    TEXT NOT NULL,
+				not_before     BIGINT,
+				not_after      BIGINT,
+				expires_at     BIGINT NOT NULL,
+				error          TEXT,
+				csr            BLOB,
+				certificate_id TEXT,
+				created_at     BIGINT NOT NULL,
+				updated_at     BIGINT NOT NULL
+			)`,
+			`CREATE INDEX orders_account ON orders (account_id, created_at)`,
+			`CREATE TABLE authorizations (
+				id               TEXT PRIMARY KEY,
+				order_id         TEXT NOT NULL REFERENCES orders (id),
+				account_id       TEXT NOT NULL,
+				identifier_type  TEXT NOT NULL,
+				identifier_value TEXT NOT NULL,
+				wildcard         INTEGER NOT NULL DEFAULT 0,
+				status           TEXT NOT NULL CHECK (status IN ('pending','valid','invalid','deactivated','expired','revoked')),
+				expires_at       BIGINT NOT NULL,
+				created_at       BIGINT NOT NULL,
+				updated_at       BIGINT NOT NULL
+			)`,
+			`CREATE INDEX authorizations_order ON authorizations (order_id)`,
+			`CREATE TABLE challenges (
+				id           TEXT PRIMARY KEY,
+				authz_id     TEXT NOT NULL REFERENCES authorizations (id),
+				type         TEXT NOT NULL,
+				token        TEXT NOT NULL,
+				status       TEXT NOT NULL CHECK (status IN ('pending','processing','valid','invalid')),
+				validated_at BIGINT,
+				error        TEXT,
+				updated_at   BIGINT NOT NULL
+			)`,
+			`CREATE INDEX challenges_authz ON challenges (authz_id)`,
+			`CREATE INDEX challenges_processing ON challenges (status) WHERE status = 'processing'`,
+			`CREATE TABLE certificates (
+				id                TEXT PRIMARY KEY,
+				order_id          TEXT NOT NULL UNIQUE REFERENCES orders (id),
+				profile           TEXT NOT NULL,
+				account_id        TEXT NOT NULL,
+				serial            TEXT NOT NULL UNIQUE,
+				chain_pem         TEXT NOT NULL,
+				public_key        BLOB NOT NULL,
+				not_before        BIGINT NOT NULL,
+				not_after         BIGINT NOT NULL,
+				revoked_at        BIGINT,
+				revocation_reason INTEGER,
+				created_at        BIGINT NOT NULL
+			)`,
+		},
+	},
 }

@@ -1,0 +1,262 @@
+package acmeproxy
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/mail"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// accountJSON is an account object (RFC 8555 §7.1.2).
+type accountJSON struct {
+	Status               string   `json:"status"`
+	Contact              []string `json:"contact,omitempty"`
+	TermsOfServiceAgreed bool     `json:"termsOfServiceAgreed,omitempty"`
+	Orders               string   `json:"orders"`
+}
+
+func (s *Server) accountJSON(base string, a store.Account) accountJSON {
+	return accountJSON{Status: a.Status, Contact: a.Contact, TermsOfServiceAgreed: a.TOSAgreed,
+		Orders: base + "/account/" + a.ID + "/orders"}
+}
+
+// decodePayload unmarshals a JSON payload strictly enough to catch a
+// client that sent something else: the payload must be one JSON object.
+func decodePayload(payload []byte, v any) error {
+	if err := json.Unmarshal(payload, v); err != nil {
+		return problem.MalformedF("the request payload is not the expected JSON object: %v", err)
+	}
+	return nil
+}
+
+// checkContacts accepts mailto: URLs with one address and no header
+// fields (RFC 8555 §7.3).
+func checkContacts(contacts []string) error {
+	for _, c := range contacts {
+		addr, ok := strings.CutPrefix(c, "mailto:")
+		if !ok {
+			return problem.UnsupportedContactF("contact %q: only mailto: is supported", c)
+		}
+		if addr == "" || strings.ContainsAny(addr, "?,") {
+			return problem.InvalidContactF("contact %q must name exactly one address and no header fields", c)
+		}
+		if a, err := mail.ParseAddress(addr); err != nil || a.Address != addr {
+			return problem.InvalidContactF("contact %q is not a valid e-mail address", c)
+		}
+	}
+	return nil
+}
+
+// handleNewAccount creates an account or finds the existing one for the
+// key (RFC 8555 §7.3, §7.3.1).
+func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	req, err := s.verify(ctx, r, needJWK)
+	if err != nil {
+		return err
+	}
+	var p struct {
+		Contact              []string `json:"contact"`
+		TermsOfServiceAgreed bool     `json:"termsOfServiceAgreed"`
+		OnlyReturnExisting   bool     `json:"onlyReturnExisting"`
+	}
+	if err := decodePayload(req.payload, &p); err != nil {
+		return err
+	}
+	base := s.baseURL(r)
+	existing, err := s.db.AccountByKey(ctx, s.cfg.Profile, req.thumbprint)
+	switch {
+	case err == nil:
+		if existing.Status != "valid" {
+			return problem.UnauthorizedF("the account for this key is %s", existing.Status)
+		}
+		w.Header().Set("Location", base+"/account/"+existing.ID)
+		s.writeJSON(w, http.StatusOK, s.accountJSON(base, existing))
+		return nil
+	case !errors.Is(err, store.ErrNotFound):
+		return err
+	case p.OnlyReturnExisting:
+		return problem.AccountDoesNotExistF("no account exists for this key")
+	}
+	if err := checkContacts(p.Contact); err != nil {
+		return err
+	}
+	jwk, err := req.jwk.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	acct, created, err := s.db.CreateAccount(ctx, store.Account{
+		Profile: s.cfg.Profile, Thumbprint: req.thumbprint, KeyJWK: jwk,
+		Contact: p.Contact, TOSAgreed: p.TermsOfServiceAgreed,
+	}, s.clock.Now())
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		s.log.Info("account created", zap.String("event", "account_created"),
+			zap.String("profile", s.cfg.Profile), zap.String("account", acct.ID))
+	}
+	w.Header().Set("Location", base+"/account/"+acct.ID)
+	s.writeJSON(w, status, s.accountJSON(base, acct))
+	return nil
+}
+
+// ownAccount checks that the request's account is the one in the URL.
+func ownAccount(req *signedRequest, id string) error {
+	if req.account.ID != id {
+		return problem.UnauthorizedF("the request's account does not own this account")
+	}
+	return nil
+}
+
+// handleAccount reads, updates or deactivates an account (RFC 8555
+// §7.3.2, §7.3.6).
+func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string) error {
+	ctx := r.Context()
+	req, err := s.verify(ctx, r, needKID)
+	if err != nil {
+		return err
+	}
+	if err := ownAccount(req, id); err != nil {
+		return err
+	}
+	base := s.baseURL(r)
+	acct := *req.account
+	if !req.postAsGet {
+		var p struct {
+			Contact *[]string `json:"contact"`
+			Status  string    `json:"status"`
+		}
+		if err := decodePayload(req.payload, &p); err != nil {
+			return err
+		}
+		now := s.clock.Now()
+		switch p.Status {
+		case "", "valid":
+		case "deactivated":
+			if acct, err = s.db.DeactivateAccount(ctx, id, now); err != nil {
+				return err
+			}
+			s.log.Info("account deactivated", zap.String("event", "account_deactivated"),
+				zap.String("profile", s.cfg.Profile), zap.String("account", id))
+		default:
+			return problem.MalformedF("an account's status may only be set to deactivated")
+		}
+		if p.Contact != nil && p.Status != "deactivated" {
+			if err := checkContacts(*p.Contact); err != nil {
+				return err
+			}
+			if acct, err = s.db.UpdateAccountContact(ctx, id, *p.Contact, now); err != nil {
+				return err
+			}
+		}
+	}
+	w.Header().Set("Location", base+"/account/"+id)
+	s.writeJSON(w, http.StatusOK, s.accountJSON(base, acct))
+	return nil
+}
+
+// ordersPageSize is how many order URLs one page of an account's orders
+// list holds; more follow through Link rel="next" (RFC 8555 §7.1.2.1).
+const ordersPageSize = 100
+
+// handleAccountOrders lists an account's orders, newest first.
+func (s *Server) handleAccountOrders(w http.ResponseWriter, r *http.Request, id string) error {
+	ctx := r.Context()
+	req, err := s.verify(ctx, r, needKID)
+	if err != nil {
+		return err
+	}
+	if err := ownAccount(req, id); err != nil {
+		return err
+	}
+	after := r.URL.Query().Get("cursor")
+	ids, err := s.db.AccountOrderIDs(ctx, id, after, ordersPageSize+1)
+	if err != nil {
+		return err
+	}
+	base := s.baseURL(r)
+	if len(ids) > ordersPageSize {
+		ids = ids[:ordersPageSize]
+		w.Header().Add("Link", link(base+"/account/"+id+"/orders?cursor="+ids[len(ids)-1], "next"))
+	}
+	urls := make([]string, len(ids))
+	for i, oid := range ids {
+		urls[i] = base + "/order/" + oid
+	}
+	s.writeJSON(w, http.StatusOK, struct {
+		Orders []string `json:"orders"`
+	}{urls})
+	return nil
+}
+
+// handleKeyChange rolls an account over to a new key (RFC 8555 §7.3.5):
+// the outer JWS is signed by the account, the inner by the new key, and
+// the inner payload names the account and its old key.
+func (s *Server) handleKeyChange(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	outer, err := s.verify(ctx, r, needKID)
+	if err != nil {
+		return err
+	}
+	base := s.baseURL(r)
+	inner, err := s.verifyJWS(ctx, outer.payload, base, s.requestURL(r), needJWK, false)
+	if err != nil {
+		if p, ok := problem.As(err); ok {
+			p.Detail = "inner JWS: " + p.Detail
+		}
+		return err
+	}
+	var p struct {
+		Account string          `json:"account"`
+		OldKey  json.RawMessage `json:"oldKey"`
+	}
+	if err := decodePayload(inner.payload, &p); err != nil {
+		return err
+	}
+	acct := outer.account
+	if p.Account != base+"/account/"+acct.ID {
+		return problem.UnauthorizedF("the inner payload's account does not match the outer JWS's kid")
+	}
+	old, err := parsePublicJWK(p.OldKey)
+	if err != nil {
+		return problem.MalformedF("the inner payload's oldKey is not a valid key")
+	}
+	oldTP, err := thumbprint(old)
+	if err != nil || oldTP != outer.thumbprint {
+		return problem.UnauthorizedF("oldKey is not the account's current key")
+	}
+	if inner.thumbprint == outer.thumbprint {
+		return problem.MalformedF("the new key is the account's current key")
+	}
+	if other, err := s.db.AccountByKey(ctx, s.cfg.Profile, inner.thumbprint); err == nil {
+		w.Header().Set("Location", base+"/account/"+other.ID)
+		return problem.ConflictF("the new key already belongs to an account")
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	jwk, err := inner.jwk.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	updated, err := s.db.ChangeAccountKey(ctx, acct.ID, outer.thumbprint, inner.thumbprint, jwk, s.clock.Now())
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return problem.ConflictF("the new key already belongs to an account")
+	case errors.Is(err, store.ErrWrongState):
+		return problem.UnauthorizedF("the account's key changed or the account is no longer valid")
+	case err != nil:
+		return err
+	}
+	w.Header().Set("Location", base+"/account/"+acct.ID)
+	s.writeJSON(w, http.StatusOK, s.accountJSON(base, updated))
+	return nil
+}

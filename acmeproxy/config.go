@@ -1,0 +1,154 @@
+package acmeproxy
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+)
+
+// AppConfig is the JSON of the acme_proxy app (the Caddyfile's global
+// acme_proxy option). The zero value is a working default.
+type AppConfig struct {
+	// Database is the SQLite file; default <Caddy data dir>/acme_proxy/acme_proxy.db.
+	Database string `json:"database,omitempty"`
+}
+
+// ProfileConfig is the JSON of one acme_proxy handler, less its signer
+// (which is a guest module of its own). One handler serves one profile.
+type ProfileConfig struct {
+	// Profile names the profile: [a-z0-9-]+, unique across the config.
+	Profile string `json:"profile"`
+	// Prefix is the path the ACME endpoints live under; default /acme/<profile>.
+	Prefix string `json:"prefix,omitempty"`
+	// Challenges are the challenge types offered; default all three.
+	Challenges []string `json:"challenges,omitempty"`
+	// Resolvers are DNS servers (host or host:port) for dns-01 validation;
+	// default the system's.
+	Resolvers []string `json:"resolvers,omitempty"`
+	// ValidationPorts are where http-01 and tls-alpn-01 connect; default 80/443.
+	ValidationPorts *ValidationPorts `json:"validation_ports,omitempty"`
+	// Allow, if set, lists what may be issued; everything else is refused.
+	Allow *IdentifierPolicy `json:"allow,omitempty"`
+	// Deny lists what is refused even when allowed.
+	Deny *IdentifierPolicy `json:"deny,omitempty"`
+}
+
+// ValidationPorts are the ports challenge validation connects to.
+type ValidationPorts struct {
+	HTTP int `json:"http,omitempty"`
+	TLS  int `json:"tls,omitempty"`
+}
+
+// IdentifierPolicy is a set of names and addresses. Domains are exact
+// names ("host.example.com"), "*.example.com" for any name below
+// example.com, or "example.com" with a leading "." for the name and below.
+type IdentifierPolicy struct {
+	Domains  []string `json:"domains,omitempty"`
+	IPRanges []string `json:"ip_ranges,omitempty"`
+}
+
+// Challenge types.
+const (
+	ChallengeHTTP01    = "http-01"
+	ChallengeDNS01     = "dns-01"
+	ChallengeTLSALPN01 = "tls-alpn-01"
+)
+
+var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
+
+// SetDefaults fills in what the operator left out.
+func (c *ProfileConfig) SetDefaults() {
+	if c.Prefix == "" && c.Profile != "" {
+		c.Prefix = "/acme/" + c.Profile
+	}
+	c.Prefix = strings.TrimSuffix(c.Prefix, "/")
+	if len(c.Challenges) == 0 {
+		c.Challenges = []string{ChallengeHTTP01, ChallengeDNS01, ChallengeTLSALPN01}
+	}
+	if c.ValidationPorts == nil {
+		c.ValidationPorts = &ValidationPorts{}
+	}
+	if c.ValidationPorts.HTTP == 0 {
+		c.ValidationPorts.HTTP = 80
+	}
+	if c.ValidationPorts.TLS == 0 {
+		c.ValidationPorts.TLS = 443
+	}
+}
+
+// Validate checks the configuration; each message names the offending key.
+func (c *ProfileConfig) Validate() error {
+	if c.Profile == "" {
+		return fmt.Errorf("profile: required")
+	}
+	if !profileName.MatchString(c.Profile) {
+		return fmt.Errorf("profile: %q must match [a-z0-9-]+", c.Profile)
+	}
+	if !strings.HasPrefix(c.Prefix, "/") {
+		return fmt.Errorf("prefix: %q must start with /", c.Prefix)
+	}
+	seen := map[string]bool{}
+	for _, ch := range c.Challenges {
+		switch ch {
+		case ChallengeHTTP01, ChallengeDNS01, ChallengeTLSALPN01:
+		default:
+			return fmt.Errorf("challenges: unknown challenge type %q (want http-01, dns-01 or tls-alpn-01)", ch)
+		}
+		if seen[ch] {
+			return fmt.Errorf("challenges: %q listed twice", ch)
+		}
+		seen[ch] = true
+	}
+	for _, r := range c.Resolvers {
+		if _, err := resolverAddr(r); err != nil {
+			return fmt.Errorf("resolvers: %w", err)
+		}
+	}
+	for name, p := range map[string]int{"validation_ports.http": c.ValidationPorts.HTTP, "validation_ports.tls": c.ValidationPorts.TLS} {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("%s: port %d out of range", name, p)
+		}
+	}
+	for key, pol := range map[string]*IdentifierPolicy{"allow": c.Allow, "deny": c.Deny} {
+		if err := pol.validate(); err != nil {
+			return fmt.Errorf("%s.%w", key, err)
+		}
+	}
+	return nil
+}
+
+// resolverAddr turns "host" or "host:port" into "host:port".
+func resolverAddr(r string) (string, error) {
+	if _, _, err := net.SplitHostPort(r); err == nil {
+		return r, nil
+	}
+	if ip, err := netip.ParseAddr(r); err == nil {
+		return netip.AddrPortFrom(ip, 53).String(), nil
+	}
+	if r == "" || strings.ContainsAny(r, " /") {
+		return "", fmt.Errorf("%q is not a DNS server address", r)
+	}
+	return net.JoinHostPort(r, "53"), nil
+}
+
+func (p *IdentifierPolicy) validate() error {
+	if p == nil {
+		return nil
+	}
+	for _, d := range p.Domains {
+		base := strings.TrimPrefix(strings.TrimPrefix(d, "*."), ".")
+		if _, err := normalizeDNSName(base); err != nil {
+			return fmt.Errorf("domains: %q: %w", d, err)
+		}
+	}
+	for _, r := range p.IPRanges {
+		if _, err := netip.ParsePrefix(r); err != nil {
+			if _, err2 := netip.ParseAddr(r); err2 != nil {
+				return fmt.Errorf("ip_ranges: %q is not a CIDR range or address", r)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,204 @@
+package acmeproxy
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// testEnv is one profile served over real HTTPS on loopback, with a real
+// SQLite store, a real job runner, the real local CA signer and the real
+// validators, whose connections for any name go to this machine's
+// challenge responders.
+type testEnv struct {
+	t      *testing.T
+	srv    *Server
+	ts     *httptest.Server
+	db     *store.DB
+	queue  *jobs.Queue
+	root   *x509.Certificate
+	dirURL string
+	http01 *http01Responder
+}
+
+// http01Responder answers http-01 challenges like a client's standalone
+// server would.
+type http01Responder struct {
+	mu     sync.Mutex
+	tokens map[string]string
+	port   int
+}
+
+func (h *http01Responder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	body, ok := h.tokens[r.URL.Path]
+	h.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	_, _ = w.Write([]byte(body))
+}
+
+func (h *http01Responder) set(token, keyAuth string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tokens["/.well-known/acme-challenge/"+token] = keyAuth
+}
+
+func newTestCA(t testing.TB) (*x509.Certificate, localca.Source) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "acmeproxy test root"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := x509.ParseCertificate(der)
+	return root, localca.Static([]*x509.Certificate{root}, key)
+}
+
+func newTestEnv(t *testing.T, mutate func(*ProfileConfig)) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	q := jobs.NewQueue(db, nil)
+
+	h01 := &http01Responder{tokens: map[string]string{}}
+	hs := httptest.NewServer(h01)
+	t.Cleanup(hs.Close)
+	_, port, _ := net.SplitHostPort(hs.Listener.Addr().String())
+	h01.port, _ = strconv.Atoi(port)
+
+	root, src := newTestCA(t)
+	sgn, err := localca.New(src, localca.Options{Lifetime: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := validate.New(validate.Config{
+		HTTPPort: h01.port, TLSPort: 1, Resolvers: []string{"127.0.0.1:1"},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			_, p, _ := net.SplitHostPort(addr)
+			var d net.Dialer
+			return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", p))
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ProfileConfig{Profile: "test", Challenges: []string{ChallengeHTTP01, ChallengeDNS01}}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv, err := NewServer(ctx, cfg, Options{DB: db, Queue: q, Signer: sgn, Validator: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	profiles := staticProfiles{srv.Profile(): srv}
+	r, err := jobs.NewRunner(q, []jobs.Handler{&ValidationJobs{Profiles: profiles, DB: db, Clock: srv.clock}}, jobs.RunnerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop() })
+
+	mux := http.NewServeMux()
+	mux.Handle(srv.Prefix()+"/", srv)
+	ts := httptest.NewTLSServer(mux)
+	t.Cleanup(ts.Close)
+	return &testEnv{t: t, srv: srv, ts: ts, db: db, queue: q, root: root,
+		dirURL: ts.URL + srv.Prefix() + "/directory", http01: h01}
+}
+
+type staticProfiles map[string]*Server
+
+func (p staticProfiles) Lookup(name string) (*Server, bool) { s, ok := p[name]; return s, ok }
+
+// client returns an x/crypto/acme client with a new registered account.
+func (e *testEnv) client(ctx context.Context) *acme.Client {
+	e.t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c := &acme.Client{Key: key, DirectoryURL: e.dirURL, HTTPClient: e.ts.Client()}
+	if _, err := c.Register(ctx, &acme.Account{Contact: []string{"mailto:ops@example.com"}}, acme.AcceptTOS); err != nil {
+		e.t.Fatalf("register: %v", err)
+	}
+	return c
+}
+
+// authorize answers every authorization of an order by http-01 and waits
+// for the order to be ready.
+func (e *testEnv) authorize(ctx context.Context, c *acme.Client, o *acme.Order) *acme.Order {
+	e.t.Helper()
+	for _, u := range o.AuthzURLs {
+		z, err := c.GetAuthorization(ctx, u)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var chal *acme.Challenge
+		for _, ch := range z.Challenges {
+			if ch.Type == "http-01" {
+				chal = ch
+			}
+		}
+		if chal == nil {
+			e.t.Fatalf("no http-01 challenge offered for %s", z.Identifier.Value)
+		}
+		ka, err := c.HTTP01ChallengeResponse(chal.Token)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.http01.set(chal.Token, ka)
+		if _, err := c.Accept(ctx, chal); err != nil {
+			e.t.Fatalf("accept: %v", err)
+		}
+		if _, err := c.WaitAuthorization(ctx, z.URI); err != nil {
+			e.t.Fatalf("authorization of %s: %v", z.Identifier.Value, err)
+		}
+	}
+	o, err := c.WaitOrder(ctx, o.URI)
+	if err != nil {
+		e.t.Fatalf("order: %v", err)
+	}
+	return o
+}
+
+func newCSR(t testing.TB, key crypto.Signer, cn string, dns []string, ips []net.IP) []byte {
+	t.Helper()
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: cn}, DNSNames: dns, IPAddresses: ips,
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}

@@ -1,0 +1,224 @@
+package acmeproxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// handleFinalize checks the CSR against the order, re-applies the policy,
+// claims the order (ready → processing, so concurrent finalizes sign once)
+// and hands it to the signer (RFC 8555 §7.4).
+func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id string) error {
+	ctx := r.Context()
+	req, err := s.verify(ctx, r, needKID)
+	if err != nil {
+		return err
+	}
+	o, err := s.loadOwnOrder(r, req, id)
+	if err != nil {
+		return err
+	}
+	if st := s.orderStatus(o); st != "ready" {
+		return problem.OrderNotReadyF("the order is %s, not ready", st)
+	}
+	var p struct {
+		CSR string `json:"csr"`
+	}
+	if err := decodePayload(req.payload, &p); err != nil {
+		return err
+	}
+	der, err := base64.RawURLEncoding.DecodeString(p.CSR)
+	if err != nil || len(der) == 0 {
+		return problem.MalformedF("csr must be a base64url-encoded DER CSR")
+	}
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return problem.BadCSRF("the CSR cannot be parsed: %v", err)
+	}
+	idents := make([]signer.Identifier, len(o.Identifiers))
+	for i, id := range o.Identifiers {
+		idents[i] = signer.Identifier(id)
+	}
+	if err := checkCSR(csr, idents, req.account.KeyJWK); err != nil {
+		return err
+	}
+	for _, id := range idents {
+		if prob := s.policy.check(id); prob != nil {
+			top := *prob
+			top.Identifier, top.Status = nil, http.StatusBadRequest
+			return problem.CompoundOf(&top, []*problem.Problem{prob})
+		}
+	}
+
+	won, err := s.db.ClaimOrderForIssue(ctx, o.ID, der, s.clock.Now())
+	if err != nil {
+		return err
+	}
+	if !won {
+		return problem.OrderNotReadyF("the order is already being finalized")
+	}
+	// From here the order is ours; finish it even if the client goes away.
+	ctx = context.WithoutCancel(ctx)
+	o, err = s.issue(ctx, o, signer.IssueRequest{
+		OrderID: o.ID, Profile: s.cfg.Profile, CSR: csr, CSRDER: der,
+		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
+	})
+	if err != nil {
+		return err
+	}
+	s.writeOrder(w, s.baseURL(r), http.StatusOK, o)
+	return nil
+}
+
+// issue calls the signer for a claimed order and records what happened,
+// returning the order as it now stands.
+func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueRequest) (store.Order, error) {
+	out, err := s.signer.Issue(ctx, req)
+	if err != nil {
+		prob := signerProblem(err)
+		body, _ := json.Marshal(prob)
+		if ferr := s.db.FailOrder(ctx, o.ID, body, s.clock.Now()); ferr != nil {
+			s.log.Error("recording a failed issuance", zap.String("event", "order_fail_record_failed"),
+				zap.String("order", o.ID), zap.Error(ferr))
+		}
+		s.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
+			zap.String("profile", s.cfg.Profile), zap.String("order", o.ID), zap.Error(err))
+		return o, prob
+	}
+	if !out.Pending {
+		if err := s.recordIssued(ctx, o, out.Chain); err != nil {
+			return o, err
+		}
+	}
+	return s.db.GetOrder(ctx, s.cfg.Profile, o.ID)
+}
+
+// signerProblem turns a signer's error into what the client sees: its
+// refusal, or a generic server fault.
+func signerProblem(err error) *problem.Problem {
+	e, ok := signer.AsError(err)
+	if !ok {
+		return problem.Internal()
+	}
+	switch e.Kind {
+	case signer.KindBadCSR:
+		return problem.BadCSRF("%s", e.Detail)
+	case signer.KindRejectedIdentifier:
+		return problem.RejectedIdentifierF("%s", e.Detail)
+	}
+	p := problem.Internal()
+	p.Detail = "the signer is unavailable: " + e.Detail
+	p.Status = http.StatusServiceUnavailable
+	return p
+}
+
+// recordIssued stores a signed chain and makes the order valid.
+func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte) error {
+	if len(chain) == 0 {
+		return fmt.Errorf("signer returned an empty chain for order %s", o.ID)
+	}
+	leaf, err := x509.ParseCertificate(chain[0])
+	if err != nil {
+		return fmt.Errorf("signer returned an unparsable leaf for order %s: %w", o.ID, err)
+	}
+	c, err := s.db.IssueOrder(ctx, store.Certificate{
+		OrderID: o.ID, Profile: s.cfg.Profile, AccountID: o.AccountID,
+		Serial: hex.EncodeToString(leaf.SerialNumber.Bytes()), ChainPEM: string(pemChain(chain)),
+		PublicKey: leaf.RawSubjectPublicKeyInfo, NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,
+	}, s.clock.Now())
+	if err != nil {
+		return err
+	}
+	s.log.Info("certificate issued", zap.String("event", "certificate_issued"),
+		zap.String("profile", s.cfg.Profile), zap.String("order", o.ID), zap.String("account", o.AccountID),
+		zap.String("serial", c.Serial), zap.Time("not_after", c.NotAfter))
+	return nil
+}
+
+// checkCSR requires a CSR to be exactly for the order: a valid signature,
+// an acceptable key that is not the account key, and a name set equal to
+// the order's identifiers (the CN, if any, among them).
+func checkCSR(csr *x509.CertificateRequest, idents []signer.Identifier, accountJWK []byte) error {
+	if err := csr.CheckSignature(); err != nil {
+		return problem.BadCSRF("the CSR's signature does not verify")
+	}
+	switch k := csr.PublicKey.(type) {
+	case *rsa.PublicKey:
+		if bits := k.N.BitLen(); bits < 2048 || bits > 8192 {
+			return problem.BadCSRF("RSA keys must have 2048 to 8192 bits, not %d", bits)
+		}
+	case *ecdsa.PublicKey:
+		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
+			return problem.BadCSRF("ECDSA keys must be on P-256 or P-384")
+		}
+	case ed25519.PublicKey:
+	default:
+		return problem.BadCSRF("the CSR's key type is not supported")
+	}
+	var acct jose.JSONWebKey
+	if err := acct.UnmarshalJSON(accountJWK); err == nil {
+		a, errA := x509.MarshalPKIXPublicKey(acct.Key)
+		c, errC := x509.MarshalPKIXPublicKey(csr.PublicKey)
+		if errA == nil && errC == nil && bytes.Equal(a, c) {
+			return problem.BadCSRF("the certificate key must not be the account key")
+		}
+	}
+	if len(csr.EmailAddresses) > 0 || len(csr.URIs) > 0 {
+		return problem.BadCSRF("the CSR may only name DNS names and IP addresses")
+	}
+	want := map[string]bool{}
+	for _, id := range idents {
+		want[id.Value] = true
+	}
+	got := map[string]bool{}
+	for _, n := range csr.DNSNames {
+		got[strings.ToLower(n)] = true
+	}
+	for _, ip := range csr.IPAddresses {
+		got[ip.String()] = true
+	}
+	if cn := strings.ToLower(csr.Subject.CommonName); cn != "" && !got[cn] && !want[cn] {
+		return problem.BadCSRF("the CSR's common name %q is not one of the order's identifiers", csr.Subject.CommonName)
+	} else if cn != "" {
+		got[cn] = true
+	}
+	var extra, missing []string
+	for n := range got {
+		if !want[n] {
+			extra = append(extra, n)
+		}
+	}
+	for n := range want {
+		if !got[n] {
+			missing = append(missing, n)
+		}
+	}
+	sort.Strings(extra)
+	sort.Strings(missing)
+	switch {
+	case len(extra) > 0:
+		return problem.BadCSRF("the CSR names %s, which the order does not", strings.Join(extra, ", "))
+	case len(missing) > 0:
+		return problem.BadCSRF("the CSR does not name %s, which the order does", strings.Join(missing, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package acmeproxy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"golang.org/x/net/idna"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+)
+
+// Identifier types (RFC 8555 §9.7.7, RFC 8738).
+const (
+	IdentDNS = "dns"
+	IdentIP  = "ip"
+)
+
+var idnaProfile = idna.New(idna.ValidateForRegistration(), idna.StrictDomainName(true))
+
+// normalizeDNSName lower-cases a name and checks it is a syntactically
+// valid host name: LDH labels of 1–63 octets, 253 octets in all, at least
+// two labels, no trailing dot, A-labels only (clients must send punycode,
+// RFC 8555 §7.1.4), not an IP address.
+func normalizeDNSName(name string) (string, error) {
+	n := strings.ToLower(name)
+	switch {
+	case n == "":
+		return "", errors.New("empty name")
+	case len(n) > 253:
+		return "", errors.New("name longer than 253 octets")
+	case strings.HasSuffix(n, "."):
+		return "", errors.New("name ends with a dot")
+	}
+	if _, err := netip.ParseAddr(n); err == nil {
+		return "", errors.New("an IP address is not a dns identifier")
+	}
+	labels := strings.Split(n, ".")
+	if len(labels) < 2 {
+		return "", errors.New("name has a single label")
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 {
+			return "", fmt.Errorf("label %q must be 1 to 63 octets", l)
+		}
+		if l[0] == '-' || l[len(l)-1] == '-' {
+			return "", fmt.Errorf("label %q starts or ends with a hyphen", l)
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return "", fmt.Errorf("label %q has a character outside a-z, 0-9 and -", l)
+			}
+		}
+		if strings.HasPrefix(l, "xn--") {
+			if _, err := idnaProfile.ToUnicode(l); err != nil {
+				return "", fmt.Errorf("label %q is not a valid A-label", l)
+			}
+		}
+	}
+	if last := labels[len(labels)-1]; strings.Trim(last, "0123456789") == "" {
+		return "", errors.New("top-level label is all digits")
+	}
+	return n, nil
+}
+
+// normalizeIdentifier checks an identifier's syntax and returns its
+// canonical form (lower-case names; IP addresses in RFC 5952 form), and
+// whether it is a wildcard.
+func normalizeIdentifier(id signer.Identifier) (signer.Identifier, bool, *problem.Problem) {
+	switch id.Type {
+	case IdentDNS:
+		name, wildcard := id.Value, false
+		if strings.HasPrefix(name, "*.") {
+			name, wildcard = name[2:], true
+		}
+		n, err := normalizeDNSName(name)
+		if err != nil {
+			return id, false, problem.RejectedIdentifierF("%q is not a valid DNS name: %v", id.Value, err).For(id.Type, id.Value)
+		}
+		if wildcard {
+			n = "*." + n
+		}
+		return signer.Identifier{Type: IdentDNS, Value: n}, wildcard, nil
+	case IdentIP:
+		ip, err := netip.ParseAddr(id.Value)
+		if err != nil || ip.Zone() != "" {
+			return id, false, problem.MalformedF("%q is not an IP address", id.Value).For(id.Type, id.Value)
+		}
+		return signer.Identifier{Type: IdentIP, Value: ip.Unmap().String()}, false, nil
+	default:
+		return id, false, problem.UnsupportedIdentifierF("identifier type %q is not supported (use dns or ip)", id.Type).For(id.Type, id.Value)
+	}
+}
+
+// policy decides which identifiers a profile issues for.
+type policy struct {
+	allow, deny *matcher
+}
+
+type matcher struct {
+	exact    map[string]bool
+	suffixes []string // ".example.com": any name strictly below
+	prefixes []netip.Prefix
+}
+
+func newMatcher(p *IdentifierPolicy) *matcher {
+	if p == nil {
+		return nil
+	}
+	m := &matcher{exact: map[string]bool{}}
+	for _, d := range p.Domains {
+		d = strings.ToLower(d)
+		switch {
+		case strings.HasPrefix(d, "*."):
+			m.suffixes = append(m.suffixes, d[1:])
+		case strings.HasPrefix(d, "."):
+			m.exact[d[1:]] = true
+			m.suffixes = append(m.suffixes, d)
+		default:
+			m.exact[d] = true
+		}
+	}
+	for _, r := range p.IPRanges {
+		if pfx, err := netip.ParsePrefix(r); err == nil {
+			m.prefixes = append(m.prefixes, pfx.Masked())
+		} else if ip, err := netip.ParseAddr(r); err == nil {
+			m.prefixes = append(m.prefixes, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+	}
+	return m
+}
+
+// matches reports whether a normalized identifier is in the set. A
+// wildcard "*.a.example" is in the set when "*.a.example" is listed
+// exactly or its base lies strictly under a listed suffix.
+func (m *matcher) matches(id signer.Identifier) bool {
+	if id.Type == IdentIP {
+		ip, err := netip.ParseAddr(id.Value)
+		if err != nil {
+			return false
+		}
+		for _, p := range m.prefixes {
+			if p.Contains(ip) {
+				return true
+			}
+		}
+		return false
+	}
+	if m.exact[id.Value] {
+		return true
+	}
+	name := strings.TrimPrefix(id.Value, "*.")
+	for _, s := range m.suffixes {
+		if strings.HasSuffix(name, s) && len(name) > len(s) {
+			return true
+		}
+		// "*.example.com" as a wildcard order under "*.example.com" policy.
+		if strings.HasPrefix(id.Value, "*.") && "."+name == s {
+			return true
+		}
+	}
+	return false
+}
+
+func newPolicy(allow, deny *IdentifierPolicy) policy {
+	return policy{allow: newMatcher(allow), deny: newMatcher(deny)}
+}
+
+// check returns a rejectedIdentifier subproblem if the profile does not
+// issue for id.
+func (p policy) check(id signer.Identifier) *problem.Problem {
+	if p.deny != nil && p.deny.matches(id) {
+		return problem.RejectedIdentifierF("%s is denied by this profile's policy", id.Value).For(id.Type, id.Value)
+	}
+	if p.allow != nil && !p.allow.matches(id) {
+		return problem.RejectedIdentifierF("%s is not allowed by this profile's policy", id.Value).For(id.Type, id.Value)
+	}
+	return nil
+}

@@ -1,0 +1,261 @@
+package acmeproxy
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// maxBodyBytes caps a signed request. The largest legitimate one is a
+// finalize with an 8192-bit RSA CSR (a few KiB, base64url'd twice).
+const maxBodyBytes = 64 << 10
+
+// allowedAlgs are the JWS algorithms accepted for account keys
+// (RFC 8555 §6.2: never "none", never a MAC).
+var allowedAlgs = []string{string(jose.ES256), string(jose.ES384), string(jose.RS256), string(jose.EdDSA)}
+
+// signedRequest is a POST that passed the verification step.
+type signedRequest struct {
+	payload   []byte
+	postAsGet bool // empty payload (RFC 8555 §6.3)
+	// Exactly one of account (kid) and jwk is set.
+	account *store.Account
+	jwk     *jose.JSONWebKey
+	// thumbprint is the signing key's RFC 7638 SHA-256 thumbprint, base64url.
+	thumbprint string
+}
+
+// keyMode is what a route accepts as the signer's identity.
+type keyMode int
+
+const (
+	needKID  keyMode = iota // an existing account (most routes)
+	needJWK                 // a bare key (new-account)
+	kidOrJWK                // either (revoke-cert)
+)
+
+// flattenedJWS is RFC 7515 §7.2.2. Header and Signatures are there only
+// to be refused (RFC 8555 §6.2: no unprotected header, one signature).
+type flattenedJWS struct {
+	Protected  string          `json:"protected"`
+	Payload    *string         `json:"payload"`
+	Signature  string          `json:"signature"`
+	Header     json.RawMessage `json:"header"`
+	Signatures json.RawMessage `json:"signatures"`
+}
+
+type protectedHeader struct {
+	Alg   string          `json:"alg"`
+	JWK   json.RawMessage `json:"jwk"`
+	KID   string          `json:"kid"`
+	Nonce string          `json:"nonce"`
+	URL   *string         `json:"url"`
+	Crit  json.RawMessage `json:"crit"`
+}
+
+// verify is the one verification step every signed request passes before
+// any route logic, in this order: content type → size → flattened JWS →
+// no crit → exactly one of jwk/kid → kid resolves in this profile → alg
+// allowed for the key → signature → url → nonce. The nonce comes last so a
+// request that fails earlier does not burn it.
+func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*signedRequest, error) {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/jose+json" {
+		return nil, problem.UnsupportedMediaType(r.Header.Get("Content-Type"))
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		return nil, problem.MalformedF("reading the request body failed")
+	}
+	if len(body) > maxBodyBytes {
+		return nil, problem.TooLarge(maxBodyBytes)
+	}
+	return s.verifyJWS(ctx, body, s.baseURL(r), s.requestURL(r), mode, true)
+}
+
+// verifyJWS checks a flattened JWS. useNonce is false for the inner JWS of
+// a key change, which must not carry one.
+func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL string, mode keyMode, useNonce bool) (*signedRequest, error) {
+	var fj flattenedJWS
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	if err := dec.Decode(&fj); err != nil {
+		return nil, problem.MalformedF("the request body is not a flattened JWS: %v", err)
+	}
+	if fj.Signatures != nil || fj.Header != nil {
+		return nil, problem.MalformedF("the JWS must be flattened, with one signature and no unprotected header")
+	}
+	if fj.Protected == "" || fj.Payload == nil || fj.Signature == "" {
+		return nil, problem.MalformedF("the JWS lacks its protected header, payload or signature")
+	}
+	rawHdr, err := base64.RawURLEncoding.DecodeString(fj.Protected)
+	if err != nil {
+		return nil, problem.MalformedF("the JWS protected header is not base64url")
+	}
+	var hdr protectedHeader
+	if err := json.Unmarshal(rawHdr, &hdr); err != nil {
+		return nil, problem.MalformedF("the JWS protected header is not a JSON object")
+	}
+	if hdr.Crit != nil {
+		return nil, problem.MalformedF("the JWS protected header has a crit parameter, which this server does not support")
+	}
+	hasJWK, hasKID := len(hdr.JWK) > 0 && string(hdr.JWK) != "null", hdr.KID != ""
+	if hasJWK == hasKID {
+		return nil, problem.MalformedF("the JWS protected header must have exactly one of jwk and kid")
+	}
+	if !isAllowedAlg(hdr.Alg) {
+		return nil, problem.BadSignatureAlgorithmF(allowedAlgs, "JWS algorithm %q is not supported", hdr.Alg)
+	}
+
+	req := &signedRequest{}
+	var key *jose.JSONWebKey
+	switch {
+	case hasJWK && mode == needKID:
+		return nil, problem.MalformedF("this request must be signed with an account key identified by kid")
+	case hasKID && mode == needJWK:
+		return nil, problem.MalformedF("this request must carry the new key as jwk, not a kid")
+	case hasJWK:
+		if key, err = parsePublicJWK(hdr.JWK); err != nil {
+			return nil, err
+		}
+		req.jwk = key
+	default:
+		acct, err := s.accountByKID(ctx, base, hdr.KID)
+		if err != nil {
+			return nil, err
+		}
+		if key, err = parsePublicJWK(acct.KeyJWK); err != nil {
+			return nil, fmt.Errorf("stored key of account %s: %w", acct.ID, err)
+		}
+		req.account = &acct
+	}
+	if err := checkAlgForKey(hdr.Alg, key.Key); err != nil {
+		return nil, err
+	}
+
+	jws, err := jose.ParseSignedJSON(string(body), []jose.SignatureAlgorithm{jose.SignatureAlgorithm(hdr.Alg)})
+	if err != nil {
+		return nil, problem.MalformedF("the JWS could not be parsed: %v", err)
+	}
+	payload, err := jws.Verify(key)
+	if err != nil {
+		return nil, problem.MalformedF("the JWS signature does not verify")
+	}
+	if hdr.URL == nil {
+		return nil, problem.MalformedF("the JWS protected header has no url")
+	}
+	if *hdr.URL != wantURL {
+		return nil, problem.URLMismatch(*hdr.URL, wantURL)
+	}
+	if useNonce {
+		if err := s.nonces.consume(ctx, s.cfg.Profile, hdr.Nonce, s.clock.Now()); err != nil {
+			return nil, err
+		}
+	} else if hdr.Nonce != "" {
+		return nil, problem.MalformedF("the inner JWS must not have a nonce")
+	}
+	// A deactivated account may still revoke its own certificates; for
+	// everything else its key is no longer accepted (RFC 8555 §7.3.6).
+	if req.account != nil && req.account.Status != "valid" && mode != kidOrJWK {
+		return nil, problem.UnauthorizedF("account %s is %s", req.account.ID, req.account.Status)
+	}
+	if req.thumbprint, err = thumbprint(key); err != nil {
+		return nil, problem.BadPublicKeyF("the key's thumbprint cannot be computed")
+	}
+	req.payload, req.postAsGet = payload, len(payload) == 0
+	return req, nil
+}
+
+func isAllowedAlg(alg string) bool {
+	for _, a := range allowedAlgs {
+		if a == alg {
+			return true
+		}
+	}
+	return false
+}
+
+// parsePublicJWK parses a JWK that must be a public key of a type and size
+// this server accepts.
+func parsePublicJWK(raw []byte) (*jose.JSONWebKey, error) {
+	var k jose.JSONWebKey
+	if err := json.Unmarshal(raw, &k); err != nil {
+		return nil, problem.BadPublicKeyF("the JWK cannot be parsed: %v", err)
+	}
+	if !k.Valid() {
+		return nil, problem.BadPublicKeyF("the JWK is not a valid key")
+	}
+	if !k.IsPublic() {
+		return nil, problem.BadPublicKeyF("the JWK must be a public key")
+	}
+	switch pub := k.Key.(type) {
+	case *ecdsa.PublicKey:
+		if pub.Curve != elliptic.P256() && pub.Curve != elliptic.P384() {
+			return nil, problem.BadPublicKeyF("ECDSA keys must be on P-256 or P-384")
+		}
+	case *rsa.PublicKey:
+		if bits := pub.N.BitLen(); bits < 2048 || bits > 8192 {
+			return nil, problem.BadPublicKeyF("RSA keys must have 2048 to 8192 bits, not %d", bits)
+		}
+	case ed25519.PublicKey:
+	default:
+		return nil, problem.BadPublicKeyF("key type %T is not supported", k.Key)
+	}
+	return &k, nil
+}
+
+// checkAlgForKey requires the algorithm to fit the key: ES256 with P-256,
+// ES384 with P-384, RS256 with RSA, EdDSA with Ed25519.
+func checkAlgForKey(alg string, key any) error {
+	ok := false
+	switch pub := key.(type) {
+	case *ecdsa.PublicKey:
+		ok = alg == string(jose.ES256) && pub.Curve == elliptic.P256() ||
+			alg == string(jose.ES384) && pub.Curve == elliptic.P384()
+	case *rsa.PublicKey:
+		ok = alg == string(jose.RS256)
+	case ed25519.PublicKey:
+		ok = alg == string(jose.EdDSA)
+	}
+	if !ok {
+		return problem.BadSignatureAlgorithmF(allowedAlgs, "JWS algorithm %q does not fit the account key", alg)
+	}
+	return nil
+}
+
+// accountByKID resolves a kid, which must be this profile's account URL.
+func (s *Server) accountByKID(ctx context.Context, base, kid string) (store.Account, error) {
+	id, ok := strings.CutPrefix(kid, base+"/account/")
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return store.Account{}, problem.AccountDoesNotExistF("kid %q is not an account URL of this profile", kid)
+	}
+	acct, err := s.db.GetAccount(ctx, s.cfg.Profile, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Account{}, problem.AccountDoesNotExistF("account %q does not exist", kid)
+	}
+	return acct, err
+}
+
+// thumbprint is a key's RFC 7638 SHA-256 thumbprint, base64url: the
+// account's identity and the second half of key authorizations.
+func thumbprint(k *jose.JSONWebKey) (string, error) {
+	tp, err := k.Thumbprint(crypto.SHA256)
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(tp), nil
+}

@@ -1,0 +1,369 @@
+package acmeproxy
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+)
+
+// rawClient speaks ACME by hand, so tests can send what real clients never
+// would.
+type rawClient struct {
+	t   testing.TB
+	e   *testEnv
+	key crypto.Signer
+	kid string
+}
+
+func (e *testEnv) rawClient() *rawClient {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	return &rawClient{t: e.t, e: e, key: key}
+}
+
+func (e *testEnv) url(path string) string { return e.ts.URL + e.srv.Prefix() + path }
+
+func (c *rawClient) nonce() string {
+	c.t.Helper()
+	resp, err := c.e.ts.Client().Head(c.e.url("/new-nonce"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.Header.Get("Replay-Nonce")
+}
+
+// jwsOpts varies what sign puts in the JWS.
+type jwsOpts struct {
+	url      string // default: the target
+	nonce    *string
+	embedJWK bool   // jwk instead of kid
+	kid      string // overrides c.kid
+	both     bool   // jwk and kid
+	key      crypto.Signer
+	alg      jose.SignatureAlgorithm
+	extra    map[jose.HeaderKey]any
+}
+
+func (c *rawClient) sign(target string, payload []byte, o jwsOpts) []byte {
+	c.t.Helper()
+	key := c.key
+	if o.key != nil {
+		key = o.key
+	}
+	alg := o.alg
+	if alg == "" {
+		alg = jose.ES256
+	}
+	url := target
+	if o.url != "" {
+		url = o.url
+	}
+	nonce := ""
+	if o.nonce != nil {
+		nonce = *o.nonce
+	} else {
+		nonce = c.nonce()
+	}
+	so := &jose.SignerOptions{ExtraHeaders: map[jose.HeaderKey]any{"url": url}}
+	if nonce != "" {
+		so.ExtraHeaders["nonce"] = nonce
+	}
+	for k, v := range o.extra {
+		so.ExtraHeaders[k] = v
+	}
+	kid := c.kid
+	if o.kid != "" {
+		kid = o.kid
+	}
+	if o.embedJWK || o.both {
+		so.EmbedJWK = true
+	}
+	if !o.embedJWK && kid != "" {
+		so.ExtraHeaders[jose.HeaderKey("kid")] = kid
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, so)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	jws, err := signer.Sign(payload)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	// go-jose leaves out an empty payload; RFC 7515 §7.2.1 (and real
+	// clients) send "payload": "" for POST-as-GET.
+	var m map[string]any
+	json.Unmarshal([]byte(jws.FullSerialize()), &m)
+	if _, ok := m["payload"]; !ok {
+		m["payload"] = ""
+	}
+	out, _ := json.Marshal(m)
+	return out
+}
+
+type rawResponse struct {
+	status  int
+	header  http.Header
+	body    []byte
+	problem *problem.Problem
+}
+
+func (c *rawClient) postRaw(target, contentType string, body []byte) rawResponse {
+	c.t.Helper()
+	resp, err := c.e.ts.Client().Post(target, contentType, bytes.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := rawResponse{status: resp.StatusCode, header: resp.Header, body: b}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), problem.ContentType) {
+		out.problem = &problem.Problem{}
+		if err := json.Unmarshal(b, out.problem); err != nil {
+			c.t.Fatalf("problem document does not parse: %v: %s", err, b)
+		}
+	}
+	return out
+}
+
+func (c *rawClient) post(target string, payload any, o jwsOpts) rawResponse {
+	c.t.Helper()
+	var p []byte
+	switch v := payload.(type) {
+	case nil:
+		p = nil
+	case []byte:
+		p = v
+	default:
+		p, _ = json.Marshal(v)
+	}
+	return c.postRaw(target, "application/jose+json", c.sign(target, p, o))
+}
+
+// register creates the client's account and remembers its kid.
+func (c *rawClient) register() {
+	c.t.Helper()
+	r := c.post(c.e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true}, jwsOpts{embedJWK: true})
+	if r.status != http.StatusCreated {
+		c.t.Fatalf("new-account: %d %s", r.status, r.body)
+	}
+	c.kid = r.header.Get("Location")
+}
+
+func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// handMade builds a flattened JWS from raw parts, for algorithms no signer
+// library will produce.
+func handMade(header map[string]any, payload string) []byte {
+	h, _ := json.Marshal(header)
+	body, _ := json.Marshal(map[string]string{
+		"protected": b64(h), "payload": b64([]byte(payload)), "signature": b64([]byte("not-a-signature")),
+	})
+	return body
+}
+
+func strp(s string) *string { return &s }
+
+func TestBadRequestsGetTheRightProblem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := newTestEnv(t, func(c *ProfileConfig) {
+		c.Challenges = []string{ChallengeHTTP01}
+		c.Deny = &IdentifierPolicy{Domains: []string{"denied.example.com"}}
+	})
+	other := newTestEnv(t, func(c *ProfileConfig) { c.Profile = "other" })
+
+	alice := e.rawClient()
+	alice.register()
+	bob := e.rawClient()
+	bob.register()
+	stranger := other.rawClient()
+	stranger.register()
+	deactivated := e.rawClient()
+	deactivated.register()
+	if r := deactivated.post(deactivated.kid, map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != 200 {
+		t.Fatalf("deactivate: %d %s", r.status, r.body)
+	}
+
+	// An order of Alice's, made ready through the real validation path.
+	ac := e.client(ctx)
+	ready, err := ac.AuthorizeOrder(ctx, acme.DomainIDs("ready.example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready = e.authorize(ctx, ac, ready)
+	acKID := string(ac.KID)
+	acKey := ac.Key
+	aliceOrder := alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{{"type": "dns", "value": "p.example.com"}}}, jwsOpts{})
+	if aliceOrder.status != http.StatusCreated {
+		t.Fatalf("new-order: %d %s", aliceOrder.status, aliceOrder.body)
+	}
+	var aliceOrderJSON orderJSON
+	json.Unmarshal(aliceOrder.body, &aliceOrderJSON)
+	authzR := alice.post(aliceOrderJSON.Authorizations[0], nil, jwsOpts{})
+	if authzR.status != 200 {
+		t.Fatalf("authz: %d %s", authzR.status, authzR.body)
+	}
+	var authz authzJSON
+	json.Unmarshal(authzR.body, &authz)
+	aliceChallenge := authz.Challenges[0].URL
+
+	used := alice.nonce()
+	alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{{"type": "dns", "value": "q.example.com"}}}, jwsOpts{nonce: &used})
+	certKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	orderKey := acKey.(*ecdsa.PrivateKey)
+	finalizeAs := func(csr []byte) func() rawResponse {
+		return func() rawResponse {
+			rc := &rawClient{t: t, e: e, key: acKey, kid: acKID}
+			return rc.post(ready.FinalizeURL, map[string]string{"csr": b64(csr)}, jwsOpts{})
+		}
+	}
+	newOrder := func(c *rawClient, ids ...map[string]string) func() rawResponse {
+		return func() rawResponse { return c.post(e.url("/new-order"), map[string]any{"identifiers": ids}, jwsOpts{}) }
+	}
+	dns := func(v string) map[string]string { return map[string]string{"type": "dns", "value": v} }
+
+	tests := []struct {
+		name       string
+		do         func() rawResponse
+		wantStatus int
+		wantType   problem.Type
+	}{
+		{"fail/wrong content type", func() rawResponse {
+			return alice.postRaw(e.url("/new-order"), "application/json", alice.sign(e.url("/new-order"), []byte(`{}`), jwsOpts{}))
+		}, 415, problem.Malformed},
+		{"fail/unparsable JWS", func() rawResponse {
+			return alice.postRaw(e.url("/new-order"), "application/jose+json", []byte(`{"protected":`))
+		}, 400, problem.Malformed},
+		{"fail/compact serialization", func() rawResponse {
+			return alice.postRaw(e.url("/new-order"), "application/jose+json", []byte(`eyJhbGciOiJFUzI1NiJ9.e30.c2ln`))
+		}, 400, problem.Malformed},
+		{"fail/alg none", func() rawResponse {
+			return alice.postRaw(e.url("/new-order"), "application/jose+json",
+				handMade(map[string]any{"alg": "none", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
+		}, 400, problem.BadSignatureAlgorithm},
+		{"fail/alg HS256", func() rawResponse {
+			return alice.postRaw(e.url("/new-order"), "application/jose+json",
+				handMade(map[string]any{"alg": "HS256", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
+		}, 400, problem.BadSignatureAlgorithm},
+		{"fail/alg that does not fit the key", func() rawResponse {
+			return alice.postRaw(e.url("/new-order"), "application/jose+json",
+				handMade(map[string]any{"alg": "ES384", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
+		}, 400, problem.BadSignatureAlgorithm},
+		{"fail/crit header", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{extra: map[jose.HeaderKey]any{"crit": []string{"exp"}, "exp": 1}})
+		}, 400, problem.Malformed},
+		{"fail/both jwk and kid", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{both: true})
+		}, 400, problem.Malformed},
+		{"fail/neither jwk nor kid", func() rawResponse {
+			c := &rawClient{t: t, e: e, key: alice.key}
+			return c.post(e.url("/new-order"), map[string]any{}, jwsOpts{})
+		}, 400, problem.Malformed},
+		{"fail/unknown kid", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{kid: e.url("/account/nope")})
+		}, 400, problem.AccountDoesNotExist},
+		{"fail/kid from another profile", func() rawResponse {
+			return stranger.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: strp(e.rawClient().nonce())})
+		}, 400, problem.AccountDoesNotExist},
+		{"fail/signature by another key", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{key: bob.key})
+		}, 400, problem.Malformed},
+		{"fail/url mismatch", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{url: e.url("/new-account")})
+		}, 401, problem.Unauthorized},
+		{"fail/replayed nonce", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: &used})
+		}, 400, problem.BadNonce},
+		{"fail/missing nonce", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: strp("")})
+		}, 400, problem.BadNonce},
+		{"fail/made-up nonce", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: strp(b64(make([]byte, 32)))})
+		}, 400, problem.BadNonce},
+		{"fail/other profile's nonce", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: strp(stranger.nonce())})
+		}, 400, problem.BadNonce},
+		{"fail/expired nonce", func() rawResponse {
+			old := e.srv.nonces.mint(e.srv.Profile(), time.Now().Add(-2*nonceLifetime))
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: &old})
+		}, 400, problem.BadNonce},
+		{"fail/oversized body", func() rawResponse {
+			return alice.postRaw(e.url("/new-order"), "application/jose+json", bytes.Repeat([]byte("x"), maxBodyBytes+10))
+		}, 413, problem.Malformed},
+		{"fail/deactivated account", newOrder(deactivated, dns("x.example.com")), 403, problem.Unauthorized},
+		{"fail/jwk where an account is needed", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{embedJWK: true})
+		}, 400, problem.Malformed},
+		{"fail/kid on new-account", func() rawResponse {
+			return alice.post(e.url("/new-account"), map[string]any{}, jwsOpts{})
+		}, 400, problem.Malformed},
+		{"fail/onlyReturnExisting for an unknown key", func() rawResponse {
+			return e.rawClient().post(e.url("/new-account"), map[string]any{"onlyReturnExisting": true}, jwsOpts{embedJWK: true})
+		}, 400, problem.AccountDoesNotExist},
+		{"fail/contact that is not mailto", func() rawResponse {
+			return e.rawClient().post(e.url("/new-account"), map[string]any{"contact": []string{"tel:+123"}}, jwsOpts{embedJWK: true})
+		}, 400, problem.UnsupportedContact},
+		{"fail/contact with two addresses", func() rawResponse {
+			return e.rawClient().post(e.url("/new-account"), map[string]any{"contact": []string{"mailto:a@example.com,b@example.com"}}, jwsOpts{embedJWK: true})
+		}, 400, problem.InvalidContact},
+		{"fail/CSR with an extra name", finalizeAs(newCSR(t, certKey, "", []string{"ready.example.com", "extra.example.com"}, nil)), 400, problem.BadCSR},
+		{"fail/CSR with a missing name", finalizeAs(newCSR(t, certKey, "", []string{"other.example.com"}, nil)), 400, problem.BadCSR},
+		{"fail/CSR common name not in the order", finalizeAs(newCSR(t, certKey, "cn.example.com", []string{"ready.example.com"}, nil)), 400, problem.BadCSR},
+		{"fail/CSR signed with the account key", finalizeAs(newCSR(t, orderKey, "", []string{"ready.example.com"}, nil)), 400, problem.BadCSR},
+		{"fail/CSR that is not DER", finalizeAs([]byte("garbage")), 400, problem.BadCSR},
+		{"fail/denied name", newOrder(alice, dns("denied.example.com")), 400, problem.RejectedIdentifier},
+		{"fail/wildcard without dns-01", newOrder(alice, dns("*.example.com")), 400, problem.RejectedIdentifier},
+		{"fail/malformed identifier", newOrder(alice, dns("bad..example.com")), 400, problem.RejectedIdentifier},
+		{"fail/IP with a zone", newOrder(alice, map[string]string{"type": "ip", "value": "fe80::1%eth0"}), 400, problem.Malformed},
+		{"fail/unsupported identifier type", newOrder(alice, map[string]string{"type": "email", "value": "a@example.com"}), 400, problem.UnsupportedIdentifier},
+		{"fail/no identifiers", newOrder(alice), 400, problem.Malformed},
+		{"fail/finalize of an order that is not ready", func() rawResponse {
+			return alice.post(aliceOrderJSON.Finalize, map[string]string{"csr": b64(newCSR(t, certKey, "", []string{"p.example.com"}, nil))}, jwsOpts{})
+		}, 403, problem.OrderNotReady},
+		{"fail/challenge of another account's authorization", func() rawResponse {
+			return bob.post(aliceChallenge, map[string]any{}, jwsOpts{})
+		}, 403, problem.Unauthorized},
+		{"fail/order of another account", func() rawResponse {
+			return bob.post(aliceOrderJSON.Finalize[:strings.LastIndex(aliceOrderJSON.Finalize, "/")], nil, jwsOpts{})
+		}, 403, problem.Unauthorized},
+		{"fail/account of another account", func() rawResponse {
+			return bob.post(alice.kid, nil, jwsOpts{})
+		}, 403, problem.Unauthorized},
+		{"fail/unknown resource", func() rawResponse {
+			return alice.post(e.url("/order/nope"), nil, jwsOpts{})
+		}, 404, problem.Malformed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.do()
+			if r.status != tc.wantStatus || r.problem == nil || r.problem.Type != tc.wantType {
+				t.Fatalf("got %d %s, want %d %s", r.status, r.body, tc.wantStatus, tc.wantType)
+			}
+			if r.problem.Detail == "" {
+				t.Errorf("problem has no detail")
+			}
+			if r.header.Get("Replay-Nonce") == "" {
+				t.Errorf("error response has no Replay-Nonce")
+			}
+			if !strings.Contains(r.header.Get("Link"), `rel="index"`) {
+				t.Errorf("error response has no Link rel=index: %q", r.header.Get("Link"))
+			}
+		})
+	}
+	_ = ctx
+}

@@ -1,0 +1,288 @@
+package acmeproxy
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// maxIdentifiers bounds one order; more is a client bug or abuse.
+const maxIdentifiers = 100
+
+// orderJSON is an order object (RFC 8555 §7.1.3).
+type orderJSON struct {
+	Status         string              `json:"status"`
+	Expires        string              `json:"expires,omitempty"`
+	Identifiers    []signer.Identifier `json:"identifiers"`
+	NotBefore      string              `json:"notBefore,omitempty"`
+	NotAfter       string              `json:"notAfter,omitempty"`
+	Error          json.RawMessage     `json:"error,omitempty"`
+	Authorizations []string            `json:"authorizations"`
+	Finalize       string              `json:"finalize"`
+	Certificate    string              `json:"certificate,omitempty"`
+}
+
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// orderStatus is the order's status as of now: a pending or ready order
+// past its expiry is invalid even before anything rewrote its row.
+func (s *Server) orderStatus(o store.Order) string {
+	if (o.Status == "pending" || o.Status == "ready") && !s.clock.Now().Before(o.Expires) {
+		return "invalid"
+	}
+	return o.Status
+}
+
+func (s *Server) orderJSON(base string, o store.Order) orderJSON {
+	out := orderJSON{
+		Status:         s.orderStatus(o),
+		Expires:        rfc3339(o.Expires),
+		NotBefore:      rfc3339(o.NotBefore),
+		NotAfter:       rfc3339(o.NotAfter),
+		Error:          o.Error,
+		Authorizations: make([]string, len(o.AuthzIDs)),
+		Finalize:       base + "/order/" + o.ID + "/finalize",
+	}
+	for _, id := range o.Identifiers {
+		out.Identifiers = append(out.Identifiers, signer.Identifier(id))
+	}
+	for i, id := range o.AuthzIDs {
+		out.Authorizations[i] = base + "/authz/" + id
+	}
+	if o.Status == "valid" && o.CertificateID != "" {
+		out.Certificate = base + "/cert/" + o.CertificateID
+	}
+	return out
+}
+
+// writeOrder answers with an order, telling a polling client when to come
+// back while it is processing.
+func (s *Server) writeOrder(w http.ResponseWriter, base string, status int, o store.Order) {
+	if o.Status == "processing" {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
+	}
+	w.Header().Set("Location", base+"/order/"+o.ID)
+	s.writeJSON(w, status, s.orderJSON(base, o))
+}
+
+// newToken returns a challenge token: 128+ bits of entropy, base64url
+// (RFC 8555 §8.3).
+func newToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// handleNewOrder creates an order with one authorization per identifier
+// (RFC 8555 §7.4).
+func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	req, err := s.verify(ctx, r, needKID)
+	if err != nil {
+		return err
+	}
+	var p struct {
+		Identifiers []signer.Identifier `json:"identifiers"`
+		NotBefore   string              `json:"notBefore"`
+		NotAfter    string              `json:"notAfter"`
+	}
+	if err := decodePayload(req.payload, &p); err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	idents, wildcards, err := s.checkIdentifiers(p.Identifiers)
+	if err != nil {
+		return err
+	}
+	notBefore, notAfter, err := parseValidity(p.NotBefore, p.NotAfter, now)
+	if err != nil {
+		return err
+	}
+	expires := now.Add(orderLifetime)
+	order := store.Order{Profile: s.cfg.Profile, AccountID: req.account.ID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires}
+	authzs := make([]store.Authz, len(idents))
+	for i, id := range idents {
+		base := store.Identifier{Type: id.Type, Value: id.Value}
+		if wildcards[i] {
+			base.Value = id.Value[2:]
+		}
+		order.Identifiers = append(order.Identifiers, store.Identifier(id))
+		authzs[i] = store.Authz{Identifier: base, Wildcard: wildcards[i], Expires: expires}
+		for _, typ := range s.challengeTypes(id.Type, wildcards[i]) {
+			authzs[i].Challenges = append(authzs[i].Challenges, store.Challenge{Type: typ, Token: newToken()})
+		}
+	}
+	order, err = s.db.CreateOrder(ctx, order, authzs, now)
+	if err != nil {
+		return err
+	}
+	s.writeOrder(w, s.baseURL(r), http.StatusCreated, order)
+	return nil
+}
+
+// challengeTypes are the challenges offered for an identifier: wildcards
+// only by dns-01, IP addresses not by dns-01 (RFC 8738 §7).
+func (s *Server) challengeTypes(identType string, wildcard bool) []string {
+	var out []string
+	for _, t := range s.cfg.Challenges {
+		switch {
+		case wildcard && t != ChallengeDNS01:
+		case identType == IdentIP && t == ChallengeDNS01:
+		default:
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// checkIdentifiers normalizes and de-duplicates an order's identifiers and
+// applies the profile's policy; every refused identifier gets a subproblem.
+func (s *Server) checkIdentifiers(in []signer.Identifier) ([]signer.Identifier, []bool, error) {
+	if len(in) == 0 {
+		return nil, nil, problem.MalformedF("an order needs at least one identifier")
+	}
+	if len(in) > maxIdentifiers {
+		return nil, nil, problem.RejectedIdentifierF("an order may have at most %d identifiers", maxIdentifiers)
+	}
+	var (
+		out       []signer.Identifier
+		wildcards []bool
+		subs      []*problem.Problem
+		seen      = map[signer.Identifier]bool{}
+	)
+	for _, raw := range in {
+		id, wildcard, prob := normalizeIdentifier(raw)
+		if prob == nil && len(s.challengeTypes(id.Type, wildcard)) == 0 {
+			what := "wildcard names need dns-01"
+			if id.Type == IdentIP {
+				what = "IP addresses need http-01 or tls-alpn-01"
+			}
+			prob = problem.RejectedIdentifierF("%s cannot be validated here: %s, which this profile does not offer", id.Value, what).For(id.Type, id.Value)
+		}
+		if prob == nil {
+			prob = s.policy.check(id)
+		}
+		if prob != nil {
+			subs = append(subs, prob)
+			continue
+		}
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+			wildcards = append(wildcards, wildcard)
+		}
+	}
+	if len(subs) > 0 {
+		top := *subs[0]
+		top.Identifier, top.Status = nil, http.StatusBadRequest
+		if len(subs) > 1 {
+			top.Detail = "several identifiers were refused; see subproblems"
+		}
+		return nil, nil, problem.CompoundOf(&top, subs)
+	}
+	return out, wildcards, nil
+}
+
+// parseValidity reads newOrder's optional notBefore/notAfter (RFC 3339).
+func parseValidity(nb, na string, now time.Time) (time.Time, time.Time, error) {
+	var notBefore, notAfter time.Time
+	var err error
+	if nb != "" {
+		if notBefore, err = time.Parse(time.RFC3339, nb); err != nil {
+			return notBefore, notAfter, problem.MalformedF("notBefore %q is not an RFC 3339 date-time", nb)
+		}
+	}
+	if na != "" {
+		if notAfter, err = time.Parse(time.RFC3339, na); err != nil {
+			return notBefore, notAfter, problem.MalformedF("notAfter %q is not an RFC 3339 date-time", na)
+		}
+		if !notAfter.After(now) {
+			return notBefore, notAfter, problem.MalformedF("notAfter is in the past")
+		}
+	}
+	if !notBefore.IsZero() && !notAfter.IsZero() && !notAfter.After(notBefore) {
+		return notBefore, notAfter, problem.MalformedF("notAfter must be after notBefore")
+	}
+	return notBefore, notAfter, nil
+}
+
+// loadOwnOrder reads an order the requesting account owns.
+func (s *Server) loadOwnOrder(r *http.Request, req *signedRequest, id string) (store.Order, error) {
+	o, err := s.db.GetOrder(r.Context(), s.cfg.Profile, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return o, problem.NotFound("order")
+	}
+	if err != nil {
+		return o, err
+	}
+	if o.AccountID != req.account.ID {
+		return o, problem.UnauthorizedF("this order belongs to another account")
+	}
+	return o, nil
+}
+
+// handleOrder answers POST-as-GET for an order (RFC 8555 §7.4).
+func (s *Server) handleOrder(w http.ResponseWriter, r *http.Request, id string) error {
+	req, err := s.verify(r.Context(), r, needKID)
+	if err != nil {
+		return err
+	}
+	if !req.postAsGet {
+		return problem.MalformedF("an order is read with POST-as-GET (an empty payload)")
+	}
+	o, err := s.loadOwnOrder(r, req, id)
+	if err != nil {
+		return err
+	}
+	s.writeOrder(w, s.baseURL(r), http.StatusOK, o)
+	return nil
+}
+
+// handleCertificate serves an issued chain as PEM (RFC 8555 §7.4.2).
+func (s *Server) handleCertificate(w http.ResponseWriter, r *http.Request, id string) error {
+	ctx := r.Context()
+	req, err := s.verify(ctx, r, needKID)
+	if err != nil {
+		return err
+	}
+	if !req.postAsGet {
+		return problem.MalformedF("a certificate is read with POST-as-GET (an empty payload)")
+	}
+	c, err := s.db.GetCertificate(ctx, s.cfg.Profile, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return problem.NotFound("certificate")
+	}
+	if err != nil {
+		return err
+	}
+	if c.AccountID != req.account.ID {
+		return problem.UnauthorizedF("this certificate belongs to another account")
+	}
+	w.Header().Set("Content-Type", "application/pem-certificate-chain")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(c.ChainPEM))
+	return nil
+}
+
+// pemChain encodes DER certificates as a PEM chain.
+func pemChain(ders [][]byte) []byte {
+	var out []byte
+	for _, d := range ders {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: d})...)
+	}
+	return out
+}

@@ -1,0 +1,203 @@
+// Package problem builds the RFC 7807 problem documents an ACME server
+// answers with (RFC 8555 §6.7). Every problem a client sees is built here,
+// so a type, its HTTP status and its wording live in one place.
+package problem
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// ns is the URN prefix of ACME error types (RFC 8555 §6.7).
+const ns = "urn:ietf:params:acme:error:"
+
+// Type is an ACME error type.
+type Type string
+
+// The ACME error types (RFC 8555 §6.7, RFC 9773 for ARI).
+const (
+	AccountDoesNotExist     Type = ns + "accountDoesNotExist"
+	AlreadyRevoked          Type = ns + "alreadyRevoked"
+	BadCSR                  Type = ns + "badCSR"
+	BadNonce                Type = ns + "badNonce"
+	BadPublicKey            Type = ns + "badPublicKey"
+	BadRevocationReason     Type = ns + "badRevocationReason"
+	BadSignatureAlgorithm   Type = ns + "badSignatureAlgorithm"
+	CAA                     Type = ns + "caa"
+	Compound                Type = ns + "compound"
+	Connection              Type = ns + "connection"
+	DNS                     Type = ns + "dns"
+	ExternalAccountRequired Type = ns + "externalAccountRequired"
+	IncorrectResponse       Type = ns + "incorrectResponse"
+	InvalidContact          Type = ns + "invalidContact"
+	Malformed               Type = ns + "malformed"
+	OrderNotReady           Type = ns + "orderNotReady"
+	RateLimited             Type = ns + "rateLimited"
+	RejectedIdentifier      Type = ns + "rejectedIdentifier"
+	ServerInternal          Type = ns + "serverInternal"
+	TLS                     Type = ns + "tls"
+	Unauthorized            Type = ns + "unauthorized"
+	UnsupportedContact      Type = ns + "unsupportedContact"
+	UnsupportedIdentifier   Type = ns + "unsupportedIdentifier"
+	UserActionRequired      Type = ns + "userActionRequired"
+)
+
+// Identifier names the identifier a subproblem is about (RFC 8555 §6.7.1).
+type Identifier struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// Problem is an RFC 7807 problem document. It is an error, so it can travel
+// up through ordinary returns and be recognized with errors.As.
+type Problem struct {
+	Type        Type        `json:"type"`
+	Detail      string      `json:"detail,omitempty"`
+	Status      int         `json:"status,omitempty"`
+	Identifier  *Identifier `json:"identifier,omitempty"`
+	Subproblems []*Problem  `json:"subproblems,omitempty"`
+	// Algorithms lists acceptable JWS algorithms on badSignatureAlgorithm
+	// (RFC 8555 §6.2).
+	Algorithms []string `json:"algorithms,omitempty"`
+}
+
+func (p *Problem) Error() string {
+	return fmt.Sprintf("%s: %s", p.Type, p.Detail)
+}
+
+// As returns the problem inside err, if there is one.
+func As(err error) (*Problem, bool) {
+	var p *Problem
+	ok := errors.As(err, &p)
+	return p, ok
+}
+
+// ContentType is the media type of a problem document.
+const ContentType = "application/problem+json"
+
+func newf(t Type, status int, format string, args ...any) *Problem {
+	return &Problem{Type: t, Status: status, Detail: fmt.Sprintf(format, args...)}
+}
+
+// For returns a copy of p about one identifier, for use as a subproblem.
+func (p *Problem) For(typ, value string) *Problem {
+	c := *p
+	c.Status = 0
+	c.Identifier = &Identifier{Type: typ, Value: value}
+	return &c
+}
+
+// Constructors, one per type, each with the HTTP status RFC 8555 and common
+// practice (Boulder, Pebble) give it.
+
+func MalformedF(format string, args ...any) *Problem {
+	return newf(Malformed, http.StatusBadRequest, format, args...)
+}
+
+// UnsupportedMediaType answers a POST without application/jose+json
+// (RFC 8555 §6.2): status 415, type malformed.
+func UnsupportedMediaType(got string) *Problem {
+	return newf(Malformed, http.StatusUnsupportedMediaType, "content type must be application/jose+json, not %q", got)
+}
+
+// TooLarge answers a body over the size cap.
+func TooLarge(limit int64) *Problem {
+	return newf(Malformed, http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", limit)
+}
+
+func MethodNotAllowed() *Problem {
+	return newf(Malformed, http.StatusMethodNotAllowed, "method not allowed")
+}
+
+func NotFound(what string) *Problem {
+	return newf(Malformed, http.StatusNotFound, "%s not found", what)
+}
+
+func BadNonceF(format string, args ...any) *Problem {
+	return newf(BadNonce, http.StatusBadRequest, format, args...)
+}
+
+func BadSignatureAlgorithmF(algs []string, format string, args ...any) *Problem {
+	p := newf(BadSignatureAlgorithm, http.StatusBadRequest, format, args...)
+	p.Algorithms = algs
+	return p
+}
+
+func BadPublicKeyF(format string, args ...any) *Problem {
+	return newf(BadPublicKey, http.StatusBadRequest, format, args...)
+}
+
+func AccountDoesNotExistF(format string, args ...any) *Problem {
+	return newf(AccountDoesNotExist, http.StatusBadRequest, format, args...)
+}
+
+// UnauthorizedF answers a request whose signer may not do what it asks.
+func UnauthorizedF(format string, args ...any) *Problem {
+	return newf(Unauthorized, http.StatusForbidden, format, args...)
+}
+
+// URLMismatch answers a JWS whose protected "url" is not the request URL
+// (RFC 8555 §6.4: "reject the request as unauthorized").
+func URLMismatch(got, want string) *Problem {
+	return newf(Unauthorized, http.StatusUnauthorized, "JWS url %q does not match the request URL %q", got, want)
+}
+
+func BadCSRF(format string, args ...any) *Problem {
+	return newf(BadCSR, http.StatusBadRequest, format, args...)
+}
+
+func RejectedIdentifierF(format string, args ...any) *Problem {
+	return newf(RejectedIdentifier, http.StatusBadRequest, format, args...)
+}
+
+func UnsupportedIdentifierF(format string, args ...any) *Problem {
+	return newf(UnsupportedIdentifier, http.StatusBadRequest, format, args...)
+}
+
+func OrderNotReadyF(format string, args ...any) *Problem {
+	return newf(OrderNotReady, http.StatusForbidden, format, args...)
+}
+
+func InvalidContactF(format string, args ...any) *Problem {
+	return newf(InvalidContact, http.StatusBadRequest, format, args...)
+}
+
+func UnsupportedContactF(format string, args ...any) *Problem {
+	return newf(UnsupportedContact, http.StatusBadRequest, format, args...)
+}
+
+func ConflictF(format string, args ...any) *Problem {
+	return newf(Malformed, http.StatusConflict, format, args...)
+}
+
+// Validation failures (RFC 8555 §8): recorded on the challenge, so they
+// carry no HTTP status.
+
+func ConnectionF(format string, args ...any) *Problem {
+	return &Problem{Type: Connection, Detail: fmt.Sprintf(format, args...)}
+}
+
+func IncorrectResponseF(format string, args ...any) *Problem {
+	return &Problem{Type: IncorrectResponse, Detail: fmt.Sprintf(format, args...)}
+}
+
+func DNSF(format string, args ...any) *Problem {
+	return &Problem{Type: DNS, Detail: fmt.Sprintf(format, args...)}
+}
+
+func TLSF(format string, args ...any) *Problem {
+	return &Problem{Type: TLS, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Internal answers a server fault. The detail is deliberately generic: the
+// cause belongs in the operator's log, not in the client's answer.
+func Internal() *Problem {
+	return newf(ServerInternal, http.StatusInternalServerError, "the server could not complete the request; the operator's log has the cause")
+}
+
+// Compound wraps per-identifier problems under one top-level problem.
+func CompoundOf(top *Problem, subs []*Problem) *Problem {
+	top.Subproblems = subs
+	return top
+}

@@ -1,0 +1,311 @@
+// Package acmeproxy is the ACME (RFC 8555) server: one Server per profile,
+// serving the directory, nonces, accounts, orders, authorizations,
+// challenges (validated by durable jobs), finalize and certificate
+// download. It knows nothing about Caddy; the root package mounts a Server
+// in a handler and runs its jobs in the app's runner.
+package acmeproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Lifetimes of the resources a client creates.
+const (
+	// orderLifetime is how long a client has to validate and finalize.
+	orderLifetime = 24 * time.Hour
+	// retryAfterProcessing is the Retry-After for resources still processing.
+	retryAfterProcessing = 1
+)
+
+// Validator checks challenges for real. Its methods return nil when the
+// challenge is met, a *problem.Problem when the client's response is wrong
+// (recorded on the challenge), and any other error for a fault on our side.
+type Validator interface {
+	HTTP01(ctx context.Context, identType, identValue, token, keyAuth string) error
+	DNS01(ctx context.Context, domain, keyAuth string) error
+	TLSALPN01(ctx context.Context, identType, identValue, keyAuth string) error
+}
+
+// Options are a Server's collaborators.
+type Options struct {
+	DB        *store.DB
+	Queue     *jobs.Queue
+	Signer    signer.Signer
+	Validator Validator
+	Clock     clock.Clock // default: wall clock
+	Logger    *zap.Logger // default: no logging
+}
+
+// Server is the ACME server of one profile.
+type Server struct {
+	cfg       ProfileConfig
+	db        *store.DB
+	queue     *jobs.Queue
+	signer    signer.Signer
+	validator Validator
+	clock     clock.Clock
+	log       *zap.Logger
+	nonces    *nonces
+	policy    policy
+	offered   map[string]bool // challenge types this profile offers
+}
+
+// NewServer checks cfg (defaults applied) and builds the profile's server.
+func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.DB == nil || opts.Queue == nil || opts.Signer == nil || opts.Validator == nil {
+		return nil, errors.New("acmeproxy: a server needs a store, a queue, a signer and a validator")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real()
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	key, err := opts.DB.Secret(ctx, "nonce-hmac", 32, opts.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, db: opts.DB, queue: opts.Queue, signer: opts.Signer, validator: opts.Validator,
+		clock: opts.Clock, log: opts.Logger,
+		nonces:  &nonces{key: key, db: opts.DB},
+		policy:  newPolicy(cfg.Allow, cfg.Deny),
+		offered: map[string]bool{},
+	}
+	for _, c := range cfg.Challenges {
+		s.offered[c] = true
+	}
+	return s, nil
+}
+
+// Profile is the profile's name.
+func (s *Server) Profile() string { return s.cfg.Profile }
+
+// Prefix is the path the profile is served under.
+func (s *Server) Prefix() string { return s.cfg.Prefix }
+
+// Handles reports whether a request path belongs to this profile.
+func (s *Server) Handles(path string) bool {
+	return path == s.cfg.Prefix || strings.HasPrefix(path, s.cfg.Prefix+"/")
+}
+
+// baseURL is the profile's absolute URL as this request reached it.
+func (s *Server) baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + s.cfg.Prefix
+}
+
+// requestURL is the absolute URL the request was sent to, which a JWS
+// "url" must equal (RFC 8555 §6.4).
+func (s *Server) requestURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + r.URL.Path
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// ServeHTTP routes a request under the profile's prefix. Every response
+// carries a fresh Replay-Nonce, the directory Link and Cache-Control:
+// no-store (RFC 8555 §6.5, §7.1, §7.2).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	base := s.baseURL(r)
+	h := w.Header()
+	h.Set("Replay-Nonce", s.nonces.mint(s.cfg.Profile, s.clock.Now()))
+	h.Add("Link", link(base+"/directory", "index"))
+	h.Set("Cache-Control", "no-store")
+
+	route, allowed := s.route(strings.TrimPrefix(r.URL.Path, s.cfg.Prefix))
+	if route == nil {
+		s.writeError(w, r, problem.NotFound("resource"))
+		return
+	}
+	if !methodAllowed(r.Method, allowed) {
+		h.Set("Allow", strings.Join(allowed, ", "))
+		s.writeError(w, r, problem.MethodNotAllowed())
+		return
+	}
+	if err := route(w, r); err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+func methodAllowed(m string, allowed []string) bool {
+	for _, a := range allowed {
+		if a == m {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	getHead = []string{http.MethodGet, http.MethodHead}
+	post    = []string{http.MethodPost}
+)
+
+// route maps a path below the prefix to its handler and allowed methods.
+func (s *Server) route(rel string) (handlerFunc, []string) {
+	switch rel {
+	case "/directory", "", "/":
+		return s.handleDirectory, getHead
+	case "/new-nonce":
+		return s.handleNewNonce, getHead
+	case "/new-account":
+		return s.handleNewAccount, post
+	case "/new-order":
+		return s.handleNewOrder, post
+	case "/key-change":
+		return s.handleKeyChange, post
+	case "/revoke-cert":
+		return s.handleRevokeCert, post
+	case "/ca.pem":
+		return s.handleCAChain, getHead
+	}
+	kind, rest, _ := strings.Cut(strings.TrimPrefix(rel, "/"), "/")
+	id, sub, _ := strings.Cut(rest, "/")
+	if id == "" {
+		return nil, nil
+	}
+	withID := func(f func(http.ResponseWriter, *http.Request, string) error) handlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) error { return f(w, r, id) }
+	}
+	switch {
+	case kind == "account" && sub == "":
+		return withID(s.handleAccount), post
+	case kind == "account" && sub == "orders":
+		return withID(s.handleAccountOrders), post
+	case kind == "order" && sub == "":
+		return withID(s.handleOrder), post
+	case kind == "order" && sub == "finalize":
+		return withID(s.handleFinalize), post
+	case kind == "authz" && sub == "":
+		return withID(s.handleAuthz), post
+	case kind == "chall" && sub == "":
+		return withID(s.handleChallenge), post
+	case kind == "cert" && sub == "":
+		return withID(s.handleCertificate), post
+	}
+	return nil, nil
+}
+
+func link(url, rel string) string { return fmt.Sprintf("<%s>;rel=%q", url, rel) }
+
+// writeJSON writes a resource.
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		s.log.Error("encoding response", zap.String("event", "acme_encode_failed"), zap.Error(err))
+		status, body = http.StatusInternalServerError, []byte(`{}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// writeError answers with the problem inside err, or — for a fault on our
+// side — logs the cause and answers with a generic serverInternal.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p, ok := problem.As(err)
+	if !ok {
+		s.log.Error("request failed", zap.String("event", "acme_request_failed"),
+			zap.String("profile", s.cfg.Profile), zap.String("path", r.URL.Path), zap.Error(err))
+		p = problem.Internal()
+	}
+	if p.Status == 0 {
+		p.Status = http.StatusBadRequest
+	}
+	body, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", problem.ContentType)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+// ---- directory and nonces ----
+
+type directoryJSON struct {
+	NewNonce   string        `json:"newNonce"`
+	NewAccount string        `json:"newAccount"`
+	NewOrder   string        `json:"newOrder"`
+	RevokeCert string        `json:"revokeCert"`
+	KeyChange  string        `json:"keyChange"`
+	Meta       directoryMeta `json:"meta"`
+}
+
+type directoryMeta struct {
+	ExternalAccountRequired bool `json:"externalAccountRequired"`
+}
+
+func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
+	base := s.baseURL(r)
+	s.writeJSON(w, http.StatusOK, directoryJSON{
+		NewNonce:   base + "/new-nonce",
+		NewAccount: base + "/new-account",
+		NewOrder:   base + "/new-order",
+		RevokeCert: base + "/revoke-cert",
+		KeyChange:  base + "/key-change",
+	})
+	return nil
+}
+
+// handleNewNonce answers HEAD with 200 and GET with 204 (RFC 8555 §7.2);
+// the nonce itself was set by ServeHTTP.
+func (s *Server) handleNewNonce(w http.ResponseWriter, r *http.Request) error {
+	if r.Method == http.MethodGet {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// handleRevokeCert: revocation arrives with its own issue; until then the
+// endpoint exists (RFC 8555 requires it in the directory) and says so.
+func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.verify(r.Context(), r, kidOrJWK); err != nil {
+		return err
+	}
+	return &problem.Problem{Type: problem.Malformed, Status: http.StatusNotImplemented,
+		Detail: "certificate revocation is not available on this server yet"}
+}
+
+// handleCAChain serves the issuing CA chain, when the signer knows it, so a
+// client can bootstrap trust.
+func (s *Server) handleCAChain(w http.ResponseWriter, r *http.Request) error {
+	c, ok := s.signer.(signer.CAChainer)
+	if !ok {
+		return problem.NotFound("CA chain")
+	}
+	chain, err := c.CAChain(r.Context())
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/pem-certificate-chain")
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(pemChain(chain))
+	return nil
+}

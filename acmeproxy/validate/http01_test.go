@@ -1,0 +1,219 @@
+package validate
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+)
+
+// challengeServers runs one handler over http and https on loopback, as a
+// client's web server would, and returns their ports.
+func challengeServers(t *testing.T) (httpPort, tlsPort int) {
+	t.Helper()
+	var httpBase, httpsBase string
+	mux := http.NewServeMux()
+	mux.HandleFunc("/.well-known/acme-challenge/{token}", func(w http.ResponseWriter, r *http.Request) {
+		// The first request names the identifier alone in Host and the
+		// project in User-Agent; a 400 makes the test fail otherwise.
+		switch r.Host {
+		case "127.0.0.1", "example.test", "[::1]":
+		default:
+			http.Error(w, "bad Host "+r.Host, http.StatusBadRequest)
+			return
+		}
+		if !strings.Contains(r.UserAgent(), "caddy-acme-proxy") {
+			http.Error(w, "bad User-Agent", http.StatusBadRequest)
+			return
+		}
+		switch tok := r.PathValue("token"); tok {
+		case "ok":
+			fmt.Fprint(w, testKeyAuth)
+		case "trailing-space":
+			fmt.Fprint(w, testKeyAuth+" \r\n\t\n")
+		case "leading-space":
+			fmt.Fprint(w, " "+testKeyAuth)
+		case "wrong":
+			fmt.Fprint(w, "SECRET-WRONG-BODY")
+		case "server-error":
+			http.Error(w, "SECRET-WRONG-BODY", http.StatusInternalServerError)
+		case "redirect-relative":
+			http.Redirect(w, r, "/final/ok", http.StatusFound)
+		case "redirect-http":
+			http.Redirect(w, r, httpBase+"/final/ok", http.StatusMovedPermanently)
+		case "redirect-https":
+			http.Redirect(w, r, httpsBase+"/final/ok", http.StatusFound)
+		case "redirect-http-on-tls-port":
+			http.Redirect(w, r, "http://127.0.0.1:"+strconv.Itoa(tlsPort)+"/final/ok", http.StatusFound)
+		case "redirect-https-on-http-port":
+			http.Redirect(w, r, "https://127.0.0.1:"+strconv.Itoa(httpPort)+"/final/ok", http.StatusFound)
+		case "redirect-default-port":
+			http.Redirect(w, r, "http://127.0.0.1/final/ok", http.StatusFound)
+		case "redirect-ftp":
+			http.Redirect(w, r, "ftp://127.0.0.1/final/ok", http.StatusFound)
+		case "chain-5", "chain-6":
+			http.Redirect(w, r, "/chain/"+strings.TrimPrefix(tok, "chain-"), http.StatusFound)
+		case "loop":
+			http.Redirect(w, r, "/final/loop", http.StatusFound)
+		case "huge":
+			fmt.Fprint(w, testKeyAuth+strings.Repeat(" ", maxBody))
+		case "at-cap":
+			fmt.Fprint(w, testKeyAuth+strings.Repeat("\n", maxBody-len(testKeyAuth)))
+		case "slow":
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			fmt.Fprint(w, testKeyAuth)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	mux.HandleFunc("/final/ok", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, testKeyAuth) })
+	mux.HandleFunc("/final/loop", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/final/loop", http.StatusFound)
+	})
+	// /chain/n redirects n-1 more times, then answers.
+	mux.HandleFunc("/chain/{n}", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.PathValue("n"))
+		if n <= 1 {
+			fmt.Fprint(w, testKeyAuth)
+			return
+		}
+		http.Redirect(w, r, "/chain/"+strconv.Itoa(n-1), http.StatusFound)
+	})
+
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	ts := httptest.NewTLSServer(mux)
+	t.Cleanup(ts.Close)
+	httpBase, httpsBase = hs.URL, ts.URL
+	return port(t, hs.URL), port(t, ts.URL)
+}
+
+func port(t *testing.T, rawURL string) int {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestHTTP01FetchesTheKeyAuthorizationFromTheWellKnownPath(t *testing.T) {
+	httpPort, tlsPort := challengeServers(t)
+	tests := []struct {
+		name      string
+		identType string
+		ident     string
+		token     string
+		cfg       func(*Config)
+		want      problem.Type
+	}{
+		{name: "ok/ip identifier", identType: IdentIP, ident: "127.0.0.1", token: "ok"},
+		{name: "ok/dns identifier", identType: IdentDNS, ident: "example.test", token: "ok"},
+		{name: "ok/ipv6 identifier in brackets", identType: IdentIP, ident: "::1", token: "ok"},
+		{name: "ok/trailing whitespace ignored", identType: IdentIP, ident: "127.0.0.1", token: "trailing-space"},
+		{name: "ok/body of exactly the cap", identType: IdentIP, ident: "127.0.0.1", token: "at-cap"},
+		{name: "ok/relative redirect", identType: IdentIP, ident: "127.0.0.1", token: "redirect-relative"},
+		{name: "ok/redirect to http on the HTTP port", identType: IdentIP, ident: "127.0.0.1", token: "redirect-http"},
+		{name: "ok/redirect to https on the TLS port without verifying its certificate", identType: IdentIP, ident: "127.0.0.1", token: "redirect-https"},
+		{name: "ok/as many redirects as allowed", identType: IdentIP, ident: "127.0.0.1", token: "chain-5"},
+		{name: "fail/wrong body", identType: IdentIP, ident: "127.0.0.1", token: "wrong", want: problem.IncorrectResponse},
+		{name: "fail/leading whitespace", identType: IdentIP, ident: "127.0.0.1", token: "leading-space", want: problem.IncorrectResponse},
+		{name: "fail/404", identType: IdentIP, ident: "127.0.0.1", token: "missing", want: problem.IncorrectResponse},
+		{name: "fail/500", identType: IdentIP, ident: "127.0.0.1", token: "server-error", want: problem.IncorrectResponse},
+		{name: "fail/oversized body", identType: IdentIP, ident: "127.0.0.1", token: "huge", want: problem.IncorrectResponse},
+		{name: "fail/redirect to http on the TLS port", identType: IdentIP, ident: "127.0.0.1", token: "redirect-http-on-tls-port", want: problem.Connection},
+		{name: "fail/redirect to https on the HTTP port", identType: IdentIP, ident: "127.0.0.1", token: "redirect-https-on-http-port", want: problem.Connection},
+		{name: "fail/redirect to the default port when another is configured", identType: IdentIP, ident: "127.0.0.1", token: "redirect-default-port", want: problem.Connection},
+		{name: "fail/redirect to another scheme", identType: IdentIP, ident: "127.0.0.1", token: "redirect-ftp", want: problem.Connection},
+		{name: "fail/one redirect too many", identType: IdentIP, ident: "127.0.0.1", token: "chain-6", want: problem.Connection},
+		{name: "fail/redirect loop", identType: IdentIP, ident: "127.0.0.1", token: "loop", want: problem.Connection},
+		{name: "fail/unknown name", identType: IdentDNS, ident: "unknown.test", token: "ok", want: problem.DNS},
+		{
+			name: "fail/connection refused", identType: IdentIP, ident: "127.0.0.1", token: "ok", want: problem.Connection,
+			cfg: func(c *Config) { c.HTTPPort = freePort(t) },
+		},
+		{
+			name: "fail/timeout", identType: IdentIP, ident: "127.0.0.1", token: "slow", want: problem.Connection,
+			cfg: func(c *Config) { c.Timeout = 200 * time.Millisecond },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{
+				HTTPPort: httpPort,
+				TLSPort:  tlsPort,
+				Timeout:  5 * time.Second,
+				Dial:     loopbackDial("127.0.0.1", "::1", "example.test"),
+			}
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			v := newValidator(t, cfg)
+			err := v.HTTP01(context.Background(), tt.identType, tt.ident, tt.token, testKeyAuth)
+			if p := wantOutcome(t, err, tt.want); p != nil && strings.Contains(p.Detail, "SECRET") {
+				t.Errorf("detail echoes the body: %s", p.Detail)
+			}
+		})
+	}
+}
+
+func TestHTTP01WithoutADialHookConnectsDirectly(t *testing.T) {
+	httpPort, _ := challengeServers(t)
+	v := newValidator(t, Config{HTTPPort: httpPort})
+	wantOutcome(t, v.HTTP01(context.Background(), IdentIP, "127.0.0.1", "ok", testKeyAuth), "")
+}
+
+func TestHTTP01IgnoresTheProxyOfTheEnvironment(t *testing.T) {
+	httpPort, _ := challengeServers(t)
+	t.Setenv("HTTP_PROXY", "http://127.0.0.1:"+strconv.Itoa(freePort(t)))
+	t.Setenv("http_proxy", "http://127.0.0.1:"+strconv.Itoa(freePort(t)))
+	v := newValidator(t, Config{HTTPPort: httpPort})
+	wantOutcome(t, v.HTTP01(context.Background(), IdentIP, "127.0.0.1", "ok", testKeyAuth), "")
+}
+
+func TestHTTP01WithACancelledCallerIsAFaultNotAProblem(t *testing.T) {
+	httpPort, _ := challengeServers(t)
+	v := newValidator(t, Config{HTTPPort: httpPort})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+	wantFault(t, v.HTTP01(ctx, IdentIP, "127.0.0.1", "slow", testKeyAuth))
+}
+
+// loopbackZone answers A queries for example.test with 127.0.0.1, as an
+// operator's split-horizon resolver would for an internal name.
+type loopbackZone struct{}
+
+func (loopbackZone) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	q := r.Question[0]
+	if q.Qtype == dns.TypeA && strings.EqualFold(q.Name, "example.test.") {
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(127, 0, 0, 1)}}
+	}
+	_ = w.WriteMsg(m)
+}
+
+func TestHTTP01ResolvesNamesThroughTheConfiguredResolvers(t *testing.T) {
+	httpPort, tlsPort := challengeServers(t)
+	v := newValidator(t, Config{HTTPPort: httpPort, TLSPort: tlsPort, Resolvers: []string{startDNS(t, loopbackZone{})}})
+	if err := v.HTTP01(context.Background(), IdentDNS, "example.test", "ok", testKeyAuth); err != nil {
+		t.Fatalf("http-01 for a name only the configured resolver knows: %v", err)
+	}
+}

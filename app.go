@@ -1,0 +1,151 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// App is the acme_proxy app: it owns the store (shared across config
+// reloads), the job queue and runner, and the registry of mounted
+// profiles.
+type App struct {
+	acmeproxy.AppConfig
+
+	log    *zap.Logger
+	dbKey  string
+	db     *store.DB
+	queue  *jobs.Queue
+	runner *jobs.Runner
+
+	mu       sync.RWMutex
+	profiles map[string]*acmeproxy.Server
+}
+
+// CaddyModule returns the Caddy module information.
+func (*App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "acme_proxy", New: func() caddy.Module { return new(App) }}
+}
+
+// dbPool keeps each database open across config reloads: a reload
+// provisions the new app before it cleans up the old one, so the usage count
+// never drops to zero and the store is not reopened.
+var dbPool = caddy.NewUsagePool()
+
+type dbCloser struct{ *store.DB }
+
+func (d dbCloser) Destruct() error { return d.Close() }
+
+// Provision opens (or shares) the store.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.log = ctx.Logger()
+	a.profiles = map[string]*acmeproxy.Server{}
+	if a.Database == "" {
+		a.Database = filepath.Join(caddy.AppDataDir(), "acme_proxy", "acme_proxy.db")
+	}
+	path, err := filepath.Abs(a.Database)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	a.dbKey = "sqlite:" + path
+	val, _, err := dbPool.LoadOrNew(a.dbKey, func() (caddy.Destructor, error) {
+		db, err := store.OpenSQLite(ctx, path, store.SQLiteOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return dbCloser{db}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	a.db = val.(dbCloser).DB
+	a.queue = jobs.NewQueue(a.db, nil)
+	return nil
+}
+
+// Start starts the job runner.
+func (a *App) Start() error {
+	handlers := []jobs.Handler{
+		&acmeproxy.ValidationJobs{Profiles: a, DB: a.db, Clock: clock.Real()},
+		jobs.NewSweep(a.queue, 7*24*time.Hour, time.Hour),
+		&jobs.Periodic{Name: "nonce_sweep", Every: 10 * time.Minute, Do: func(ctx context.Context) error {
+			_, err := a.db.PruneNonces(ctx, time.Now())
+			return err
+		}},
+	}
+	r, err := jobs.NewRunner(a.queue, handlers, jobs.RunnerOptions{Logger: a.log})
+	if err != nil {
+		return err
+	}
+	if err := r.Start(context.Background()); err != nil {
+		return err
+	}
+	a.runner = r
+	return nil
+}
+
+// Stop stops the runner and waits for its handlers.
+func (a *App) Stop() error {
+	if a.runner == nil {
+		return nil
+	}
+	return a.runner.Stop()
+}
+
+// Cleanup releases this app's use of the store.
+func (a *App) Cleanup() error {
+	if a.dbKey == "" {
+		return nil
+	}
+	_, err := dbPool.Delete(a.dbKey)
+	return err
+}
+
+// register mounts a profile's server; two handlers may not declare one
+// profile.
+func (a *App) register(s *acmeproxy.Server) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, dup := a.profiles[s.Profile()]; dup {
+		return fmt.Errorf("profile: %q is declared by two acme_proxy handlers", s.Profile())
+	}
+	a.profiles[s.Profile()] = s
+	return nil
+}
+
+func (a *App) unregister(s *acmeproxy.Server) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.profiles[s.Profile()] == s {
+		delete(a.profiles, s.Profile())
+	}
+}
+
+// Lookup finds a mounted profile; it is how jobs reach their profile.
+func (a *App) Lookup(profile string) (*acmeproxy.Server, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	s, ok := a.profiles[profile]
+	return s, ok
+}
+
+var errNoApp = errors.New("the acme_proxy app is not loaded")
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+	_ acmeproxy.Profiles = (*App)(nil)
+)

@@ -1,0 +1,300 @@
+// Package caddyfile adapts the acme_proxy global option and handler
+// directive of the Caddyfile to JSON.
+//
+// It builds that JSON from the config structs of the packages it configures
+// and never imports the root package, which imports this one for its init
+// registrations.
+package caddyfile
+
+import (
+	"encoding/json"
+	"regexp"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
+)
+
+func init() {
+	httpcaddyfile.RegisterGlobalOption("acme_proxy", parseGlobal)
+	httpcaddyfile.RegisterDirective("acme_proxy", parseHandler)
+	// The handler answers only under its prefix and passes everything else
+	// on, so it goes ahead of the routing blocks (handle, route) and of
+	// every handler that answers all it gets (respond, reverse_proxy,
+	// file_server), yet after the middleware that should wrap it (header,
+	// encode, basic_auth).
+	httpcaddyfile.RegisterDirectiveOrder("acme_proxy", httpcaddyfile.Before, "invoke")
+}
+
+// handlerJSON is the JSON of http.handlers.acme_proxy, spelled out here
+// because the Handler type lives in the root package.
+type handlerJSON struct {
+	Handler string `json:"handler"`
+	acmeproxy.ProfileConfig
+	Signer json.RawMessage `json:"signer,omitempty"`
+}
+
+// signerParsers read the block of `signer <name>` into that signer
+// module's JSON object; each signer added later gets a line here.
+var signerParsers = map[string]func(d *caddyfile.Dispenser) (any, error){
+	"local_ca": parseLocalCA,
+}
+
+// profileName mirrors the rule acmeproxy.ProfileConfig.Validate applies at
+// Provision, so a typo fails when the Caddyfile is adapted.
+var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
+
+// parseGlobal reads the global option:
+//
+//	acme_proxy {
+//		database <path>
+//	}
+func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
+	var cfg acmeproxy.AppConfig
+	if app, ok := existing.(httpcaddyfile.App); ok {
+		if err := json.Unmarshal(app.Value, &cfg); err != nil {
+			return nil, err
+		}
+	}
+	d.Next() // the option name
+	if d.NextArg() {
+		return nil, d.Errf("acme_proxy: unexpected argument %q; settings go in a block", d.Val())
+	}
+	for n := d.Nesting(); d.NextBlock(n); {
+		var err error
+		switch d.Val() {
+		case "database":
+			cfg.Database, err = oneArg(d, "database")
+		default:
+			err = d.Errf("acme_proxy: unknown global option setting %q", d.Val())
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return httpcaddyfile.App{Name: "acme_proxy", Value: raw}, nil
+}
+
+// parseHandler reads the directive into a route holding one acme_proxy
+// handler:
+//
+//	acme_proxy [<matcher>] {
+//		profile    <name>
+//		prefix     </path>
+//		signer     local_ca { ca <id> | cert <file> key <file>; lifetime <duration> }
+//		challenges <types...>
+//		resolvers  <dns servers...>
+//		validation_ports { http <port>; tls <port> }
+//		allow { domains <patterns...>; ip_ranges <cidrs...> }
+//		deny  { domains <patterns...>; ip_ranges <cidrs...> }
+//	}
+func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
+	h.Next() // the directive name
+	matcherSet, err := h.ExtractMatcherSet()
+	if err != nil {
+		return nil, err
+	}
+	h.Next() // the directive name again: extracting the matcher rewinds
+	if h.NextArg() {
+		return nil, h.Errf("acme_proxy: unexpected argument %q; settings go in a block", h.Val())
+	}
+	cfg := handlerJSON{Handler: "acme_proxy"}
+	for h.NextBlock(0) {
+		if err := parseProfileKey(h.Dispenser, &cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Profile == "" {
+		return nil, h.Err("acme_proxy: profile: required")
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	route := caddyhttp.Route{HandlersRaw: []json.RawMessage{raw}}
+	if matcherSet != nil {
+		route.MatcherSetsRaw = []caddy.ModuleMap{matcherSet}
+	}
+	return []httpcaddyfile.ConfigValue{{Class: "route", Value: route}}, nil
+}
+
+// parseProfileKey reads one line (or block) of the directive's block.
+func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
+	var err error
+	switch key := d.Val(); key {
+	case "profile":
+		if cfg.Profile, err = oneArg(d, key); err == nil && !profileName.MatchString(cfg.Profile) {
+			err = d.Errf("acme_proxy: profile: %q must match [a-z0-9-]+", cfg.Profile)
+		}
+	case "prefix":
+		cfg.Prefix, err = oneArg(d, key)
+	case "signer":
+		cfg.Signer, err = parseSigner(d)
+	case "challenges":
+		err = appendArgs(d, key, &cfg.Challenges)
+	case "resolvers":
+		err = appendArgs(d, key, &cfg.Resolvers)
+	case "validation_ports":
+		if cfg.ValidationPorts == nil {
+			cfg.ValidationPorts = new(acmeproxy.ValidationPorts)
+		}
+		err = parseValidationPorts(d, cfg.ValidationPorts)
+	case "allow":
+		cfg.Allow, err = parsePolicy(d, key, cfg.Allow)
+	case "deny":
+		cfg.Deny, err = parsePolicy(d, key, cfg.Deny)
+	default:
+		err = d.Errf("acme_proxy: unknown subdirective %q", key)
+	}
+	return err
+}
+
+// parseSigner reads `signer <name> [{ ... }]` into the signer's module JSON.
+func parseSigner(d *caddyfile.Dispenser) (json.RawMessage, error) {
+	name, err := oneArg(d, "signer")
+	if err != nil {
+		return nil, err
+	}
+	parse, ok := signerParsers[name]
+	if !ok {
+		return nil, d.Errf("acme_proxy: signer: unknown signer %q (want local_ca)", name)
+	}
+	cfg, err := parse(d)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+// parseLocalCA reads the block of `signer local_ca`; which of ca and
+// cert/key wins, and that cert needs key, is the module's Provision's call.
+func parseLocalCA(d *caddyfile.Dispenser) (any, error) {
+	cfg := struct {
+		Module string `json:"module"`
+		localca.Config
+	}{Module: "local_ca"}
+	for n := d.Nesting(); d.NextBlock(n); {
+		var err error
+		switch key := d.Val(); key {
+		case "ca":
+			cfg.CA, err = oneArg(d, "signer.ca")
+		case "cert":
+			cfg.Cert, err = oneArg(d, "signer.cert")
+		case "key":
+			cfg.Key, err = oneArg(d, "signer.key")
+		case "lifetime":
+			cfg.Lifetime, err = durationArg(d, "signer.lifetime")
+		default:
+			err = d.Errf("acme_proxy: signer local_ca: unknown setting %q", key)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+// parseValidationPorts reads `validation_ports { http <port>; tls <port> }`.
+func parseValidationPorts(d *caddyfile.Dispenser, p *acmeproxy.ValidationPorts) error {
+	if d.NextArg() {
+		return d.Errf("acme_proxy: validation_ports: unexpected argument %q; ports go in a block", d.Val())
+	}
+	for n := d.Nesting(); d.NextBlock(n); {
+		var dst *int
+		switch d.Val() {
+		case "http":
+			dst = &p.HTTP
+		case "tls":
+			dst = &p.TLS
+		default:
+			return d.Errf("acme_proxy: validation_ports: unknown setting %q (want http or tls)", d.Val())
+		}
+		key := "validation_ports." + d.Val()
+		v, err := oneArg(d, key)
+		if err != nil {
+			return err
+		}
+		port, err := strconv.Atoi(v)
+		if err != nil || port < 1 || port > 65535 {
+			return d.Errf("acme_proxy: %s: %q is not a port", key, v)
+		}
+		*dst = port
+	}
+	return nil
+}
+
+// parsePolicy reads an allow or deny block into pol, which a repeated block
+// extends.
+func parsePolicy(d *caddyfile.Dispenser, key string, pol *acmeproxy.IdentifierPolicy) (*acmeproxy.IdentifierPolicy, error) {
+	if d.NextArg() {
+		return nil, d.Errf("acme_proxy: %s: unexpected argument %q; domains and ip_ranges go in a block", key, d.Val())
+	}
+	if pol == nil {
+		pol = new(acmeproxy.IdentifierPolicy)
+	}
+	for n := d.Nesting(); d.NextBlock(n); {
+		var err error
+		switch sub := d.Val(); sub {
+		case "domains":
+			err = appendArgs(d, key+".domains", &pol.Domains)
+		case "ip_ranges":
+			err = appendArgs(d, key+".ip_ranges", &pol.IPRanges)
+		default:
+			err = d.Errf("acme_proxy: %s: unknown setting %q (want domains or ip_ranges)", key, sub)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return pol, nil
+}
+
+// oneArg reads the single argument of key.
+func oneArg(d *caddyfile.Dispenser, key string) (string, error) {
+	args := d.RemainingArgs()
+	if len(args) != 1 {
+		return "", d.Errf("acme_proxy: %s: want one value, got %d", key, len(args))
+	}
+	return args[0], nil
+}
+
+// durationArg reads the single positive duration of key, in Caddy's
+// syntax (which adds days: "7d").
+func durationArg(d *caddyfile.Dispenser, key string) (caddy.Duration, error) {
+	v, err := oneArg(d, key)
+	if err != nil {
+		return 0, err
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return 0, d.Errf("acme_proxy: %s: %q is not a duration: %w", key, v, err)
+	}
+	if dur <= 0 {
+		return 0, d.Errf("acme_proxy: %s: %q must be positive", key, v)
+	}
+	return caddy.Duration(dur), nil
+}
+
+// appendArgs appends the arguments of key to list, so a long list may be
+// split over several lines.
+func appendArgs(d *caddyfile.Dispenser, key string, list *[]string) error {
+	args := d.RemainingArgs()
+	if len(args) == 0 {
+		return d.Errf("acme_proxy: %s: want at least one value", key)
+	}
+	*list = append(*list, args...)
+	return nil
+}

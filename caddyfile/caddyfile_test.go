@@ -1,0 +1,115 @@
+package caddyfile_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/modules/caddyhttp/fileserver"
+
+	_ "github.com/acmeproxy/caddy-acme-proxy/caddyfile"
+)
+
+var update = flag.Bool("update", false, "rewrite the expected JSON of the adapt fixtures")
+
+// fixtureSep separates a fixture's Caddyfile from its expected JSON, as in
+// Caddy's own caddytest/integration/caddyfile_adapt fixtures.
+const fixtureSep = "----------"
+
+func TestAdaptFixturesProduceTheExpectedJSON(t *testing.T) {
+	files, err := filepath.Glob("../testdata/caddyfile_adapt/*.caddyfiletest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no fixtures found")
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".caddyfiletest"), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			input, want, ok := strings.Cut(string(data), "\n"+fixtureSep+"\n")
+			if !ok {
+				t.Fatalf("no %q line", fixtureSep)
+			}
+			got := adapt(t, input+"\n")
+			if *update {
+				if err := os.WriteFile(file, []byte(input+"\n"+fixtureSep+"\n"+got+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if strings.TrimSpace(want) != got {
+				t.Errorf("adapted JSON differs\n--- got\n%s\n--- want\n%s", got, strings.TrimSpace(want))
+			}
+		})
+	}
+}
+
+// adapt runs the Caddyfile adapter and returns tab-indented JSON.
+func adapt(t *testing.T, caddyfile string) string {
+	t.Helper()
+	out, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
+	if err != nil {
+		t.Fatalf("adapt: %v", err)
+	}
+	for _, w := range warnings {
+		t.Errorf("warning: line %d: %s: %s", w.Line, w.Directive, w.Message)
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, out, "", "\t"); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
+	site := func(block string) string {
+		return "https://ca.example.test {\n\tacme_proxy {\n" + block + "\n\t}\n}\n"
+	}
+	tests := []struct {
+		name, caddyfile, want string
+	}{
+		{"unknown subdirective", site("profile a\nfrobnicate on"), `acme_proxy: unknown subdirective "frobnicate"`},
+		{"missing profile", site("prefix /acme"), "acme_proxy: profile: required"},
+		{"empty block", "https://ca.example.test {\n\tacme_proxy\n}\n", "acme_proxy: profile: required"},
+		{"profile with a space", site(`profile "Bad Name"`), `acme_proxy: profile: "Bad Name" must match [a-z0-9-]+`},
+		{"profile in upper case", site("profile Internal"), `acme_proxy: profile: "Internal" must match`},
+		{"profile with two values", site("profile a b"), "acme_proxy: profile: want one value, got 2"},
+		{"prefix without value", site("profile a\nprefix"), "acme_proxy: prefix: want one value, got 0"},
+		{"http port not a number", site("profile a\nvalidation_ports {\nhttp abc\n}"), `acme_proxy: validation_ports.http: "abc" is not a port`},
+		{"tls port zero", site("profile a\nvalidation_ports {\ntls 0\n}"), `acme_proxy: validation_ports.tls: "0" is not a port`},
+		{"tls port too high", site("profile a\nvalidation_ports {\ntls 65536\n}"), `acme_proxy: validation_ports.tls: "65536" is not a port`},
+		{"unknown validation port", site("profile a\nvalidation_ports {\ndns 53\n}"), `acme_proxy: validation_ports: unknown setting "dns"`},
+		{"bad lifetime", site("profile a\nsigner local_ca {\nlifetime soon\n}"), `acme_proxy: signer.lifetime: "soon" is not a duration`},
+		{"negative lifetime", site("profile a\nsigner local_ca {\nlifetime -1h\n}"), `acme_proxy: signer.lifetime: "-1h" must be positive`},
+		{"unknown signer", site("profile a\nsigner vault"), `acme_proxy: signer: unknown signer "vault"`},
+		{"signer without name", site("profile a\nsigner"), "acme_proxy: signer: want one value, got 0"},
+		{"unknown local_ca setting", site("profile a\nsigner local_ca {\nissuer x\n}"), `acme_proxy: signer local_ca: unknown setting "issuer"`},
+		{"challenges without values", site("profile a\nchallenges"), "acme_proxy: challenges: want at least one value"},
+		{"unknown allow setting", site("profile a\nallow {\nemails a@b\n}"), `acme_proxy: allow: unknown setting "emails"`},
+		{"deny domains without values", site("profile a\ndeny {\ndomains\n}"), "acme_proxy: deny.domains: want at least one value"},
+		{"too many args on the directive", "https://ca.example.test {\n\tacme_proxy internal {\n\t\tprofile a\n\t}\n}\n", `acme_proxy: unexpected argument "internal"`},
+		{"unknown global setting", "{\n\tacme_proxy {\n\t\tdsn x\n\t}\n}\n", `acme_proxy: unknown global option setting "dsn"`},
+		{"global database without value", "{\n\tacme_proxy {\n\t\tdatabase\n\t}\n}\n", "acme_proxy: database: want one value, got 0"},
+		{"global option with an argument", "{\n\tacme_proxy x\n}\n", `acme_proxy: unexpected argument "x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(tt.caddyfile), nil)
+			if err == nil {
+				t.Fatalf("adapted without error; want %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q\ndoes not contain %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,97 @@
+package caddyacmeproxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+)
+
+// Handler is http.handlers.acme_proxy: one ACME endpoint serving one
+// profile under its prefix. Requests outside the prefix go to the next
+// handler.
+type Handler struct {
+	acmeproxy.ProfileConfig
+
+	// SignerRaw is the profile's signer module (acme_proxy.signers.*);
+	// default local_ca with Caddy's local CA.
+	SignerRaw json.RawMessage `json:"signer,omitempty" caddy:"namespace=acme_proxy.signers inline_key=module"`
+
+	app    *App
+	server *acmeproxy.Server
+}
+
+// CaddyModule returns the Caddy module information.
+func (*Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "http.handlers.acme_proxy", New: func() caddy.Module { return new(Handler) }}
+}
+
+// Provision builds the profile's server and mounts it in the app.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.ProfileConfig.SetDefaults()
+	if err := h.ProfileConfig.Validate(); err != nil {
+		return err
+	}
+	appMod, err := ctx.App("acme_proxy")
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNoApp, err)
+	}
+	h.app = appMod.(*App)
+
+	if h.SignerRaw == nil {
+		h.SignerRaw = json.RawMessage(`{"module":"local_ca"}`)
+	}
+	mod, err := ctx.LoadModule(h, "SignerRaw")
+	if err != nil {
+		return fmt.Errorf("signer: %w", err)
+	}
+	sgn, ok := mod.(signer.Signer)
+	if !ok {
+		return fmt.Errorf("signer: module %T is not a signer", mod)
+	}
+	v, err := validate.New(validate.Config{
+		HTTPPort:  h.ValidationPorts.HTTP,
+		TLSPort:   h.ValidationPorts.TLS,
+		Resolvers: h.Resolvers,
+	})
+	if err != nil {
+		return fmt.Errorf("validation: %w", err)
+	}
+	h.server, err = acmeproxy.NewServer(ctx, h.ProfileConfig, acmeproxy.Options{
+		DB: h.app.db, Queue: h.app.queue, Signer: sgn, Validator: v, Logger: ctx.Logger(),
+	})
+	if err != nil {
+		return err
+	}
+	return h.app.register(h.server)
+}
+
+// Cleanup unmounts the profile.
+func (h *Handler) Cleanup() error {
+	if h.app != nil && h.server != nil {
+		h.app.unregister(h.server)
+	}
+	return nil
+}
+
+// ServeHTTP serves the profile's endpoints and passes anything else on.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if !h.server.Handles(r.URL.Path) {
+		return next.ServeHTTP(w, r)
+	}
+	h.server.ServeHTTP(w, r)
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

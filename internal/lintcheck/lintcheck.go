@@ -1,0 +1,82 @@
+// Package lintcheck runs zlint over certificates and CRLs in tests. Like
+// net/http/httptest it exists only for tests: production code must not
+// import it.
+//
+// zlint encodes the CA/Browser Forum Baseline Requirements, RFC 5280 and
+// the root programs' rules. This project's CAs are private, so a few of
+// those rules do not apply; a test names each lint it accepts together
+// with the reason, and every other error or fatal result fails the test.
+package lintcheck
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	zx509 "github.com/zmap/zcrypto/x509"
+	"github.com/zmap/zlint/v3"
+	"github.com/zmap/zlint/v3/lint"
+)
+
+// Certificate lints the DER certificate der and fails t for every error or
+// fatal result whose lint is not in accept. accept maps a lint name to the
+// written reason it does not apply; an empty reason, or a name zlint does
+// not know, fails t too, so the list cannot rot silently.
+func Certificate(t testing.TB, der []byte, accept map[string]string) {
+	t.Helper()
+	if !checkAccept(t, accept, lint.GlobalRegistry().CertificateLints().Names()) {
+		return
+	}
+	c, err := zx509.ParseCertificate(der)
+	if err != nil {
+		t.Errorf("lintcheck: parsing certificate: %v", err)
+		return
+	}
+	report(t, "certificate", zlint.LintCertificate(c), accept)
+}
+
+// CRL lints the DER CRL der the same way Certificate lints a certificate.
+func CRL(t testing.TB, der []byte, accept map[string]string) {
+	t.Helper()
+	if !checkAccept(t, accept, lint.GlobalRegistry().RevocationListLints().Names()) {
+		return
+	}
+	crl, err := zx509.ParseRevocationList(der)
+	if err != nil {
+		t.Errorf("lintcheck: parsing CRL: %v", err)
+		return
+	}
+	report(t, "CRL", zlint.LintRevocationList(crl), accept)
+}
+
+// checkAccept reports whether every accepted lint is one of names (sorted)
+// and has a reason.
+func checkAccept(t testing.TB, accept map[string]string, names []string) bool {
+	t.Helper()
+	ok := true
+	for _, name := range slices.Sorted(maps.Keys(accept)) {
+		if accept[name] == "" {
+			t.Errorf("lintcheck: accepted lint %s has no justification", name)
+			ok = false
+		}
+		if _, found := slices.BinarySearch(names, name); !found {
+			t.Errorf("lintcheck: accepted lint %s is not a zlint lint of this kind", name)
+			ok = false
+		}
+	}
+	return ok
+}
+
+func report(t testing.TB, what string, rs *zlint.ResultSet, accept map[string]string) {
+	t.Helper()
+	for _, name := range slices.Sorted(maps.Keys(rs.Results)) {
+		r := rs.Results[name]
+		if r.Status != lint.Error && r.Status != lint.Fatal {
+			continue
+		}
+		if _, ok := accept[name]; ok {
+			continue
+		}
+		t.Errorf("lintcheck: %s fails %s (%s): %s [%s]", what, name, r.Status, r.Details, r.LintMetadata.Citation)
+	}
+}

@@ -1,0 +1,346 @@
+// Package localca is the local_ca signer: it signs leaves itself with a CA
+// it holds, either Caddy's pki CA or an intermediate imported from PEM
+// files. Finalize answers valid inline. Revocation is recorded in the ACME
+// layer's ledger, and the CRL built from it is signed with the same issuer.
+//
+// The leaf policy trusts nothing in the CSR but its public key (and its
+// common name, when that is one of the order's identifiers): names come
+// from the order, extensions from this package.
+package localca
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+)
+
+const (
+	// DefaultLifetime is the validity of a leaf when Options.Lifetime is
+	// zero. Seven days keeps a leaf "short-lived" in the CA/Browser Forum
+	// sense (BRs §1.6.1), so it needs no revocation pointer to be sound.
+	DefaultLifetime = 7 * 24 * time.Hour
+
+	// backdate is how far before now a leaf's validity starts, so that a
+	// client whose clock is a little behind ours accepts it at once.
+	backdate = time.Minute
+
+	// maxCommonName is ub-common-name (RFC 5280, Appendix A.1).
+	maxCommonName = 64
+)
+
+// Options tune a Signer. The zero value is usable.
+type Options struct {
+	// Lifetime is the longest validity of a leaf, counted as RFC 5280
+	// does, both ends inclusive; default DefaultLifetime. It must be
+	// longer than the one-minute backdate, or no leaf could be valid now.
+	Lifetime time.Duration
+	// CRLURL, when set, is put in every leaf as its CRL distribution point.
+	// It must be an http URL: CRLs are fetched without TLS (RFC 5280
+	// §4.2.1.13, BRs §7.1.2.11.2), since checking the CRL's server would
+	// itself need revocation checking.
+	CRLURL string
+	// Clock tells the time; default the wall clock.
+	Clock clock.Clock
+}
+
+// Signer is the local_ca signer.
+type Signer struct {
+	src      Source
+	lifetime time.Duration
+	crlURL   string
+	clock    clock.Clock
+}
+
+// New returns a Signer that signs with the issuer src returns at each
+// signing.
+func New(src Source, opts Options) (*Signer, error) {
+	if src == nil {
+		return nil, errors.New("localca: no issuer source")
+	}
+	s := &Signer{src: src, lifetime: opts.Lifetime, crlURL: opts.CRLURL, clock: opts.Clock}
+	if s.lifetime == 0 {
+		s.lifetime = DefaultLifetime
+	}
+	if s.lifetime <= backdate {
+		return nil, fmt.Errorf("localca: lifetime %v must be longer than %v", s.lifetime, backdate)
+	}
+	if s.crlURL != "" {
+		u, err := url.Parse(s.crlURL)
+		if err != nil {
+			return nil, fmt.Errorf("localca: crl url: %w", err)
+		}
+		if u.Scheme != "http" || u.Host == "" {
+			return nil, fmt.Errorf("localca: crl url %q must be an absolute http:// URL", s.crlURL)
+		}
+	}
+	if s.clock == nil {
+		s.clock = clock.Real()
+	}
+	return s, nil
+}
+
+// Issuer returns the current issuer, checked: its first certificate is a
+// CA allowed to sign certificates and its key matches it. The CRL is signed
+// with what it returns.
+func (s *Signer) Issuer(ctx context.Context) (Issuer, error) {
+	iss, err := s.src(ctx)
+	if err != nil {
+		return Issuer{}, fmt.Errorf("localca: issuing CA: %w", err)
+	}
+	if err := iss.check(); err != nil {
+		return Issuer{}, fmt.Errorf("localca: issuing CA: %w", err)
+	}
+	return iss, nil
+}
+
+// Issue signs a leaf for req at once. The returned chain is the leaf, then
+// the issuing CA and any intermediates above it; a self-signed root is left
+// out because a client must already trust it.
+func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.IssueOutcome, error) {
+	if req.CSR == nil {
+		return signer.IssueOutcome{}, errors.New("localca: issue request without a CSR")
+	}
+	iss, err := s.Issuer(ctx)
+	if err != nil {
+		return signer.IssueOutcome{}, err
+	}
+	tmpl, err := s.leaf(req, iss.Chain[0])
+	if err != nil {
+		return signer.IssueOutcome{}, err
+	}
+	// SignatureAlgorithm is left zero: crypto/x509 picks one that suits
+	// the issuer's key.
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, iss.Chain[0], req.CSR.PublicKey, iss.Key)
+	if err != nil {
+		return signer.IssueOutcome{}, fmt.Errorf("localca: signing order %s: %w", req.OrderID, err)
+	}
+	chain := make([][]byte, 0, 1+len(iss.Chain))
+	chain = append(chain, der)
+	for _, c := range iss.Chain {
+		if !selfSigned(c) {
+			chain = append(chain, c.Raw)
+		}
+	}
+	return signer.IssueOutcome{Chain: chain}, nil
+}
+
+// Revoke does nothing: for a local CA the ACME layer records the
+// revocation in its ledger, and the CRL is built from that ledger.
+func (s *Signer) Revoke(context.Context, *x509.Certificate, *int) error { return nil }
+
+// RevocationRoute is signer.RevokeInLedger.
+func (s *Signer) RevocationRoute() signer.RevocationRoute { return signer.RevokeInLedger }
+
+// CAChain returns the issuing CA and every certificate above it, the root
+// included, so that <prefix>/ca.pem gives a client something to trust.
+func (s *Signer) CAChain(ctx context.Context) ([][]byte, error) {
+	iss, err := s.Issuer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	chain := make([][]byte, len(iss.Chain))
+	for i, c := range iss.Chain {
+		chain[i] = c.Raw
+	}
+	return chain, nil
+}
+
+// leaf builds the certificate template for req. Everything in it comes
+// from the order, the CSR's public key and this signer's options; the
+// CSR's extensions are never copied, so a CSR cannot ask for CA:true, more
+// names or more key usages.
+func (s *Signer) leaf(req signer.IssueRequest, ca *x509.Certificate) (*x509.Certificate, error) {
+	if len(req.Identifiers) == 0 {
+		return nil, errors.New("localca: issue request without identifiers")
+	}
+	tmpl := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: commonName(req.CSR.Subject.CommonName, req.Identifiers)},
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true, // and IsCA false
+	}
+	for _, id := range req.Identifiers {
+		switch id.Type {
+		case "dns":
+			tmpl.DNSNames = append(tmpl.DNSNames, id.Value)
+		case "ip":
+			ip := net.ParseIP(id.Value)
+			if ip == nil {
+				return nil, &signer.Error{Kind: signer.KindRejectedIdentifier, Detail: fmt.Sprintf("%q is not an IP address", id.Value)}
+			}
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		default:
+			return nil, &signer.Error{Kind: signer.KindRejectedIdentifier, Detail: fmt.Sprintf("identifier type %q is not supported", id.Type)}
+		}
+	}
+
+	// keyEncipherment is for RSA key transport (TLS 1.2 RSA key exchange);
+	// it means nothing for an ECDSA or Ed25519 key (RFC 8813 §3, RFC 8410
+	// §5).
+	switch req.CSR.PublicKey.(type) {
+	case *rsa.PublicKey:
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	case *ecdsa.PublicKey, ed25519.PublicKey:
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	default:
+		return nil, &signer.Error{Kind: signer.KindBadCSR, Detail: fmt.Sprintf("unsupported public key type %T", req.CSR.PublicKey)}
+	}
+
+	var err error
+	if tmpl.SubjectKeyId, err = subjectKeyID(req.CSR.PublicKey); err != nil {
+		return nil, err
+	}
+	if tmpl.SerialNumber, err = randomSerial(); err != nil {
+		return nil, err
+	}
+	if tmpl.NotBefore, tmpl.NotAfter, err = s.validity(req, ca); err != nil {
+		return nil, err
+	}
+	if s.crlURL != "" {
+		tmpl.CRLDistributionPoints = []string{s.crlURL}
+	}
+	// AuthorityKeyId: crypto/x509 copies the issuer's SubjectKeyId.
+	return tmpl, nil
+}
+
+// validity returns the leaf's NotBefore and NotAfter: the intersection of
+// this signer's window (from a minute before now, for the lifetime), the
+// window the order asked for, and the issuing CA's own validity, so a leaf
+// never outlives its issuer. Both ends are inclusive (RFC 5280 §4.1.2.5),
+// hence the second taken off the lifetime, and whole seconds, the
+// resolution of the encoding; rounding only ever narrows.
+func (s *Signer) validity(req signer.IssueRequest, ca *x509.Certificate) (notBefore, notAfter time.Time, err error) {
+	now := s.clock.Now()
+	if now.Before(ca.NotBefore) || now.After(ca.NotAfter) {
+		return time.Time{}, time.Time{}, &signer.Error{
+			Kind:   signer.KindUnavailable,
+			Detail: "the issuing CA is not valid now",
+			Err:    fmt.Errorf("issuing CA %q is valid from %v to %v, now is %v", ca.Subject, ca.NotBefore, ca.NotAfter, now),
+		}
+	}
+	notBefore = now.Add(-backdate)
+	notAfter = notBefore.Add(s.lifetime - time.Second)
+	notBefore = latest(notBefore, req.NotBefore, ca.NotBefore)
+	if !req.NotAfter.IsZero() && req.NotAfter.Before(notAfter) {
+		notAfter = req.NotAfter
+	}
+	if ca.NotAfter.Before(notAfter) {
+		notAfter = ca.NotAfter
+	}
+	if t := notBefore.Truncate(time.Second); t.Before(notBefore) {
+		notBefore = t.Add(time.Second)
+	}
+	notAfter = notAfter.Truncate(time.Second)
+	if notAfter.Before(notBefore) || notAfter.Before(now) {
+		return time.Time{}, time.Time{}, &signer.Error{
+			Kind: signer.KindBadCSR,
+			Detail: fmt.Sprintf("no validity is left once the requested window is narrowed to what this CA issues: notBefore %s, notAfter %s",
+				notBefore.UTC().Format(time.RFC3339), notAfter.UTC().Format(time.RFC3339)),
+		}
+	}
+	return notBefore, notAfter, nil
+}
+
+func latest(t time.Time, ts ...time.Time) time.Time {
+	for _, u := range ts {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
+}
+
+// commonName picks the subject CN. The CN is deprecated for server names
+// (browsers read only the SAN), but some clients and tools still display
+// or match it. It is the CSR's CN when that is one of the order's
+// identifiers, else the first DNS identifier short enough for a CN, else
+// none (the subject is then empty and crypto/x509 marks the SAN critical,
+// RFC 5280 §4.2.1.6). It is always written as the identifier, so it
+// matches a SAN entry byte for byte.
+func commonName(csrCN string, ids []signer.Identifier) string {
+	if csrCN != "" {
+		csrIP := net.ParseIP(csrCN)
+		for _, id := range ids {
+			if len(id.Value) > maxCommonName {
+				continue
+			}
+			if id.Type == "dns" && strings.EqualFold(id.Value, csrCN) ||
+				id.Type == "ip" && csrIP != nil && csrIP.Equal(net.ParseIP(id.Value)) {
+				return id.Value
+			}
+		}
+	}
+	for _, id := range ids {
+		if id.Type == "dns" && len(id.Value) <= maxCommonName {
+			return id.Value
+		}
+	}
+	return ""
+}
+
+// serialLimit bounds serials to 128 bits: far more than the 64 bits of
+// entropy the BRs (§7.1) ask for, and well inside RFC 5280's 20 octets.
+var serialLimit = new(big.Int).Lsh(big.NewInt(1), 128)
+
+// randomSerial returns a random serial in [1, 2^128). Random serials make
+// a leaf's contents unpredictable to whoever asks for it, and need no
+// coordination between Caddy instances sharing a database.
+func randomSerial() (*big.Int, error) {
+	for {
+		n, err := rand.Int(rand.Reader, serialLimit)
+		if err != nil {
+			return nil, fmt.Errorf("localca: serial number: %w", err)
+		}
+		if n.Sign() > 0 { // RFC 5280 §4.1.2.2: positive
+			return n, nil
+		}
+	}
+}
+
+// subjectKeyID derives the key identifier of pub as crypto/x509 does for
+// CA certificates: the leftmost 160 bits of the SHA-256 of the
+// subjectPublicKey bits (RFC 7093 §2, method 1).
+func subjectKeyID(pub crypto.PublicKey) ([]byte, error) {
+	spki, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("localca: subject key identifier: %w", err)
+	}
+	var info struct {
+		Algorithm pkix.AlgorithmIdentifier
+		PublicKey asn1.BitString
+	}
+	if _, err := asn1.Unmarshal(spki, &info); err != nil {
+		return nil, fmt.Errorf("localca: subject key identifier: %w", err)
+	}
+	sum := sha256.Sum256(info.PublicKey.Bytes)
+	return sum[:20], nil
+}
+
+// selfSigned reports whether c is a root: issued by itself and verified
+// by its own key. Matching names alone are not enough; a CA renewing its
+// key issues a certificate with its own name under its old key.
+func selfSigned(c *x509.Certificate) bool {
+	return bytes.Equal(c.RawSubject, c.RawIssuer) && c.CheckSignatureFrom(c) == nil
+}
+
+var (
+	_ signer.Signer    = (*Signer)(nil)
+	_ signer.CAChainer = (*Signer)(nil)
+)

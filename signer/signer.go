@@ -1,0 +1,126 @@
+// Package signer defines how a profile turns a checked order into a
+// certificate. The ACME layer (acmeproxy) has proved the client's control of
+// every identifier and checked the CSR against the order before it calls a
+// Signer; a Signer decides only how the certificate is produced. Signers
+// never import acmeproxy: one that finishes later reports through the
+// Settler it was built with, so the order row, the audit row and the
+// notification are written in one place.
+package signer
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Identifier is an ACME identifier (RFC 8555 §9.7.7): type "dns" or "ip".
+type Identifier struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// IssueRequest is a finalized order, ready to sign.
+type IssueRequest struct {
+	OrderID string
+	Profile string
+	// CSR has been checked against the order: its names equal the order's
+	// identifiers, its key is allowed and is not the account key. A signer
+	// must still not trust its extensions.
+	CSR    *x509.CertificateRequest
+	CSRDER []byte
+	// Identifiers are the order's, normalized, in the order's order.
+	Identifiers []Identifier
+	// NotBefore and NotAfter are what the client asked for in newOrder;
+	// zero when it asked for nothing. A signer may narrow the validity to
+	// them, never widen it.
+	NotBefore, NotAfter time.Time
+}
+
+// IssueOutcome is what Issue did: signed now (Chain set), or accepted the
+// work and will report through its Settler (Pending).
+type IssueOutcome struct {
+	// Chain is DER certificates, leaf first, then intermediates.
+	Chain   [][]byte
+	Pending bool
+}
+
+// RevocationRoute says where a revocation is recorded.
+type RevocationRoute int
+
+const (
+	// RevokeInLedger: the signer is a local CA; the ACME layer records the
+	// revocation in its own ledger in one transaction and the CRL follows.
+	RevokeInLedger RevocationRoute = iota + 1
+	// RevokeByJob: the backend (an upstream CA, a script) must be told; the
+	// revocation is queued as a job for the process holding the backend.
+	RevokeByJob
+)
+
+// Signer produces certificates for one profile.
+type Signer interface {
+	// Issue signs now (Chain) or accepts the work and finishes it later
+	// (Pending), reporting through its Settler. An error that is a *Error
+	// is the signer's refusal and is shown to the client; any other error
+	// is a server fault.
+	Issue(ctx context.Context, req IssueRequest) (IssueOutcome, error)
+	// Revoke withdraws trust at whatever issued the certificate. It is
+	// idempotent. reason is an RFC 5280 CRLReason code, nil for none.
+	Revoke(ctx context.Context, cert *x509.Certificate, reason *int) error
+	// RevocationRoute says whether revocation is a local ledger write or a
+	// job.
+	RevocationRoute() RevocationRoute
+}
+
+// CAChainer is implemented by signers that know the chain of the CA they
+// issue from, served as <prefix>/ca.pem. DER, issuing CA first.
+type CAChainer interface {
+	CAChain(ctx context.Context) ([][]byte, error)
+}
+
+// Settler is how a signer that answered Pending reports the end of the
+// work. It is given to the signer when it is built.
+type Settler interface {
+	// Issued records the certificate chain (DER, leaf first).
+	Issued(ctx context.Context, orderID string, chain [][]byte) error
+	// Failed records a permanent failure. detail is for the operator;
+	// the client sees a generic problem.
+	Failed(ctx context.Context, orderID string, detail string) error
+}
+
+// Kind classifies a signer's refusal so the ACME layer can answer with the
+// matching problem type.
+type Kind int
+
+const (
+	// KindBadCSR: the CSR is unacceptable (RFC 8555 badCSR).
+	KindBadCSR Kind = iota + 1
+	// KindRejectedIdentifier: the signer will not issue for a name.
+	KindRejectedIdentifier
+	// KindUnavailable: the backend cannot sign now; try again later.
+	KindUnavailable
+)
+
+// Error is a signer's refusal, with a detail fit for the client.
+type Error struct {
+	Kind   Kind
+	Detail string
+	Err    error // the cause, for the operator's log; may be nil
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %v", e.Detail, e.Err)
+	}
+	return e.Detail
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// AsError reports whether err is a signer refusal, and returns it.
+func AsError(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}

@@ -1,0 +1,80 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddypki"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
+)
+
+// LocalCA is acme_proxy.signers.local_ca: it signs with a CA of Caddy's pki
+// app (default "local") or with an issuing CA from PEM files.
+type LocalCA struct {
+	localca.Config
+	*localca.Signer `json:"-"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (*LocalCA) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "acme_proxy.signers.local_ca", New: func() caddy.Module { return new(LocalCA) }}
+}
+
+// Provision finds the issuing CA and builds the signer.
+func (l *LocalCA) Provision(ctx caddy.Context) error {
+	if time.Duration(l.Lifetime) < 0 {
+		return fmt.Errorf("signer.lifetime: must be positive, not %s", time.Duration(l.Lifetime))
+	}
+	var (
+		src localca.Source
+		err error
+	)
+	switch {
+	case l.Cert != "" && l.Key == "":
+		return fmt.Errorf("signer.key: required when signer.cert is set")
+	case l.Key != "" && l.Cert == "":
+		return fmt.Errorf("signer.cert: required when signer.key is set")
+	case l.Cert != "":
+		if src, err = localca.FromPEMFiles(l.Cert, l.Key); err != nil {
+			return fmt.Errorf("signer: %w", err)
+		}
+	default:
+		if src, err = pkiSource(ctx, l.CA); err != nil {
+			return err
+		}
+	}
+	l.Signer, err = localca.New(src, localca.Options{Lifetime: time.Duration(l.Lifetime)})
+	if err != nil {
+		return fmt.Errorf("signer: %w", err)
+	}
+	return nil
+}
+
+// pkiSource reads the issuer from a CA of Caddy's pki app at every
+// signing, because Caddy renews that CA's intermediate on its own.
+func pkiSource(ctx caddy.Context, id string) (localca.Source, error) {
+	if id == "" {
+		id = caddypki.DefaultCAID
+	}
+	appMod, err := ctx.App("pki")
+	if err != nil {
+		return nil, fmt.Errorf("signer.ca: loading the pki app: %w", err)
+	}
+	ca, err := appMod.(*caddypki.PKI).GetCA(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("signer.ca: %q: %w", id, err)
+	}
+	return func(context.Context) (localca.Issuer, error) {
+		// Copy: the intermediate chain is Caddy's own slice.
+		chain := slices.Concat(ca.IntermediateCertificateChain(), []*x509.Certificate{ca.RootCertificate()})
+		return localca.Issuer{Chain: chain, Key: ca.IntermediateKey()}, nil
+	}, nil
+}
+
+// Interface guards
+var _ caddy.Provisioner = (*LocalCA)(nil)

@@ -1,0 +1,237 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// NewID returns a random, URL-safe identifier for an ACME resource
+// (128 bits: unguessable, so resource URLs leak nothing).
+func NewID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("store: crypto/rand failed: %v", err))
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// Secret returns the named server secret, creating it with size random
+// bytes the first time. Every instance on the database gets the same value.
+func (db *DB) Secret(ctx context.Context, name string, size int, now time.Time) ([]byte, error) {
+	fresh := make([]byte, size)
+	if _, err := rand.Read(fresh); err != nil {
+		return nil, fmt.Errorf("store: generating secret %s: %w", name, err)
+	}
+	var val []byte
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`),
+			name, fresh, now.UnixMilli()); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, db.q(`SELECT value FROM secrets WHERE name = ?`), name).Scan(&val)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: secret %s: %w", name, err)
+	}
+	return val, nil
+}
+
+// ---- Accounts ----
+
+// Account is an ACME account (RFC 8555 §7.1.2) in one profile.
+type Account struct {
+	ID         string
+	Profile    string
+	Thumbprint string // RFC 7638 thumbprint of the account key, base64url
+	KeyJWK     []byte // the account's public key as a JWK
+	Status     string // valid, deactivated, revoked
+	Contact    []string
+	TOSAgreed  bool
+	CreatedAt  time.Time
+}
+
+const accountCols = `id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at`
+
+func scanAccount(r rowScanner) (Account, error) {
+	var (
+		a       Account
+		jwk     string
+		contact string
+		tos     int
+		created int64
+	)
+	if err := r.Scan(&a.ID, &a.Profile, &a.Thumbprint, &jwk, &a.Status, &contact, &tos, &created); err != nil {
+		return Account{}, err
+	}
+	a.KeyJWK, a.TOSAgreed, a.CreatedAt = []byte(jwk), tos != 0, ms(created)
+	if err := json.Unmarshal([]byte(contact), &a.Contact); err != nil {
+		return Account{}, fmt.Errorf("store: account %s contact: %w", a.ID, err)
+	}
+	return a, nil
+}
+
+// readErr turns a single-row read's error into ErrNotFound or a wrapped
+// fault naming what was read.
+func readErr(err error, what string) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s", ErrNotFound, what)
+	}
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", what, err)
+	}
+	return nil
+}
+
+// CreateAccount stores a new account, or returns the existing account with
+// the same key in the profile (created=false).
+func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time) (Account, bool, error) {
+	contact, err := json.Marshal(nonNil(a.Contact))
+	if err != nil {
+		return Account{}, false, fmt.Errorf("store: account contact: %w", err)
+	}
+	tos := 0
+	if a.TOSAgreed {
+		tos = 1
+	}
+	var created bool
+	err = db.withTx(ctx, func(tx *sql.Tx) error {
+		got, err := scanAccount(tx.QueryRowContext(ctx, db.q(`INSERT INTO accounts
+			(id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at, updated_at)
+			VALUES (?, ?, ?, ?, 'valid', ?, ?, ?, ?)
+			ON CONFLICT DO NOTHING RETURNING `+accountCols),
+			NewID(), a.Profile, a.Thumbprint, string(a.KeyJWK), string(contact), tos, now.UnixMilli(), now.UnixMilli()))
+		if err == nil {
+			a, created = got, true
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		a, err = scanAccount(tx.QueryRowContext(ctx, db.q(`SELECT `+accountCols+` FROM accounts WHERE profile = ? AND key_thumbprint = ?`),
+			a.Profile, a.Thumbprint))
+		return err
+	})
+	if err != nil {
+		return Account{}, false, fmt.Errorf("store: creating account: %w", err)
+	}
+	return a, created, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// GetAccount reads an account of a profile by id.
+func (db *DB) GetAccount(ctx context.Context, profile, id string) (Account, error) {
+	a, err := scanAccount(db.r.QueryRowContext(ctx, db.q(`SELECT `+accountCols+` FROM accounts WHERE profile = ? AND id = ?`), profile, id))
+	return a, readErr(err, "account "+id)
+}
+
+// AccountByKey finds an account of a profile by its key thumbprint.
+func (db *DB) AccountByKey(ctx context.Context, profile, thumbprint string) (Account, error) {
+	a, err := scanAccount(db.r.QueryRowContext(ctx, db.q(`SELECT `+accountCols+` FROM accounts WHERE profile = ? AND key_thumbprint = ?`), profile, thumbprint))
+	return a, readErr(err, "account by key")
+}
+
+// UpdateAccountContact replaces a valid account's contact list.
+func (db *DB) UpdateAccountContact(ctx context.Context, id string, contact []string, now time.Time) (Account, error) {
+	c, err := json.Marshal(nonNil(contact))
+	if err != nil {
+		return Account{}, fmt.Errorf("store: account contact: %w", err)
+	}
+	return db.accountUpdate(ctx, id, `contact = ?, updated_at = ?`, string(c), now.UnixMilli())
+}
+
+// DeactivateAccount moves a valid account to deactivated (RFC 8555 §7.3.6).
+func (db *DB) DeactivateAccount(ctx context.Context, id string, now time.Time) (Account, error) {
+	return db.accountUpdate(ctx, id, `status = 'deactivated', updated_at = ?`, now.UnixMilli())
+}
+
+// accountUpdate changes a valid account; ErrWrongState if it is not valid.
+func (db *DB) accountUpdate(ctx context.Context, id, set string, args ...any) (Account, error) {
+	a, err := scanAccount(db.w.QueryRowContext(ctx, db.q(`UPDATE accounts SET `+set+` WHERE id = ? AND status = 'valid' RETURNING `+accountCols),
+		append(args, id)...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Account{}, fmt.Errorf("%w: account %s is not valid", ErrWrongState, id)
+	}
+	if err != nil {
+		return Account{}, fmt.Errorf("store: updating account %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// ChangeAccountKey replaces a valid account's key (RFC 8555 §7.3.5),
+// guarded on the old key. ErrConflict if the new key already belongs to an
+// account of the profile.
+func (db *DB) ChangeAccountKey(ctx context.Context, id, oldThumb, newThumb string, newJWK []byte, now time.Time) (Account, error) {
+	a, err := scanAccount(db.w.QueryRowContext(ctx, db.q(`UPDATE accounts SET key_thumbprint = ?, key_jwk = ?, updated_at = ?
+		WHERE id = ? AND key_thumbprint = ? AND status = 'valid' RETURNING `+accountCols),
+		newThumb, string(newJWK), now.UnixMilli(), id, oldThumb))
+	switch {
+	case err != nil && isUniqueViolation(err):
+		return Account{}, fmt.Errorf("%w: the new key belongs to another account", ErrConflict)
+	case errors.Is(err, sql.ErrNoRows):
+		return Account{}, fmt.Errorf("%w: account %s is not valid or its key changed", ErrWrongState, id)
+	case err != nil:
+		return Account{}, fmt.Errorf("store: changing key of account %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// AccountOrderIDs lists an account's order ids, newest first, after the
+// given cursor (an order id; "" for the first page).
+func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, limit int) ([]string, error) {
+	stmt := `SELECT id FROM orders WHERE account_id = ? ORDER BY created_at DESC, id DESC LIMIT ?`
+	args := []any{accountID, limit}
+	if after != "" {
+		stmt = `SELECT o.id FROM orders o, orders c WHERE c.id = ? AND o.account_id = ?
+			AND (o.created_at < c.created_at OR (o.created_at = c.created_at AND o.id < c.id))
+			ORDER BY o.created_at DESC, o.id DESC LIMIT ?`
+		args = []any{after, accountID, limit}
+	}
+	rows, err := db.r.QueryContext(ctx, db.q(stmt), args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: listing orders of %s: %w", accountID, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("store: listing orders of %s: %w", accountID, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// ---- Nonces ----
+
+// UseNonce records a nonce as used. It reports false if it was used before.
+func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (bool, error) {
+	res, err := db.w.ExecContext(ctx, db.q(`INSERT INTO used_nonces (nonce, expires_at) VALUES (?, ?) ON CONFLICT DO NOTHING`),
+		nonce, expires.UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("store: using nonce: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// PruneNonces forgets used nonces that have expired anyway.
+func (db *DB) PruneNonces(ctx context.Context, now time.Time) (int64, error) {
+	res, err := db.w.ExecContext(ctx, db.q(`DELETE FROM used_nonces WHERE expires_at < ?`), now.UnixMilli())
+	if err != nil {
+		return 0, fmt.Errorf("store: pruning nonces: %w", err)
+	}
+	return res.RowsAffected()
+}

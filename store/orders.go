@@ -1,0 +1,452 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Identifier is an ACME identifier as stored.
+type Identifier struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// Order is an ACME order (RFC 8555 §7.1.3).
+type Order struct {
+	ID            string
+	Profile       string
+	AccountID     string
+	Status        string // pending, ready, processing, valid, invalid
+	Identifiers   []Identifier
+	NotBefore     time.Time // zero: not requested
+	NotAfter      time.Time
+	Expires       time.Time
+	Error         []byte // problem document JSON; nil when none
+	CSR           []byte // DER, once finalized
+	CertificateID string
+	AuthzIDs      []string // filled by GetOrder
+	CreatedAt     time.Time
+}
+
+// Authz is an ACME authorization (RFC 8555 §7.1.4) with its challenges.
+type Authz struct {
+	ID         string
+	OrderID    string
+	AccountID  string
+	Identifier Identifier
+	Wildcard   bool
+	Status     string // pending, valid, invalid, deactivated, expired, revoked
+	Expires    time.Time
+	Challenges []Challenge
+}
+
+// Challenge is an ACME challenge (RFC 8555 §7.1.5).
+type Challenge struct {
+	ID        string
+	AuthzID   string
+	Type      string
+	Token     string
+	Status    string // pending, processing, valid, invalid
+	Validated time.Time
+	Error     []byte // problem document JSON; nil when none
+}
+
+const orderCols = `id, profile, account_id, status, identifiers, not_before, not_after, expires_at, error, csr, certificate_id, created_at`
+
+func scanOrder(r rowScanner) (Order, error) {
+	var (
+		o                Order
+		idents           string
+		nb, na           sql.NullInt64
+		expires, created int64
+		problem, certID  sql.NullString
+		csr              []byte
+	)
+	if err := r.Scan(&o.ID, &o.Profile, &o.AccountID, &o.Status, &idents, &nb, &na, &expires, &problem, &csr, &certID, &created); err != nil {
+		return Order{}, err
+	}
+	if err := json.Unmarshal([]byte(idents), &o.Identifiers); err != nil {
+		return Order{}, fmt.Errorf("order %s identifiers: %w", o.ID, err)
+	}
+	o.NotBefore, o.NotAfter, o.Expires, o.CreatedAt = nullMs(nb), nullMs(na), ms(expires), ms(created)
+	if problem.Valid {
+		o.Error = []byte(problem.String)
+	}
+	o.CSR, o.CertificateID = csr, certID.String
+	return o, nil
+}
+
+const authzCols = `a.id, a.order_id, a.account_id, a.identifier_type, a.identifier_value, a.wildcard, a.status, a.expires_at`
+
+func scanAuthz(r rowScanner) (Authz, error) {
+	var (
+		a        Authz
+		wildcard int
+		expires  int64
+	)
+	if err := r.Scan(&a.ID, &a.OrderID, &a.AccountID, &a.Identifier.Type, &a.Identifier.Value, &wildcard, &a.Status, &expires); err != nil {
+		return Authz{}, err
+	}
+	a.Wildcard, a.Expires = wildcard != 0, ms(expires)
+	return a, nil
+}
+
+const challengeCols = `c.id, c.authz_id, c.type, c.token, c.status, c.validated_at, c.error`
+
+func scanChallenge(r rowScanner) (Challenge, error) {
+	var (
+		c         Challenge
+		validated sql.NullInt64
+		problem   sql.NullString
+	)
+	if err := r.Scan(&c.ID, &c.AuthzID, &c.Type, &c.Token, &c.Status, &validated, &problem); err != nil {
+		return Challenge{}, err
+	}
+	c.Validated = nullMs(validated)
+	if problem.Valid {
+		c.Error = []byte(problem.String)
+	}
+	return c, nil
+}
+
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// CreateOrder stores an order with its authorizations and their
+// challenges in one transaction, giving each an id. Challenge tokens must
+// be set by the caller.
+func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time.Time) (Order, error) {
+	idents, err := json.Marshal(o.Identifiers)
+	if err != nil {
+		return Order{}, fmt.Errorf("store: order identifiers: %w", err)
+	}
+	o.ID, o.Status, o.CreatedAt = NewID(), "pending", now
+	o.AuthzIDs = make([]string, len(authzs))
+	err = db.withTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders
+			(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at)
+			VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)`),
+			o.ID, o.Profile, o.AccountID, string(idents), msOrNull(o.NotBefore), msOrNull(o.NotAfter),
+			o.Expires.UnixMilli(), now.UnixMilli(), now.UnixMilli()); err != nil {
+			return err
+		}
+		for i, a := range authzs {
+			a.ID = NewID()
+			o.AuthzIDs[i] = a.ID
+			wildcard := 0
+			if a.Wildcard {
+				wildcard = 1
+			}
+			if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO authorizations
+				(id, order_id, account_id, identifier_type, identifier_value, wildcard, status, expires_at, created_at, updated_at)
+				VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)`),
+				a.ID, o.ID, o.AccountID, a.Identifier.Type, a.Identifier.Value, wildcard, a.Expires.UnixMilli(),
+				now.UnixMilli(), now.UnixMilli()); err != nil {
+				return err
+			}
+			for _, c := range a.Challenges {
+				if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO challenges (id, authz_id, type, token, status, updated_at)
+					VALUES (?, ?, ?, ?, 'pending', ?)`), NewID(), a.ID, c.Type, c.Token, now.UnixMilli()); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Order{}, fmt.Errorf("store: creating order: %w", err)
+	}
+	return o, nil
+}
+
+// GetOrder reads an order of a profile, with its authorization ids.
+func (db *DB) GetOrder(ctx context.Context, profile, id string) (Order, error) {
+	o, err := scanOrder(db.r.QueryRowContext(ctx, db.q(`SELECT `+orderCols+` FROM orders WHERE profile = ? AND id = ?`), profile, id))
+	if err := readErr(err, "order "+id); err != nil {
+		return Order{}, err
+	}
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id FROM authorizations WHERE order_id = ? ORDER BY rowid`), id)
+	if err != nil {
+		return Order{}, fmt.Errorf("store: authorizations of order %s: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var aid string
+		if err := rows.Scan(&aid); err != nil {
+			return Order{}, fmt.Errorf("store: authorizations of order %s: %w", id, err)
+		}
+		o.AuthzIDs = append(o.AuthzIDs, aid)
+	}
+	return o, rows.Err()
+}
+
+// GetAuthz reads an authorization of a profile with its challenges.
+func (db *DB) GetAuthz(ctx context.Context, profile, id string) (Authz, error) {
+	a, err := scanAuthz(db.r.QueryRowContext(ctx, db.q(`SELECT `+authzCols+` FROM authorizations a
+		JOIN orders o ON o.id = a.order_id WHERE a.id = ? AND o.profile = ?`), id, profile))
+	if err := readErr(err, "authorization "+id); err != nil {
+		return Authz{}, err
+	}
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT `+challengeCols+` FROM challenges c WHERE c.authz_id = ? ORDER BY c.rowid`), id)
+	if err != nil {
+		return Authz{}, fmt.Errorf("store: challenges of %s: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		c, err := scanChallenge(rows)
+		if err != nil {
+			return Authz{}, fmt.Errorf("store: challenges of %s: %w", id, err)
+		}
+		a.Challenges = append(a.Challenges, c)
+	}
+	return a, rows.Err()
+}
+
+// GetChallenge reads a challenge of a profile with its authorization
+// (without the authorization's other challenges).
+func (db *DB) GetChallenge(ctx context.Context, profile, id string) (Challenge, Authz, error) {
+	row := db.r.QueryRowContext(ctx, db.q(`SELECT `+challengeCols+`, `+authzCols+` FROM challenges c
+		JOIN authorizations a ON a.id = c.authz_id JOIN orders o ON o.id = a.order_id
+		WHERE c.id = ? AND o.profile = ?`), id, profile)
+	var (
+		c         Challenge
+		a         Authz
+		validated sql.NullInt64
+		problem   sql.NullString
+		wildcard  int
+		expires   int64
+	)
+	err := row.Scan(&c.ID, &c.AuthzID, &c.Type, &c.Token, &c.Status, &validated, &problem,
+		&a.ID, &a.OrderID, &a.AccountID, &a.Identifier.Type, &a.Identifier.Value, &wildcard, &a.Status, &expires)
+	if err := readErr(err, "challenge "+id); err != nil {
+		return Challenge{}, Authz{}, err
+	}
+	c.Validated = nullMs(validated)
+	if problem.Valid {
+		c.Error = []byte(problem.String)
+	}
+	a.Wildcard, a.Expires = wildcard != 0, ms(expires)
+	return c, a, nil
+}
+
+// StartChallenge moves a pending challenge of a pending authorization to
+// processing. It reports false (and no error) when the challenge had
+// already left pending: a repeated POST is answered with its state.
+func (db *DB) StartChallenge(ctx context.Context, id string, now time.Time) (bool, error) {
+	res, err := db.w.ExecContext(ctx, db.q(`UPDATE challenges SET status = 'processing', updated_at = ?
+		WHERE id = ? AND status = 'pending'
+		AND EXISTS (SELECT 1 FROM authorizations a WHERE a.id = challenges.authz_id AND a.status = 'pending' AND a.expires_at > ?)`),
+		now.UnixMilli(), id, now.UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("store: starting challenge %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// ChallengeResult is what CompleteChallenge changed.
+type ChallengeResult struct {
+	OrderID     string
+	OrderStatus string // the order's status after the change
+	// OrderChanged: this call moved the order (to ready or invalid).
+	OrderChanged bool
+}
+
+// CompleteChallenge records a validation's result in one transaction:
+// the challenge (processing → valid/invalid), its authorization (pending →
+// valid/invalid), and the order (pending → ready once every authorization
+// is valid; pending → invalid on failure). Each step is a guarded write,
+// so concurrent validations of an order's last authorizations promote it
+// once. ErrWrongState if the challenge is no longer processing.
+func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, problem []byte, now time.Time) (ChallengeResult, error) {
+	status, validated := "invalid", time.Time{}
+	if valid {
+		status, validated = "valid", now
+	}
+	var res ChallengeResult
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		var authzID string
+		err := tx.QueryRowContext(ctx, db.q(`UPDATE challenges SET status = ?, validated_at = ?, error = ?, updated_at = ?
+			WHERE id = ? AND status = 'processing' RETURNING authz_id`),
+			status, msOrNull(validated), nullBytes(problem), now.UnixMilli(), id).Scan(&authzID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: challenge %s is not processing", ErrWrongState, id)
+		}
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRowContext(ctx, db.q(`UPDATE authorizations SET status = ?, updated_at = ?
+			WHERE id = ? AND status = 'pending' RETURNING order_id`), status, now.UnixMilli(), authzID).Scan(&res.OrderID)
+		if errors.Is(err, sql.ErrNoRows) {
+			// The authorization was settled meanwhile (another challenge,
+			// deactivation, expiry): nothing further changes.
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var moved sql.Result
+		if valid {
+			moved, err = tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'ready', updated_at = ?
+				WHERE id = ? AND status = 'pending'
+				AND NOT EXISTS (SELECT 1 FROM authorizations WHERE order_id = ? AND status <> 'valid')`),
+				now.UnixMilli(), res.OrderID, res.OrderID)
+		} else {
+			moved, err = tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, updated_at = ?
+				WHERE id = ? AND status = 'pending'`), nullBytes(problem), now.UnixMilli(), res.OrderID)
+		}
+		if err != nil {
+			return err
+		}
+		if n, err := moved.RowsAffected(); err == nil && n == 1 {
+			res.OrderChanged = true
+		}
+		return tx.QueryRowContext(ctx, db.q(`SELECT status FROM orders WHERE id = ?`), res.OrderID).Scan(&res.OrderStatus)
+	})
+	if err != nil && !errors.Is(err, ErrWrongState) {
+		err = fmt.Errorf("store: completing challenge %s: %w", id, err)
+	}
+	return res, err
+}
+
+// ProcessingChallenge names a challenge a validation is owed to.
+type ProcessingChallenge struct {
+	ID      string
+	Profile string
+}
+
+// ProcessingChallenges lists challenges in processing, for re-queueing
+// validations at start.
+func (db *DB) ProcessingChallenges(ctx context.Context) ([]ProcessingChallenge, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT c.id, o.profile FROM challenges c
+		JOIN authorizations a ON a.id = c.authz_id JOIN orders o ON o.id = a.order_id
+		WHERE c.status = 'processing'`)
+	if err != nil {
+		return nil, fmt.Errorf("store: processing challenges: %w", err)
+	}
+	defer rows.Close()
+	var out []ProcessingChallenge
+	for rows.Next() {
+		var p ProcessingChallenge
+		if err := rows.Scan(&p.ID, &p.Profile); err != nil {
+			return nil, fmt.Errorf("store: processing challenges: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// DeactivateAuthz moves a pending or valid authorization to deactivated
+// (RFC 8555 §7.5.2) and a pending or ready order that needed it to invalid.
+func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) error {
+	return db.withTx(ctx, func(tx *sql.Tx) error {
+		var orderID string
+		err := tx.QueryRowContext(ctx, db.q(`UPDATE authorizations SET status = 'deactivated', updated_at = ?
+			WHERE id = ? AND status IN ('pending','valid') RETURNING order_id`), now.UnixMilli(), id).Scan(&orderID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: authorization %s is neither pending nor valid", ErrWrongState, id)
+		}
+		if err != nil {
+			return fmt.Errorf("store: deactivating authorization %s: %w", id, err)
+		}
+		if _, err := tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', updated_at = ?
+			WHERE id = ? AND status IN ('pending','ready')`), now.UnixMilli(), orderID); err != nil {
+			return fmt.Errorf("store: invalidating order %s: %w", orderID, err)
+		}
+		return nil
+	})
+}
+
+// ClaimOrderForIssue moves an unexpired ready order to processing and
+// records its CSR. Only one caller wins; the others get false.
+func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, now time.Time) (bool, error) {
+	res, err := db.w.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, updated_at = ?
+		WHERE id = ? AND status = 'ready' AND expires_at > ?`), csr, now.UnixMilli(), id, now.UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("store: claiming order %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Certificate is an issued certificate.
+type Certificate struct {
+	ID        string
+	OrderID   string
+	Profile   string
+	AccountID string
+	Serial    string // lower-case hex
+	ChainPEM  string
+	PublicKey []byte // the leaf's SubjectPublicKeyInfo, stored at issuance
+	NotBefore time.Time
+	NotAfter  time.Time
+	RevokedAt time.Time
+	Reason    *int
+}
+
+// IssueOrder stores the certificate and moves the order from processing
+// to valid, in one transaction.
+func (db *DB) IssueOrder(ctx context.Context, c Certificate, now time.Time) (Certificate, error) {
+	c.ID = NewID()
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'valid', certificate_id = ?, updated_at = ?
+			WHERE id = ? AND status = 'processing'`), c.ID, now.UnixMilli(), c.OrderID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return fmt.Errorf("%w: order %s is not processing", ErrWrongState, c.OrderID)
+		}
+		_, err = tx.ExecContext(ctx, db.q(`INSERT INTO certificates
+			(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			c.ID, c.OrderID, c.Profile, c.AccountID, c.Serial, c.ChainPEM, c.PublicKey,
+			c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli())
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrWrongState) {
+		err = fmt.Errorf("store: issuing order %s: %w", c.OrderID, err)
+	}
+	return c, err
+}
+
+// FailOrder moves an unfinished order to invalid with a problem document.
+func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, now time.Time) error {
+	_, err := db.w.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, updated_at = ?
+		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), now.UnixMilli(), id)
+	if err != nil {
+		return fmt.Errorf("store: failing order %s: %w", id, err)
+	}
+	return nil
+}
+
+const certCols = `id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, revoked_at, revocation_reason`
+
+// GetCertificate reads a certificate of a profile.
+func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certificate, error) {
+	var (
+		c         Certificate
+		nb, na    int64
+		revokedAt sql.NullInt64
+		reason    sql.NullInt64
+	)
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT `+certCols+` FROM certificates WHERE profile = ? AND id = ?`), profile, id).
+		Scan(&c.ID, &c.OrderID, &c.Profile, &c.AccountID, &c.Serial, &c.ChainPEM, &c.PublicKey, &nb, &na, &revokedAt, &reason)
+	if err := readErr(err, "certificate "+id); err != nil {
+		return Certificate{}, err
+	}
+	c.NotBefore, c.NotAfter, c.RevokedAt = ms(nb), ms(na), nullMs(revokedAt)
+	if reason.Valid {
+		r := int(reason.Int64)
+		c.Reason = &r
+	}
+	return c, nil
+}
