@@ -83,6 +83,17 @@ func (a *App) Start() error {
 			_, err := a.db.PruneNonces(ctx, time.Now())
 			return err
 		}},
+		// Orders a crash left between claim and certificate are resumed
+		// by whichever instance mounts their profile.
+		&jobs.Periodic{Name: "order_resume", Every: time.Minute, Do: func(ctx context.Context) error {
+			var errs []error
+			for _, s := range a.servers() {
+				if _, err := s.ResumeStuckOrders(ctx); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
+		}},
 	}
 	r, err := jobs.NewRunner(a.queue, handlers, jobs.RunnerOptions{Logger: a.log})
 	if err != nil {
@@ -130,6 +141,16 @@ func (a *App) unregister(s *acmeproxy.Server) {
 	if a.profiles[s.Profile()] == s {
 		delete(a.profiles, s.Profile())
 	}
+}
+
+func (a *App) servers() []*acmeproxy.Server {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make([]*acmeproxy.Server, 0, len(a.profiles))
+	for _, s := range a.profiles {
+		out = append(out, s)
+	}
+	return out
 }
 
 // Lookup finds a mounted profile; it is how jobs reach their profile.

@@ -92,7 +92,9 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 // issue calls the signer for a claimed order and records what happened,
 // returning the order as it now stands.
 func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueRequest) (store.Order, error) {
-	out, err := s.signer.Issue(ctx, req)
+	sctx, cancel := context.WithTimeout(ctx, signTimeout)
+	out, err := s.signer.Issue(sctx, req)
+	cancel()
 	if err != nil {
 		prob := signerProblem(err)
 		body, _ := json.Marshal(prob)

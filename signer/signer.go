@@ -63,7 +63,9 @@ type Signer interface {
 	// Issue signs now (Chain) or accepts the work and finishes it later
 	// (Pending), reporting through its Settler. An error that is a *Error
 	// is the signer's refusal and is shown to the client; any other error
-	// is a server fault.
+	// is a server fault. Issue may be called again for the same order
+	// after a crash left it unfinished; a signer that answered Pending
+	// must treat the repeat as a no-op.
 	Issue(ctx context.Context, req IssueRequest) (IssueOutcome, error)
 	// Revoke withdraws trust at whatever issued the certificate. It is
 	// idempotent. reason is an RFC 5280 CRLReason code, nil for none.

@@ -450,3 +450,28 @@ func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certifica
 	}
 	return c, nil
 }
+
+// ReclaimStuckOrders takes over orders of a profile that have been
+// processing since before cutoff — a finalize whose process died between
+// claiming the order and recording the certificate — by touching them in
+// a guarded write, so that one caller resumes each. It returns them with
+// their CSR.
+func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int) ([]Order, error) {
+	rows, err := db.w.QueryContext(ctx, db.q(`UPDATE orders SET updated_at = ?
+		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ? LIMIT ?)
+		AND status = 'processing' AND updated_at < ?
+		RETURNING `+orderCols), now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("store: reclaiming stuck orders: %w", err)
+	}
+	defer rows.Close()
+	var out []Order
+	for rows.Next() {
+		o, err := scanOrder(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: reclaiming stuck orders: %w", err)
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,55 @@
+package acmeproxy
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+)
+
+// Finalize gives the signer signTimeout to answer; an order processing for
+// longer than stuckAfter with no answer recorded was claimed by a process
+// that died, and is resumed by ResumeStuckOrders. stuckAfter is well above
+// signTimeout so a slow but live finalize is never signed twice.
+const (
+	signTimeout = time.Minute
+	stuckAfter  = 5 * time.Minute
+)
+
+// ResumeStuckOrders finishes orders a crash left in processing: it hands
+// each back to the signer with the CSR stored at claim time. A signer that
+// answers Pending treats the repeat as a no-op (its own job is keyed by the
+// order), so this is safe for every signer. It returns how many it resumed.
+func (s *Server) ResumeStuckOrders(ctx context.Context) (int, error) {
+	now := s.clock.Now()
+	stuck, err := s.db.ReclaimStuckOrders(ctx, s.cfg.Profile, now.Add(-stuckAfter), now, 100)
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, o := range stuck {
+		csr, err := x509.ParseCertificateRequest(o.CSR)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("order %s: stored CSR: %w", o.ID, err))
+			continue
+		}
+		idents := make([]signer.Identifier, len(o.Identifiers))
+		for i, id := range o.Identifiers {
+			idents[i] = signer.Identifier(id)
+		}
+		s.log.Info("resuming an order a crash left processing", zap.String("event", "order_resumed"),
+			zap.String("profile", s.cfg.Profile), zap.String("order", o.ID))
+		if _, err := s.issue(ctx, o, signer.IssueRequest{
+			OrderID: o.ID, Profile: s.cfg.Profile, CSR: csr, CSRDER: o.CSR,
+			Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
+		}
+	}
+	return len(stuck), errors.Join(errs...)
+}

@@ -1,0 +1,68 @@
+package acmeproxy
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"path"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/acme"
+)
+
+func TestAnOrderACrashLeftProcessingIsFinishedByTheResumeSweep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newTestEnv(t, nil)
+	c := e.client(ctx)
+	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs("crash.example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = e.authorize(ctx, c, o)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csr := newCSR(t, key, "", []string{"crash.example.com"}, nil)
+
+	// The finalize that claimed this order died before signing: the claim
+	// is all that reached the database, ten minutes ago.
+	id := path.Base(o.URI)
+	if won, err := e.db.ClaimOrderForIssue(ctx, id, csr, time.Now().Add(-10*time.Minute)); err != nil || !won {
+		t.Fatalf("claim: %v %v", won, err)
+	}
+	if n, err := e.srv.ResumeStuckOrders(ctx); err != nil || n != 1 {
+		t.Fatalf("resume: %d %v; want 1 order resumed", n, err)
+	}
+	got, err := c.GetOrder(ctx, o.URI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != acme.StatusValid || got.CertURL == "" {
+		t.Fatalf("order after resume: %s, certificate %q; want valid with a certificate", got.Status, got.CertURL)
+	}
+	ders, err := c.FetchCert(ctx, got.CertURL, true)
+	if err != nil || len(ders) == 0 {
+		t.Fatalf("fetch: %v", err)
+	}
+	// A second sweep finds nothing: the order is settled.
+	if n, err := e.srv.ResumeStuckOrders(ctx); err != nil || n != 0 {
+		t.Fatalf("second resume: %d %v; want nothing to do", n, err)
+	}
+}
+
+func TestAnOrderStillBeingFinalizedIsNotResumed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newTestEnv(t, nil)
+	c := e.client(ctx)
+	o, _ := c.AuthorizeOrder(ctx, acme.DomainIDs("live.example.com"))
+	o = e.authorize(ctx, c, o)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if won, err := e.db.ClaimOrderForIssue(ctx, path.Base(o.URI), newCSR(t, key, "", []string{"live.example.com"}, nil), time.Now()); err != nil || !won {
+		t.Fatalf("claim: %v %v", won, err)
+	}
+	if n, err := e.srv.ResumeStuckOrders(ctx); err != nil || n != 0 {
+		t.Fatalf("resume took %d orders (%v) that a live finalize just claimed", n, err)
+	}
+}
