@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -81,6 +82,7 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 	o, err = s.issue(ctx, o, signer.IssueRequest{
 		OrderID: o.ID, Profile: s.cfg.Profile, CSR: csr, CSRDER: der,
 		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
+		ClientAddr: clientIP(r), UserAgent: r.UserAgent(),
 	})
 	if err != nil {
 		return err
@@ -98,7 +100,7 @@ func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueReque
 	if err != nil {
 		prob := signerProblem(err)
 		body, _ := json.Marshal(prob)
-		if ferr := s.db.FailOrder(ctx, o.ID, body, s.clock.Now()); ferr != nil {
+		if ferr := s.db.FailOrder(ctx, o.ID, body, err.Error(), s.clock.Now()); ferr != nil {
 			s.log.Error("recording a failed issuance", zap.String("event", "order_fail_record_failed"),
 				zap.String("order", o.ID), zap.Error(ferr))
 		}
@@ -223,4 +225,13 @@ func checkCSR(csr *x509.CertificateRequest, idents []signer.Identifier, accountJ
 		return problem.BadCSRF("the CSR does not name %s, which the order does", strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// clientIP is the address the request came from (without the port).
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

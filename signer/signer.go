@@ -36,6 +36,10 @@ type IssueRequest struct {
 	// zero when it asked for nothing. A signer may narrow the validity to
 	// them, never widen it.
 	NotBefore, NotAfter time.Time
+	// ClientAddr and UserAgent describe the client that finalized, for
+	// audit and for an operator reading a relayed order.
+	ClientAddr string
+	UserAgent  string
 }
 
 // IssueOutcome is what Issue did: signed now (Chain set), or accepted the

@@ -418,10 +418,11 @@ func (db *DB) IssueOrder(ctx context.Context, c Certificate, now time.Time) (Cer
 	return c, err
 }
 
-// FailOrder moves an unfinished order to invalid with a problem document.
-func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, now time.Time) error {
-	_, err := db.w.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, updated_at = ?
-		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), now.UnixMilli(), id)
+// FailOrder moves an unfinished order to invalid with the problem document
+// the client sees and the detail only an operator reads.
+func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail string, now time.Time) error {
+	_, err := db.w.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
+		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(detail), now.UnixMilli(), id)
 	if err != nil {
 		return fmt.Errorf("store: failing order %s: %w", id, err)
 	}

@@ -117,4 +117,28 @@ var sqliteMigrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 3,
+		name:    "relay",
+		stmts: []string{
+			// What the operator reads when an order failed: the real
+			// reason, which the client only sees as a generic problem.
+			`ALTER TABLE orders ADD COLUMN failure_detail TEXT`,
+			// The relay signer's mapping from a local order to the work
+			// upstream: everything a restarted process needs to finish it.
+			`CREATE TABLE relay_orders (
+				order_id           TEXT PRIMARY KEY REFERENCES orders (id),
+				profile            TEXT NOT NULL,
+				upstream_order_url TEXT,
+				csr                BLOB NOT NULL,
+				client_addr        TEXT NOT NULL DEFAULT '',
+				user_agent         TEXT NOT NULL DEFAULT '',
+				status             TEXT NOT NULL CHECK (status IN ('processing','valid','invalid')),
+				detail             TEXT NOT NULL DEFAULT '',
+				created_at         BIGINT NOT NULL,
+				updated_at         BIGINT NOT NULL
+			)`,
+			`CREATE INDEX relay_orders_processing ON relay_orders (profile) WHERE status = 'processing'`,
+		},
+	},
 }

@@ -1,0 +1,45 @@
+package acmeproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Issued records the chain of an order a signer finished later
+// (signer.Settler). Recording twice is harmless: the second finds the order
+// no longer processing.
+func (s *Server) Issued(ctx context.Context, orderID string, chain [][]byte) error {
+	o, err := s.db.GetOrder(ctx, s.cfg.Profile, orderID)
+	if err != nil {
+		return err
+	}
+	if o.Status != "processing" {
+		return nil
+	}
+	err = s.recordIssued(ctx, o, chain)
+	if errors.Is(err, store.ErrWrongState) {
+		return nil
+	}
+	return err
+}
+
+// Failed marks an order a signer gave up on invalid (signer.Settler). The
+// client sees a generic problem; detail is kept for the operator.
+func (s *Server) Failed(ctx context.Context, orderID, detail string) error {
+	p := &problem.Problem{Type: problem.ServerInternal, Status: http.StatusInternalServerError,
+		Detail: "the certificate could not be issued; the operator can see why"}
+	body, _ := json.Marshal(p)
+	if err := s.db.FailOrder(ctx, orderID, body, detail, s.clock.Now()); err != nil {
+		return err
+	}
+	s.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
+		zap.String("profile", s.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
+	return nil
+}
