@@ -95,6 +95,7 @@ func (a *App) Start() error {
 			return errors.Join(errs...)
 		}},
 	}
+	handlers = append(handlers, acmeproxy.SignerJobHandlers(a, a.servers(), a.log)...)
 	r, err := jobs.NewRunner(a.queue, handlers, jobs.RunnerOptions{Logger: a.log})
 	if err != nil {
 		return err

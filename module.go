@@ -15,4 +15,5 @@ func init() {
 	caddy.RegisterModule(new(App))
 	caddy.RegisterModule(new(Handler))
 	caddy.RegisterModule(new(LocalCA))
+	caddy.RegisterModule(new(Relay))
 }

@@ -74,7 +74,7 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 	switch {
 	case err == nil:
 		if existing.Status != "valid" {
-			return problem.UnauthorizedF("the account for this key is %s", existing.Status)
+			return problem.DeactivatedAccountF("the account for this key is %s", existing.Status)
 		}
 		w.Header().Set("Location", base+"/account/"+existing.ID)
 		s.writeJSON(w, http.StatusOK, s.accountJSON(base, existing))

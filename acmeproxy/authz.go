@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -92,6 +93,11 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request, id string) 
 			return err
 		}
 	}
+	for _, c := range a.Challenges {
+		if c.Status == "processing" {
+			w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
+		}
+	}
 	s.writeJSON(w, http.StatusOK, s.authzJSON(s.baseURL(r), a))
 	return nil
 }
@@ -153,6 +159,10 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 		}
 	}
 	w.Header().Add("Link", link(base+"/authz/"+a.ID, "up"))
+	if c.Status == "processing" {
+		// RFC 8555 §8.2: tell the client when to look again.
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
+	}
 	s.writeJSON(w, http.StatusOK, challengeJSONOf(base, c))
 	return nil
 }

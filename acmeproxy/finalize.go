@@ -3,6 +3,7 @@ package acmeproxy
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -175,6 +176,11 @@ func checkCSR(csr *x509.CertificateRequest, idents []signer.Identifier, accountJ
 			return problem.BadCSRF("ECDSA keys must be on P-256 or P-384")
 		}
 	case ed25519.PublicKey:
+		// A low-order point "verifies" forged signatures; go-jose lists
+		// the encodings Go's verifier accepts and refuses them.
+		if _, err := (&jose.JSONWebKey{Key: k}).Thumbprint(crypto.SHA256); err != nil {
+			return problem.BadCSRF("the CSR's Ed25519 key is not a valid public key")
+		}
 	default:
 		return problem.BadCSRF("the CSR's key type is not supported")
 	}

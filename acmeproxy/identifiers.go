@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 
@@ -25,6 +26,11 @@ var idnaProfile = idna.New(idna.ValidateForRegistration(), idna.StrictDomainName
 // two labels, no trailing dot, A-labels only (clients must send punycode,
 // RFC 8555 §7.1.4), not an IP address.
 func normalizeDNSName(name string) (string, error) {
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			return "", errors.New("name has a non-ASCII character (internationalized names are sent as A-labels)")
+		}
+	}
 	n := strings.ToLower(name)
 	switch {
 	case n == "":
@@ -52,6 +58,9 @@ func normalizeDNSName(name string) (string, error) {
 			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
 				return "", fmt.Errorf("label %q has a character outside a-z, 0-9 and -", l)
 			}
+		}
+		if len(l) >= 4 && l[2:4] == "--" && !strings.HasPrefix(l, "xn--") {
+			return "", fmt.Errorf("label %q is a reserved LDH label (\"--\" in positions 3 and 4) but not an A-label", l)
 		}
 		if strings.HasPrefix(l, "xn--") {
 			if _, err := idnaProfile.ToUnicode(l); err != nil {
@@ -81,6 +90,9 @@ func normalizeIdentifier(id signer.Identifier) (signer.Identifier, bool, *proble
 		}
 		if wildcard {
 			n = "*." + n
+			if len(n) > 253 {
+				return id, false, problem.RejectedIdentifierF("%q is not a valid DNS name: name longer than 253 octets", id.Value).For(id.Type, id.Value)
+			}
 		}
 		return signer.Identifier{Type: IdentDNS, Value: n}, wildcard, nil
 	case IdentIP:
@@ -164,6 +176,22 @@ func (m *matcher) matches(id signer.Identifier) bool {
 	return false
 }
 
+// wildcardCovers reports whether the wildcard id ("*.base") would cover a
+// name the set lists exactly: a certificate for *.example.com is valid
+// for secret.example.com (RFC 6125 §6.4.3).
+func (m *matcher) wildcardCovers(id signer.Identifier) bool {
+	base, ok := strings.CutPrefix(id.Value, "*.")
+	if !ok || id.Type != IdentDNS {
+		return false
+	}
+	for name := range m.exact {
+		if _, parent, ok := strings.Cut(name, "."); ok && parent == base {
+			return true
+		}
+	}
+	return false
+}
+
 func newPolicy(allow, deny *IdentifierPolicy) policy {
 	return policy{allow: newMatcher(allow), deny: newMatcher(deny)}
 }
@@ -171,7 +199,7 @@ func newPolicy(allow, deny *IdentifierPolicy) policy {
 // check returns a rejectedIdentifier subproblem if the profile does not
 // issue for id.
 func (p policy) check(id signer.Identifier) *problem.Problem {
-	if p.deny != nil && p.deny.matches(id) {
+	if p.deny != nil && (p.deny.matches(id) || p.deny.wildcardCovers(id)) {
 		return problem.RejectedIdentifierF("%s is denied by this profile's policy", id.Value).For(id.Type, id.Value)
 	}
 	if p.allow != nil && !p.allow.matches(id) {

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	jose "github.com/go-jose/go-jose/v4"
+	josejson "github.com/go-jose/go-jose/v4/json"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -91,9 +92,13 @@ func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*si
 // verifyJWS checks a flattened JWS. useNonce is false for the inner JWS of
 // a key change, which must not carry one.
 func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL string, mode keyMode, useNonce bool) (*signedRequest, error) {
+	// go-jose's JSON decoder, the one ParseSignedJSON verifies with:
+	// member names match case-sensitively (RFC 7515 §4) and duplicates
+	// are refused, so the header checked here is the header signed.
+	// encoding/json would let a trailing "Protected" member stand in for
+	// "protected", or "URL" for "url".
 	var fj flattenedJWS
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	if err := dec.Decode(&fj); err != nil {
+	if err := josejson.Unmarshal(body, &fj); err != nil {
 		return nil, problem.MalformedF("the request body is not a flattened JWS: %v", err)
 	}
 	if fj.Signatures != nil || fj.Header != nil {
@@ -107,7 +112,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 		return nil, problem.MalformedF("the JWS protected header is not base64url")
 	}
 	var hdr protectedHeader
-	if err := json.Unmarshal(rawHdr, &hdr); err != nil {
+	if err := josejson.Unmarshal(rawHdr, &hdr); err != nil {
 		return nil, problem.MalformedF("the JWS protected header is not a JSON object")
 	}
 	if hdr.Crit != nil {
@@ -171,7 +176,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	// A deactivated account may still revoke its own certificates; for
 	// everything else its key is no longer accepted (RFC 8555 §7.3.6).
 	if req.account != nil && req.account.Status != "valid" && mode != kidOrJWK {
-		return nil, problem.UnauthorizedF("account %s is %s", req.account.ID, req.account.Status)
+		return nil, problem.DeactivatedAccountF("account %s is %s", req.account.ID, req.account.Status)
 	}
 	if req.thumbprint, err = thumbprint(key); err != nil {
 		return nil, problem.BadPublicKeyF("the key's thumbprint cannot be computed")

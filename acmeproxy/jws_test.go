@@ -305,7 +305,7 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 		{"fail/oversized body", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json", bytes.Repeat([]byte("x"), maxBodyBytes+10))
 		}, 413, problem.Malformed},
-		{"fail/deactivated account", newOrder(deactivated, dns("x.example.com")), 403, problem.Unauthorized},
+		{"fail/deactivated account", newOrder(deactivated, dns("x.example.com")), 401, problem.Unauthorized},
 		{"fail/jwk where an account is needed", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{embedJWK: true})
 		}, 400, problem.Malformed},

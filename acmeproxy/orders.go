@@ -176,6 +176,9 @@ func (s *Server) checkIdentifiers(in []signer.Identifier) ([]signer.Identifier, 
 		if prob == nil {
 			prob = s.policy.check(id)
 		}
+		if prob == nil {
+			prob = s.signerRefusal(id)
+		}
 		if prob != nil {
 			subs = append(subs, prob)
 			continue
@@ -195,6 +198,21 @@ func (s *Server) checkIdentifiers(in []signer.Identifier) ([]signer.Identifier, 
 		return nil, nil, problem.CompoundOf(&top, subs)
 	}
 	return out, wildcards, nil
+}
+
+// signerRefusal returns a subproblem when the profile's signer cannot issue
+// for id at all (signer.IdentifierChecker), so the client learns it at
+// newOrder rather than after proving control.
+func (s *Server) signerRefusal(id signer.Identifier) *problem.Problem {
+	c, ok := s.signer.(signer.IdentifierChecker)
+	if !ok {
+		return nil
+	}
+	err := c.CheckIdentifier(id)
+	if err == nil {
+		return nil
+	}
+	return signerProblem(err).For(id.Type, id.Value)
 }
 
 // parseValidity reads newOrder's optional notBefore/notAfter (RFC 3339).

@@ -93,6 +93,13 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	for _, c := range cfg.Challenges {
 		s.offered[c] = true
 	}
+	// A signer that finishes later reports to this server, and keeps its
+	// durable work in this server's queue and store.
+	if b, ok := opts.Signer.(signer.Binder); ok {
+		if err := b.Bind(signer.Binding{Profile: cfg.Profile, Settler: s, Queue: opts.Queue, DB: opts.DB, Logger: opts.Logger}); err != nil {
+			return nil, fmt.Errorf("signer: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -123,7 +130,11 @@ func (s *Server) requestURL(r *http.Request) string {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return scheme + "://" + r.Host + r.URL.Path
+	u := scheme + "://" + r.Host + r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		u += "?" + r.URL.RawQuery
+	}
+	return u
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error

@@ -43,6 +43,7 @@ type handlerJSON struct {
 // module's JSON object; each signer added later gets a line here.
 var signerParsers = map[string]func(d *caddyfile.Dispenser) (any, error){
 	"local_ca": parseLocalCA,
+	"relay":    parseRelay,
 }
 
 // profileName mirrors the rule acmeproxy.ProfileConfig.Validate applies at
@@ -91,6 +92,7 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 //		profile    <name>
 //		prefix     </path>
 //		signer     local_ca { ca <id> | cert <file> key <file>; lifetime <duration> }
+//		signer     relay { directory <url>; challenge dns01|http01|bypass; … } (see parseRelay)
 //		challenges <types...>
 //		resolvers  <dns servers...>
 //		validation_ports { http <port>; tls <port> }
@@ -166,7 +168,7 @@ func parseSigner(d *caddyfile.Dispenser) (json.RawMessage, error) {
 	}
 	parse, ok := signerParsers[name]
 	if !ok {
-		return nil, d.Errf("acme_proxy: signer: unknown signer %q (want local_ca)", name)
+		return nil, d.Errf("acme_proxy: signer: unknown signer %q (want local_ca or relay)", name)
 	}
 	cfg, err := parse(d)
 	if err != nil {

@@ -91,7 +91,15 @@ func waitStatus(t testing.TB, q *Queue, id int64, status store.JobStatus) Job {
 
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitForWithin(t, 10*time.Second, what, cond)
+}
+
+// waitForWithin is waitFor with a patience of its own, for tests whose real
+// work (thousands of fsyncs, two processes' worth of lock contention) is
+// slow on a loaded CI machine.
+func waitForWithin(t testing.TB, patience time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

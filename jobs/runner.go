@@ -100,6 +100,15 @@ type kindState struct {
 	renewedAt   time.Time // loop goroutine only
 }
 
+// flight is one attempt in progress. Once a worker starts settling it, Stop
+// leaves it alone; once Stop has released it, the worker records nothing —
+// so a job is never both released and retired, and Abandon runs once.
+type flight struct {
+	ks       *kindState
+	settling bool
+	released bool
+}
+
 // Runner claims due jobs of the kinds it has handlers for and runs them.
 // Several runners (in one process during a config reload, or in several
 // processes) may share one store: claims are atomic and every settling write
@@ -114,7 +123,7 @@ type Runner struct {
 	wake chan struct{}
 
 	mu       sync.Mutex
-	inflight map[int64]*kindState
+	inflight map[int64]*flight
 	started  bool
 
 	loopCancel context.CancelFunc
@@ -131,7 +140,7 @@ func NewRunner(q *Queue, handlers []Handler, opts RunnerOptions) (*Runner, error
 		q: q, opts: opts, log: opts.Logger.Named("jobs"),
 		handlers: make(map[string]*kindState, len(handlers)),
 		wake:     make(chan struct{}, 1),
-		inflight: make(map[int64]*kindState),
+		inflight: make(map[int64]*flight),
 	}
 	for _, h := range handlers {
 		kind := h.Kind()
@@ -214,11 +223,13 @@ func (r *Runner) Stop() error {
 	if waitTimeout(&r.workers, r.opts.StopTimeout) {
 		return nil
 	}
-	r.workCancel()
 	r.mu.Lock()
 	ids := make([]int64, 0, len(r.inflight))
-	for id := range r.inflight {
-		ids = append(ids, id)
+	for id, f := range r.inflight {
+		if !f.settling {
+			f.released = true
+			ids = append(ids, id)
+		}
 	}
 	r.mu.Unlock()
 	var errs []error
@@ -230,6 +241,7 @@ func (r *Runner) Stop() error {
 			errs = append(errs, err)
 		}
 	}
+	r.workCancel()
 	if !waitTimeout(&r.workers, time.Second) {
 		r.log.Warn("job handlers still running after stop; their jobs were released",
 			zap.String("event", "jobs_stop_abandoned"), zap.Int("handlers", len(ids)))
@@ -301,7 +313,7 @@ func (r *Runner) claimDue(ctx context.Context) (more bool) {
 			job := claimed[i]
 			r.mu.Lock()
 			ks.running++
-			r.inflight[job.ID] = ks
+			r.inflight[job.ID] = &flight{ks: ks}
 			r.mu.Unlock()
 			r.workers.Add(1)
 			go r.work(ks, &job)
@@ -379,6 +391,8 @@ func (r *Runner) work(ks *kindState, job *Job) {
 	}()
 	now := r.opts.Clock.Now()
 	switch {
+	case !r.beginSettle(job.ID):
+		return
 	case job.CancelRequested:
 		r.retire(ks, job, store.JobCancelled, cancelledReason)
 		return
@@ -390,10 +404,27 @@ func (r *Runner) work(ks *kindState, job *Job) {
 		r.retire(ks, job, store.JobFailed, withLast("attempts exhausted", job.LastError))
 		return
 	}
+	r.mu.Lock()
+	r.inflight[job.ID].settling = false // running the handler, not settling
+	r.mu.Unlock()
 	ctx, cancel := context.WithCancel(r.workCtx)
 	out := r.runSafely(ctx, ks, job)
 	cancel()
-	r.settle(ks, job, out)
+	if r.beginSettle(job.ID) {
+		r.settle(ks, job, out)
+	}
+}
+
+// beginSettle marks a flight as settling unless Stop released it first.
+func (r *Runner) beginSettle(id int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.inflight[id]
+	if f.released {
+		return false
+	}
+	f.settling = true
+	return true
 }
 
 func withLast(what, last string) string {

@@ -188,7 +188,7 @@ func TestTwoRunnersOnSeparateHandlesRunEachOfAThousandJobsOnce(t *testing.T) {
 	}
 	startRunner(t, q1, opts, h1)
 	startRunner(t, q2, opts, h2)
-	waitFor(t, "all jobs to settle", func() bool {
+	waitForWithin(t, 2*time.Minute, "all jobs to settle", func() bool {
 		counts, err := producer.Count(context.Background())
 		return err == nil && len(counts) == 1 && counts[0].Status == store.JobDone && counts[0].N == n
 	})

@@ -13,6 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // Identifier is an ACME identifier (RFC 8555 §9.7.7): type "dns" or "ip".
@@ -93,6 +98,53 @@ type Settler interface {
 	// Failed records a permanent failure. detail is for the operator;
 	// the client sees a generic problem.
 	Failed(ctx context.Context, orderID string, detail string) error
+}
+
+// Binding is what the ACME layer gives a signer that finishes later: the
+// profile it serves, the Settler to report to, and the job queue and store
+// its durable work lives in.
+type Binding struct {
+	Profile string
+	Settler Settler
+	Queue   *jobs.Queue
+	DB      *store.DB
+	Logger  *zap.Logger
+}
+
+// Binder is implemented by signers that need a Binding. The ACME layer
+// calls Bind once, when it builds the profile's server and before any
+// Issue; an error fails the configuration.
+type Binder interface {
+	Bind(b Binding) error
+}
+
+// JobWorker is implemented by signers that run durable jobs. Their job
+// payloads are JSON objects with a "profile" member naming the profile
+// whose signer runs the job: the host dispatches each job to the signer
+// of that profile, and retries later (without spending an attempt) a job
+// whose profile this process does not mount.
+type JobWorker interface {
+	// JobKinds names the kinds of job the signer runs.
+	JobKinds() []string
+	// RunJob does one attempt, as jobs.Handler.Run.
+	RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome
+	// AbandonJob is called exactly once when a job is retired without
+	// success, as jobs.Handler.Abandon. It must be idempotent across a
+	// crash in the middle of it.
+	AbandonJob(ctx context.Context, job *jobs.Job, reason string)
+	// RecoverJobs re-queues, when a runner starts, the work of this
+	// signer's profile that a crash may have left without a live job.
+	RecoverJobs(ctx context.Context, q *jobs.Queue) error
+}
+
+// IdentifierChecker is implemented by signers that cannot issue for some
+// identifiers whatever the profile's policy allows (a relay solving
+// http-01 upstream cannot obtain a wildcard). The ACME layer asks at
+// newOrder, so a client is refused before it proves anything.
+type IdentifierChecker interface {
+	// CheckIdentifier returns nil, or a *Error of KindRejectedIdentifier
+	// whose detail says why. id is normalized; a wildcard keeps its "*.".
+	CheckIdentifier(id Identifier) error
 }
 
 // Kind classifies a signer's refusal so the ACME layer can answer with the

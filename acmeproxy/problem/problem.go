@@ -137,6 +137,13 @@ func UnauthorizedF(format string, args ...any) *Problem {
 	return newf(Unauthorized, http.StatusForbidden, format, args...)
 }
 
+// DeactivatedAccountF answers a request signed by an account that is no
+// longer valid (RFC 8555 §7.3.6: "status code 401 (Unauthorized) and type
+// urn:ietf:params:acme:error:unauthorized").
+func DeactivatedAccountF(format string, args ...any) *Problem {
+	return newf(Unauthorized, http.StatusUnauthorized, format, args...)
+}
+
 // URLMismatch answers a JWS whose protected "url" is not the request URL
 // (RFC 8555 §6.4: "reject the request as unauthorized").
 func URLMismatch(got, want string) *Problem {

@@ -1,0 +1,218 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	xacme "golang.org/x/crypto/acme"
+)
+
+func TestCaddyAsAnACMEClientObtainsItsSiteCertificateFromTheProxy(t *testing.T) {
+	env := newE2EEnv(t)
+	env.createLocalCA(t)
+	const name = "b.example.com"
+	const body = "hello from b.example.com"
+	// The proxy validates http-01 on Caddy's own HTTP port, where Caddy
+	// answers the challenges of its ACME issuer; tls-alpn-01 is turned off
+	// in the issuer so that this is the path taken.
+	env.load(t, e2eConfig{
+		ValidationHTTP: env.HTTPPort,
+		ValidationTLS:  env.HTTPSPort,
+		ExtraSites: fmt.Sprintf(`
+https://%s {
+	tls {
+		issuer acme {
+			dir %s
+			trusted_roots %s
+			disable_tlsalpn_challenge
+			alt_http_port %d
+		}
+	}
+	respond %q
+}
+`, name, env.directoryURL(e2eProfile), env.rootFile, env.HTTPPort, body),
+	})
+
+	addr := fmt.Sprintf("127.0.0.1:%d", env.HTTPSPort)
+	start := time.Now()
+	var (
+		state tls.ConnectionState
+		err   error
+	)
+	for deadline := start.Add(e2eWait); ; {
+		state, err = e2eHandshake(t.Context(), addr, &tls.Config{ServerName: name, RootCAs: env.rootPool})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no certificate for %s served by %s after %s: %v", name, addr, e2eWait, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("Caddy obtained and served the certificate in %s", time.Since(start).Round(time.Millisecond))
+	var chain [][]byte
+	for _, c := range state.PeerCertificates {
+		chain = append(chain, c.Raw)
+	}
+	leaf := env.checkIssued(t, chain, name)
+	// Caddy's internal issuer signs with the same CA: make sure this one
+	// came through the proxy.
+	if !env.proxyIssued(t, leaf.SerialNumber) {
+		t.Errorf("the served certificate (serial %x) is not one the proxy issued", leaf.SerialNumber)
+	}
+
+	// The site answers over that certificate.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: env.rootPool},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("https://" + name + "/")
+	if err != nil {
+		t.Fatalf("GET https://%s/: %v", name, err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || string(got) != body {
+		t.Errorf("GET https://%s/: status %d, body %q, error %v; want 200 %q", name, resp.StatusCode, got, err, body)
+	}
+}
+
+// e2eHandshake completes a TLS handshake with addr and returns its state.
+func e2eHandshake(ctx context.Context, addr string, cfg *tls.Config) (tls.ConnectionState, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	d := &tls.Dialer{Config: cfg}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return tls.ConnectionState{}, err
+	}
+	defer conn.Close()
+	return conn.(*tls.Conn).ConnectionState(), nil
+}
+
+func TestAConfigReloadLosesNoOrderInFlight(t *testing.T) {
+	env := newE2EEnv(t)
+	ln := e2eListen(t)
+	srv := serveE2EHTTP01(t, ln)
+	cfg := e2eConfig{ValidationHTTP: e2ePort(ln), ValidationTLS: freePort(t)}
+	env.load(t, cfg)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*e2eWait)
+	defer cancel()
+	c := newE2EXCrypto(ctx, t, env)
+
+	// Each order has two names; answer says when each authorization's
+	// challenge is answered relative to the reload. Every order is
+	// finalized after it.
+	type flight struct {
+		name     string
+		answer   [2]string // "before" or "after"
+		ready    bool      // wait for the order to be ready before the reload
+		held     bool      // hold the first validation's request until the new config serves
+		names    []string
+		order    *xacme.Order
+		pending  [2]*xacme.Challenge
+		answered [2]bool
+	}
+	flights := []*flight{
+		{name: "ready before the reload", answer: [2]string{"before", "before"}, ready: true},
+		{name: "answered just before the reload", answer: [2]string{"before", "before"}},
+		{name: "validating while the reload runs", answer: [2]string{"before", "after"}, held: true},
+		{name: "answered across the reload", answer: [2]string{"before", "after"}},
+		{name: "answered after the reload", answer: [2]string{"after", "after"}},
+	}
+	var (
+		heldArrived []<-chan struct{}
+		releases    []func()
+	)
+	for i, f := range flights {
+		f.names = []string{fmt.Sprintf("r%d.example.com", i), fmt.Sprintf("www.r%d.example.com", i)}
+		var err error
+		if f.order, err = c.AuthorizeOrder(ctx, xacme.DomainIDs(f.names...)); err != nil {
+			t.Fatalf("%s: AuthorizeOrder: %v", f.name, err)
+		}
+		if len(f.order.AuthzURLs) != 2 {
+			t.Fatalf("%s: %d authorizations, want 2", f.name, len(f.order.AuthzURLs))
+		}
+		for j, u := range f.order.AuthzURLs {
+			f.pending[j] = e2ePendingHTTP01(ctx, t, c, srv, u)
+		}
+		if f.held {
+			arrived, release := srv.holdBack(f.pending[0].Token)
+			heldArrived, releases = append(heldArrived, arrived), append(releases, release)
+			t.Cleanup(release)
+		}
+	}
+	answer := func(when string) {
+		for _, f := range flights {
+			for j, ch := range f.pending {
+				if f.answer[j] == when && !f.answered[j] {
+					e2eAccept(ctx, t, c, ch)
+					f.answered[j] = true
+				}
+			}
+		}
+	}
+
+	answer("before")
+	for _, f := range flights {
+		if f.ready {
+			for _, u := range f.order.AuthzURLs {
+				if _, err := c.WaitAuthorization(ctx, u); err != nil {
+					t.Fatalf("%s: WaitAuthorization: %v", f.name, err)
+				}
+			}
+		}
+	}
+	// The held validations are running in the old config's job runner.
+	for _, arrived := range heldArrived {
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			t.Fatal("a held validation never reached the challenge server")
+		}
+	}
+
+	// The reload: a second profile joins the site. The held validations
+	// are let go once the new config serves, while the old one stops.
+	start := time.Now()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		client := &http.Client{Timeout: time.Second, Transport: env.client.Transport}
+		for ctx.Err() == nil {
+			if resp, err := client.Get(env.directoryURL("second")); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, release := range releases {
+			release()
+		}
+	}()
+	cfg.ExtraProfiles = "acme_proxy {\nprofile second\n}"
+	env.load(t, cfg)
+	t.Logf("reloaded in %s", time.Since(start).Round(time.Millisecond))
+	<-served
+
+	answer("after")
+	for _, f := range flights {
+		t.Run(f.name, func(t *testing.T) {
+			chain := e2eFinishOrder(ctx, t, c, f.order, f.names)
+			env.checkIssued(t, chain, f.names...)
+		})
+	}
+	t.Logf("all orders valid %s after the reload", time.Since(start).Round(time.Millisecond))
+}

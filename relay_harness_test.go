@@ -1,0 +1,389 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	legoacme "github.com/go-acme/lego/v5/acme"
+	"github.com/go-acme/lego/v5/challenge/dns01"
+	"github.com/go-acme/lego/v5/lego"
+	"github.com/go-acme/lego/v5/registration"
+	"github.com/letsencrypt/pebble/v2/ca"
+	pebbledb "github.com/letsencrypt/pebble/v2/db"
+	"github.com/letsencrypt/pebble/v2/va"
+	"github.com/letsencrypt/pebble/v2/wfe"
+	"github.com/libdns/libdns"
+	"github.com/miekg/dns"
+)
+
+// ---- a DNS server the test runs ----
+
+// relayZone is the zone every test name lives in; the server is its
+// authority and answers every name in it with 127.0.0.1.
+const relayZone = "example.com."
+
+// relayDNS answers A (127.0.0.1), SOA (for relayZone) and TXT (whatever was
+// put) over UDP and TCP: Pebble's VA asks over TCP only, certmagic and
+// the proxy's validator over UDP.
+type relayDNS struct {
+	addr string
+	mu   sync.Mutex
+	txt  map[string][]string // lower-case FQDN with the final dot → values
+}
+
+func startRelayDNS(t *testing.T) *relayDNS {
+	t.Helper()
+	d := &relayDNS{txt: map[string][]string{}}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.addr = pc.LocalAddr().String()
+	l, err := net.Listen("tcp", d.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp := &dns.Server{PacketConn: pc, Handler: d}
+	tcp := &dns.Server{Listener: l, Handler: d}
+	go func() { _ = udp.ActivateAndServe() }()
+	go func() { _ = tcp.ActivateAndServe() }()
+	t.Cleanup(func() { _ = udp.Shutdown(); _ = tcp.Shutdown() })
+	return d
+}
+
+func (d *relayDNS) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	for _, q := range r.Question {
+		name := strings.ToLower(q.Name)
+		hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Rrtype: q.Qtype}
+		switch q.Qtype {
+		case dns.TypeA:
+			m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: net.ParseIP("127.0.0.1")})
+		case dns.TypeSOA:
+			if name == relayZone {
+				m.Answer = append(m.Answer, &dns.SOA{Hdr: hdr, Ns: "ns." + relayZone, Mbox: "hostmaster." + relayZone,
+					Serial: 1, Refresh: 60, Retry: 60, Expire: 60, Minttl: 1})
+			}
+		case dns.TypeTXT:
+			d.mu.Lock()
+			for _, v := range d.txt[name] {
+				m.Answer = append(m.Answer, &dns.TXT{Hdr: hdr, Txt: []string{v}})
+			}
+			d.mu.Unlock()
+		}
+	}
+	_ = w.WriteMsg(m)
+}
+
+func (d *relayDNS) addTXT(fqdn, value string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := strings.ToLower(dns.Fqdn(fqdn))
+	d.txt[k] = append(d.txt[k], value)
+}
+
+func (d *relayDNS) deleteTXT(fqdn, value string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := strings.ToLower(dns.Fqdn(fqdn))
+	vals := d.txt[k][:0]
+	for _, v := range d.txt[k] {
+		if v != value {
+			vals = append(vals, v)
+		}
+	}
+	d.txt[k] = vals
+}
+
+// ---- dns.providers.acmeproxytest: a libdns provider writing into it ----
+
+// relayDNSServers maps the name a test gives its DNS server to the server,
+// so the provider module Caddy builds from JSON can find it.
+var relayDNSServers sync.Map
+
+// relayDNSProvider is the Caddy module dns.providers.acmeproxytest, loaded
+// through the relay's `dns <provider>` like any DNS plugin.
+type relayDNSProvider struct {
+	Server string `json:"server,omitempty"`
+}
+
+func (relayDNSProvider) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "dns.providers.acmeproxytest", New: func() caddy.Module { return new(relayDNSProvider) }}
+}
+
+func init() { caddy.RegisterModule(relayDNSProvider{}) }
+
+// UnmarshalCaddyfile reads `acmeproxytest <server>`.
+func (p *relayDNSProvider) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next()
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	p.Server = d.Val()
+	return nil
+}
+
+func (p *relayDNSProvider) server() (*relayDNS, error) {
+	v, ok := relayDNSServers.Load(p.Server)
+	if !ok {
+		return nil, fmt.Errorf("no test DNS server %q", p.Server)
+	}
+	return v.(*relayDNS), nil
+}
+
+func (p *relayDNSProvider) AppendRecords(_ context.Context, zone string, recs []libdns.Record) ([]libdns.Record, error) {
+	srv, err := p.server()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		rr := r.RR()
+		srv.addTXT(libdns.AbsoluteName(rr.Name, zone), rr.Data)
+	}
+	return recs, nil
+}
+
+func (p *relayDNSProvider) DeleteRecords(_ context.Context, zone string, recs []libdns.Record) ([]libdns.Record, error) {
+	srv, err := p.server()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		rr := r.RR()
+		srv.deleteTXT(libdns.AbsoluteName(rr.Name, zone), rr.Data)
+	}
+	return recs, nil
+}
+
+var (
+	_ libdns.RecordAppender = (*relayDNSProvider)(nil)
+	_ libdns.RecordDeleter  = (*relayDNSProvider)(nil)
+)
+
+// ---- Pebble, in process, behind a counting and failing front ----
+
+// relayPebble is an in-process Pebble whose every request passes a front
+// that counts them by kind and can make Pebble unreachable.
+type relayPebble struct {
+	srv       *httptest.Server
+	store     *pebbledb.MemoryStore
+	root      *x509.Certificate
+	dir       string // directory URL
+	rootsFile string // PEM of the TLS certificate, for trusted_roots
+	down      atomic.Bool
+
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// startRelayPebble runs Pebble validating http-01 on httpPort and dns-01
+// through dnsAddr; alwaysValid makes it accept every challenge untried.
+func startRelayPebble(t *testing.T, dnsAddr string, httpPort int, alwaysValid bool) *relayPebble {
+	t.Helper()
+	// Pebble reads these in va.New and wfe.New.
+	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
+	t.Setenv("PEBBLE_WFE_NONCEREJECT", "0")
+	t.Setenv("PEBBLE_AUTHZREUSE", "0")
+	if alwaysValid {
+		t.Setenv("PEBBLE_VA_ALWAYS_VALID", "1")
+	} else {
+		t.Setenv("PEBBLE_VA_ALWAYS_VALID", "0")
+	}
+	logger := log.New(io.Discard, "", 0)
+	if os.Getenv("PEBBLE_LOG") != "" {
+		logger = log.New(os.Stderr, "pebble ", log.Lmicroseconds)
+	}
+	p := &relayPebble{store: pebbledb.NewMemoryStore(), counts: map[string]int{}}
+	cai := ca.New(logger, p.store, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default"}})
+	vai := va.New(logger, httpPort, 1, false, dnsAddr, p.store)
+	wfei := wfe.New(logger, p.store, vai, cai, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
+	p.srv = httptest.NewTLSServer(p.front(wfei.Handler()))
+	t.Cleanup(p.srv.Close)
+	p.root = cai.GetRootCert(0).Cert
+	p.dir = p.srv.URL + wfe.DirectoryPath
+	p.rootsFile = filepath.Join(t.TempDir(), "pebble-tls.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw})
+	if err := os.WriteFile(p.rootsFile, pemBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Request kinds the front counts, by Pebble's paths.
+const (
+	pebbleNewAccount = "new-account"
+	pebbleNewOrder   = "new-order"
+	pebbleFinalize   = "finalize"
+)
+
+func (p *relayPebble) front(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.down.Load() {
+			// Unreachable: the connection dies without an answer.
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					_ = conn.Close()
+					return
+				}
+			}
+			http.Error(w, "down", http.StatusBadGateway)
+			return
+		}
+		kind := ""
+		switch {
+		case r.URL.Path == "/sign-me-up":
+			kind = pebbleNewAccount
+		case r.URL.Path == "/order-plz":
+			kind = pebbleNewOrder
+		case strings.HasPrefix(r.URL.Path, "/finalize-order/"):
+			kind = pebbleFinalize
+		}
+		if kind != "" && r.Method == http.MethodPost {
+			p.mu.Lock()
+			p.counts[kind]++
+			p.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (p *relayPebble) count(kind string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts[kind]
+}
+
+// roots is a pool of the Pebble TLS certificate.
+func (p *relayPebble) tlsRoots() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(p.srv.Certificate())
+	return pool
+}
+
+// checkChainEndsAtRoot verifies that the PEM chain's leaf chains, through
+// the chain's other certificates, to Pebble's root, and returns the leaf.
+func (p *relayPebble) checkChainEndsAtRoot(t *testing.T, chainPEM []byte, name string) *x509.Certificate {
+	t.Helper()
+	var certs []*x509.Certificate
+	for rest := chainPEM; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		t.Fatal("the chain holds no certificate")
+	}
+	roots, inter := x509.NewCertPool(), x509.NewCertPool()
+	roots.AddCert(p.root)
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: name}); err != nil {
+		t.Fatalf("the issued chain does not end at Pebble's root: %v", err)
+	}
+	if last := certs[len(certs)-1]; last.CheckSignatureFrom(p.root) != nil {
+		t.Errorf("the chain's last certificate %q is not issued by Pebble's root", last.Subject)
+	}
+	return certs[0]
+}
+
+// ---- lego as the proxy's client ----
+
+type relayLegoUser struct {
+	key crypto.Signer
+	reg *legoacme.ExtendedAccount
+}
+
+func (u *relayLegoUser) GetEmail() string                           { return "client@example.com" }
+func (u *relayLegoUser) GetRegistration() *legoacme.ExtendedAccount { return u.reg }
+func (u *relayLegoUser) GetPrivateKey() crypto.Signer               { return u.key }
+
+// relayLegoDNS proves names to the proxy by dns-01, writing into the test DNS.
+type relayLegoDNS struct{ d *relayDNS }
+
+func (p relayLegoDNS) Present(ctx context.Context, domain, _, keyAuth string) error {
+	info := dns01.GetChallengeInfo(ctx, domain, keyAuth)
+	p.d.addTXT(info.EffectiveFQDN, info.Value)
+	return nil
+}
+
+func (p relayLegoDNS) CleanUp(ctx context.Context, domain, _, keyAuth string) error {
+	info := dns01.GetChallengeInfo(ctx, domain, keyAuth)
+	p.d.deleteTXT(info.EffectiveFQDN, info.Value)
+	return nil
+}
+
+func (p relayLegoDNS) Timeout() (time.Duration, time.Duration) {
+	return 20 * time.Second, 100 * time.Millisecond
+}
+
+// newRelayLego returns a lego client registered at the proxy's directory,
+// proving control by dns-01 through d.
+func newRelayLego(t *testing.T, ctx context.Context, directory string, hc *http.Client, d *relayDNS) *lego.Client {
+	t.Helper()
+	// lego's resolver for dns-01 is process-wide; every test DNS server
+	// serves the same zone, but each test has its own, so point lego at
+	// the current one.
+	dns01.SetDefaultClient(dns01.NewClient(&dns01.Options{RecursiveNameservers: []string{d.addr}, Timeout: 2 * time.Second}))
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	u := &relayLegoUser{key: key}
+	cfg := lego.NewConfig(u)
+	cfg.CADirURL = directory
+	cfg.HTTPClient = hc
+	cfg.Certificate.Timeout = 40 * time.Second
+	c, err := lego.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := c.Registration.Register(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true})
+	if err != nil {
+		t.Fatalf("lego register: %v", err)
+	}
+	u.reg = reg
+	if err := c.Challenge.SetDNS01Provider(relayLegoDNS{d},
+		dns01.DisableAuthoritativeNssPropagationRequirement(), dns01.PropagationWait(0, true)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// relayWaitFor polls cond every 20ms until it holds or d passes.
+func relayWaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

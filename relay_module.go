@@ -1,0 +1,169 @@
+package caddyacmeproxy
+
+import (
+	"crypto/x509"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddytls"
+	"github.com/caddyserver/certmagic"
+	"github.com/mholt/acmez/v3/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer/relay"
+)
+
+// Relay is acme_proxy.signers.relay: it obtains each certificate from an
+// upstream ACME CA with an upstream account of its own, kept in Caddy
+// storage. Finalize answers processing; a relay_issue job does the work.
+type Relay struct {
+	relay.Config
+	*relay.Signer `json:"-"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (*Relay) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "acme_proxy.signers.relay", New: func() caddy.Module { return new(Relay) }}
+}
+
+// Provision checks the configuration, loads the DNS provider module and
+// builds the signer. It does not contact the upstream.
+func (r *Relay) Provision(ctx caddy.Context) error {
+	repl := caddy.NewReplacer()
+	opts := relay.Options{
+		Directory: repl.ReplaceKnown(r.Directory, ""),
+		Email:     repl.ReplaceKnown(r.Email, ""),
+		Challenge: r.Challenge,
+		Storage:   ctx.Storage(),
+	}
+	if opts.Directory == "" {
+		return fmt.Errorf("signer.directory: required")
+	}
+	if opts.Challenge == "" {
+		opts.Challenge = relay.ChallengeHTTP01
+		if r.DNSRaw != nil {
+			opts.Challenge = relay.ChallengeDNS01
+		}
+	}
+	switch opts.Challenge {
+	case relay.ChallengeDNS01, relay.ChallengeHTTP01, relay.ChallengeBypass:
+	default:
+		return fmt.Errorf("signer.challenge: %q must be dns01, http01 or bypass", opts.Challenge)
+	}
+	if r.DNSRaw != nil && opts.Challenge != relay.ChallengeDNS01 {
+		return fmt.Errorf("signer.dns: only used with challenge dns01, not %s", opts.Challenge)
+	}
+	if r.PropagationDelay < 0 {
+		return fmt.Errorf("signer.propagation_delay: must not be negative")
+	}
+	if r.PropagationTimeout < -1 {
+		return fmt.Errorf("signer.propagation_timeout: must be positive, or -1 to skip the check")
+	}
+	if opts.Challenge == relay.ChallengeDNS01 {
+		if r.DNSRaw == nil {
+			return fmt.Errorf("signer.dns: required with challenge dns01")
+		}
+		// As caddytls's ACME issuer loads its DNS provider.
+		mod, err := ctx.LoadModule(r, "DNSRaw")
+		if err != nil {
+			return fmt.Errorf("signer.dns: %w", err)
+		}
+		prov, ok := mod.(certmagic.DNSProvider)
+		if !ok {
+			return fmt.Errorf("signer.dns: module %T cannot append and delete DNS records", mod)
+		}
+		opts.DNS = &certmagic.DNS01Solver{DNSManager: certmagic.DNSManager{
+			DNSProvider:        prov,
+			PropagationDelay:   time.Duration(r.PropagationDelay),
+			PropagationTimeout: time.Duration(r.PropagationTimeout),
+			Resolvers:          r.Resolvers,
+			Logger:             ctx.Logger().Named("dns"),
+		}}
+	}
+	if r.EAB != nil {
+		opts.EAB = &acme.EAB{KeyID: repl.ReplaceKnown(r.EAB.KeyID, ""), MACKey: repl.ReplaceKnown(r.EAB.MACKey, "")}
+	}
+	if r.TrustedRoots != "" {
+		pem, err := os.ReadFile(r.TrustedRoots)
+		if err != nil {
+			return fmt.Errorf("signer.trusted_roots: %w", err)
+		}
+		opts.RootCAs = x509.NewCertPool()
+		if !opts.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("signer.trusted_roots: %q holds no PEM certificate", r.TrustedRoots)
+		}
+	}
+	if opts.Challenge == relay.ChallengeHTTP01 {
+		tlsApp, err := ctx.App("tls")
+		if err != nil {
+			return fmt.Errorf("signer.challenge: http01 answers through the tls app: %w", err)
+		}
+		opts.HTTPChallengeIssuerKeys = httpChallengeIssuerKeys(tlsApp.(*caddytls.TLS))
+	}
+	var err error
+	if r.Signer, err = relay.New(opts); err != nil {
+		return fmt.Errorf("signer: %w", err)
+	}
+	return nil
+}
+
+// acmeCapable is how caddytls recognizes the issuers it asks to answer an
+// HTTP challenge (caddytls.TLS.HandleHTTPChallenge).
+type acmeCapable interface{ GetACMEIssuer() *caddytls.ACMEIssuer }
+
+// httpChallengeIssuerKeys returns, for a name, the issuer keys under
+// which this instance's TLS app looks up an http-01 challenge for it in
+// storage: those of every issuer of the automation policy it picks for
+// the name (the first policy whose subjects cover it, or with none, as
+// caddytls.TLS.getAutomationPolicyForName picks), or of Caddy's default
+// issuer when the policy names none or no policy matches. A policy
+// without an ACME issuer does not consult storage at all, so it
+// contributes no key; the relay then relies on the upstream's own key.
+func httpChallengeIssuerKeys(tlsApp *caddytls.TLS) func(name string) []string {
+	defaultKey := (&certmagic.ACMEIssuer{CA: certmagic.DefaultACME.CA}).IssuerKey()
+	return func(name string) []string {
+		var ap *caddytls.AutomationPolicy
+		if tlsApp.Automation != nil {
+			for _, p := range tlsApp.Automation.Policies {
+				if covers(p, name) {
+					ap = p
+					break
+				}
+			}
+		}
+		if ap == nil || len(ap.Issuers) == 0 {
+			return []string{defaultKey}
+		}
+		var (
+			keys []string
+			acme bool
+		)
+		for _, iss := range ap.Issuers {
+			if _, ok := iss.(acmeCapable); ok {
+				acme = true
+			}
+			keys = append(keys, iss.IssuerKey())
+		}
+		if !acme {
+			return nil
+		}
+		return keys
+	}
+}
+
+func covers(p *caddytls.AutomationPolicy, name string) bool {
+	subjects := p.Subjects()
+	if len(subjects) == 0 {
+		return true
+	}
+	for _, s := range subjects {
+		if certmagic.MatchWildcard(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Interface guards
+var _ caddy.Provisioner = (*Relay)(nil)

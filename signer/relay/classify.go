@@ -1,0 +1,172 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mholt/acmez/v3/acme"
+)
+
+// verdict is what a failed attempt calls for.
+type verdict int
+
+const (
+	// retry: nobody stated a reason (the network, a gateway, a 5xx, a
+	// timeout); try again with backoff, spending an attempt.
+	retry verdict = iota + 1
+	// coolDown: the upstream rate-limited us (429); the whole profile
+	// waits, and the attempt is not spent.
+	coolDown
+	// giveUp: the upstream CA stated why it will not issue, or something
+	// on our side can never work; retrying cannot help.
+	giveUp
+)
+
+func (v verdict) String() string {
+	switch v {
+	case retry:
+		return "retry"
+	case coolDown:
+		return "cool down"
+	case giveUp:
+		return "give up"
+	}
+	return "unknown"
+}
+
+// failure is a classified error.
+type failure struct {
+	verdict verdict
+	// after is the upstream's Retry-After, zero when it sent none.
+	after time.Duration
+	// forgetAccount: the upstream no longer knows our account; register
+	// again before the next attempt.
+	forgetAccount bool
+	reason        string
+}
+
+// Bounds on a wait the upstream asks for.
+const (
+	defaultCoolDown = time.Minute
+	maxRetryAfter   = 24 * time.Hour
+)
+
+// permanentError marks a failure of our own making that retrying cannot
+// fix: a missing challenge type, a wildcard under http01, an upstream
+// order or authorization that is invalid. It is the explicit
+// counterpart of certmagic's ErrNoRetry: the caller says what is
+// permanent, classify does not guess.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+func permanent(format string, args ...any) error {
+	return permanentError{fmt.Errorf(format, args...)}
+}
+
+// classify decides by whose answer err is. last is the upstream's last
+// HTTP response in this attempt, which carries what acmez's errors do not
+// (Retry-After, and the status of a response that was not a problem
+// document).
+func classify(err error, last response) failure {
+	f := failure{verdict: retry, reason: err.Error()}
+	if last.retryAfter > 0 {
+		f.after = min(last.retryAfter, maxRetryAfter)
+	}
+	var perm permanentError
+	if errors.As(err, &perm) {
+		f.verdict = giveUp
+		return f
+	}
+	var p acme.Problem
+	if errors.As(err, &p) {
+		status := p.Status
+		if status == 0 && last.status >= 400 {
+			status = last.status
+		}
+		switch {
+		case status == http.StatusTooManyRequests || p.Type == acme.ProblemTypeRateLimited:
+			f.verdict = coolDown
+		case status >= 500 || p.Type == acme.ProblemTypeServerInternal:
+			f.verdict = retry
+		case p.Type == acme.ProblemTypeBadNonce:
+			f.verdict = retry
+		case p.Type == acme.ProblemTypeAccountDoesNotExist:
+			f.verdict, f.forgetAccount = retry, true
+		default:
+			// The CA stated a reason: badCSR, rejectedIdentifier,
+			// unauthorized, malformed (our JWS), caa, dns, ...
+			f.verdict = giveUp
+		}
+	} else if last.status == http.StatusTooManyRequests {
+		f.verdict = coolDown
+	}
+	// Everything else — transport errors, TLS, timeouts, a gateway's HTML
+	// page, a body that is not JSON — is nobody's stated answer: retry.
+	if errors.Is(err, context.DeadlineExceeded) {
+		f.reason = "timed out: " + f.reason
+	}
+	if f.verdict == coolDown && f.after == 0 {
+		f.after = defaultCoolDown
+	}
+	return f
+}
+
+// response is what classify needs from an upstream HTTP response.
+type response struct {
+	status     int
+	retryAfter time.Duration
+}
+
+// recorder is an http.RoundTripper that remembers the last response it
+// saw. One recorder serves one attempt, which makes its requests one at a
+// time.
+type recorder struct {
+	base http.RoundTripper
+	now  func() time.Time
+
+	mu   sync.Mutex
+	last response
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.base.RoundTrip(req)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.last = response{}
+		return resp, err
+	}
+	r.last = response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), r.now())}
+	return resp, nil
+}
+
+func (r *recorder) lastResponse() response {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an
+// HTTP-date (RFC 9110 §10.2.3). Zero when absent, unparsable or past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

@@ -1,0 +1,191 @@
+package relay
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mholt/acmez/v3/acme"
+)
+
+// fakeUpstream is an ACME server whose directory and nonces work and whose
+// every other request gets answer.
+func fakeUpstream(t *testing.T, answer http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	var ts *httptest.Server
+	ts = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Replay-Nonce", fmt.Sprintf("nonce-%d", time.Now().UnixNano()))
+		switch r.URL.Path {
+		case "/dir":
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]string{
+				"newNonce": ts.URL + "/nonce", "newAccount": ts.URL + "/account",
+				"newOrder": ts.URL + "/order", "revokeCert": ts.URL + "/revoke", "keyChange": ts.URL + "/key",
+			})
+		case "/nonce":
+			w.WriteHeader(http.StatusOK)
+		default:
+			answer(w, r)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// problemAnswer answers with a problem document.
+func problemAnswer(status int, typ, detail string, header ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": typ, "detail": detail, "status": status})
+	}
+}
+
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
+	const ns = "urn:ietf:params:acme:error:"
+	tests := []struct {
+		name   string
+		answer http.HandlerFunc // nil: nothing listens
+		hang   bool             // the upstream never answers
+		want   verdict
+		after  time.Duration
+		// outcome is the start of the job outcome's String.
+		outcome       string
+		forgetAccount bool
+	}{
+		{name: "connection refused", want: retry, outcome: "retry: "},
+		{name: "timeout", hang: true, want: retry, outcome: "retry: timed out"},
+		{name: "HTML 502 from a gateway", answer: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = w.Write([]byte("<html><body><h1>502 Bad Gateway</h1></body></html>"))
+		}, want: retry, outcome: "retry: "},
+		{name: "200 with a body that is not JSON", answer: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte("<html>maintenance</html>"))
+		}, want: retry, outcome: "retry: "},
+		{name: "500 serverInternal", answer: problemAnswer(500, ns+"serverInternal", "boom"), want: retry, outcome: "retry: "},
+		{name: "503 with Retry-After", answer: problemAnswer(503, ns+"serverInternal", "maintenance", "Retry-After", "7"),
+			want: retry, after: 7 * time.Second, outcome: "retry after 7s: "},
+		{name: "429 with Retry-After", answer: problemAnswer(429, ns+"rateLimited", "too many new orders", "Retry-After", "120"),
+			want: coolDown, after: 2 * time.Minute, outcome: "retry after 2m0s: "},
+		{name: "429 without Retry-After", answer: problemAnswer(429, ns+"rateLimited", "slow down"),
+			want: coolDown, after: defaultCoolDown, outcome: "retry after 1m0s: "},
+		{name: "403 unauthorized", answer: problemAnswer(403, ns+"unauthorized", "account is not allowed"), want: giveUp, outcome: "failed: "},
+		{name: "400 badCSR", answer: problemAnswer(400, ns+"badCSR", "key too small"), want: giveUp, outcome: "failed: "},
+		{name: "400 rejectedIdentifier", answer: problemAnswer(400, ns+"rejectedIdentifier", "forbidden by policy"), want: giveUp, outcome: "failed: "},
+		{name: "400 malformed JWS", answer: problemAnswer(400, ns+"malformed", "JWS verification error"), want: giveUp, outcome: "failed: "},
+		{name: "400 badSignatureAlgorithm", answer: problemAnswer(400, ns+"badSignatureAlgorithm", "ES512 is not supported"), want: giveUp, outcome: "failed: "},
+		{name: "accountDoesNotExist", answer: problemAnswer(400, ns+"accountDoesNotExist", "no such account"),
+			want: retry, outcome: "retry: ", forgetAccount: true},
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := "http://" + closedPort(t) + "/dir"
+			release := make(chan struct{})
+			switch {
+			case tt.hang:
+				ts := fakeUpstream(t, func(http.ResponseWriter, *http.Request) { <-release })
+				dir = ts.URL + "/dir"
+			case tt.answer != nil:
+				dir = fakeUpstream(t, tt.answer).URL + "/dir"
+			}
+			defer close(release)
+			s := &Signer{opts: Options{Directory: dir}}
+			rec := &recorder{base: http.DefaultTransport, now: time.Now}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if tt.hang {
+				ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+			}
+			defer cancel()
+			_, err := s.client(rec).NewAccount(ctx, acme.Account{PrivateKey: key, TermsOfServiceAgreed: true})
+			if err == nil {
+				t.Fatal("the upstream call succeeded")
+			}
+			f := classify(err, rec.lastResponse())
+			if f.verdict != tt.want || f.after != tt.after || f.forgetAccount != tt.forgetAccount {
+				t.Errorf("classify = %s after %s (forget account %v); want %s after %s (%v)\nerror: %v",
+					f.verdict, f.after, f.forgetAccount, tt.want, tt.after, tt.forgetAccount, err)
+			}
+			if got := outcomeFor(f, f.reason).String(); !strings.HasPrefix(got, tt.outcome) {
+				t.Errorf("outcome %q; want it to start with %q", got, tt.outcome)
+			}
+		})
+	}
+}
+
+func TestOurOwnPermanentFailuresAreNotRetried(t *testing.T) {
+	s := &Signer{opts: Options{Challenge: ChallengeDNS01}}
+	_, err := s.pick(acme.Authorization{Identifier: acme.Identifier{Type: "dns", Value: "a.example.com"},
+		Challenges: []acme.Challenge{{Type: "http-01"}, {Type: "tls-alpn-01"}}})
+	if err == nil {
+		t.Fatal("picked a dns-01 challenge the upstream does not offer")
+	}
+	if !strings.Contains(err.Error(), "offers no dns-01 challenge for a.example.com (it offers: http-01, tls-alpn-01)") {
+		t.Errorf("error %q does not say what is missing", err)
+	}
+	if f := classify(fmt.Errorf("solving: %w", err), response{}); f.verdict != giveUp {
+		t.Errorf("a missing challenge type is %s; want give up", f.verdict)
+	}
+
+	s.opts.Challenge = ChallengeHTTP01
+	if _, err := s.pick(acme.Authorization{Identifier: acme.Identifier{Type: "dns", Value: "example.com"}, Wildcard: true,
+		Challenges: []acme.Challenge{{Type: "dns-01"}}}); classify(err, response{}).verdict != giveUp {
+		t.Errorf("a wildcard under http01: %v; want a permanent failure", err)
+	}
+
+	s.opts.Challenge = ChallengeBypass
+	ch, err := s.pick(acme.Authorization{Challenges: []acme.Challenge{{Type: "tls-alpn-01"}, {Type: "http-01"}}})
+	if err != nil || ch.Type != "tls-alpn-01" {
+		t.Errorf("bypass picked %q (%v); want the first offered", ch.Type, err)
+	}
+	if !errors.As(permanent("x"), new(permanentError)) {
+		t.Error("permanent does not make a permanentError")
+	}
+}
+
+func TestRetryAfterIsReadAsSecondsOrAnHTTPDate(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"":                              0,
+		"30":                            30 * time.Second,
+		"0":                             0,
+		"-5":                            0,
+		"soon":                          0,
+		"Thu, 01 Jan 2026 00:02:00 GMT": 2 * time.Minute,
+		"Wed, 31 Dec 2025 23:00:00 GMT": 0,
+	} {
+		if got := parseRetryAfter(v, now); got != want {
+			t.Errorf("Retry-After %q = %s; want %s", v, got, want)
+		}
+	}
+	f := classify(acme.Problem{Type: acme.ProblemTypeRateLimited, Status: 429}, response{status: 429, retryAfter: 72 * time.Hour})
+	if f.after != maxRetryAfter {
+		t.Errorf("a 72h Retry-After is honoured as %s; want it capped at %s", f.after, maxRetryAfter)
+	}
+}

@@ -1,0 +1,115 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/mholt/acmez/v3/acme"
+)
+
+// httpPublisher answers upstream http-01 challenges the way Caddy answers
+// its own: it writes the challenge to Caddy storage where certmagic's
+// distributed solver keeps it, and Caddy's HTTP servers serve it.
+//
+// Every Caddy HTTP server hands a request for
+// /.well-known/acme-challenge/<token> to the TLS app before any route
+// (caddyhttp.Server.ServeHTTP → caddytls.TLS.HandleHTTPChallenge). The TLS
+// app finds the automation policy for the request's Host and asks each of
+// its ACME issuers (certmagic.ACMEIssuer.HandleHTTPChallenge), which looks
+// for the challenge first in its process's memory, then in storage at
+//
+//	acme/<issuer key>/challenge_tokens/<identifier>.json
+//
+// for the issuer key of every issuer of that policy; it serves the key
+// authorization when the request's Host and path match the challenge.
+// Nothing here touches process memory, so the instance that answers need
+// not be the one that relays: any instance sharing the storage does.
+//
+// Which issuer keys that instance consults depends on its TLS automation
+// policy for the name, so the publisher writes under every key issuerKeys
+// returns (the glue computes the keys the local TLS app's policy uses)
+// and under the upstream directory's own key (what certmagic itself writes
+// when Caddy is the ACME client of that CA).
+type httpPublisher struct {
+	storage    certmagic.Storage
+	ownKey     string
+	issuerKeys func(identifier string) []string
+}
+
+// challengeTokenKey is certmagic's storage key for a distributed
+// challenge (certmagic's distributedSolver.challengeTokensKey).
+func challengeTokenKey(issuerKey, identifier string) string {
+	return path.Join("acme", certmagic.StorageKeys.Safe(issuerKey), "challenge_tokens",
+		certmagic.StorageKeys.Safe(identifier)+".json")
+}
+
+// lockName serializes challenges for one name across every instance on
+// the storage: a challenge's file is keyed by the name alone, so two at
+// once would overwrite each other.
+func (p *httpPublisher) lockName(identifier string) string {
+	return "acme_proxy_relay_http01_" + certmagic.StorageKeys.Safe(identifier)
+}
+
+func (p *httpPublisher) keys(identifier string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(k string) {
+		if k == "" || seen[k] {
+			return
+		}
+		seen[k] = true
+		out = append(out, challengeTokenKey(k, identifier))
+	}
+	add(p.ownKey)
+	if p.issuerKeys != nil {
+		for _, k := range p.issuerKeys(identifier) {
+			add(k)
+		}
+	}
+	return out
+}
+
+// Present takes the name's lock and publishes the challenge. A Present
+// that returns nil must be followed by CleanUp.
+func (p *httpPublisher) Present(ctx context.Context, chal acme.Challenge) error {
+	id := chal.Identifier.Value
+	if err := p.storage.Lock(ctx, p.lockName(id)); err != nil {
+		return fmt.Errorf("locking http-01 challenges for %s: %w", id, err)
+	}
+	body, err := json.Marshal(chal)
+	if err == nil {
+		for _, k := range p.keys(id) {
+			if err = p.storage.Store(ctx, k, body); err != nil {
+				err = fmt.Errorf("publishing the http-01 challenge for %s: %w", id, err)
+				break
+			}
+		}
+	}
+	if err != nil {
+		_ = p.CleanUp(context.WithoutCancel(ctx), chal)
+		return err
+	}
+	return nil
+}
+
+// CleanUp withdraws the challenge and releases the name's lock, even when
+// ctx is cancelled.
+func (p *httpPublisher) CleanUp(ctx context.Context, chal acme.Challenge) error {
+	ctx = context.WithoutCancel(ctx)
+	id := chal.Identifier.Value
+	var errs []error
+	for _, k := range p.keys(id) {
+		if err := p.storage.Delete(ctx, k); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := p.storage.Unlock(ctx, p.lockName(id)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

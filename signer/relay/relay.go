@@ -1,0 +1,460 @@
+// Package relay is the relay signer: it obtains the certificate for a
+// finalized order from an upstream ACME CA (Let's Encrypt, ZeroSSL,
+// step-ca, Pebble…) with an upstream account of its own, answering the
+// upstream's challenges itself and relaying the client's CSR byte for byte.
+//
+// Finalize answers processing. The work is a durable relay_issue job keyed
+// by the local order, with the order's expiry as its deadline; the
+// mapping row (local order → upstream order, CSR, client) is what lets a
+// restarted process finish it. Each attempt re-reads the upstream order
+// and skips what is done, so an attempt may die anywhere and the next
+// carries on. Failures are classified by whose answer they are (see
+// classify). The job reports through the Settler it was bound with.
+package relay
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/mholt/acmez/v3/acme"
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// IssueKind is the kind of the job that relays one order.
+const IssueKind = "relay_issue"
+
+// Defaults of Options.
+const (
+	DefaultMaxAttempts    = 12
+	DefaultAttemptTimeout = 10 * time.Minute
+)
+
+// Options configure a Signer.
+type Options struct {
+	// Directory is the upstream's ACME directory URL. Required.
+	Directory string
+	// Email is the upstream account's contact, if any.
+	Email string
+	// EAB, if set, binds the upstream account at registration.
+	EAB *acme.EAB
+	// Challenge is ChallengeDNS01, ChallengeHTTP01 or ChallengeBypass.
+	Challenge string
+	// DNS solves dns-01; required with ChallengeDNS01.
+	DNS *certmagic.DNS01Solver
+	// Storage is Caddy's storage: it holds the upstream account and, for
+	// http01, the published challenges. Required.
+	Storage certmagic.Storage
+	// HTTPChallengeIssuerKeys returns, for a name, the issuer keys under
+	// which the HTTP challenge handler of an instance looks the name's
+	// challenge up (see httpPublisher). The upstream's own key is always
+	// used as well.
+	HTTPChallengeIssuerKeys func(identifier string) []string
+	// RootCAs, if set, are the only roots the upstream's TLS certificate
+	// may chain to.
+	RootCAs *x509.CertPool
+	// Transport, if set, replaces the HTTP transport to the upstream
+	// (tests); RootCAs is then ignored.
+	Transport http.RoundTripper
+	// PollInterval is how often an upstream resource is polled when the
+	// upstream says nothing (acmez's default: 250ms).
+	PollInterval time.Duration
+	// MaxAttempts is a relay's attempt budget (DefaultMaxAttempts).
+	MaxAttempts int
+	// AttemptTimeout bounds one attempt (DefaultAttemptTimeout).
+	AttemptTimeout time.Duration
+	// Clock tells the time; default the wall clock.
+	Clock clock.Clock
+}
+
+// Signer is the relay signer of one profile.
+type Signer struct {
+	opts      Options
+	issuerKey string
+	clock     clock.Clock
+	transport http.RoundTripper
+	http      *httpPublisher
+
+	mu       sync.Mutex
+	bound    *signer.Binding
+	log      *zap.Logger
+	coolTill time.Time // profile-wide: no upstream request before this
+
+	acctMu sync.Mutex
+	acct   *acme.Account // registered, once loaded
+}
+
+// New checks opts and returns a Signer. It does not contact the upstream:
+// the account is registered by the first relay, so that an unreachable
+// upstream never stops Caddy from loading its configuration.
+func New(opts Options) (*Signer, error) {
+	u, err := url.Parse(opts.Directory)
+	if opts.Directory == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("relay: directory %q must be an absolute https:// URL", opts.Directory)
+	}
+	if opts.Storage == nil {
+		return nil, errors.New("relay: no storage for the upstream account")
+	}
+	switch opts.Challenge {
+	case ChallengeDNS01:
+		if opts.DNS == nil || opts.DNS.DNSProvider == nil {
+			return nil, errors.New("relay: challenge dns01 needs a DNS provider")
+		}
+	case ChallengeHTTP01, ChallengeBypass:
+	default:
+		return nil, fmt.Errorf("relay: challenge %q must be dns01, http01 or bypass", opts.Challenge)
+	}
+	if opts.EAB != nil {
+		if opts.EAB.KeyID == "" {
+			return nil, errors.New("relay: eab key id is empty")
+		}
+		if _, err := base64.RawURLEncoding.DecodeString(opts.EAB.MACKey); err != nil || opts.EAB.MACKey == "" {
+			return nil, errors.New("relay: eab hmac key must be base64url without padding")
+		}
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = DefaultMaxAttempts
+	}
+	if opts.AttemptTimeout <= 0 {
+		opts.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real()
+	}
+	s := &Signer{
+		opts:      opts,
+		issuerKey: (&certmagic.ACMEIssuer{CA: opts.Directory}).IssuerKey(),
+		clock:     opts.Clock,
+		transport: opts.Transport,
+		log:       zap.NewNop(),
+	}
+	if s.transport == nil {
+		s.transport = newTransport(opts.RootCAs)
+	}
+	if opts.Challenge == ChallengeHTTP01 {
+		s.http = &httpPublisher{storage: opts.Storage, ownKey: s.issuerKey, issuerKeys: opts.HTTPChallengeIssuerKeys}
+	}
+	return s, nil
+}
+
+// newTransport is the HTTP transport to the upstream: bounded dials and
+// handshakes, and the given roots when the upstream is private.
+func newTransport(roots *x509.CertPool) http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 15 * time.Second
+	t.ResponseHeaderTimeout = time.Minute
+	if roots != nil {
+		t.TLSClientConfig.RootCAs = roots
+	}
+	return t
+}
+
+// Bind gives the signer its profile's Settler, queue and store.
+func (s *Signer) Bind(b signer.Binding) error {
+	if b.Profile == "" || b.Settler == nil || b.Queue == nil || b.DB == nil {
+		return errors.New("relay: a binding needs a profile, a settler, a queue and a store")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bound != nil {
+		return fmt.Errorf("relay: already bound to profile %q", s.bound.Profile)
+	}
+	s.bound = &b
+	if b.Logger != nil {
+		s.log = b.Logger.Named("relay")
+	}
+	return nil
+}
+
+func (s *Signer) binding() (*signer.Binding, *zap.Logger, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bound == nil {
+		return nil, s.log, errors.New("relay: the signer is not bound to a profile")
+	}
+	return s.bound, s.log, nil
+}
+
+// CheckIdentifier refuses what the upstream challenge cannot prove:
+// wildcards by http-01 (RFC 8555 §7.1.3), IP addresses by dns-01 (RFC 8738
+// §7).
+func (s *Signer) CheckIdentifier(id signer.Identifier) error {
+	switch {
+	case s.opts.Challenge == ChallengeHTTP01 && id.Type == "dns" && strings.HasPrefix(id.Value, "*."):
+		return &signer.Error{Kind: signer.KindRejectedIdentifier,
+			Detail: fmt.Sprintf("%s cannot be issued by this profile: its upstream CA validates by http-01, which cannot prove a wildcard", id.Value)}
+	case s.opts.Challenge == ChallengeDNS01 && id.Type == "ip":
+		return &signer.Error{Kind: signer.KindRejectedIdentifier,
+			Detail: fmt.Sprintf("%s cannot be issued by this profile: its upstream CA validates by dns-01, which cannot prove an IP address", id.Value)}
+	}
+	return nil
+}
+
+// issuePayload is a relay_issue job's payload.
+type issuePayload struct {
+	Profile string `json:"profile"`
+	Order   string `json:"order"`
+}
+
+// Issue stores the order's mapping and queues its relay_issue job; the
+// order stays processing until the job reports. A repeat for the same
+// order (a finalize resumed after a crash) finds the mapping and the live
+// job and changes nothing.
+func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.IssueOutcome, error) {
+	b, log, err := s.binding()
+	if err != nil {
+		return signer.IssueOutcome{}, err
+	}
+	for _, id := range req.Identifiers {
+		if err := s.CheckIdentifier(id); err != nil {
+			return signer.IssueOutcome{}, err
+		}
+	}
+	if len(req.CSRDER) == 0 {
+		return signer.IssueOutcome{}, errors.New("relay: issue request without a CSR")
+	}
+	ro, created, err := b.DB.CreateRelayOrder(ctx, store.NewRelayOrder{
+		OrderID: req.OrderID, Profile: b.Profile, CSR: req.CSRDER,
+		ClientAddr: req.ClientAddr, UserAgent: req.UserAgent,
+	}, s.clock.Now())
+	if err != nil {
+		return signer.IssueOutcome{}, err
+	}
+	if ro.Status == store.RelayInvalid {
+		return signer.IssueOutcome{}, fmt.Errorf("relay: order %s already failed: %s", ro.OrderID, ro.Detail)
+	}
+	if err := s.enqueue(ctx, b.Queue, b.Profile, ro); err != nil {
+		return signer.IssueOutcome{}, err
+	}
+	if created {
+		log.Info("relay queued", zap.String("event", "relay_queued"), zap.String("profile", b.Profile),
+			zap.String("order", ro.OrderID), zap.String("client", ro.ClientAddr))
+	}
+	return signer.IssueOutcome{Pending: true}, nil
+}
+
+func (s *Signer) enqueue(ctx context.Context, q *jobs.Queue, profile string, ro store.RelayOrder) error {
+	_, _, err := q.Enqueue(ctx, jobs.Spec{
+		Kind: IssueKind, Key: ro.OrderID,
+		Payload:  issuePayload{Profile: profile, Order: ro.OrderID},
+		Deadline: ro.Expires, MaxAttempts: s.opts.MaxAttempts,
+	})
+	return err
+}
+
+// JobKinds implements signer.JobWorker.
+func (s *Signer) JobKinds() []string { return []string{IssueKind} }
+
+// RecoverJobs re-queues the relays of this profile still in flight; the
+// job's kind+key identity makes it a no-op for those whose job is alive.
+func (s *Signer) RecoverJobs(ctx context.Context, q *jobs.Queue) error {
+	b, log, err := s.binding()
+	if err != nil {
+		return err
+	}
+	inFlight, err := b.DB.ProcessingRelayOrders(ctx, b.Profile)
+	if err != nil {
+		return err
+	}
+	for _, ro := range inFlight {
+		if err := s.enqueue(ctx, q, b.Profile, ro); err != nil {
+			return fmt.Errorf("relay: re-queueing order %s: %w", ro.OrderID, err)
+		}
+	}
+	if len(inFlight) > 0 {
+		log.Info("relays in flight re-queued", zap.String("event", "relay_recovered"),
+			zap.String("profile", b.Profile), zap.Int("orders", len(inFlight)))
+	}
+	return nil
+}
+
+// RunJob does one attempt of a relay.
+func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
+	if job.Kind != IssueKind {
+		return jobs.Failed("relay: unknown job kind " + job.Kind)
+	}
+	var p issuePayload
+	if err := jobs.Decode(job, &p); err != nil {
+		return jobs.Failed(err.Error())
+	}
+	b, log, err := s.binding()
+	if err != nil {
+		return jobs.RetryAfter(err.Error(), 30*time.Second)
+	}
+	if wait := s.coolingDown(); wait > 0 {
+		return jobs.RetryAfter(fmt.Sprintf("the upstream rate-limited this profile; waiting %s", wait.Round(time.Second)), wait)
+	}
+	ro, err := b.DB.GetRelayOrder(ctx, p.Order)
+	if errors.Is(err, store.ErrNotFound) {
+		return jobs.Failed("no relay mapping for order " + p.Order)
+	}
+	if err != nil {
+		return jobs.Retry(err.Error())
+	}
+	if ro.OrderStatus != "processing" || ro.Status != store.RelayProcessing {
+		return jobs.Done() // settled already, by an earlier attempt or an operator
+	}
+
+	actx, cancel := context.WithTimeout(ctx, s.opts.AttemptTimeout)
+	defer cancel()
+	rec := &recorder{base: s.transport, now: s.clock.Now}
+	c := s.client(rec)
+	chain, err := s.relay(actx, c, rec, b, log, ro)
+	if err != nil {
+		if ctx.Err() != nil {
+			// The runner is stopping; this attempt was not the upstream's
+			// fault nor ours.
+			return jobs.RetryAfter("interrupted: "+err.Error(), 0)
+		}
+		return s.outcome(ctx, b, log, ro, classify(err, rec.lastResponse()))
+	}
+	if err := b.Settler.Issued(ctx, ro.OrderID, chain); err != nil {
+		return jobs.Retry("recording the certificate: " + err.Error())
+	}
+	if err := b.DB.SettleRelayOrder(ctx, ro.OrderID, store.RelayValid, "", s.clock.Now()); err != nil {
+		log.Error("recording a finished relay", zap.String("event", "relay_settle_failed"),
+			zap.String("order", ro.OrderID), zap.Error(err))
+	}
+	log.Info("relay issued", zap.String("event", "relay_issued"), zap.String("profile", b.Profile),
+		zap.String("order", ro.OrderID), zap.Int("attempt", job.Attempts))
+	return jobs.Done()
+}
+
+// outcome turns a classified failure into the job's outcome.
+func (s *Signer) outcome(ctx context.Context, b *signer.Binding, log *zap.Logger, ro store.RelayOrder, f failure) jobs.Outcome {
+	reason := "upstream " + s.opts.Directory + ": " + f.reason
+	if f.forgetAccount {
+		s.forgetAccount(ctx, b.Profile)
+	}
+	log.Warn("relay attempt failed", zap.String("event", "relay_attempt_failed"), zap.String("profile", b.Profile),
+		zap.String("order", ro.OrderID), zap.Stringer("verdict", f.verdict), zap.Duration("retry_after", f.after),
+		zap.String("reason", f.reason))
+	if f.verdict == coolDown {
+		s.coolDown(f.after)
+	}
+	return outcomeFor(f, reason)
+}
+
+// outcomeFor is the job outcome of a classified failure: give up at once;
+// wait as long as the upstream asked without spending an attempt (a rate
+// limit, or any answer carrying Retry-After); else retry with backoff.
+func outcomeFor(f failure, reason string) jobs.Outcome {
+	switch {
+	case f.verdict == giveUp:
+		return jobs.Failed(reason)
+	case f.verdict == coolDown, f.after > 0:
+		return jobs.RetryAfter(reason, f.after)
+	}
+	return jobs.Retry(reason)
+}
+
+// AbandonJob marks the order invalid through the Settler, with the real
+// reason for the operator, and records it on the mapping too.
+func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
+	var p issuePayload
+	if jobs.Decode(job, &p) != nil {
+		return
+	}
+	b, log, err := s.binding()
+	if err != nil {
+		return
+	}
+	detail := "relay failed: " + reason
+	if !strings.Contains(reason, s.opts.Directory) {
+		detail = "relay to " + s.opts.Directory + " failed: " + reason
+	}
+	if err := b.Settler.Failed(ctx, p.Order, detail); err != nil {
+		log.Error("recording a failed relay", zap.String("event", "relay_fail_record_failed"),
+			zap.String("order", p.Order), zap.Error(err))
+	}
+	if err := b.DB.SettleRelayOrder(ctx, p.Order, store.RelayInvalid, detail, s.clock.Now()); err != nil {
+		log.Error("recording a failed relay", zap.String("event", "relay_fail_record_failed"),
+			zap.String("order", p.Order), zap.Error(err))
+	}
+}
+
+func (s *Signer) coolingDown() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.coolTill.Sub(s.clock.Now())
+}
+
+func (s *Signer) coolDown(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.clock.Now().Add(d); t.After(s.coolTill) {
+		s.coolTill = t
+	}
+}
+
+// client returns an ACME client for one attempt, its requests seen by rec.
+func (s *Signer) client(rec *recorder) *acme.Client {
+	return &acme.Client{
+		Directory:    s.opts.Directory,
+		HTTPClient:   &http.Client{Transport: rec, Timeout: 2 * time.Minute},
+		UserAgent:    "caddy-acme-proxy",
+		PollInterval: s.opts.PollInterval,
+	}
+}
+
+// Revoke asks the upstream to revoke cert, signing with the upstream
+// account (which ordered it). A certificate already revoked is not an
+// error.
+func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int) error {
+	b, _, err := s.binding()
+	if err != nil {
+		return err
+	}
+	c := s.client(&recorder{base: s.transport, now: s.clock.Now})
+	acct, err := s.account(ctx, c, b.Profile)
+	if err != nil {
+		return err
+	}
+	code := 0
+	if reason != nil {
+		code = *reason
+	}
+	err = c.RevokeCertificate(ctx, acct, cert, nil, code)
+	var p acme.Problem
+	if errors.As(err, &p) && p.Type == acme.ProblemTypeAlreadyRevoked {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("relay: revoking at %s: %w", s.opts.Directory, err)
+	}
+	return nil
+}
+
+// RevocationRoute is signer.RevokeByJob: the upstream must be told.
+func (s *Signer) RevocationRoute() signer.RevocationRoute { return signer.RevokeByJob }
+
+// identifiersOf converts stored identifiers to the upstream's.
+func identifiersOf(ids []store.Identifier) []acme.Identifier {
+	out := make([]acme.Identifier, len(ids))
+	for i, id := range ids {
+		out[i] = acme.Identifier{Type: id.Type, Value: id.Value}
+	}
+	return out
+}
+
+var (
+	_ signer.Signer            = (*Signer)(nil)
+	_ signer.Binder            = (*Signer)(nil)
+	_ signer.JobWorker         = (*Signer)(nil)
+	_ signer.IdentifierChecker = (*Signer)(nil)
+)

@@ -1,0 +1,451 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/mholt/acmez/v3"
+	"github.com/mholt/acmez/v3/acme"
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// maxSteps bounds the state transitions one attempt walks the upstream
+// order through (pending → ready → processing → valid, and a re-read).
+const maxSteps = 8
+
+// relay takes the upstream order of ro as far as it goes: it creates it
+// (once: its URL is recorded before anything else happens), solves the
+// authorizations still pending, finalizes with the client's CSR when the
+// order is ready, waits while it is processing, and returns the chain
+// (DER, leaf first) once it is valid.
+func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) ([][]byte, error) {
+	acct, err := s.account(ctx, c, b.Profile)
+	if err != nil {
+		return nil, err
+	}
+	var order acme.Order
+	if ro.UpstreamOrderURL == "" {
+		order, err = s.newOrder(ctx, c, acct, b, log, ro)
+	} else {
+		order, err = c.GetOrder(ctx, acct, acme.Order{Location: ro.UpstreamOrderURL})
+	}
+	if err != nil {
+		return nil, err
+	}
+	for range maxSteps {
+		switch order.Status {
+		case acme.StatusPending:
+			if err := s.authorize(ctx, c, acct, order); err != nil {
+				return nil, err
+			}
+		case acme.StatusReady:
+			order, err = c.FinalizeOrder(ctx, acct, order, ro.CSR)
+			if err != nil && order.Status == acme.StatusInvalid {
+				return nil, permanent("the upstream order %s became invalid at finalize: %s", order.Location, problemText(order.Error))
+			}
+			if err != nil {
+				return nil, fmt.Errorf("finalizing the upstream order: %w", err)
+			}
+			continue
+		case acme.StatusProcessing:
+			// Wait as the upstream asks; a long wait ends the attempt, and
+			// classify turns the recorded Retry-After into the job's delay.
+			d := rec.lastResponse().retryAfter
+			if d > maxProcessingWait {
+				return nil, fmt.Errorf("the upstream order %s is processing; the upstream asks to come back in %s", order.Location, d)
+			}
+			if err := s.pause(ctx, d); err != nil {
+				return nil, err
+			}
+		case acme.StatusValid:
+			return s.download(ctx, c, acct, order, ro)
+		case acme.StatusInvalid:
+			return nil, permanent("the upstream order %s is invalid: %v", order.Location, problemText(order.Error))
+		default:
+			return nil, fmt.Errorf("the upstream order %s has status %q", order.Location, order.Status)
+		}
+		location := order.Location
+		if order, err = c.GetOrder(ctx, acct, acme.Order{Location: location}); err != nil {
+			return nil, err
+		}
+		order.Location = location
+	}
+	return nil, fmt.Errorf("the upstream order %s is still %s", order.Location, order.Status)
+}
+
+// newOrder places the upstream order for ro and records its URL. If an
+// earlier attempt recorded one meanwhile, that one wins and is used.
+func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (acme.Order, error) {
+	want := acme.Order{Identifiers: identifiersOf(ro.Identifiers)}
+	if !ro.NotBefore.IsZero() {
+		nb := ro.NotBefore
+		want.NotBefore = &nb
+	}
+	if !ro.NotAfter.IsZero() {
+		na := ro.NotAfter
+		want.NotAfter = &na
+	}
+	order, err := c.NewOrder(ctx, acct, want)
+	if err != nil {
+		return order, fmt.Errorf("creating the upstream order: %w", err)
+	}
+	if order.Location == "" {
+		return order, errors.New("the upstream created an order without a Location")
+	}
+	recorded, err := b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, order.Location, s.clock.Now())
+	if err != nil {
+		return order, err
+	}
+	log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
+		zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
+	if recorded != order.Location {
+		return c.GetOrder(ctx, acct, acme.Order{Location: recorded})
+	}
+	return order, nil
+}
+
+// maxProcessingWait is the longest an attempt waits in place for an
+// upstream order that is processing.
+const maxProcessingWait = time.Minute
+
+// pause waits d (the upstream's Retry-After), or the poll interval when it
+// said nothing, before the upstream order is read again.
+func (s *Signer) pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		d = s.opts.PollInterval
+	}
+	if d <= 0 {
+		d = time.Second
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// authorize solves every authorization of order that is still pending;
+// valid ones (from an earlier attempt, or reused by the upstream) are
+// skipped.
+func (s *Signer) authorize(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order) error {
+	for _, u := range order.Authorizations {
+		authz, err := c.GetAuthorization(ctx, acct, u)
+		if err != nil {
+			return fmt.Errorf("reading an upstream authorization: %w", err)
+		}
+		switch authz.Status {
+		case acme.StatusValid:
+			continue
+		case acme.StatusPending:
+		default:
+			return permanent("the upstream authorization for %s is %s: %s", authz.IdentifierValue(), authz.Status, challengeProblems(authz))
+		}
+		if err := s.solve(ctx, c, acct, authz); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// solve answers one pending authorization with the profile's strategy
+// and waits for the upstream's verdict.
+func (s *Signer) solve(ctx context.Context, c *acme.Client, acct acme.Account, authz acme.Authorization) error {
+	chal, err := s.pick(authz)
+	if err != nil {
+		return err
+	}
+	var sol acmez.Solver
+	switch s.opts.Challenge {
+	case ChallengeDNS01:
+		sol = s.opts.DNS
+	case ChallengeHTTP01:
+		sol = s.http
+	}
+	if sol != nil {
+		// Presented again when an earlier attempt already triggered the
+		// challenge: its record may have been cleaned up since.
+		if err := sol.Present(ctx, chal); err != nil {
+			return fmt.Errorf("presenting the %s challenge for %s: %w", chal.Type, authz.IdentifierValue(), err)
+		}
+		defer func() { _ = sol.CleanUp(context.WithoutCancel(ctx), chal) }()
+		if w, ok := sol.(acmez.Waiter); ok {
+			if err := w.Wait(ctx, chal); err != nil {
+				return fmt.Errorf("waiting for the %s challenge for %s to propagate: %w", chal.Type, authz.IdentifierValue(), err)
+			}
+		}
+	}
+	if chal.Status == acme.StatusPending || chal.Status == "" {
+		if _, err := c.InitiateChallenge(ctx, acct, chal); err != nil {
+			return fmt.Errorf("triggering the %s challenge for %s: %w", chal.Type, authz.IdentifierValue(), err)
+		}
+	}
+	authz, err = c.PollAuthorization(ctx, acct, authz)
+	if err != nil {
+		if authz.Status == acme.StatusInvalid {
+			return permanent("the upstream could not validate %s by %s: %s", authz.IdentifierValue(), chal.Type, challengeProblems(authz))
+		}
+		return fmt.Errorf("waiting for the upstream to validate %s: %w", authz.IdentifierValue(), err)
+	}
+	return nil
+}
+
+// pick chooses the challenge the strategy answers.
+func (s *Signer) pick(authz acme.Authorization) (acme.Challenge, error) {
+	var offered []string
+	for _, ch := range authz.Challenges {
+		offered = append(offered, ch.Type)
+	}
+	want := ""
+	switch s.opts.Challenge {
+	case ChallengeBypass:
+		if len(authz.Challenges) > 0 {
+			return authz.Challenges[0], nil
+		}
+	case ChallengeDNS01:
+		want = acme.ChallengeTypeDNS01
+	case ChallengeHTTP01:
+		if authz.Wildcard {
+			return acme.Challenge{}, permanent("%s cannot be validated by http-01 upstream", authz.IdentifierValue())
+		}
+		want = acme.ChallengeTypeHTTP01
+	}
+	for _, ch := range authz.Challenges {
+		if ch.Type == want {
+			return ch, nil
+		}
+	}
+	return acme.Challenge{}, permanent("the upstream offers no %s challenge for %s (it offers: %s)",
+		orNone(want), authz.IdentifierValue(), orNone(strings.Join(offered, ", ")))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// download fetches the upstream's chain and checks that its leaf is for
+// the CSR's key: the chain is what the client gets.
+func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order, ro store.RelayOrder) ([][]byte, error) {
+	if order.Certificate == "" {
+		return nil, fmt.Errorf("the upstream order %s is valid without a certificate URL", order.Location)
+	}
+	chains, err := c.GetCertificateChain(ctx, acct, order.Certificate)
+	if err != nil {
+		return nil, fmt.Errorf("downloading the certificate: %w", err)
+	}
+	if len(chains) == 0 {
+		return nil, errors.New("the upstream returned no certificate chain")
+	}
+	var ders [][]byte
+	rest := chains[0].ChainPEM
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type == "CERTIFICATE" {
+			ders = append(ders, block.Bytes)
+		}
+	}
+	if len(ders) == 0 {
+		return nil, errors.New("the upstream's certificate chain holds no certificate")
+	}
+	leaf, err := x509.ParseCertificate(ders[0])
+	if err != nil {
+		return nil, fmt.Errorf("the upstream's leaf does not parse: %w", err)
+	}
+	csr, err := x509.ParseCertificateRequest(ro.CSR)
+	if err != nil {
+		return nil, permanent("the stored CSR does not parse: %v", err)
+	}
+	if !samePublicKey(leaf.PublicKey, csr.PublicKey) {
+		return nil, permanent("the upstream issued a certificate for another key than the CSR's")
+	}
+	return ders, nil
+}
+
+func samePublicKey(a, b crypto.PublicKey) bool {
+	x, err1 := x509.MarshalPKIXPublicKey(a)
+	y, err2 := x509.MarshalPKIXPublicKey(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// problemText renders an upstream problem for an operator.
+func problemText(p *acme.Problem) string {
+	if p == nil {
+		return "no reason given"
+	}
+	return p.Error()
+}
+
+// challengeProblems collects the errors the upstream recorded on an
+// authorization's challenges.
+func challengeProblems(authz acme.Authorization) string {
+	var out []string
+	for _, ch := range authz.Challenges {
+		if ch.Error != nil {
+			out = append(out, ch.Type+": "+ch.Error.Error())
+		}
+	}
+	if len(out) == 0 {
+		return "no reason given"
+	}
+	return strings.Join(out, "; ")
+}
+
+// ---- the upstream account ----
+
+// accountRecord is the upstream account as kept in Caddy storage: the
+// key, and where the upstream registered it.
+type accountRecord struct {
+	KeyPEM   string   `json:"key_pem"`
+	Location string   `json:"location,omitempty"`
+	Contact  []string `json:"contact,omitempty"`
+}
+
+// accountKey is the storage key of a profile's upstream account.
+func (s *Signer) accountKey(profile string) string {
+	return path.Join("acme_proxy", "relay", certmagic.StorageKeys.Safe(s.issuerKey), certmagic.StorageKeys.Safe(profile), "account.json")
+}
+
+// account returns the profile's registered upstream account: from memory,
+// else from storage, else a new key registered now. The key is stored
+// before it is registered, and the storage lock spans both, so every
+// instance on the storage registers one account, once.
+func (s *Signer) account(ctx context.Context, c *acme.Client, profile string) (acme.Account, error) {
+	s.acctMu.Lock()
+	defer s.acctMu.Unlock()
+	if s.acct != nil {
+		return *s.acct, nil
+	}
+	key := s.accountKey(profile)
+	lock := "acme_proxy_relay_account_" + certmagic.StorageKeys.Safe(s.issuerKey) + "_" + certmagic.StorageKeys.Safe(profile)
+	if err := s.opts.Storage.Lock(ctx, lock); err != nil {
+		return acme.Account{}, fmt.Errorf("locking the upstream account: %w", err)
+	}
+	defer func() { _ = s.opts.Storage.Unlock(context.WithoutCancel(ctx), lock) }()
+
+	var rec accountRecord
+	raw, err := s.opts.Storage.Load(ctx, key)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return acme.Account{}, permanent("generating the upstream account key: %v", err)
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			return acme.Account{}, permanent("encoding the upstream account key: %v", err)
+		}
+		rec.KeyPEM = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+		if err := s.storeAccount(ctx, key, rec); err != nil {
+			return acme.Account{}, err
+		}
+	case err != nil:
+		return acme.Account{}, fmt.Errorf("loading the upstream account: %w", err)
+	default:
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return acme.Account{}, permanent("the upstream account in storage at %s does not parse: %v", key, err)
+		}
+	}
+	priv, err := parseKey(rec.KeyPEM)
+	if err != nil {
+		return acme.Account{}, permanent("the upstream account key in storage at %s: %v", key, err)
+	}
+	acct := acme.Account{Location: rec.Location, PrivateKey: priv, Contact: rec.Contact}
+	if acct.Location == "" {
+		acct.TermsOfServiceAgreed = true
+		if s.opts.Email != "" {
+			acct.Contact = []string{"mailto:" + s.opts.Email}
+		}
+		if s.opts.EAB != nil {
+			if err := acct.SetExternalAccountBinding(ctx, c, *s.opts.EAB); err != nil {
+				return acme.Account{}, fmt.Errorf("binding the upstream account: %w", err)
+			}
+		}
+		acct, err = c.NewAccount(ctx, acct)
+		if err != nil {
+			return acme.Account{}, fmt.Errorf("registering the upstream account: %w", err)
+		}
+		rec.Location, rec.Contact = acct.Location, acct.Contact
+		if err := s.storeAccount(ctx, key, rec); err != nil {
+			return acme.Account{}, err
+		}
+		s.log.Info("upstream account registered", zap.String("event", "relay_account_registered"),
+			zap.String("profile", profile), zap.String("directory", s.opts.Directory), zap.String("account", acct.Location))
+	}
+	acct.PrivateKey = priv
+	s.acct = &acct
+	return acct, nil
+}
+
+func (s *Signer) storeAccount(ctx context.Context, key string, rec accountRecord) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := s.opts.Storage.Store(ctx, key, raw); err != nil {
+		return fmt.Errorf("storing the upstream account: %w", err)
+	}
+	return nil
+}
+
+// forgetAccount drops the registration (not the key): the upstream said
+// it does not know the account, so the next attempt registers it again.
+func (s *Signer) forgetAccount(ctx context.Context, profile string) {
+	s.acctMu.Lock()
+	defer s.acctMu.Unlock()
+	s.acct = nil
+	key := s.accountKey(profile)
+	raw, err := s.opts.Storage.Load(ctx, key)
+	if err != nil {
+		return
+	}
+	var rec accountRecord
+	if json.Unmarshal(raw, &rec) != nil {
+		return
+	}
+	rec.Location = ""
+	if err := s.storeAccount(ctx, key, rec); err != nil {
+		s.log.Error("forgetting the upstream account", zap.String("event", "relay_account_forget_failed"), zap.Error(err))
+	}
+}
+
+func parseKey(keyPEM string) (crypto.Signer, error) {
+	block, _ := pem.Decode([]byte(keyPEM))
+	if block == nil {
+		return nil, errors.New("no PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	sk, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("a %T cannot sign", k)
+	}
+	return sk, nil
+}
