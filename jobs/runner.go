@@ -405,7 +405,9 @@ func (r *Runner) work(ks *kindState, job *Job) {
 		return
 	}
 	r.mu.Lock()
-	r.inflight[job.ID].settling = false // running the handler, not settling
+	if f := r.inflight[job.ID]; f != nil {
+		f.settling = false // running the handler, not settling
+	}
 	r.mu.Unlock()
 	ctx, cancel := context.WithCancel(r.workCtx)
 	out := r.runSafely(ctx, ks, job)
@@ -420,6 +422,9 @@ func (r *Runner) beginSettle(id int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f := r.inflight[id]
+	if f == nil {
+		return true // not tracked: nothing can have released it
+	}
 	if f.released {
 		return false
 	}

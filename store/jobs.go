@@ -144,17 +144,18 @@ func (db *DB) EnqueueJob(ctx context.Context, nj NewJob, now time.Time) (job Job
 }
 
 // ClaimJobs leases up to limit jobs of one kind that are due (ready with
-// run_at reached) or abandoned (running with an expired lease), in one
-// atomic statement, and counts the attempt.
+// run_at reached) or abandoned (running with an expired lease held by
+// another owner — a job whose lease the claimer itself let lapse is still
+// running there), in one atomic statement, and counts the attempt.
 func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
 	rows, err := db.w.QueryContext(ctx, db.q(`UPDATE jobs
 		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
 		WHERE id IN (
 			SELECT id FROM jobs
-			WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ?))
+			WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
 			ORDER BY run_at, id
 			LIMIT ?)
-		RETURNING `+jobCols), owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), limit)
+		RETURNING `+jobCols), owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), owner, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: claiming %s jobs: %w", kind, err)
 	}

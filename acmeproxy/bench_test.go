@@ -1,0 +1,278 @@
+package acmeproxy
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Micro-benchmarks of the steps every certificate goes through. The
+// full-flow comparison with Caddy's acme_server is in ../bench; the job
+// queue's enqueue→claim is in ../jobs/bench_test.go.
+
+// benchSyncModes are the SQLite synchronous settings compared: FULL is what
+// the acme_proxy app opens its store with (an fsync per commit), NORMAL
+// what WAL mode allows without losing consistency.
+var benchSyncModes = []string{"FULL", "NORMAL"}
+
+// benchFixture is one profile's Server over a real SQLite store on the
+// ordinary disk, with one ECDSA P-256 account.
+type benchFixture struct {
+	srv    *Server
+	db     *store.DB
+	key    *ecdsa.PrivateKey
+	acct   store.Account
+	base   string
+	kid    string
+	signer *localca.Signer
+}
+
+func newBenchFixture(b *testing.B, synchronous string) *benchFixture {
+	b.Helper()
+	ctx := context.Background()
+	db, err := store.OpenSQLite(ctx, filepath.Join(b.TempDir(), "bench.db"), store.SQLiteOptions{Synchronous: synchronous})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	sgn, err := localca.New(benchCA(b), localca.Options{Lifetime: 12 * time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, err := validate.New(validate.Config{Resolvers: []string{"127.0.0.1:1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := NewServer(ctx, ProfileConfig{Profile: "bench"}, Options{
+		DB: db, Queue: jobs.NewQueue(db, nil), Signer: sgn, Validator: v,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	jwk := &jose.JSONWebKey{Key: &key.PublicKey}
+	raw, err := jwk.MarshalJSON()
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp, err := thumbprint(jwk)
+	if err != nil {
+		b.Fatal(err)
+	}
+	acct, _, err := db.CreateAccount(ctx, store.Account{Profile: "bench", Thumbprint: tp, KeyJWK: raw}, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	base := "https://acme.bench.test" + srv.Prefix()
+	return &benchFixture{srv: srv, db: db, key: key, acct: acct, base: base, kid: base + "/account/" + acct.ID, signer: sgn}
+}
+
+// benchCA is a P-256 issuing CA, as Caddy's local CA is.
+func benchCA(b *testing.B) localca.Source {
+	b.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "acmeproxy bench CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(30 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	return localca.Static([]*x509.Certificate{ca}, key)
+}
+
+// signKID builds a flattened ES256 JWS signed with the account's key,
+// identified by kid, as a client sends it. An empty nonce leaves the
+// nonce out.
+func (f *benchFixture) signKID(b *testing.B, url, nonce string, payload []byte) []byte {
+	b.Helper()
+	hdr := map[string]string{"alg": "ES256", "kid": f.kid, "url": url}
+	if nonce != "" {
+		hdr["nonce"] = nonce
+	}
+	h, _ := json.Marshal(hdr)
+	enc := base64.RawURLEncoding
+	input := enc.EncodeToString(h) + "." + enc.EncodeToString(payload)
+	sum := sha256.Sum256([]byte(input))
+	r, s, err := ecdsa.Sign(rand.Reader, f.key, sum[:])
+	if err != nil {
+		b.Fatal(err)
+	}
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	protected, encPayload, _ := strings.Cut(input, ".")
+	body, _ := json.Marshal(map[string]string{"protected": protected, "payload": encPayload, "signature": enc.EncodeToString(sig)})
+	return body
+}
+
+// BenchmarkVerifyJWS measures the verification step every signed request
+// passes (parse, account lookup, ES256 signature, url) with and without
+// consuming a fresh nonce, which is one write transaction in the store.
+// The JWS are signed before the timer starts.
+func BenchmarkVerifyJWS(b *testing.B) {
+	for _, sync := range benchSyncModes {
+		b.Run("kid+nonce/synchronous="+sync, func(b *testing.B) {
+			f := newBenchFixture(b, sync)
+			url := f.base + "/new-order"
+			bodies := make([][]byte, b.N)
+			for i := range bodies {
+				bodies[i] = f.signKID(b, url, f.srv.nonces.mint("bench", time.Now()), []byte(`{}`))
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := f.srv.verifyJWS(ctx, bodies[i], f.base, url, needKID, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("kid-without-nonce", func(b *testing.B) {
+		f := newBenchFixture(b, "")
+		url := f.base + "/new-order"
+		body := f.signKID(b, url, "", []byte(`{}`))
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := f.srv.verifyJWS(ctx, body, f.base, url, needKID, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkNonce measures minting a nonce (an HMAC, no I/O) and minting
+// plus consuming one (the consume is an INSERT into used_nonces, one
+// commit).
+func BenchmarkNonce(b *testing.B) {
+	b.Run("mint", func(b *testing.B) {
+		f := newBenchFixture(b, "")
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			_ = f.srv.nonces.mint("bench", time.Now())
+		}
+	})
+	for _, sync := range benchSyncModes {
+		b.Run("mint+consume/synchronous="+sync, func(b *testing.B) {
+			f := newBenchFixture(b, sync)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				now := time.Now()
+				if err := f.srv.nonces.consume(ctx, "bench", f.srv.nonces.mint("bench", now), now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNewOrder measures a new-order request through ServeHTTP, from
+// the signed body to the 201: JWS verification with its nonce, policy,
+// the order with one authorization and its challenges in one transaction,
+// and the response with a fresh nonce.
+func BenchmarkNewOrder(b *testing.B) {
+	for _, sync := range benchSyncModes {
+		b.Run("synchronous="+sync, func(b *testing.B) {
+			f := newBenchFixture(b, sync)
+			url := f.base + "/new-order"
+			bodies := make([][]byte, b.N)
+			for i := range bodies {
+				payload := fmt.Sprintf(`{"identifiers":[{"type":"dns","value":"n%d.bench.example.com"}]}`, i)
+				bodies[i] = f.signKID(b, url, f.srv.nonces.mint("bench", time.Now()), []byte(payload))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r := httptest.NewRequest(http.MethodPost, url, strings.NewReader(string(bodies[i])))
+				r.Header.Set("Content-Type", "application/jose+json")
+				w := httptest.NewRecorder()
+				f.srv.ServeHTTP(w, r)
+				if w.Code != http.StatusCreated {
+					b.Fatalf("new-order: %d %s", w.Code, w.Body)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFinalizeCheckAndSign measures what finalize does with the CSR
+// besides the store: parse it and check it against the order (its
+// signature, key, names), and sign the leaf with the local CA.
+func BenchmarkFinalizeCheckAndSign(b *testing.B) {
+	f := newBenchFixture(b, "")
+	certKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	name := "www.bench.example.com"
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{name}}, certKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	idents := []signer.Identifier{{Type: IdentDNS, Value: name}}
+	check := func(b *testing.B) *x509.CertificateRequest {
+		csr, err := x509.ParseCertificateRequest(der)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := checkCSR(csr, idents, f.acct.KeyJWK); err != nil {
+			b.Fatal(err)
+		}
+		return csr
+	}
+	csr := check(b)
+	sign := func(b *testing.B, csr *x509.CertificateRequest) {
+		out, err := f.signer.Issue(context.Background(), signer.IssueRequest{
+			OrderID: "bench", Profile: "bench", CSR: csr, CSRDER: der, Identifiers: idents,
+		})
+		if err != nil || len(out.Chain) == 0 {
+			b.Fatalf("sign: %v", err)
+		}
+	}
+	b.Run("check", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			check(b)
+		}
+	})
+	b.Run("sign", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			sign(b, csr)
+		}
+	})
+	b.Run("check+sign", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			sign(b, check(b))
+		}
+	})
+}

@@ -1,0 +1,70 @@
+// Package bench holds the side-by-side issuance benchmark: full RFC 8555
+// flows against this plugin's acme_proxy handler and Caddy's built-in
+// acme_server handler, both served by one real Caddy loaded in this
+// process, driven by the same golang.org/x/crypto/acme client code.
+//
+// The package has no code of its own; everything is in its _test.go files.
+//
+// BenchmarkIssuance/server={acme_proxy,acme_server}/clients={1,8,32} gives
+// each client its own account; BenchmarkIssuanceSharedAccount has all the
+// clients use one account at once, which is where a server's concurrency
+// bugs show as 5xx answers: any 5xx fails an acme_proxy run, and the first
+// one of either server is logged.
+//
+// The two servers get the same conditions: one HTTPS site on 127.0.0.1
+// (acme_proxy under /proxy/bench, acme_server under /acme/local), both
+// signing with Caddy's local CA (ECDSA P-256) for 12h, both offering their
+// default challenge types, both resolving names through the benchmark's
+// DNS server (acme_proxy by its resolvers option; acme_server's resolvers
+// serve only dns-01, so this process's net.DefaultResolver is pointed at
+// the same server) and both fetching http-01 from the benchmark's
+// responder on 127.0.0.1:80; their databases lie on the same disk. The
+// clients are the same code: x/crypto/acme, ECDSA P-256 account and
+// certificate keys, one keep-alive HTTP/2 connection per client, the same
+// polling (below) and the same short fixed retry of 5xx and badNonce
+// answers (the poll interval, 10ms in library mode; at most ten times),
+// so that a retry does not stall a client for x/crypto's default second.
+// Every certificate is verified: chain to the local root, exactly the name
+// asked for, serverAuth, the CSR's key.
+//
+// Run it (as root: Caddy's acme_server validates http-01 on port 80 only,
+// so the benchmark's challenge responder must listen on 127.0.0.1:80; the
+// benchmark skips with a message when it cannot):
+//
+//	go test -run '^$' -bench 'Issuance' -benchtime 200x -count 1 ./bench/
+//
+// b.N is the number of certificates of a sub-benchmark, so -benchtime 2000x
+// scales a run up for profiling:
+//
+//	go test -run '^$' -bench '^BenchmarkIssuance$/^server=acme_proxy$/^clients=8$' \
+//		-benchtime 2000x -cpuprofile cpu.out ./bench/
+//	go tool pprof -top -tagignore 'role=client|responder' bench.test cpu.out
+//
+// Environment:
+//
+//   - ACMEPROXY_BENCH_POLL: how the client waits for an authorization and an
+//     order: a fixed interval between polls (default 10ms), or "library"
+//     for x/crypto/acme's own WaitAuthorization/WaitOrder, which sleep a
+//     whole second (or Retry-After) between polls.
+//   - ACMEPROXY_BENCH_DIR: the directory the databases and Caddy's storage
+//     go under (default: os.TempDir()); point it at a tmpfs to take the disk
+//     out of the comparison.
+//   - ACMEPROXY_BENCH_KEEP=1 keeps that directory (both databases) for a
+//     look afterwards.
+//   - ACMEPROXY_BENCH_PHASES=1 logs the p50 and p99 of each phase of a
+//     certificate (new-order, authorization, challenge, waiting for the
+//     authorization, waiting for the order, finalize and download, verify).
+//   - ACMEPROXY_BENCH_LOG: "stderr" shows Caddy's logs; by default they are
+//     encoded at level INFO and discarded, so logging costs what it costs
+//     in production without flooding the benchmark's output.
+//
+// Every sub-benchmark reports, besides ns/op (wall time per certificate):
+// certs/s; p50-ms and p99-ms (one certificate, from new-order to a
+// verified chain); B/cert and allocs/cert (runtime.MemStats around the
+// timed part); proc-CPU-ms/cert (user+system CPU of the whole process
+// around the timed part: the load generator, its challenge responder and
+// DNS server share the process with Caddy, so this is an upper bound on
+// the server's CPU; a CPU profile splits it, since the client goroutines
+// carry the pprof label role=client and the responders role=responder);
+// req/cert and polls/cert; non2xx and 5xx (responses of the timed part).
+package bench

@@ -1,0 +1,397 @@
+//go:build unix
+
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	"github.com/miekg/dns"
+
+	_ "github.com/acmeproxy/caddy-acme-proxy"
+)
+
+// benchZone is the DNS zone every certificate name lies under; the
+// benchmark's DNS server answers A 127.0.0.1 for all of it.
+const benchZone = "bench.example.com"
+
+// Paths of the two ACME servers on the one HTTPS site.
+const (
+	proxyPrefix  = "/proxy/bench" // acme_proxy, profile "bench"
+	serverPrefix = "/acme/local"  // acme_server: /acme/ + its CA id
+)
+
+// Server names, as they appear in sub-benchmark names.
+const (
+	acmeProxy  = "acme_proxy"
+	acmeServer = "acme_server"
+)
+
+// caddyfile is the one Caddy of the benchmark: an HTTPS site on 127.0.0.1
+// serving acme_server (Caddy's own) and acme_proxy (this plugin) side by
+// side, both signing with Caddy's local CA, both resolving names through
+// the benchmark's DNS server, both validating http-01 on port 80.
+const caddyfile = `{
+	admin off
+	persist_config off
+	storage file_system %[1]s
+	skip_install_trust
+	local_certs
+	default_bind 127.0.0.1
+	http_port %[3]d
+	https_port %[4]d
+	auto_https disable_redirects
+	log {
+		output %[6]s
+		level INFO
+	}
+	acme_proxy {
+		database %[2]s
+	}
+}
+
+https://127.0.0.1:%[4]d {
+	acme_server {
+		ca local
+		lifetime 12h
+		resolvers 127.0.0.1:%[5]d
+	}
+	acme_proxy {
+		profile bench
+		prefix ` + proxyPrefix + `
+		signer local_ca {
+			ca local
+			lifetime 12h
+		}
+		resolvers 127.0.0.1:%[5]d
+		validation_ports {
+			http 80
+		}
+	}
+}
+`
+
+// harness is the process-wide fixture of the benchmarks: Caddy is
+// process-global state, so it is loaded once, on the first benchmark that
+// needs it, and stopped by TestMain.
+type harness struct {
+	dir     string
+	roots   *x509.CertPool
+	dirURLs map[string]string // server name → directory URL
+	// tokens maps an http-01 token to its *http01Answer.
+	tokens sync.Map
+
+	skip    string // why the benchmarks cannot run here
+	err     error
+	cleanup []func()
+}
+
+var (
+	harnessOnce sync.Once
+	theHarness  *harness
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if theHarness != nil {
+		theHarness.close()
+	}
+	os.Exit(code)
+}
+
+// getHarness starts the fixture the first time and skips or fails b if it
+// could not start.
+func getHarness(b *testing.B) *harness {
+	b.Helper()
+	harnessOnce.Do(func() {
+		theHarness = &harness{dirURLs: map[string]string{}}
+		if err := theHarness.start(); err != nil && theHarness.skip == "" {
+			theHarness.err = err
+		}
+	})
+	h := theHarness
+	if h.skip != "" {
+		b.Skip(h.skip)
+	}
+	if h.err != nil {
+		b.Fatalf("benchmark fixture: %v", h.err)
+	}
+	return h
+}
+
+func (h *harness) close() {
+	for i := len(h.cleanup) - 1; i >= 0; i-- {
+		h.cleanup[i]()
+	}
+	h.cleanup = nil
+}
+
+func (h *harness) start() error {
+	// The responder first: without port 80 there is no comparison, since
+	// acme_server cannot be told another port.
+	ln, err := net.Listen("tcp", "127.0.0.1:80")
+	if err != nil {
+		h.skip = fmt.Sprintf("the http-01 responder needs 127.0.0.1:80, because Caddy's acme_server validates http-01 on port 80 only (run as root, with port 80 free): %v", err)
+		return err
+	}
+	h.serveHTTP01(ln)
+
+	dnsAddr, err := h.startDNS()
+	if err != nil {
+		return err
+	}
+	_, p, _ := net.SplitHostPort(dnsAddr)
+	dnsPort, _ := strconv.Atoi(p)
+	h.useDNSForDefaultResolver(dnsAddr)
+
+	base := os.Getenv("ACMEPROXY_BENCH_DIR")
+	if h.dir, err = os.MkdirTemp(base, "acmeproxy-bench-"); err != nil {
+		return err
+	}
+	h.cleanup = append(h.cleanup, func() {
+		if os.Getenv("ACMEPROXY_BENCH_KEEP") == "1" {
+			fmt.Fprintf(os.Stderr, "bench: kept %s\n", h.dir)
+			return
+		}
+		os.RemoveAll(h.dir)
+	})
+	// Caddy keeps files outside the configured storage (instance.uuid,
+	// and acme_server's bbolt database under its data dir): keep them in
+	// the temporary directory too.
+	h.setenv("XDG_DATA_HOME", filepath.Join(h.dir, "data"))
+	h.setenv("XDG_CONFIG_HOME", filepath.Join(h.dir, "config"))
+
+	httpPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	httpsPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	logOutput := "discard"
+	if os.Getenv("ACMEPROXY_BENCH_LOG") == "stderr" {
+		logOutput = "stderr"
+	}
+	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), filepath.Join(h.dir, "acme_proxy.db"),
+		httpPort, httpsPort, dnsPort, logOutput)
+	cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), nil)
+	if err != nil {
+		return fmt.Errorf("adapting the Caddyfile: %w", err)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(os.Stderr, "bench: Caddyfile warning: line %d: %s\n", w.Line, w.Message)
+	}
+	if err := caddy.Load(cfgJSON, true); err != nil {
+		return fmt.Errorf("caddy.Load: %w", err)
+	}
+	h.cleanup = append(h.cleanup, func() {
+		if err := caddy.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: caddy.Stop: %v\n", err)
+		}
+	})
+
+	root, err := os.ReadFile(filepath.Join(h.dir, "storage", "pki", "authorities", "local", "root.crt"))
+	if err != nil {
+		return fmt.Errorf("the pki app wrote no root: %w", err)
+	}
+	h.roots = x509.NewCertPool()
+	if !h.roots.AppendCertsFromPEM(root) {
+		return errors.New("root.crt holds no certificate")
+	}
+	site := fmt.Sprintf("https://127.0.0.1:%d", httpsPort)
+	h.dirURLs[acmeProxy] = site + proxyPrefix + "/directory"
+	h.dirURLs[acmeServer] = site + serverPrefix + "/directory"
+	for _, u := range h.dirURLs {
+		if err := h.waitForDirectory(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setenv sets an environment variable until the fixture closes.
+func (h *harness) setenv(key, value string) {
+	old, had := os.LookupEnv(key)
+	os.Setenv(key, value)
+	h.cleanup = append(h.cleanup, func() {
+		if had {
+			os.Setenv(key, old)
+		} else {
+			os.Unsetenv(key)
+		}
+	})
+}
+
+// http01Answer is what the responder serves for one token, and when it
+// was first fetched.
+type http01Answer struct {
+	keyAuth string
+	fetched atomic.Int64 // Unix nanoseconds; 0 until fetched
+}
+
+// serveHTTP01 answers http-01 challenges from h.tokens, as a client's
+// standalone responder would. Its goroutines carry the pprof label
+// role=responder.
+func (h *harness) serveHTTP01(ln net.Listener) {
+	const prefix = "/.well-known/acme-challenge/"
+	srv := &http.Server{
+		ReadHeaderTimeout: 10 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			token, ok := strings.CutPrefix(r.URL.Path, prefix)
+			v, found := h.tokens.Load(token)
+			if !ok || !found {
+				http.NotFound(w, r)
+				return
+			}
+			a := v.(*http01Answer)
+			a.fetched.CompareAndSwap(0, time.Now().UnixNano())
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, a.keyAuth)
+		}),
+	}
+	done := make(chan struct{})
+	pprof.Do(context.Background(), pprof.Labels("role", "responder"), func(context.Context) {
+		go func() {
+			defer close(done)
+			_ = srv.Serve(ln)
+		}()
+	})
+	h.cleanup = append(h.cleanup, func() {
+		_ = srv.Close()
+		<-done
+	})
+}
+
+// startDNS runs a DNS server on 127.0.0.1 (UDP and TCP, one port) that
+// answers A 127.0.0.1 for every name under benchZone, an empty answer for
+// their other types, and NXDOMAIN for anything else.
+func (h *harness) startDNS() (string, error) {
+	zone := dns.Fqdn(benchZone)
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		m.Authoritative = true
+		for _, q := range req.Question {
+			if !dns.IsSubDomain(zone, q.Name) {
+				m.Rcode = dns.RcodeNameError
+				continue
+			}
+			if q.Qtype == dns.TypeA {
+				m.Answer = append(m.Answer, &dns.A{
+					Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+					A:   net.IPv4(127, 0, 0, 1),
+				})
+			}
+		}
+		_ = w.WriteMsg(m)
+	})
+
+	// The UDP port is picked first; its TCP twin may be taken.
+	var (
+		pc  net.PacketConn
+		ln  net.Listener
+		err error
+	)
+	for range 10 {
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			return "", fmt.Errorf("dns: listen udp: %w", err)
+		}
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			break
+		}
+		pc.Close()
+	}
+	if err != nil {
+		return "", fmt.Errorf("dns: no port free on both udp and tcp: %w", err)
+	}
+	for _, s := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
+		started := make(chan struct{})
+		failed := make(chan error, 1)
+		s.NotifyStartedFunc = func() { close(started) }
+		pprof.Do(context.Background(), pprof.Labels("role", "responder"), func(context.Context) {
+			go func() { failed <- s.ActivateAndServe() }()
+		})
+		select {
+		case <-started:
+		case err := <-failed:
+			return "", fmt.Errorf("dns: serve: %w", err)
+		}
+		h.cleanup = append(h.cleanup, func() {
+			_ = s.Shutdown()
+			<-failed
+		})
+	}
+	return pc.LocalAddr().String(), nil
+}
+
+// useDNSForDefaultResolver points this process's default resolver at the
+// benchmark's DNS server. acme_server's resolvers are used for dns-01 TXT
+// lookups only; its http-01 fetch resolves the name through
+// net.DefaultResolver, which must find 127.0.0.1 for names under
+// benchZone just as acme_proxy's validator does through its resolvers.
+func (h *harness) useDNSForDefaultResolver(addr string) {
+	r := net.DefaultResolver
+	oldPreferGo, oldDial := r.PreferGo, r.Dial
+	var d net.Dialer
+	r.PreferGo = true
+	r.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, addr)
+	}
+	h.cleanup = append(h.cleanup, func() { r.PreferGo, r.Dial = oldPreferGo, oldDial })
+}
+
+// waitForDirectory waits until an ACME directory answers 200 over HTTPS
+// trusted through the local root: Caddy obtains the site's certificate in
+// the background after Load.
+func (h *harness) waitForDirectory(url string) error {
+	c := &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: h.roots}},
+	}
+	defer c.CloseIdleConnections()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := c.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d: %s", resp.StatusCode, body)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("GET %s: %w", url, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,537 @@
+//go:build unix
+
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/acme"
+)
+
+// clientCounts are the concurrency levels of the comparison.
+var clientCounts = []int{1, 8, 32}
+
+// BenchmarkIssuance issues b.N certificates per sub-benchmark through full
+// RFC 8555 flows, against acme_proxy and acme_server in the same Caddy,
+// with 1, 8 and 32 concurrent clients, each client with its own account.
+func BenchmarkIssuance(b *testing.B) {
+	h := getHarness(b)
+	for _, srv := range []string{acmeProxy, acmeServer} {
+		b.Run("server="+srv, func(b *testing.B) {
+			for _, n := range clientCounts {
+				b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+					h.run(b, srv, n, false)
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkIssuanceSharedAccount is BenchmarkIssuance with every client
+// using one account at once, as a fleet of hosts sharing an account does.
+// It is there to find 5xx answers: acme_proxy must have none.
+func BenchmarkIssuanceSharedAccount(b *testing.B) {
+	h := getHarness(b)
+	for _, srv := range []string{acmeProxy, acmeServer} {
+		b.Run("server="+srv, func(b *testing.B) {
+			for _, n := range []int{8, 32} {
+				b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+					h.run(b, srv, n, true)
+				})
+			}
+		})
+	}
+}
+
+// pollInterval is the wait between polls of an authorization or an order;
+// zero means x/crypto/acme's own Wait* (a second, or Retry-After, between
+// polls).
+func pollInterval(b *testing.B) time.Duration {
+	v := os.Getenv("ACMEPROXY_BENCH_POLL")
+	switch v {
+	case "":
+		return 10 * time.Millisecond
+	case "library":
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		b.Fatalf("ACMEPROXY_BENCH_POLL=%q: want a positive duration or \"library\"", v)
+	}
+	return d
+}
+
+// statusCounts counts the HTTP responses one server gave.
+type statusCounts struct {
+	requests, non2xx, serverErrors atomic.Int64
+	// first5xx describes the first 5xx answer: request and body.
+	first5xx atomic.Pointer[string]
+}
+
+type countsSnapshot struct{ requests, non2xx, serverErrors int64 }
+
+func (c *statusCounts) snapshot() countsSnapshot {
+	return countsSnapshot{c.requests.Load(), c.non2xx.Load(), c.serverErrors.Load()}
+}
+
+// countingTransport counts every response by status class.
+type countingTransport struct {
+	rt     http.RoundTripper
+	counts *statusCounts
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := t.rt.RoundTrip(r)
+	if err == nil {
+		t.counts.requests.Add(1)
+		if res.StatusCode < 200 || res.StatusCode > 299 {
+			t.counts.non2xx.Add(1)
+		}
+		if res.StatusCode >= 500 {
+			if t.counts.serverErrors.Add(1) == 1 {
+				body, _ := io.ReadAll(io.LimitReader(res.Body, 4<<10))
+				res.Body.Close()
+				res.Body = io.NopCloser(bytes.NewReader(body))
+				what := fmt.Sprintf("%s %s: %d %s", r.Method, r.URL.Path, res.StatusCode, body)
+				t.counts.first5xx.Store(&what)
+			}
+		}
+	}
+	return res, err
+}
+
+// newClient is one ACME client process: its own keep-alive connection to
+// Caddy (as a separate host would have), trusting Caddy's local root, with
+// a short fixed retry for 5xx and badNonce answers, so that a retry does
+// not stall a client for x/crypto's default of a second or more. The same
+// settings serve both servers.
+func (h *harness) newClient(dirURL string, key *ecdsa.PrivateKey, counts *statusCounts, retry time.Duration) *acme.Client {
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: h.roots},
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     5 * time.Minute,
+	}
+	if retry <= 0 {
+		retry = 10 * time.Millisecond
+	}
+	return &acme.Client{
+		Key:          key,
+		DirectoryURL: dirURL,
+		UserAgent:    "caddy-acme-proxy-bench",
+		HTTPClient:   &http.Client{Transport: countingTransport{rt: tr, counts: counts}, Timeout: time.Minute},
+		RetryBackoff: func(n int, _ *http.Request, _ *http.Response) time.Duration {
+			if n > 10 {
+				return 0 // give up
+			}
+			return retry
+		},
+	}
+}
+
+func newKey() *ecdsa.PrivateKey {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// run is one sub-benchmark: accounts first (untimed), then b.N
+// certificates shared out among the clients, then the metrics.
+func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
+	dirURL := h.dirURLs[server]
+	poll := pollInterval(b)
+	counts := &statusCounts{}
+	clients = min(clients, b.N) // the framework's b.N=1 probe needs one client
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	labels := pprof.Labels("role", "client", "server", server)
+
+	// Accounts, outside the timed part. The registrations run under the
+	// client's pprof labels so that the connections they open (and the
+	// goroutines reading them) are labelled as the client's.
+	cs := make([]*acme.Client, clients)
+	var regErr error
+	pprof.Do(ctx, labels, func(ctx context.Context) {
+		var sharedKey *ecdsa.PrivateKey
+		var sharedKID acme.KeyID
+		for i := range cs {
+			key := newKey()
+			if shared {
+				if sharedKey == nil {
+					sharedKey = key
+				}
+				key = sharedKey
+			}
+			cs[i] = h.newClient(dirURL, key, counts, poll)
+			if shared && sharedKID != "" {
+				cs[i].KID = sharedKID
+				// Open the client's connection and fill its nonce pool.
+				if _, err := cs[i].Discover(ctx); err != nil {
+					regErr = err
+					return
+				}
+				continue
+			}
+			acct, err := cs[i].Register(ctx, &acme.Account{}, acme.AcceptTOS)
+			if err != nil {
+				regErr = fmt.Errorf("registering account %d: %w", i, err)
+				return
+			}
+			sharedKID = acme.KeyID(acct.URI)
+		}
+	})
+	if regErr != nil {
+		b.Fatal(regErr)
+	}
+	b.Cleanup(func() {
+		for _, c := range cs {
+			c.HTTPClient.CloseIdleConnections()
+		}
+	})
+
+	var runID [4]byte
+	_, _ = rand.Read(runID[:])
+	namePrefix := hex.EncodeToString(runID[:])
+
+	var (
+		next      atomic.Int64
+		polls     atomic.Int64
+		firstErr  error
+		errOnce   sync.Once
+		wg        sync.WaitGroup
+		latencies = make([][]time.Duration, clients)
+		phases    phaseTimes
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err; cancel() })
+	}
+
+	runtime.GC()
+	var memBefore, memAfter runtime.MemStats
+	runtime.ReadMemStats(&memBefore)
+	cpuBefore := processCPU()
+	countsBefore := counts.snapshot()
+	b.ResetTimer()
+	start := time.Now()
+	for i := range cs {
+		wg.Add(1)
+		go pprof.Do(ctx, labels, func(ctx context.Context) {
+			defer wg.Done()
+			for {
+				k := next.Add(1)
+				if k > int64(b.N) || ctx.Err() != nil {
+					return
+				}
+				name := fmt.Sprintf("c%d-%s.%s", k, namePrefix, benchZone)
+				t0 := time.Now()
+				var ph [numPhases]time.Duration
+				if err := h.issue(ctx, cs[i], name, poll, &polls, &ph); err != nil {
+					fail(fmt.Errorf("%s: certificate %d (%s): %w", server, k, name, err))
+					return
+				}
+				latencies[i] = append(latencies[i], time.Since(t0))
+				phases.add(&ph)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpu := processCPU() - cpuBefore
+	runtime.ReadMemStats(&memAfter)
+	got := counts.snapshot()
+
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	all := slices.Concat(latencies...)
+	slices.Sort(all)
+	n := float64(b.N)
+	b.ReportMetric(n/elapsed.Seconds(), "certs/s")
+	b.ReportMetric(ms(percentile(all, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(all, 0.99)), "p99-ms")
+	b.ReportMetric(float64(memAfter.TotalAlloc-memBefore.TotalAlloc)/n, "B/cert")
+	b.ReportMetric(float64(memAfter.Mallocs-memBefore.Mallocs)/n, "allocs/cert")
+	b.ReportMetric(ms(cpu)/n, "proc-CPU-ms/cert")
+	b.ReportMetric(float64(got.requests-countsBefore.requests)/n, "req/cert")
+	b.ReportMetric(float64(polls.Load())/n, "polls/cert")
+	b.ReportMetric(float64(got.non2xx-countsBefore.non2xx), "non2xx")
+	fivexx := got.serverErrors - countsBefore.serverErrors
+	b.ReportMetric(float64(fivexx), "5xx")
+	if os.Getenv("ACMEPROXY_BENCH_PHASES") == "1" {
+		phases.log(b)
+	}
+	if first := counts.first5xx.Load(); first != nil {
+		b.Logf("first 5xx of %s (retried by the client): %s", server, *first)
+	}
+	if fivexx > 0 && server == acmeProxy {
+		b.Errorf("acme_proxy answered %d requests with a 5xx status", fivexx)
+	}
+}
+
+// The phases of one certificate, timed for ACMEPROXY_BENCH_PHASES=1.
+const (
+	phaseNewOrder = iota
+	phaseAuthz
+	phaseChallenge
+	phaseWaitAuthz
+	phaseWaitOrder
+	phaseFinalize // finalize and download
+	phaseVerify
+	phaseFetch // not a phase of its own: part of wait-authz
+	numPhases
+)
+
+var phaseNames = [numPhases]string{"new-order", "authz", "challenge", "wait-authz", "wait-order", "finalize+cert", "verify",
+	"(of wait-authz: until the http-01 fetch)"}
+
+// phaseTimes collects, per phase, the time each certificate spent in it.
+type phaseTimes struct {
+	mu sync.Mutex
+	d  [numPhases][]time.Duration
+}
+
+func (p *phaseTimes) add(t *[numPhases]time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range t {
+		p.d[i] = append(p.d[i], t[i])
+	}
+}
+
+// log writes the p50 and p99 of each phase.
+func (p *phaseTimes) log(b *testing.B) {
+	var sb strings.Builder
+	for i, ds := range p.d {
+		slices.Sort(ds)
+		fmt.Fprintf(&sb, " %s p50 %.2f p99 %.2f;", phaseNames[i], ms(percentile(ds, 0.5)), ms(percentile(ds, 0.99)))
+	}
+	b.Logf("phases (ms):%s", sb.String())
+}
+
+// issue obtains one certificate for name and checks it: new-order →
+// authorization → http-01 → poll → finalize → download → verify.
+func (h *harness) issue(ctx context.Context, c *acme.Client, name string, poll time.Duration, polls *atomic.Int64, phases *[numPhases]time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	certKey := newKey()
+	mark := time.Now()
+	lap := func(p int) {
+		now := time.Now()
+		phases[p] += now.Sub(mark)
+		mark = now
+	}
+	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs(name))
+	if err != nil {
+		return fmt.Errorf("new-order: %w", err)
+	}
+	lap(phaseNewOrder)
+	for _, u := range o.AuthzURLs {
+		z, err := c.GetAuthorization(ctx, u)
+		if err != nil {
+			return fmt.Errorf("authorization: %w", err)
+		}
+		lap(phaseAuthz)
+		if z.Status == acme.StatusValid {
+			continue
+		}
+		var chal *acme.Challenge
+		for _, ch := range z.Challenges {
+			if ch.Type == "http-01" {
+				chal = ch
+			}
+		}
+		if chal == nil {
+			return fmt.Errorf("no http-01 challenge offered for %s", z.Identifier.Value)
+		}
+		ka, err := c.HTTP01ChallengeResponse(chal.Token)
+		if err != nil {
+			return err
+		}
+		answer := &http01Answer{keyAuth: ka}
+		h.tokens.Store(chal.Token, answer)
+		defer h.tokens.Delete(chal.Token)
+		if _, err := c.Accept(ctx, chal); err != nil {
+			return fmt.Errorf("challenge: %w", err)
+		}
+		lap(phaseChallenge)
+		accepted := mark
+		if err := waitAuthorization(ctx, c, z.URI, poll, polls); err != nil {
+			return fmt.Errorf("authorization of %s: %w", z.Identifier.Value, err)
+		}
+		lap(phaseWaitAuthz)
+		// How long after the challenge POST was answered the server
+		// fetched the token: zero when it validated before answering.
+		if f := answer.fetched.Load(); f > 0 {
+			phases[phaseFetch] += max(0, time.Unix(0, f).Sub(accepted))
+		}
+	}
+	if o, err = waitOrder(ctx, c, o.URI, poll, polls); err != nil {
+		return fmt.Errorf("order: %w", err)
+	}
+	lap(phaseWaitOrder)
+	if o.Status != acme.StatusReady {
+		return fmt.Errorf("order is %s, want ready", o.Status)
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{name}}, certKey)
+	if err != nil {
+		return err
+	}
+	ders, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, csr, true)
+	if err != nil {
+		return fmt.Errorf("finalize: %w", err)
+	}
+	lap(phaseFinalize)
+	err = h.verify(ders, name, certKey)
+	lap(phaseVerify)
+	return err
+}
+
+// waitAuthorization polls an authorization until it is valid: at once,
+// then every poll; poll 0 means x/crypto's WaitAuthorization.
+func waitAuthorization(ctx context.Context, c *acme.Client, url string, poll time.Duration, polls *atomic.Int64) error {
+	if poll == 0 {
+		polls.Add(1) // at least one; the library does not say how many
+		_, err := c.WaitAuthorization(ctx, url)
+		return err
+	}
+	for {
+		polls.Add(1)
+		z, err := c.GetAuthorization(ctx, url)
+		if err != nil {
+			return err
+		}
+		switch z.Status {
+		case acme.StatusValid:
+			return nil
+		case acme.StatusInvalid, acme.StatusDeactivated, acme.StatusExpired, acme.StatusRevoked:
+			return fmt.Errorf("authorization is %s", z.Status)
+		}
+		if err := sleep(ctx, poll); err != nil {
+			return err
+		}
+	}
+}
+
+// waitOrder polls an order until it is ready or valid, like
+// waitAuthorization.
+func waitOrder(ctx context.Context, c *acme.Client, url string, poll time.Duration, polls *atomic.Int64) (*acme.Order, error) {
+	if poll == 0 {
+		polls.Add(1)
+		return c.WaitOrder(ctx, url)
+	}
+	for {
+		polls.Add(1)
+		o, err := c.GetOrder(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		switch o.Status {
+		case acme.StatusReady, acme.StatusValid:
+			return o, nil
+		case acme.StatusInvalid:
+			return nil, &acme.OrderError{OrderURL: url, Status: o.Status, Problem: o.Error}
+		}
+		if err := sleep(ctx, poll); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// verify checks what a server returned: a chain from the leaf to Caddy's
+// local root, for exactly the name asked for, server auth, with the key
+// of the CSR. A server that answers fast with a wrong certificate fails
+// the benchmark.
+func (h *harness) verify(ders [][]byte, name string, key *ecdsa.PrivateKey) error {
+	if len(ders) == 0 {
+		return errors.New("empty certificate chain")
+	}
+	leaf, err := x509.ParseCertificate(ders[0])
+	if err != nil {
+		return fmt.Errorf("leaf: %w", err)
+	}
+	inter := x509.NewCertPool()
+	for i, der := range ders[1:] {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("chain certificate %d: %w", i+1, err)
+		}
+		inter.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		DNSName: name, Roots: h.roots, Intermediates: inter,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}); err != nil {
+		return fmt.Errorf("verifying the chain: %w", err)
+	}
+	if !slices.Equal(leaf.DNSNames, []string{name}) || len(leaf.IPAddresses)+len(leaf.EmailAddresses)+len(leaf.URIs) != 0 {
+		return fmt.Errorf("leaf names %v %v %v %v, want exactly %s", leaf.DNSNames, leaf.IPAddresses, leaf.EmailAddresses, leaf.URIs, name)
+	}
+	if pub, ok := leaf.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return errors.New("the leaf's key is not the CSR's")
+	}
+	return nil
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// processCPU is the user+system CPU time this process has used: the
+// counters of /proc/self/stat (utime, stime), read through getrusage(2)
+// for microsecond rather than clock-tick resolution.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// wrapped transport.
+func (t countingTransport) CloseIdleConnections() {
+	if c, ok := t.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
