@@ -158,7 +158,7 @@ func (db *DB) DeactivateAccount(ctx context.Context, id string, now time.Time) (
 
 // accountUpdate changes a valid account; ErrWrongState if it is not valid.
 func (db *DB) accountUpdate(ctx context.Context, id, set string, args ...any) (Account, error) {
-	a, err := scanAccount(db.w.QueryRowContext(ctx, db.q(`UPDATE accounts SET `+set+` WHERE id = ? AND status = 'valid' RETURNING `+accountCols),
+	a, err := scanAccount(db.wr.QueryRowContext(ctx, db.q(`UPDATE accounts SET `+set+` WHERE id = ? AND status = 'valid' RETURNING `+accountCols),
 		append(args, id)...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Account{}, fmt.Errorf("%w: account %s is not valid", ErrWrongState, id)
@@ -173,7 +173,7 @@ func (db *DB) accountUpdate(ctx context.Context, id, set string, args ...any) (A
 // guarded on the old key. ErrConflict if the new key already belongs to an
 // account of the profile.
 func (db *DB) ChangeAccountKey(ctx context.Context, id, oldThumb, newThumb string, newJWK []byte, now time.Time) (Account, error) {
-	a, err := scanAccount(db.w.QueryRowContext(ctx, db.q(`UPDATE accounts SET key_thumbprint = ?, key_jwk = ?, updated_at = ?
+	a, err := scanAccount(db.wr.QueryRowContext(ctx, db.q(`UPDATE accounts SET key_thumbprint = ?, key_jwk = ?, updated_at = ?
 		WHERE id = ? AND key_thumbprint = ? AND status = 'valid' RETURNING `+accountCols),
 		newThumb, string(newJWK), now.UnixMilli(), id, oldThumb))
 	switch {
@@ -218,7 +218,7 @@ func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, limi
 
 // UseNonce records a nonce as used. It reports false if it was used before.
 func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (bool, error) {
-	res, err := db.w.ExecContext(ctx, db.q(`INSERT INTO used_nonces (nonce, expires_at) VALUES (?, ?) ON CONFLICT DO NOTHING`),
+	res, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO used_nonces (nonce, expires_at) VALUES (?, ?) ON CONFLICT DO NOTHING`),
 		nonce, expires.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("store: using nonce: %w", err)
@@ -229,7 +229,7 @@ func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (bo
 
 // PruneNonces forgets used nonces that have expired anyway.
 func (db *DB) PruneNonces(ctx context.Context, now time.Time) (int64, error) {
-	res, err := db.w.ExecContext(ctx, db.q(`DELETE FROM used_nonces WHERE expires_at < ?`), now.UnixMilli())
+	res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM used_nonces WHERE expires_at < ?`), now.UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("store: pruning nonces: %w", err)
 	}

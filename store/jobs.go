@@ -148,18 +148,24 @@ func (db *DB) EnqueueJob(ctx context.Context, nj NewJob, now time.Time) (job Job
 // another owner — a job whose lease the claimer itself let lapse is still
 // running there), in one atomic statement, and counts the attempt.
 func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
-	rows, err := db.w.QueryContext(ctx, db.q(`UPDATE jobs
+	var out []Job
+	err := db.wr.queryEach(ctx, db.q(`UPDATE jobs
 		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
 		WHERE id IN (
 			SELECT id FROM jobs
 			WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
 			ORDER BY run_at, id
 			LIMIT ?)
-		RETURNING `+jobCols), owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), owner, limit)
+		RETURNING `+jobCols), []any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), owner, limit},
+		func(r rowScanner) error {
+			j, err := scanJob(r)
+			out = append(out, j)
+			return err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("store: claiming %s jobs: %w", kind, err)
 	}
-	return collectJobs(rows)
+	return out, nil
 }
 
 func collectJobs(rows *sql.Rows) ([]Job, error) {
@@ -181,7 +187,7 @@ func collectJobs(rows *sql.Rows) ([]Job, error) {
 // ExtendJobLeases pushes out the leases of every running job of kind held
 // by owner; a runner calls it while handlers are still working.
 func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUntil, now time.Time) error {
-	_, err := db.w.ExecContext(ctx, db.q(`UPDATE jobs SET lease_until = ?, updated_at = ?
+	_, err := db.wr.ExecContext(ctx, db.q(`UPDATE jobs SET lease_until = ?, updated_at = ?
 		WHERE kind = ? AND lease_owner = ? AND status = 'running'`), leaseUntil.UnixMilli(), now.UnixMilli(), kind, owner)
 	if err != nil {
 		return fmt.Errorf("store: extending %s leases: %w", kind, err)
@@ -196,7 +202,7 @@ func (db *DB) settle(ctx context.Context, what string, id int64, owner, set stri
 		WHERE id = ? AND lease_owner = ? AND status = 'running'
 		RETURNING status`)
 	var st JobStatus
-	err := db.w.QueryRowContext(ctx, stmt, append(args, id, owner)...).Scan(&st)
+	err := db.wr.QueryRowContext(ctx, stmt, append(args, id, owner)...).Scan(&st)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", fmt.Errorf("%w: job %d (%s)", ErrLeaseLost, id, what)
 	}
@@ -425,7 +431,7 @@ func (db *DB) NextJobDue(ctx context.Context, kinds []string) (time.Time, bool, 
 
 // PruneJobs deletes settled jobs that finished before cutoff.
 func (db *DB) PruneJobs(ctx context.Context, cutoff time.Time) (int64, error) {
-	res, err := db.w.ExecContext(ctx, db.q(`DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled')`), cutoff.UnixMilli())
+	res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled')`), cutoff.UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("store: pruning jobs: %w", err)
 	}

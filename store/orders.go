@@ -241,7 +241,7 @@ func (db *DB) GetChallenge(ctx context.Context, profile, id string) (Challenge, 
 // processing. It reports false (and no error) when the challenge had
 // already left pending: a repeated POST is answered with its state.
 func (db *DB) StartChallenge(ctx context.Context, id string, now time.Time) (bool, error) {
-	res, err := db.w.ExecContext(ctx, db.q(`UPDATE challenges SET status = 'processing', updated_at = ?
+	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE challenges SET status = 'processing', updated_at = ?
 		WHERE id = ? AND status = 'pending'
 		AND EXISTS (SELECT 1 FROM authorizations a WHERE a.id = challenges.authz_id AND a.status = 'pending' AND a.expires_at > ?)`),
 		now.UnixMilli(), id, now.UnixMilli())
@@ -368,7 +368,7 @@ func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) err
 // ClaimOrderForIssue moves an unexpired ready order to processing and
 // records its CSR. Only one caller wins; the others get false.
 func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, now time.Time) (bool, error) {
-	res, err := db.w.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, updated_at = ?
+	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, updated_at = ?
 		WHERE id = ? AND status = 'ready' AND expires_at > ?`), csr, now.UnixMilli(), id, now.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("store: claiming order %s: %w", id, err)
@@ -421,7 +421,7 @@ func (db *DB) IssueOrder(ctx context.Context, c Certificate, now time.Time) (Cer
 // FailOrder moves an unfinished order to invalid with the problem document
 // the client sees and the detail only an operator reads.
 func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail string, now time.Time) error {
-	_, err := db.w.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
+	_, err := db.wr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
 		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(detail), now.UnixMilli(), id)
 	if err != nil {
 		return fmt.Errorf("store: failing order %s: %w", id, err)
@@ -458,21 +458,18 @@ func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certifica
 // a guarded write, so that one caller resumes each. It returns them with
 // their CSR.
 func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int) ([]Order, error) {
-	rows, err := db.w.QueryContext(ctx, db.q(`UPDATE orders SET updated_at = ?
+	var out []Order
+	err := db.wr.queryEach(ctx, db.q(`UPDATE orders SET updated_at = ?
 		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ? LIMIT ?)
 		AND status = 'processing' AND updated_at < ?
-		RETURNING `+orderCols), now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli())
+		RETURNING `+orderCols), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli()},
+		func(r rowScanner) error {
+			o, err := scanOrder(r)
+			out = append(out, o)
+			return err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("store: reclaiming stuck orders: %w", err)
 	}
-	defer rows.Close()
-	var out []Order
-	for rows.Next() {
-		o, err := scanOrder(rows)
-		if err != nil {
-			return nil, fmt.Errorf("store: reclaiming stuck orders: %w", err)
-		}
-		out = append(out, o)
-	}
-	return out, rows.Err()
+	return out, nil
 }

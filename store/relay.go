@@ -139,7 +139,7 @@ func (db *DB) SettleRelayOrder(ctx context.Context, orderID, status, detail stri
 	if status != RelayValid && status != RelayInvalid {
 		return fmt.Errorf("store: cannot settle relay order %s as %q", orderID, status)
 	}
-	if _, err := db.w.ExecContext(ctx, db.q(`UPDATE relay_orders SET status = ?, detail = ?, updated_at = ?
+	if _, err := db.wr.ExecContext(ctx, db.q(`UPDATE relay_orders SET status = ?, detail = ?, updated_at = ?
 		WHERE order_id = ? AND status = 'processing'`), status, detail, now.UnixMilli(), orderID); err != nil {
 		return fmt.Errorf("store: settling relay order %s: %w", orderID, err)
 	}

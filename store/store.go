@@ -26,6 +26,8 @@ import (
 // database/sql instead of SQLITE_BUSY retries.
 type DB struct {
 	w, r    *sql.DB
+	gc      *groupCommit
+	wr      writer // single-statement writes, through gc
 	dialect dialect
 	desc    string // where the store lives, for messages; never a credential
 }
@@ -77,25 +79,29 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 		return nil, err
 	}
 
-	w, err := sql.Open("sqlite", sqliteDSN(path, opts, false))
+	wc, err := newCachingConnector(sqliteDSN(path, opts, false))
 	if err != nil {
-		return nil, fmt.Errorf("store: opening %s: %w", path, err)
+		return nil, err
 	}
+	w := sql.OpenDB(wc)
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 
-	r, err := sql.Open("sqlite", sqliteDSN(path, opts, true))
+	rc, err := newCachingConnector(sqliteDSN(path, opts, true))
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("store: opening %s: %w", path, err)
+		return nil, err
 	}
+	r := sql.OpenDB(rc)
 	r.SetMaxOpenConns(opts.Readers)
 	r.SetMaxIdleConns(opts.Readers)
 	r.SetConnMaxIdleTime(0)
 
 	db := &DB{w: w, r: r, dialect: sqliteDialect{}, desc: path}
+	db.gc = newGroupCommit(w)
+	db.wr = writer{db}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -120,28 +126,20 @@ func sqliteDSN(path string, opts SQLiteOptions, readOnly bool) string {
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
 
-// Close releases both connection pools.
+// Close finishes the writes already handed over and releases both
+// connection pools.
 func (db *DB) Close() error {
+	db.gc.stop()
 	return errors.Join(db.w.Close(), db.r.Close())
 }
 
 // String names where the store lives, without credentials.
 func (db *DB) String() string { return db.desc }
 
-// withTx runs fn in a write transaction, committing if it returns nil.
+// withTx runs fn in a write transaction, committing if it returns nil. It
+// is the only way the store writes: see groupCommit.
 func (db *DB) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := db.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: commit: %w", err)
-	}
-	return nil
+	return db.gc.do(ctx, fn)
 }
 
 // q rewrites a statement written with ? placeholders for the dialect.
