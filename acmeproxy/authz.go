@@ -140,15 +140,19 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 		if st := s.authzStatus(a); st != "pending" {
 			return problem.MalformedF("the authorization is %s; its challenges can no longer be answered", st)
 		}
-		// Queue first, then flip the challenge: a crash in between leaves a
-		// job that finds the challenge pending and validates it anyway,
-		// never a challenge in processing with nobody to finish it.
-		if _, _, err := s.queue.Enqueue(ctx, jobs.Spec{
+		// Store the validation job first, then flip the challenge: a crash
+		// in between leaves a job that finds the challenge pending and
+		// validates it anyway, never a challenge in processing with nobody
+		// to finish it. The job starts at once, and a validation that ends
+		// within inlineValidationWait is answered in this response, so the
+		// client's first poll finds it settled; a slower one goes on in the
+		// background and the client polls as usual.
+		if _, _, err := s.queue.RunNow(ctx, jobs.Spec{
 			Kind: ValidateKind, Key: c.ID,
 			Payload:     validatePayload{Profile: s.cfg.Profile, Challenge: c.ID},
 			Deadline:    a.Expires,
 			MaxAttempts: validateAttempts,
-		}); err != nil {
+		}, inlineValidationWait); err != nil {
 			return err
 		}
 		if _, err := s.db.StartChallenge(ctx, c.ID, s.clock.Now()); err != nil {
@@ -236,6 +240,11 @@ func (s *Server) validate(ctx context.Context, challengeID string) jobs.Outcome 
 	}
 	return jobs.Done()
 }
+
+// inlineValidationWait is how long a challenge POST waits for its
+// validation before answering processing. It bounds how long a slow client
+// server can hold the request open.
+const inlineValidationWait = time.Second
 
 // validationTimeout bounds one validation attempt.
 const validationTimeout = 30 * time.Second

@@ -54,10 +54,78 @@ type Spec struct {
 // Enqueue stores a ready job, or returns the live job with the same kind
 // and key (created=false), and wakes the local runners.
 func (q *Queue) Enqueue(ctx context.Context, s Spec) (job Job, created bool, err error) {
+	nj, err := q.newJob(s)
+	if err != nil {
+		return Job{}, false, err
+	}
+	job, created, err = q.db.EnqueueJob(ctx, nj, q.clock.Now())
+	if err != nil {
+		return Job{}, false, err
+	}
+	if created {
+		q.wake(s.Kind)
+	}
+	return job, created, nil
+}
+
+// RunNow stores a job and, when a runner in this process handles its kind,
+// starts it at once in a goroutine of its own — no claim, no wake-up —
+// and waits up to wait for it to settle. The job is as durable as one
+// queued by Enqueue: a process that dies mid-run leaves a lease that
+// expires, and any runner takes it over. done reports whether the attempt
+// finished within wait. Without a local runner (or when a live job with
+// the same kind and key exists) it behaves like Enqueue.
+func (q *Queue) RunNow(ctx context.Context, s Spec, wait time.Duration) (job Job, done bool, err error) {
+	r := q.localRunner(s.Kind)
+	if r == nil {
+		job, _, err = q.Enqueue(ctx, s)
+		return job, false, err
+	}
+	nj, err := q.newJob(s)
+	if err != nil {
+		return Job{}, false, err
+	}
+	ks := r.handlers[s.Kind]
+	now := q.clock.Now()
+	job, created, err := q.db.EnqueueJobLeased(ctx, nj, r.opts.Owner, now.Add(ks.lease), now)
+	if err != nil || !created {
+		return job, false, err
+	}
+	finished, ok := r.startNow(ks, job)
+	if !ok {
+		// The runner is stopping: leave the lease to expire, as if this
+		// process had died, and let the next runner take it.
+		return job, false, nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-finished:
+		return job, true, nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return job, false, nil
+}
+
+func (q *Queue) localRunner(kind string) *Runner {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, r := range q.runners {
+		if _, ok := r.handlers[kind]; ok {
+			return r
+		}
+	}
+	return nil
+}
+
+// newJob turns a Spec into the row to store.
+func (q *Queue) newJob(s Spec) (store.NewJob, error) {
 	var payload []byte
 	if s.Payload != nil {
+		var err error
 		if payload, err = json.Marshal(s.Payload); err != nil {
-			return Job{}, false, fmt.Errorf("jobs: encoding %s payload: %w", s.Kind, err)
+			return store.NewJob{}, fmt.Errorf("jobs: encoding %s payload: %w", s.Kind, err)
 		}
 	}
 	now := q.clock.Now()
@@ -68,17 +136,7 @@ func (q *Queue) Enqueue(ctx context.Context, s Spec) (job Job, created bool, err
 	if s.MaxAttempts <= 0 {
 		s.MaxAttempts = DefaultMaxAttempts
 	}
-	job, created, err = q.db.EnqueueJob(ctx, store.NewJob{
-		Kind: s.Kind, Key: s.Key, Payload: payload,
-		RunAt: runAt, Deadline: s.Deadline, MaxAttempts: s.MaxAttempts,
-	}, now)
-	if err != nil {
-		return Job{}, false, err
-	}
-	if created {
-		q.wake()
-	}
-	return job, created, nil
+	return store.NewJob{Kind: s.Kind, Key: s.Key, Payload: payload, RunAt: runAt, Deadline: s.Deadline, MaxAttempts: s.MaxAttempts}, nil
 }
 
 // Get reads one job.
@@ -119,7 +177,7 @@ func (q *Queue) RetryNow(ctx context.Context, id int64) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
-	q.wake()
+	q.wake(job.Kind)
 	return job, nil
 }
 
@@ -140,11 +198,11 @@ func (q *Queue) detach(r *Runner) {
 	}
 }
 
-func (q *Queue) wake() {
+func (q *Queue) wake(kind string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, r := range q.runners {
-		r.Wake()
+		r.wakeKind(kind)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -97,6 +98,7 @@ type kindState struct {
 	lease       time.Duration
 	concurrency int
 	running     int       // guarded by Runner.mu
+	backlog     bool      // the last claim filled every slot; guarded by Runner.mu
 	renewedAt   time.Time // loop goroutine only
 }
 
@@ -124,6 +126,13 @@ type Runner struct {
 
 	mu       sync.Mutex
 	inflight map[int64]*flight
+	// hinted are the kinds a Wake named since the loop last claimed; with
+	// hintAll the loop claims every kind. An enqueue names its kind, so a
+	// woken loop claims only where work was added instead of issuing an
+	// empty claim (a write) for every kind.
+	hinted   map[string]bool
+	hintAll  bool
+	stopping bool
 	started  bool
 
 	loopCancel context.CancelFunc
@@ -141,6 +150,7 @@ func NewRunner(q *Queue, handlers []Handler, opts RunnerOptions) (*Runner, error
 		handlers: make(map[string]*kindState, len(handlers)),
 		wake:     make(chan struct{}, 1),
 		inflight: make(map[int64]*flight),
+		hinted:   map[string]bool{},
 	}
 	for _, h := range handlers {
 		kind := h.Kind()
@@ -190,12 +200,41 @@ func (r *Runner) Start(ctx context.Context) error {
 	return nil
 }
 
-// Wake makes the runner look for due jobs now.
-func (r *Runner) Wake() {
+// Wake makes the runner look for due jobs of every kind now.
+func (r *Runner) Wake() { r.wakeKind("") }
+
+// wakeKind makes the runner look for due jobs of one kind ("" for all).
+func (r *Runner) wakeKind(kind string) {
+	r.mu.Lock()
+	if kind == "" {
+		r.hintAll = true
+	} else {
+		r.hinted[kind] = true
+	}
+	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
+}
+
+// takeHints returns the kinds to claim after a wake-up and clears them.
+func (r *Runner) takeHints() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hintAll {
+		r.hintAll = false
+		clear(r.hinted)
+		return slices.Clone(r.kinds)
+	}
+	var kinds []string
+	for _, k := range r.kinds {
+		if r.hinted[k] {
+			kinds = append(kinds, k)
+		}
+	}
+	clear(r.hinted)
+	return kinds
 }
 
 // Running is the number of attempts this runner has in flight.
@@ -215,6 +254,7 @@ func (r *Runner) Stop() error {
 		r.mu.Unlock()
 		return nil
 	}
+	r.stopping = true
 	r.mu.Unlock()
 	r.loopCancel()
 	<-r.loopDone
@@ -249,6 +289,27 @@ func (r *Runner) Stop() error {
 	return errors.Join(errs...)
 }
 
+// startNow runs a job this process stored already leased to r, in a
+// goroutine, as if the loop had claimed it. It returns a channel closed
+// when the attempt has settled, or false if the runner is stopping.
+func (r *Runner) startNow(ks *kindState, job Job) (<-chan struct{}, bool) {
+	r.mu.Lock()
+	if r.loopCancel == nil || r.stopping {
+		r.mu.Unlock()
+		return nil, false
+	}
+	ks.running++
+	r.inflight[job.ID] = &flight{ks: ks}
+	r.workers.Add(1)
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.work(ks, &job)
+	}()
+	return done, true
+}
+
 // waitTimeout waits for wg up to d and reports whether it finished.
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 	done := make(chan struct{})
@@ -267,13 +328,14 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 // time, a wake-up, or the poll interval, whichever comes first.
 func (r *Runner) loop(ctx context.Context) {
 	defer close(r.loopDone)
+	kinds, polled := r.kinds, true
 	for {
 		if ctx.Err() != nil {
 			return
 		}
-		claimed := r.claimDue(ctx)
+		more := r.claimDue(ctx, kinds, polled)
 		r.renewLeases(ctx)
-		wait := r.nextWait(ctx, claimed)
+		wait := r.nextWait(ctx, len(more) > 0)
 		t := r.opts.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -281,16 +343,25 @@ func (r *Runner) loop(ctx context.Context) {
 			return
 		case <-r.wake:
 			t.Stop()
+			kinds, polled = append(r.takeHints(), more...), false
 		case <-t.C():
+			kinds, polled = r.kinds, true
 		}
 	}
 }
 
-// claimDue claims, for each kind with free slots, as many due jobs as it
-// has slots, and starts a worker for each. It reports whether any kind
-// filled all the slots it asked for (there may be more waiting).
-func (r *Runner) claimDue(ctx context.Context) (more bool) {
-	for _, kind := range r.kinds {
+// claimDue claims, for each of kinds with free slots, as many due jobs as
+// it has slots, and starts a worker for each. It returns the kinds that
+// filled all the slots they asked for (more may be waiting). After a poll
+// it first asks a reader whether anything is due, so an idle runner polls
+// with reads, not writes.
+func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (more []string) {
+	seen := map[string]bool{}
+	for _, kind := range kinds {
+		if seen[kind] {
+			continue
+		}
+		seen[kind] = true
 		ks := r.handlers[kind]
 		r.mu.Lock()
 		free := ks.concurrency - ks.running
@@ -299,6 +370,12 @@ func (r *Runner) claimDue(ctx context.Context) (more bool) {
 			continue
 		}
 		now := r.opts.Clock.Now()
+		if polled {
+			due, err := r.q.db.AnyJobDue(ctx, kind, r.opts.Owner, now)
+			if err == nil && !due {
+				continue
+			}
+		}
 		claimed, err := r.q.db.ClaimJobs(ctx, kind, r.opts.Owner, now, now.Add(ks.lease), free)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -306,8 +383,11 @@ func (r *Runner) claimDue(ctx context.Context) (more bool) {
 			}
 			continue
 		}
+		r.mu.Lock()
+		ks.backlog = len(claimed) == free
+		r.mu.Unlock()
 		if len(claimed) == free {
-			more = true
+			more = append(more, kind)
 		}
 		for i := range claimed {
 			job := claimed[i]
@@ -386,8 +466,12 @@ func (r *Runner) work(ks *kindState, job *Job) {
 		r.mu.Lock()
 		ks.running--
 		delete(r.inflight, job.ID)
+		backlog := ks.backlog
 		r.mu.Unlock()
-		r.Wake()
+		if backlog {
+			// A slot opened on a kind that had more waiting.
+			r.wakeKind(job.Kind)
+		}
 	}()
 	now := r.opts.Clock.Now()
 	switch {
