@@ -96,6 +96,7 @@ func (a *App) Start() error {
 		}},
 	}
 	handlers = append(handlers, acmeproxy.SignerJobHandlers(a, a.servers(), a.log)...)
+	handlers = append(handlers, acmeproxy.RevocationJobHandlers(a, a.servers, a.log)...)
 	r, err := jobs.NewRunner(a.queue, handlers, jobs.RunnerOptions{Logger: a.log})
 	if err != nil {
 		return err
@@ -162,12 +163,22 @@ func (a *App) Lookup(profile string) (*acmeproxy.Server, bool) {
 	return s, ok
 }
 
+// All lists the mounted profiles (acmeproxy.ProfileLister).
+func (a *App) All() []*acmeproxy.Server { return a.servers() }
+
+// Operator returns the operator operations over this app's store, queue
+// and profiles, for the admin API.
+func (a *App) Operator() *acmeproxy.Operator {
+	return &acmeproxy.Operator{DB: a.db, Queue: a.queue, Profiles: a}
+}
+
 var errNoApp = errors.New("the acme_proxy app is not loaded")
 
 // Interface guards
 var (
-	_ caddy.App          = (*App)(nil)
-	_ caddy.Provisioner  = (*App)(nil)
-	_ caddy.CleanerUpper = (*App)(nil)
-	_ acmeproxy.Profiles = (*App)(nil)
+	_ caddy.App               = (*App)(nil)
+	_ caddy.Provisioner       = (*App)(nil)
+	_ caddy.CleanerUpper      = (*App)(nil)
+	_ acmeproxy.Profiles      = (*App)(nil)
+	_ acmeproxy.ProfileLister = (*App)(nil)
 )

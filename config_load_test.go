@@ -158,6 +158,16 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     "signer.key: required when signer.cert is set",
 		},
 		{
+			name:     "crl_url over https",
+			handlers: []map[string]any{{"profile": "a", "crl_url": "https://ca.example.com/acme/a/crl"}},
+			want:     `crl_url: "https://ca.example.com/acme/a/crl" must be an absolute http:// URL`,
+		},
+		{
+			name:     "long-lived leaves without crl_url",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "30d"}}},
+			want:     "crl_url: required when signer.lifetime (720h0m0s) exceeds 168h0m0s",
+		},
+		{
 			name:     "unknown signer module",
 			handlers: []map[string]any{{"profile": "a", "signer": map[string]string{"module": "vault"}}},
 			want:     "signer: loading module 'vault'",

@@ -177,6 +177,8 @@ type e2eConfig struct {
 	ExtraProfiles string
 	// ExtraSites are more site blocks.
 	ExtraSites string
+	// Admin, when set, is the admin endpoint's address; else it is off.
+	Admin string
 }
 
 // e2eCaddyfile is the config of every e2e test: the proxy's profile served
@@ -188,7 +190,7 @@ type e2eConfig struct {
 // certmagic's goroutines while TLS.Start still writes it: a data race
 // that -race reports now and then.
 var e2eCaddyfile = template.Must(template.New("Caddyfile").Parse(`{
-	admin off
+	{{if .Cfg.Admin}}admin {{.Cfg.Admin}}{{else}}admin off{{end}}
 	persist_config off
 	log {
 		output file {{.Env.LogFile}}

@@ -55,6 +55,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if !ok {
 		return fmt.Errorf("signer: module %T is not a signer", mod)
 	}
+	if l, ok := mod.(*LocalCA); ok && h.CRLURL == "" && l.leafLifetime() > shortLived {
+		return fmt.Errorf("crl_url: required when signer.lifetime (%s) exceeds %s: a longer-lived leaf must carry a CRL distribution point",
+			l.leafLifetime(), shortLived)
+	}
 	v, err := validate.New(validate.Config{
 		HTTPPort:  h.ValidationPorts.HTTP,
 		TLSPort:   h.ValidationPorts.TLS,
@@ -65,6 +69,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.server, err = acmeproxy.NewServer(ctx, h.ProfileConfig, acmeproxy.Options{
 		DB: h.app.db, Queue: h.app.queue, Signer: sgn, Validator: v, Logger: ctx.Logger(),
+		SignerName: caddy.GetModuleName(mod),
 	})
 	if err != nil {
 		return err

@@ -16,4 +16,5 @@ func init() {
 	caddy.RegisterModule(new(Handler))
 	caddy.RegisterModule(new(LocalCA))
 	caddy.RegisterModule(new(Relay))
+	caddy.RegisterModule(new(AdminAPI))
 }

@@ -43,6 +43,10 @@ type relayProcess struct {
 	runner *jobs.Runner
 	ts     *httptest.Server
 	dirURL string
+	// handlers and runnerOpts build the runner; a test that stopped it
+	// starts another with them.
+	handlers   []jobs.Handler
+	runnerOpts jobs.RunnerOptions
 }
 
 type relayProfiles map[string]*acmeproxy.Server
@@ -59,6 +63,8 @@ type relayBench struct {
 	storage certmagic.Storage
 	front   *httptest.Server
 	current atomic.Pointer[acmeproxy.Server]
+	// revokeWait is the processes' acmeproxy.Options.RevokeWait.
+	revokeWait time.Duration
 }
 
 func newRelayBench(t *testing.T) *relayBench {
@@ -108,16 +114,18 @@ func (b *relayBench) start() *relayProcess {
 		t.Fatal(err)
 	}
 	srv, err := acmeproxy.NewServer(ctx, acmeproxy.ProfileConfig{Profile: "relay", Challenges: []string{acmeproxy.ChallengeDNS01}},
-		acmeproxy.Options{DB: db, Queue: q, Signer: sgn, Validator: v})
+		acmeproxy.Options{DB: db, Queue: q, Signer: sgn, Validator: v, RevokeWait: b.revokeWait})
 	if err != nil {
 		t.Fatal(err)
 	}
 	profiles := relayProfiles{srv.Profile(): srv}
 	handlers := append([]jobs.Handler{&acmeproxy.ValidationJobs{Profiles: profiles, DB: db, Clock: clock.Real()}},
 		acmeproxy.SignerJobHandlers(profiles, []*acmeproxy.Server{srv}, nil)...)
-	r, err := jobs.NewRunner(q, handlers, jobs.RunnerOptions{
+	handlers = append(handlers, acmeproxy.RevocationJobHandlers(profiles, func() []*acmeproxy.Server { return []*acmeproxy.Server{srv} }, nil)...)
+	opts := jobs.RunnerOptions{
 		BackoffBase: 50 * time.Millisecond, BackoffCap: 200 * time.Millisecond, PollInterval: 100 * time.Millisecond,
-	})
+	}
+	r, err := jobs.NewRunner(q, handlers, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +134,8 @@ func (b *relayBench) start() *relayProcess {
 	}
 	t.Cleanup(func() { _ = r.Stop() })
 	b.current.Store(srv)
-	return &relayProcess{db: db, queue: q, srv: srv, runner: r, ts: b.front, dirURL: b.front.URL + srv.Prefix() + "/directory"}
+	return &relayProcess{db: db, queue: q, srv: srv, runner: r, ts: b.front, dirURL: b.front.URL + srv.Prefix() + "/directory",
+		handlers: handlers, runnerOpts: opts}
 }
 
 // client registers an x/crypto/acme account at the process.

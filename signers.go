@@ -55,6 +55,19 @@ func (l *LocalCA) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// shortLived is the longest leaf lifetime that may go without a CRL
+// distribution point: seven days, the CA/Browser Forum's short-lived
+// certificate (BRs §1.6.1), which needs no revocation pointer.
+const shortLived = 7 * 24 * time.Hour
+
+// leafLifetime is the validity of the leaves this signer issues.
+func (l *LocalCA) leafLifetime() time.Duration {
+	if l.Lifetime == 0 {
+		return localca.DefaultLifetime
+	}
+	return time.Duration(l.Lifetime)
+}
+
 // pkiSource reads the issuer from a CA of Caddy's pki app at every
 // signing, because Caddy renews that CA's intermediate on its own.
 func pkiSource(ctx caddy.Context, id string) (localca.Source, error) {

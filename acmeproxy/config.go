@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"strings"
 )
@@ -33,6 +34,13 @@ type ProfileConfig struct {
 	Allow *IdentifierPolicy `json:"allow,omitempty"`
 	// Deny lists what is refused even when allowed.
 	Deny *IdentifierPolicy `json:"deny,omitempty"`
+	// CRLURL, when set, is the CRL distribution point put in every leaf
+	// of a signer that publishes a CRL (local_ca): an absolute http://
+	// URL (RFC 5280 §4.2.1.13: CRLs are fetched without TLS) where this
+	// profile's CRL, served at <prefix>/crl, can be fetched without a
+	// redirect to HTTPS. Unset, leaves carry no distribution point, which
+	// the glue allows only for leaves of at most 7 days.
+	CRLURL string `json:"crl_url,omitempty"`
 }
 
 // ValidationPorts are the ports challenge validation connects to.
@@ -109,6 +117,12 @@ func (c *ProfileConfig) Validate() error {
 	for name, p := range map[string]int{"validation_ports.http": c.ValidationPorts.HTTP, "validation_ports.tls": c.ValidationPorts.TLS} {
 		if p < 1 || p > 65535 {
 			return fmt.Errorf("%s: port %d out of range", name, p)
+		}
+	}
+	if c.CRLURL != "" {
+		u, err := url.Parse(c.CRLURL)
+		if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil {
+			return fmt.Errorf("crl_url: %q must be an absolute http:// URL (CRLs are fetched without TLS)", c.CRLURL)
 		}
 	}
 	for key, pol := range map[string]*IdentifierPolicy{"allow": c.Allow, "deny": c.Deny} {

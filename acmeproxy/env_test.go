@@ -22,6 +22,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -39,6 +40,8 @@ type testEnv struct {
 	root   *x509.Certificate
 	dirURL string
 	http01 *http01Responder
+	runner *jobs.Runner
+	ca     *testCA
 }
 
 // http01Responder answers http-01 challenges like a client's standalone
@@ -84,8 +87,37 @@ func newTestCA(t testing.TB) (*x509.Certificate, localca.Source) {
 
 func newTestEnv(t *testing.T, mutate func(*ProfileConfig)) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, envOptions{mutate: mutate})
+}
+
+// envOptions vary what newTestEnvWith builds. The zero value is
+// newTestEnv's environment.
+type envOptions struct {
+	mutate func(*ProfileConfig)
+	// dbPath, when set, is the store's file: a second environment on the
+	// same file is the same service after a restart.
+	dbPath string
+	// ca, when set, is the issuing CA (from newTestCA) instead of a new one.
+	ca *testCA
+	// opts adjust the server's options.
+	opts func(*Options)
+	// wrap, when set, makes the profile's signer from the local CA's.
+	wrap func(*localca.Signer) signer.Signer
+}
+
+// testCA is a test CA: its root and its source.
+type testCA struct {
+	root *x509.Certificate
+	src  localca.Source
+}
+
+func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
+	t.Helper()
 	ctx := context.Background()
-	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
+	if eo.dbPath == "" {
+		eo.dbPath = filepath.Join(t.TempDir(), "acme.db")
+	}
+	db, err := store.OpenSQLite(ctx, eo.dbPath, store.SQLiteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +130,11 @@ func newTestEnv(t *testing.T, mutate func(*ProfileConfig)) *testEnv {
 	_, port, _ := net.SplitHostPort(hs.Listener.Addr().String())
 	h01.port, _ = strconv.Atoi(port)
 
-	root, src := newTestCA(t)
+	if eo.ca == nil {
+		root, src := newTestCA(t)
+		eo.ca = &testCA{root: root, src: src}
+	}
+	root, src := eo.ca.root, eo.ca.src
 	sgn, err := localca.New(src, localca.Options{Lifetime: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -115,15 +151,24 @@ func newTestEnv(t *testing.T, mutate func(*ProfileConfig)) *testEnv {
 		t.Fatal(err)
 	}
 	cfg := ProfileConfig{Profile: "test", Challenges: []string{ChallengeHTTP01, ChallengeDNS01}}
-	if mutate != nil {
-		mutate(&cfg)
+	if eo.mutate != nil {
+		eo.mutate(&cfg)
 	}
-	srv, err := NewServer(ctx, cfg, Options{DB: db, Queue: q, Signer: sgn, Validator: v})
+	opts := Options{DB: db, Queue: q, Signer: sgn, Validator: v}
+	if eo.wrap != nil {
+		opts.Signer = eo.wrap(sgn)
+	}
+	if eo.opts != nil {
+		eo.opts(&opts)
+	}
+	srv, err := NewServer(ctx, cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	profiles := staticProfiles{srv.Profile(): srv}
-	r, err := jobs.NewRunner(q, []jobs.Handler{&ValidationJobs{Profiles: profiles, DB: db, Clock: srv.clock}}, jobs.RunnerOptions{})
+	handlers := append([]jobs.Handler{&ValidationJobs{Profiles: profiles, DB: db, Clock: srv.clock}},
+		RevocationJobHandlers(profiles, func() []*Server { return []*Server{srv} }, nil)...)
+	r, err := jobs.NewRunner(q, handlers, jobs.RunnerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,13 +181,21 @@ func newTestEnv(t *testing.T, mutate func(*ProfileConfig)) *testEnv {
 	mux.Handle(srv.Prefix()+"/", srv)
 	ts := httptest.NewTLSServer(mux)
 	t.Cleanup(ts.Close)
-	return &testEnv{t: t, srv: srv, ts: ts, db: db, queue: q, root: root,
+	return &testEnv{t: t, srv: srv, ts: ts, db: db, queue: q, root: root, runner: r, ca: eo.ca,
 		dirURL: ts.URL + srv.Prefix() + "/directory", http01: h01}
 }
 
 type staticProfiles map[string]*Server
 
 func (p staticProfiles) Lookup(name string) (*Server, bool) { s, ok := p[name]; return s, ok }
+
+func (p staticProfiles) All() []*Server {
+	var out []*Server
+	for _, s := range p {
+		out = append(out, s)
+	}
+	return out
+}
 
 // client returns an x/crypto/acme client with a new registered account.
 func (e *testEnv) client(ctx context.Context) *acme.Client {

@@ -83,7 +83,7 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 	o, err = s.issue(ctx, o, signer.IssueRequest{
 		OrderID: o.ID, Profile: s.cfg.Profile, CSR: csr, CSRDER: der,
 		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
-		ClientAddr: clientIP(r), UserAgent: r.UserAgent(),
+		ClientAddr: clientIP(r), UserAgent: r.UserAgent(), CRLURL: s.crlURL(),
 	})
 	if err != nil {
 		return err
@@ -107,10 +107,11 @@ func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueReque
 		}
 		s.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
 			zap.String("profile", s.cfg.Profile), zap.String("order", o.ID), zap.Error(err))
+		s.auditIssueFailed(ctx, o, client{IP: req.ClientAddr, UserAgent: req.UserAgent}, err.Error())
 		return o, prob
 	}
 	if !out.Pending {
-		if err := s.recordIssued(ctx, o, out.Chain); err != nil {
+		if err := s.recordIssued(ctx, o, out.Chain, client{IP: req.ClientAddr, UserAgent: req.UserAgent}); err != nil {
 			return o, err
 		}
 	}
@@ -136,8 +137,9 @@ func signerProblem(err error) *problem.Problem {
 	return p
 }
 
-// recordIssued stores a signed chain and makes the order valid.
-func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte) error {
+// recordIssued stores a signed chain and makes the order valid, with the
+// issuance's audit row.
+func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte, cl client) error {
 	if len(chain) == 0 {
 		return fmt.Errorf("signer returned an empty chain for order %s", o.ID)
 	}
@@ -145,11 +147,14 @@ func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte
 	if err != nil {
 		return fmt.Errorf("signer returned an unparsable leaf for order %s: %w", o.ID, err)
 	}
+	serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
+	ev := s.event(ctx, EventCertificateIssued, OutcomeSuccess, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Serial = o.ID, o.AccountID, o.Identifiers, serial
 	c, err := s.db.IssueOrder(ctx, store.Certificate{
 		OrderID: o.ID, Profile: s.cfg.Profile, AccountID: o.AccountID,
-		Serial: hex.EncodeToString(leaf.SerialNumber.Bytes()), ChainPEM: string(pemChain(chain)),
+		Serial: serial, ChainPEM: string(pemChain(chain)),
 		PublicKey: leaf.RawSubjectPublicKeyInfo, NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,
-	}, s.clock.Now())
+	}, ev, ev.At)
 	if err != nil {
 		return err
 	}
@@ -157,6 +162,22 @@ func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte
 		zap.String("profile", s.cfg.Profile), zap.String("order", o.ID), zap.String("account", o.AccountID),
 		zap.String("serial", c.Serial), zap.Time("not_after", c.NotAfter))
 	return nil
+}
+
+// auditIssueFailed records a failed issuance.
+func (s *Server) auditIssueFailed(ctx context.Context, o store.Order, cl client, detail string) {
+	ev := s.event(ctx, EventCertificateFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Detail = o.ID, o.AccountID, o.Identifiers, detail
+	s.audit(ctx, ev)
+}
+
+// crlURL is the CRL distribution point leaves of this profile carry: the
+// configured crl_url, for a signer that publishes a CRL.
+func (s *Server) crlURL() string {
+	if _, ok := s.crlSigner(); !ok {
+		return ""
+	}
+	return s.cfg.CRLURL
 }
 
 // checkCSR requires a CSR to be exactly for the order: a valid signature,

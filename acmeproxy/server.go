@@ -48,6 +48,16 @@ type Options struct {
 	Validator Validator
 	Clock     clock.Clock // default: wall clock
 	Logger    *zap.Logger // default: no logging
+	// RevokeWait bounds how long a revocation that a job carries to the
+	// signer's backend is waited for before the request answers "queued";
+	// default DefaultRevokeWait.
+	RevokeWait time.Duration
+	// SignerName names the signer for operators ("local_ca", "relay");
+	// default its Go package's name.
+	SignerName string
+	// LookupAddr resolves client addresses to names for the audit trail;
+	// default the system resolver. Each lookup is cut short after 100ms.
+	LookupAddr func(ctx context.Context, addr string) ([]string, error)
 }
 
 // Server is the ACME server of one profile.
@@ -62,6 +72,11 @@ type Server struct {
 	nonces    *nonces
 	policy    policy
 	offered   map[string]bool // challenge types this profile offers
+
+	signerName string
+	revokeWait time.Duration
+	names      *reverseNames
+	crls       crlCache
 }
 
 // NewServer checks cfg (defaults applied) and builds the profile's server.
@@ -89,6 +104,13 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		nonces:  &nonces{key: key, db: opts.DB},
 		policy:  newPolicy(cfg.Allow, cfg.Deny),
 		offered: map[string]bool{},
+
+		signerName: opts.SignerName,
+		revokeWait: opts.RevokeWait,
+		names:      newReverseNames(opts.LookupAddr),
+	}
+	if s.revokeWait <= 0 {
+		s.revokeWait = DefaultRevokeWait
 	}
 	for _, c := range cfg.Challenges {
 		s.offered[c] = true
@@ -195,6 +217,8 @@ func (s *Server) route(rel string) (handlerFunc, []string) {
 		return s.handleRevokeCert, post
 	case "/ca.pem":
 		return s.handleCAChain, getHead
+	case "/crl":
+		return s.handleCRL, getHead
 	}
 	kind, rest, _ := strings.Cut(strings.TrimPrefix(rel, "/"), "/")
 	id, sub, _ := strings.Cut(rest, "/")
@@ -291,16 +315,6 @@ func (s *Server) handleNewNonce(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil
-}
-
-// handleRevokeCert: revocation arrives with its own issue; until then the
-// endpoint exists (RFC 8555 requires it in the directory) and says so.
-func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error {
-	if _, err := s.verify(r.Context(), r, kidOrJWK); err != nil {
-		return err
-	}
-	return &problem.Problem{Type: problem.Malformed, Status: http.StatusNotImplemented,
-		Detail: "certificate revocation is not available on this server yet"}
 }
 
 // handleCAChain serves the issuing CA chain, when the signer knows it, so a

@@ -23,7 +23,7 @@ func (s *Server) Issued(ctx context.Context, orderID string, chain [][]byte) err
 	if o.Status != "processing" {
 		return nil
 	}
-	err = s.recordIssued(ctx, o, chain)
+	err = s.recordIssued(ctx, o, chain, s.pendingClient(ctx, orderID))
 	if errors.Is(err, store.ErrWrongState) {
 		return nil
 	}
@@ -39,7 +39,20 @@ func (s *Server) Failed(ctx context.Context, orderID, detail string) error {
 	if err := s.db.FailOrder(ctx, orderID, body, detail, s.clock.Now()); err != nil {
 		return err
 	}
+	if o, err := s.db.GetOrder(ctx, s.cfg.Profile, orderID); err == nil {
+		s.auditIssueFailed(ctx, o, s.pendingClient(ctx, orderID), detail)
+	}
 	s.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
 		zap.String("profile", s.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
 	return nil
+}
+
+// pendingClient is the client that finalized an order a signer finished
+// later, as the relay's mapping recorded it; zero when unknown.
+func (s *Server) pendingClient(ctx context.Context, orderID string) client {
+	ro, err := s.db.GetRelayOrder(ctx, orderID)
+	if err != nil {
+		return client{}
+	}
+	return client{IP: ro.ClientAddr, UserAgent: ro.UserAgent}
 }

@@ -98,6 +98,7 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 //		validation_ports { http <port>; tls <port> }
 //		allow { domains <patterns...>; ip_ranges <cidrs...> }
 //		deny  { domains <patterns...>; ip_ranges <cidrs...> }
+//		crl_url    <http://… URL put in leaves as their CRL distribution point>
 //	}
 func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	h.Next() // the directive name
@@ -154,6 +155,8 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 		cfg.Allow, err = parsePolicy(d, key, cfg.Allow)
 	case "deny":
 		cfg.Deny, err = parsePolicy(d, key, cfg.Deny)
+	case "crl_url":
+		cfg.CRLURL, err = oneArg(d, key)
 	default:
 		err = d.Errf("acme_proxy: unknown subdirective %q", key)
 	}

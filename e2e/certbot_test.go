@@ -7,11 +7,16 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,6 +31,7 @@ func TestCertbot(t *testing.T) {
 	const name = "cb.example.com"
 	dnsAddr := startDNS(t, "example.com")
 	var (
+		admin       = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		httpPort    = freePort(t)
 		httpsPort   = freePort(t)
 		certbotPort = freePort(t)
@@ -34,7 +40,7 @@ func TestCertbot(t *testing.T) {
 		database    = filepath.Join(t.TempDir(), "acme.db")
 	)
 	config := fmt.Sprintf(`{
-	admin off
+	admin %s
 	default_bind 127.0.0.1
 	http_port %d
 	https_port %d
@@ -55,7 +61,7 @@ https://localhost:%d {
 		resolvers %s
 	}
 }
-`, httpPort, httpsPort, storage, database, httpsPort, certbotPort, dnsAddr)
+`, admin, httpPort, httpsPort, storage, database, httpsPort, certbotPort, dnsAddr)
 	env := []string{
 		"HOME=" + home,
 		"XDG_DATA_HOME=" + filepath.Join(home, "data"),
@@ -94,6 +100,129 @@ https://localhost:%d {
 	}
 	if bytes.Equal(first.Raw, second.Raw) {
 		t.Errorf("renewal left the certificate unchanged")
+	}
+
+	// Revocation: the renewed certificate by the account's key, a second
+	// name's certificate by its own key; the first stays valid.
+	const other = "cb2.example.com"
+	cb.run(t, "certonly", "--standalone", "-d", other)
+	otherLive := filepath.Join(cb.configDir, "live", other)
+	third := checkCertbotCert(t, otherLive, root, other)
+	cb.run(t, "revoke", "--cert-path", filepath.Join(live, "cert.pem"), "--reason", "keycompromise", "--no-delete-after-revoke")
+	cb.run(t, "revoke", "--cert-path", filepath.Join(otherLive, "cert.pem"), "--key-path", filepath.Join(otherLive, "privkey.pem"),
+		"--reason", "superseded", "--no-delete-after-revoke")
+
+	crlURL := strings.TrimSuffix(server, "directory") + "crl"
+	der := fetchCRL(t, crlURL, root, map[string]int{second.SerialNumber.Text(16): 1, third.SerialNumber.Text(16): 4})
+	checkWithOpenSSL(t, der, rootFile, filepath.Join(live, "chain.pem"), map[string]*x509.Certificate{
+		"renewed, revoked by the account key": second,
+		"cb2, revoked by the certificate key": third,
+		"first, never revoked":                first,
+	}, map[*x509.Certificate]bool{second: true, third: true})
+
+	// The binary's own CLI reads the audit trail over the admin API: one
+	// revocation by the account, one by the certificate's key.
+	out, err := exec.Command(caddy, "acme-proxy", "audit", "--event", "certificate_revoked", "--json", "--address", admin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("caddy acme-proxy audit: %v\n%s", err, out)
+	}
+	var page struct {
+		Items []struct {
+			Serial string `json:"serial"`
+			Actor  struct {
+				Kind string `json:"kind"`
+			} `json:"actor"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(out, &page); err != nil {
+		t.Fatalf("caddy acme-proxy audit --json: %v\n%s", err, out)
+	}
+	actors := map[string]string{}
+	for _, it := range page.Items {
+		actors[it.Serial] = it.Actor.Kind
+	}
+	if actors[second.SerialNumber.Text(16)] != "acme_account" || actors[third.SerialNumber.Text(16)] != "certificate_key" || len(actors) != 2 {
+		t.Errorf("revocations audited by %v; want the renewed one by acme_account and cb2's by certificate_key", actors)
+	}
+}
+
+// fetchCRL GETs the CRL at url (over TLS verified against root) until it
+// lists every serial (hex) with its reason, and returns its DER.
+func fetchCRL(t *testing.T, url string, root *x509.Certificate, want map[string]int) []byte {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(root)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		der, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == "application/pkix-crl" {
+			crl, err := x509.ParseRevocationList(der)
+			if err != nil {
+				t.Fatalf("the CRL does not parse: %v", err)
+			}
+			got := map[string]int{}
+			for _, e := range crl.RevokedCertificateEntries {
+				got[e.SerialNumber.Text(16)] = e.ReasonCode
+			}
+			ok := true
+			for serial, reason := range want {
+				r, listed := got[serial]
+				ok = ok && listed && r == reason
+			}
+			if ok {
+				return der
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d; the CRL never listed %v", url, resp.StatusCode, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkWithOpenSSL has openssl parse the DER CRL, then verify each leaf
+// with -crl_check: the revoked ones must be rejected as revoked, the others
+// accepted.
+func checkWithOpenSSL(t *testing.T, crlDER []byte, rootFile, chainFile string, leaves map[string]*x509.Certificate, revoked map[*x509.Certificate]bool) {
+	t.Helper()
+	openssl := needTool(t, "openssl", "install it with `apt-get install --no-install-recommends openssl`")
+	dir := t.TempDir()
+	derFile, pemFile := filepath.Join(dir, "crl.der"), filepath.Join(dir, "crl.pem")
+	if err := os.WriteFile(derFile, crlDER, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(openssl, "crl", "-inform", "DER", "-in", derFile, "-noout", "-text").CombinedOutput()
+	if err != nil {
+		t.Fatalf("openssl crl -inform DER: %v\n%s", err, out)
+	}
+	if _, err := exec.Command(openssl, "crl", "-inform", "DER", "-in", derFile, "-out", pemFile).CombinedOutput(); err != nil {
+		t.Fatalf("openssl crl: %v", err)
+	}
+	for _, reason := range []string{"Key Compromise", "Superseded"} {
+		if !bytes.Contains(out, []byte(reason)) {
+			t.Errorf("openssl's reading of the CRL lacks %q:\n%s", reason, out)
+		}
+	}
+	for name, leaf := range leaves {
+		leafFile := filepath.Join(dir, "leaf.pem")
+		if err := os.WriteFile(leafFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(openssl, "verify", "-crl_check", "-CAfile", rootFile, "-untrusted", chainFile,
+			"-CRLfile", pemFile, leafFile).CombinedOutput()
+		switch {
+		case revoked[leaf] && (err == nil || !bytes.Contains(out, []byte("certificate revoked"))):
+			t.Errorf("%s: openssl verify -crl_check: %v; want it rejected as revoked\n%s", name, err, out)
+		case !revoked[leaf] && err != nil:
+			t.Errorf("%s: openssl verify -crl_check: %v; want it accepted\n%s", name, err, out)
+		}
 	}
 }
 

@@ -45,6 +45,10 @@ type IssueRequest struct {
 	// audit and for an operator reading a relayed order.
 	ClientAddr string
 	UserAgent  string
+	// CRLURL, when set, is the CRL distribution point the profile wants in
+	// the leaf (an absolute http:// URL). Signers that build the leaf
+	// themselves put it in; others ignore it.
+	CRLURL string
 }
 
 // IssueOutcome is what Issue did: signed now (Chain set), or accepted the

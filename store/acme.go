@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -218,8 +219,8 @@ func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, limi
 
 // UseNonce records a nonce as used. It reports false if it was used before.
 func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (bool, error) {
-	res, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO used_nonces (nonce, expires_at) VALUES (?, ?) ON CONFLICT DO NOTHING`),
-		nonce, expires.UnixMilli())
+	res, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO used_nonces (k) VALUES (?) ON CONFLICT DO NOTHING`),
+		nonceKey(expires, nonce))
 	if err != nil {
 		return false, fmt.Errorf("store: using nonce: %w", err)
 	}
@@ -227,9 +228,19 @@ func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (bo
 	return n == 1, err
 }
 
-// PruneNonces forgets used nonces that have expired anyway.
+// nonceKey orders used nonces by expiry: 8 bytes of big-endian Unix
+// milliseconds, then the nonce. A nonce always carries the same expiry, so
+// the key is as unique as the nonce.
+func nonceKey(expires time.Time, nonce string) []byte {
+	k := make([]byte, 8, 8+len(nonce))
+	binary.BigEndian.PutUint64(k, uint64(expires.UnixMilli()))
+	return append(k, nonce...)
+}
+
+// PruneNonces forgets used nonces that have expired anyway: every key
+// below now's expiry prefix.
 func (db *DB) PruneNonces(ctx context.Context, now time.Time) (int64, error) {
-	res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM used_nonces WHERE expires_at < ?`), now.UnixMilli())
+	res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM used_nonces WHERE k < ?`), nonceKey(now, ""))
 	if err != nil {
 		return 0, fmt.Errorf("store: pruning nonces: %w", err)
 	}

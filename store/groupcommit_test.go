@@ -22,7 +22,7 @@ func TestConcurrentWritesCommitTogetherButFailAlone(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			errs[i] = db.withTx(ctx, func(tx *sql.Tx) error {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO used_nonces (nonce, expires_at) VALUES (?, ?)`, fmt.Sprint("n", i), 1); err != nil {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO used_nonces (k) VALUES (?)`, fmt.Sprint("n", i)); err != nil {
 					return err
 				}
 				if i%10 == 0 {
@@ -64,7 +64,7 @@ func TestAWriteThatFailsOnAConstraintLeavesItsBatchIntact(t *testing.T) {
 			_ = db.withTx(ctx, func(tx *sql.Tx) error {
 				// A plain INSERT of an existing key: a constraint error inside
 				// the batch's transaction.
-				_, err := tx.ExecContext(ctx, `INSERT INTO used_nonces (nonce, expires_at) VALUES ('dup', 1)`)
+				_, err := tx.ExecContext(ctx, `INSERT INTO used_nonces (k) VALUES (?)`, nonceKey(t0, "dup"))
 				return err
 			})
 			if _, err := db.UseNonce(ctx, fmt.Sprint("ok", i), t0); err != nil {

@@ -392,32 +392,6 @@ type Certificate struct {
 	Reason    *int
 }
 
-// IssueOrder stores the certificate and moves the order from processing
-// to valid, in one transaction.
-func (db *DB) IssueOrder(ctx context.Context, c Certificate, now time.Time) (Certificate, error) {
-	c.ID = NewID()
-	err := db.withTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'valid', certificate_id = ?, updated_at = ?
-			WHERE id = ? AND status = 'processing'`), c.ID, now.UnixMilli(), c.OrderID)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return fmt.Errorf("%w: order %s is not processing", ErrWrongState, c.OrderID)
-		}
-		_, err = tx.ExecContext(ctx, db.q(`INSERT INTO certificates
-			(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			c.ID, c.OrderID, c.Profile, c.AccountID, c.Serial, c.ChainPEM, c.PublicKey,
-			c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli())
-		return err
-	})
-	if err != nil && !errors.Is(err, ErrWrongState) {
-		err = fmt.Errorf("store: issuing order %s: %w", c.OrderID, err)
-	}
-	return c, err
-}
-
 // FailOrder moves an unfinished order to invalid with the problem document
 // the client sees and the detail only an operator reads.
 func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail string, now time.Time) error {

@@ -141,4 +141,92 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX relay_orders_processing ON relay_orders (profile) WHERE status = 'processing'`,
 		},
 	},
+	{
+		version: 4,
+		name:    "revocation_crl_audit",
+		stmts: []string{
+			// The revocation ledger: one row per revoked certificate,
+			// written in the transaction that stamps the certificate, so
+			// that a CRL can be rebuilt from it after any crash.
+			// issuer_key_id names the local CA whose CRL lists the entry;
+			// it is NULL when a backend (an upstream CA, a script) was told
+			// instead and publishes its own revocation status.
+			`CREATE TABLE revocations (
+				id             INTEGER PRIMARY KEY AUTOINCREMENT,
+				certificate_id TEXT NOT NULL UNIQUE REFERENCES certificates (id),
+				profile        TEXT NOT NULL,
+				order_id       TEXT NOT NULL,
+				serial         TEXT NOT NULL,
+				issuer_key_id  TEXT,
+				reason         INTEGER,
+				revoked_at     BIGINT NOT NULL,
+				not_after      BIGINT NOT NULL,
+				actor_kind     TEXT NOT NULL,
+				actor_id       TEXT NOT NULL DEFAULT ''
+			)`,
+			`CREATE INDEX revocations_crl ON revocations (issuer_key_id, not_after) WHERE issuer_key_id IS NOT NULL`,
+			// cRLNumber per issuing CA: only ever incremented, in the
+			// transaction that stores the CRL carrying the new number.
+			`CREATE TABLE crl_numbers (
+				issuer_key_id TEXT PRIMARY KEY,
+				last          BIGINT NOT NULL CHECK (last > 0)
+			)`,
+			// The latest CRL of each issuing CA, as served. ledger_seq is
+			// the last revocations.id it took into account: a ledger row
+			// past it means the CRL is stale.
+			`CREATE TABLE crls (
+				issuer_key_id TEXT PRIMARY KEY,
+				number        BIGINT NOT NULL,
+				this_update   BIGINT NOT NULL,
+				next_update   BIGINT NOT NULL,
+				ledger_seq    BIGINT NOT NULL,
+				entries       INTEGER NOT NULL,
+				der           BLOB NOT NULL,
+				updated_at    BIGINT NOT NULL
+			)`,
+			// The audit trail: insert-only, no foreign keys (it outlives
+			// what it mentions).
+			`CREATE TABLE audit_events (
+				id          INTEGER PRIMARY KEY AUTOINCREMENT,
+				at          BIGINT NOT NULL,
+				event       TEXT NOT NULL,
+				outcome     TEXT NOT NULL,
+				profile     TEXT NOT NULL DEFAULT '',
+				actor_kind  TEXT NOT NULL DEFAULT '',
+				actor_id    TEXT NOT NULL DEFAULT '',
+				order_id    TEXT NOT NULL DEFAULT '',
+				account_id  TEXT NOT NULL DEFAULT '',
+				identifiers TEXT NOT NULL DEFAULT '[]',
+				serial      TEXT NOT NULL DEFAULT '',
+				client_ip   TEXT NOT NULL DEFAULT '',
+				client_name TEXT NOT NULL DEFAULT '',
+				user_agent  TEXT NOT NULL DEFAULT '',
+				reason      TEXT NOT NULL DEFAULT '',
+				detail      TEXT NOT NULL DEFAULT ''
+			)`,
+			`CREATE INDEX audit_at ON audit_events (at)`,
+			`CREATE INDEX audit_profile ON audit_events (profile, at)`,
+			`CREATE INDEX audit_event ON audit_events (event, at)`,
+			`CREATE INDEX audit_order ON audit_events (order_id) WHERE order_id <> ''`,
+			`CREATE INDEX audit_account ON audit_events (account_id) WHERE account_id <> ''`,
+			`CREATE INDEX audit_serial ON audit_events (serial) WHERE serial <> ''`,
+			`CREATE TRIGGER audit_events_no_update BEFORE UPDATE ON audit_events
+				BEGIN SELECT RAISE(ABORT, 'audit_events is insert-only'); END`,
+			`CREATE TRIGGER audit_events_no_delete BEFORE DELETE ON audit_events
+				BEGIN SELECT RAISE(ABORT, 'audit_events is insert-only'); END`,
+			// Operators list orders of a profile by status, newest first.
+			`CREATE INDEX orders_profile ON orders (profile, status, created_at)`,
+		},
+	},
+	{
+		version: 5,
+		name:    "used_nonces_by_expiry",
+		stmts: []string{
+			// One clustered B-tree keyed by expiry then nonce: recording a
+			// use is an append near the end, and pruning is a range delete,
+			// with no second index to maintain on every signed request.
+			`DROP TABLE used_nonces`,
+			`CREATE TABLE used_nonces (k BLOB PRIMARY KEY) WITHOUT ROWID`,
+		},
+	},
 }

@@ -174,6 +174,25 @@ func UnsupportedContactF(format string, args ...any) *Problem {
 	return newf(UnsupportedContact, http.StatusBadRequest, format, args...)
 }
 
+// AlreadyRevokedF answers a revocation of a certificate already revoked
+// (RFC 8555 §7.6).
+func AlreadyRevokedF(format string, args ...any) *Problem {
+	return newf(AlreadyRevoked, http.StatusBadRequest, format, args...)
+}
+
+// BadRevocationReasonF answers a revocation reason that is not an RFC 5280
+// CRLReason the server accepts (RFC 8555 §7.6).
+func BadRevocationReasonF(format string, args ...any) *Problem {
+	return newf(BadRevocationReason, http.StatusBadRequest, format, args...)
+}
+
+// Unavailable answers a request the server accepted but could not finish
+// in time (status 503, type serverInternal); the client should retry
+// after the Retry-After the handler sets.
+func Unavailable(format string, args ...any) *Problem {
+	return newf(ServerInternal, http.StatusServiceUnavailable, format, args...)
+}
+
 func ConflictF(format string, args ...any) *Problem {
 	return newf(Malformed, http.StatusConflict, format, args...)
 }

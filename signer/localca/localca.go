@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
@@ -83,18 +84,26 @@ func New(src Source, opts Options) (*Signer, error) {
 		return nil, fmt.Errorf("localca: lifetime %v must be longer than %v", s.lifetime, backdate)
 	}
 	if s.crlURL != "" {
-		u, err := url.Parse(s.crlURL)
-		if err != nil {
-			return nil, fmt.Errorf("localca: crl url: %w", err)
-		}
-		if u.Scheme != "http" || u.Host == "" {
-			return nil, fmt.Errorf("localca: crl url %q must be an absolute http:// URL", s.crlURL)
+		if err := checkCRLURL(s.crlURL); err != nil {
+			return nil, err
 		}
 	}
 	if s.clock == nil {
 		s.clock = clock.Real()
 	}
 	return s, nil
+}
+
+// checkCRLURL requires an absolute http:// URL.
+func checkCRLURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("localca: crl url: %w", err)
+	}
+	if u.Scheme != "http" || u.Host == "" {
+		return fmt.Errorf("localca: crl url %q must be an absolute http:// URL", raw)
+	}
+	return nil
 }
 
 // Issuer returns the current issuer, checked: its first certificate is a
@@ -213,7 +222,13 @@ func (s *Signer) leaf(req signer.IssueRequest, ca *x509.Certificate) (*x509.Cert
 	if tmpl.NotBefore, tmpl.NotAfter, err = s.validity(req, ca); err != nil {
 		return nil, err
 	}
-	if s.crlURL != "" {
+	switch {
+	case req.CRLURL != "":
+		if err := checkCRLURL(req.CRLURL); err != nil {
+			return nil, err
+		}
+		tmpl.CRLDistributionPoints = []string{req.CRLURL}
+	case s.crlURL != "":
 		tmpl.CRLDistributionPoints = []string{s.crlURL}
 	}
 	// AuthorityKeyId: crypto/x509 copies the issuer's SubjectKeyId.
@@ -337,10 +352,26 @@ func subjectKeyID(pub crypto.PublicKey) ([]byte, error) {
 // by its own key. Matching names alone are not enough; a CA renewing its
 // key issues a certificate with its own name under its old key.
 func selfSigned(c *x509.Certificate) bool {
-	return bytes.Equal(c.RawSubject, c.RawIssuer) && c.CheckSignatureFrom(c) == nil
+	if !bytes.Equal(c.RawSubject, c.RawIssuer) {
+		return false
+	}
+	// Checking the signature costs a public-key verification, and every
+	// issuance asks about the same few CA certificates: remember answers.
+	key := string(c.Raw)
+	if v, ok := selfSignedCache.Load(key); ok {
+		return v.(bool)
+	}
+	ok := c.CheckSignatureFrom(c) == nil
+	selfSignedCache.Store(key, ok)
+	return ok
 }
+
+// selfSignedCache maps a CA certificate's DER to whether it is self-signed.
+// It holds only issuing CAs and their parents, a handful per process.
+var selfSignedCache sync.Map
 
 var (
 	_ signer.Signer    = (*Signer)(nil)
 	_ signer.CAChainer = (*Signer)(nil)
+	_ signer.CRLSigner = (*Signer)(nil)
 )

@@ -1,0 +1,135 @@
+package acmeproxy
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Audit events, and their outcomes.
+const (
+	EventCertificateIssued  = "certificate_issued"
+	EventCertificateFailed  = "certificate_issue_failed"
+	EventCertificateRevoked = "certificate_revoked"
+	EventRevocationRefused  = "revocation_refused" // a client's revoke-cert refused
+	EventRevocationFailed   = "revocation_failed"  // a backend never confirmed a revocation
+	EventAccountDeactivated = "account_deactivated"
+
+	OutcomeSuccess = "success"
+	OutcomeFailure = "failure"
+	OutcomeRefused = "refused"
+)
+
+// Reverse lookups of client addresses for audit rows.
+const (
+	reverseLookupTimeout     = 100 * time.Millisecond
+	reverseNameTTL           = 10 * time.Minute
+	reverseNameNegativeTTL   = time.Minute
+	reverseNameCacheCapacity = 4096
+)
+
+// Actor kinds: who asked for what an audit row records.
+const (
+	ActorAccount        = "acme_account"    // an ACME account, by kid
+	ActorCertificateKey = "certificate_key" // the certificate's own key (id: its thumbprint)
+	ActorAdmin          = "admin"           // Caddy's admin API
+	ActorCLI            = "cli"             // caddy acme-proxy, over the admin API
+	ActorSystem         = "system"          // this server on its own (jobs)
+)
+
+// Actor is who asked for a change.
+type Actor struct {
+	Kind string `json:"kind"`
+	ID   string `json:"id,omitempty"`
+}
+
+// client is where a request came from, for audit rows.
+type client struct {
+	IP        string
+	UserAgent string
+}
+
+func clientOf(r *http.Request) client {
+	if r == nil {
+		return client{}
+	}
+	return client{IP: clientIP(r), UserAgent: r.UserAgent()}
+}
+
+// reverseNames resolves client addresses to names for audit rows, bounded
+// in time (a request never waits on slow DNS for more than
+// reverseLookupTimeout) and cached, failures included, so that a busy
+// client or a dead resolver costs one lookup per TTL, not one per request.
+type reverseNames struct {
+	lookup func(ctx context.Context, addr string) ([]string, error)
+
+	mu    sync.Mutex
+	cache map[string]reverseName
+}
+
+type reverseName struct {
+	name    string
+	expires time.Time
+}
+
+func newReverseNames(lookup func(ctx context.Context, addr string) ([]string, error)) *reverseNames {
+	if lookup == nil {
+		lookup = net.DefaultResolver.LookupAddr
+	}
+	return &reverseNames{lookup: lookup, cache: map[string]reverseName{}}
+}
+
+// name returns the reverse name of ip, "" when it has none or the lookup
+// failed or took too long.
+func (n *reverseNames) name(ctx context.Context, ip string, now time.Time) string {
+	if ip == "" || net.ParseIP(ip) == nil {
+		return ""
+	}
+	n.mu.Lock()
+	e, ok := n.cache[ip]
+	n.mu.Unlock()
+	if ok && now.Before(e.expires) {
+		return e.name
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reverseLookupTimeout)
+	names, err := n.lookup(lctx, ip)
+	cancel()
+	e = reverseName{expires: now.Add(reverseNameNegativeTTL)}
+	if err == nil && len(names) > 0 {
+		e = reverseName{name: strings.TrimSuffix(names[0], "."), expires: now.Add(reverseNameTTL)}
+	}
+	n.mu.Lock()
+	if len(n.cache) >= reverseNameCacheCapacity {
+		clear(n.cache)
+	}
+	n.cache[ip] = e
+	n.mu.Unlock()
+	return e.name
+}
+
+// event starts an audit row of this profile, at now, with cl's address,
+// its reverse name and its user agent.
+func (s *Server) event(ctx context.Context, name, outcome string, actor Actor, cl client) store.AuditEvent {
+	now := s.clock.Now()
+	return store.AuditEvent{
+		At: now, Event: name, Outcome: outcome, Profile: s.cfg.Profile,
+		ActorKind: actor.Kind, ActorID: actor.ID,
+		ClientIP: cl.IP, ClientName: s.names.name(ctx, cl.IP, now), UserAgent: cl.UserAgent,
+	}
+}
+
+// audit writes an audit row on its own. A failure is logged, never
+// returned: the trail must not turn a done deed into an error.
+func (s *Server) audit(ctx context.Context, ev store.AuditEvent) {
+	if err := s.db.InsertAudit(context.WithoutCancel(ctx), ev); err != nil {
+		s.log.Error("writing an audit row", zap.String("event", "audit_write_failed"),
+			zap.String("audit_event", ev.Event), zap.String("order", ev.OrderID), zap.Error(err))
+	}
+}

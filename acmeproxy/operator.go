@@ -1,0 +1,475 @@
+package acmeproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Operator errors, beside store.ErrNotFound; the admin API turns each into
+// its HTTP status.
+var (
+	// ErrInvalid: the request itself is wrong (a bad filter, reason, id).
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict: the resource is not in a state that allows the change.
+	ErrConflict = errors.New("conflict")
+	// ErrNotMounted: the profile is not served by this process.
+	ErrNotMounted = errors.New("profile not mounted in this process")
+)
+
+// ProfileLister finds and lists the profiles mounted in this process.
+type ProfileLister interface {
+	Profiles
+	All() []*Server
+}
+
+// Operator is what the admin API and the CLI do: read orders, accounts,
+// jobs and the audit trail, and revoke, deactivate, retry, cancel and
+// regenerate. It is trusted: whoever reaches it is an operator.
+type Operator struct {
+	DB       *store.DB
+	Queue    *jobs.Queue
+	Profiles ProfileLister
+}
+
+// Page is one page of a list; Next, when set, is the cursor of the next.
+type Page[T any] struct {
+	Items []T    `json:"items"`
+	Next  string `json:"next,omitempty"`
+}
+
+func page[T any](items []T, limit int, cursor func(T) string) Page[T] {
+	p := Page[T]{Items: items}
+	if p.Items == nil {
+		p.Items = []T{}
+	}
+	if len(items) > 0 && len(items) == limit {
+		p.Next = cursor(items[len(items)-1])
+	}
+	return p
+}
+
+// ---- profiles ----
+
+// ProfileView describes a mounted profile.
+type ProfileView struct {
+	Name       string   `json:"name"`
+	Prefix     string   `json:"prefix"`
+	Signer     string   `json:"signer"`
+	Revocation string   `json:"revocation"` // ledger or job
+	CRL        bool     `json:"crl"`
+	CRLURL     string   `json:"crl_url,omitempty"`
+	Challenges []string `json:"challenges"`
+}
+
+// ListProfiles lists the profiles this process mounts, by name.
+func (op *Operator) ListProfiles() []ProfileView {
+	var out []ProfileView
+	for _, s := range op.Profiles.All() {
+		_, crl := s.crlSigner()
+		name := s.signerName
+		if name == "" {
+			name = signerName(s.signer)
+		}
+		v := ProfileView{Name: s.cfg.Profile, Prefix: s.cfg.Prefix, Signer: name, Revocation: "ledger",
+			CRL: crl, CRLURL: s.cfg.CRLURL, Challenges: s.cfg.Challenges}
+		if s.signer.RevocationRoute() == signer.RevokeByJob {
+			v.Revocation = "job"
+		}
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b ProfileView) int { return strings.Compare(a.Name, b.Name) })
+	if out == nil {
+		out = []ProfileView{}
+	}
+	return out
+}
+
+// signerName names a signer by its Go type: "localca", "relay", ….
+func signerName(sg signer.Signer) string {
+	t := reflect.TypeOf(sg)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if p := t.PkgPath(); p != "" {
+		return p[strings.LastIndex(p, "/")+1:]
+	}
+	return t.Name()
+}
+
+// ---- orders ----
+
+// CertificateView is an issued certificate.
+type CertificateView struct {
+	ID        string     `json:"id"`
+	Serial    string     `json:"serial"`
+	NotBefore time.Time  `json:"not_before"`
+	NotAfter  time.Time  `json:"not_after"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Reason    *int       `json:"reason,omitempty"`
+	ChainPEM  string     `json:"chain_pem,omitempty"`
+}
+
+// OrderView is an order as operators see it.
+type OrderView struct {
+	ID            string             `json:"id"`
+	Profile       string             `json:"profile"`
+	Account       string             `json:"account"`
+	Status        string             `json:"status"`
+	Identifiers   []store.Identifier `json:"identifiers"`
+	Created       time.Time          `json:"created"`
+	Updated       time.Time          `json:"updated"`
+	Expires       time.Time          `json:"expires"`
+	NotBefore     *time.Time         `json:"not_before,omitempty"`
+	NotAfter      *time.Time         `json:"not_after,omitempty"`
+	Error         json.RawMessage    `json:"error,omitempty"`
+	FailureDetail string             `json:"failure_detail,omitempty"`
+	Certificate   *CertificateView   `json:"certificate,omitempty"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func orderView(o store.OrderSummary) OrderView {
+	v := OrderView{ID: o.ID, Profile: o.Profile, Account: o.AccountID, Status: o.Status, Identifiers: o.Identifiers,
+		Created: o.CreatedAt, Updated: o.UpdatedAt, Expires: o.Expires, NotBefore: timePtr(o.NotBefore), NotAfter: timePtr(o.NotAfter),
+		Error: o.Error, FailureDetail: o.FailureDetail}
+	if c := o.Certificate; c != nil {
+		v.Certificate = &CertificateView{ID: c.ID, Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
+			RevokedAt: timePtr(c.RevokedAt), Reason: c.Reason, ChainPEM: c.ChainPEM}
+	}
+	return v
+}
+
+var orderStatuses = []string{"pending", "ready", "processing", "valid", "invalid"}
+
+// ListOrders lists orders newest first.
+func (op *Operator) ListOrders(ctx context.Context, f store.OrderFilter) (Page[OrderView], error) {
+	if f.Status != "" && !slices.Contains(orderStatuses, f.Status) {
+		return Page[OrderView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, strings.Join(orderStatuses, ", "))
+	}
+	if f.Identifier != "" {
+		f.Identifier = strings.ToLower(strings.TrimSuffix(f.Identifier, "."))
+	}
+	rows, err := op.DB.ListOrders(ctx, f)
+	if err != nil {
+		return Page[OrderView]{}, err
+	}
+	views := make([]OrderView, len(rows))
+	for i, o := range rows {
+		views[i] = orderView(o)
+	}
+	return page(views, listLimit(f.Limit), func(v OrderView) string { return v.ID }), nil
+}
+
+// listLimit is the page size the store applies for limit.
+func listLimit(limit int) int {
+	switch {
+	case limit <= 0:
+		return 100
+	case limit > 1000:
+		return 1000
+	}
+	return limit
+}
+
+// ShowOrder reads one order with its certificate chain.
+func (op *Operator) ShowOrder(ctx context.Context, id string) (OrderView, error) {
+	o, err := op.DB.OrderByID(ctx, id)
+	if err != nil {
+		return OrderView{}, err
+	}
+	return orderView(o), nil
+}
+
+// RevokeOrder revokes the certificate of an order through its profile's
+// signer; the revocation is audited with actor.
+func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, actor Actor) (RevokeResult, error) {
+	o, err := op.DB.OrderByID(ctx, id)
+	if err != nil {
+		return RevokeResult{}, err
+	}
+	if o.Certificate == nil {
+		return RevokeResult{}, fmt.Errorf("%w: order %s is %s and has no certificate", ErrConflict, id, o.Status)
+	}
+	s, ok := op.Profiles.Lookup(o.Profile)
+	if !ok {
+		return RevokeResult{}, fmt.Errorf("%w: %s (order %s)", ErrNotMounted, o.Profile, id)
+	}
+	res, err := s.RevokeOrder(ctx, id, reason, actor)
+	switch {
+	case errors.Is(err, ErrAlreadyRevoked):
+		return res, fmt.Errorf("%w: %w", ErrConflict, err)
+	case errors.Is(err, ErrBadRevocationReason):
+		return res, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return res, err
+}
+
+// ---- accounts ----
+
+// AccountView is an account as operators see it.
+type AccountView struct {
+	ID         string    `json:"id"`
+	Profile    string    `json:"profile"`
+	Status     string    `json:"status"`
+	Contact    []string  `json:"contact"`
+	Thumbprint string    `json:"thumbprint"`
+	Created    time.Time `json:"created"`
+	Orders     int       `json:"orders"`
+}
+
+func accountView(a store.AccountSummary) AccountView {
+	contact := a.Contact
+	if contact == nil {
+		contact = []string{}
+	}
+	return AccountView{ID: a.ID, Profile: a.Profile, Status: a.Status, Contact: contact, Thumbprint: a.Thumbprint,
+		Created: a.CreatedAt, Orders: a.Orders}
+}
+
+var accountStatuses = []string{"valid", "deactivated", "revoked"}
+
+// ListAccounts lists accounts newest first.
+func (op *Operator) ListAccounts(ctx context.Context, f store.AccountFilter) (Page[AccountView], error) {
+	if f.Status != "" && !slices.Contains(accountStatuses, f.Status) {
+		return Page[AccountView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, strings.Join(accountStatuses, ", "))
+	}
+	rows, err := op.DB.ListAccounts(ctx, f)
+	if err != nil {
+		return Page[AccountView]{}, err
+	}
+	views := make([]AccountView, len(rows))
+	for i, a := range rows {
+		views[i] = accountView(a)
+	}
+	return page(views, listLimit(f.Limit), func(v AccountView) string { return v.ID }), nil
+}
+
+// ShowAccount reads one account.
+func (op *Operator) ShowAccount(ctx context.Context, id string) (AccountView, error) {
+	a, err := op.DB.AccountByID(ctx, id)
+	if err != nil {
+		return AccountView{}, err
+	}
+	return accountView(a), nil
+}
+
+// DeactivateAccount deactivates a valid account (its key can then only
+// revoke what it ordered), and audits it.
+func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor Actor) (AccountView, error) {
+	if _, err := op.DB.AccountByID(ctx, id); err != nil {
+		return AccountView{}, err
+	}
+	a, err := op.DB.DeactivateAccount(ctx, id, time.Now())
+	if errors.Is(err, store.ErrWrongState) {
+		return AccountView{}, fmt.Errorf("%w: account %s is not valid", ErrConflict, id)
+	}
+	if err != nil {
+		return AccountView{}, err
+	}
+	if err := op.DB.InsertAudit(ctx, store.AuditEvent{At: time.Now(), Event: EventAccountDeactivated, Outcome: OutcomeSuccess,
+		Profile: a.Profile, ActorKind: actor.Kind, ActorID: actor.ID, AccountID: a.ID}); err != nil {
+		return AccountView{}, err
+	}
+	return op.ShowAccount(ctx, id)
+}
+
+// ---- jobs ----
+
+// JobView is a job as operators see it.
+type JobView struct {
+	ID              int64           `json:"id"`
+	Kind            string          `json:"kind"`
+	Key             string          `json:"key,omitempty"`
+	Status          string          `json:"status"`
+	Attempts        int             `json:"attempts"`
+	MaxAttempts     int             `json:"max_attempts"`
+	RunAt           time.Time       `json:"run_at"`
+	Deadline        *time.Time      `json:"deadline,omitempty"`
+	LastError       string          `json:"last_error,omitempty"`
+	CancelRequested bool            `json:"cancel_requested,omitempty"`
+	Payload         json.RawMessage `json:"payload,omitempty"`
+	Created         time.Time       `json:"created"`
+	Updated         time.Time       `json:"updated"`
+	Finished        *time.Time      `json:"finished,omitempty"`
+}
+
+func jobView(j jobs.Job) JobView {
+	v := JobView{ID: j.ID, Kind: j.Kind, Key: j.Key, Status: string(j.Status), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
+		RunAt: j.RunAt, Deadline: timePtr(j.Deadline), LastError: j.LastError, CancelRequested: j.CancelRequested,
+		Created: j.CreatedAt, Updated: j.UpdatedAt, Finished: timePtr(j.FinishedAt)}
+	if json.Valid(j.Payload) {
+		v.Payload = j.Payload
+	}
+	return v
+}
+
+var jobStatuses = []string{"ready", "running", "done", "failed", "cancelled"}
+
+// ListJobs lists jobs newest first.
+func (op *Operator) ListJobs(ctx context.Context, f store.JobFilter) (Page[JobView], error) {
+	if f.Status != "" && !slices.Contains(jobStatuses, string(f.Status)) {
+		return Page[JobView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, strings.Join(jobStatuses, ", "))
+	}
+	f.Limit = listLimit(f.Limit)
+	js, err := op.Queue.List(ctx, f)
+	if err != nil {
+		return Page[JobView]{}, err
+	}
+	views := make([]JobView, len(js))
+	for i, j := range js {
+		views[i] = jobView(j)
+	}
+	return page(views, f.Limit, func(v JobView) string { return fmt.Sprint(v.ID) }), nil
+}
+
+// ShowJob reads one job.
+func (op *Operator) ShowJob(ctx context.Context, id int64) (JobView, error) {
+	j, err := op.Queue.Get(ctx, id)
+	if err != nil {
+		return JobView{}, err
+	}
+	return jobView(j), nil
+}
+
+// RetryJob makes a job run now; a failed or cancelled one gets a fresh
+// attempt budget.
+func (op *Operator) RetryJob(ctx context.Context, id int64) (JobView, error) {
+	j, err := op.Queue.RetryNow(ctx, id)
+	if err != nil {
+		return JobView{}, jobErr(err)
+	}
+	return jobView(j), nil
+}
+
+// CancelJob cancels a waiting job, or makes a running job's current
+// attempt its last.
+func (op *Operator) CancelJob(ctx context.Context, id int64) (JobView, error) {
+	j, err := op.Queue.Cancel(ctx, id)
+	if err != nil {
+		return JobView{}, jobErr(err)
+	}
+	return jobView(j), nil
+}
+
+func jobErr(err error) error {
+	if errors.Is(err, store.ErrWrongState) || errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return err
+}
+
+// ---- audit ----
+
+// AuditView is an audit row.
+type AuditView struct {
+	ID          int64              `json:"id"`
+	At          time.Time          `json:"at"`
+	Event       string             `json:"event"`
+	Outcome     string             `json:"outcome"`
+	Profile     string             `json:"profile,omitempty"`
+	Actor       Actor              `json:"actor"`
+	Order       string             `json:"order,omitempty"`
+	Account     string             `json:"account,omitempty"`
+	Identifiers []store.Identifier `json:"identifiers,omitempty"`
+	Serial      string             `json:"serial,omitempty"`
+	ClientIP    string             `json:"client_ip,omitempty"`
+	ClientName  string             `json:"client_name,omitempty"`
+	UserAgent   string             `json:"user_agent,omitempty"`
+	Reason      string             `json:"reason,omitempty"`
+	Detail      string             `json:"detail,omitempty"`
+}
+
+var auditOutcomes = []string{OutcomeSuccess, OutcomeFailure, OutcomeRefused}
+
+// SearchAudit searches the audit trail, newest first.
+func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[AuditView], error) {
+	if f.Outcome != "" && !slices.Contains(auditOutcomes, f.Outcome) {
+		return Page[AuditView]{}, fmt.Errorf("%w: outcome %q is not one of %s", ErrInvalid, f.Outcome, strings.Join(auditOutcomes, ", "))
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return Page[AuditView]{}, fmt.Errorf("%w: until must be after since", ErrInvalid)
+	}
+	f.Limit = listLimit(f.Limit)
+	evs, err := op.DB.SearchAudit(ctx, f)
+	if err != nil {
+		return Page[AuditView]{}, err
+	}
+	views := make([]AuditView, len(evs))
+	for i, e := range evs {
+		views[i] = AuditView{ID: e.ID, At: e.At, Event: e.Event, Outcome: e.Outcome, Profile: e.Profile,
+			Actor: Actor{Kind: e.ActorKind, ID: e.ActorID}, Order: e.OrderID, Account: e.AccountID, Identifiers: e.Identifiers,
+			Serial: e.Serial, ClientIP: e.ClientIP, ClientName: e.ClientName, UserAgent: e.UserAgent, Reason: e.Reason, Detail: e.Detail}
+	}
+	return page(views, f.Limit, func(v AuditView) string { return fmt.Sprint(v.ID) }), nil
+}
+
+// ---- CRL ----
+
+// CRLView describes a published CRL.
+type CRLView struct {
+	Profile    string    `json:"profile"`
+	Issuer     string    `json:"issuer"`
+	Number     int64     `json:"number"`
+	ThisUpdate time.Time `json:"this_update"`
+	NextUpdate time.Time `json:"next_update"`
+	Entries    int       `json:"entries"`
+}
+
+func (op *Operator) crlServer(profile string) (*Server, error) {
+	s, ok := op.Profiles.Lookup(profile)
+	if !ok {
+		return nil, fmt.Errorf("%w: profile %q is not mounted in this process", store.ErrNotFound, profile)
+	}
+	if _, ok := s.crlSigner(); !ok {
+		return nil, fmt.Errorf("%w: the signer of profile %s publishes no CRL", store.ErrNotFound, profile)
+	}
+	return s, nil
+}
+
+// ShowCRL describes the CRL a profile serves now.
+func (op *Operator) ShowCRL(ctx context.Context, profile string) (CRLView, error) {
+	s, err := op.crlServer(profile)
+	if err != nil {
+		return CRLView{}, err
+	}
+	crl, err := s.CurrentCRL(ctx)
+	if errors.Is(err, errNoCRL) {
+		return CRLView{}, fmt.Errorf("%w: %w", store.ErrNotFound, err)
+	}
+	if err != nil {
+		return CRLView{}, err
+	}
+	return crlView(profile, crl), nil
+}
+
+// RegenerateCRL publishes a new CRL for a profile's CA now.
+func (op *Operator) RegenerateCRL(ctx context.Context, profile string) (CRLView, error) {
+	s, err := op.crlServer(profile)
+	if err != nil {
+		return CRLView{}, err
+	}
+	crl, err := s.RegenerateCRL(ctx)
+	if err != nil {
+		return CRLView{}, err
+	}
+	return crlView(profile, crl), nil
+}
+
+func crlView(profile string, c store.CRL) CRLView {
+	return CRLView{Profile: profile, Issuer: c.IssuerKeyID, Number: c.Number, ThisUpdate: c.ThisUpdate, NextUpdate: c.NextUpdate, Entries: c.Entries}
+}

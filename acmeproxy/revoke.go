@@ -1,0 +1,463 @@
+package acmeproxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// RevokeKind is the kind of the job that carries a revocation to a
+// signer's backend (an upstream CA, a script). It is keyed by order.
+const RevokeKind = "signer_revoke"
+
+const (
+	// DefaultRevokeWait is how long a request waits for its signer_revoke
+	// job before it answers "queued" (Options.RevokeWait).
+	DefaultRevokeWait = 10 * time.Second
+	// revokeMaxAttempts is a signer_revoke job's attempt budget; its
+	// deadline is the certificate's expiry.
+	revokeMaxAttempts = 16
+)
+
+// Errors of the revocation tail, shared by revoke-cert and the operator.
+var (
+	// ErrAlreadyRevoked: the certificate is revoked already (perhaps by
+	// a concurrent request that won).
+	ErrAlreadyRevoked = errors.New("the certificate is already revoked")
+	// ErrBadRevocationReason: not an RFC 5280 CRLReason (0–10 but 7).
+	ErrBadRevocationReason = errors.New("the reason is not an RFC 5280 CRLReason code (0 to 10, but not 7)")
+	// ErrRevocationFailed: the backend's job gave up without revoking.
+	ErrRevocationFailed = errors.New("the signer's backend did not revoke the certificate")
+)
+
+// validReason reports whether r is absent or an RFC 5280 §5.3.1 CRLReason;
+// 7 is not assigned.
+func validReason(r *int) bool {
+	return r == nil || (*r >= 0 && *r <= 10 && *r != 7)
+}
+
+// RevokeResult is what a revocation did.
+type RevokeResult struct {
+	// Certificate as it stands after the call: revoked unless Queued.
+	Certificate store.Certificate
+	// Queued: the backend has not confirmed yet; Job carries the
+	// revocation and asking again follows it.
+	Queued     bool
+	Job        int64
+	RetryAfter time.Duration
+}
+
+// revocation is a request to revoke, from either door, once authorized.
+type revocation struct {
+	cert   store.Certificate
+	leaf   *x509.Certificate
+	reason *int
+	actor  Actor
+	client client
+}
+
+// notYours answers every revoke-cert for a certificate the requester may
+// not revoke, including one that is not known here or whose bytes are not
+// the stored leaf's: the same answer for each, so the endpoint tells a
+// stranger nothing about what was issued.
+func notYours() *problem.Problem {
+	return problem.UnauthorizedF("this certificate was not issued here to the requester, and the request is not signed by its key")
+}
+
+// handleRevokeCert revokes a certificate (RFC 8555 §7.6), authorized by
+// the account that ordered it, an account holding authorizations for all
+// its identifiers, or the certificate's own key, which is compared with
+// the key stored at issuance. Every refusal past the JWS check is audited.
+func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	req, err := s.verify(ctx, r, kidOrJWK)
+	if err != nil {
+		return err
+	}
+	actor := Actor{Kind: ActorCertificateKey, ID: req.thumbprint}
+	if req.account != nil {
+		actor = Actor{Kind: ActorAccount, ID: req.account.ID}
+	}
+	cl := clientOf(r)
+	refuse := func(prob *problem.Problem, cert *store.Certificate, serial, why string) error {
+		ev := s.event(ctx, EventRevocationRefused, OutcomeRefused, actor, cl)
+		ev.Serial, ev.Reason, ev.Detail = serial, string(prob.Type), why
+		if cert != nil {
+			ev.OrderID, ev.AccountID = cert.OrderID, cert.AccountID
+		}
+		s.audit(ctx, ev)
+		return prob
+	}
+
+	var p struct {
+		Certificate string `json:"certificate"`
+		Reason      *int   `json:"reason"`
+	}
+	if err := decodePayload(req.payload, &p); err != nil {
+		prob, ok := problem.As(err)
+		if !ok {
+			return err
+		}
+		return refuse(prob, nil, "", "payload is not a revocation request")
+	}
+	der, err := base64.RawURLEncoding.DecodeString(p.Certificate)
+	if err != nil || len(der) == 0 {
+		return refuse(problem.MalformedF("certificate must be a base64url-encoded DER certificate"), nil, "", "certificate is not base64url")
+	}
+	submitted, err := x509.ParseCertificate(der)
+	if err != nil {
+		return refuse(problem.MalformedF("the certificate cannot be parsed: %v", err), nil, "", "certificate does not parse")
+	}
+	serial := hex.EncodeToString(submitted.SerialNumber.Bytes())
+	cert, err := s.db.CertificateBySerial(ctx, s.cfg.Profile, serial)
+	if errors.Is(err, store.ErrNotFound) {
+		return refuse(notYours(), nil, serial, "no certificate with this serial was issued by this profile")
+	}
+	if err != nil {
+		return err
+	}
+	storedDER, leaf, err := storedLeaf(cert)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(der, storedDER) {
+		return refuse(notYours(), &cert, serial, "the submitted certificate differs from the stored leaf with its serial")
+	}
+	ok, err := s.mayRevoke(ctx, req, cert)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return refuse(notYours(), &cert, serial, "signed neither by the certificate's key nor by an account that ordered it or holds authorizations for all its names")
+	}
+
+	res, err := s.revoke(ctx, revocation{cert: cert, leaf: leaf, reason: p.Reason, actor: actor, client: cl})
+	switch {
+	case errors.Is(err, ErrAlreadyRevoked):
+		return refuse(problem.AlreadyRevokedF("the certificate is already revoked"), &cert, serial, err.Error())
+	case errors.Is(err, ErrBadRevocationReason):
+		return refuse(problem.BadRevocationReasonF("reason %d is not an RFC 5280 CRLReason code (0 to 10, but not 7)", *p.Reason),
+			&cert, serial, err.Error())
+	case err != nil:
+		return err
+	case res.Queued:
+		w.Header().Set("Retry-After", strconv.Itoa(int(res.RetryAfter.Round(time.Second)/time.Second)))
+		return problem.Unavailable("the revocation is queued at the signer's backend and not confirmed yet; retry to confirm")
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// mayRevoke decides whether the request may revoke cert (RFC 8555 §7.6):
+// signed by the certificate's key as stored at issuance, by the account
+// that ordered it, or by an account of this profile holding valid
+// authorizations for all its identifiers.
+func (s *Server) mayRevoke(ctx context.Context, req *signedRequest, cert store.Certificate) (bool, error) {
+	if req.jwk != nil {
+		spki, err := x509.MarshalPKIXPublicKey(req.jwk.Key)
+		return err == nil && bytes.Equal(spki, cert.PublicKey), nil
+	}
+	if req.account.ID == cert.AccountID {
+		return true, nil
+	}
+	o, err := s.db.GetOrder(ctx, s.cfg.Profile, cert.OrderID)
+	if err != nil {
+		return false, err
+	}
+	return s.db.HoldsAuthorizations(ctx, s.cfg.Profile, req.account.ID, o.Identifiers, s.clock.Now())
+}
+
+// storedLeaf returns the DER and the parsed leaf of a stored chain.
+func storedLeaf(c store.Certificate) ([]byte, *x509.Certificate, error) {
+	block, _ := pem.Decode([]byte(c.ChainPEM))
+	if block == nil {
+		return nil, nil, fmt.Errorf("certificate %s: the stored chain holds no PEM block", c.ID)
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certificate %s: the stored leaf does not parse: %w", c.ID, err)
+	}
+	return block.Bytes, leaf, nil
+}
+
+// RevokeOrder revokes the certificate of an order for an operator, who is
+// trusted: no key or account is checked. It shares revoke-cert's tail.
+func (s *Server) RevokeOrder(ctx context.Context, orderID string, reason *int, actor Actor) (RevokeResult, error) {
+	cert, err := s.db.CertificateOfOrder(ctx, orderID)
+	if err != nil {
+		return RevokeResult{}, err
+	}
+	if cert.Profile != s.cfg.Profile {
+		return RevokeResult{}, fmt.Errorf("%w: order %s is not of profile %s", store.ErrNotFound, orderID, s.cfg.Profile)
+	}
+	_, leaf, err := storedLeaf(cert)
+	if err != nil {
+		return RevokeResult{}, err
+	}
+	return s.revoke(ctx, revocation{cert: cert, leaf: leaf, reason: reason, actor: actor})
+}
+
+// revoke is the tail both doors share: already revoked? → reason → the
+// signer's route (the ledger, or a job the request waits on) → audit row.
+func (s *Server) revoke(ctx context.Context, rv revocation) (RevokeResult, error) {
+	if s.signer.RevocationRoute() == signer.RevokeByJob {
+		return s.revokeByJob(ctx, rv)
+	}
+	if !rv.cert.RevokedAt.IsZero() {
+		return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
+	}
+	if !validReason(rv.reason) {
+		return RevokeResult{}, ErrBadRevocationReason
+	}
+	issuer := ""
+	if _, ok := s.signer.(signer.CRLSigner); ok {
+		issuer = signer.LeafIssuerKeyID(rv.leaf)
+	}
+	if err := s.record(ctx, &rv, issuer); err != nil {
+		return RevokeResult{}, err
+	}
+	if issuer != "" {
+		// The ledger row is committed; a crash before the job runs is
+		// caught by the CRL refresh, which finds the CRL stale.
+		if err := s.queueCRL(ctx, issuer); err != nil {
+			s.log.Error("queueing a CRL regeneration", zap.String("event", "crl_queue_failed"),
+				zap.String("profile", s.cfg.Profile), zap.String("issuer", issuer), zap.Error(err))
+		}
+	}
+	return RevokeResult{Certificate: rv.cert}, nil
+}
+
+// record writes the revocation: the certificate's stamp, the ledger row
+// and the certificate_revoked audit row, in one transaction. A concurrent
+// revocation that won makes this ErrAlreadyRevoked. rv.cert is updated.
+func (s *Server) record(ctx context.Context, rv *revocation, issuer string) error {
+	ev := s.event(ctx, EventCertificateRevoked, OutcomeSuccess, rv.actor, rv.client)
+	now := ev.At
+	ev.OrderID, ev.AccountID, ev.Serial = rv.cert.OrderID, rv.cert.AccountID, rv.cert.Serial
+	ev.Identifiers = leafIdentifiers(rv.leaf)
+	if rv.reason != nil {
+		ev.Reason = strconv.Itoa(*rv.reason)
+	}
+	_, err := s.db.RevokeCertificate(context.WithoutCancel(ctx), store.Revocation{
+		CertificateID: rv.cert.ID, Profile: rv.cert.Profile, OrderID: rv.cert.OrderID, Serial: rv.cert.Serial,
+		IssuerKeyID: issuer, Reason: rv.reason, RevokedAt: now, NotAfter: rv.cert.NotAfter,
+		ActorKind: rv.actor.Kind, ActorID: rv.actor.ID,
+	}, ev)
+	if errors.Is(err, store.ErrWrongState) {
+		return ErrAlreadyRevoked
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("certificate revoked", zap.String("event", EventCertificateRevoked), zap.String("profile", s.cfg.Profile),
+		zap.String("order", rv.cert.OrderID), zap.String("serial", rv.cert.Serial), zap.Any("reason", rv.reason),
+		zap.String("actor", rv.actor.Kind), zap.String("actor_id", rv.actor.ID))
+	rv.cert.RevokedAt, rv.cert.Reason = now, rv.reason
+	return nil
+}
+
+// leafIdentifiers lists a leaf's names as ACME identifiers.
+func leafIdentifiers(leaf *x509.Certificate) []store.Identifier {
+	var out []store.Identifier
+	for _, n := range leaf.DNSNames {
+		out = append(out, store.Identifier{Type: IdentDNS, Value: n})
+	}
+	for _, ip := range leaf.IPAddresses {
+		out = append(out, store.Identifier{Type: IdentIP, Value: ip.String()})
+	}
+	return out
+}
+
+// revokePayload is a signer_revoke job's payload.
+type revokePayload struct {
+	Profile     string `json:"profile"`
+	Order       string `json:"order"`
+	Certificate string `json:"certificate"`
+	Reason      *int   `json:"reason,omitempty"`
+	Actor       Actor  `json:"actor"`
+	ClientIP    string `json:"client_ip,omitempty"`
+	UserAgent   string `json:"user_agent,omitempty"`
+}
+
+// revokeByJob hands the revocation to a signer_revoke job keyed by the
+// order and waits for it up to s.revokeWait (or the request's own
+// deadline). Asking again while the job lives follows the same job; once
+// it has revoked the certificate, the actor that queued it is answered
+// with success, anyone else with ErrAlreadyRevoked.
+func (s *Server) revokeByJob(ctx context.Context, rv revocation) (RevokeResult, error) {
+	if !rv.cert.RevokedAt.IsZero() {
+		if s.queuedBy(ctx, rv) {
+			return RevokeResult{Certificate: rv.cert}, nil
+		}
+		return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
+	}
+	if !validReason(rv.reason) {
+		return RevokeResult{}, ErrBadRevocationReason
+	}
+	job, created, err := s.queue.Enqueue(ctx, jobs.Spec{
+		Kind: RevokeKind, Key: rv.cert.OrderID,
+		Payload: revokePayload{Profile: s.cfg.Profile, Order: rv.cert.OrderID, Certificate: rv.cert.ID, Reason: rv.reason,
+			Actor: rv.actor, ClientIP: rv.client.IP, UserAgent: rv.client.UserAgent},
+		Deadline: rv.cert.NotAfter, MaxAttempts: revokeMaxAttempts,
+	})
+	if err != nil {
+		return RevokeResult{}, err
+	}
+	if created {
+		s.log.Info("revocation queued", zap.String("event", "revocation_queued"), zap.String("profile", s.cfg.Profile),
+			zap.String("order", rv.cert.OrderID), zap.String("serial", rv.cert.Serial), zap.Int64("job", job.ID))
+	}
+	return s.awaitRevocation(ctx, job, rv.cert)
+}
+
+// queuedBy reports whether the revocation that revoked rv.cert was carried
+// by a signer_revoke job this same actor queued: their asking again is
+// answered with success.
+func (s *Server) queuedBy(ctx context.Context, rv revocation) bool {
+	js, err := s.queue.List(ctx, store.JobFilter{Kind: RevokeKind, Key: rv.cert.OrderID, Status: store.JobDone, Limit: 1})
+	if err != nil || len(js) == 0 {
+		return false
+	}
+	var p revokePayload
+	if jobs.Decode(&js[0], &p) != nil {
+		return false
+	}
+	return p.Actor == rv.actor
+}
+
+// awaitRevocation polls the job until it settles or the wait ends.
+func (s *Server) awaitRevocation(ctx context.Context, job jobs.Job, cert store.Certificate) (RevokeResult, error) {
+	until := time.Now().Add(s.revokeWait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-100*time.Millisecond).Before(until) {
+		until = d.Add(-100 * time.Millisecond)
+	}
+	pause := 20 * time.Millisecond
+	for {
+		switch job.Status {
+		case store.JobDone:
+			c, err := s.db.GetCertificate(ctx, s.cfg.Profile, cert.ID)
+			if err != nil {
+				return RevokeResult{}, err
+			}
+			if c.RevokedAt.IsZero() {
+				return RevokeResult{}, fmt.Errorf("%w: job %d finished without recording the revocation", ErrRevocationFailed, job.ID)
+			}
+			return RevokeResult{Certificate: c, Job: job.ID}, nil
+		case store.JobFailed, store.JobCancelled:
+			return RevokeResult{Job: job.ID}, fmt.Errorf("%w: job %d is %s: %s", ErrRevocationFailed, job.ID, job.Status, job.LastError)
+		}
+		if !time.Now().Add(pause).Before(until) {
+			after := time.Second
+			if d := job.RunAt.Sub(s.clock.Now()); d > after {
+				after = min(d, time.Hour)
+			}
+			return RevokeResult{Certificate: cert, Queued: true, Job: job.ID, RetryAfter: after.Round(time.Second)}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return RevokeResult{}, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 250*time.Millisecond)
+		var err error
+		if job, err = s.queue.Get(ctx, job.ID); err != nil {
+			return RevokeResult{}, err
+		}
+	}
+}
+
+// RevokeJobs runs signer_revoke jobs: each tells the signer of the
+// profile named in its payload to revoke at its backend, then records the
+// revocation. A job whose profile this process does not mount is retried
+// later without spending an attempt.
+type RevokeJobs struct {
+	Profiles Profiles
+	Logger   *zap.Logger
+}
+
+// Kind implements jobs.Handler.
+func (h *RevokeJobs) Kind() string { return RevokeKind }
+
+// Run implements jobs.Handler.
+func (h *RevokeJobs) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
+	var p revokePayload
+	if err := jobs.Decode(job, &p); err != nil {
+		return jobs.Failed(err.Error())
+	}
+	s, ok := h.Profiles.Lookup(p.Profile)
+	if !ok {
+		return jobs.RetryAfter("profile "+p.Profile+" is not mounted in this process", notMountedDelay)
+	}
+	return s.runRevoke(ctx, p)
+}
+
+// Recover implements jobs.Handler: a queued revocation is a live job
+// already, and a request that found none queues one.
+func (h *RevokeJobs) Recover(context.Context, *jobs.Queue) error { return nil }
+
+// Abandon implements jobs.Handler: the certificate stays unrevoked; the
+// failure is audited and logged for the operator.
+func (h *RevokeJobs) Abandon(ctx context.Context, job *jobs.Job, reason string) {
+	var p revokePayload
+	if jobs.Decode(job, &p) != nil {
+		return
+	}
+	if s, ok := h.Profiles.Lookup(p.Profile); ok {
+		ev := s.event(ctx, EventRevocationFailed, OutcomeFailure, p.Actor, client{IP: p.ClientIP, UserAgent: p.UserAgent})
+		ev.OrderID, ev.Detail = p.Order, reason
+		if p.Reason != nil {
+			ev.Reason = strconv.Itoa(*p.Reason)
+		}
+		s.audit(ctx, ev)
+	}
+	if h.Logger != nil {
+		h.Logger.Warn("revocation abandoned", zap.String("event", EventRevocationFailed), zap.String("profile", p.Profile),
+			zap.String("order", p.Order), zap.Int64("job", job.ID), zap.String("reason", reason))
+	}
+}
+
+// runRevoke does one attempt of a signer_revoke job.
+func (s *Server) runRevoke(ctx context.Context, p revokePayload) jobs.Outcome {
+	cert, err := s.db.GetCertificate(ctx, s.cfg.Profile, p.Certificate)
+	if errors.Is(err, store.ErrNotFound) {
+		return jobs.Failed("no certificate " + p.Certificate + " in profile " + s.cfg.Profile)
+	}
+	if err != nil {
+		return jobs.Retry(err.Error())
+	}
+	if !cert.RevokedAt.IsZero() {
+		return jobs.Done()
+	}
+	_, leaf, err := storedLeaf(cert)
+	if err != nil {
+		return jobs.Failed(err.Error())
+	}
+	if err := s.signer.Revoke(ctx, leaf, p.Reason); err != nil {
+		if ctx.Err() != nil {
+			return jobs.RetryAfter("interrupted: "+err.Error(), 0)
+		}
+		s.log.Warn("revocation at the backend failed", zap.String("event", "revocation_attempt_failed"),
+			zap.String("profile", s.cfg.Profile), zap.String("order", p.Order), zap.Error(err))
+		return jobs.Retry(err.Error())
+	}
+	rv := revocation{cert: cert, leaf: leaf, reason: p.Reason, actor: p.Actor, client: client{IP: p.ClientIP, UserAgent: p.UserAgent}}
+	if err := s.record(ctx, &rv, ""); err != nil && !errors.Is(err, ErrAlreadyRevoked) {
+		return jobs.Retry("recording the revocation: " + err.Error())
+	}
+	return jobs.Done()
+}

@@ -1,0 +1,427 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// adminBase is where the operator routes live on Caddy's admin endpoint.
+const adminBase = "/acme_proxy/"
+
+// Headers the CLI sets so the audit trail says who revoked.
+const (
+	actorHeader    = "X-Acme-Proxy-Actor"    // "cli"; anything else is the admin API
+	operatorHeader = "X-Acme-Proxy-Operator" // the operator's name, free text
+)
+
+// AdminAPI is admin.api.acme_proxy: the operator's routes under
+// /acme_proxy/ on Caddy's admin endpoint. It parses requests and writes
+// answers; acmeproxy.Operator does the work.
+type AdminAPI struct {
+	app *App
+	log *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (*AdminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "admin.api.acme_proxy", New: func() caddy.Module { return new(AdminAPI) }}
+}
+
+// Provision finds the acme_proxy app, when the config has one.
+func (a *AdminAPI) Provision(ctx caddy.Context) error {
+	a.log = ctx.Logger(a)
+	app, err := ctx.AppIfConfigured("acme_proxy")
+	if err == nil {
+		a.app = app.(*App)
+	}
+	return nil
+}
+
+// Routes returns the admin routes.
+func (a *AdminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: adminBase, Handler: caddy.AdminHandlerFunc(a.serve)}}
+}
+
+// adminRoute is one operator route: its methods and handler.
+type adminRoute struct {
+	method string
+	handle func(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error
+}
+
+// route finds the route of a path below adminBase, and the id in it.
+func (a *AdminAPI) route(rel string) (adminRoute, string, bool) {
+	parts := strings.Split(strings.Trim(rel, "/"), "/")
+	kind, id, action := parts[0], "", ""
+	if len(parts) > 1 {
+		id = parts[1]
+	}
+	if len(parts) > 2 {
+		action = parts[2]
+	}
+	if len(parts) > 3 || (len(parts) > 1 && id == "") {
+		return adminRoute{}, "", false
+	}
+	type key struct {
+		kind   string
+		hasID  bool
+		action string
+	}
+	routes := map[key]adminRoute{
+		{"profiles", false, ""}:          {http.MethodGet, a.listProfiles},
+		{"orders", false, ""}:            {http.MethodGet, a.listOrders},
+		{"orders", true, ""}:             {http.MethodGet, a.showOrder},
+		{"orders", true, "revoke"}:       {http.MethodPost, a.revokeOrder},
+		{"accounts", false, ""}:          {http.MethodGet, a.listAccounts},
+		{"accounts", true, ""}:           {http.MethodGet, a.showAccount},
+		{"accounts", true, "deactivate"}: {http.MethodPost, a.deactivateAccount},
+		{"jobs", false, ""}:              {http.MethodGet, a.listJobs},
+		{"jobs", true, ""}:               {http.MethodGet, a.showJob},
+		{"jobs", true, "retry"}:          {http.MethodPost, a.retryJob},
+		{"jobs", true, "cancel"}:         {http.MethodPost, a.cancelJob},
+		{"audit", false, ""}:             {http.MethodGet, a.searchAudit},
+		{"crl", true, ""}:                {http.MethodGet, a.showCRL},
+		{"crl", true, "regenerate"}:      {http.MethodPost, a.regenerateCRL},
+	}
+	rt, ok := routes[key{kind, id != "", action}]
+	return rt, id, ok
+}
+
+func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
+	rt, id, ok := a.route(strings.TrimPrefix(r.URL.Path, adminBase))
+	if !ok {
+		return apiError(http.StatusNotFound, fmt.Errorf("no acme_proxy admin route %s", r.URL.Path))
+	}
+	if r.Method != rt.method {
+		w.Header().Set("Allow", rt.method)
+		return apiError(http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s; use %s", r.Method, r.URL.Path, rt.method))
+	}
+	if a.app == nil || a.app.db == nil {
+		return apiError(http.StatusServiceUnavailable, errNoApp)
+	}
+	return rt.handle(w, r, a.app.Operator(), id)
+}
+
+func apiError(status int, err error) error {
+	return caddy.APIError{HTTPStatus: status, Err: err, Message: err.Error()}
+}
+
+// opError turns an operator error into the API error with its status.
+func opError(err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return apiError(http.StatusNotFound, err)
+	case errors.Is(err, acmeproxy.ErrInvalid):
+		return apiError(http.StatusBadRequest, err)
+	case errors.Is(err, acmeproxy.ErrConflict):
+		return apiError(http.StatusConflict, err)
+	case errors.Is(err, acmeproxy.ErrNotMounted):
+		return apiError(http.StatusServiceUnavailable, err)
+	}
+	return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err,
+		Message: "the operation failed; Caddy's log has the cause"}
+}
+
+func writeAdminJSON(w http.ResponseWriter, status int, v any) error {
+	body, err := json.MarshalIndent(v, "", "\t")
+	if err != nil {
+		return opError(err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+	return nil
+}
+
+// query reads a request's query parameters, refusing any not in allowed.
+type query struct {
+	v   url.Values
+	err error
+}
+
+func readQuery(r *http.Request, allowed ...string) *query {
+	q := &query{v: r.URL.Query()}
+	for k, vs := range q.v {
+		if !slices.Contains(allowed, k) {
+			q.err = fmt.Errorf("unknown parameter %q (this route takes %s)", k, strings.Join(allowed, ", "))
+		} else if len(vs) > 1 {
+			q.err = fmt.Errorf("parameter %q given %d times", k, len(vs))
+		}
+	}
+	return q
+}
+
+func (q *query) str(name string) string { return q.v.Get(name) }
+
+func (q *query) int(name string, lo, hi int) int {
+	s := q.v.Get(name)
+	if s == "" || q.err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		q.err = fmt.Errorf("parameter %s: %q is not a whole number from %d to %d", name, s, lo, hi)
+	}
+	return n
+}
+
+func (q *query) time(name string) time.Time {
+	s := q.v.Get(name)
+	if s == "" || q.err != nil {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		q.err = fmt.Errorf("parameter %s: %q is not an RFC 3339 time", name, s)
+	}
+	return t
+}
+
+func (q *query) check() error {
+	if q.err != nil {
+		return apiError(http.StatusBadRequest, q.err)
+	}
+	return nil
+}
+
+// actorOf says who is asking, for the audit trail.
+func actorOf(r *http.Request) acmeproxy.Actor {
+	kind := acmeproxy.ActorAdmin
+	if r.Header.Get(actorHeader) == acmeproxy.ActorCLI {
+		kind = acmeproxy.ActorCLI
+	}
+	id := r.Header.Get(operatorHeader)
+	if len(id) > 64 {
+		id = id[:64]
+	}
+	if id == "" {
+		id = r.RemoteAddr
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			id = host
+		}
+	}
+	return acmeproxy.Actor{Kind: kind, ID: id}
+}
+
+func jobID(id string) (int64, error) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, apiError(http.StatusBadRequest, fmt.Errorf("job id %q is not a positive whole number", id))
+	}
+	return n, nil
+}
+
+// ---- handlers ----
+
+func (a *AdminAPI) listProfiles(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	return writeAdminJSON(w, http.StatusOK, op.ListProfiles())
+}
+
+func (a *AdminAPI) listOrders(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
+	q := readQuery(r, "profile", "status", "identifier", "account", "after", "limit")
+	f := store.OrderFilter{Profile: q.str("profile"), Status: q.str("status"), Identifier: q.str("identifier"),
+		AccountID: q.str("account"), After: q.str("after"), Limit: q.int("limit", 1, 1000)}
+	if err := q.check(); err != nil {
+		return err
+	}
+	p, err := op.ListOrders(r.Context(), f)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, p)
+}
+
+func (a *AdminAPI) showOrder(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	o, err := op.ShowOrder(r.Context(), id)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, o)
+}
+
+// revokeRequest is the body of POST /acme_proxy/orders/{id}/revoke.
+type revokeRequest struct {
+	Reason *int `json:"reason"`
+}
+
+// revokeResponse answers a revocation.
+type revokeResponse struct {
+	Order       string                     `json:"order"`
+	Status      string                     `json:"status"` // revoked or queued
+	Job         int64                      `json:"job,omitempty"`
+	RetryAfter  int                        `json:"retry_after,omitempty"` // seconds, when queued
+	Certificate *acmeproxy.CertificateView `json:"certificate,omitempty"`
+}
+
+func (a *AdminAPI) revokeOrder(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	var req revokeRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		return apiError(http.StatusBadRequest, fmt.Errorf("reading the body: %w", err))
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return apiError(http.StatusBadRequest, fmt.Errorf(`the body must be {"reason": <RFC 5280 code>}: %w`, err))
+		}
+	}
+	res, err := op.RevokeOrder(r.Context(), id, req.Reason, actorOf(r))
+	if err != nil {
+		return opError(err)
+	}
+	if res.Queued {
+		secs := int(res.RetryAfter / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		return writeAdminJSON(w, http.StatusAccepted, revokeResponse{Order: id, Status: "queued", Job: res.Job, RetryAfter: secs})
+	}
+	c := res.Certificate
+	revokedAt := c.RevokedAt
+	return writeAdminJSON(w, http.StatusOK, revokeResponse{Order: id, Status: "revoked", Job: res.Job,
+		Certificate: &acmeproxy.CertificateView{ID: c.ID, Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
+			RevokedAt: &revokedAt, Reason: c.Reason}})
+}
+
+func (a *AdminAPI) listAccounts(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
+	q := readQuery(r, "profile", "status", "after", "limit")
+	f := store.AccountFilter{Profile: q.str("profile"), Status: q.str("status"), After: q.str("after"), Limit: q.int("limit", 1, 1000)}
+	if err := q.check(); err != nil {
+		return err
+	}
+	p, err := op.ListAccounts(r.Context(), f)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, p)
+}
+
+func (a *AdminAPI) showAccount(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	acct, err := op.ShowAccount(r.Context(), id)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, acct)
+}
+
+func (a *AdminAPI) deactivateAccount(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	acct, err := op.DeactivateAccount(r.Context(), id, actorOf(r))
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, acct)
+}
+
+func (a *AdminAPI) listJobs(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
+	q := readQuery(r, "kind", "status", "key", "before", "limit")
+	f := store.JobFilter{Kind: q.str("kind"), Status: store.JobStatus(q.str("status")), Key: q.str("key"),
+		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, 1000)}
+	if err := q.check(); err != nil {
+		return err
+	}
+	p, err := op.ListJobs(r.Context(), f)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, p)
+}
+
+func (a *AdminAPI) showJob(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+	return a.jobOp(w, r, id, op.ShowJob)
+}
+
+func (a *AdminAPI) retryJob(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+	return a.jobOp(w, r, id, op.RetryJob)
+}
+
+func (a *AdminAPI) cancelJob(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+	return a.jobOp(w, r, id, op.CancelJob)
+}
+
+func (a *AdminAPI) jobOp(w http.ResponseWriter, r *http.Request, id string,
+	do func(context.Context, int64) (acmeproxy.JobView, error)) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	n, err := jobID(id)
+	if err != nil {
+		return err
+	}
+	j, err := do(r.Context(), n)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, j)
+}
+
+func (a *AdminAPI) searchAudit(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
+	q := readQuery(r, "profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit")
+	f := store.AuditFilter{Profile: q.str("profile"), Event: q.str("event"), Outcome: q.str("outcome"), OrderID: q.str("order"),
+		AccountID: q.str("account"), Serial: strings.ToLower(q.str("serial")), Since: q.time("since"), Until: q.time("until"),
+		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, 1000)}
+	if err := q.check(); err != nil {
+		return err
+	}
+	p, err := op.SearchAudit(r.Context(), f)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, p)
+}
+
+func (a *AdminAPI) showCRL(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, profile string) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	v, err := op.ShowCRL(r.Context(), profile)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, v)
+}
+
+func (a *AdminAPI) regenerateCRL(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, profile string) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	v, err := op.RegenerateCRL(r.Context(), profile)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, v)
+}
+
+// Interface guards
+var (
+	_ caddy.AdminRouter = (*AdminAPI)(nil)
+	_ caddy.Provisioner = (*AdminAPI)(nil)
+)

@@ -1,0 +1,429 @@
+package caddyacmeproxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/user"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "acme-proxy",
+		Usage: "<profiles|orders|revoke|accounts|jobs|audit|crl> [args] [--address <admin>] [--json]",
+		Short: "Operates the acme_proxy app through Caddy's admin API",
+		Long: `
+Reads and changes what the acme_proxy app keeps: its profiles, orders,
+accounts, durable jobs, audit trail and CRLs. Every subcommand talks to a
+running Caddy over its admin API (routes under /acme_proxy/), found as the
+other caddy commands find it: --address, else the admin address of the
+--config file, else ` + "localhost:2019" + `.
+
+Output is a table for people; --json prints the admin API's JSON.
+
+  caddy acme-proxy profiles
+  caddy acme-proxy orders [--profile P] [--status S] [--identifier NAME] [--account ID] [--after ID] [--limit N]
+  caddy acme-proxy orders show <order-id>
+  caddy acme-proxy revoke <order-id> [--reason N]
+  caddy acme-proxy accounts [--profile P] [--status S] [--after ID] [--limit N]
+  caddy acme-proxy accounts show|deactivate <account-id>
+  caddy acme-proxy jobs [--kind K] [--status S] [--key K] [--before ID] [--limit N]
+  caddy acme-proxy jobs show|retry|cancel <job-id>
+  caddy acme-proxy audit [--profile P] [--event E] [--outcome O] [--order ID] [--account ID] [--serial HEX] [--since T] [--until T] [--before ID] [--limit N]
+  caddy acme-proxy crl show|regenerate <profile>
+
+Revocation reasons are RFC 5280 CRLReason codes: 0 unspecified,
+1 keyCompromise, 3 affiliationChanged, 4 superseded, 5 cessationOfOperation, …`,
+		CobraFunc: func(cmd *cobra.Command) { configureCLI(cmd, os.Stdout) },
+	})
+}
+
+// configureCLI adds the subcommands of `caddy acme-proxy` to cmd, writing
+// their output to out.
+func configureCLI(cmd *cobra.Command, out io.Writer) {
+	pf := cmd.PersistentFlags()
+	pf.String("address", "", "Address of Caddy's admin API (if --config is not used)")
+	pf.StringP("config", "c", "", "Configuration file to read the admin address from (if --address is not used)")
+	pf.StringP("adapter", "a", "", "Name of the config adapter to apply (if --config is used)")
+	pf.Bool("json", false, "Print the admin API's JSON instead of a table")
+	cmd.SilenceUsage = true
+
+	c := &cli{out: out}
+	add := func(parent *cobra.Command, use, short string, args cobra.PositionalArgs, flags func(*cobra.Command), run func(*cobra.Command, []string) error) *cobra.Command {
+		sub := &cobra.Command{Use: use, Short: short, Args: args, RunE: run, SilenceUsage: true}
+		if flags != nil {
+			flags(sub)
+		}
+		parent.AddCommand(sub)
+		return sub
+	}
+	strFlags := func(names ...string) func(*cobra.Command) {
+		return func(sc *cobra.Command) {
+			for _, n := range names {
+				sc.Flags().String(n, "", "filter: "+n)
+			}
+		}
+	}
+
+	add(cmd, "profiles", "Lists the mounted profiles", cobra.NoArgs, nil, c.profiles)
+
+	orders := add(cmd, "orders", "Lists orders, newest first", cobra.NoArgs,
+		strFlags("profile", "status", "identifier", "account", "after", "limit"), c.orders)
+	add(orders, "show <order-id>", "Shows an order and its certificate chain", cobra.ExactArgs(1), nil, c.order)
+
+	add(cmd, "revoke <order-id>", "Revokes the certificate of an order", cobra.ExactArgs(1), func(sc *cobra.Command) {
+		sc.Flags().Int("reason", 0, "RFC 5280 CRLReason code (omit for none)")
+	}, c.revoke)
+
+	accounts := add(cmd, "accounts", "Lists accounts, newest first", cobra.NoArgs,
+		strFlags("profile", "status", "after", "limit"), c.accounts)
+	add(accounts, "show <account-id>", "Shows an account", cobra.ExactArgs(1), nil, c.accountOp(http.MethodGet, ""))
+	add(accounts, "deactivate <account-id>", "Deactivates an account", cobra.ExactArgs(1), nil, c.accountOp(http.MethodPost, "/deactivate"))
+
+	jobsCmd := add(cmd, "jobs", "Lists durable jobs, newest first", cobra.NoArgs,
+		strFlags("kind", "status", "key", "before", "limit"), c.jobs)
+	add(jobsCmd, "show <job-id>", "Shows a job", cobra.ExactArgs(1), nil, c.jobOp(http.MethodGet, ""))
+	add(jobsCmd, "retry <job-id>", "Runs a job now (a failed or cancelled one with a fresh budget)", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/retry"))
+	add(jobsCmd, "cancel <job-id>", "Cancels a job", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/cancel"))
+
+	add(cmd, "audit", "Searches the audit trail, newest first", cobra.NoArgs,
+		strFlags("profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"), c.audit)
+
+	crl := &cobra.Command{Use: "crl", Short: "Shows or regenerates a profile's CRL", SilenceUsage: true}
+	cmd.AddCommand(crl)
+	add(crl, "show <profile>", "Shows the CRL a profile serves", cobra.ExactArgs(1), nil, c.crlOp(http.MethodGet, ""))
+	add(crl, "regenerate <profile>", "Publishes a new CRL for a profile's CA now", cobra.ExactArgs(1), nil, c.crlOp(http.MethodPost, "/regenerate"))
+}
+
+// cli runs the subcommands.
+type cli struct{ out io.Writer }
+
+// call sends one admin API request and returns the response body.
+func (c *cli) call(cmd *cobra.Command, method, uri string, body any) ([]byte, error) {
+	fl := caddycmd.Flags{FlagSet: cmd.Flags()}
+	addr, err := caddycmd.DetermineAdminAPIAddress(fl.String("address"), nil, fl.String("config"), fl.String("adapter"))
+	if err != nil {
+		return nil, fmt.Errorf("finding the admin API: %w", err)
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	h := http.Header{}
+	h.Set(actorHeader, acmeproxy.ActorCLI)
+	if u, err := user.Current(); err == nil {
+		h.Set(operatorHeader, u.Username)
+	}
+	resp, err := caddycmd.AdminAPIRequest(addr, method, uri, h, rd)
+	if err != nil {
+		return nil, cleanAdminError(err)
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+var adminErrorRE = regexp.MustCompile(`HTTP (\d+): (\{.*\})\s*$`)
+
+// cleanAdminError turns "caddy responded with error: HTTP 404: {"error":…}"
+// into "HTTP 404: …".
+func cleanAdminError(err error) error {
+	m := adminErrorRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	var body struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal([]byte(m[2]), &body) != nil || body.Error == "" {
+		return err
+	}
+	return fmt.Errorf("HTTP %s: %s", m[1], body.Error)
+}
+
+// show prints a response: raw JSON with --json, else through human.
+func (c *cli) show(cmd *cobra.Command, body []byte, v any, human func(w *tabwriter.Writer)) error {
+	if asJSON, _ := cmd.Flags().GetBool("json"); asJSON {
+		_, err := c.out.Write(body)
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("the admin API answered something else than expected: %w", err)
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	human(tw)
+	return tw.Flush()
+}
+
+// filterQuery builds the query of a list from the flags set.
+func filterQuery(cmd *cobra.Command, names ...string) string {
+	q := url.Values{}
+	for _, n := range names {
+		if v, _ := cmd.Flags().GetString(n); v != "" {
+			q.Set(n, v)
+		}
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+func tsp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return ts(*t)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func reasonText(r *int) string {
+	if r == nil {
+		return "-"
+	}
+	names := []string{"unspecified", "keyCompromise", "cACompromise", "affiliationChanged", "superseded",
+		"cessationOfOperation", "certificateHold", "", "removeFromCRL", "privilegeWithdrawn", "aACompromise"}
+	if *r >= 0 && *r < len(names) && names[*r] != "" {
+		return fmt.Sprintf("%d (%s)", *r, names[*r])
+	}
+	return strconv.Itoa(*r)
+}
+
+func identsText(ids []store.Identifier) string {
+	vals := make([]string, len(ids))
+	for i, id := range ids {
+		vals[i] = id.Value
+	}
+	return strings.Join(vals, ",")
+}
+
+func next(w io.Writer, cursor, flag string) {
+	if cursor != "" {
+		fmt.Fprintf(w, "\n(more: --%s %s)\n", flag, cursor)
+	}
+}
+
+// ---- subcommands ----
+
+func (c *cli) profiles(cmd *cobra.Command, _ []string) error {
+	body, err := c.call(cmd, http.MethodGet, adminBase+"profiles", nil)
+	if err != nil {
+		return err
+	}
+	var v []acmeproxy.ProfileView
+	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "PROFILE\tPREFIX\tSIGNER\tREVOCATION\tCRL URL")
+		for _, p := range v {
+			crl := "-"
+			if p.CRL {
+				crl = p.Prefix + "/crl"
+				if p.CRLURL != "" {
+					crl = p.CRLURL
+				}
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.Prefix, p.Signer, p.Revocation, crl)
+		}
+	})
+}
+
+func (c *cli) orders(cmd *cobra.Command, _ []string) error {
+	body, err := c.call(cmd, http.MethodGet, adminBase+"orders"+filterQuery(cmd, "profile", "status", "identifier", "account", "after", "limit"), nil)
+	if err != nil {
+		return err
+	}
+	var v acmeproxy.Page[acmeproxy.OrderView]
+	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "ORDER\tPROFILE\tSTATUS\tIDENTIFIERS\tCREATED\tSERIAL\tREVOKED")
+		for _, o := range v.Items {
+			serial, revoked := "-", "-"
+			if o.Certificate != nil {
+				serial, revoked = o.Certificate.Serial, tsp(o.Certificate.RevokedAt)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.ID, o.Profile, o.Status, identsText(o.Identifiers), ts(o.Created), serial, revoked)
+		}
+		next(w, v.Next, "after")
+	})
+}
+
+func (c *cli) order(cmd *cobra.Command, args []string) error {
+	body, err := c.call(cmd, http.MethodGet, adminBase+"orders/"+url.PathEscape(args[0]), nil)
+	if err != nil {
+		return err
+	}
+	var o acmeproxy.OrderView
+	return c.show(cmd, body, &o, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "order:\t%s\nprofile:\t%s\naccount:\t%s\nstatus:\t%s\nidentifiers:\t%s\ncreated:\t%s\nexpires:\t%s\n",
+			o.ID, o.Profile, o.Account, o.Status, identsText(o.Identifiers), ts(o.Created), ts(o.Expires))
+		if len(o.Error) > 0 {
+			fmt.Fprintf(w, "error:\t%s\n", o.Error)
+		}
+		if o.FailureDetail != "" {
+			fmt.Fprintf(w, "failure detail:\t%s\n", o.FailureDetail)
+		}
+		if cert := o.Certificate; cert != nil {
+			fmt.Fprintf(w, "certificate:\t%s\nserial:\t%s\nvalid:\t%s to %s\nrevoked:\t%s\nreason:\t%s\n",
+				cert.ID, cert.Serial, ts(cert.NotBefore), ts(cert.NotAfter), tsp(cert.RevokedAt), reasonText(cert.Reason))
+			w.Flush()
+			fmt.Fprintf(w, "\n%s", cert.ChainPEM)
+		}
+	})
+}
+
+func (c *cli) revoke(cmd *cobra.Command, args []string) error {
+	var req revokeRequest
+	if cmd.Flags().Changed("reason") {
+		r, _ := cmd.Flags().GetInt("reason")
+		req.Reason = &r
+	}
+	body, err := c.call(cmd, http.MethodPost, adminBase+"orders/"+url.PathEscape(args[0])+"/revoke", req)
+	if err != nil {
+		return err
+	}
+	var v revokeResponse
+	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
+		if v.Status == "queued" {
+			fmt.Fprintf(w, "revocation of order %s queued as job %d; not confirmed yet: run this again in %ds to confirm\n",
+				v.Order, v.Job, v.RetryAfter)
+			return
+		}
+		cert := v.Certificate
+		fmt.Fprintf(w, "revoked order %s: serial %s at %s, reason %s\n", v.Order, cert.Serial, tsp(cert.RevokedAt), reasonText(cert.Reason))
+	})
+}
+
+func (c *cli) accounts(cmd *cobra.Command, _ []string) error {
+	body, err := c.call(cmd, http.MethodGet, adminBase+"accounts"+filterQuery(cmd, "profile", "status", "after", "limit"), nil)
+	if err != nil {
+		return err
+	}
+	var v acmeproxy.Page[acmeproxy.AccountView]
+	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "ACCOUNT\tPROFILE\tSTATUS\tORDERS\tCONTACT\tCREATED")
+		for _, a := range v.Items {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Profile, a.Status, a.Orders, dash(strings.Join(a.Contact, ",")), ts(a.Created))
+		}
+		next(w, v.Next, "after")
+	})
+}
+
+func (c *cli) accountOp(method, action string) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		body, err := c.call(cmd, method, adminBase+"accounts/"+url.PathEscape(args[0])+action, nil)
+		if err != nil {
+			return err
+		}
+		var a acmeproxy.AccountView
+		return c.show(cmd, body, &a, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "account:\t%s\nprofile:\t%s\nstatus:\t%s\norders:\t%d\ncontact:\t%s\nthumbprint:\t%s\ncreated:\t%s\n",
+				a.ID, a.Profile, a.Status, a.Orders, dash(strings.Join(a.Contact, ",")), a.Thumbprint, ts(a.Created))
+		})
+	}
+}
+
+func (c *cli) jobs(cmd *cobra.Command, _ []string) error {
+	body, err := c.call(cmd, http.MethodGet, adminBase+"jobs"+filterQuery(cmd, "kind", "status", "key", "before", "limit"), nil)
+	if err != nil {
+		return err
+	}
+	var v acmeproxy.Page[acmeproxy.JobView]
+	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "JOB\tKIND\tKEY\tSTATUS\tATTEMPTS\tRUN AT\tLAST ERROR")
+		for _, j := range v.Items {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Kind, dash(j.Key), j.Status, j.Attempts, j.MaxAttempts,
+				ts(j.RunAt), dash(oneLine(j.LastError, 60)))
+		}
+		next(w, v.Next, "before")
+	})
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
+
+func (c *cli) jobOp(method, action string) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		body, err := c.call(cmd, method, adminBase+"jobs/"+url.PathEscape(args[0])+action, nil)
+		if err != nil {
+			return err
+		}
+		var j acmeproxy.JobView
+		return c.show(cmd, body, &j, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "job:\t%d\nkind:\t%s\nkey:\t%s\nstatus:\t%s\nattempts:\t%d/%d\nrun at:\t%s\ndeadline:\t%s\nlast error:\t%s\n",
+				j.ID, j.Kind, dash(j.Key), j.Status, j.Attempts, j.MaxAttempts, ts(j.RunAt), tsp(j.Deadline), dash(j.LastError))
+		})
+	}
+}
+
+func (c *cli) audit(cmd *cobra.Command, _ []string) error {
+	body, err := c.call(cmd, http.MethodGet, adminBase+"audit"+filterQuery(cmd, "profile", "event", "outcome", "order", "account",
+		"serial", "since", "until", "before", "limit"), nil)
+	if err != nil {
+		return err
+	}
+	var v acmeproxy.Page[acmeproxy.AuditView]
+	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "ID\tAT\tEVENT\tOUTCOME\tPROFILE\tACTOR\tORDER\tSERIAL\tCLIENT\tREASON")
+		for _, e := range v.Items {
+			actor := e.Actor.Kind
+			if e.Actor.ID != "" {
+				actor += ":" + e.Actor.ID
+			}
+			cl := e.ClientIP
+			if e.ClientName != "" {
+				cl += " (" + e.ClientName + ")"
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, ts(e.At), e.Event, e.Outcome, dash(e.Profile),
+				oneLine(actor, 40), dash(e.Order), dash(e.Serial), dash(cl), dash(e.Reason))
+		}
+		next(w, v.Next, "before")
+	})
+}
+
+func (c *cli) crlOp(method, action string) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		body, err := c.call(cmd, method, adminBase+"crl/"+url.PathEscape(args[0])+action, nil)
+		if err != nil {
+			return err
+		}
+		var v acmeproxy.CRLView
+		return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
+			fmt.Fprintf(w, "profile:\t%s\nissuer:\t%s\nnumber:\t%d\nthis update:\t%s\nnext update:\t%s\nentries:\t%d\n",
+				v.Profile, v.Issuer, v.Number, ts(v.ThisUpdate), ts(v.NextUpdate), v.Entries)
+		})
+	}
+}

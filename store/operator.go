@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// OrderSummary is an order as operators list it: the order, why it failed
+// (the operator's detail) and the certificate issued for it, if any.
+type OrderSummary struct {
+	Order
+	FailureDetail string
+	UpdatedAt     time.Time
+	Certificate   *Certificate // nil until issued
+}
+
+// OrderFilter selects orders for operators. Zero fields do not filter.
+type OrderFilter struct {
+	Profile    string
+	Status     string
+	AccountID  string
+	Identifier string // an identifier value, exactly as stored (normalized)
+	After      string // page: orders listed after this order id
+	Limit      int    // default 100, at most 1000
+}
+
+const orderSummaryCols = `o.id, o.profile, o.account_id, o.status, o.identifiers, o.not_before, o.not_after, o.expires_at,
+	o.error, o.csr, o.certificate_id, o.created_at, o.failure_detail, o.updated_at,
+	c.id, c.serial, c.chain_pem, c.not_before, c.not_after, c.revoked_at, c.revocation_reason`
+
+const orderSummaryFrom = ` FROM orders o LEFT JOIN certificates c ON c.order_id = o.id`
+
+func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
+	var (
+		s                OrderSummary
+		idents           string
+		nb, na           sql.NullInt64
+		expires, created int64
+		updated          int64
+		problem, certID  sql.NullString
+		failed           sql.NullString
+		cID, cSerial     sql.NullString
+		cChain           sql.NullString
+		cNB, cNA         sql.NullInt64
+		cRevoked, cWhy   sql.NullInt64
+	)
+	if err := r.Scan(&s.ID, &s.Profile, &s.AccountID, &s.Status, &idents, &nb, &na, &expires, &problem, &s.CSR, &certID,
+		&created, &failed, &updated, &cID, &cSerial, &cChain, &cNB, &cNA, &cRevoked, &cWhy); err != nil {
+		return OrderSummary{}, err
+	}
+	o := &s.Order
+	if err := json.Unmarshal([]byte(idents), &o.Identifiers); err != nil {
+		return OrderSummary{}, fmt.Errorf("order %s identifiers: %w", o.ID, err)
+	}
+	o.NotBefore, o.NotAfter, o.Expires, o.CreatedAt = nullMs(nb), nullMs(na), ms(expires), ms(created)
+	if problem.Valid {
+		o.Error = []byte(problem.String)
+	}
+	o.CertificateID = certID.String
+	s.FailureDetail, s.UpdatedAt = failed.String, ms(updated)
+	if cID.Valid {
+		c := &Certificate{ID: cID.String, OrderID: o.ID, Profile: o.Profile, AccountID: o.AccountID, Serial: cSerial.String,
+			NotBefore: nullMs(cNB), NotAfter: nullMs(cNA), RevokedAt: nullMs(cRevoked), Reason: nullInt(cWhy)}
+		if withChain {
+			c.ChainPEM = cChain.String
+		}
+		s.Certificate = c
+	}
+	return s, nil
+}
+
+// ListOrders returns orders newest first.
+func (db *DB) ListOrders(ctx context.Context, f OrderFilter) ([]OrderSummary, error) {
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, v any) { where, args = append(where, cond), append(args, v) }
+	if f.Profile != "" {
+		add("o.profile = ?", f.Profile)
+	}
+	if f.Status != "" {
+		add("o.status = ?", f.Status)
+	}
+	if f.AccountID != "" {
+		add("o.account_id = ?", f.AccountID)
+	}
+	if f.Identifier != "" {
+		add("EXISTS (SELECT 1 FROM json_each(o.identifiers) j WHERE json_extract(j.value, '$.value') = ?)", f.Identifier)
+	}
+	if f.After != "" {
+		where = append(where, "EXISTS (SELECT 1 FROM orders p WHERE p.id = ? AND (o.created_at < p.created_at OR (o.created_at = p.created_at AND o.id < p.id)))")
+		args = append(args, f.After)
+	}
+	stmt := `SELECT ` + orderSummaryCols + orderSummaryFrom
+	if len(where) > 0 {
+		stmt += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	stmt += ` ORDER BY o.created_at DESC, o.id DESC LIMIT ?`
+	rows, err := db.r.QueryContext(ctx, db.q(stmt), append(args, pageLimit(f.Limit))...)
+	if err != nil {
+		return nil, fmt.Errorf("store: listing orders: %w", err)
+	}
+	defer rows.Close()
+	var out []OrderSummary
+	for rows.Next() {
+		s, err := scanOrderSummary(rows, false)
+		if err != nil {
+			return nil, fmt.Errorf("store: listing orders: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// OrderByID reads an order of any profile with its certificate chain.
+func (db *DB) OrderByID(ctx context.Context, id string) (OrderSummary, error) {
+	s, err := scanOrderSummary(db.r.QueryRowContext(ctx, db.q(`SELECT `+orderSummaryCols+orderSummaryFrom+` WHERE o.id = ?`), id), true)
+	return s, readErr(err, "order "+id)
+}
+
+// AccountFilter selects accounts for operators. Zero fields do not filter.
+type AccountFilter struct {
+	Profile string
+	Status  string
+	After   string // page: accounts listed after this account id
+	Limit   int    // default 100, at most 1000
+}
+
+// AccountSummary is an account with the number of its orders.
+type AccountSummary struct {
+	Account
+	Orders int
+}
+
+// ListAccounts returns accounts newest first.
+func (db *DB) ListAccounts(ctx context.Context, f AccountFilter) ([]AccountSummary, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Profile != "" {
+		where, args = append(where, "a.profile = ?"), append(args, f.Profile)
+	}
+	if f.Status != "" {
+		where, args = append(where, "a.status = ?"), append(args, f.Status)
+	}
+	if f.After != "" {
+		where = append(where, "EXISTS (SELECT 1 FROM accounts p WHERE p.id = ? AND (a.created_at < p.created_at OR (a.created_at = p.created_at AND a.id < p.id)))")
+		args = append(args, f.After)
+	}
+	stmt := `SELECT a.id, a.profile, a.key_thumbprint, a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at,
+		(SELECT COUNT(*) FROM orders o WHERE o.account_id = a.id) FROM accounts a`
+	if len(where) > 0 {
+		stmt += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	stmt += ` ORDER BY a.created_at DESC, a.id DESC LIMIT ?`
+	rows, err := db.r.QueryContext(ctx, db.q(stmt), append(args, pageLimit(f.Limit))...)
+	if err != nil {
+		return nil, fmt.Errorf("store: listing accounts: %w", err)
+	}
+	defer rows.Close()
+	var out []AccountSummary
+	for rows.Next() {
+		var s AccountSummary
+		if s.Account, err = scanAccount(countingScanner{rows, &s.Orders}); err != nil {
+			return nil, fmt.Errorf("store: listing accounts: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// AccountByID reads an account of any profile, with its number of orders.
+func (db *DB) AccountByID(ctx context.Context, id string) (AccountSummary, error) {
+	var s AccountSummary
+	var err error
+	s.Account, err = scanAccount(countingScanner{db.r.QueryRowContext(ctx, db.q(`SELECT a.id, a.profile, a.key_thumbprint,
+		a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at,
+		(SELECT COUNT(*) FROM orders o WHERE o.account_id = a.id) FROM accounts a WHERE a.id = ?`), id), &s.Orders})
+	return s, readErr(err, "account "+id)
+}
+
+// countingScanner scans an account row followed by one more column.
+type countingScanner struct {
+	r     rowScanner
+	extra *int
+}
+
+func (c countingScanner) Scan(dest ...any) error { return c.r.Scan(append(dest, c.extra)...) }

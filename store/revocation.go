@@ -1,0 +1,151 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Revocation is one row of the revocation ledger.
+type Revocation struct {
+	ID            int64 // ledger sequence, assigned when recorded
+	CertificateID string
+	Profile       string
+	OrderID       string
+	Serial        string // lower-case hex, as certificates.serial
+	// IssuerKeyID names the local CA whose CRL lists the entry; "" when a
+	// backend (an upstream CA, a script) was told instead.
+	IssuerKeyID string
+	Reason      *int // RFC 5280 CRLReason; nil for none
+	RevokedAt   time.Time
+	NotAfter    time.Time // the certificate's: past it, CRLs drop the entry
+	ActorKind   string
+	ActorID     string
+}
+
+func scanCertificate(r rowScanner) (Certificate, error) {
+	var (
+		c         Certificate
+		nb, na    int64
+		revokedAt sql.NullInt64
+		reason    sql.NullInt64
+	)
+	if err := r.Scan(&c.ID, &c.OrderID, &c.Profile, &c.AccountID, &c.Serial, &c.ChainPEM, &c.PublicKey,
+		&nb, &na, &revokedAt, &reason); err != nil {
+		return Certificate{}, err
+	}
+	c.NotBefore, c.NotAfter, c.RevokedAt = ms(nb), ms(na), nullMs(revokedAt)
+	c.Reason = nullInt(reason)
+	return c, nil
+}
+
+func nullInt(v sql.NullInt64) *int {
+	if !v.Valid {
+		return nil
+	}
+	i := int(v.Int64)
+	return &i
+}
+
+func intOrNull(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// CertificateBySerial reads the certificate of a profile with the given
+// serial (lower-case hex, without leading zero bytes).
+func (db *DB) CertificateBySerial(ctx context.Context, profile, serial string) (Certificate, error) {
+	c, err := scanCertificate(db.r.QueryRowContext(ctx, db.q(`SELECT `+certCols+` FROM certificates WHERE serial = ? AND profile = ?`),
+		serial, profile))
+	return c, readErr(err, "certificate with serial "+serial)
+}
+
+// CertificateOfOrder reads the certificate issued for an order, whatever
+// its profile.
+func (db *DB) CertificateOfOrder(ctx context.Context, orderID string) (Certificate, error) {
+	c, err := scanCertificate(db.r.QueryRowContext(ctx, db.q(`SELECT `+certCols+` FROM certificates WHERE order_id = ?`), orderID))
+	return c, readErr(err, "certificate of order "+orderID)
+}
+
+// RevokeCertificate records a revocation in one transaction: the
+// certificate's revocation stamp (a guarded write: only a certificate not
+// yet revoked is stamped), the ledger row, and the audit row ev. Of
+// concurrent revocations of one certificate exactly one is recorded; the
+// others get ErrWrongState and change nothing.
+func (db *DB) RevokeCertificate(ctx context.Context, rev Revocation, ev AuditEvent) (Revocation, error) {
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, db.q(`UPDATE certificates SET revoked_at = ?, revocation_reason = ?
+			WHERE id = ? AND revoked_at IS NULL`), rev.RevokedAt.UnixMilli(), intOrNull(rev.Reason), rev.CertificateID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return fmt.Errorf("%w: certificate %s is already revoked or does not exist", ErrWrongState, rev.CertificateID)
+		}
+		if err := tx.QueryRowContext(ctx, db.q(`INSERT INTO revocations
+			(certificate_id, profile, order_id, serial, issuer_key_id, reason, revoked_at, not_after, actor_kind, actor_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`),
+			rev.CertificateID, rev.Profile, rev.OrderID, rev.Serial, strOrNull(rev.IssuerKeyID), intOrNull(rev.Reason),
+			rev.RevokedAt.UnixMilli(), rev.NotAfter.UnixMilli(), rev.ActorKind, rev.ActorID).Scan(&rev.ID); err != nil {
+			return err
+		}
+		return db.insertAudit(ctx, tx, ev)
+	})
+	if err != nil && !errors.Is(err, ErrWrongState) {
+		err = fmt.Errorf("store: revoking certificate %s: %w", rev.CertificateID, err)
+	}
+	return rev, err
+}
+
+// RevocationOf reads the ledger row of a certificate.
+func (db *DB) RevocationOf(ctx context.Context, certificateID string) (Revocation, error) {
+	var (
+		r          Revocation
+		issuer     sql.NullString
+		reason     sql.NullInt64
+		at, expiry int64
+	)
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT id, certificate_id, profile, order_id, serial, issuer_key_id, reason,
+		revoked_at, not_after, actor_kind, actor_id FROM revocations WHERE certificate_id = ?`), certificateID).
+		Scan(&r.ID, &r.CertificateID, &r.Profile, &r.OrderID, &r.Serial, &issuer, &reason, &at, &expiry, &r.ActorKind, &r.ActorID)
+	if err := readErr(err, "revocation of certificate "+certificateID); err != nil {
+		return Revocation{}, err
+	}
+	r.IssuerKeyID, r.Reason, r.RevokedAt, r.NotAfter = issuer.String, nullInt(reason), ms(at), ms(expiry)
+	return r, nil
+}
+
+// HoldsAuthorizations reports whether an account of a profile holds a
+// valid, unexpired authorization for every one of idents (a wildcard
+// "*.name" by a wildcard authorization of name): RFC 8555 §7.6 counts such
+// an account among those that may revoke a certificate for idents.
+func (db *DB) HoldsAuthorizations(ctx context.Context, profile, accountID string, idents []Identifier, now time.Time) (bool, error) {
+	if len(idents) == 0 {
+		return false, nil
+	}
+	for _, id := range idents {
+		value, wildcard := id.Value, 0
+		if rest, ok := strings.CutPrefix(value, "*."); ok {
+			value, wildcard = rest, 1
+		}
+		var held bool
+		err := db.r.QueryRowContext(ctx, db.q(`SELECT EXISTS (SELECT 1 FROM authorizations a JOIN orders o ON o.id = a.order_id
+			WHERE o.profile = ? AND a.account_id = ? AND a.status = 'valid' AND a.expires_at > ?
+			AND a.identifier_type = ? AND a.identifier_value = ? AND a.wildcard = ?)`),
+			profile, accountID, now.UnixMilli(), id.Type, value, wildcard).Scan(&held)
+		if err != nil {
+			return false, fmt.Errorf("store: authorizations of account %s: %w", accountID, err)
+		}
+		if !held {
+			return false, nil
+		}
+	}
+	return true, nil
+}
