@@ -147,16 +147,22 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 		// within inlineValidationWait is answered in this response, so the
 		// client's first poll finds it settled; a slower one goes on in the
 		// background and the client polls as usual.
-		if _, _, err := s.queue.RunNow(ctx, jobs.Spec{
+		_, done, err := s.queue.RunNow(ctx, jobs.Spec{
 			Kind: ValidateKind, Key: c.ID,
 			Payload:     validatePayload{Profile: s.cfg.Profile, Challenge: c.ID},
 			Deadline:    a.Expires,
 			MaxAttempts: validateAttempts,
-		}, inlineValidationWait); err != nil {
+		}, inlineValidationWait)
+		if err != nil {
 			return err
 		}
-		if _, err := s.db.StartChallenge(ctx, c.ID, s.clock.Now()); err != nil {
-			return err
+		// A validation that settled in time needs no processing mark: it
+		// went straight from pending to its result. One still running (or
+		// queued for a runner elsewhere) is marked so polls see it.
+		if !done {
+			if _, err := s.db.StartChallenge(ctx, c.ID, s.clock.Now()); err != nil {
+				return err
+			}
 		}
 		if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, id); err != nil {
 			return err
@@ -197,13 +203,14 @@ func (s *Server) validate(ctx context.Context, challengeID string) jobs.Outcome 
 	}
 	now := s.clock.Now()
 	switch {
-	case c.Status == "pending":
-		// The POST queued this job but crashed before flipping the
-		// challenge; flip it now.
-		if _, err := s.db.StartChallenge(ctx, c.ID, now); err != nil {
+	case c.Status != "pending" && c.Status != "processing":
+		// Settled already (a repeated job, or one that outlived a crash).
+		return jobs.Done()
+	case !now.Before(a.Expires):
+		body, _ := json.Marshal(problem.UnauthorizedF("the authorization expired before it was validated"))
+		if _, err := s.db.CompleteChallenge(ctx, c.ID, false, body, now); err != nil && !errors.Is(err, store.ErrWrongState) {
 			return jobs.Retry(err.Error())
 		}
-	case c.Status != "processing":
 		return jobs.Done()
 	}
 	acct, err := s.db.GetAccount(ctx, s.cfg.Profile, a.AccountID)

@@ -265,7 +265,9 @@ type ChallengeResult struct {
 // valid/invalid), and the order (pending → ready once every authorization
 // is valid; pending → invalid on failure). Each step is a guarded write,
 // so concurrent validations of an order's last authorizations promote it
-// once. ErrWrongState if the challenge is no longer processing.
+// once. A challenge still pending is settled directly: its validation ran
+// before anything marked it processing (a challenge POST starts the
+// validation first). ErrWrongState if the challenge is already settled.
 func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, problem []byte, now time.Time) (ChallengeResult, error) {
 	status, validated := "invalid", time.Time{}
 	if valid {
@@ -275,7 +277,7 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		var authzID string
 		err := tx.QueryRowContext(ctx, db.q(`UPDATE challenges SET status = ?, validated_at = ?, error = ?, updated_at = ?
-			WHERE id = ? AND status = 'processing' RETURNING authz_id`),
+			WHERE id = ? AND status IN ('pending','processing') RETURNING authz_id`),
 			status, msOrNull(validated), nullBytes(problem), now.UnixMilli(), id).Scan(&authzID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: challenge %s is not processing", ErrWrongState, id)
