@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -28,6 +29,9 @@ type App struct {
 	db     *store.DB
 	queue  *jobs.Queue
 	runner *jobs.Runner
+	// notifier delivers notify_deliver jobs to the destinations of the
+	// app and of every profile mounted.
+	notifier *notify.Deliverer
 
 	mu       sync.RWMutex
 	profiles map[string]*acmeproxy.Server
@@ -71,7 +75,54 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.db = val.(dbCloser).DB
 	a.queue = jobs.NewQueue(a.db, nil)
+	a.notifier = notify.NewDeliverer(notify.Options{Logger: a.log.Named("notify")})
+	a.Notify = expandNotify(a.Notify)
+	if err := a.notifier.Register(a.Notify...); err != nil {
+		return err
+	}
+	if err := registerProxyMetrics(ctx.GetMetricsRegistry(), a.db); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	return nil
+}
+
+// profileNotify returns a profile's notification destinations — its own
+// (placeholders already replaced), else the app's — and makes them
+// deliverable.
+func (a *App) profileNotify(own []notify.Destination) ([]notify.Destination, error) {
+	if len(own) == 0 {
+		return a.Notify, nil
+	}
+	if err := a.notifier.Register(own...); err != nil {
+		return nil, err
+	}
+	return own, nil
+}
+
+// expandNotify replaces known placeholders ({env.HOOK_SECRET}) in the
+// settings of destinations that may hold secrets.
+func expandNotify(ds []notify.Destination) []notify.Destination {
+	if len(ds) == 0 {
+		return ds
+	}
+	repl := caddy.NewReplacer()
+	out := make([]notify.Destination, len(ds))
+	for i, d := range ds {
+		d.URL = repl.ReplaceKnown(d.URL, "")
+		d.Secret = repl.ReplaceKnown(d.Secret, "")
+		d.SMTP = repl.ReplaceKnown(d.SMTP, "")
+		d.Username = repl.ReplaceKnown(d.Username, "")
+		d.Password = repl.ReplaceKnown(d.Password, "")
+		if len(d.Headers) > 0 {
+			h := make(map[string]string, len(d.Headers))
+			for k, v := range d.Headers {
+				h[k] = repl.ReplaceKnown(v, "")
+			}
+			d.Headers = h
+		}
+		out[i] = d
+	}
+	return out
 }
 
 // Start starts the job runner.
@@ -97,7 +148,8 @@ func (a *App) Start() error {
 	}
 	handlers = append(handlers, acmeproxy.SignerJobHandlers(a, a.servers(), a.log)...)
 	handlers = append(handlers, acmeproxy.RevocationJobHandlers(a, a.servers, a.log)...)
-	r, err := jobs.NewRunner(a.queue, handlers, jobs.RunnerOptions{Logger: a.log})
+	handlers = append(handlers, a.notifier)
+	r, err := jobs.NewRunner(a.queue, measured(handlers), jobs.RunnerOptions{Logger: a.log})
 	if err != nil {
 		return err
 	}

@@ -179,6 +179,8 @@ type e2eConfig struct {
 	ExtraSites string
 	// Admin, when set, is the admin endpoint's address; else it is off.
 	Admin string
+	// AppExtra is more of the global acme_proxy option's block (notify).
+	AppExtra string
 }
 
 // e2eCaddyfile is the config of every e2e test: the proxy's profile served
@@ -203,6 +205,7 @@ var e2eCaddyfile = template.Must(template.New("Caddyfile").Parse(`{
 	https_port {{.Env.HTTPSPort}}
 	acme_proxy {
 		database {{.Env.Database}}
+		{{.Cfg.AppExtra}}
 	}
 }
 

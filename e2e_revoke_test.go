@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -319,7 +320,7 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 	field := func(k, v string) func(map[string]any) bool {
 		return func(m map[string]any) bool { return fmt.Sprint(m[k]) == v }
 	}
-	serialOf := func(o obtained) string { return fmt.Sprintf("%x", o.leaf.SerialNumber) }
+	serialOf := func(o obtained) string { return hex.EncodeToString(o.leaf.SerialNumber.Bytes()) }
 
 	tests := []struct {
 		name, method, uri, body string

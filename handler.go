@@ -34,6 +34,7 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision builds the profile's server and mounts it in the app.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	h.Notify = expandNotify(h.Notify)
 	h.ProfileConfig.SetDefaults()
 	if err := h.ProfileConfig.Validate(); err != nil {
 		return err
@@ -67,9 +68,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("validation: %w", err)
 	}
+	dests, err := h.app.profileNotify(h.Notify)
+	if err != nil {
+		return err
+	}
 	h.server, err = acmeproxy.NewServer(ctx, h.ProfileConfig, acmeproxy.Options{
 		DB: h.app.db, Queue: h.app.queue, Signer: sgn, Validator: v, Logger: ctx.Logger(),
 		SignerName: caddy.GetModuleName(mod),
+		Notify:     dests, Metrics: serverMetrics{},
 	})
 	if err != nil {
 		return err

@@ -101,6 +101,7 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 		}
 		opts.HTTPChallengeIssuerKeys = httpChallengeIssuerKeys(tlsApp.(*caddytls.TLS))
 	}
+	opts.Observe = observeUpstream
 	var err error
 	if r.Signer, err = relay.New(opts); err != nil {
 		return fmt.Errorf("signer: %w", err)

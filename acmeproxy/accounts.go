@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -91,17 +92,20 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	now, id := s.clock.Now(), store.NewID()
+	jobs := s.notifyJobs(notify.Event{Event: EventAccountCreated, Account: id, ClientAddress: clientIP(r), Time: now})
 	acct, created, err := s.db.CreateAccount(ctx, store.Account{
-		Profile: s.cfg.Profile, Thumbprint: req.thumbprint, KeyJWK: jwk,
+		ID: id, Profile: s.cfg.Profile, Thumbprint: req.thumbprint, KeyJWK: jwk,
 		Contact: p.Contact, TOSAgreed: p.TermsOfServiceAgreed,
-	}, s.clock.Now())
+	}, now, jobs...)
 	if err != nil {
 		return err
 	}
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		s.log.Info("account created", zap.String("event", "account_created"),
+		s.notified(jobs)
+		s.log.Info("account created", zap.String("event", EventAccountCreated),
 			zap.String("profile", s.cfg.Profile), zap.String("account", acct.ID))
 	}
 	w.Header().Set("Location", base+"/account/"+acct.ID)
@@ -142,10 +146,12 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 		switch p.Status {
 		case "", "valid":
 		case "deactivated":
-			if acct, err = s.db.DeactivateAccount(ctx, id, now); err != nil {
+			jobs := s.notifyJobs(notify.Event{Event: EventAccountDeactivated, Account: id, ClientAddress: clientIP(r), Time: now})
+			if acct, err = s.db.DeactivateAccount(ctx, id, now, jobs...); err != nil {
 				return err
 			}
-			s.log.Info("account deactivated", zap.String("event", "account_deactivated"),
+			s.notified(jobs)
+			s.log.Info("account deactivated", zap.String("event", EventAccountDeactivated),
 				zap.String("profile", s.cfg.Profile), zap.String("account", id))
 		default:
 			return problem.MalformedF("an account's status may only be set to deactivated")

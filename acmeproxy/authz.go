@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
@@ -227,25 +228,48 @@ func (s *Server) validate(ctx context.Context, challengeID string) jobs.Outcome 
 		}
 		prob.Identifier = &problem.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
 	}
-	var body []byte
+	var (
+		body []byte
+		owed []store.NewJob
+	)
+	now = s.clock.Now()
 	if prob != nil {
 		body, _ = json.Marshal(prob)
+		owed = s.challengeFailedJobs(a, c, prob, now)
 	}
-	res, err := s.db.CompleteChallenge(ctx, c.ID, prob == nil, body, s.clock.Now())
+	res, err := s.db.CompleteChallenge(ctx, c.ID, prob == nil, body, now, owed...)
 	if errors.Is(err, store.ErrWrongState) {
 		return jobs.Done()
 	}
 	if err != nil {
 		return jobs.Retry(err.Error())
 	}
+	s.notified(owed)
+	outcome := "valid"
+	if prob != nil {
+		outcome = "invalid"
+	}
+	s.metrics.Validated(s.cfg.Profile, c.Type, outcome)
 	fields := []zap.Field{zap.String("profile", s.cfg.Profile), zap.String("order", res.OrderID),
 		zap.String("challenge", c.ID), zap.String("type", c.Type), zap.String("identifier", a.Identifier.Value)}
 	if prob != nil {
-		s.log.Info("challenge failed", append(fields, zap.String("event", "challenge_failed"), zap.String("problem", prob.Detail))...)
+		s.log.Info("challenge failed", append(fields, zap.String("event", EventChallengeFailed), zap.String("problem", prob.Detail))...)
 	} else {
 		s.log.Debug("challenge valid", append(fields, zap.String("event", "challenge_valid"), zap.String("order_status", res.OrderStatus))...)
 	}
 	return jobs.Done()
+}
+
+// challengeFailedJobs are the notifications of a failed challenge.
+func (s *Server) challengeFailedJobs(a store.Authz, c store.Challenge, prob *problem.Problem, now time.Time) []store.NewJob {
+	if len(s.notify) == 0 {
+		return nil
+	}
+	return s.notifyJobs(notify.Event{
+		Event: EventChallengeFailed, Order: a.OrderID, Account: a.AccountID,
+		Identifiers: notifyIdentifiers([]store.Identifier{a.Identifier}),
+		Reason:      string(prob.Type), Detail: c.Type + ": " + prob.Detail, Time: now,
+	})
 }
 
 // inlineValidationWait is how long a challenge POST waits for its

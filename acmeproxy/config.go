@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 )
 
 // AppConfig is the JSON of the acme_proxy app (the Caddyfile's global
@@ -14,6 +16,9 @@ import (
 type AppConfig struct {
 	// Database is the SQLite file; default <Caddy data dir>/acme_proxy/acme_proxy.db.
 	Database string `json:"database,omitempty"`
+	// Notify are the default notification destinations of every profile
+	// that declares none of its own.
+	Notify []notify.Destination `json:"notify,omitempty"`
 }
 
 // ProfileConfig is the JSON of one acme_proxy handler, less its signer
@@ -41,6 +46,9 @@ type ProfileConfig struct {
 	// redirect to HTTPS. Unset, leaves carry no distribution point, which
 	// the glue allows only for leaves of at most 7 days.
 	CRLURL string `json:"crl_url,omitempty"`
+	// Notify, when set, are the profile's notification destinations,
+	// replacing the app's defaults (AppConfig.Notify).
+	Notify []notify.Destination `json:"notify,omitempty"`
 }
 
 // ValidationPorts are the ports challenge validation connects to.
@@ -123,6 +131,11 @@ func (c *ProfileConfig) Validate() error {
 		u, err := url.Parse(c.CRLURL)
 		if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil {
 			return fmt.Errorf("crl_url: %q must be an absolute http:// URL (CRLs are fetched without TLS)", c.CRLURL)
+		}
+	}
+	for i := range c.Notify {
+		if err := c.Notify[i].Validate(); err != nil {
+			return err
 		}
 	}
 	for key, pol := range map[string]*IdentifierPolicy{"allow": c.Allow, "deny": c.Deny} {

@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"path/filepath"
@@ -185,7 +186,7 @@ func TestIssuanceAndItsFailureAreAudited(t *testing.T) {
 		t.Fatalf("%d certificate_issued rows; want 1", len(rows))
 	}
 	r := rows[0]
-	if r.Outcome != OutcomeSuccess || r.Serial != cert.leaf.SerialNumber.Text(16) || r.AccountID == "" || r.ClientIP != "127.0.0.1" ||
+	if r.Outcome != OutcomeSuccess || r.Serial != hex.EncodeToString(cert.leaf.SerialNumber.Bytes()) || r.AccountID == "" || r.ClientIP != "127.0.0.1" ||
 		r.ClientName != "client.test" || !strings.Contains(r.UserAgent, "acme") || len(r.Identifiers) != 1 || r.Profile != "test" {
 		t.Errorf("issuance row %+v", r)
 	}

@@ -103,6 +103,10 @@ type envOptions struct {
 	opts func(*Options)
 	// wrap, when set, makes the profile's signer from the local CA's.
 	wrap func(*localca.Signer) signer.Signer
+	// handlers are more job handlers for the runner (notify_deliver).
+	handlers []jobs.Handler
+	// runner tunes the job runner (short backoffs).
+	runner jobs.RunnerOptions
 }
 
 // testCA is a test CA: its root and its source.
@@ -168,7 +172,8 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 	profiles := staticProfiles{srv.Profile(): srv}
 	handlers := append([]jobs.Handler{&ValidationJobs{Profiles: profiles, DB: db, Clock: srv.clock}},
 		RevocationJobHandlers(profiles, func() []*Server { return []*Server{srv} }, nil)...)
-	r, err := jobs.NewRunner(q, handlers, jobs.RunnerOptions{})
+	handlers = append(handlers, eo.handlers...)
+	r, err := jobs.NewRunner(q, handlers, eo.runner)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,6 +107,7 @@ func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueReque
 		}
 		s.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
 			zap.String("profile", s.cfg.Profile), zap.String("order", o.ID), zap.Error(err))
+		s.metrics.IssueFailed(s.cfg.Profile, failureClass(err))
 		s.auditIssueFailed(ctx, o, client{IP: req.ClientAddr, UserAgent: req.UserAgent}, err.Error())
 		return o, prob
 	}
@@ -116,6 +117,23 @@ func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueReque
 		}
 	}
 	return s.db.GetOrder(ctx, s.cfg.Profile, o.ID)
+}
+
+// failureClass is a failed issuance's reason for metrics: a small fixed set.
+func failureClass(err error) string {
+	e, ok := signer.AsError(err)
+	if !ok {
+		return "internal"
+	}
+	switch e.Kind {
+	case signer.KindBadCSR:
+		return "bad_csr"
+	case signer.KindRejectedIdentifier:
+		return "rejected_identifier"
+	case signer.KindUnavailable:
+		return "signer_unavailable"
+	}
+	return "internal"
 }
 
 // signerProblem turns a signer's error into what the client sees: its
@@ -150,6 +168,7 @@ func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte
 	serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
 	ev := s.event(ctx, EventCertificateIssued, OutcomeSuccess, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
 	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Serial = o.ID, o.AccountID, o.Identifiers, serial
+	ev.Jobs = s.auditNotifyJobs(ev)
 	c, err := s.db.IssueOrder(ctx, store.Certificate{
 		OrderID: o.ID, Profile: s.cfg.Profile, AccountID: o.AccountID,
 		Serial: serial, ChainPEM: string(pemChain(chain)),
@@ -158,6 +177,8 @@ func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte
 	if err != nil {
 		return err
 	}
+	s.notified(ev.Jobs)
+	s.metrics.Issued(s.cfg.Profile)
 	s.log.Info("certificate issued", zap.String("event", "certificate_issued"),
 		zap.String("profile", s.cfg.Profile), zap.String("order", o.ID), zap.String("account", o.AccountID),
 		zap.String("serial", c.Serial), zap.Time("not_after", c.NotAfter))
@@ -168,7 +189,9 @@ func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte
 func (s *Server) auditIssueFailed(ctx context.Context, o store.Order, cl client, detail string) {
 	ev := s.event(ctx, EventCertificateFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
 	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Detail = o.ID, o.AccountID, o.Identifiers, detail
+	ev.Jobs = s.auditNotifyJobs(ev)
 	s.audit(ctx, ev)
+	s.notified(ev.Jobs)
 }
 
 // crlURL is the CRL distribution point leaves of this profile carry: the

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -281,9 +283,19 @@ func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor Acto
 	if err != nil {
 		return AccountView{}, err
 	}
-	if err := op.DB.InsertAudit(ctx, store.AuditEvent{At: time.Now(), Event: EventAccountDeactivated, Outcome: OutcomeSuccess,
-		Profile: a.Profile, ActorKind: actor.Kind, ActorID: actor.ID, AccountID: a.ID}); err != nil {
+	ev := store.AuditEvent{At: time.Now(), Event: EventAccountDeactivated, Outcome: OutcomeSuccess,
+		Profile: a.Profile, ActorKind: actor.Kind, ActorID: actor.ID, AccountID: a.ID}
+	s, mounted := op.Profiles.Lookup(a.Profile)
+	if mounted {
+		ev.Jobs = s.auditNotifyJobs(ev)
+	}
+	if err := op.DB.InsertAudit(ctx, ev); err != nil {
 		return AccountView{}, err
+	}
+	if mounted {
+		s.notified(ev.Jobs)
+		s.log.Info("account deactivated", zap.String("event", EventAccountDeactivated),
+			zap.String("profile", a.Profile), zap.String("account", a.ID), zap.String("actor", actor.Kind))
 	}
 	return op.ShowAccount(ctx, id)
 }

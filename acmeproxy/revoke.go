@@ -253,6 +253,7 @@ func (s *Server) record(ctx context.Context, rv *revocation, issuer string) erro
 	if rv.reason != nil {
 		ev.Reason = strconv.Itoa(*rv.reason)
 	}
+	ev.Jobs = s.auditNotifyJobs(ev)
 	_, err := s.db.RevokeCertificate(context.WithoutCancel(ctx), store.Revocation{
 		CertificateID: rv.cert.ID, Profile: rv.cert.Profile, OrderID: rv.cert.OrderID, Serial: rv.cert.Serial,
 		IssuerKeyID: issuer, Reason: rv.reason, RevokedAt: now, NotAfter: rv.cert.NotAfter,
@@ -264,6 +265,8 @@ func (s *Server) record(ctx context.Context, rv *revocation, issuer string) erro
 	if err != nil {
 		return err
 	}
+	s.notified(ev.Jobs)
+	s.metrics.Revoked(s.cfg.Profile)
 	s.log.Info("certificate revoked", zap.String("event", EventCertificateRevoked), zap.String("profile", s.cfg.Profile),
 		zap.String("order", rv.cert.OrderID), zap.String("serial", rv.cert.Serial), zap.Any("reason", rv.reason),
 		zap.String("actor", rv.actor.Kind), zap.String("actor_id", rv.actor.ID))

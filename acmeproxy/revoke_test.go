@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -316,7 +317,7 @@ func TestRevokeCertRefusalsAreAuditedAndTellAStrangerNothing(t *testing.T) {
 	rows := auditRows(t, e.db, store.AuditFilter{Event: EventRevocationRefused, OrderID: cert.order})
 	found := false
 	for _, r := range rows {
-		if r.ActorKind == ActorAccount && r.ActorID == path.Base(stranger.kid) && r.Serial == fmt.Sprintf("%x", cert.leaf.SerialNumber) {
+		if r.ActorKind == ActorAccount && r.ActorID == path.Base(stranger.kid) && r.Serial == hex.EncodeToString(cert.leaf.SerialNumber.Bytes()) {
 			found = true
 		}
 	}

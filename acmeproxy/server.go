@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
@@ -58,6 +59,12 @@ type Options struct {
 	// LookupAddr resolves client addresses to names for the audit trail;
 	// default the system resolver. Each lookup is cut short after 100ms.
 	LookupAddr func(ctx context.Context, addr string) ([]string, error)
+	// Notify are the profile's notification destinations (its own, or
+	// the app's defaults); each event a destination wants is stored as a
+	// notify_deliver job with the event. Default none.
+	Notify []notify.Destination
+	// Metrics receives measurements; default none.
+	Metrics Metrics
 }
 
 // Server is the ACME server of one profile.
@@ -77,6 +84,8 @@ type Server struct {
 	revokeWait time.Duration
 	names      *reverseNames
 	crls       crlCache
+	notify     []notify.Destination
+	metrics    Metrics
 }
 
 // NewServer checks cfg (defaults applied) and builds the profile's server.
@@ -94,6 +103,14 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = nopMetrics{}
+	}
+	for i := range opts.Notify {
+		if err := opts.Notify[i].Validate(); err != nil {
+			return nil, err
+		}
+	}
 	key, err := opts.DB.Secret(ctx, "nonce-hmac", 32, opts.Clock.Now())
 	if err != nil {
 		return nil, err
@@ -108,6 +125,8 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		signerName: opts.SignerName,
 		revokeWait: opts.RevokeWait,
 		names:      newReverseNames(opts.LookupAddr),
+		notify:     opts.Notify,
+		metrics:    opts.Metrics,
 	}
 	if s.revokeWait <= 0 {
 		s.revokeWait = DefaultRevokeWait
@@ -165,6 +184,14 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 // carries a fresh Replay-Nonce, the directory Link and Cache-Control:
 // no-store (RFC 8555 §6.5, §7.1, §7.2).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, nop := s.metrics.(nopMetrics); !nop {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			s.metrics.Request(s.cfg.Profile, routeName(strings.TrimPrefix(r.URL.Path, s.cfg.Prefix)), sw.status, time.Since(start))
+		}()
+		w = sw
+	}
 	base := s.baseURL(r)
 	h := w.Header()
 	h.Set("Replay-Nonce", s.nonces.mint(s.cfg.Profile, s.clock.Now()))
@@ -184,6 +211,51 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := route(w, r); err != nil {
 		s.writeError(w, r, err)
 	}
+}
+
+// statusWriter remembers the status a handler answered with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// routeName names the route of a path below the prefix for metrics: a
+// fixed name, never the resource id ("order/finalize", not the order).
+func routeName(rel string) string {
+	switch rel {
+	case "/directory", "", "/":
+		return "directory"
+	case "/new-nonce", "/new-account", "/new-order", "/key-change", "/revoke-cert", "/ca.pem", "/crl":
+		return rel[1:]
+	}
+	kind, rest, _ := strings.Cut(strings.TrimPrefix(rel, "/"), "/")
+	id, sub, _ := strings.Cut(rest, "/")
+	switch {
+	case id == "":
+	case kind == "account" && (sub == "" || sub == "orders"),
+		kind == "order" && (sub == "" || sub == "finalize"),
+		(kind == "authz" || kind == "chall" || kind == "cert") && sub == "":
+		if sub == "" {
+			return kind
+		}
+		return kind + "/" + sub
+	}
+	return "other"
 }
 
 func methodAllowed(m string, allowed []string) bool {

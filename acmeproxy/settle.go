@@ -39,6 +39,7 @@ func (s *Server) Failed(ctx context.Context, orderID, detail string) error {
 	if err := s.db.FailOrder(ctx, orderID, body, detail, s.clock.Now()); err != nil {
 		return err
 	}
+	s.metrics.IssueFailed(s.cfg.Profile, "abandoned")
 	if o, err := s.db.GetOrder(ctx, s.cfg.Profile, orderID); err == nil {
 		s.auditIssueFailed(ctx, o, s.pendingClient(ctx, orderID), detail)
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -17,6 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 )
 
@@ -54,7 +56,13 @@ var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
 //
 //	acme_proxy {
 //		database <path>
+//		notify webhook <url> { secret <s>; events <names...>; header <name> <value> }
+//		notify email { smtp <host:port>; tls starttls|implicit|none; from <addr>; to <addr...>; username <u>; password <p>; events <names...> }
+//		notify script <path> [<args...>] { events <names...> }
 //	}
+//
+// notify may repeat; each is one destination, with its own event filter
+// (default: every event).
 func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 	var cfg acmeproxy.AppConfig
 	if app, ok := existing.(httpcaddyfile.App); ok {
@@ -71,6 +79,11 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 		switch d.Val() {
 		case "database":
 			cfg.Database, err = oneArg(d, "database")
+		case "notify":
+			var dst notify.Destination
+			if dst, err = parseNotify(d); err == nil {
+				cfg.Notify = append(cfg.Notify, dst)
+			}
 		default:
 			err = d.Errf("acme_proxy: unknown global option setting %q", d.Val())
 		}
@@ -99,6 +112,7 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 //		allow { domains <patterns...>; ip_ranges <cidrs...> }
 //		deny  { domains <patterns...>; ip_ranges <cidrs...> }
 //		crl_url    <http://… URL put in leaves as their CRL distribution point>
+//		notify     webhook|email|script … (as in the global option; replaces its destinations for this profile)
 //	}
 func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	h.Next() // the directive name
@@ -157,6 +171,11 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 		cfg.Deny, err = parsePolicy(d, key, cfg.Deny)
 	case "crl_url":
 		cfg.CRLURL, err = oneArg(d, key)
+	case "notify":
+		var dst notify.Destination
+		if dst, err = parseNotify(d); err == nil {
+			cfg.Notify = append(cfg.Notify, dst)
+		}
 	default:
 		err = d.Errf("acme_proxy: unknown subdirective %q", key)
 	}
@@ -265,6 +284,83 @@ func parsePolicy(d *caddyfile.Dispenser, key string, pol *acmeproxy.IdentifierPo
 		}
 	}
 	return pol, nil
+}
+
+// parseNotify reads one notification destination:
+//
+//	notify webhook <url> [{ secret <s>; events <names...>; header <name> <value> }]
+//	notify email { smtp <host:port>; tls starttls|implicit|none; from <addr>; to <addr...>; username <u>; password <p>; events <names...> }
+//	notify script <path> [<args...>] [{ events <names...> }]
+func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
+	var dst notify.Destination
+	if !d.NextArg() {
+		return dst, d.Err("acme_proxy: notify: want webhook, email or script")
+	}
+	dst.Type = d.Val()
+	args := d.RemainingArgs()
+	switch dst.Type {
+	case notify.TypeWebhook:
+		if len(args) != 1 {
+			return dst, d.Errf("acme_proxy: notify webhook: want one URL, got %d values", len(args))
+		}
+		dst.URL = args[0]
+	case notify.TypeEmail:
+		if len(args) != 0 {
+			return dst, d.Errf("acme_proxy: notify email: unexpected argument %q; settings go in a block", args[0])
+		}
+	case notify.TypeScript:
+		if len(args) == 0 {
+			return dst, d.Err("acme_proxy: notify script: want a path")
+		}
+		dst.Command, dst.Args = args[0], args[1:]
+	default:
+		return dst, d.Errf("acme_proxy: notify: unknown destination %q (want webhook, email or script)", dst.Type)
+	}
+	key := func(k string) string { return "notify " + dst.Type + " " + k }
+	for n := d.Nesting(); d.NextBlock(n); {
+		var err error
+		sub := d.Val()
+		switch {
+		case sub == "events":
+			err = appendArgs(d, key("events"), &dst.Events)
+		case sub == "secret" && dst.Type == notify.TypeWebhook:
+			dst.Secret, err = oneArg(d, key("secret"))
+		case sub == "header" && dst.Type == notify.TypeWebhook:
+			hv := d.RemainingArgs()
+			if len(hv) != 2 {
+				return dst, d.Errf("acme_proxy: %s: want a name and a value, got %d values", key("header"), len(hv))
+			}
+			if dst.Headers == nil {
+				dst.Headers = map[string]string{}
+			}
+			dst.Headers[hv[0]] = hv[1]
+		case sub == "smtp" && dst.Type == notify.TypeEmail:
+			dst.SMTP, err = oneArg(d, key("smtp"))
+		case sub == "tls" && dst.Type == notify.TypeEmail:
+			dst.TLS, err = oneArg(d, key("tls"))
+		case sub == "from" && dst.Type == notify.TypeEmail:
+			dst.From, err = oneArg(d, key("from"))
+		case sub == "to" && dst.Type == notify.TypeEmail:
+			err = appendArgs(d, key("to"), &dst.To)
+		case sub == "username" && dst.Type == notify.TypeEmail:
+			dst.Username, err = oneArg(d, key("username"))
+		case sub == "password" && dst.Type == notify.TypeEmail:
+			dst.Password, err = oneArg(d, key("password"))
+		default:
+			err = d.Errf("acme_proxy: notify %s: unknown setting %q", dst.Type, sub)
+		}
+		if err != nil {
+			return dst, err
+		}
+	}
+	// Placeholders ({env.*}) are replaced at provision, where a URL made
+	// of one is checked; a literal one is checked now.
+	if !strings.Contains(dst.URL+dst.SMTP, "{") {
+		if err := dst.Validate(); err != nil {
+			return dst, d.Errf("acme_proxy: %v", err)
+		}
+	}
+	return dst, nil
 }
 
 // oneArg reads the single argument of key.

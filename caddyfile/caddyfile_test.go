@@ -100,6 +100,15 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"unknown global setting", "{\n\tacme_proxy {\n\t\tdsn x\n\t}\n}\n", `acme_proxy: unknown global option setting "dsn"`},
 		{"global database without value", "{\n\tacme_proxy {\n\t\tdatabase\n\t}\n}\n", "acme_proxy: database: want one value, got 0"},
 		{"global option with an argument", "{\n\tacme_proxy x\n}\n", `acme_proxy: unexpected argument "x"`},
+		{"notify without a type", "{\n\tacme_proxy {\n\t\tnotify\n\t}\n}\n", "acme_proxy: notify: want webhook, email or script"},
+		{"notify of an unknown type", "{\n\tacme_proxy {\n\t\tnotify pager x\n\t}\n}\n", `acme_proxy: notify: unknown destination "pager"`},
+		{"notify webhook without a URL", "{\n\tacme_proxy {\n\t\tnotify webhook\n\t}\n}\n", "acme_proxy: notify webhook: want one URL, got 0 values"},
+		{"notify webhook to a relative URL", "{\n\tacme_proxy {\n\t\tnotify webhook /hook\n\t}\n}\n", "acme_proxy: notify webhook: url: must be an absolute"},
+		{"notify of an unknown event", site("profile a\nnotify webhook https://h.example.com {\nevents cert_issued\n}"), `notify webhook: events: unknown event "cert_issued"`},
+		{"notify webhook with an email setting", site("profile a\nnotify webhook https://h.example.com {\nsmtp x:25\n}"), `acme_proxy: notify webhook: unknown setting "smtp"`},
+		{"notify email without recipients", "{\n\tacme_proxy {\n\t\tnotify email {\n\t\t\tsmtp m.example.com:25\n\t\t\tfrom a@example.com\n\t\t}\n\t}\n}\n", "notify email: to: at least one address required"},
+		{"notify email with a bad tls", "{\n\tacme_proxy {\n\t\tnotify email {\n\t\t\tsmtp m.example.com:25\n\t\t\ttls ssl\n\t\t}\n\t}\n}\n", `notify email: tls: "ssl" must be`},
+		{"notify script without a path", "{\n\tacme_proxy {\n\t\tnotify script\n\t}\n}\n", "acme_proxy: notify script: want a path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

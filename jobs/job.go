@@ -95,6 +95,24 @@ func Failed(reason string) Outcome { return Outcome{kind: outcomeFailed, reason:
 // fresh attempt budget.
 func Reschedule(d time.Duration) Outcome { return Outcome{kind: outcomeReschedule, after: d} }
 
+// Kind names the outcome, for metrics: "done", "retry", "retry_after",
+// "failed", "reschedule" (or "invalid" for the zero Outcome).
+func (o Outcome) Kind() string {
+	switch o.kind {
+	case outcomeDone:
+		return "done"
+	case outcomeRetry:
+		return "retry"
+	case outcomeRetryAfter:
+		return "retry_after"
+	case outcomeFailed:
+		return "failed"
+	case outcomeReschedule:
+		return "reschedule"
+	}
+	return "invalid"
+}
+
 func (o Outcome) String() string {
 	switch o.kind {
 	case outcomeDone:

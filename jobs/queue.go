@@ -216,3 +216,8 @@ func (q *Queue) localHandler(kind string) Handler {
 	}
 	return nil
 }
+
+// Wake tells the local runners that jobs of kind were stored by a write
+// other than Enqueue (one that stored them with the state change owing
+// them), so they start without waiting for a poll.
+func (q *Queue) Wake(kind string) { q.wake(kind) }

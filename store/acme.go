@@ -90,8 +90,10 @@ func readErr(err error, what string) error {
 }
 
 // CreateAccount stores a new account, or returns the existing account with
-// the same key in the profile (created=false).
-func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time) (Account, bool, error) {
+// the same key in the profile (created=false). A new account gets a.ID when
+// set, else a fresh NewID. jobs (the notifications a new account owes) are
+// stored in the same transaction, only when the account is created.
+func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs ...NewJob) (Account, bool, error) {
 	contact, err := json.Marshal(nonNil(a.Contact))
 	if err != nil {
 		return Account{}, false, fmt.Errorf("store: account contact: %w", err)
@@ -101,15 +103,19 @@ func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time) (Acco
 		tos = 1
 	}
 	var created bool
+	id := a.ID
+	if id == "" {
+		id = NewID()
+	}
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
 		got, err := scanAccount(tx.QueryRowContext(ctx, db.q(`INSERT INTO accounts
 			(id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at, updated_at)
 			VALUES (?, ?, ?, ?, 'valid', ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING RETURNING `+accountCols),
-			NewID(), a.Profile, a.Thumbprint, string(a.KeyJWK), string(contact), tos, now.UnixMilli(), now.UnixMilli()))
+			id, a.Profile, a.Thumbprint, string(a.KeyJWK), string(contact), tos, now.UnixMilli(), now.UnixMilli()))
 		if err == nil {
 			a, created = got, true
-			return nil
+			return db.enqueueAll(ctx, tx, jobs, now)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
@@ -153,8 +159,29 @@ func (db *DB) UpdateAccountContact(ctx context.Context, id string, contact []str
 }
 
 // DeactivateAccount moves a valid account to deactivated (RFC 8555 §7.3.6).
-func (db *DB) DeactivateAccount(ctx context.Context, id string, now time.Time) (Account, error) {
-	return db.accountUpdate(ctx, id, `status = 'deactivated', updated_at = ?`, now.UnixMilli())
+// jobs (the notifications the change owes) are stored in the same
+// transaction.
+func (db *DB) DeactivateAccount(ctx context.Context, id string, now time.Time, jobs ...NewJob) (Account, error) {
+	if len(jobs) == 0 {
+		return db.accountUpdate(ctx, id, `status = 'deactivated', updated_at = ?`, now.UnixMilli())
+	}
+	var a Account
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		a, err = scanAccount(tx.QueryRowContext(ctx, db.q(`UPDATE accounts SET status = 'deactivated', updated_at = ?
+			WHERE id = ? AND status = 'valid' RETURNING `+accountCols), now.UnixMilli(), id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: account %s is not valid", ErrWrongState, id)
+		}
+		if err != nil {
+			return err
+		}
+		return db.enqueueAll(ctx, tx, jobs, now)
+	})
+	if err != nil && !errors.Is(err, ErrWrongState) {
+		err = fmt.Errorf("store: updating account %s: %w", id, err)
+	}
+	return a, err
 }
 
 // accountUpdate changes a valid account; ErrWrongState if it is not valid.

@@ -29,6 +29,11 @@ type AuditEvent struct {
 	UserAgent   string
 	Reason      string
 	Detail      string
+
+	// Jobs are stored in the same transaction as the row (never read
+	// back): the notifications the event owes, so that an event recorded
+	// is an event whose deliveries are queued, across any crash.
+	Jobs []NewJob
 }
 
 const auditCols = `id, at, event, outcome, profile, actor_kind, actor_id, order_id, account_id, identifiers, serial,
@@ -70,7 +75,10 @@ func (db *DB) insertAudit(ctx context.Context, tx *sql.Tx, ev AuditEvent) error 
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		ev.At.UnixMilli(), ev.Event, ev.Outcome, ev.Profile, ev.ActorKind, ev.ActorID, ev.OrderID, ev.AccountID, idents,
 		ev.Serial, ev.ClientIP, ev.ClientName, ev.UserAgent, ev.Reason, ev.Detail)
-	return err
+	if err != nil {
+		return err
+	}
+	return db.enqueueAll(ctx, tx, ev.Jobs, ev.At)
 }
 
 // InsertAudit appends one event to the audit trail.

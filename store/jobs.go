@@ -116,6 +116,16 @@ func (db *DB) EnqueueJobLeased(ctx context.Context, nj NewJob, owner string, lea
 }
 
 func (db *DB) enqueueJob(ctx context.Context, nj NewJob, owner string, leaseUntil, now time.Time) (job Job, created bool, err error) {
+	err = db.withTx(ctx, func(tx *sql.Tx) error {
+		job, created, err = db.enqueueTx(ctx, tx, nj, owner, leaseUntil, now)
+		return err
+	})
+	return job, created, err
+}
+
+// enqueueTx is enqueueJob inside tx, for writes that store jobs together
+// with the state change that owes them (see AuditEvent.Jobs).
+func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string, leaseUntil, now time.Time) (job Job, created bool, err error) {
 	if nj.Kind == "" {
 		return Job{}, false, errors.New("store: job kind is empty")
 	}
@@ -139,25 +149,31 @@ func (db *DB) enqueueJob(ctx context.Context, nj NewJob, owner string, leaseUnti
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT DO NOTHING
 		RETURNING ` + jobCols)
+	job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), payload, status, attempts, nj.MaxAttempts,
+		runAt.UnixMilli(), msOrNull(nj.Deadline), strOrNull(owner), msOrNull(leaseUntil), now.UnixMilli(), now.UnixMilli()))
+	if err == nil {
+		return job, true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return Job{}, false, fmt.Errorf("store: enqueue %s: %w", nj.Kind, err)
+	}
+	// The insert conflicted with the live job for this kind and key; the
+	// transaction holds the write lock, so it is still there.
 	live := db.q(`SELECT ` + jobCols + ` FROM jobs WHERE kind = ? AND key = ? AND status IN ('ready','running')`)
-	err = db.withTx(ctx, func(tx *sql.Tx) error {
-		job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), payload, status, attempts, nj.MaxAttempts,
-			runAt.UnixMilli(), msOrNull(nj.Deadline), strOrNull(owner), msOrNull(leaseUntil), now.UnixMilli(), now.UnixMilli()))
-		if err == nil {
-			created = true
-			return nil
+	if job, err = scanJob(tx.QueryRowContext(ctx, live, nj.Kind, nj.Key)); err != nil {
+		return Job{}, false, fmt.Errorf("store: enqueue %s: reading live job: %w", nj.Kind, err)
+	}
+	return job, false, nil
+}
+
+// enqueueAll stores jobs inside tx (see enqueueTx).
+func (db *DB) enqueueAll(ctx context.Context, tx *sql.Tx, jobs []NewJob, now time.Time) error {
+	for _, nj := range jobs {
+		if _, _, err := db.enqueueTx(ctx, tx, nj, "", time.Time{}, now); err != nil {
+			return err
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("store: enqueue %s: %w", nj.Kind, err)
-		}
-		// The insert conflicted with the live job for this kind and key;
-		// the transaction holds the write lock, so it is still there.
-		if job, err = scanJob(tx.QueryRowContext(ctx, live, nj.Kind, nj.Key)); err != nil {
-			return fmt.Errorf("store: enqueue %s: reading live job: %w", nj.Kind, err)
-		}
-		return nil
-	})
-	return job, created, err
+	}
+	return nil
 }
 
 // ClaimJobs leases up to limit jobs of one kind that are due (ready with

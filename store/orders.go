@@ -267,8 +267,10 @@ type ChallengeResult struct {
 // so concurrent validations of an order's last authorizations promote it
 // once. A challenge still pending is settled directly: its validation ran
 // before anything marked it processing (a challenge POST starts the
-// validation first). ErrWrongState if the challenge is already settled.
-func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, problem []byte, now time.Time) (ChallengeResult, error) {
+// validation first). ErrWrongState if the challenge is already settled. jobs (the
+// notifications the result owes) are stored in the same transaction, when
+// the challenge is settled by this call.
+func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, problem []byte, now time.Time, jobs ...NewJob) (ChallengeResult, error) {
 	status, validated := "invalid", time.Time{}
 	if valid {
 		status, validated = "valid", now
@@ -283,6 +285,9 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 			return fmt.Errorf("%w: challenge %s is not processing", ErrWrongState, id)
 		}
 		if err != nil {
+			return err
+		}
+		if err := db.enqueueAll(ctx, tx, jobs, now); err != nil {
 			return err
 		}
 		err = tx.QueryRowContext(ctx, db.q(`UPDATE authorizations SET status = ?, updated_at = ?

@@ -70,6 +70,10 @@ type Options struct {
 	// Transport, if set, replaces the HTTP transport to the upstream
 	// (tests); RootCAs is then ignored.
 	Transport http.RoundTripper
+	// Observe, if set, is told the duration and status code (0: no
+	// response) of every request to the upstream, with the profile the
+	// signer is bound to (for metrics).
+	Observe func(profile string, d time.Duration, status int)
 	// PollInterval is how often an upstream resource is polled when the
 	// upstream says nothing (acmez's default: 250ms).
 	PollInterval time.Duration
@@ -145,10 +149,36 @@ func New(opts Options) (*Signer, error) {
 	if s.transport == nil {
 		s.transport = newTransport(opts.RootCAs)
 	}
+	if opts.Observe != nil {
+		s.transport = observedTransport{next: s.transport, s: s}
+	}
 	if opts.Challenge == ChallengeHTTP01 {
 		s.http = &httpPublisher{storage: opts.Storage, ownKey: s.issuerKey, issuerKeys: opts.HTTPChallengeIssuerKeys}
 	}
 	return s, nil
+}
+
+// observedTransport reports every upstream request to Options.Observe.
+type observedTransport struct {
+	next http.RoundTripper
+	s    *Signer
+}
+
+func (t observedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.next.RoundTrip(req)
+	status := 0
+	if err == nil {
+		status = resp.StatusCode
+	}
+	t.s.mu.Lock()
+	profile := ""
+	if t.s.bound != nil {
+		profile = t.s.bound.Profile
+	}
+	t.s.mu.Unlock()
+	t.s.opts.Observe(profile, time.Since(start), status)
+	return resp, err
 }
 
 // newTransport is the HTTP transport to the upstream: bounded dials and

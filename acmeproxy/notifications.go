@@ -1,0 +1,90 @@
+package acmeproxy
+
+import (
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Events that have no audit row of their own but are notified and logged.
+const (
+	EventAccountCreated  = "account_created"
+	EventChallengeFailed = "challenge_failed"
+)
+
+// Metrics receives the server's measurements. Label values passed are
+// bounded (profile and route names, status codes, challenge types, reason
+// classes): never identifiers, serials or addresses. Implementations must
+// be safe for concurrent use.
+type Metrics interface {
+	// Request counts one ACME request by route name (e.g. "new-order",
+	// "order/finalize") and status code, and observes its duration.
+	Request(profile, route string, status int, d time.Duration)
+	// Issued counts a certificate issued.
+	Issued(profile string)
+	// IssueFailed counts an issuance that failed, by reason class
+	// (bad_csr, rejected_identifier, signer_unavailable, internal,
+	// abandoned).
+	IssueFailed(profile, reason string)
+	// Revoked counts a revocation recorded.
+	Revoked(profile string)
+	// Validated counts a challenge validation by type and outcome
+	// (valid, invalid).
+	Validated(profile, challenge, outcome string)
+}
+
+// nopMetrics is the default: measure nothing.
+type nopMetrics struct{}
+
+func (nopMetrics) Request(string, string, int, time.Duration) {}
+func (nopMetrics) Issued(string)                              {}
+func (nopMetrics) IssueFailed(string, string)                 {}
+func (nopMetrics) Revoked(string)                             {}
+func (nopMetrics) Validated(string, string, string)           {}
+
+// notifyJobs are the notify_deliver jobs ev owes this profile's
+// destinations; nil when none wants it. The caller stores them in the
+// transaction that records the event, then calls notified.
+func (s *Server) notifyJobs(ev notify.Event) []store.NewJob {
+	if len(s.notify) == 0 {
+		return nil
+	}
+	if ev.Profile == "" {
+		ev.Profile = s.cfg.Profile
+	}
+	if ev.Time.IsZero() {
+		ev.Time = s.clock.Now()
+	}
+	return notify.Jobs(s.notify, ev)
+}
+
+// notified wakes the runner for jobs a committed write stored.
+func (s *Server) notified(jobs []store.NewJob) {
+	if len(jobs) > 0 {
+		s.queue.Wake(notify.Kind)
+	}
+}
+
+// auditNotifyJobs are the notify_deliver jobs of an audit row.
+func (s *Server) auditNotifyJobs(ev store.AuditEvent) []store.NewJob {
+	if len(s.notify) == 0 {
+		return nil
+	}
+	return s.notifyJobs(notify.Event{
+		Event: ev.Event, Profile: ev.Profile, Order: ev.OrderID, Account: ev.AccountID,
+		Identifiers: notifyIdentifiers(ev.Identifiers), Serial: ev.Serial, Reason: ev.Reason, Detail: ev.Detail,
+		ClientAddress: ev.ClientIP, Time: ev.At,
+	})
+}
+
+func notifyIdentifiers(ids []store.Identifier) []notify.Identifier {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]notify.Identifier, len(ids))
+	for i, id := range ids {
+		out[i] = notify.Identifier{Type: id.Type, Value: id.Value}
+	}
+	return out
+}

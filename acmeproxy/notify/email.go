@@ -1,0 +1,157 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/smtp"
+	"net/textproto"
+	"strings"
+	"time"
+)
+
+// email sends the event as a plain-text mail. SMTP 5xx answers and a
+// server without the STARTTLS it was required to offer are permanent;
+// 4xx answers and connection failures are retried.
+func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err error) {
+	host, _, _ := net.SplitHostPort(dst.SMTP)
+	var tlsCfg *tls.Config
+	if d.opts.TLS != nil {
+		tlsCfg = d.opts.TLS.Clone()
+	} else {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	tlsCfg.ServerName = host
+
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "tcp", dst.SMTP)
+	if err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if dst.TLS == TLSImplicit {
+		tc := tls.Client(conn, tlsCfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return fmt.Errorf("TLS: %w", err)
+		}
+		conn = tc
+	}
+	c, err := smtp.NewClient(conn, host)
+	if err != nil {
+		conn.Close()
+		return smtpError("greeting", err)
+	}
+	defer c.Close()
+	if err := c.Hello("localhost"); err != nil {
+		return smtpError("EHLO", err)
+	}
+	if dst.TLS == "" || dst.TLS == TLSStartTLS {
+		if ok, _ := c.Extension("STARTTLS"); !ok {
+			return permanent(errors.New("the server does not offer STARTTLS (set tls implicit or none)"))
+		}
+		if err := c.StartTLS(tlsCfg); err != nil {
+			return fmt.Errorf("STARTTLS: %w", err)
+		}
+	}
+	if dst.Username != "" {
+		if err := c.Auth(smtp.PlainAuth("", dst.Username, dst.Password, host)); err != nil {
+			return smtpError("AUTH", err)
+		}
+	}
+	if err := c.Mail(dst.From); err != nil {
+		return smtpError("MAIL FROM", err)
+	}
+	for _, to := range dst.To {
+		if err := c.Rcpt(to); err != nil {
+			return smtpError("RCPT TO", err)
+		}
+	}
+	w, err := c.Data()
+	if err != nil {
+		return smtpError("DATA", err)
+	}
+	if _, err := w.Write(mailMessage(dst, ev, time.Now())); err != nil {
+		return smtpError("DATA", err)
+	}
+	if err := w.Close(); err != nil {
+		return smtpError("DATA", err)
+	}
+	_ = c.Quit()
+	return nil
+}
+
+// smtpError classifies an SMTP failure: a 5xx reply is permanent. The
+// server's text is kept; it never holds our credentials.
+func smtpError(step string, err error) error {
+	var te *textproto.Error
+	if errors.As(err, &te) && te.Code >= 500 {
+		return permanent(fmt.Errorf("%s: %d %s", step, te.Code, te.Msg))
+	}
+	if errors.As(err, &te) {
+		return fmt.Errorf("%s: %d %s", step, te.Code, te.Msg)
+	}
+	return fmt.Errorf("%s: %w", step, err)
+}
+
+// mailMessage is the RFC 5322 message of an event: a subject naming the
+// event, the profile and the first identifier, and a plain-text body.
+func mailMessage(dst Destination, ev Event, now time.Time) []byte {
+	var b bytes.Buffer
+	subject := "[acme_proxy] " + ev.Event + " (" + ev.Profile + ")"
+	if len(ev.Identifiers) > 0 {
+		subject += ": " + ev.Identifiers[0].Value
+		if len(ev.Identifiers) > 1 {
+			subject += fmt.Sprintf(" and %d more", len(ev.Identifiers)-1)
+		}
+	}
+	var id [12]byte
+	_, _ = rand.Read(id[:])
+	header := func(k, v string) { fmt.Fprintf(&b, "%s: %s\r\n", k, oneLine(v)) }
+	header("From", dst.From)
+	header("To", strings.Join(dst.To, ", "))
+	header("Subject", subject)
+	header("Date", now.Format(time.RFC1123Z))
+	header("Message-ID", "<"+hex.EncodeToString(id[:])+"@acme-proxy>")
+	header("MIME-Version", "1.0")
+	header("Content-Type", "text/plain; charset=utf-8")
+	header("Content-Transfer-Encoding", "8bit")
+	b.WriteString("\r\n")
+	line := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(&b, "%-15s %s\r\n", k+":", oneLine(v))
+		}
+	}
+	line("event", ev.Event)
+	line("profile", ev.Profile)
+	line("time", ev.Time.UTC().Format(time.RFC3339))
+	for _, id := range ev.Identifiers {
+		line("identifier", id.Type+" "+id.Value)
+	}
+	line("order", ev.Order)
+	line("account", ev.Account)
+	line("serial", ev.Serial)
+	line("reason", ev.Reason)
+	line("detail", ev.Detail)
+	line("client address", ev.ClientAddress)
+	return b.Bytes()
+}
+
+// oneLine keeps a value on its line: no header or body injection.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,229 @@
+// Package notify tells operators about what the ACME server did: each
+// event a destination subscribes to becomes a durable notify_deliver job,
+// stored in the same transaction as the state change (and audit row) that
+// owes it, and delivered by a webhook (HMAC-signed JSON), an e-mail over
+// SMTP, or an operator's script.
+//
+// Destinations are identified in job payloads by ID, a hash of their
+// non-secret settings: no secret (HMAC key, SMTP password) is ever written
+// to the job table, which operators list through the admin API.
+package notify
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/mail"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Kind is the job kind that delivers one event to one destination.
+const Kind = "notify_deliver"
+
+// Events a destination can subscribe to.
+const (
+	CertificateIssued      = "certificate_issued"
+	CertificateIssueFailed = "certificate_issue_failed"
+	CertificateRevoked     = "certificate_revoked"
+	AccountCreated         = "account_created"
+	AccountDeactivated     = "account_deactivated"
+	ChallengeFailed        = "challenge_failed"
+)
+
+// Events lists every event, in a fixed order.
+var Events = []string{CertificateIssued, CertificateIssueFailed, CertificateRevoked,
+	AccountCreated, AccountDeactivated, ChallengeFailed}
+
+// Destination types.
+const (
+	TypeWebhook = "webhook"
+	TypeEmail   = "email"
+	TypeScript  = "script"
+)
+
+// SMTP transport security.
+const (
+	TLSStartTLS = "starttls" // plain connection upgraded by STARTTLS, which the server must offer (default)
+	TLSImplicit = "implicit" // TLS from the first byte (SMTPS, usually port 465)
+	TLSNone     = "none"     // no TLS: a local relay only; net/smtp refuses to send credentials in clear to anything but localhost
+)
+
+// Identifier is an ACME identifier (RFC 8555 §9.7.7).
+type Identifier struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// Event is what happened; its JSON is a webhook's body and a script's
+// stdin.
+type Event struct {
+	Event       string       `json:"event"`
+	Profile     string       `json:"profile"`
+	Order       string       `json:"order,omitempty"`
+	Account     string       `json:"account,omitempty"`
+	Identifiers []Identifier `json:"identifiers,omitempty"`
+	Serial      string       `json:"serial,omitempty"`
+	// Reason: a revocation's RFC 5280 reason code, a refusal's problem type.
+	Reason string `json:"reason,omitempty"`
+	// Detail: why an issuance or a challenge failed, for the operator.
+	Detail        string    `json:"detail,omitempty"`
+	ClientAddress string    `json:"client_address,omitempty"`
+	Time          time.Time `json:"time"`
+}
+
+// Destination is one place notifications go, with its event filter. JSON
+// of an entry of "notify" in the app's and a profile's config.
+type Destination struct {
+	// Type is webhook, email or script.
+	Type string `json:"type"`
+	// Events it receives; default all.
+	Events []string `json:"events,omitempty"`
+
+	// URL (webhook) receives a POST of the event's JSON.
+	URL string `json:"url,omitempty"`
+	// Secret (webhook), when set, signs the body: X-Acme-Proxy-Signature
+	// is the lower-case hex HMAC-SHA256 of the body under it.
+	Secret string `json:"secret,omitempty"`
+	// Headers (webhook) are added to every request.
+	Headers map[string]string `json:"headers,omitempty"`
+
+	// SMTP (email) is the server's host:port.
+	SMTP string `json:"smtp,omitempty"`
+	// TLS (email) is starttls (default), implicit or none.
+	TLS      string   `json:"tls,omitempty"`
+	From     string   `json:"from,omitempty"`
+	To       []string `json:"to,omitempty"`
+	Username string   `json:"username,omitempty"`
+	Password string   `json:"password,omitempty"`
+
+	// Command (script) is the program run, without a shell, with Args;
+	// it reads the event's JSON on stdin.
+	Command string   `json:"command,omitempty"`
+	Args    []string `json:"args,omitempty"`
+}
+
+// Validate checks a destination; each message names the offending key.
+func (d *Destination) Validate() error {
+	for _, e := range d.Events {
+		if !slices.Contains(Events, e) {
+			return fmt.Errorf("notify %s: events: unknown event %q (want one of %s)", d.Type, e, strings.Join(Events, ", "))
+		}
+	}
+	switch d.Type {
+	case TypeWebhook:
+		u, err := url.Parse(d.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("notify webhook: url: must be an absolute http:// or https:// URL")
+		}
+		for k := range d.Headers {
+			if k == "" || strings.ContainsAny(k, " :\r\n") {
+				return fmt.Errorf("notify webhook: header: %q is not a header name", k)
+			}
+		}
+	case TypeEmail:
+		if _, _, err := net.SplitHostPort(d.SMTP); err != nil || d.SMTP == "" {
+			return fmt.Errorf("notify email: smtp: %q must be host:port", d.SMTP)
+		}
+		switch d.TLS {
+		case "", TLSStartTLS, TLSImplicit, TLSNone:
+		default:
+			return fmt.Errorf("notify email: tls: %q must be starttls, implicit or none", d.TLS)
+		}
+		if a, err := mail.ParseAddress(d.From); err != nil || a.Address != d.From {
+			return fmt.Errorf("notify email: from: %q is not an e-mail address", d.From)
+		}
+		if len(d.To) == 0 {
+			return fmt.Errorf("notify email: to: at least one address required")
+		}
+		for _, to := range d.To {
+			if a, err := mail.ParseAddress(to); err != nil || a.Address != to {
+				return fmt.Errorf("notify email: to: %q is not an e-mail address", to)
+			}
+		}
+		if (d.Username == "") != (d.Password == "") {
+			return fmt.Errorf("notify email: username and password go together")
+		}
+	case TypeScript:
+		if d.Command == "" {
+			return fmt.Errorf("notify script: a path is required")
+		}
+	default:
+		return fmt.Errorf("notify: type: unknown destination type %q (want webhook, email or script)", d.Type)
+	}
+	return nil
+}
+
+// Wants reports whether the destination receives event.
+func (d *Destination) Wants(event string) bool {
+	return len(d.Events) == 0 || slices.Contains(d.Events, event)
+}
+
+// ID identifies the destination in job payloads: a hash of its settings
+// less its secrets, so that it is stable across config reloads and across
+// instances with the same config, and reveals nothing secret.
+func (d *Destination) ID() string {
+	c := *d
+	c.Secret, c.Password = "", ""
+	b, _ := json.Marshal(c)
+	sum := sha256.Sum256(b)
+	return d.Type + "-" + hex.EncodeToString(sum[:8])
+}
+
+// Describe names the destination for logs and job errors: its type and
+// its host (or the script's path) only — never a full URL, which may carry
+// credentials, and never a secret.
+func (d *Destination) Describe() string {
+	switch d.Type {
+	case TypeWebhook:
+		if u, err := url.Parse(d.URL); err == nil {
+			return "webhook " + u.Hostname()
+		}
+		return "webhook"
+	case TypeEmail:
+		host, _, _ := net.SplitHostPort(d.SMTP)
+		return "email " + host
+	case TypeScript:
+		return "script " + d.Command
+	}
+	return d.Type
+}
+
+// payload is a notify_deliver job's payload.
+type payload struct {
+	Destination string `json:"destination"` // Destination.ID
+	Via         string `json:"via"`         // Destination.Describe, for operators
+	Event       Event  `json:"event"`
+}
+
+// Delivery jobs' budget: attempts, and how long an event stays worth
+// delivering.
+const (
+	MaxAttempts = 10
+	Lifetime    = 24 * time.Hour
+)
+
+// Jobs builds the notify_deliver jobs of ev for the destinations that
+// want it; nil when none does. The caller stores them in the transaction
+// that records the event, then wakes the runner (jobs.Queue.Wake(Kind)).
+func Jobs(dests []Destination, ev Event) []store.NewJob {
+	var out []store.NewJob
+	for i := range dests {
+		d := &dests[i]
+		if !d.Wants(ev.Event) {
+			continue
+		}
+		b, err := json.Marshal(payload{Destination: d.ID(), Via: d.Describe(), Event: ev})
+		if err != nil {
+			continue // an Event always marshals
+		}
+		out = append(out, store.NewJob{Kind: Kind, Payload: b, Deadline: ev.Time.Add(Lifetime), MaxAttempts: MaxAttempts})
+	}
+	return out
+}

@@ -1,0 +1,325 @@
+package notify_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// receiver answers webhook deliveries with the scripted statuses (then
+// 200), recording each request.
+type receiver struct {
+	*httptest.Server
+	mu       sync.Mutex
+	statuses []int
+	headers  map[int]http.Header // status → extra headers
+	got      []delivery
+}
+
+type delivery struct {
+	header http.Header
+	body   []byte
+}
+
+func newReceiver(t *testing.T, statuses ...int) *receiver {
+	t.Helper()
+	r := &receiver{statuses: statuses, headers: map[int]http.Header{}}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.got = append(r.got, delivery{header: req.Header.Clone(), body: body})
+		status := http.StatusOK
+		if len(r.statuses) > 0 {
+			status, r.statuses = r.statuses[0], r.statuses[1:]
+		}
+		for k, v := range r.headers[status] {
+			w.Header()[k] = v
+		}
+		r.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) deliveries() []delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]delivery(nil), r.got...)
+}
+
+func TestAWebhookGetsTheEventSignedWithItsHeaders(t *testing.T) {
+	rcv := newReceiver(t)
+	dst := notify.Destination{Type: notify.TypeWebhook, URL: rcv.URL + "/hook", Secret: "s3cret",
+		Headers: map[string]string{"Authorization": "Bearer tok"}}
+	r := newRig(t, notify.Options{}, dst)
+	ev := sampleEvent(notify.CertificateIssued)
+	ids := r.event(t, ev, dst)
+	if len(ids) != 1 {
+		t.Fatalf("%d delivery jobs, want 1", len(ids))
+	}
+	if j := r.wait(t, ids[0]); j.Status != store.JobDone || j.Attempts != 1 {
+		t.Fatalf("job %s after %d attempts (%s)", j.Status, j.Attempts, j.LastError)
+	}
+	got := rcv.deliveries()
+	if len(got) != 1 {
+		t.Fatalf("%d deliveries", len(got))
+	}
+	d := got[0]
+	if sig := d.header.Get(notify.SignatureHeader); sig != notify.Sign("s3cret", d.body) || len(sig) != 64 {
+		t.Errorf("signature %q does not sign the body", sig)
+	}
+	for k, want := range map[string]string{"Authorization": "Bearer tok", "Content-Type": "application/json",
+		notify.EventHeader: notify.CertificateIssued, notify.DeliveryHeader: "1"} {
+		if v := d.header.Get(k); v != want {
+			t.Errorf("header %s = %q, want %q", k, v, want)
+		}
+	}
+	var back notify.Event
+	if err := json.Unmarshal(d.body, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Event != ev.Event || back.Profile != "internal" || back.Serial != "0a1b" || back.ClientAddress != "192.0.2.7" ||
+		len(back.Identifiers) != 2 || !back.Time.Equal(ev.Time) || back.Order != "ord1" || back.Account != "acct1" {
+		t.Errorf("body %s does not carry the event", d.body)
+	}
+}
+
+func TestAWebhookEventFilterAndUnsignedDelivery(t *testing.T) {
+	rcv := newReceiver(t)
+	only := notify.Destination{Type: notify.TypeWebhook, URL: rcv.URL, Events: []string{notify.CertificateRevoked}}
+	r := newRig(t, notify.Options{}, only)
+	if ids := r.event(t, sampleEvent(notify.CertificateIssued), only); len(ids) != 0 {
+		t.Fatalf("an unwanted event made %d jobs", len(ids))
+	}
+	ids := r.event(t, sampleEvent(notify.CertificateRevoked), only)
+	r.wait(t, ids[0])
+	if got := rcv.deliveries(); len(got) != 1 || got[0].header.Get(notify.SignatureHeader) != "" {
+		t.Fatalf("deliveries %v: want one, unsigned", got)
+	}
+}
+
+func TestWebhookFailuresAreRetriedOrAbandonedByStatus(t *testing.T) {
+	tests := []struct {
+		name         string
+		statuses     []int
+		retryAfter   string
+		wantStatus   store.JobStatus
+		wantAttempts int
+		wantRequests int
+	}{
+		{"ok/500 twice then 200: three attempts, one success", []int{500, 500, 200}, "", store.JobDone, 3, 3},
+		{"ok/408 and 502 are retried", []int{408, 502}, "", store.JobDone, 3, 3},
+		{"ok/429 with Retry-After waits without spending an attempt", []int{429}, "0", store.JobDone, 1, 2},
+		{"fail/400 is abandoned after one attempt", []int{400}, "", store.JobFailed, 1, 1},
+		{"fail/a redirect is not followed", []int{302}, "", store.JobFailed, 1, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rcv := newReceiver(t, tc.statuses...)
+			if tc.retryAfter != "" {
+				rcv.headers[429] = http.Header{"Retry-After": {tc.retryAfter}}
+			}
+			// Credentials in the URL must never reach a log or the job row.
+			url := strings.Replace(rcv.URL, "http://", "http://user:hunter2@", 1) + "/hook?token=topsecret"
+			dst := notify.Destination{Type: notify.TypeWebhook, URL: url, Secret: "hmackey"}
+			r := newRig(t, notify.Options{}, dst)
+			ids := r.event(t, sampleEvent(notify.ChallengeFailed), dst)
+			j := r.wait(t, ids[0])
+			if j.Status != tc.wantStatus || j.Attempts != tc.wantAttempts {
+				t.Errorf("job %s after %d attempts (%s); want %s after %d", j.Status, j.Attempts, j.LastError, tc.wantStatus, tc.wantAttempts)
+			}
+			if n := len(rcv.deliveries()); n != tc.wantRequests {
+				t.Errorf("%d requests, want %d", n, tc.wantRequests)
+			}
+			abandoned := r.logs.FilterField(zapString("event", "notification_abandoned")).All()
+			if want := map[bool]int{true: 1, false: 0}[tc.wantStatus == store.JobFailed]; len(abandoned) != want {
+				t.Errorf("%d abandonment log lines, want %d", len(abandoned), want)
+			}
+			for _, e := range r.logs.All() {
+				line, _ := json.Marshal(e.ContextMap())
+				checkNoSecret(t, "log line "+e.Message+" "+string(line))
+			}
+			checkNoSecret(t, "job row "+j.LastError+" "+string(j.Payload))
+			if tc.wantStatus == store.JobFailed && !strings.Contains(j.LastError, "webhook 127.0.0.1") {
+				t.Errorf("the reason %q does not name the destination's host", j.LastError)
+			}
+		})
+	}
+}
+
+func checkNoSecret(t *testing.T, s string) {
+	t.Helper()
+	for _, secret := range []string{"hunter2", "topsecret", "hmackey", "/hook"} {
+		if strings.Contains(s, secret) {
+			t.Errorf("%q leaks in %s", secret, s)
+		}
+	}
+}
+
+func TestADeliveryToAnUnknownDestinationWaitsForAConfigThatHasIt(t *testing.T) {
+	known := notify.Destination{Type: notify.TypeWebhook, URL: "http://127.0.0.1:1/"}
+	d := notify.NewDeliverer(notify.Options{})
+	job := &jobs.Job{ID: 1, Kind: notify.Kind, Payload: notify.Jobs([]notify.Destination{known}, sampleEvent(notify.AccountCreated))[0].Payload}
+	if out := d.Run(context.Background(), job); out.Kind() != "retry_after" {
+		t.Fatalf("outcome %s, want retry_after", out)
+	}
+}
+
+func TestAnEmailArrivesOverStartTLSAndOverImplicitTLS(t *testing.T) {
+	for _, implicit := range []bool{false, true} {
+		name := map[bool]string{false: "starttls", true: "implicit"}[implicit]
+		t.Run(name, func(t *testing.T) {
+			srv := startSMTP(t, implicit)
+			dst := notify.Destination{Type: notify.TypeEmail, SMTP: srv.addr, From: "acme@example.com",
+				To: []string{"ops@example.com", "pki@example.com"}, Username: "acme", Password: "pw"}
+			if implicit {
+				dst.TLS = notify.TLSImplicit
+			}
+			r := newRig(t, notify.Options{TLS: &tls.Config{RootCAs: srv.certs}}, dst)
+			ids := r.event(t, sampleEvent(notify.CertificateIssued), dst)
+			if j := r.wait(t, ids[0]); j.Status != store.JobDone {
+				t.Fatalf("job %s: %s", j.Status, j.LastError)
+			}
+			m := srv.received()
+			if len(m) != 1 {
+				t.Fatalf("%d mails", len(m))
+			}
+			if !m[0].tls || m[0].auth == "" || m[0].from != "acme@example.com" || strings.Join(m[0].to, ",") != "ops@example.com,pki@example.com" {
+				t.Errorf("mail %+v: want TLS, AUTH and the envelope", m[0])
+			}
+			for _, want := range []string{"Subject: [acme_proxy] certificate_issued (internal): a.example.com and 1 more",
+				"From: acme@example.com", "Content-Type: text/plain", "serial:         0a1b", "identifier:     dns b.example.com"} {
+				if !strings.Contains(m[0].data, want) {
+					t.Errorf("the mail lacks %q:\n%s", want, m[0].data)
+				}
+			}
+		})
+	}
+}
+
+func TestAnEmailRefusedByTheServerIsAbandoned(t *testing.T) {
+	srv := startSMTP(t, false)
+	srv.rejectTo = "nobody@example.com"
+	dst := notify.Destination{Type: notify.TypeEmail, SMTP: srv.addr, From: "acme@example.com", To: []string{"nobody@example.com"}}
+	r := newRig(t, notify.Options{TLS: &tls.Config{RootCAs: srv.certs}}, dst)
+	ids := r.event(t, sampleEvent(notify.CertificateIssued), dst)
+	if j := r.wait(t, ids[0]); j.Status != store.JobFailed || j.Attempts != 1 || !strings.Contains(j.LastError, "550") {
+		t.Fatalf("job %s after %d attempts (%s); want failed after 1 with the 550", j.Status, j.Attempts, j.LastError)
+	}
+}
+
+func TestAScriptGetsTheEventOnStdinInACleanEnvironment(t *testing.T) {
+	t.Setenv("ACME_PROXY_TEST_SECRET", "leaked")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "event.json")
+	script := filepath.Join(dir, "hook.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ncat > \"$1\"\nenv > \"$2\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst := notify.Destination{Type: notify.TypeScript, Command: script, Args: []string{out, filepath.Join(dir, "env")}}
+	r := newRig(t, notify.Options{}, dst)
+	ev := sampleEvent(notify.CertificateRevoked)
+	ev.Reason = "1"
+	ids := r.event(t, ev, dst)
+	if j := r.wait(t, ids[0]); j.Status != store.JobDone {
+		t.Fatalf("job %s: %s", j.Status, j.LastError)
+	}
+	body, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back notify.Event
+	if err := json.Unmarshal(body, &back); err != nil || back.Event != notify.CertificateRevoked || back.Reason != "1" || back.Serial != "0a1b" {
+		t.Errorf("stdin was %s (%v)", body, err)
+	}
+	env, _ := os.ReadFile(filepath.Join(dir, "env"))
+	if strings.Contains(string(env), "ACME_PROXY_TEST_SECRET") || strings.Contains(string(env), "HOME=") {
+		t.Errorf("the script inherited the environment:\n%s", env)
+	}
+}
+
+func TestScriptFailures(t *testing.T) {
+	dir := t.TempDir()
+	failing := filepath.Join(dir, "fail.sh")
+	if err := os.WriteFile(failing, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name         string
+		command      string
+		wantAttempts int
+		wantReason   string
+	}{
+		{"fail/a missing script is abandoned at once", filepath.Join(dir, "missing.sh"), 1, "no such file"},
+		{"fail/a script that fails is retried until the budget is spent", failing, notify.MaxAttempts, "exited with status 3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := notify.Destination{Type: notify.TypeScript, Command: tc.command}
+			r := newRig(t, notify.Options{}, dst)
+			ids := r.event(t, sampleEvent(notify.AccountCreated), dst)
+			j := r.wait(t, ids[0])
+			if j.Status != store.JobFailed || j.Attempts != tc.wantAttempts || !strings.Contains(j.LastError, tc.wantReason) {
+				t.Errorf("job %s after %d attempts (%s); want failed after %d with %q", j.Status, j.Attempts, j.LastError, tc.wantAttempts, tc.wantReason)
+			}
+		})
+	}
+}
+
+func TestAScriptThatHangsIsCutOffAtItsTimeout(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "hang.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := notify.NewDeliverer(notify.Options{Timeout: 50 * time.Millisecond})
+	dst := notify.Destination{Type: notify.TypeScript, Command: script}
+	if err := d.Register(dst); err != nil {
+		t.Fatal(err)
+	}
+	job := &jobs.Job{ID: 1, Kind: notify.Kind, Payload: notify.Jobs([]notify.Destination{dst}, sampleEvent(notify.AccountCreated))[0].Payload}
+	start := time.Now()
+	out := d.Run(context.Background(), job)
+	if out.Kind() != "retry" || !strings.Contains(out.String(), "timed out") || time.Since(start) > 5*time.Second {
+		t.Fatalf("outcome %s after %s; want a retry for the timeout, quickly", out, time.Since(start))
+	}
+}
+
+func TestDestinationsAreValidatedAndIdentifiedWithoutTheirSecrets(t *testing.T) {
+	a := notify.Destination{Type: notify.TypeWebhook, URL: "https://h.example.com/x", Secret: "one"}
+	b := a
+	b.Secret = "two"
+	if a.ID() != b.ID() || strings.Contains(a.ID(), "one") {
+		t.Errorf("IDs %q %q: want equal, without the secret", a.ID(), b.ID())
+	}
+	if got := (&notify.Destination{Type: notify.TypeWebhook, URL: "https://u:p@h.example.com/x?k=v"}).Describe(); got != "webhook h.example.com" {
+		t.Errorf("Describe = %q", got)
+	}
+	for _, bad := range []notify.Destination{
+		{Type: "pager"},
+		{Type: notify.TypeWebhook, URL: "ftp://h.example.com"},
+		{Type: notify.TypeWebhook, URL: "https://h.example.com", Events: []string{"everything"}},
+		{Type: notify.TypeEmail, SMTP: "m.example.com", From: "a@example.com", To: []string{"b@example.com"}},
+		{Type: notify.TypeEmail, SMTP: "m.example.com:25", From: "a@example.com"},
+		{Type: notify.TypeEmail, SMTP: "m.example.com:25", From: "a@example.com", To: []string{"b@example.com"}, Username: "u"},
+		{Type: notify.TypeScript},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v validated", bad)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os/exec"
+	"time"
+)
+
+// script runs the destination's program, without a shell, in a clean
+// environment, with the event's JSON on stdin. Exit 0 is delivered; a
+// program that is missing or cannot be executed is a permanent failure;
+// any other failure (an exit status, the timeout) is retried.
+func (d *Deliverer) script(ctx context.Context, dst Destination, body []byte) error {
+	cmd := exec.CommandContext(ctx, dst.Command, dst.Args...)
+	cmd.Env = d.opts.ScriptEnv
+	cmd.Stdin = bytes.NewReader(body)
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("timed out after %s", d.opts.Timeout)
+	}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return fmt.Errorf("exited with status %d", ee.ExitCode())
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrPermission):
+		return permanent(err)
+	}
+	return err
+}

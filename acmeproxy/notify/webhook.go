@@ -1,0 +1,107 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Webhook request headers.
+const (
+	// SignatureHeader carries the lower-case hex HMAC-SHA256 of the body
+	// under the destination's secret.
+	SignatureHeader = "X-Acme-Proxy-Signature"
+	// EventHeader names the event.
+	EventHeader = "X-Acme-Proxy-Event"
+	// DeliveryHeader is the delivery's job id: the same on every attempt,
+	// so a receiver can drop a delivery it has already processed.
+	DeliveryHeader = "X-Acme-Proxy-Delivery"
+)
+
+func eventJSON(ev Event) ([]byte, error) { return json.Marshal(ev) }
+
+// Sign is the signature of body under secret, as SignatureHeader carries it.
+func Sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// webhook POSTs the event. 2xx is delivered; 408, 429 and 5xx (and any
+// transport failure) are retried, a Retry-After honoured; anything else is
+// a permanent refusal.
+func (d *Deliverer) webhook(ctx context.Context, dst Destination, ev Event, body []byte, delivery int64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dst.URL, bytes.NewReader(body))
+	if err != nil {
+		return permanent(errors.New("the URL does not make a request"))
+	}
+	for k, v := range dst.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "caddy-acme-proxy")
+	req.Header.Set(EventHeader, ev.Event)
+	req.Header.Set(DeliveryHeader, strconv.FormatInt(delivery, 10))
+	if dst.Secret != "" {
+		req.Header.Set(SignatureHeader, Sign(dst.Secret, body))
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return errors.New(transportError(err))
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	code := resp.StatusCode
+	switch {
+	case code >= 200 && code < 300:
+		return nil
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		if after, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return &retryAfterError{err: fmt.Errorf("HTTP %d, retry after %s", code, after), after: after}
+		}
+		return fmt.Errorf("HTTP %d", code)
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		return fmt.Errorf("HTTP %d", code)
+	}
+	return permanent(fmt.Errorf("HTTP %d", code))
+}
+
+// transportError describes a failed request without its URL, which may
+// carry credentials in its userinfo or query.
+func transportError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+		if ue.Timeout() {
+			return "timed out: " + err.Error()
+		}
+	}
+	return err.Error()
+}
+
+// retryAfter parses a Retry-After header (seconds or an HTTP date),
+// capped at maxRetryAfter.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	var d time.Duration
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = max(t.Sub(now), 0)
+	} else {
+		return 0, false
+	}
+	return min(d, maxRetryAfter), true
+}

@@ -1,0 +1,200 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// The proxy's metrics, prefixed caddy_acme_proxy_. The collectors are
+// created once per process and registered on each config's registry (as
+// Caddy's reverse proxy does), so counters survive config reloads. Labels
+// are bounded: profile, route and job kind names, status codes, challenge
+// types, outcome and reason classes — never an identifier, a serial or an
+// address.
+var proxyMetrics = struct {
+	once sync.Once
+
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
+	issued          *prometheus.CounterVec
+	failed          *prometheus.CounterVec
+	revoked         *prometheus.CounterVec
+	validations     *prometheus.CounterVec
+	jobRuns         *prometheus.CounterVec
+	jobDuration     *prometheus.HistogramVec
+	upstream        *prometheus.HistogramVec
+}{}
+
+const metricsNamespace, metricsSubsystem = "caddy", "acme_proxy"
+
+func initProxyMetrics() {
+	proxyMetrics.once.Do(func() {
+		opts := func(name, help string) (string, string, string, string) {
+			return metricsNamespace, metricsSubsystem, name, help
+		}
+		counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+			ns, sub, n, h := opts(name, help)
+			return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: n, Help: h}, labels)
+		}
+		histogram := func(name, help string, labels ...string) *prometheus.HistogramVec {
+			ns, sub, n, h := opts(name, help)
+			return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: n, Help: h,
+				Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, labels)
+		}
+		m := &proxyMetrics
+		m.requests = counter("requests_total", "ACME requests by profile, route and status code.", "profile", "route", "status")
+		m.requestDuration = histogram("request_duration_seconds", "ACME request durations by profile and route.", "profile", "route")
+		m.issued = counter("certificates_issued_total", "Certificates issued by profile.", "profile")
+		m.failed = counter("certificates_failed_total", "Issuances that failed, by profile and reason class.", "profile", "reason")
+		m.revoked = counter("revocations_total", "Revocations recorded, by profile.", "profile")
+		m.validations = counter("validations_total", "Challenge validations by profile, challenge type and outcome.",
+			"profile", "challenge", "outcome")
+		m.jobRuns = counter("job_runs_total", "Job attempts by kind and outcome (done, retry, retry_after, failed, reschedule), and jobs abandoned.",
+			"kind", "outcome")
+		m.jobDuration = histogram("job_duration_seconds", "Job attempt durations by kind.", "kind")
+		m.upstream = histogram("upstream_request_duration_seconds", "Requests to a relay profile's upstream CA, by profile and status class.",
+			"profile", "status")
+	})
+}
+
+// registerProxyMetrics registers the collectors, and one reading the
+// store at scrape time, on a config's registry.
+func registerProxyMetrics(reg *prometheus.Registry, db *store.DB) error {
+	initProxyMetrics()
+	m := &proxyMetrics
+	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.issued, m.failed, m.revoked,
+		m.validations, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db}} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// serverMetrics is acmeproxy.Metrics over the collectors.
+type serverMetrics struct{}
+
+func (serverMetrics) Request(profile, route string, status int, d time.Duration) {
+	proxyMetrics.requests.WithLabelValues(profile, route, strconv.Itoa(status)).Inc()
+	proxyMetrics.requestDuration.WithLabelValues(profile, route).Observe(d.Seconds())
+}
+func (serverMetrics) Issued(profile string) { proxyMetrics.issued.WithLabelValues(profile).Inc() }
+func (serverMetrics) IssueFailed(profile, reason string) {
+	proxyMetrics.failed.WithLabelValues(profile, reason).Inc()
+}
+func (serverMetrics) Revoked(profile string) { proxyMetrics.revoked.WithLabelValues(profile).Inc() }
+func (serverMetrics) Validated(profile, challenge, outcome string) {
+	proxyMetrics.validations.WithLabelValues(profile, challenge, outcome).Inc()
+}
+
+var _ acmeproxy.Metrics = serverMetrics{}
+
+// observeUpstream records one request of a relay profile to its upstream
+// CA, by status class ("2xx", "4xx", …; "error" without a response).
+func observeUpstream(profile string, d time.Duration, status int) {
+	initProxyMetrics()
+	class := "error"
+	if status > 0 {
+		class = strconv.Itoa(status/100) + "xx"
+	}
+	proxyMetrics.upstream.WithLabelValues(profile, class).Observe(d.Seconds())
+}
+
+// measuredJobs wraps a job handler to count its attempts by outcome and
+// time them; it keeps the handler's lease and concurrency.
+type measuredJobs struct{ jobs.Handler }
+
+func (m measuredJobs) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
+	start := time.Now()
+	out := m.Handler.Run(ctx, job)
+	proxyMetrics.jobDuration.WithLabelValues(job.Kind).Observe(time.Since(start).Seconds())
+	proxyMetrics.jobRuns.WithLabelValues(job.Kind, out.Kind()).Inc()
+	return out
+}
+
+func (m measuredJobs) Abandon(ctx context.Context, job *jobs.Job, reason string) {
+	proxyMetrics.jobRuns.WithLabelValues(job.Kind, "abandoned").Inc()
+	m.Handler.Abandon(ctx, job, reason)
+}
+
+func (m measuredJobs) Lease() time.Duration {
+	if l, ok := m.Handler.(jobs.Leaser); ok {
+		return l.Lease()
+	}
+	return 0 // the runner's default
+}
+
+func (m measuredJobs) Concurrency() int {
+	if l, ok := m.Handler.(jobs.Limiter); ok {
+		return l.Concurrency()
+	}
+	return 0 // the runner's default
+}
+
+func measured(hs []jobs.Handler) []jobs.Handler {
+	initProxyMetrics()
+	out := make([]jobs.Handler, len(hs))
+	for i, h := range hs {
+		out[i] = measuredJobs{h}
+	}
+	return out
+}
+
+// storeCollector reads gauges from the store at scrape time: the job
+// queue by kind and status, the used-nonce store's size, and each CRL's
+// nextUpdate. Each is one cheap aggregate query.
+type storeCollector struct{ db *store.DB }
+
+var (
+	jobsDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "jobs"),
+		"Jobs in the queue by kind and status.", []string{"kind", "status"}, nil)
+	noncesDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "used_nonces"),
+		"Nonces remembered as used (the nonce store's size).", nil, nil)
+	crlNextUpdateDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "crl_next_update_timestamp_seconds"),
+		"The nextUpdate of each issuer's published CRL, as a Unix time.", []string{"issuer"}, nil)
+)
+
+// storeScrapeTimeout bounds the store's reads of one scrape.
+const storeScrapeTimeout = 5 * time.Second
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- jobsDesc
+	ch <- noncesDesc
+	ch <- crlNextUpdateDesc
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeScrapeTimeout)
+	defer cancel()
+	if counts, err := c.db.CountJobs(ctx); err == nil {
+		for _, n := range counts {
+			ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(n.N), n.Kind, string(n.Status))
+		}
+	} else {
+		ch <- prometheus.NewInvalidMetric(jobsDesc, err)
+	}
+	if n, err := c.db.CountUsedNonces(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(noncesDesc, prometheus.GaugeValue, float64(n))
+	} else {
+		ch <- prometheus.NewInvalidMetric(noncesDesc, err)
+	}
+	if crls, err := c.db.CRLNextUpdates(ctx); err == nil {
+		for _, u := range crls {
+			ch <- prometheus.MustNewConstMetric(crlNextUpdateDesc, prometheus.GaugeValue, float64(u.NextUpdate.Unix()), u.IssuerKeyID)
+		}
+	} else {
+		ch <- prometheus.NewInvalidMetric(crlNextUpdateDesc, err)
+	}
+}
