@@ -158,15 +158,19 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 			return err
 		}
 		// A validation that settled in time needs no processing mark: it
-		// went straight from pending to its result. One still running (or
-		// queued for a runner elsewhere) is marked so polls see it.
-		if !done {
+		// went straight from pending to its result. One still running, or
+		// waiting for a retry, or queued for a runner elsewhere, is marked
+		// so the client sees its answer was taken (RFC 8555 §7.1.6).
+		if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, id); err != nil {
+			return err
+		}
+		if !done || c.Status == "pending" {
 			if _, err := s.db.StartChallenge(ctx, c.ID, s.clock.Now()); err != nil {
 				return err
 			}
-		}
-		if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, id); err != nil {
-			return err
+			if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, id); err != nil {
+				return err
+			}
 		}
 	}
 	w.Header().Add("Link", link(base+"/authz/"+a.ID, "up"))

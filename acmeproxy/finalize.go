@@ -84,7 +84,7 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 		OrderID: o.ID, Profile: s.cfg.Profile, CSR: csr, CSRDER: der,
 		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
 		ClientAddr: clientIP(r), UserAgent: r.UserAgent(), CRLURL: s.crlURL(),
-	})
+	}, false)
 	if err != nil {
 		return err
 	}
@@ -94,10 +94,19 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 
 // issue calls the signer for a claimed order and records what happened,
 // returning the order as it now stands.
-func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueRequest) (store.Order, error) {
+//
+// A fault on a resumed order (resumed) leaves it processing for the next
+// sweep instead of failing it: a signer that finishes later may still be
+// working on it, and only its refusal is final.
+func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueRequest, resumed bool) (store.Order, error) {
 	sctx, cancel := context.WithTimeout(ctx, signTimeout)
 	out, err := s.signer.Issue(sctx, req)
 	cancel()
+	if err != nil && resumed {
+		if e, ok := signer.AsError(err); !ok || e.Kind == signer.KindUnavailable {
+			return o, err
+		}
+	}
 	if err != nil {
 		prob := signerProblem(err)
 		body, _ := json.Marshal(prob)

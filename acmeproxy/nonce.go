@@ -62,7 +62,9 @@ func (n *nonces) consume(ctx context.Context, profile, nonce string, now time.Ti
 	if nonce == "" {
 		return problem.BadNonceF("the JWS protected header has no nonce")
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(nonce)
+	// Strict: the last character's spare bits must be zero, or four
+	// spellings of one nonce would each be "fresh".
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(nonce)
 	if err != nil || len(raw) != nonceLen {
 		return problem.BadNonceF("the nonce was not issued by this server")
 	}

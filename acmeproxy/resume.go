@@ -47,7 +47,7 @@ func (s *Server) ResumeStuckOrders(ctx context.Context) (int, error) {
 		if _, err := s.issue(ctx, o, signer.IssueRequest{
 			OrderID: o.ID, Profile: s.cfg.Profile, CSR: csr, CSRDER: o.CSR,
 			Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter, CRLURL: s.crlURL(),
-		}); err != nil {
+		}, true); err != nil {
 			errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
 		}
 	}

@@ -175,6 +175,11 @@ func (s *Server) mayRevoke(ctx context.Context, req *signedRequest, cert store.C
 	if req.account.ID == cert.AccountID {
 		return true, nil
 	}
+	// A deactivated account keeps only the right to revoke what it
+	// ordered; its authorizations no longer speak for it (RFC 8555 §7.3.6).
+	if req.account.Status != "valid" {
+		return false, nil
+	}
 	o, err := s.db.GetOrder(ctx, s.cfg.Profile, cert.OrderID)
 	if err != nil {
 		return false, err

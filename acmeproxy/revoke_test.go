@@ -201,6 +201,25 @@ func TestRevokeCertByEachAuthorizedRequesterAndTheCRLListsIt(t *testing.T) {
 		e.crl(lists(cert.leaf.SerialNumber))
 	})
 
+	t.Run("fail/a deactivated account's authorizations no longer let it revoke another's certificate", func(t *testing.T) {
+		other := e.client(ctx)
+		cert := e.issue(ctx, owner, "held.example.com")
+		e.issue(ctx, other, "held.example.com") // other now holds valid authorizations for the name
+		if err := other.DeactivateReg(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.RevokeCert(ctx, nil, cert.der, acme.CRLReasonKeyCompromise); err == nil {
+			t.Fatal("a deactivated account revoked a certificate it did not order")
+		}
+		stored, err := e.db.CertificateOfOrder(ctx, cert.order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !stored.RevokedAt.IsZero() {
+			t.Fatal("the certificate was revoked")
+		}
+	})
+
 	t.Run("ok/the CRL is RFC 5280 and cRLNumber grows", func(t *testing.T) {
 		first := e.crl(lists(serials...))
 		if first.Number == nil || first.Number.Sign() <= 0 {

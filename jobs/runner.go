@@ -329,6 +329,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 func (r *Runner) loop(ctx context.Context) {
 	defer close(r.loopDone)
 	kinds, polled := r.kinds, true
+	lastPoll := r.opts.Clock.Now()
 	for {
 		if ctx.Err() != nil {
 			return
@@ -343,9 +344,17 @@ func (r *Runner) loop(ctx context.Context) {
 			return
 		case <-r.wake:
 			t.Stop()
-			kinds, polled = append(r.takeHints(), more...), false
+			// Wake-ups arriving faster than the timer could fire must not
+			// starve the kinds nobody woke: poll them all at least once
+			// per poll interval.
+			if now := r.opts.Clock.Now(); now.Sub(lastPoll) >= r.opts.PollInterval {
+				kinds, polled, lastPoll = r.kinds, true, now
+				r.takeHints()
+			} else {
+				kinds, polled = append(r.takeHints(), more...), false
+			}
 		case <-t.C():
-			kinds, polled = r.kinds, true
+			kinds, polled, lastPoll = r.kinds, true, r.opts.Clock.Now()
 		}
 	}
 }
@@ -550,12 +559,15 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) {
 	)
 	switch out.kind {
 	case outcomeDone:
-		err = r.q.db.CompleteJob(ctx, job.ID, r.opts.Owner, now)
+		err = persist(ctx, func() error { return r.q.db.CompleteJob(ctx, job.ID, r.opts.Owner, now) })
 	case outcomeFailed:
 		r.retire(ks, job, store.JobFailed, out.reason)
 		return
 	case outcomeReschedule:
-		status, err = r.q.db.RescheduleJob(ctx, job.ID, r.opts.Owner, now.Add(out.after), now)
+		err = persist(ctx, func() (err error) {
+			status, err = r.q.db.RescheduleJob(ctx, job.ID, r.opts.Owner, now.Add(out.after), now)
+			return err
+		})
 	case outcomeRetry, outcomeRetryAfter:
 		refund := out.kind == outcomeRetryAfter
 		if !refund && job.Attempts >= job.MaxAttempts {
@@ -571,7 +583,10 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) {
 			r.retire(ks, job, store.JobFailed, "deadline passes before the next attempt; last error: "+out.reason)
 			return
 		}
-		status, err = r.q.db.RetryJob(ctx, job.ID, r.opts.Owner, runAt, out.reason, refund, now)
+		err = persist(ctx, func() (err error) {
+			status, err = r.q.db.RetryJob(ctx, job.ID, r.opts.Owner, runAt, out.reason, refund, now)
+			return err
+		})
 	}
 	if err != nil {
 		r.logSettleError(job, err)
@@ -590,8 +605,34 @@ func (r *Runner) retire(ks *kindState, job *Job, status store.JobStatus, reason 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ks.Abandon(ctx, job, reason)
-	if err := r.q.db.RetireJob(ctx, job.ID, r.opts.Owner, status, reason, r.opts.Clock.Now()); err != nil {
+	now := r.opts.Clock.Now()
+	if err := persist(ctx, func() error { return r.q.db.RetireJob(ctx, job.ID, r.opts.Owner, status, reason, now) }); err != nil {
 		r.logSettleError(job, err)
+	}
+}
+
+// persist retries a settling write that failed for a reason other than a
+// lost lease (the database locked by a backup beyond the busy timeout, a
+// full disk), until ctx ends. While it retries the attempt stays in flight,
+// so its lease keeps being renewed; giving up at once would leave the job
+// running under a lease no runner of this process reclaims.
+func persist(ctx context.Context, write func() error) error {
+	delay := 100 * time.Millisecond
+	for {
+		err := write()
+		if err == nil || errors.Is(err, store.ErrLeaseLost) {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		if delay < 5*time.Second {
+			delay *= 2
+		}
 	}
 }
 
