@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -122,17 +123,17 @@ func newE2ELego(t *testing.T, env *e2eEnv) *lego.Client {
 
 // e2eLegoDNS answers dns-01 by writing the TXT record into the test's
 // DNS server.
-type e2eLegoDNS struct{ dns *e2eDNS }
+type e2eLegoDNS struct{ dns *testdns.Server }
 
 func (p e2eLegoDNS) Present(ctx context.Context, domain, _, keyAuth string) error {
 	info := dns01.GetChallengeInfo(ctx, domain, keyAuth)
-	p.dns.setTXT(info.EffectiveFQDN, info.Value)
+	p.dns.AddTXT(info.EffectiveFQDN, info.Value)
 	return nil
 }
 
 func (p e2eLegoDNS) CleanUp(ctx context.Context, domain, _, keyAuth string) error {
 	info := dns01.GetChallengeInfo(ctx, domain, keyAuth)
-	p.dns.deleteTXT(info.EffectiveFQDN, info.Value)
+	p.dns.DeleteTXT(info.EffectiveFQDN, info.Value)
 	return nil
 }
 

@@ -24,9 +24,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/miekg/dns"
 
 	"github.com/acmeproxy/caddy-acme-proxy/internal/lintcheck"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 )
 
 // The end-to-end tests run a real Caddy (caddy.Load of an adapted
@@ -49,121 +49,16 @@ const e2eWait = 30 * time.Second
 
 // ---- DNS ----
 
-// e2eDNS is an authoritative-enough DNS server for example.com on
-// 127.0.0.1, over UDP and TCP: A 127.0.0.1 for every name in the zone, an
-// empty answer for other types, TXT records from a map the test sets, and
-// NXDOMAIN outside the zone.
-type e2eDNS struct {
-	addr string // host:port, the same port for UDP and TCP
-
-	mu  sync.Mutex
-	txt map[string][]string // lower-case FQDN → values
-}
-
-// startE2EDNS starts an e2eDNS that stops when the test ends.
-func startE2EDNS(t *testing.T) *e2eDNS {
+// startE2EDNS starts the test DNS server for e2eZone (A 127.0.0.1 for
+// every name in it, TXT records a test sets); it stops when the test ends.
+func startE2EDNS(t *testing.T) *testdns.Server {
 	t.Helper()
-	d := &e2eDNS{txt: map[string][]string{}}
-	// One port for both networks: take a UDP port, then the same TCP port;
-	// retry if the TCP side is taken.
-	var (
-		pc  net.PacketConn
-		ln  net.Listener
-		err error
-	)
-	for range 10 {
-		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
-			t.Fatalf("dns: %v", err)
-		}
-		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
-			break
-		}
-		pc.Close()
-	}
+	d, err := testdns.Start(e2eZone)
 	if err != nil {
-		t.Fatalf("dns: no port free for both UDP and TCP: %v", err)
+		t.Fatal(err)
 	}
-	d.addr = pc.LocalAddr().String()
-	h := dns.HandlerFunc(d.serve)
-	servers := []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}}
-	var wg sync.WaitGroup
-	for _, s := range servers {
-		started := make(chan struct{})
-		s.NotifyStartedFunc = func() { close(started) }
-		failed := make(chan error, 1)
-		wg.Go(func() { failed <- s.ActivateAndServe() })
-		select {
-		case <-started:
-		case err := <-failed:
-			t.Fatalf("dns: serving: %v", err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, s := range servers {
-			_ = s.Shutdown()
-		}
-		wg.Wait()
-	})
+	t.Cleanup(d.Close)
 	return d
-}
-
-// setTXT adds a TXT record (several values may live at one name).
-func (d *e2eDNS) setTXT(fqdn, value string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	name := strings.ToLower(dns.Fqdn(fqdn))
-	d.txt[name] = append(d.txt[name], value)
-}
-
-// deleteTXT removes one TXT value.
-func (d *e2eDNS) deleteTXT(fqdn, value string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	name := strings.ToLower(dns.Fqdn(fqdn))
-	d.txt[name] = slices.DeleteFunc(d.txt[name], func(v string) bool { return v == value })
-}
-
-func (d *e2eDNS) serve(w dns.ResponseWriter, req *dns.Msg) {
-	m := new(dns.Msg)
-	m.SetReply(req)
-	m.Authoritative = true
-	if len(req.Question) != 1 {
-		m.Rcode = dns.RcodeFormatError
-		_ = w.WriteMsg(m)
-		return
-	}
-	q := req.Question[0]
-	name := strings.ToLower(q.Name)
-	if !dns.IsSubDomain(e2eZone, name) {
-		m.Rcode = dns.RcodeNameError
-		_ = w.WriteMsg(m)
-		return
-	}
-	hdr := func(t uint16) dns.RR_Header {
-		return dns.RR_Header{Name: q.Name, Rrtype: t, Class: dns.ClassINET, Ttl: 0}
-	}
-	soa := &dns.SOA{
-		Hdr: dns.RR_Header{Name: e2eZone, Rrtype: dns.TypeSOA, Class: dns.ClassINET},
-		Ns:  "ns." + e2eZone, Mbox: "hostmaster." + e2eZone, Serial: 1, Refresh: 60, Retry: 60, Expire: 60, Minttl: 0,
-	}
-	switch q.Qtype {
-	case dns.TypeA:
-		m.Answer = append(m.Answer, &dns.A{Hdr: hdr(dns.TypeA), A: net.IPv4(127, 0, 0, 1)})
-	case dns.TypeTXT:
-		d.mu.Lock()
-		for _, v := range d.txt[name] {
-			m.Answer = append(m.Answer, &dns.TXT{Hdr: hdr(dns.TypeTXT), Txt: []string{v}})
-		}
-		d.mu.Unlock()
-	case dns.TypeSOA:
-		if name == e2eZone {
-			m.Answer = append(m.Answer, soa)
-		}
-	}
-	if len(m.Answer) == 0 {
-		m.Ns = append(m.Ns, soa)
-	}
-	_ = w.WriteMsg(m)
 }
 
 // ---- Caddy ----
@@ -233,7 +128,7 @@ type e2eEnv struct {
 	DNSAddr   string
 	LogFile   string // Caddy's log, shown when a test fails
 
-	dns     *e2eDNS
+	dns     *testdns.Server
 	running bool // a config is loaded
 	// rootFile is Caddy's local root, rootPool the pool holding it; set
 	// once Caddy has created its local CA.
@@ -259,7 +154,7 @@ func newE2EEnv(t *testing.T) *e2eEnv {
 		dns:       startE2EDNS(t),
 		rootFile:  filepath.Join(dir, "storage", "pki", "authorities", "local", "root.crt"),
 	}
-	env.DNSAddr = env.dns.addr
+	env.DNSAddr = env.dns.Addr
 	// Registered before load registers caddy.Stop, so it runs after it.
 	t.Cleanup(func() {
 		if !t.Failed() && os.Getenv("E2E_CADDY_LOG") == "" {

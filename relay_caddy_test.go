@@ -94,11 +94,11 @@ func TestRelayThroughCaddyObtainsFromPebbleWithEachChallengeStrategy(t *testing.
 	t.Cleanup(func() { relayDNSServers.Delete(t.Name()) })
 	httpPort, httpsPort := freePort(t), freePort(t)
 	// Pebble sends its http-01 requests to httpPort, where Caddy listens.
-	trusting := startRelayPebble(t, d.addr, httpPort, true)
-	strict := startRelayPebble(t, d.addr, httpPort, false)
+	trusting := startRelayPebble(t, d.Addr, httpPort, true)
+	strict := startRelayPebble(t, d.Addr, httpPort, false)
 
 	storage := filepath.Join(dir, "storage")
-	cfgFile := fmt.Sprintf(relayCaddyfile, storage, httpPort, filepath.Join(dir, "acme_proxy.db"), d.addr,
+	cfgFile := fmt.Sprintf(relayCaddyfile, storage, httpPort, filepath.Join(dir, "acme_proxy.db"), d.Addr,
 		trusting.dir, trusting.rootsFile, strict.dir, strict.rootsFile, t.Name(), httpsPort)
 	cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), nil)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"net/http"
 	"net/http/httptest"
 	"path"
@@ -57,7 +58,7 @@ func (p relayProfiles) Lookup(name string) (*acmeproxy.Server, bool) { s, ok := 
 // address clients reach them at: a restarted process serves the same URLs.
 type relayBench struct {
 	t       *testing.T
-	dns     *relayDNS
+	dns     *testdns.Server
 	pebble  *relayPebble
 	dbPath  string
 	storage certmagic.Storage
@@ -74,7 +75,7 @@ func newRelayBench(t *testing.T) *relayBench {
 	t.Cleanup(func() { relayDNSServers.Delete(t.Name()) })
 	dir := t.TempDir()
 	b := &relayBench{
-		t: t, dns: d, pebble: startRelayPebble(t, d.addr, 1, false),
+		t: t, dns: d, pebble: startRelayPebble(t, d.Addr, 1, false),
 		dbPath: filepath.Join(dir, "acme.db"), storage: &certmagic.FileStorage{Path: filepath.Join(dir, "storage")},
 	}
 	b.front = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -102,14 +103,14 @@ func (b *relayBench) start() *relayProcess {
 	sgn, err := relay.New(relay.Options{
 		Directory: b.pebble.dir, Email: "relay@example.com", Challenge: relay.ChallengeDNS01,
 		DNS: &certmagic.DNS01Solver{DNSManager: certmagic.DNSManager{
-			DNSProvider: &relayDNSProvider{Server: t.Name()}, PropagationTimeout: -1, Resolvers: []string{b.dns.addr},
+			DNSProvider: &relayDNSProvider{Server: t.Name()}, PropagationTimeout: -1, Resolvers: []string{b.dns.Addr},
 		}},
 		Storage: b.storage, RootCAs: b.pebble.tlsRoots(), PollInterval: 50 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := validate.New(validate.Config{HTTPPort: 1, TLSPort: 1, Resolvers: []string{b.dns.addr}})
+	v, err := validate.New(validate.Config{HTTPPort: 1, TLSPort: 1, Resolvers: []string{b.dns.Addr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func (b *relayBench) readyOrder(t *testing.T, ctx context.Context, c *acme.Clien
 			if err != nil {
 				t.Fatal(err)
 			}
-			b.dns.addTXT("_acme-challenge."+z.Identifier.Value, rec)
+			b.dns.AddTXT("_acme-challenge."+z.Identifier.Value, rec)
 			if _, err := c.Accept(ctx, ch); err != nil {
 				t.Fatalf("accept: %v", err)
 			}

@@ -9,9 +9,9 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -33,7 +33,6 @@ import (
 	"github.com/letsencrypt/pebble/v2/va"
 	"github.com/letsencrypt/pebble/v2/wfe"
 	"github.com/libdns/libdns"
-	"github.com/miekg/dns"
 )
 
 // ---- a DNS server the test runs ----
@@ -42,79 +41,17 @@ import (
 // authority and answers every name in it with 127.0.0.1.
 const relayZone = "example.com."
 
-// relayDNS answers A (127.0.0.1), SOA (for relayZone) and TXT (whatever was
-// put) over UDP and TCP: Pebble's VA asks over TCP only, certmagic and
-// the proxy's validator over UDP.
-type relayDNS struct {
-	addr string
-	mu   sync.Mutex
-	txt  map[string][]string // lower-case FQDN with the final dot → values
-}
-
-func startRelayDNS(t *testing.T) *relayDNS {
+// startRelayDNS starts the test DNS server for relayZone, which Pebble's
+// validation authority, certmagic and the proxy's validator all ask; it
+// stops when the test ends.
+func startRelayDNS(t *testing.T) *testdns.Server {
 	t.Helper()
-	d := &relayDNS{txt: map[string][]string{}}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	d, err := testdns.Start(relayZone)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.addr = pc.LocalAddr().String()
-	l, err := net.Listen("tcp", d.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	udp := &dns.Server{PacketConn: pc, Handler: d}
-	tcp := &dns.Server{Listener: l, Handler: d}
-	go func() { _ = udp.ActivateAndServe() }()
-	go func() { _ = tcp.ActivateAndServe() }()
-	t.Cleanup(func() { _ = udp.Shutdown(); _ = tcp.Shutdown() })
+	t.Cleanup(d.Close)
 	return d
-}
-
-func (d *relayDNS) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
-	m := new(dns.Msg)
-	m.SetReply(r)
-	m.Authoritative = true
-	for _, q := range r.Question {
-		name := strings.ToLower(q.Name)
-		hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Rrtype: q.Qtype}
-		switch q.Qtype {
-		case dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: net.ParseIP("127.0.0.1")})
-		case dns.TypeSOA:
-			if name == relayZone {
-				m.Answer = append(m.Answer, &dns.SOA{Hdr: hdr, Ns: "ns." + relayZone, Mbox: "hostmaster." + relayZone,
-					Serial: 1, Refresh: 60, Retry: 60, Expire: 60, Minttl: 1})
-			}
-		case dns.TypeTXT:
-			d.mu.Lock()
-			for _, v := range d.txt[name] {
-				m.Answer = append(m.Answer, &dns.TXT{Hdr: hdr, Txt: []string{v}})
-			}
-			d.mu.Unlock()
-		}
-	}
-	_ = w.WriteMsg(m)
-}
-
-func (d *relayDNS) addTXT(fqdn, value string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	k := strings.ToLower(dns.Fqdn(fqdn))
-	d.txt[k] = append(d.txt[k], value)
-}
-
-func (d *relayDNS) deleteTXT(fqdn, value string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	k := strings.ToLower(dns.Fqdn(fqdn))
-	vals := d.txt[k][:0]
-	for _, v := range d.txt[k] {
-		if v != value {
-			vals = append(vals, v)
-		}
-	}
-	d.txt[k] = vals
 }
 
 // ---- dns.providers.acmeproxytest: a libdns provider writing into it ----
@@ -145,12 +82,12 @@ func (p *relayDNSProvider) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-func (p *relayDNSProvider) server() (*relayDNS, error) {
+func (p *relayDNSProvider) server() (*testdns.Server, error) {
 	v, ok := relayDNSServers.Load(p.Server)
 	if !ok {
 		return nil, fmt.Errorf("no test DNS server %q", p.Server)
 	}
-	return v.(*relayDNS), nil
+	return v.(*testdns.Server), nil
 }
 
 func (p *relayDNSProvider) AppendRecords(_ context.Context, zone string, recs []libdns.Record) ([]libdns.Record, error) {
@@ -160,7 +97,7 @@ func (p *relayDNSProvider) AppendRecords(_ context.Context, zone string, recs []
 	}
 	for _, r := range recs {
 		rr := r.RR()
-		srv.addTXT(libdns.AbsoluteName(rr.Name, zone), rr.Data)
+		srv.AddTXT(libdns.AbsoluteName(rr.Name, zone), rr.Data)
 	}
 	return recs, nil
 }
@@ -172,7 +109,7 @@ func (p *relayDNSProvider) DeleteRecords(_ context.Context, zone string, recs []
 	}
 	for _, r := range recs {
 		rr := r.RR()
-		srv.deleteTXT(libdns.AbsoluteName(rr.Name, zone), rr.Data)
+		srv.DeleteTXT(libdns.AbsoluteName(rr.Name, zone), rr.Data)
 	}
 	return recs, nil
 }
@@ -328,17 +265,17 @@ func (u *relayLegoUser) GetRegistration() *legoacme.ExtendedAccount { return u.r
 func (u *relayLegoUser) GetPrivateKey() crypto.Signer               { return u.key }
 
 // relayLegoDNS proves names to the proxy by dns-01, writing into the test DNS.
-type relayLegoDNS struct{ d *relayDNS }
+type relayLegoDNS struct{ d *testdns.Server }
 
 func (p relayLegoDNS) Present(ctx context.Context, domain, _, keyAuth string) error {
 	info := dns01.GetChallengeInfo(ctx, domain, keyAuth)
-	p.d.addTXT(info.EffectiveFQDN, info.Value)
+	p.d.AddTXT(info.EffectiveFQDN, info.Value)
 	return nil
 }
 
 func (p relayLegoDNS) CleanUp(ctx context.Context, domain, _, keyAuth string) error {
 	info := dns01.GetChallengeInfo(ctx, domain, keyAuth)
-	p.d.deleteTXT(info.EffectiveFQDN, info.Value)
+	p.d.DeleteTXT(info.EffectiveFQDN, info.Value)
 	return nil
 }
 
@@ -348,12 +285,12 @@ func (p relayLegoDNS) Timeout() (time.Duration, time.Duration) {
 
 // newRelayLego returns a lego client registered at the proxy's directory,
 // proving control by dns-01 through d.
-func newRelayLego(t *testing.T, ctx context.Context, directory string, hc *http.Client, d *relayDNS) *lego.Client {
+func newRelayLego(t *testing.T, ctx context.Context, directory string, hc *http.Client, d *testdns.Server) *lego.Client {
 	t.Helper()
 	// lego's resolver for dns-01 is process-wide; every test DNS server
 	// serves the same zone, but each test has its own, so point lego at
 	// the current one.
-	dns01.SetDefaultClient(dns01.NewClient(&dns01.Options{RecursiveNameservers: []string{d.addr}, Timeout: 2 * time.Second}))
+	dns01.SetDefaultClient(dns01.NewClient(&dns01.Options{RecursiveNameservers: []string{d.Addr}, Timeout: 2 * time.Second}))
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	u := &relayLegoUser{key: key}
 	cfg := lego.NewConfig(u)

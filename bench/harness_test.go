@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"io"
 	"net"
 	"net/http"
@@ -24,7 +25,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
-	"github.com/miekg/dns"
 
 	_ "github.com/acmeproxy/caddy-acme-proxy"
 )
@@ -281,66 +281,15 @@ func (h *harness) serveHTTP01(ln net.Listener) {
 	})
 }
 
-// startDNS runs a DNS server on 127.0.0.1 (UDP and TCP, one port) that
-// answers A 127.0.0.1 for every name under benchZone, an empty answer for
-// their other types, and NXDOMAIN for anything else.
+// startDNS runs the test DNS server for benchZone (A 127.0.0.1 for every
+// name under it, NXDOMAIN outside it).
 func (h *harness) startDNS() (string, error) {
-	zone := dns.Fqdn(benchZone)
-	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(req)
-		m.Authoritative = true
-		for _, q := range req.Question {
-			if !dns.IsSubDomain(zone, q.Name) {
-				m.Rcode = dns.RcodeNameError
-				continue
-			}
-			if q.Qtype == dns.TypeA {
-				m.Answer = append(m.Answer, &dns.A{
-					Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
-					A:   net.IPv4(127, 0, 0, 1),
-				})
-			}
-		}
-		_ = w.WriteMsg(m)
-	})
-
-	// The UDP port is picked first; its TCP twin may be taken.
-	var (
-		pc  net.PacketConn
-		ln  net.Listener
-		err error
-	)
-	for range 10 {
-		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
-			return "", fmt.Errorf("dns: listen udp: %w", err)
-		}
-		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
-			break
-		}
-		pc.Close()
-	}
+	d, err := testdns.Start(benchZone)
 	if err != nil {
-		return "", fmt.Errorf("dns: no port free on both udp and tcp: %w", err)
+		return "", err
 	}
-	for _, s := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
-		started := make(chan struct{})
-		failed := make(chan error, 1)
-		s.NotifyStartedFunc = func() { close(started) }
-		pprof.Do(context.Background(), pprof.Labels("role", "responder"), func(context.Context) {
-			go func() { failed <- s.ActivateAndServe() }()
-		})
-		select {
-		case <-started:
-		case err := <-failed:
-			return "", fmt.Errorf("dns: serve: %w", err)
-		}
-		h.cleanup = append(h.cleanup, func() {
-			_ = s.Shutdown()
-			<-failed
-		})
-	}
-	return pc.LocalAddr().String(), nil
+	h.cleanup = append(h.cleanup, d.Close)
+	return d.Addr, nil
 }
 
 // useDNSForDefaultResolver points this process's default resolver at the
