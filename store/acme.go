@@ -4,23 +4,28 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"encoding/base64"
+	"encoding/base32"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
-// NewID returns a random, URL-safe identifier for an ACME resource
-// (128 bits: unguessable, so resource URLs leak nothing).
+// NewID returns a random identifier for an ACME resource (128 bits:
+// unguessable, so resource URLs leak nothing). Lower-case base32 keeps it
+// URL-safe and free of '-', so an id never reads as a flag when an
+// operator passes it to `caddy acme-proxy`.
 func NewID() string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(fmt.Sprintf("store: crypto/rand failed: %v", err))
 	}
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return strings.ToLower(idEncoding.EncodeToString(b[:]))
 }
+
+var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // Secret returns the named server secret, creating it with size random
 // bytes the first time. Every instance on the database gets the same value.

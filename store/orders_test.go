@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,5 +180,14 @@ func TestANonceCanBeUsedOnce(t *testing.T) {
 	}
 	if n, err := db.PruneNonces(ctx, t0.Add(2*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("prune: %d %v", n, err)
+	}
+}
+
+func TestResourceIDsNeverLookLikeCommandLineFlags(t *testing.T) {
+	for i := 0; i < 2000; i++ {
+		id := NewID()
+		if strings.HasPrefix(id, "-") || strings.ContainsAny(id, "/?#") || len(id) < 26 {
+			t.Fatalf("id %q could be taken for a flag or break a URL", id)
+		}
 	}
 }
