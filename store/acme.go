@@ -250,8 +250,14 @@ func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, limi
 // ---- Nonces ----
 
 // UseNonce records a nonce as used. It reports false if it was used before.
+//
+// The record is a lazy write (see groupCommit): it survives a crash of the
+// process at once, and a crash of the machine together with whatever the
+// request it came with writes next. A power loss can forget only the
+// nonces of requests whose effects it forgets too, so a replay can never
+// repeat an effect that is on disk.
 func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (bool, error) {
-	res, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO used_nonces (k) VALUES (?) ON CONFLICT DO NOTHING`),
+	res, err := db.lazyWr.ExecContext(ctx, db.q(`INSERT INTO used_nonces (k) VALUES (?) ON CONFLICT DO NOTHING`),
 		nonceKey(expires, nonce))
 	if err != nil {
 		return false, fmt.Errorf("store: using nonce: %w", err)

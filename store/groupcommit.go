@@ -21,30 +21,50 @@ var errClosed = errors.New("store: closed")
 // it is on disk: durability is unchanged, but concurrent requests pay for
 // one fsync together instead of one each. With a single writer there is no
 // batch and no extra latency.
+//
+// A write is either durable (the default: committed with the store's
+// synchronous setting, FULL unless configured otherwise) or lazy: a batch
+// of lazy writes only is committed with synchronous=NORMAL, which in WAL
+// mode appends to the log without an fsync. A lazy commit survives a crash
+// of the process (the log is in the OS's hands) but not of the machine —
+// until the next durable commit, whose fsync of the log makes everything
+// before it durable too, since the log is replayed as a prefix. So a lazy
+// write is as durable as every durable write that follows it. That is what
+// a used nonce needs: a request's own effects are committed after its
+// nonce, so a nonce can only be forgotten (by a power loss) together with
+// every effect of its request.
 type groupCommit struct {
-	db       *sql.DB
-	reqs     chan *writeReq
-	quit     chan struct{}
-	done     chan struct{}
-	stopOnce sync.Once
+	db         *sql.DB
+	reqs       chan *writeReq
+	quit       chan struct{}
+	done       chan struct{}
+	stopOnce   sync.Once
+	syncPragma string // the store's synchronous setting, for durable commits
+	// lazySet is whether the connection was last switched to
+	// synchronous=NORMAL; only the loop goroutine touches it.
+	lazySet bool
 }
 
 type writeReq struct {
 	ctx  context.Context
 	fn   func(*sql.Tx) error
+	lazy bool
 	done chan error
 }
 
-func newGroupCommit(db *sql.DB) *groupCommit {
-	g := &groupCommit{db: db, reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
+// newGroupCommit starts the writer of db, whose connection opens with
+// synchronous=syncPragma.
+func newGroupCommit(db *sql.DB, syncPragma string) *groupCommit {
+	g := &groupCommit{db: db, reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{}), syncPragma: syncPragma}
 	go g.loop()
 	return g
 }
 
 // do runs fn in a write transaction and returns once that transaction is
-// committed (nil) or fn's changes are undone (fn's error).
-func (g *groupCommit) do(ctx context.Context, fn func(*sql.Tx) error) error {
-	r := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+// committed (nil) or fn's changes are undone (fn's error). A lazy write's
+// commit may skip the fsync: see groupCommit.
+func (g *groupCommit) do(ctx context.Context, fn func(*sql.Tx) error, lazy bool) error {
+	r := &writeReq{ctx: ctx, fn: fn, lazy: lazy, done: make(chan error, 1)}
 	select {
 	case g.reqs <- r:
 	case <-ctx.Done():
@@ -98,6 +118,10 @@ func (g *groupCommit) commit(batch []*writeReq) {
 			r.done <- errs[i]
 		}
 	}
+	if err := g.setLazy(allLazy(batch)); err != nil {
+		finish(err)
+		return
+	}
 	tx, err := g.db.BeginTx(context.Background(), nil)
 	if err != nil {
 		finish(fmt.Errorf("store: begin: %w", err))
@@ -141,6 +165,35 @@ func (g *groupCommit) commit(batch []*writeReq) {
 	finish(nil)
 }
 
+func allLazy(batch []*writeReq) bool {
+	for _, r := range batch {
+		if !r.lazy {
+			return false
+		}
+	}
+	return true
+}
+
+// setLazy switches the writer connection between synchronous=NORMAL (lazy)
+// and the store's own setting, when it changes. SQLite refuses the switch
+// inside a transaction, so it happens between batches. Should the pool
+// ever reopen the connection, it opens with the store's setting, which is
+// never less durable than the one believed set.
+func (g *groupCommit) setLazy(lazy bool) error {
+	if g.syncPragma != "FULL" || lazy == g.lazySet {
+		return nil
+	}
+	mode := g.syncPragma
+	if lazy {
+		mode = "NORMAL"
+	}
+	if _, err := g.db.Exec(`PRAGMA synchronous = ` + mode); err != nil {
+		return fmt.Errorf("store: setting synchronous=%s: %w", mode, err)
+	}
+	g.lazySet = lazy
+	return nil
+}
+
 // runWrite runs one write, turning a cancelled caller or a panic into its
 // error.
 func runWrite(r *writeReq, tx *sql.Tx) (err error) {
@@ -156,13 +209,21 @@ func runWrite(r *writeReq, tx *sql.Tx) (err error) {
 }
 
 // writer runs single statements through the group commit, with the
-// shape of *sql.DB's methods so call sites read the same.
-type writer struct{ db *DB }
+// shape of *sql.DB's methods so call sites read the same. A lazy writer's
+// statements are lazy writes (see groupCommit).
+type writer struct {
+	db   *DB
+	lazy bool
+}
+
+func (w writer) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return w.db.gc.do(ctx, fn, w.lazy)
+}
 
 // ExecContext runs one statement in its own write.
 func (w writer) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	var res sql.Result
-	err := w.db.withTx(ctx, func(tx *sql.Tx) error {
+	err := w.withTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		res, err = tx.ExecContext(ctx, query, args...)
 		return err
@@ -184,7 +245,7 @@ type deferredRow struct {
 }
 
 func (d deferredRow) Scan(dest ...any) error {
-	return d.w.db.withTx(d.ctx, func(tx *sql.Tx) error {
+	return d.w.withTx(d.ctx, func(tx *sql.Tx) error {
 		return tx.QueryRowContext(d.ctx, d.query, d.args...).Scan(dest...)
 	})
 }
@@ -192,7 +253,7 @@ func (d deferredRow) Scan(dest ...any) error {
 // queryEach runs a statement returning rows in its own write and calls
 // each for every row before the commit.
 func (w writer) queryEach(ctx context.Context, query string, args []any, each func(rowScanner) error) error {
-	return w.db.withTx(ctx, func(tx *sql.Tx) error {
+	return w.withTx(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err

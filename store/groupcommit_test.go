@@ -93,6 +93,79 @@ func TestAWriteHandedToAClosedStoreIsRefused(t *testing.T) {
 	}
 }
 
+// syncLevel is the synchronous level a write's transaction commits with,
+// as SQLite reports it inside the transaction (1 NORMAL, 2 FULL).
+func syncLevel(ctx context.Context, tx *sql.Tx) (int, error) {
+	var level int
+	err := tx.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&level)
+	return level, err
+}
+
+func TestDurableWritesCommitWithFullSyncWhileLazyOnesMaySkipIt(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t)
+	const n = 100
+	var wg sync.WaitGroup
+	levels := make([]int, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			write := db.withTx
+			if i%2 == 1 {
+				write = db.withLazyTx
+			}
+			if err := write(ctx, func(tx *sql.Tx) (err error) {
+				levels[i], err = syncLevel(ctx, tx)
+				return err
+			}); err != nil {
+				t.Error(err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	for i := 0; i < n; i += 2 {
+		if levels[i] != 2 {
+			t.Errorf("durable write %d committed with synchronous=%d, want 2 (FULL)", i, levels[i])
+		}
+	}
+	// Alone, a lazy write skips the fsync; the next durable one does not.
+	for _, tc := range []struct {
+		name  string
+		write func(context.Context, func(*sql.Tx) error) error
+		want  int
+	}{
+		{"a lazy write alone", db.withLazyTx, 1},
+		{"a durable write after it", db.withTx, 2},
+	} {
+		var got int
+		if err := tc.write(ctx, func(tx *sql.Tx) (err error) { got, err = syncLevel(ctx, tx); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("%s committed with synchronous=%d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestAStoreOpenedWithNormalSyncNeverSwitchesToFull(t *testing.T) {
+	ctx := context.Background()
+	db, err := OpenSQLite(ctx, t.TempDir()+"/n.db", SQLiteOptions{Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, write := range []func(context.Context, func(*sql.Tx) error) error{db.withLazyTx, db.withTx} {
+		var got int
+		if err := write(ctx, func(tx *sql.Tx) (err error) { got, err = syncLevel(ctx, tx); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if got != 1 {
+			t.Errorf("committed with synchronous=%d, want 1 (NORMAL, as configured)", got)
+		}
+	}
+}
+
 // BenchmarkConcurrentNonceUse measures what group commit is for: many
 // requests each recording one nonce at once (synchronous=FULL).
 func BenchmarkConcurrentNonceUse(b *testing.B) {

@@ -243,12 +243,16 @@ func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUnti
 
 // settle runs a guarded write on a job the caller holds the lease of and
 // returns the job's new status. ErrLeaseLost when the lease is gone.
+//
+// Settling is a lazy write (see groupCommit): should a power loss forget
+// it, the job is back to running under a lease that lapses, and runs again
+// — which at-least-once delivery already asks every handler to bear.
 func (db *DB) settle(ctx context.Context, what string, id int64, owner, set string, args ...any) (JobStatus, error) {
 	stmt := db.q(`UPDATE jobs SET ` + set + `
 		WHERE id = ? AND lease_owner = ? AND status = 'running'
 		RETURNING status`)
 	var st JobStatus
-	err := db.wr.QueryRowContext(ctx, stmt, append(args, id, owner)...).Scan(&st)
+	err := db.lazyWr.QueryRowContext(ctx, stmt, append(args, id, owner)...).Scan(&st)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", fmt.Errorf("%w: job %d (%s)", ErrLeaseLost, id, what)
 	}

@@ -375,7 +375,7 @@ func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) err
 // ClaimOrderForIssue moves an unexpired ready order to processing and
 // records its CSR. Only one caller wins; the others get false.
 func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, now time.Time) (bool, error) {
-	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, updated_at = ?
+	res, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, updated_at = ?
 		WHERE id = ? AND status = 'ready' AND expires_at > ?`), csr, now.UnixMilli(), id, now.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("store: claiming order %s: %w", id, err)

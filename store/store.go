@@ -28,6 +28,7 @@ type DB struct {
 	w, r    *sql.DB
 	gc      *groupCommit
 	wr      writer // single-statement writes, through gc
+	lazyWr  writer // single-statement lazy writes (see groupCommit)
 	dialect dialect
 	desc    string // where the store lives, for messages; never a credential
 }
@@ -100,8 +101,9 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 	r.SetConnMaxIdleTime(0)
 
 	db := &DB{w: w, r: r, dialect: sqliteDialect{}, desc: path}
-	db.gc = newGroupCommit(w)
-	db.wr = writer{db}
+	db.gc = newGroupCommit(w, opts.Synchronous)
+	db.wr = writer{db: db}
+	db.lazyWr = writer{db: db, lazy: true}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -139,7 +141,14 @@ func (db *DB) String() string { return db.desc }
 // withTx runs fn in a write transaction, committing if it returns nil. It
 // is the only way the store writes: see groupCommit.
 func (db *DB) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return db.gc.do(ctx, fn)
+	return db.gc.do(ctx, fn, false)
+}
+
+// withLazyTx is withTx for a write that may skip its own fsync: durable
+// across a crash of the process at once, across a crash of the machine
+// from the next durable commit on (see groupCommit).
+func (db *DB) withLazyTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return db.gc.do(ctx, fn, true)
 }
 
 // q rewrites a statement written with ? placeholders for the dialect.
