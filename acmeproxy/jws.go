@@ -1,6 +1,7 @@
 package acmeproxy
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -131,7 +132,11 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	}
 
 	req := &signedRequest{}
-	var key *jose.JSONWebKey
+	var (
+		key     *jose.JSONWebKey
+		payload []byte
+		kr      *kidRequest // for a request signed by kid
+	)
 	switch {
 	case hasJWK && mode == needKID:
 		return nil, problem.MalformedF("this request must be signed with an account key identified by kid")
@@ -141,24 +146,22 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 		if key, err = parsePublicJWK(hdr.JWK); err != nil {
 			return nil, err
 		}
-		req.jwk = key
-	default:
-		acct, err := s.accountByKID(ctx, base, hdr.KID)
-		if err != nil {
+		if err := checkAlgForKey(hdr.Alg, key.Key); err != nil {
 			return nil, err
 		}
-		if key, err = accountKey(acct.KeyJWK); err != nil {
-			return nil, fmt.Errorf("stored key of account %s: %w", acct.ID, err)
+		if payload, err = verifySignature(hdr.Alg, key.Key, fj.Protected, *fj.Payload, fj.Signature); err != nil {
+			return nil, err
 		}
-		req.account = &acct
-	}
-	if err := checkAlgForKey(hdr.Alg, key.Key); err != nil {
-		return nil, err
-	}
-
-	payload, err := verifySignature(hdr.Alg, key.Key, fj.Protected, *fj.Payload, fj.Signature)
-	if err != nil {
-		return nil, err
+		req.jwk = key
+	default:
+		kr = &kidRequest{s: s, hdr: &hdr, fj: &fj}
+		if kr.id, err = s.accountIDOfKID(base, hdr.KID); err != nil {
+			return nil, err
+		}
+		if err := kr.verify(ctx, !useNonce); err != nil {
+			return nil, err
+		}
+		key, payload, req.account = kr.key, kr.payload, kr.account
 	}
 	if hdr.URL == nil {
 		return nil, problem.MalformedF("the JWS protected header has no url")
@@ -166,12 +169,27 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	if *hdr.URL != wantURL {
 		return nil, problem.URLMismatch(*hdr.URL, wantURL)
 	}
-	if useNonce {
+	switch {
+	case !useNonce:
+		if hdr.Nonce != "" {
+			return nil, problem.MalformedF("the inner JWS must not have a nonce")
+		}
+	case req.jwk != nil:
 		if err := s.nonces.consume(ctx, s.cfg.Profile, hdr.Nonce, s.clock.Now()); err != nil {
 			return nil, err
 		}
-	} else if hdr.Nonce != "" {
-		return nil, problem.MalformedF("the inner JWS must not have a nonce")
+	default:
+		acct, err := s.nonces.consumeAs(ctx, s.cfg.Profile, hdr.Nonce, s.clock.Now(), kr.id)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, problem.AccountDoesNotExistF("account %q does not exist", hdr.KID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := kr.recheck(acct); err != nil {
+			return nil, err
+		}
+		key, payload, req.account = kr.key, kr.payload, kr.account
 	}
 	// A deactivated account may still revoke its own certificates; for
 	// everything else its key is no longer accepted (RFC 8555 §7.3.6).
@@ -242,17 +260,107 @@ func checkAlgForKey(alg string, key any) error {
 	return nil
 }
 
-// accountByKID resolves a kid, which must be this profile's account URL.
-func (s *Server) accountByKID(ctx context.Context, base, kid string) (store.Account, error) {
+// accountIDOfKID is the account id a kid names, which must be this
+// profile's account URL.
+func (s *Server) accountIDOfKID(base, kid string) (string, error) {
 	id, ok := strings.CutPrefix(kid, base+"/account/")
 	if !ok || id == "" || strings.Contains(id, "/") {
-		return store.Account{}, problem.AccountDoesNotExistF("kid %q is not an account URL of this profile", kid)
+		return "", problem.AccountDoesNotExistF("kid %q is not an account URL of this profile", kid)
 	}
-	acct, err := s.db.GetAccount(ctx, s.cfg.Profile, id)
+	return id, nil
+}
+
+// kidRequest verifies the signature of a request signed by an account.
+type kidRequest struct {
+	s   *Server
+	hdr *protectedHeader
+	fj  *flattenedJWS
+	id  string
+	// Set by verify.
+	key     *jose.JSONWebKey
+	payload []byte
+	account *store.Account // as read (or as remembered) before the nonce is spent
+}
+
+// verify checks the signature against the account's key: the one this
+// profile remembers for the account (kidKeys) if any, else — or if that
+// one does not verify — the one stored. fresh forces the stored one.
+func (k *kidRequest) verify(ctx context.Context, fresh bool) error {
+	var acct store.Account
+	cached, ok := k.s.kidKeys.get(k.id)
+	if ok && !fresh {
+		acct = store.Account{ID: k.id, KeyJWK: cached}
+		if err := k.check(acct); err == nil {
+			return nil
+		}
+	}
+	acct, err := k.s.db.GetAccount(ctx, k.s.cfg.Profile, k.id)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Account{}, problem.AccountDoesNotExistF("account %q does not exist", kid)
+		return problem.AccountDoesNotExistF("account %q does not exist", k.hdr.KID)
 	}
-	return acct, err
+	if err != nil {
+		return err
+	}
+	k.s.kidKeys.put(k.id, acct.KeyJWK)
+	return k.check(acct)
+}
+
+// check verifies the signature with acct's key and keeps the result.
+func (k *kidRequest) check(acct store.Account) error {
+	key, err := accountKey(acct.KeyJWK)
+	if err != nil {
+		return fmt.Errorf("stored key of account %s: %w", acct.ID, err)
+	}
+	if err := checkAlgForKey(k.hdr.Alg, key.Key); err != nil {
+		return err
+	}
+	payload, err := verifySignature(k.hdr.Alg, key.Key, k.fj.Protected, *k.fj.Payload, k.fj.Signature)
+	if err != nil {
+		return err
+	}
+	k.key, k.payload, k.account = key, payload, &acct
+	return nil
+}
+
+// recheck holds a verified signature against the account as read when the
+// nonce was spent, which becomes the request's account: if its key is not
+// the one verified with (a key change in between, or a remembered key
+// that is no longer the account's), the signature must verify with the
+// account's key as it now stands.
+func (k *kidRequest) recheck(now store.Account) error {
+	if bytes.Equal(now.KeyJWK, k.account.KeyJWK) {
+		k.account = &now
+		return nil
+	}
+	k.s.kidKeys.put(now.ID, now.KeyJWK)
+	return k.check(now)
+}
+
+// kidKeys remembers, per account of a profile, the account's key as last
+// read (its stored JWK text), so that a request signed by kid is verified
+// without a read of a reader connection — which starts with a cold page
+// cache after every write. It decides nothing: the nonce is spent in a
+// write that reads the account (store.UseNonceAs), and the signature is
+// held against the key found there.
+type kidKeyCache struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (c *kidKeyCache) get(id string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[id]
+	return v, ok
+}
+
+func (c *kidKeyCache) put(id string, jwk []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedAccountKeys {
+		c.m = make(map[string][]byte)
+	}
+	c.m[id] = jwk
 }
 
 // thumbprint is a key's RFC 7638 SHA-256 thumbprint, base64url: the

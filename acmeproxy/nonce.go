@@ -59,28 +59,57 @@ func (n *nonces) mint(profile string, now time.Time) string {
 // consume checks a nonce and marks it used. A problem is a badNonce for the
 // client; any other error is a fault.
 func (n *nonces) consume(ctx context.Context, profile, nonce string, now time.Time) error {
-	if nonce == "" {
-		return problem.BadNonceF("the JWS protected header has no nonce")
-	}
-	// Strict: the last character's spare bits must be zero, or four
-	// spellings of one nonce would each be "fresh".
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(nonce)
-	if err != nil || len(raw) != nonceLen {
-		return problem.BadNonceF("the nonce was not issued by this server")
-	}
-	if !hmac.Equal(raw[8+nonceRandLen:], n.mac(profile, raw[:8+nonceRandLen])) {
-		return problem.BadNonceF("the nonce was not issued by this server for this profile")
-	}
-	expires := time.Unix(int64(binary.BigEndian.Uint64(raw[:8])), 0)
-	if !now.Before(expires) {
-		return problem.BadNonceF("the nonce has expired")
+	expires, err := n.check(profile, nonce, now)
+	if err != nil {
+		return err
 	}
 	fresh, err := n.db.UseNonce(ctx, nonce, expires)
 	if err != nil {
 		return err
 	}
 	if !fresh {
-		return problem.BadNonceF("the nonce has already been used")
+		return nonceUsed()
 	}
 	return nil
+}
+
+// consumeAs is consume for a request signed by an account: it returns the
+// account as it stands when the nonce is spent (store.UseNonceAs).
+func (n *nonces) consumeAs(ctx context.Context, profile, nonce string, now time.Time, accountID string) (store.Account, error) {
+	expires, err := n.check(profile, nonce, now)
+	if err != nil {
+		return store.Account{}, err
+	}
+	acct, fresh, err := n.db.UseNonceAs(ctx, nonce, expires, profile, accountID)
+	if err != nil {
+		return store.Account{}, err
+	}
+	if !fresh {
+		return store.Account{}, nonceUsed()
+	}
+	return acct, nil
+}
+
+func nonceUsed() error { return problem.BadNonceF("the nonce has already been used") }
+
+// check verifies a nonce without spending it: ours, for this profile, not
+// expired. It returns when the nonce expires.
+func (n *nonces) check(profile, nonce string, now time.Time) (time.Time, error) {
+	if nonce == "" {
+		return time.Time{}, problem.BadNonceF("the JWS protected header has no nonce")
+	}
+	// Strict: the last character's spare bits must be zero, or four
+	// spellings of one nonce would each be "fresh".
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(nonce)
+	if err != nil || len(raw) != nonceLen {
+		return time.Time{}, problem.BadNonceF("the nonce was not issued by this server")
+	}
+	if !hmac.Equal(raw[8+nonceRandLen:], n.mac(profile, raw[:8+nonceRandLen])) {
+		return time.Time{}, problem.BadNonceF("the nonce was not issued by this server for this profile")
+	}
+	expires := time.Unix(int64(binary.BigEndian.Uint64(raw[:8])), 0)
+	if !now.Before(expires) {
+		return time.Time{}, problem.BadNonceF("the nonce has expired")
+	}
+	return expires, nil
 }

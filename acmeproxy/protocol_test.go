@@ -11,6 +11,8 @@ import (
 	"encoding/pem"
 	"io"
 	"net/http"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -637,6 +639,50 @@ func TestAKeyChangeMovesTheAccountToTheNewKey(t *testing.T) {
 	t.Run("new-account no longer finds it by the old key", func(t *testing.T) {
 		r := alice.post(e.url("/new-account"), map[string]any{"onlyReturnExisting": true}, jwsOpts{embedJWK: true})
 		wantProblem(t, r, http.StatusBadRequest, problem.AccountDoesNotExist)
+	})
+}
+
+// Two instances share one store: what an account's key and status are is
+// the store's answer at the moment a request's nonce is spent, even on an
+// instance that verified the account's requests before (and remembers the
+// key it verified them with).
+func TestAnAccountChangeOnAnotherInstanceTakesEffectAtOnce(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "shared.db")
+	a := newTestEnvWith(t, envOptions{dbPath: dbPath})
+	b := newTestEnvWith(t, envOptions{dbPath: dbPath, ca: a.ca})
+	// onB is c's account as seen through instance b.
+	onB := func(c *rawClient, key crypto.Signer) *rawClient {
+		return &rawClient{t: t, e: b, key: key, kid: b.url("/account/" + path.Base(c.kid))}
+	}
+
+	t.Run("a key change", func(t *testing.T) {
+		alice := a.rawClient()
+		alice.register()
+		aliceB := onB(alice, alice.key)
+		if r := aliceB.read(aliceB.kid); r.status != http.StatusOK {
+			t.Fatalf("before the key change, b answered %d %s", r.status, r.body)
+		}
+		nk := newKey(t)
+		r := alice.post(a.url("/key-change"), innerKeyChange(t, a, innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()}), jwsOpts{})
+		if r.status != http.StatusOK {
+			t.Fatalf("key-change on a: %d %s", r.status, r.body)
+		}
+		wantProblem(t, aliceB.read(aliceB.kid), http.StatusBadRequest, problem.Malformed)
+		if r := onB(alice, nk).read(aliceB.kid); r.status != http.StatusOK {
+			t.Fatalf("the new key on b: %d %s", r.status, r.body)
+		}
+	})
+	t.Run("a deactivation", func(t *testing.T) {
+		bob := a.rawClient()
+		bob.register()
+		bobB := onB(bob, bob.key)
+		if r := bobB.read(bobB.kid); r.status != http.StatusOK {
+			t.Fatalf("before the deactivation, b answered %d %s", r.status, r.body)
+		}
+		if r := bob.post(bob.kid, map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
+			t.Fatalf("deactivation on a: %d %s", r.status, r.body)
+		}
+		wantProblem(t, bobB.read(bobB.kid), http.StatusUnauthorized, problem.Unauthorized)
 	})
 }
 

@@ -77,6 +77,7 @@ type Server struct {
 	clock     clock.Clock
 	log       *zap.Logger
 	nonces    *nonces
+	kidKeys   kidKeyCache // see kidKeyCache
 	policy    policy
 	offered   map[string]bool // challenge types this profile offers
 

@@ -266,6 +266,43 @@ func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (bo
 	return n == 1, err
 }
 
+// UseNonceAs is UseNonce for a request signed by an account (kid): in the
+// same lazy write it reads that account of profile, so the caller checks
+// the key it verified the signature with, and the account's status,
+// against the row as it stands when the nonce is spent. The writer's
+// connection reads it from a warm page cache, where a reader connection
+// would start cold after every write; a request signed by a key the
+// account no longer has is caught here, however the caller came by that
+// key. ErrNotFound when the account does not exist (the nonce is spent
+// all the same); fresh is false, with no account, for a used nonce.
+func (db *DB) UseNonceAs(ctx context.Context, nonce string, expires time.Time, profile, accountID string) (acct Account, fresh bool, err error) {
+	var missing bool
+	err = db.withLazyTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO used_nonces (k) VALUES (?) ON CONFLICT DO NOTHING`),
+			nonceKey(expires, nonce))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return err
+		}
+		fresh = true
+		acct, err = scanAccount(tx.QueryRowContext(ctx, db.q(`SELECT `+accountCols+` FROM accounts WHERE profile = ? AND id = ?`), profile, accountID))
+		if errors.Is(err, sql.ErrNoRows) {
+			missing = true // not an error here: that would undo the nonce
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return Account{}, false, fmt.Errorf("store: using nonce: %w", err)
+	}
+	if missing {
+		return Account{}, true, fmt.Errorf("%w: account %s", ErrNotFound, accountID)
+	}
+	return acct, fresh, nil
+}
+
 // nonceKey orders used nonces by expiry: 8 bytes of big-endian Unix
 // milliseconds, then the nonce. A nonce always carries the same expiry, so
 // the key is as unique as the nonce.
