@@ -169,45 +169,84 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 
 // GetOrder reads an order of a profile, with its authorization ids.
 func (db *DB) GetOrder(ctx context.Context, profile, id string) (Order, error) {
-	o, err := scanOrder(db.r.QueryRowContext(ctx, db.q(`SELECT `+orderCols+` FROM orders WHERE profile = ? AND id = ?`), profile, id))
+	// One statement, so the order and its authorization list are one
+	// snapshot, and one read instead of two.
+	var authzIDs sql.NullString
+	o, err := scanOrder(appendDest{db.r.QueryRowContext(ctx, db.q(`SELECT `+orderCols+`,
+		(SELECT json_group_array(a.id ORDER BY a.rowid) FROM authorizations a WHERE a.order_id = orders.id)
+		FROM orders WHERE profile = ? AND id = ?`), profile, id), []any{&authzIDs}})
 	if err := readErr(err, "order "+id); err != nil {
 		return Order{}, err
 	}
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id FROM authorizations WHERE order_id = ? ORDER BY rowid`), id)
-	if err != nil {
-		return Order{}, fmt.Errorf("store: authorizations of order %s: %w", id, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var aid string
-		if err := rows.Scan(&aid); err != nil {
+	if authzIDs.Valid {
+		if err := json.Unmarshal([]byte(authzIDs.String), &o.AuthzIDs); err != nil {
 			return Order{}, fmt.Errorf("store: authorizations of order %s: %w", id, err)
 		}
-		o.AuthzIDs = append(o.AuthzIDs, aid)
 	}
-	return o, rows.Err()
+	if len(o.AuthzIDs) == 0 {
+		o.AuthzIDs = nil
+	}
+	return o, nil
 }
 
-// GetAuthz reads an authorization of a profile with its challenges.
+// appendDest is a row whose Scan fills more destinations after the ones
+// its caller passes: a scan function's columns, then a query's own extras.
+type appendDest struct {
+	r     rowScanner
+	extra []any
+}
+
+func (a appendDest) Scan(dest ...any) error { return a.r.Scan(append(dest, a.extra...)...) }
+
+// GetAuthz reads an authorization of a profile with its challenges, in one
+// statement (one snapshot).
 func (db *DB) GetAuthz(ctx context.Context, profile, id string) (Authz, error) {
-	a, err := scanAuthz(db.r.QueryRowContext(ctx, db.q(`SELECT `+authzCols+` FROM authorizations a
-		JOIN orders o ON o.id = a.order_id WHERE a.id = ? AND o.profile = ?`), id, profile))
-	if err := readErr(err, "authorization "+id); err != nil {
-		return Authz{}, err
-	}
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT `+challengeCols+` FROM challenges c WHERE c.authz_id = ? ORDER BY c.rowid`), id)
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT `+authzCols+`, `+challengeCols+` FROM authorizations a
+		JOIN orders o ON o.id = a.order_id
+		LEFT JOIN challenges c ON c.authz_id = a.id
+		WHERE a.id = ? AND o.profile = ? ORDER BY c.rowid`), id, profile)
 	if err != nil {
-		return Authz{}, fmt.Errorf("store: challenges of %s: %w", id, err)
+		return Authz{}, fmt.Errorf("store: authorization %s: %w", id, err)
 	}
 	defer rows.Close()
+	var (
+		a     Authz
+		found bool
+	)
 	for rows.Next() {
-		c, err := scanChallenge(rows)
-		if err != nil {
-			return Authz{}, fmt.Errorf("store: challenges of %s: %w", id, err)
+		var (
+			row              Authz
+			wildcard         int
+			expires          int64
+			cid, caid, ctype sql.NullString
+			token, cstatus   sql.NullString
+			validated        sql.NullInt64
+			problem          sql.NullString
+		)
+		if err := rows.Scan(&row.ID, &row.OrderID, &row.AccountID, &row.Identifier.Type, &row.Identifier.Value, &wildcard, &row.Status, &expires,
+			&cid, &caid, &ctype, &token, &cstatus, &validated, &problem); err != nil {
+			return Authz{}, fmt.Errorf("store: authorization %s: %w", id, err)
+		}
+		if !found {
+			a, found = row, true
+			a.Wildcard, a.Expires = wildcard != 0, ms(expires)
+		}
+		if !cid.Valid {
+			continue // an authorization without challenges
+		}
+		c := Challenge{ID: cid.String, AuthzID: caid.String, Type: ctype.String, Token: token.String, Status: cstatus.String, Validated: nullMs(validated)}
+		if problem.Valid {
+			c.Error = []byte(problem.String)
 		}
 		a.Challenges = append(a.Challenges, c)
 	}
-	return a, rows.Err()
+	if err := rows.Err(); err != nil {
+		return Authz{}, fmt.Errorf("store: authorization %s: %w", id, err)
+	}
+	if !found {
+		return Authz{}, readErr(sql.ErrNoRows, "authorization "+id)
+	}
+	return a, nil
 }
 
 // GetChallenge reads a challenge of a profile with its authorization

@@ -191,3 +191,69 @@ func TestResourceIDsNeverLookLikeCommandLineFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestReadingAnOrderOrAuthorizationReturnsItsPartsInCreationOrder(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t)
+	acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := []string{"http-01", "dns-01", "tls-alpn-01"}
+	var authzs []Authz
+	var idents []Identifier
+	for _, name := range []string{"c.example.com", "a.example.com", "b.example.com"} {
+		id := Identifier{Type: "dns", Value: name}
+		idents = append(idents, id)
+		a := Authz{Identifier: id, Expires: t0.Add(time.Hour)}
+		for _, ty := range types {
+			a.Challenges = append(a.Challenges, Challenge{Type: ty, Token: NewID()})
+		}
+		authzs = append(authzs, a)
+	}
+	created, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: idents, Expires: t0.Add(time.Hour)}, authzs, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	o, err := db.GetOrder(ctx, "p", created.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(o.AuthzIDs, ",") != strings.Join(created.AuthzIDs, ",") {
+		t.Errorf("authorizations %v, want %v (creation order)", o.AuthzIDs, created.AuthzIDs)
+	}
+	for i, id := range o.AuthzIDs {
+		a, err := db.GetAuthz(ctx, "p", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Identifier != idents[i] || a.OrderID != o.ID || a.AccountID != acct.ID || !a.Expires.Equal(t0.Add(time.Hour)) {
+			t.Errorf("authorization %d: %+v", i, a)
+		}
+		var got []string
+		for _, c := range a.Challenges {
+			got = append(got, c.Type)
+			if c.AuthzID != id || c.Status != "pending" || c.Token == "" {
+				t.Errorf("challenge %+v of authorization %s", c, id)
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(types, ",") {
+			t.Errorf("challenges %v, want %v", got, types)
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		read func() error
+	}{
+		{"an unknown order", func() error { _, err := db.GetOrder(ctx, "p", "nope"); return err }},
+		{"an order of another profile", func() error { _, err := db.GetOrder(ctx, "q", created.ID); return err }},
+		{"an unknown authorization", func() error { _, err := db.GetAuthz(ctx, "p", "nope"); return err }},
+		{"an authorization of another profile", func() error { _, err := db.GetAuthz(ctx, "q", o.AuthzIDs[0]); return err }},
+	} {
+		if err := tc.read(); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s: %v, want ErrNotFound", tc.name, err)
+		}
+	}
+}
