@@ -171,6 +171,10 @@ func TestTwoRunnersOnSeparateHandlesRunEachOfAThousandJobsOnce(t *testing.T) {
 		seen[job.ID]++
 		mu.Unlock()
 		count.Add(1)
+		// Work takes a moment, as real work does: without it the first
+		// runner can settle the whole backlog (settles cost no fsync)
+		// before the second one's first claim.
+		time.Sleep(time.Millisecond)
 		return Done()
 	}
 	var byRunner [2]atomic.Int32

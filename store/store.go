@@ -6,7 +6,6 @@
 package store
 
 import (
-	"strings"
 	"context"
 	"database/sql"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
