@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -120,11 +119,6 @@ func sqliteDSN(path string, opts SQLiteOptions, readOnly bool) string {
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous("+opts.Synchronous+")")
-	if v := os.Getenv("XPRAGMA"); v != "" {
-		for _, p := range strings.Split(v, ";") {
-			q.Add("_pragma", p)
-		}
-	}
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
 	} else {
