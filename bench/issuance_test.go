@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"golang.org/x/crypto/acme"
 )
 
@@ -232,6 +233,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	runtime.GC()
 	var memBefore, memAfter runtime.MemStats
 	runtime.ReadMemStats(&memBefore)
+	prof := startServerCPUProfile(b)
 	cpuBefore := processCPU()
 	countsBefore := counts.snapshot()
 	b.ResetTimer()
@@ -261,6 +263,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpu := processCPU() - cpuBefore
+	serverShare := prof.stop(b)
 	runtime.ReadMemStats(&memAfter)
 	got := counts.snapshot()
 
@@ -276,6 +279,9 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	b.ReportMetric(float64(memAfter.TotalAlloc-memBefore.TotalAlloc)/n, "B/cert")
 	b.ReportMetric(float64(memAfter.Mallocs-memBefore.Mallocs)/n, "allocs/cert")
 	b.ReportMetric(ms(cpu)/n, "proc-CPU-ms/cert")
+	if serverShare > 0 {
+		b.ReportMetric(ms(cpu)/n*serverShare, "server-CPU-ms/cert")
+	}
 	b.ReportMetric(float64(got.requests-countsBefore.requests)/n, "req/cert")
 	b.ReportMetric(float64(polls.Load())/n, "polls/cert")
 	b.ReportMetric(float64(got.non2xx-countsBefore.non2xx), "non2xx")
@@ -526,6 +532,47 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPUProfile is a CPU profile of a timed part, for the share of the
+// process's CPU that went to the servers: every sample not labelled
+// role=client or role=responder (ACMEPROXY_BENCH_SERVER_CPU=1).
+type serverCPUProfile struct{ buf *bytes.Buffer }
+
+func startServerCPUProfile(b *testing.B) serverCPUProfile {
+	if os.Getenv("ACMEPROXY_BENCH_SERVER_CPU") != "1" {
+		return serverCPUProfile{}
+	}
+	buf := &bytes.Buffer{}
+	if err := pprof.StartCPUProfile(buf); err != nil {
+		b.Fatalf("ACMEPROXY_BENCH_SERVER_CPU=1 needs the CPU profiler (not with -cpuprofile): %v", err)
+	}
+	return serverCPUProfile{buf}
+}
+
+// stop ends the profile and returns the servers' share of its samples
+// (0 when not profiling).
+func (p serverCPUProfile) stop(b *testing.B) float64 {
+	if p.buf == nil {
+		return 0
+	}
+	pprof.StopCPUProfile()
+	prof, err := profile.Parse(p.buf)
+	if err != nil {
+		b.Fatalf("parsing the CPU profile: %v", err)
+	}
+	var all, server int64
+	for _, s := range prof.Sample {
+		v := s.Value[len(s.Value)-1] // cpu nanoseconds
+		all += v
+		if role := s.Label["role"]; len(role) == 0 {
+			server += v
+		}
+	}
+	if all == 0 {
+		return 0
+	}
+	return float64(server) / float64(all)
 }
 
 // CloseIdleConnections lets http.Client.CloseIdleConnections reach the
