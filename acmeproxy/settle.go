@@ -23,7 +23,7 @@ func (s *Server) Issued(ctx context.Context, orderID string, chain [][]byte) err
 	if o.Status != "processing" {
 		return nil
 	}
-	err = s.recordIssued(ctx, o, chain, s.pendingClient(ctx, orderID))
+	_, err = s.recordIssued(ctx, o, chain, s.pendingClient(ctx, orderID))
 	if errors.Is(err, store.ErrWrongState) {
 		return nil
 	}

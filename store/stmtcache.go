@@ -77,7 +77,16 @@ func (c *cachingConn) cached(ctx context.Context, query string) (*cachedStmt, er
 	return cs, nil
 }
 
+// statementContext is the context a statement runs under: the caller's,
+// without its cancellation. The driver watches a cancellable context with
+// a goroutine of its own per statement, to interrupt SQLite; the store's
+// statements take microseconds, so that goroutine cost more than the
+// statement. database/sql still refuses to start a statement whose
+// context has ended.
+func statementContext(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	ctx = statementContext(ctx)
 	cs, err := c.cached(ctx, query)
 	if err != nil {
 		return nil, err
@@ -91,6 +100,7 @@ func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driv
 }
 
 func (c *cachingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	ctx = statementContext(ctx)
 	cs, err := c.cached(ctx, query)
 	if err != nil {
 		return nil, err
