@@ -57,6 +57,10 @@
 //   - ACMEPROXY_BENCH_LOG: "stderr" shows Caddy's logs; by default they are
 //     encoded at level INFO and discarded, so logging costs what it costs
 //     in production without flooding the benchmark's output.
+//   - ACMEPROXY_BENCH_SERVER_CPU=1 profiles each timed part and reports
+//     server-CPU-ms/cert: the process's CPU times the share of profile
+//     samples not labelled role=client or role=responder — the servers'
+//     own CPU, without the load generator's (not with -cpuprofile).
 //
 // Every sub-benchmark reports, besides ns/op (wall time per certificate):
 // certs/s; p50-ms and p99-ms (one certificate, from new-order to a
