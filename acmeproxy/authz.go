@@ -118,8 +118,8 @@ func (s *Server) loadOwnAuthz(ctx context.Context, req *signedRequest, id string
 }
 
 // handleChallenge reads a challenge (POST-as-GET) or asks for its
-// validation (POST {}), which is queued as a challenge_validate job and
-// answered with status processing at once (RFC 8555 §7.5.1).
+// validation (POST {}, RFC 8555 §7.5.1): tried at once within the request,
+// else handed to a challenge_validate job and answered processing.
 func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id string) error {
 	ctx := r.Context()
 	req, err := s.verify(ctx, r, needKID)
@@ -141,36 +141,28 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 		if st := s.authzStatus(a); st != "pending" {
 			return problem.MalformedF("the authorization is %s; its challenges can no longer be answered", st)
 		}
-		// Store the validation job first, then flip the challenge: a crash
-		// in between leaves a job that finds the challenge pending and
-		// validates it anyway, never a challenge in processing with nobody
-		// to finish it. The job starts at once, and a validation that ends
-		// within inlineValidationWait is answered in this response, so the
-		// client's first poll finds it settled; a slower one goes on in the
-		// background and the client polls as usual.
-		_, done, err := s.queue.RunNow(ctx, jobs.Spec{
-			Kind: ValidateKind, Key: c.ID,
-			Payload:     validatePayload{Profile: s.cfg.Profile, Challenge: c.ID},
-			Deadline:    a.Expires,
-			MaxAttempts: validateAttempts,
-		}, inlineValidationWait)
+		// Validate right here first, with nothing stored yet: most answers
+		// settle within a moment, and one that does is recorded in a single
+		// durable write, with no job to store, run and settle. A crash
+		// meanwhile leaves the challenge pending and the client without an
+		// answer, free to post again.
+		settled, late, err := s.validateInline(ctx, c, a, req.thumbprint)
 		if err != nil {
 			return err
 		}
-		// A validation that settled in time needs no processing mark: it
-		// went straight from pending to its result. One still running, or
-		// waiting for a retry, or queued for a runner elsewhere, is marked
-		// so the client sees its answer was taken (RFC 8555 §7.1.6).
+		if !settled {
+			// After an attempt that ran out of time, the client is not
+			// kept waiting a second time.
+			wait := inlineValidationWait
+			if late {
+				wait = 0
+			}
+			if err := s.validateByJob(ctx, c, a, wait); err != nil {
+				return err
+			}
+		}
 		if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, id); err != nil {
 			return err
-		}
-		if !done || c.Status == "pending" {
-			if _, err := s.db.StartChallenge(ctx, c.ID, s.clock.Now()); err != nil {
-				return err
-			}
-			if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, id); err != nil {
-				return err
-			}
 		}
 	}
 	w.Header().Add("Link", link(base+"/authz/"+a.ID, "up"))
@@ -180,6 +172,72 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 	}
 	s.writeJSON(w, http.StatusOK, challengeJSONOf(base, c))
 	return nil
+}
+
+// validateByJob hands a challenge's validation to a durable job: for one
+// that did not settle inline (slow, failing on our side, or too many at
+// once). The job is stored first, then the challenge flipped: a crash in
+// between leaves a job that finds the challenge pending and validates it
+// anyway, never a challenge in processing with nobody to finish it. The
+// job starts at once, and an attempt that ends within wait is answered in
+// this response; a slower one goes on in the background and the client
+// polls as usual.
+func (s *Server) validateByJob(ctx context.Context, c store.Challenge, a store.Authz, wait time.Duration) error {
+	_, done, err := s.queue.RunNow(ctx, jobs.Spec{
+		Kind: ValidateKind, Key: c.ID,
+		Payload:     validatePayload{Profile: s.cfg.Profile, Challenge: c.ID},
+		Deadline:    a.Expires,
+		MaxAttempts: validateAttempts,
+	}, wait)
+	if err != nil {
+		return err
+	}
+	// A validation that settled in time needs no processing mark: it went
+	// straight from pending to its result. One still running, or waiting
+	// for a retry, or queued for a runner elsewhere, is marked so the
+	// client sees its answer was taken (RFC 8555 §7.1.6).
+	if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, c.ID); err != nil {
+		return err
+	}
+	if !done || c.Status == "pending" {
+		if _, err := s.db.StartChallenge(ctx, c.ID, s.clock.Now()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxInlineValidations bounds the validations challenge POSTs run at once.
+const maxInlineValidations = 32
+
+// validateInline runs a challenge's validation within its POST, for up to
+// inlineValidationWait, and records a result that settles it: the answer
+// found, or the client's wrong answer. It reports settled=false — nothing
+// stored — when the attempt ran out of time (late), failed on our side,
+// or found too many others running: the durable job takes over from
+// there, with its retries and its full timeout. keyThumbprint is the
+// signing account key's.
+func (s *Server) validateInline(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string) (settled, late bool, err error) {
+	select {
+	case s.inline <- struct{}{}:
+		defer func() { <-s.inline }()
+	default:
+		return false, false, nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, inlineValidationWait)
+	verr := s.runValidator(ictx, c, a, c.Token+"."+keyThumbprint)
+	late = ictx.Err() != nil
+	cancel()
+	if late {
+		return false, true, nil
+	}
+	if _, ok := problem.As(verr); verr != nil && !ok {
+		return false, false, nil // our fault: the job retries it
+	}
+	if err := s.recordValidation(ctx, c, a, verr); err != nil {
+		return false, false, err
+	}
+	return true, false, nil
 }
 
 // ---- validation job ----
@@ -222,31 +280,42 @@ func (s *Server) validate(ctx context.Context, challengeID string) jobs.Outcome 
 	if err != nil {
 		return jobs.Retry(err.Error())
 	}
-	keyAuth := c.Token + "." + acct.Thumbprint
-	verr := s.runValidator(ctx, c, a, keyAuth)
-	var prob *problem.Problem
-	if verr != nil {
-		var ok bool
-		if prob, ok = problem.As(verr); !ok {
-			return jobs.Retry(fmt.Sprintf("validating %s: %v", c.Type, verr))
-		}
+	verr := s.runValidator(ctx, c, a, c.Token+"."+acct.Thumbprint)
+	if _, ok := problem.As(verr); verr != nil && !ok {
+		return jobs.Retry(fmt.Sprintf("validating %s: %v", c.Type, verr))
+	}
+	if err := s.recordValidation(ctx, c, a, verr); err != nil {
+		return jobs.Retry(err.Error())
+	}
+	return jobs.Done()
+}
+
+// recordValidation settles a challenge with a validation's verdict: nil
+// for the expected answer, else the problem with the client's answer. A
+// challenge someone else settled meanwhile is left as it is.
+func (s *Server) recordValidation(ctx context.Context, c store.Challenge, a store.Authz, verdict error) error {
+	prob, ok := problem.As(verdict)
+	if verdict != nil && !ok {
+		return fmt.Errorf("validating %s: %w", c.Type, verdict) // a fault, not a verdict
+	}
+	if prob != nil {
 		prob.Identifier = &problem.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
 	}
 	var (
 		body []byte
 		owed []store.NewJob
 	)
-	now = s.clock.Now()
+	now := s.clock.Now()
 	if prob != nil {
 		body, _ = json.Marshal(prob)
 		owed = s.challengeFailedJobs(a, c, prob, now)
 	}
 	res, err := s.db.CompleteChallenge(ctx, c.ID, prob == nil, body, now, owed...)
 	if errors.Is(err, store.ErrWrongState) {
-		return jobs.Done()
+		return nil
 	}
 	if err != nil {
-		return jobs.Retry(err.Error())
+		return err
 	}
 	s.notified(owed)
 	outcome := "valid"
@@ -261,7 +330,7 @@ func (s *Server) validate(ctx context.Context, challengeID string) jobs.Outcome 
 	} else {
 		s.log.Debug("challenge valid", append(fields, zap.String("event", "challenge_valid"), zap.String("order_status", res.OrderStatus))...)
 	}
-	return jobs.Done()
+	return nil
 }
 
 // challengeFailedJobs are the notifications of a failed challenge.

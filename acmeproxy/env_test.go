@@ -50,12 +50,18 @@ type http01Responder struct {
 	mu     sync.Mutex
 	tokens map[string]string
 	port   int
+	// before, when set, runs before each answer (a test holds one back).
+	before func(path string)
 }
 
 func (h *http01Responder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	body, ok := h.tokens[r.URL.Path]
+	before := h.before
 	h.mu.Unlock()
+	if before != nil {
+		before(r.URL.Path)
+	}
 	if !ok {
 		http.NotFound(w, r)
 		return

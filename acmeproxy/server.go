@@ -78,8 +78,11 @@ type Server struct {
 	log       *zap.Logger
 	nonces    *nonces
 	kidKeys   kidKeyCache // see kidKeyCache
-	policy    policy
-	offered   map[string]bool // challenge types this profile offers
+	// inline bounds the validations running in challenge POSTs at once
+	// (see validateInline); past it they go straight to the job.
+	inline  chan struct{}
+	policy  policy
+	offered map[string]bool // challenge types this profile offers
 
 	signerName string
 	revokeWait time.Duration
@@ -120,6 +123,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		cfg: cfg, db: opts.DB, queue: opts.Queue, signer: opts.Signer, validator: opts.Validator,
 		clock: opts.Clock, log: opts.Logger,
 		nonces:  &nonces{key: key, db: opts.DB},
+		inline:  make(chan struct{}, maxInlineValidations),
 		policy:  newPolicy(cfg.Allow, cfg.Deny),
 		offered: map[string]bool{},
 

@@ -1,0 +1,97 @@
+package acmeproxy
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// validationJobs lists the challenge_validate jobs of the environment.
+func validationJobs(t *testing.T, e *testEnv) []store.Job {
+	t.Helper()
+	js, err := e.db.ListJobs(context.Background(), store.JobFilter{Kind: ValidateKind})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// A challenge whose answer is there settles in its own POST, recorded in
+// one write: no validation job is stored, run or settled for it.
+func TestAnAnswerThatIsThereSettlesInItsPOSTWithoutAJob(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{"the expected key authorization", "", "valid"},
+		{"a wrong answer", "wrong", "invalid"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t, nil)
+			alice := e.rawClient()
+			alice.register()
+			o := alice.order(dnsID("inline.example.com"))
+			_, r := alice.answerHTTP01(o.Authorizations[0], tc.body)
+			if got := decodeAs[challengeJSON](t, r); r.status != http.StatusOK || got.Status != tc.want {
+				t.Fatalf("challenge POST: %d %s; want 200 with status %s", r.status, r.body, tc.want)
+			}
+			if js := validationJobs(t, e); len(js) != 0 {
+				t.Errorf("%d validation jobs stored, want none: %+v", len(js), js)
+			}
+		})
+	}
+}
+
+// An answer slower than a POST may wait is not judged by the POST's
+// deadline: the POST answers processing, a durable job carries on with its
+// own timeout, and the challenge becomes valid once the answer comes.
+func TestAnAnswerSlowerThanThePOSTWaitsForIsValidatedByAJob(t *testing.T) {
+	e := newTestEnv(t, nil)
+	alice := e.rawClient()
+	alice.register()
+	o := alice.order(dnsID("slow.example.com"))
+	ch := challengeOf(t, alice.authz(o.Authorizations[0]), ChallengeHTTP01)
+	release := make(chan struct{})
+	var once sync.Once
+	e.http01.mu.Lock()
+	e.http01.before = func(path string) {
+		if strings.HasSuffix(path, ch.Token) {
+			<-release // every fetch waits until the POST has answered
+		}
+	}
+	e.http01.mu.Unlock()
+	defer once.Do(func() { close(release) })
+	e.http01.set(ch.Token, alice.keyAuthorization(ch.Token))
+
+	r := alice.post(ch.URL, map[string]any{}, jwsOpts{})
+	if got := decodeAs[challengeJSON](t, r); r.status != http.StatusOK || got.Status != "processing" {
+		t.Fatalf("challenge POST: %d %s; want 200 with status processing", r.status, r.body)
+	}
+	if js := validationJobs(t, e); len(js) != 1 {
+		t.Fatalf("%d validation jobs, want 1", len(js))
+	}
+	once.Do(func() { close(release) })
+	alice.await(o.Authorizations[0], "valid")
+}
+
+// A fault on our side in the POST's attempt (no resolver answers for
+// dns-01) is not the client's: the challenge is handed to the job, which
+// retries, instead of being failed.
+func TestAFaultOnOurSideInThePOSTsAttemptIsLeftToTheJob(t *testing.T) {
+	e := newTestEnv(t, nil) // its resolvers (127.0.0.1:1) never answer
+	alice := e.rawClient()
+	alice.register()
+	o := alice.order(dnsID("fault.example.com"))
+	ch := challengeOf(t, alice.authz(o.Authorizations[0]), ChallengeDNS01)
+	r := alice.post(ch.URL, map[string]any{}, jwsOpts{})
+	if got := decodeAs[challengeJSON](t, r); r.status != http.StatusOK || got.Status != "processing" {
+		t.Fatalf("challenge POST: %d %s; want 200 with status processing", r.status, r.body)
+	}
+	if js := validationJobs(t, e); len(js) != 1 {
+		t.Fatalf("%d validation jobs, want 1", len(js))
+	}
+}
