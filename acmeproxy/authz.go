@@ -146,7 +146,7 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 		// durable write, with no job to store, run and settle. A crash
 		// meanwhile leaves the challenge pending and the client without an
 		// answer, free to post again.
-		settled, late, err := s.validateInline(ctx, c, a, req.thumbprint)
+		settled, late, err := s.validateInline(ctx, &c, a, req.thumbprint)
 		if err != nil {
 			return err
 		}
@@ -160,9 +160,9 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 			if err := s.validateByJob(ctx, c, a, wait); err != nil {
 				return err
 			}
-		}
-		if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, id); err != nil {
-			return err
+			if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, id); err != nil {
+				return err
+			}
 		}
 	}
 	w.Header().Add("Link", link(base+"/authz/"+a.ID, "up"))
@@ -212,12 +212,12 @@ const maxInlineValidations = 32
 
 // validateInline runs a challenge's validation within its POST, for up to
 // inlineValidationWait, and records a result that settles it: the answer
-// found, or the client's wrong answer. It reports settled=false — nothing
-// stored — when the attempt ran out of time (late), failed on our side,
-// or found too many others running: the durable job takes over from
-// there, with its retries and its full timeout. keyThumbprint is the
-// signing account key's.
-func (s *Server) validateInline(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string) (settled, late bool, err error) {
+// found, or the client's wrong answer; *c becomes the challenge as it then
+// stands. It reports settled=false — nothing stored — when the attempt ran
+// out of time (late), failed on our side, or found too many others
+// running: the durable job takes over from there, with its retries and its
+// full timeout. keyThumbprint is the signing account key's.
+func (s *Server) validateInline(ctx context.Context, c *store.Challenge, a store.Authz, keyThumbprint string) (settled, late bool, err error) {
 	select {
 	case s.inline <- struct{}{}:
 		defer func() { <-s.inline }()
@@ -225,7 +225,7 @@ func (s *Server) validateInline(ctx context.Context, c store.Challenge, a store.
 		return false, false, nil
 	}
 	ictx, cancel := context.WithTimeout(ctx, inlineValidationWait)
-	verr := s.runValidator(ictx, c, a, c.Token+"."+keyThumbprint)
+	verr := s.runValidator(ictx, *c, a, c.Token+"."+keyThumbprint)
 	late = ictx.Err() != nil
 	cancel()
 	if late {
@@ -234,9 +234,17 @@ func (s *Server) validateInline(ctx context.Context, c store.Challenge, a store.
 	if _, ok := problem.As(verr); verr != nil && !ok {
 		return false, false, nil // our fault: the job retries it
 	}
-	if err := s.recordValidation(ctx, c, a, verr); err != nil {
+	now, mine, err := s.recordValidation(ctx, *c, a, verr)
+	if err != nil {
 		return false, false, err
 	}
+	if !mine { // settled meanwhile by someone else: read what they wrote
+		if *c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, c.ID); err != nil {
+			return false, false, err
+		}
+		return true, false, nil
+	}
+	*c = now
 	return true, false, nil
 }
 
@@ -284,19 +292,20 @@ func (s *Server) validate(ctx context.Context, challengeID string) jobs.Outcome 
 	if _, ok := problem.As(verr); verr != nil && !ok {
 		return jobs.Retry(fmt.Sprintf("validating %s: %v", c.Type, verr))
 	}
-	if err := s.recordValidation(ctx, c, a, verr); err != nil {
+	if _, _, err := s.recordValidation(ctx, c, a, verr); err != nil {
 		return jobs.Retry(err.Error())
 	}
 	return jobs.Done()
 }
 
 // recordValidation settles a challenge with a validation's verdict: nil
-// for the expected answer, else the problem with the client's answer. A
-// challenge someone else settled meanwhile is left as it is.
-func (s *Server) recordValidation(ctx context.Context, c store.Challenge, a store.Authz, verdict error) error {
+// for the expected answer, else the problem with the client's answer. It
+// returns the challenge as recorded; mine is false when someone else
+// settled it meanwhile, which is left as it is.
+func (s *Server) recordValidation(ctx context.Context, c store.Challenge, a store.Authz, verdict error) (now store.Challenge, mine bool, err error) {
 	prob, ok := problem.As(verdict)
 	if verdict != nil && !ok {
-		return fmt.Errorf("validating %s: %w", c.Type, verdict) // a fault, not a verdict
+		return c, false, fmt.Errorf("validating %s: %w", c.Type, verdict) // a fault, not a verdict
 	}
 	if prob != nil {
 		prob.Identifier = &problem.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
@@ -305,17 +314,17 @@ func (s *Server) recordValidation(ctx context.Context, c store.Challenge, a stor
 		body []byte
 		owed []store.NewJob
 	)
-	now := s.clock.Now()
+	at := s.clock.Now()
 	if prob != nil {
 		body, _ = json.Marshal(prob)
-		owed = s.challengeFailedJobs(a, c, prob, now)
+		owed = s.challengeFailedJobs(a, c, prob, at)
 	}
-	res, err := s.db.CompleteChallenge(ctx, c.ID, prob == nil, body, now, owed...)
+	res, err := s.db.CompleteChallenge(ctx, c.ID, prob == nil, body, at, owed...)
 	if errors.Is(err, store.ErrWrongState) {
-		return nil
+		return c, false, nil
 	}
 	if err != nil {
-		return err
+		return c, false, err
 	}
 	s.notified(owed)
 	outcome := "valid"
@@ -330,7 +339,13 @@ func (s *Server) recordValidation(ctx context.Context, c store.Challenge, a stor
 	} else {
 		s.log.Debug("challenge valid", append(fields, zap.String("event", "challenge_valid"), zap.String("order_status", res.OrderStatus))...)
 	}
-	return nil
+	// What CompleteChallenge made of it.
+	if prob == nil {
+		c.Status, c.Validated, c.Error = "valid", at, nil
+	} else {
+		c.Status, c.Validated, c.Error = "invalid", time.Time{}, body
+	}
+	return c, true, nil
 }
 
 // challengeFailedJobs are the notifications of a failed challenge.

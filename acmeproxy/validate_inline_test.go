@@ -3,6 +3,7 @@ package acmeproxy
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -35,9 +36,14 @@ func TestAnAnswerThatIsThereSettlesInItsPOSTWithoutAJob(t *testing.T) {
 			alice := e.rawClient()
 			alice.register()
 			o := alice.order(dnsID("inline.example.com"))
-			_, r := alice.answerHTTP01(o.Authorizations[0], tc.body)
-			if got := decodeAs[challengeJSON](t, r); r.status != http.StatusOK || got.Status != tc.want {
+			ch, r := alice.answerHTTP01(o.Authorizations[0], tc.body)
+			got := decodeAs[challengeJSON](t, r)
+			if r.status != http.StatusOK || got.Status != tc.want {
 				t.Fatalf("challenge POST: %d %s; want 200 with status %s", r.status, r.body, tc.want)
+			}
+			// The POST answered with the challenge as stored.
+			if stored := decodeAs[challengeJSON](t, alice.read(ch.URL)); !reflect.DeepEqual(stored, got) {
+				t.Errorf("the POST answered %+v; the challenge reads %+v", got, stored)
 			}
 			if js := validationJobs(t, e); len(js) != 0 {
 				t.Errorf("%d validation jobs stored, want none: %+v", len(js), js)
