@@ -5,11 +5,13 @@
 //
 // The package has no code of its own; everything is in its _test.go files.
 //
-// BenchmarkIssuance/server={acme_proxy,acme_server}/clients={1,8,32} gives
-// each client its own account; BenchmarkIssuanceSharedAccount has all the
-// clients use one account at once, which is where a server's concurrency
-// bugs show as 5xx answers: any 5xx fails an acme_proxy run, and the first
-// one of either server is logged.
+// BenchmarkIssuance/clients={1,8,32}/server={acme_proxy,acme_server} gives
+// each client its own account; the two servers run back to back at each
+// level, so a pair shares the machine's conditions of the moment.
+// BenchmarkIssuanceSharedAccount has all the clients use one account at
+// once, which is where a server's concurrency bugs show as 5xx answers:
+// any 5xx fails an acme_proxy run, and the first one of either server is
+// logged.
 //
 // The two servers get the same conditions: one HTTPS site on 127.0.0.1
 // (acme_proxy under /proxy/bench, acme_server under /acme/local), both
@@ -36,7 +38,7 @@
 // b.N is the number of certificates of a sub-benchmark, so -benchtime 2000x
 // scales a run up for profiling:
 //
-//	go test -run '^$' -bench '^BenchmarkIssuance$/^server=acme_proxy$/^clients=8$' \
+//	go test -run '^$' -bench '^BenchmarkIssuance$/^clients=8$/^server=acme_proxy$' \
 //		-benchtime 2000x -cpuprofile cpu.out ./bench/
 //	go tool pprof -top -tagignore 'role=client|responder' bench.test cpu.out
 //
