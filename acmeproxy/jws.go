@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math/big"
 	"mime"
@@ -84,6 +85,26 @@ func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*si
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/jose+json" {
 		return nil, problem.UnsupportedMediaType(r.Header.Get("Content-Type"))
 	}
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.verifyJWS(ctx, body, s.baseURL(r), s.requestURL(r), mode, true)
+}
+
+// readBody reads a signed request's body, up to maxBodyBytes: at once
+// into a buffer of the announced size when there is one (the server holds
+// the body to its Content-Length), else growing as it comes.
+func readBody(r *http.Request) ([]byte, error) {
+	if cl := r.ContentLength; cl > maxBodyBytes {
+		return nil, problem.TooLarge(maxBodyBytes)
+	} else if cl > 0 {
+		body := make([]byte, cl)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			return nil, problem.MalformedF("reading the request body failed")
+		}
+		return body, nil
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
 	if err != nil {
 		return nil, problem.MalformedF("reading the request body failed")
@@ -91,7 +112,7 @@ func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*si
 	if len(body) > maxBodyBytes {
 		return nil, problem.TooLarge(maxBodyBytes)
 	}
-	return s.verifyJWS(ctx, body, s.baseURL(r), s.requestURL(r), mode, true)
+	return body, nil
 }
 
 // verifyJWS checks a flattened JWS. useNonce is false for the inner JWS of
@@ -421,35 +442,38 @@ func verifySignature(alg string, key any, protected, payload, signature string) 
 	if err != nil {
 		return nil, problem.MalformedF("the JWS payload is not base64url")
 	}
-	input := []byte(protected + "." + payload)
+	// The signing input is hashed in parts: no copy of the whole body.
+	digest := func(h hash.Hash) []byte {
+		io.WriteString(h, protected)
+		io.WriteString(h, ".")
+		io.WriteString(h, payload)
+		return h.Sum(nil)
+	}
 	switch pub := key.(type) {
 	case *ecdsa.PublicKey:
 		size := (pub.Curve.Params().BitSize + 7) / 8
 		if len(sig) != 2*size {
 			return nil, bad
 		}
-		var digest []byte
+		var d []byte
 		switch alg {
 		case string(jose.ES256):
-			d := sha256.Sum256(input)
-			digest = d[:]
+			d = digest(sha256.New())
 		case string(jose.ES384):
-			d := sha512.Sum384(input)
-			digest = d[:]
+			d = digest(sha512.New384())
 		default:
 			return nil, bad
 		}
 		r, s := new(big.Int).SetBytes(sig[:size]), new(big.Int).SetBytes(sig[size:])
-		if !ecdsa.Verify(pub, digest, r, s) {
+		if !ecdsa.Verify(pub, d, r, s) {
 			return nil, bad
 		}
 	case *rsa.PublicKey:
-		d := sha256.Sum256(input)
-		if alg != string(jose.RS256) || rsa.VerifyPKCS1v15(pub, crypto.SHA256, d[:], sig) != nil {
+		if alg != string(jose.RS256) || rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest(sha256.New()), sig) != nil {
 			return nil, bad
 		}
 	case ed25519.PublicKey:
-		if alg != string(jose.EdDSA) || !ed25519.Verify(pub, input, sig) {
+		if alg != string(jose.EdDSA) || !ed25519.Verify(pub, []byte(protected+"."+payload), sig) {
 			return nil, bad
 		}
 	default:

@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"hash"
+	"sync"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
@@ -31,6 +33,9 @@ const nonceLifetime = time.Hour
 type nonces struct {
 	key []byte
 	db  *store.DB
+	// macs holds keyed HMACs for reuse: keying one costs two SHA-256
+	// blocks and its allocations, on every response and signed request.
+	macs sync.Pool
 }
 
 const (
@@ -40,11 +45,17 @@ const (
 )
 
 func (n *nonces) mac(profile string, body []byte) []byte {
-	m := hmac.New(sha256.New, n.key)
+	m, _ := n.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, n.key)
+	}
+	m.Reset()
 	m.Write([]byte(profile))
 	m.Write([]byte{0})
 	m.Write(body)
-	return m.Sum(nil)[:nonceMACLen]
+	sum := m.Sum(nil)[:nonceMACLen]
+	n.macs.Put(m)
+	return sum
 }
 
 // mint returns a fresh nonce for profile.
