@@ -64,6 +64,9 @@ type Account struct {
 
 const accountCols = `id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at`
 
+// accountByID reads one account of a profile.
+const accountByID = `SELECT ` + accountCols + ` FROM accounts WHERE profile = ? AND id = ?`
+
 func scanAccount(r rowScanner) (Account, error) {
 	var (
 		a       Account
@@ -144,7 +147,7 @@ func nonNil(s []string) []string {
 
 // GetAccount reads an account of a profile by id.
 func (db *DB) GetAccount(ctx context.Context, profile, id string) (Account, error) {
-	a, err := scanAccount(db.r.QueryRowContext(ctx, db.q(`SELECT `+accountCols+` FROM accounts WHERE profile = ? AND id = ?`), profile, id))
+	a, err := scanAccount(db.r.QueryRowContext(ctx, db.q(accountByID), profile, id))
 	return a, readErr(err, "account "+id)
 }
 
@@ -256,11 +259,24 @@ func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, limi
 // request it came with writes next. A power loss can forget only the
 // nonces of requests whose effects it forgets too, so a replay can never
 // repeat an effect that is on disk.
-func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (bool, error) {
-	res, err := db.lazyWr.ExecContext(ctx, db.q(`INSERT INTO used_nonces (k) VALUES (?) ON CONFLICT DO NOTHING`),
-		nonceKey(expires, nonce))
+func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (fresh bool, err error) {
+	err = db.withLazyTx(ctx, func(tx *sql.Tx) (err error) {
+		fresh, err = db.spendNonce(ctx, tx, nonce, expires)
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("store: using nonce: %w", err)
+	}
+	return fresh, nil
+}
+
+// spendNonce records a nonce as used in tx and reports whether it was
+// fresh.
+func (db *DB) spendNonce(ctx context.Context, tx *sql.Tx, nonce string, expires time.Time) (bool, error) {
+	res, err := tx.ExecContext(ctx, db.q(`INSERT INTO used_nonces (k) VALUES (?) ON CONFLICT DO NOTHING`),
+		nonceKey(expires, nonce))
+	if err != nil {
+		return false, err
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
@@ -278,16 +294,11 @@ func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (bo
 func (db *DB) UseNonceAs(ctx context.Context, nonce string, expires time.Time, profile, accountID string) (acct Account, fresh bool, err error) {
 	var missing bool
 	err = db.withLazyTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO used_nonces (k) VALUES (?) ON CONFLICT DO NOTHING`),
-			nonceKey(expires, nonce))
-		if err != nil {
+		var err error
+		if fresh, err = db.spendNonce(ctx, tx, nonce, expires); err != nil || !fresh {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return err
-		}
-		fresh = true
-		acct, err = scanAccount(tx.QueryRowContext(ctx, db.q(`SELECT `+accountCols+` FROM accounts WHERE profile = ? AND id = ?`), profile, accountID))
+		acct, err = scanAccount(tx.QueryRowContext(ctx, db.q(accountByID), profile, accountID))
 		if errors.Is(err, sql.ErrNoRows) {
 			missing = true // not an error here: that would undo the nonce
 			return nil
