@@ -288,10 +288,9 @@ func (s *Server) validate(ctx context.Context, challengeID string) jobs.Outcome 
 	if err != nil {
 		return jobs.Retry(err.Error())
 	}
+	// A fault on our side is no verdict: recordValidation refuses it, and
+	// the job tries again.
 	verr := s.runValidator(ctx, c, a, c.Token+"."+acct.Thumbprint)
-	if _, ok := problem.As(verr); verr != nil && !ok {
-		return jobs.Retry(fmt.Sprintf("validating %s: %v", c.Type, verr))
-	}
 	if _, _, err := s.recordValidation(ctx, c, a, verr); err != nil {
 		return jobs.Retry(err.Error())
 	}

@@ -167,10 +167,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 		if key, err = parsePublicJWK(hdr.JWK); err != nil {
 			return nil, err
 		}
-		if err := checkAlgForKey(hdr.Alg, key.Key); err != nil {
-			return nil, err
-		}
-		if payload, err = verifySignature(hdr.Alg, key.Key, fj.Protected, *fj.Payload, fj.Signature); err != nil {
+		if payload, err = verifyWith(&hdr, &fj, key); err != nil {
 			return nil, err
 		}
 		req.jwk = key
@@ -332,15 +329,21 @@ func (k *kidRequest) check(acct store.Account) error {
 	if err != nil {
 		return fmt.Errorf("stored key of account %s: %w", acct.ID, err)
 	}
-	if err := checkAlgForKey(k.hdr.Alg, key.Key); err != nil {
-		return err
-	}
-	payload, err := verifySignature(k.hdr.Alg, key.Key, k.fj.Protected, *k.fj.Payload, k.fj.Signature)
+	payload, err := verifyWith(k.hdr, k.fj, key)
 	if err != nil {
 		return err
 	}
 	k.key, k.payload, k.account = key, payload, &acct
 	return nil
+}
+
+// verifyWith checks that the JWS's algorithm fits key and its signature
+// verifies with it, and returns the payload.
+func verifyWith(hdr *protectedHeader, fj *flattenedJWS, key *jose.JSONWebKey) ([]byte, error) {
+	if err := checkAlgForKey(hdr.Alg, key.Key); err != nil {
+		return nil, err
+	}
+	return verifySignature(hdr.Alg, key.Key, fj.Protected, *fj.Payload, fj.Signature)
 }
 
 // recheck holds a verified signature against the account as read when the
@@ -357,32 +360,37 @@ func (k *kidRequest) recheck(now store.Account) error {
 	return k.check(now)
 }
 
-// kidKeys remembers, per account of a profile, the account's key as last
-// read (its stored JWK text), so that a request signed by kid is verified
-// without a read of a reader connection — which starts with a cold page
-// cache after every write. It decides nothing: the nonce is spent in a
-// write that reads the account (store.UseNonceAs), and the signature is
-// held against the key found there.
-type kidKeyCache struct {
+// boundedCache is a map safe for concurrent use that starts over when it
+// holds maxCachedAccountKeys entries: the caches of the signed-request
+// path hold what a reread would give again, so forgetting is harmless.
+type boundedCache[V any] struct {
 	mu sync.Mutex
-	m  map[string][]byte
+	m  map[string]V
 }
 
-func (c *kidKeyCache) get(id string) ([]byte, bool) {
+func (c *boundedCache[V]) get(k string) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.m[id]
+	v, ok := c.m[k]
 	return v, ok
 }
 
-func (c *kidKeyCache) put(id string, jwk []byte) {
+func (c *boundedCache[V]) put(k string, v V) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxCachedAccountKeys {
-		c.m = make(map[string][]byte)
+		c.m = make(map[string]V)
 	}
-	c.m[id] = jwk
+	c.m[k] = v
 }
+
+// kidKeyCache remembers, per account of a profile, the account's key as
+// last read (its stored JWK text), so that a request signed by kid is
+// verified without a read of a reader connection — which starts with a
+// cold page cache after every write. It decides nothing: the nonce is
+// spent in a write that reads the account (store.UseNonceAs), and the
+// signature is held against the key found there.
+type kidKeyCache = boundedCache[[]byte]
 
 // thumbprint is a key's RFC 7638 SHA-256 thumbprint, base64url: the
 // account's identity and the second half of key authorizations.
@@ -398,32 +406,21 @@ func thumbprint(k *jose.JSONWebKey) (string, error) {
 // text is the key, so an entry can never be stale: a key change stores a
 // new text. Parsing a JWK on every signed request was a measurable share
 // of a request's CPU.
-var accountKeys struct {
-	sync.Mutex
-	m map[string]*jose.JSONWebKey
-}
+var accountKeys boundedCache[*jose.JSONWebKey]
 
-// maxCachedAccountKeys bounds the cache; past it the cache starts over.
+// maxCachedAccountKeys bounds those caches; past it a cache starts over.
 const maxCachedAccountKeys = 10000
 
 // accountKey returns the parsed, checked key of a stored account JWK.
 func accountKey(stored []byte) (*jose.JSONWebKey, error) {
-	accountKeys.Lock()
-	k, ok := accountKeys.m[string(stored)]
-	accountKeys.Unlock()
-	if ok {
+	if k, ok := accountKeys.get(string(stored)); ok {
 		return k, nil
 	}
 	k, err := parsePublicJWK(stored)
 	if err != nil {
 		return nil, err
 	}
-	accountKeys.Lock()
-	if accountKeys.m == nil || len(accountKeys.m) >= maxCachedAccountKeys {
-		accountKeys.m = make(map[string]*jose.JSONWebKey)
-	}
-	accountKeys.m[string(stored)] = k
-	accountKeys.Unlock()
+	accountKeys.put(string(stored), k)
 	return k, nil
 }
 
