@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -85,6 +87,57 @@ func TestConcurrentValidationOfTheLastTwoAuthorizationsMakesTheOrderReadyOnce(t 
 	}
 }
 
+// RFC 8555 §7.1.6: an order becomes ready once every one of its
+// authorizations is valid, and invalid once any of them is invalid; an
+// invalid order stays invalid whatever its other authorizations do.
+func TestAnOrderIsNotReadyUntilEveryAuthorizationIsValid(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// valid is each authorization's validation result, in the order
+		// they are completed; want the order's status after each.
+		valid []bool
+		want  []string
+	}{
+		{"two names, both valid", []bool{true, true}, []string{"pending", "ready"}},
+		{"three names, all valid", []bool{true, true, true}, []string{"pending", "pending", "ready"}},
+		{"one valid, then one invalid", []bool{true, false}, []string{"pending", "invalid"}},
+		{"one invalid, then one valid", []bool{false, true}, []string{"invalid", "invalid"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := openTest(t)
+			o := newOrderWithAuthzs(t, db, len(tc.valid))
+			before := "pending"
+			for i, valid := range tc.valid {
+				c := challengeOf(t, db, o.AuthzIDs[i])
+				if ok, err := db.StartChallenge(ctx, c.ID, t0); err != nil || !ok {
+					t.Fatalf("starting challenge %d: %v %v", i, ok, err)
+				}
+				var problem []byte
+				if !valid {
+					problem = []byte(`{"type":"x"}`)
+				}
+				res, err := db.CompleteChallenge(ctx, c.ID, valid, problem, t0)
+				if err != nil {
+					t.Fatalf("completing challenge %d: %v", i, err)
+				}
+				if res.OrderStatus != tc.want[i] || res.OrderChanged != (tc.want[i] != before) {
+					t.Errorf("after authorization %d (valid=%v) the result is %+v, want order %s (changed: %v)",
+						i, valid, res, tc.want[i], tc.want[i] != before)
+				}
+				got, err := db.GetOrder(ctx, "p", o.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Status != tc.want[i] {
+					t.Errorf("after authorization %d (valid=%v) the order reads %s, want %s", i, valid, got.Status, tc.want[i])
+				}
+				before = tc.want[i]
+			}
+		})
+	}
+}
+
 func TestAFailedChallengeInvalidatesItsAuthorizationAndOrder(t *testing.T) {
 	ctx := context.Background()
 	db := openTest(t)
@@ -104,36 +157,79 @@ func TestAFailedChallengeInvalidatesItsAuthorizationAndOrder(t *testing.T) {
 	}
 }
 
-func TestOnlyOneOfTwoConcurrentFinalizeClaimsWins(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	o := newOrderWithAuthzs(t, db, 1)
-	c := challengeOf(t, db, o.AuthzIDs[0])
-	db.StartChallenge(ctx, c.ID, t0)
-	db.CompleteChallenge(ctx, c.ID, true, nil, t0)
-	var wg sync.WaitGroup
-	wins := make(chan bool, 8)
-	for i := 0; i < 8; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), t0)
-			if err != nil {
-				t.Error(err)
+// Concurrent finalizes of one ready order — from one process, or from
+// several processes sharing the database file, each with a store of its
+// own — claim it through ClaimOrderForIssue: exactly one claim wins, and
+// the order keeps the winner's CSR.
+func TestExactlyOneOfConcurrentClaimsOfAReadyOrderWins(t *testing.T) {
+	const claimers = 16
+	for _, tc := range []struct {
+		name    string
+		handles int
+	}{
+		{"through one store", 1},
+		{"through stores of several processes on one file", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "acme.db")
+			dbs := make([]*DB, tc.handles)
+			for i := range dbs {
+				db, err := OpenSQLite(ctx, path, SQLiteOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() })
+				dbs[i] = db
 			}
-			wins <- won
-		}()
-	}
-	wg.Wait()
-	close(wins)
-	n := 0
-	for w := range wins {
-		if w {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Fatalf("%d finalize claims won, want 1", n)
+			o := newOrderWithAuthzs(t, dbs[0], 1)
+			c := challengeOf(t, dbs[0], o.AuthzIDs[0])
+			if ok, err := dbs[0].StartChallenge(ctx, c.ID, t0); err != nil || !ok {
+				t.Fatalf("start: %v %v", ok, err)
+			}
+			if res, err := dbs[0].CompleteChallenge(ctx, c.ID, true, nil, t0); err != nil || res.OrderStatus != "ready" {
+				t.Fatalf("complete: %+v %v", res, err)
+			}
+
+			var (
+				wg    sync.WaitGroup
+				start = make(chan struct{})
+				won   = make([]bool, claimers)
+			)
+			for i := range claimers {
+				wg.Go(func() {
+					<-start
+					var err error
+					won[i], err = dbs[i%len(dbs)].ClaimOrderForIssue(ctx, o.ID, []byte{byte(i)}, t0)
+					if err != nil {
+						t.Errorf("claim %d: %v", i, err)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+
+			winner := -1
+			for i, w := range won {
+				if !w {
+					continue
+				}
+				if winner >= 0 {
+					t.Fatalf("claims %d and %d both won", winner, i)
+				}
+				winner = i
+			}
+			if winner < 0 {
+				t.Fatal("no claim won")
+			}
+			got, err := dbs[0].GetOrder(ctx, "p", o.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != "processing" || !bytes.Equal(got.CSR, []byte{byte(winner)}) {
+				t.Errorf("order is %s with CSR %v, want processing with the winner's CSR %v", got.Status, got.CSR, []byte{byte(winner)})
+			}
+		})
 	}
 }
 
