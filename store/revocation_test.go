@@ -191,3 +191,112 @@ func TestTheAuditTrailIsInsertOnlyAndSearchable(t *testing.T) {
 		}
 	}
 }
+
+// RFC 8555 §7.6: an account may revoke a certificate for names it holds
+// valid, unexpired authorizations for — every one of the names, in the
+// profile asked about, by that account.
+func TestAnAccountHoldsAuthorizationsOnlyWhenEveryNameIsValidlyAuthorizedToIt(t *testing.T) {
+	type grant struct {
+		account string // "alice" or "bob", both of profile p
+		name    string // "*.example.com": a wildcard authorization of example.com
+		state   string // pending, valid or deactivated
+		expires time.Duration
+	}
+	const hour = time.Hour
+	for _, tc := range []struct {
+		name    string
+		grants  []grant
+		profile string // asked about, for alice
+		names   []string
+		at      time.Duration // after t0
+		want    bool
+	}{
+		{"valid and unexpired for every name",
+			[]grant{{"alice", "a.example.com", "valid", hour}, {"alice", "b.example.com", "valid", hour}},
+			"p", []string{"a.example.com", "b.example.com"}, time.Minute, true},
+		{"only a pending authorization",
+			[]grant{{"alice", "a.example.com", "pending", hour}},
+			"p", []string{"a.example.com"}, time.Minute, false},
+		{"a deactivated authorization",
+			[]grant{{"alice", "a.example.com", "deactivated", hour}},
+			"p", []string{"a.example.com"}, time.Minute, false},
+		{"valid for the first of two names",
+			[]grant{{"alice", "a.example.com", "valid", hour}},
+			"p", []string{"a.example.com", "b.example.com"}, time.Minute, false},
+		{"valid for the second of two names",
+			[]grant{{"alice", "b.example.com", "valid", hour}},
+			"p", []string{"a.example.com", "b.example.com"}, time.Minute, false},
+		{"valid but expired",
+			[]grant{{"alice", "a.example.com", "valid", hour}},
+			"p", []string{"a.example.com"}, 2 * hour, false},
+		{"valid for another account",
+			[]grant{{"bob", "a.example.com", "valid", hour}},
+			"p", []string{"a.example.com"}, time.Minute, false},
+		{"valid, but asked about in another profile",
+			[]grant{{"alice", "a.example.com", "valid", hour}},
+			"q", []string{"a.example.com"}, time.Minute, false},
+		{"a wildcard name by a wildcard authorization",
+			[]grant{{"alice", "*.example.com", "valid", hour}},
+			"p", []string{"*.example.com"}, time.Minute, true},
+		{"a wildcard name by an authorization of the base name",
+			[]grant{{"alice", "example.com", "valid", hour}},
+			"p", []string{"*.example.com"}, time.Minute, false},
+		{"no names at all",
+			[]grant{{"alice", "a.example.com", "valid", hour}},
+			"p", nil, time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := openTest(t)
+			accounts := map[string]string{}
+			for _, name := range []string{"alice", "bob"} {
+				a, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: name, KeyJWK: []byte(`{}`)}, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				accounts[name] = a.ID
+			}
+			for _, g := range tc.grants {
+				holdAuthz(t, db, accounts[g.account], g.name, g.state, t0.Add(g.expires))
+			}
+			var idents []Identifier
+			for _, n := range tc.names {
+				idents = append(idents, Identifier{Type: "dns", Value: n})
+			}
+			got, err := db.HoldsAuthorizations(ctx, tc.profile, accounts["alice"], idents, t0.Add(tc.at))
+			if err != nil || got != tc.want {
+				t.Errorf("alice holds authorizations for %v in profile %s: %v (%v), want %v", tc.names, tc.profile, got, err, tc.want)
+			}
+		})
+	}
+}
+
+// holdAuthz stores an order of profile p by account for name, whose one
+// authorization expires at expires and is left in state: pending, valid
+// (its challenge validated at t0) or deactivated (after being valid).
+func holdAuthz(t *testing.T, db *DB, account, name, state string, expires time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	base, wildcard := strings.CutPrefix(name, "*.")
+	o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: account, Identifiers: []Identifier{{Type: "dns", Value: name}}, Expires: expires},
+		[]Authz{{Identifier: Identifier{Type: "dns", Value: base}, Wildcard: wildcard, Expires: expires,
+			Challenges: []Challenge{{Type: "dns-01", Token: NewID()}}}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state == "pending" {
+		return
+	}
+	c := challengeOf(t, db, o.AuthzIDs[0])
+	if ok, err := db.StartChallenge(ctx, c.ID, t0); err != nil || !ok {
+		t.Fatalf("start: %v %v", ok, err)
+	}
+	if _, err := db.CompleteChallenge(ctx, c.ID, true, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	if state == "deactivated" {
+		if err := db.DeactivateAuthz(ctx, o.AuthzIDs[0], t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
