@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
 )
 
 // ---- helpers ----
@@ -1084,9 +1086,12 @@ func TestAWrongHTTP01AnswerInvalidatesChallengeAuthorizationAndOrder(t *testing.
 
 // RFC 8555 §7.4 and the design's guarded writes: of concurrent finalizes
 // of one ready order exactly one signs; the others get orderNotReady and
-// the order keeps one certificate.
+// the order keeps one certificate. The server's clock is a claimGate, so
+// every finalize has read the order ready before any claims it: only the
+// claim's own guard can then tell the winner.
 func TestConcurrentFinalizesOfOneOrderIssueOneCertificate(t *testing.T) {
-	e := newTestEnv(t, nil)
+	gate := &claimGate{Clock: clock.Real()}
+	e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Clock = gate }})
 	alice := e.rawClient()
 	alice.register()
 	const racers = 4
@@ -1104,14 +1109,19 @@ func TestConcurrentFinalizesOfOneOrderIssueOneCertificate(t *testing.T) {
 			resps = make([]*http.Response, racers)
 			errs  = make([]error, racers)
 		)
+		gate.expect(racers)
 		for i := range racers {
 			wg.Go(func() {
 				<-start
 				resps[i], errs[i] = e.ts.Client().Post(o.Finalize, "application/jose+json", bytes.NewReader(bodies[i]))
+				gate.finished()
 			})
 		}
 		close(start)
 		wg.Wait()
+		if n := gate.claimed(); n != racers {
+			t.Fatalf("round %d: %d of %d finalizes reached their claim together; the gate looks for the clock reading of the claim in handleFinalize", round, n, racers)
+		}
 		winner := -1
 		for i := range racers {
 			if errs[i] != nil {
@@ -1147,6 +1157,77 @@ func TestConcurrentFinalizesOfOneOrderIssueOneCertificate(t *testing.T) {
 			t.Errorf("round %d: the certificate is not for the winning CSR's key", round)
 		}
 	}
+}
+
+// claimGate is a server clock for a race of finalizes. When
+// handleFinalize reads it for the time of its claim — after reading the
+// order and finding it ready — the request waits at the gate until every
+// racer expected has arrived there or finished without arriving; then
+// all go on at once. So every finalize has passed the status check before
+// any claims the order, the interleaving the claim's guard must settle.
+type claimGate struct {
+	clock.Clock
+	mu       sync.Mutex
+	expected int           // racers of this round neither arrived nor finished
+	arrived  int           // racers of this round that reached their claim
+	open     chan struct{} // closed when no racer is left to wait for
+}
+
+// expect arms the gate for a round of n racers.
+func (g *claimGate) expect(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.expected, g.arrived, g.open = n, 0, make(chan struct{})
+}
+
+// finished tells the gate that a racer's request has been answered: one
+// answered before the gate opened never reached its claim.
+func (g *claimGate) finished() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.leaveLocked()
+}
+
+// claimed is how many racers of the round reached their claim.
+func (g *claimGate) claimed() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.arrived
+}
+
+func (g *claimGate) leaveLocked() {
+	if g.expected == 0 {
+		return // open already, or not armed
+	}
+	if g.expected--; g.expected == 0 {
+		close(g.open)
+	}
+}
+
+func (g *claimGate) Now() time.Time {
+	if callerIs(".(*Server).handleFinalize") {
+		g.mu.Lock()
+		open := g.open
+		if g.expected > 0 {
+			g.arrived++
+			g.leaveLocked()
+		}
+		g.mu.Unlock()
+		if open != nil {
+			<-open
+		}
+	}
+	return g.Clock.Now()
+}
+
+// callerIs reports whether the function calling the caller of callerIs
+// has a name ending in suffix.
+func callerIs(suffix string) bool {
+	pcs := make([]uintptr, 3)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)]) // from callerIs's caller on
+	frames.Next()
+	f, _ := frames.Next()
+	return strings.HasSuffix(f.Function, suffix)
 }
 
 func firstCertificate(t testing.TB, chain []byte) *x509.Certificate {
