@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,12 +183,64 @@ func TestHTTP01WithoutADialHookConnectsDirectly(t *testing.T) {
 	wantOutcome(t, v.HTTP01(context.Background(), IdentIP, "127.0.0.1", "ok", testKeyAuth), "")
 }
 
+// proxyChild marks the process in which
+// TestHTTP01IgnoresTheProxyOfTheEnvironment validates under a proxy.
+const proxyChild = "ACMEPROXY_VALIDATE_PROXY_CHILD"
+
+// The validator must fetch from the client's server itself, never
+// through a proxy named by the environment: a proxy would see (and could
+// answer) the challenge. Go never proxies a loopback address, and reads
+// the proxy variables once per process, so the check runs in a child
+// process started with HTTP_PROXY set, and validates a name that its
+// own resolver maps to loopback. The proxy, here, counts what it is sent.
 func TestHTTP01IgnoresTheProxyOfTheEnvironment(t *testing.T) {
-	httpPort, _ := challengeServers(t)
-	t.Setenv("HTTP_PROXY", "http://127.0.0.1:"+strconv.Itoa(freePort(t)))
-	t.Setenv("http_proxy", "http://127.0.0.1:"+strconv.Itoa(freePort(t)))
-	v := newValidator(t, Config{HTTPPort: httpPort})
-	wantOutcome(t, v.HTTP01(context.Background(), IdentIP, "127.0.0.1", "ok", testKeyAuth), "")
+	if os.Getenv(proxyChild) == "1" {
+		validateUnderAProxy(t)
+		return
+	}
+	var proxied atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxied.Add(1)
+		http.Error(w, "the proxy answered", http.StatusBadGateway)
+	}))
+	t.Cleanup(proxy.Close)
+
+	const name = "TestHTTP01IgnoresTheProxyOfTheEnvironment"
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v", "-test.count=1", "-test.timeout=60s")
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch strings.ToUpper(k) {
+		case "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "REQUEST_METHOD", proxyChild:
+			// REQUEST_METHOD makes Go ignore HTTP_PROXY (CGI).
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, proxyChild+"=1", "HTTP_PROXY="+proxy.URL, "http_proxy="+proxy.URL)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("the validation under HTTP_PROXY=%s failed (%v):\n%s", proxy.URL, err, out)
+	} else if !strings.Contains(string(out), "--- PASS: "+name) {
+		t.Errorf("the child process did not run the test:\n%s", out)
+	}
+	if n := proxied.Load(); n != 0 {
+		t.Errorf("the proxy of the environment was sent %d requests; want none", n)
+	}
+}
+
+// validateUnderAProxy runs in the child: HTTP_PROXY names the parent's
+// proxy, and a transport that honoured it would send this request there.
+func validateUnderAProxy(t *testing.T) {
+	httpPort, tlsPort := challengeServers(t)
+	v := newValidator(t, Config{HTTPPort: httpPort, TLSPort: tlsPort, Resolvers: []string{startDNS(t, loopbackZone{})}})
+	req, err := http.NewRequest(http.MethodGet, "http://example.test:"+strconv.Itoa(httpPort)+"/.well-known/acme-challenge/ok", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := http.ProxyFromEnvironment(req); err != nil || u == nil {
+		t.Fatalf("the environment would not proxy %s (proxy %v, %v), so this test proves nothing", req.URL, u, err)
+	}
+	wantOutcome(t, v.HTTP01(context.Background(), IdentDNS, "example.test", "ok", testKeyAuth), "")
 }
 
 func TestHTTP01WithACancelledCallerIsAFaultNotAProblem(t *testing.T) {

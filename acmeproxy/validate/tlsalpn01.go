@@ -106,15 +106,18 @@ func checkCertificate(cert *x509.Certificate, identType, host string, ip netip.A
 	if len(names) != 1 {
 		return problem.IncorrectResponseF("the certificate from %s has %d subjectAltName entries; it must have exactly one, %s", addr, len(names), host)
 	}
+	// A GeneralName of these kinds is primitive: a constructed [2] or [7]
+	// is neither a dNSName nor an iPAddress (crypto/x509 skips it as an
+	// unknown kind), whatever it holds.
 	n := names[0]
 	switch identType {
 	case IdentDNS:
-		if n.Class != asn1.ClassContextSpecific || n.Tag != tagDNSName || !strings.EqualFold(string(n.Bytes), host) {
+		if n.Class != asn1.ClassContextSpecific || n.Tag != tagDNSName || n.IsCompound || !strings.EqualFold(string(n.Bytes), host) {
 			return problem.IncorrectResponseF("the subjectAltName of the certificate from %s is not the dNSName %s", addr, host)
 		}
 	case IdentIP:
 		got, ok := netip.AddrFromSlice(n.Bytes)
-		if n.Class != asn1.ClassContextSpecific || n.Tag != tagIPAddress || !ok || got.Unmap() != ip {
+		if n.Class != asn1.ClassContextSpecific || n.Tag != tagIPAddress || n.IsCompound || !ok || got.Unmap() != ip {
 			return problem.IncorrectResponseF("the subjectAltName of the certificate from %s is not the iPAddress %s", addr, host)
 		}
 	}

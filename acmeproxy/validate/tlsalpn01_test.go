@@ -178,6 +178,13 @@ func TestTLSALPN01ChecksTheACMECertificate(t *testing.T) {
 			},
 		},
 		{
+			name: "fail/a constructed [2] holding the name is not a dNSName", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			cert: func(t *testing.T) tls.Certificate {
+				san := []byte{0x30, 2 + byte(len(name)), 0xa2, byte(len(name))}
+				return acmeCert(t, nil, nil, nil, pkix.Extension{Id: oidSubjectAltName, Value: append(san, name...)}, good(t))
+			},
+		},
+		{
 			name: "fail/SAN of another name", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate { return acmeCert(t, []string{"other.test"}, nil, nil, good(t)) },
 		},
