@@ -48,7 +48,9 @@ Output is a table for people; --json prints the admin API's JSON.
   caddy acme-proxy crl show|regenerate <profile>
 
 Revocation reasons are RFC 5280 CRLReason codes: 0 unspecified,
-1 keyCompromise, 3 affiliationChanged, 4 superseded, 5 cessationOfOperation, …`,
+1 keyCompromise, 3 affiliationChanged, 4 superseded, 5 cessationOfOperation,
+9 privilegeWithdrawn. Revoking an already revoked certificate with
+--reason 1 changes its reason to keyCompromise.`,
 		CobraFunc: func(cmd *cobra.Command) { configureCLI(cmd, os.Stdout) },
 	})
 }

@@ -21,6 +21,9 @@ const (
 	EventRevocationRefused  = "revocation_refused" // a client's revoke-cert refused
 	EventRevocationFailed   = "revocation_failed"  // a backend never confirmed a revocation
 	EventAccountDeactivated = "account_deactivated"
+	// EventRevocationReasonChanged: an operator changed a revocation's
+	// reason to keyCompromise.
+	EventRevocationReasonChanged = "revocation_reason_changed"
 
 	OutcomeSuccess = "success"
 	OutcomeFailure = "failure"

@@ -199,10 +199,9 @@ func (s *Server) publishCRL(ctx context.Context, issuer string) (store.CRL, erro
 				return nil, this, next, fmt.Errorf("ledger serial %q is not hex", e.Serial)
 			}
 			entry := x509.RevocationListEntry{SerialNumber: n, RevocationTime: e.RevokedAt.UTC().Truncate(time.Second)}
-			// unspecified (0) is left out, as RFC 5280 §5.3.1 asks.
-			if e.Reason != nil {
-				entry.ReasonCode = *e.Reason
-			}
+			// unspecified (0) is left out, as RFC 5280 §5.3.1 asks, and
+			// so is removeFromCRL (see crlReason).
+			entry.ReasonCode = crlReason(e.Reason)
 			tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries, entry)
 		}
 		der, err := cs.SignCRL(ctx, issuer, tmpl)

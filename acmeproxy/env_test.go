@@ -113,6 +113,8 @@ type envOptions struct {
 	handlers []jobs.Handler
 	// runner tunes the job runner (short backoffs).
 	runner jobs.RunnerOptions
+	// sqlite tunes the store (a bounded size).
+	sqlite store.SQLiteOptions
 }
 
 // testCA is a test CA: its root and its source.
@@ -127,7 +129,7 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 	if eo.dbPath == "" {
 		eo.dbPath = filepath.Join(t.TempDir(), "acme.db")
 	}
-	db, err := store.OpenSQLite(ctx, eo.dbPath, store.SQLiteOptions{})
+	db, err := store.OpenSQLite(ctx, eo.dbPath, eo.sqlite)
 	if err != nil {
 		t.Fatal(err)
 	}

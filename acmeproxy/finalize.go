@@ -63,12 +63,8 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 	if err := checkCSR(csr, idents, req.account.KeyJWK); err != nil {
 		return err
 	}
-	for _, id := range idents {
-		if prob := s.policy.check(id); prob != nil {
-			top := *prob
-			top.Identifier, top.Status = nil, http.StatusBadRequest
-			return problem.CompoundOf(&top, []*problem.Problem{prob})
-		}
+	if prob := s.policyRefusal(idents); prob != nil {
+		return prob
 	}
 
 	won, err := s.db.ClaimOrderForIssue(ctx, o.ID, der, s.clock.Now())
@@ -95,29 +91,32 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 // issue calls the signer for a claimed order and records what happened,
 // returning the order as it now stands.
 //
-// A fault on a resumed order (resumed) leaves it processing for the next
-// sweep instead of failing it: a signer that finishes later may still be
-// working on it, and only its refusal is final.
+// Only a verdict about the request (a bad CSR, a refused identifier)
+// fails the order. A fault on our side — the signer unavailable, the
+// issuing CA's chain and key momentarily apart during a renewal, a
+// database error — leaves it processing: the client is told to look
+// again, and the resume sweep hands it to the signer once more. For a
+// finalize (not resumed) the answer is then the processing order; for
+// the sweep, the fault is returned so that it is logged.
 func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueRequest, resumed bool) (store.Order, error) {
 	sctx, cancel := context.WithTimeout(ctx, signTimeout)
 	out, err := s.signer.Issue(sctx, req)
 	cancel()
-	if err != nil && resumed {
-		if e, ok := signer.AsError(err); !ok || e.Kind == signer.KindUnavailable {
+	if err != nil && !isVerdict(err) {
+		if resumed {
 			return o, err
 		}
+		s.log.Warn("certificate issuance deferred: the signer failed on our side; the order stays processing and is retried",
+			zap.String("event", "certificate_issue_deferred"), zap.String("profile", s.cfg.Profile),
+			zap.String("order", o.ID), zap.Error(err))
+		s.metrics.IssueFailed(s.cfg.Profile, failureClass(err))
+		o.Status = "processing"
+		return o, nil
 	}
 	if err != nil {
 		prob := signerProblem(err)
-		body, _ := json.Marshal(prob)
-		if ferr := s.db.FailOrder(ctx, o.ID, body, err.Error(), s.clock.Now()); ferr != nil {
-			s.log.Error("recording a failed issuance", zap.String("event", "order_fail_record_failed"),
-				zap.String("order", o.ID), zap.Error(ferr))
-		}
-		s.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
-			zap.String("profile", s.cfg.Profile), zap.String("order", o.ID), zap.Error(err))
+		s.failOrder(ctx, o, prob, err.Error(), client{IP: req.ClientAddr, UserAgent: req.UserAgent})
 		s.metrics.IssueFailed(s.cfg.Profile, failureClass(err))
-		s.auditIssueFailed(ctx, o, client{IP: req.ClientAddr, UserAgent: req.UserAgent}, err.Error())
 		return o, prob
 	}
 	if out.Pending {
@@ -130,6 +129,26 @@ func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueReque
 	// What IssueOrder made of the order, without reading it back.
 	o.Status, o.CertificateID, o.Error = "valid", c.ID, nil
 	return o, nil
+}
+
+// isVerdict reports whether a signer's error is a verdict about the
+// request, which fails the order, rather than a fault on our side.
+func isVerdict(err error) bool {
+	e, ok := signer.AsError(err)
+	return ok && (e.Kind == signer.KindBadCSR || e.Kind == signer.KindRejectedIdentifier)
+}
+
+// failOrder makes a processing order invalid with prob (what the client
+// sees) and detail (what the operator sees), audited and logged.
+func (s *Server) failOrder(ctx context.Context, o store.Order, prob *problem.Problem, detail string, cl client) {
+	body, _ := json.Marshal(prob)
+	if ferr := s.db.FailOrder(ctx, o.ID, body, detail, s.clock.Now()); ferr != nil {
+		s.log.Error("recording a failed issuance", zap.String("event", "order_fail_record_failed"),
+			zap.String("order", o.ID), zap.Error(ferr))
+	}
+	s.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
+		zap.String("profile", s.cfg.Profile), zap.String("order", o.ID), zap.String("detail", detail))
+	s.auditIssueFailed(ctx, o, cl, detail)
 }
 
 // failureClass is a failed issuance's reason for metrics: a small fixed set.
@@ -147,6 +166,20 @@ func failureClass(err error) string {
 		return "signer_unavailable"
 	}
 	return "internal"
+}
+
+// policyRefusal re-applies the profile's current identifier policy to an
+// order's identifiers (it may have changed since new-order, by a config
+// reload): nil, or the problem that refuses the first denied one.
+func (s *Server) policyRefusal(idents []signer.Identifier) *problem.Problem {
+	for _, id := range idents {
+		if prob := s.policy.check(id); prob != nil {
+			top := *prob
+			top.Identifier, top.Status = nil, http.StatusBadRequest
+			return problem.CompoundOf(&top, []*problem.Problem{prob})
+		}
+	}
+	return nil
 }
 
 // signerProblem turns a signer's error into what the client sees: its

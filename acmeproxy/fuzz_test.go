@@ -406,7 +406,7 @@ func runtimeSeeds(tb testing.TB, fx *fuzzFixture) []fuzzSeed {
 		{"ok-new-order-kid-es256", marshal(tb, flatJWS(tb, k.p256, kidHdr(fx.kidP, k.p256, modeNewOrder), order)), modeNewOrder},
 		{"ok-post-as-get-kid-eddsa", marshal(tb, flatJWS(tb, k.ed, kidHdr(fx.kidEd, k.ed, modeNewOrder), "")), modeNewOrder},
 		{"ok-revoke-kid", marshal(tb, flatJWS(tb, k.p256, kidHdr(fx.kidP, k.p256, modeRevoke), `{"certificate":"MIIB"}`)), modeRevoke},
-		{"ok-revoke-deactivated-kid", marshal(tb, flatJWS(tb, k.p384, kidHdr(fx.kid384, k.p384, modeRevoke), `{"certificate":"MIIB"}`)), modeRevoke},
+		{"fail-revoke-deactivated-kid", marshal(tb, flatJWS(tb, k.p384, kidHdr(fx.kid384, k.p384, modeRevoke), `{"certificate":"MIIB"}`)), modeRevoke},
 		{"fail-deactivated-kid", marshal(tb, flatJWS(tb, k.p384, kidHdr(fx.kid384, k.p384, modeNewOrder), order)), modeNewOrder},
 		{"fail-kid-signed-by-other-key", marshal(tb, flatJWS(tb, k.ed, kidHdr(fx.kidP, k.ed, modeNewOrder), order)), modeNewOrder},
 		{"fail-kid-on-new-account", marshal(tb, flatJWS(tb, k.p256, kidHdr(fx.kidP, k.p256, modeNewAccount), order)), modeNewAccount},
@@ -468,6 +468,9 @@ func checkAccepted(t *testing.T, fx *fuzzFixture, m fuzzMode, body []byte, req *
 	case req.account != nil:
 		if m.mode == needJWK {
 			t.Fatalf("%s: accepted a kid where a jwk is required", m.name)
+		}
+		if req.account.Status != "valid" {
+			t.Fatalf("%s: accepted the key of a %s account (RFC 8555 §7.3.6)", m.name, req.account.Status)
 		}
 		var err error
 		if key, err = parsePublicJWK(req.account.KeyJWK); err != nil {

@@ -209,9 +209,11 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 		}
 		key, payload, req.account = kr.key, kr.payload, kr.account
 	}
-	// A deactivated account may still revoke its own certificates; for
-	// everything else its key is no longer accepted (RFC 8555 §7.3.6).
-	if req.account != nil && req.account.Status != "valid" && mode != kidOrJWK {
+	// A deactivated account's key is no longer accepted for anything,
+	// revocation included (RFC 8555 §7.3.6: the server MUST NOT accept
+	// further requests authorized by that key); its certificates can
+	// still be revoked by their own keys.
+	if req.account != nil && req.account.Status != "valid" {
 		return nil, problem.DeactivatedAccountF("account %s is %s", req.account.ID, req.account.Status)
 	}
 	if req.thumbprint, err = thumbprint(key); err != nil {

@@ -21,7 +21,9 @@ const (
 	stuckAfter  = 5 * time.Minute
 )
 
-// ResumeStuckOrders finishes orders a crash left in processing: it hands
+// ResumeStuckOrders finishes orders a crash, or a fault on our side, left
+// in processing: it re-applies the profile's current policy (a config
+// reload may have denied a name since; such an order fails), then hands
 // each back to the signer with the CSR stored at claim time. A signer that
 // answers Pending treats the repeat as a no-op (its own job is keyed by the
 // order), so this is safe for every signer. It returns how many it resumed.
@@ -41,6 +43,10 @@ func (s *Server) ResumeStuckOrders(ctx context.Context) (int, error) {
 		idents := make([]signer.Identifier, len(o.Identifiers))
 		for i, id := range o.Identifiers {
 			idents[i] = signer.Identifier(id)
+		}
+		if prob := s.policyRefusal(idents); prob != nil {
+			s.failOrder(ctx, o, prob, "refused at resume by the profile's current policy: "+prob.Detail, client{})
+			continue
 		}
 		s.log.Info("resuming an order a crash left processing", zap.String("event", "order_resumed"),
 			zap.String("profile", s.cfg.Profile), zap.String("order", o.ID))

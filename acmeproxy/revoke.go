@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -39,16 +41,62 @@ var (
 	// ErrAlreadyRevoked: the certificate is revoked already (perhaps by
 	// a concurrent request that won).
 	ErrAlreadyRevoked = errors.New("the certificate is already revoked")
-	// ErrBadRevocationReason: not an RFC 5280 CRLReason (0–10 but 7).
-	ErrBadRevocationReason = errors.New("the reason is not an RFC 5280 CRLReason code (0 to 10, but not 7)")
+	// ErrBadRevocationReason: not a reason the requester may choose
+	// (clientReasons, operatorReasons).
+	ErrBadRevocationReason = errors.New("the reason is not one the requester may choose")
 	// ErrRevocationFailed: the backend's job gave up without revoking.
 	ErrRevocationFailed = errors.New("the signer's backend did not revoke the certificate")
 )
 
-// validReason reports whether r is absent or an RFC 5280 §5.3.1 CRLReason;
-// 7 is not assigned.
-func validReason(r *int) bool {
-	return r == nil || (*r >= 0 && *r <= 10 && *r != 7)
+// RFC 5280 §5.3.1 CRLReason codes this server records.
+const (
+	reasonUnspecified          = 0
+	reasonKeyCompromise        = 1
+	reasonAffiliationChanged   = 3
+	reasonSuperseded           = 4
+	reasonCessationOfOperation = 5
+	reasonRemoveFromCRL        = 8
+	reasonPrivilegeWithdrawn   = 9
+)
+
+// clientReasons are the reasons a subscriber may give in revoke-cert: the
+// ones that describe the subscriber's own certificate. The rest are not
+// theirs to state: cACompromise and aACompromise are about authorities,
+// certificateHold is temporary (nothing here ever releases it), and
+// removeFromCRL (8) belongs on delta CRLs only — written into a complete
+// CRL it tells verifiers the certificate is good again, so a client that
+// chose it would be "revoked" yet trusted.
+var clientReasons = []int{reasonUnspecified, reasonKeyCompromise, reasonAffiliationChanged, reasonSuperseded,
+	reasonCessationOfOperation}
+
+// operatorReasons are the reasons an operator may give: the client's, and
+// privilegeWithdrawn, which only the CA can know (the CA/Browser Forum's
+// set for subscriber certificates).
+var operatorReasons = append(slices.Clone(clientReasons), reasonPrivilegeWithdrawn)
+
+// reasonAllowed reports whether r is absent or one of allowed.
+func reasonAllowed(r *int, allowed []int) bool {
+	return r == nil || slices.Contains(allowed, *r)
+}
+
+// reasonList says allowed for an error detail: "0, 1, 3, 4 or 5".
+func reasonList(allowed []int) string {
+	parts := make([]string, len(allowed))
+	for i, r := range allowed {
+		parts[i] = strconv.Itoa(r)
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
+}
+
+// crlReason is the reason a complete CRL states for a ledger entry: the
+// recorded one, except removeFromCRL, which on a complete CRL would
+// un-revoke the certificate; a ledger row holding it (recorded before
+// clients were refused it) is listed without a reason.
+func crlReason(r *int) int {
+	if r == nil || *r == reasonRemoveFromCRL {
+		return reasonUnspecified
+	}
+	return *r
 }
 
 // RevokeResult is what a revocation did.
@@ -69,6 +117,16 @@ type revocation struct {
 	reason *int
 	actor  Actor
 	client client
+	// operator: the operator's door (trusted), not revoke-cert.
+	operator bool
+}
+
+// allowed are the reasons rv's door may give.
+func (rv revocation) allowed() []int {
+	if rv.operator {
+		return operatorReasons
+	}
+	return clientReasons
 }
 
 // notYours answers every revoke-cert for a certificate the requester may
@@ -151,8 +209,8 @@ func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error 
 	case errors.Is(err, ErrAlreadyRevoked):
 		return refuse(problem.AlreadyRevokedF("the certificate is already revoked"), &cert, serial, err.Error())
 	case errors.Is(err, ErrBadRevocationReason):
-		return refuse(problem.BadRevocationReasonF("reason %d is not an RFC 5280 CRLReason code (0 to 10, but not 7)", *p.Reason),
-			&cert, serial, err.Error())
+		return refuse(problem.BadRevocationReasonF("reason %d is not one a client may choose: the reason must be %s (RFC 5280 CRLReason)",
+			*p.Reason, reasonList(clientReasons)), &cert, serial, err.Error())
 	case err != nil:
 		return err
 	case res.Queued:
@@ -172,13 +230,9 @@ func (s *Server) mayRevoke(ctx context.Context, req *signedRequest, cert store.C
 		spki, err := x509.MarshalPKIXPublicKey(req.jwk.Key)
 		return err == nil && bytes.Equal(spki, cert.PublicKey), nil
 	}
+	// verify has refused a kid of an account that is not valid.
 	if req.account.ID == cert.AccountID {
 		return true, nil
-	}
-	// A deactivated account keeps only the right to revoke what it
-	// ordered; its authorizations no longer speak for it (RFC 8555 §7.3.6).
-	if req.account.Status != "valid" {
-		return false, nil
 	}
 	o, err := s.db.GetOrder(ctx, s.cfg.Profile, cert.OrderID)
 	if err != nil {
@@ -202,6 +256,10 @@ func storedLeaf(c store.Certificate) ([]byte, *x509.Certificate, error) {
 
 // RevokeOrder revokes the certificate of an order for an operator, who is
 // trusted: no key or account is checked. It shares revoke-cert's tail.
+// An operator asking to revoke an already revoked certificate for
+// keyCompromise changes its recorded reason to keyCompromise (a key found
+// compromised after the fact), where the revocation is in this server's
+// ledger.
 func (s *Server) RevokeOrder(ctx context.Context, orderID string, reason *int, actor Actor) (RevokeResult, error) {
 	cert, err := s.db.CertificateOfOrder(ctx, orderID)
 	if err != nil {
@@ -214,7 +272,7 @@ func (s *Server) RevokeOrder(ctx context.Context, orderID string, reason *int, a
 	if err != nil {
 		return RevokeResult{}, err
 	}
-	return s.revoke(ctx, revocation{cert: cert, leaf: leaf, reason: reason, actor: actor})
+	return s.revoke(ctx, revocation{cert: cert, leaf: leaf, reason: reason, actor: actor, operator: true})
 }
 
 // revoke is the tail both doors share: already revoked? → reason → the
@@ -223,17 +281,21 @@ func (s *Server) revoke(ctx context.Context, rv revocation) (RevokeResult, error
 	if s.signer.RevocationRoute() == signer.RevokeByJob {
 		return s.revokeByJob(ctx, rv)
 	}
-	if !rv.cert.RevokedAt.IsZero() {
-		return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
-	}
-	if !validReason(rv.reason) {
-		return RevokeResult{}, ErrBadRevocationReason
+	if !reasonAllowed(rv.reason, rv.allowed()) {
+		return RevokeResult{}, fmt.Errorf("%w: %d (allowed: %s)", ErrBadRevocationReason, *rv.reason, reasonList(rv.allowed()))
 	}
 	issuer := ""
 	if _, ok := s.signer.(signer.CRLSigner); ok {
 		issuer = signer.LeafIssuerKeyID(rv.leaf)
 	}
-	if err := s.record(ctx, &rv, issuer); err != nil {
+	if !rv.cert.RevokedAt.IsZero() {
+		if !s.becomesKeyCompromise(rv) {
+			return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
+		}
+		if err := s.recordKeyCompromise(ctx, &rv); err != nil {
+			return RevokeResult{}, err
+		}
+	} else if err := s.record(ctx, &rv, issuer); err != nil {
 		return RevokeResult{}, err
 	}
 	if issuer != "" {
@@ -279,6 +341,48 @@ func (s *Server) record(ctx context.Context, rv *revocation, issuer string) erro
 	return nil
 }
 
+// becomesKeyCompromise reports whether rv, for an already revoked
+// certificate, changes its reason to keyCompromise: only an operator may
+// (a client that finds its key compromised later revokes by that key,
+// which it can no longer trust to be only its own), only to
+// keyCompromise, and only in this server's own ledger.
+func (s *Server) becomesKeyCompromise(rv revocation) bool {
+	return rv.reason != nil && *rv.reason == reasonKeyCompromise &&
+		(rv.cert.Reason == nil || *rv.cert.Reason != reasonKeyCompromise) && rv.operator
+}
+
+// recordKeyCompromise changes a recorded revocation's reason to
+// keyCompromise with its audit row, in one transaction that also marks the
+// issuer's CRL stale; the caller queues the regeneration.
+func (s *Server) recordKeyCompromise(ctx context.Context, rv *revocation) error {
+	ev := s.event(ctx, EventRevocationReasonChanged, OutcomeSuccess, rv.actor, rv.client)
+	ev.OrderID, ev.AccountID, ev.Serial = rv.cert.OrderID, rv.cert.AccountID, rv.cert.Serial
+	ev.Identifiers = leafIdentifiers(rv.leaf)
+	ev.Reason = strconv.Itoa(reasonKeyCompromise)
+	ev.Detail = "reason changed from " + reasonText(rv.cert.Reason) + " to keyCompromise"
+	err := s.db.ChangeRevocationReason(context.WithoutCancel(ctx), rv.cert.ID, reasonKeyCompromise, ev)
+	if errors.Is(err, store.ErrWrongState) {
+		return ErrAlreadyRevoked
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("revocation reason changed", zap.String("event", EventRevocationReasonChanged), zap.String("profile", s.cfg.Profile),
+		zap.String("order", rv.cert.OrderID), zap.String("serial", rv.cert.Serial), zap.Int("reason", reasonKeyCompromise),
+		zap.String("actor", rv.actor.Kind), zap.String("actor_id", rv.actor.ID))
+	r := reasonKeyCompromise
+	rv.cert.Reason = &r
+	return nil
+}
+
+// reasonText names a recorded reason for an audit detail.
+func reasonText(r *int) string {
+	if r == nil {
+		return "none"
+	}
+	return strconv.Itoa(*r)
+}
+
 // leafIdentifiers lists a leaf's names as ACME identifiers.
 func leafIdentifiers(leaf *x509.Certificate) []store.Identifier {
 	var out []store.Identifier
@@ -308,14 +412,16 @@ type revokePayload struct {
 // it has revoked the certificate, the actor that queued it is answered
 // with success, anyone else with ErrAlreadyRevoked.
 func (s *Server) revokeByJob(ctx context.Context, rv revocation) (RevokeResult, error) {
+	if !reasonAllowed(rv.reason, rv.allowed()) {
+		return RevokeResult{}, fmt.Errorf("%w: %d (allowed: %s)", ErrBadRevocationReason, *rv.reason, reasonList(rv.allowed()))
+	}
 	if !rv.cert.RevokedAt.IsZero() {
 		if s.queuedBy(ctx, rv) {
 			return RevokeResult{Certificate: rv.cert}, nil
 		}
+		// A backend's revocation cannot be re-reasoned from here: ACME
+		// and scripts have no such request.
 		return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
-	}
-	if !validReason(rv.reason) {
-		return RevokeResult{}, ErrBadRevocationReason
 	}
 	job, created, err := s.queue.Enqueue(ctx, jobs.Spec{
 		Kind: RevokeKind, Key: rv.cert.OrderID,

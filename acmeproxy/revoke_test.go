@@ -189,14 +189,27 @@ func TestRevokeCertByEachAuthorizedRequesterAndTheCRLListsIt(t *testing.T) {
 		})
 	}
 
-	t.Run("ok/a deactivated account still revokes its own certificate", func(t *testing.T) {
+	t.Run("fail/a deactivated account's key no longer revokes even its own certificate", func(t *testing.T) {
 		c := e.client(ctx)
 		cert := e.issue(ctx, c, "deactivated.example.com")
 		if err := c.DeactivateReg(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.RevokeCert(ctx, nil, cert.der, acme.CRLReasonAffiliationChanged); err != nil {
-			t.Fatalf("revoke by a deactivated account: %v", err)
+		err := c.RevokeCert(ctx, nil, cert.der, acme.CRLReasonAffiliationChanged)
+		var ae *acme.Error
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusUnauthorized || ae.ProblemType != string(problem.Unauthorized) {
+			t.Fatalf("revoke by a deactivated account: %v; want 401 %s (RFC 8555 §7.3.6)", err, problem.Unauthorized)
+		}
+		stored, err := e.db.CertificateOfOrder(ctx, cert.order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !stored.RevokedAt.IsZero() {
+			t.Fatal("the certificate was revoked by a deactivated account's key")
+		}
+		// The certificate's own key still revokes it.
+		if err := c.RevokeCert(ctx, cert.key, cert.der, acme.CRLReasonAffiliationChanged); err != nil {
+			t.Fatalf("revoke by the certificate's key: %v", err)
 		}
 		e.crl(lists(cert.leaf.SerialNumber))
 	})
@@ -298,6 +311,11 @@ func TestRevokeCertRefusalsAreAuditedAndTellAStrangerNothing(t *testing.T) {
 		{"fail/reason 7 is not a CRLReason", revoke(own, cert.der, 7, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
 		{"fail/reason 11 is not a CRLReason", revoke(own, cert.der, 11, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
 		{"fail/a negative reason", revoke(own, cert.der, -1, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
+		{"fail/reason 8 (removeFromCRL) would leave the certificate trusted", revoke(own, cert.der, 8, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
+		{"fail/reason 2 (cACompromise) is not a subscriber's to state", revoke(own, cert.der, 2, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
+		{"fail/reason 6 (certificateHold) is never released here", revoke(own, cert.der, 6, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
+		{"fail/reason 9 (privilegeWithdrawn) is the operator's", revoke(own, cert.der, 9, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
+		{"fail/reason 10 (aACompromise) is not a subscriber's to state", revoke(own, cert.der, 10, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
 		{"fail/already revoked, by its owner", revoke(own, revoked.der, 1, jwsOpts{}), 400, problem.AlreadyRevoked, false, true},
 		{"fail/already revoked, by its key", revoke(own, revoked.der, nil, jwsOpts{embedJWK: true, key: revoked.key}), 400, problem.AlreadyRevoked, false, true},
 		{"fail/a certificate that is not base64url", func() rawResponse {

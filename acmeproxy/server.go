@@ -90,6 +90,7 @@ type Server struct {
 	crls       crlCache
 	notify     []notify.Destination
 	metrics    Metrics
+	storeDown  conditionLog // see answerStoreUnavailable
 }
 
 // NewServer checks cfg (defaults applied) and builds the profile's server.
@@ -132,6 +133,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		names:      newReverseNames(opts.LookupAddr),
 		notify:     opts.Notify,
 		metrics:    opts.Metrics,
+		storeDown:  conditionLog{every: storeLogEvery},
 	}
 	if s.revokeWait <= 0 {
 		s.revokeWait = DefaultRevokeWait
@@ -338,11 +340,17 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(body)
 }
 
-// writeError answers with the problem inside err, or — for a fault on our
-// side — logs the cause and answers with a generic serverInternal.
+// writeError answers with the problem inside err; for a store that cannot
+// take writes, with 503 and Retry-After (answerStoreUnavailable); for any
+// other fault on our side, it logs the cause and answers with a generic
+// serverInternal.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p, ok := problem.As(err)
-	if !ok {
+	switch {
+	case ok:
+	case errors.Is(err, store.ErrUnavailable):
+		p = s.answerStoreUnavailable(w, r, err)
+	default:
 		s.log.Error("request failed", zap.String("event", "acme_request_failed"),
 			zap.String("profile", s.cfg.Profile), zap.String("path", r.URL.Path), zap.Error(err))
 		p = problem.Internal()

@@ -68,13 +68,14 @@ func (q *Queue) Enqueue(ctx context.Context, s Spec) (job Job, created bool, err
 	return job, created, nil
 }
 
-// RunNow stores a job and, when a runner in this process handles its kind,
-// starts it at once in a goroutine of its own — no claim, no wake-up —
-// and waits up to wait for it to settle. A process that dies mid-run
-// leaves a lease that expires, and any runner takes it over. done reports
-// whether the attempt finished within wait. Without a local runner (or
-// when a live job with the same kind and key exists) it behaves like
-// Enqueue.
+// RunNow stores a job and, when a runner in this process handles its kind
+// and has a free slot for it under the kind's concurrency cap, starts it
+// at once in a goroutine of its own — no claim, no wake-up — and waits up
+// to wait for it to settle. A process that dies mid-run leaves a lease
+// that expires, and any runner takes it over. done reports whether the
+// attempt finished within wait. Without a local runner, with the kind's
+// slots all taken, or when a live job with the same kind and key exists,
+// it behaves like Enqueue: beyond the cap, work waits in the queue.
 //
 // The job is stored without an fsync of its own (a lazy write): when the
 // attempt completes the job in time, the job is as durable as what its
@@ -85,18 +86,23 @@ func (q *Queue) Enqueue(ctx context.Context, s Spec) (job Job, created bool, err
 // does.
 func (q *Queue) RunNow(ctx context.Context, s Spec, wait time.Duration) (job Job, done bool, err error) {
 	r := q.localRunner(s.Kind)
-	if r == nil {
+	var ks *kindState
+	if r != nil {
+		ks = r.handlers[s.Kind]
+	}
+	if r == nil || !r.reserve(ks) {
 		job, _, err = q.Enqueue(ctx, s)
 		return job, false, err
 	}
 	nj, err := q.newJob(s)
 	if err != nil {
+		r.unreserve(ks)
 		return Job{}, false, err
 	}
-	ks := r.handlers[s.Kind]
 	now := q.clock.Now()
 	job, created, err := q.db.EnqueueJobLeased(ctx, nj, r.opts.Owner, now.Add(ks.lease), now)
 	if err != nil || !created {
+		r.unreserve(ks)
 		return job, false, err
 	}
 	finished, ok := r.startNow(ks, job)

@@ -289,16 +289,43 @@ func (r *Runner) Stop() error {
 	return errors.Join(errs...)
 }
 
-// startNow runs a job this process stored already leased to r, in a
-// goroutine, as if the loop had claimed it. It returns a channel closed
-// when the attempt has settled, or false if the runner is stopping.
+// reserve takes one of ks's slots for a job RunNow is about to store
+// leased to r, so that jobs run at once count against the kind's cap like
+// claimed ones. It reports false when the runner is not running or every
+// slot is taken; the kind is then marked as having a backlog, so the next
+// slot to free wakes the loop to claim what waits.
+func (r *Runner) reserve(ks *kindState) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loopCancel == nil || r.stopping {
+		return false
+	}
+	if ks.running >= ks.concurrency {
+		ks.backlog = true
+		return false
+	}
+	ks.running++
+	return true
+}
+
+// unreserve gives back a slot reserve took for a job that was not stored.
+func (r *Runner) unreserve(ks *kindState) {
+	r.mu.Lock()
+	ks.running--
+	r.mu.Unlock()
+}
+
+// startNow runs a job this process stored already leased to r, in the
+// slot reserve took for it, in a goroutine, as if the loop had claimed it.
+// It returns a channel closed when the attempt has settled, or false if
+// the runner began stopping meanwhile (the slot is given back).
 func (r *Runner) startNow(ks *kindState, job Job) (<-chan bool, bool) {
 	r.mu.Lock()
-	if r.loopCancel == nil || r.stopping {
+	if r.stopping {
+		ks.running--
 		r.mu.Unlock()
 		return nil, false
 	}
-	ks.running++
 	r.inflight[job.ID] = &flight{ks: ks}
 	r.workers.Add(1)
 	r.mu.Unlock()

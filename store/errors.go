@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors callers classify with errors.Is.
 var (
@@ -16,4 +19,18 @@ var (
 	ErrConflict = errors.New("store: conflict")
 	// ErrWrongState: the row is not in a state that allows the change.
 	ErrWrongState = errors.New("store: wrong state")
+	// ErrUnavailable: the database cannot take writes for now — its disk
+	// is full, it is read-only, its file cannot be written. A condition
+	// of the server that passes (space freed, the mount fixed), not a
+	// fault of the request: callers answer "try again later".
+	ErrUnavailable = errors.New("store: the database cannot take writes now")
 )
+
+// unavailable wraps err with ErrUnavailable when the dialect says it is
+// such a condition.
+func (db *DB) unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || !db.dialect.unavailable(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}

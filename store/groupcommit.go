@@ -217,7 +217,10 @@ type writer struct {
 }
 
 func (w writer) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return w.db.gc.do(ctx, fn, w.lazy)
+	if w.lazy {
+		return w.db.withLazyTx(ctx, fn)
+	}
+	return w.db.withTx(ctx, fn)
 }
 
 // ExecContext runs one statement in its own write.

@@ -149,3 +149,39 @@ func (db *DB) HoldsAuthorizations(ctx context.Context, profile, accountID string
 	}
 	return true, nil
 }
+
+// ChangeRevocationReason changes the recorded reason of a revoked
+// certificate to reason, in one transaction with its audit row ev: the
+// certificate's stamp and its ledger row (a guarded write: only a revoked
+// certificate whose reason differs is changed, so of concurrent changes
+// one is recorded and the others get ErrWrongState), and the issuer's
+// latest CRL is marked stale so that the refresh republishes it even if
+// the regeneration queued after this commit is lost.
+func (db *DB) ChangeRevocationReason(ctx context.Context, certificateID string, reason int, ev AuditEvent) error {
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, db.q(`UPDATE certificates SET revocation_reason = ?
+			WHERE id = ? AND revoked_at IS NOT NULL AND (revocation_reason IS NULL OR revocation_reason <> ?)`),
+			reason, certificateID, reason)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return fmt.Errorf("%w: certificate %s is not revoked with another reason", ErrWrongState, certificateID)
+		}
+		if _, err := tx.ExecContext(ctx, db.q(`UPDATE revocations SET reason = ? WHERE certificate_id = ?`),
+			reason, certificateID); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, db.q(`UPDATE crls SET ledger_seq = 0 WHERE issuer_key_id =
+			(SELECT issuer_key_id FROM revocations WHERE certificate_id = ?)`), certificateID); err != nil {
+			return err
+		}
+		return db.insertAudit(ctx, tx, ev)
+	})
+	if err != nil && !errors.Is(err, ErrWrongState) {
+		err = fmt.Errorf("store: changing the revocation reason of certificate %s: %w", certificateID, err)
+	}
+	return err
+}

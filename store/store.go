@@ -46,6 +46,10 @@ type SQLiteOptions struct {
 	// consistent and survives a process crash, but may lose the last
 	// commits if the machine loses power.
 	Synchronous string
+	// MaxPages, when set, bounds the database file to that many pages
+	// (PRAGMA max_page_count; pages are 4 KiB): past it, writes fail as on
+	// a full disk (ErrUnavailable) while reads go on. Zero: no bound.
+	MaxPages int
 }
 
 // OpenSQLite opens (creating if needed) the SQLite database at path, brings
@@ -119,6 +123,9 @@ func sqliteDSN(path string, opts SQLiteOptions, readOnly bool) string {
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "synchronous("+opts.Synchronous+")")
+	if opts.MaxPages > 0 {
+		q.Add("_pragma", fmt.Sprintf("max_page_count(%d)", opts.MaxPages))
+	}
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
 	} else {
@@ -141,7 +148,7 @@ func (db *DB) String() string { return db.desc }
 // withTx runs fn in a write transaction, committing if it returns nil. It
 // is the only way the store writes: see groupCommit.
 func (db *DB) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return db.gc.do(ctx, fn, false)
+	return db.unavailable(db.gc.do(ctx, fn, false))
 }
 
 // Flush makes every write committed so far durable, lazy ones included:
@@ -159,7 +166,7 @@ func (db *DB) Flush(ctx context.Context) error {
 // across a crash of the process at once, across a crash of the machine
 // from the next durable commit on (see groupCommit).
 func (db *DB) withLazyTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return db.gc.do(ctx, fn, true)
+	return db.unavailable(db.gc.do(ctx, fn, true))
 }
 
 // q rewrites a statement written with ? placeholders for the dialect.

@@ -109,15 +109,26 @@ func checkCRLURL(raw string) error {
 // Issuer returns the current issuer, checked: its first certificate is a
 // CA allowed to sign certificates and its key matches it. The CRL is signed
 // with what it returns.
+//
+// A pair that does not check is read once more before it is refused:
+// Caddy's pki CA hands out its chain and its key through separate calls,
+// so a renewal between them pairs the new key with the old certificate for
+// a moment. What still does not check is KindUnavailable — a fault of this
+// CA, never a verdict about the request — so the order waits and is
+// retried instead of failing.
 func (s *Signer) Issuer(ctx context.Context) (Issuer, error) {
-	iss, err := s.src(ctx)
-	if err != nil {
-		return Issuer{}, fmt.Errorf("localca: issuing CA: %w", err)
+	var last error
+	for range 2 {
+		iss, err := s.src(ctx)
+		if err != nil {
+			return Issuer{}, fmt.Errorf("localca: issuing CA: %w", err)
+		}
+		if last = iss.check(); last == nil {
+			return iss, nil
+		}
 	}
-	if err := iss.check(); err != nil {
-		return Issuer{}, fmt.Errorf("localca: issuing CA: %w", err)
-	}
-	return iss, nil
+	return Issuer{}, &signer.Error{Kind: signer.KindUnavailable, Detail: "the issuing CA is not usable now",
+		Err: fmt.Errorf("localca: issuing CA: %w", last)}
 }
 
 // Issue signs a leaf for req at once. The returned chain is the leaf, then

@@ -495,7 +495,7 @@ func TestIssueRefusesABrokenIssuer(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Issue error = %v, want one mentioning %q", err, tc.wantErr)
 			}
-			if _, ok := signer.AsError(err); ok {
+			if e, ok := signer.AsError(err); ok && e.Kind != signer.KindUnavailable {
 				t.Errorf("Issue error = %v is a refusal; a broken issuer is a server fault", err)
 			}
 			if _, err := s.CAChain(t.Context()); err == nil {
@@ -509,6 +509,39 @@ func TestIssueRefusesABrokenIssuer(t *testing.T) {
 			t.Errorf("Issuer error = %v, want it to wrap %v", err, errSource)
 		}
 	})
+}
+
+func TestAChainAndKeyReadApartDuringARenewalAreReadAgainBeforeSigning(t *testing.T) {
+	old, renewed := defaultCA(t), defaultCA(t)
+	var reads int
+	// The first read catches the renewal half done: the new key beside the
+	// old certificate. The second finds the renewed pair.
+	src := func(context.Context) (Issuer, error) {
+		reads++
+		if reads == 1 {
+			return Issuer{Chain: old.chain(), Key: renewed.interKey}, nil
+		}
+		return Issuer{Chain: renewed.chain(), Key: renewed.interKey}, nil
+	}
+	s := newSigner(t, src, Options{})
+	out, err := s.Issue(t.Context(), issueRequest(t, newKey(t, "p256"), dns("www.example.com")))
+	if err != nil {
+		t.Fatalf("Issue across a renewal: %v", err)
+	}
+	renewed.verify(t, out.Chain[0], testNow)
+	if reads != 2 {
+		t.Errorf("the source was read %d times; want 2", reads)
+	}
+}
+
+func TestAnIssuerThatStaysBrokenIsAFaultOfTheCANotAVerdict(t *testing.T) {
+	ca := defaultCA(t)
+	s := newSigner(t, Static(ca.chain(), ca.rootKey), Options{})
+	_, err := s.Issue(t.Context(), issueRequest(t, newKey(t, "p256"), dns("www.example.com")))
+	e, ok := signer.AsError(err)
+	if !ok || e.Kind != signer.KindUnavailable {
+		t.Fatalf("Issue error = %v; want a *signer.Error of KindUnavailable, so the order waits instead of failing", err)
+	}
 }
 
 func TestChainLeavesOutOnlyASelfSignedRoot(t *testing.T) {
