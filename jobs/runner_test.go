@@ -162,24 +162,36 @@ func TestTwoRunnersOnSeparateHandlesRunEachOfAThousandJobsOnce(t *testing.T) {
 	q1, q2 := NewQueue(openDB(t, path), nil), NewQueue(openDB(t, path), nil)
 
 	var (
-		mu    sync.Mutex
-		seen  = map[int64]int{}
-		count atomic.Int32
+		mu   sync.Mutex
+		seen = map[int64]int{}
 	)
-	run := func(_ context.Context, job *Job) Outcome {
-		mu.Lock()
-		seen[job.ID]++
-		mu.Unlock()
-		count.Add(1)
-		// Work takes a moment, as real work does: without it the first
-		// runner can settle the whole backlog (settles cost no fsync)
-		// before the second one's first claim.
-		time.Sleep(time.Millisecond)
-		return Done()
+	// A barrier makes both runners claim from the same backlog: every
+	// handler waits until each runner has started a job. A runner holds
+	// at most its concurrency (8) of the thousand, so the other one must
+	// claim some before anything settles; without it the first runner
+	// can settle the whole backlog before the second one's first claim.
+	var (
+		byRunner [2]atomic.Int32
+		first    [2]sync.Once
+		began    = [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	)
+	handler := func(i int) *funcHandler {
+		return newFuncHandler("k", func(ctx context.Context, job *Job) Outcome {
+			byRunner[i].Add(1)
+			first[i].Do(func() { close(began[i]) })
+			for _, c := range began {
+				select {
+				case <-c:
+				case <-ctx.Done():
+					return Retry("stopped before both runners started")
+				}
+			}
+			mu.Lock()
+			seen[job.ID]++
+			mu.Unlock()
+			return Done()
+		})
 	}
-	var byRunner [2]atomic.Int32
-	h1 := newFuncHandler("k", func(ctx context.Context, j *Job) Outcome { byRunner[0].Add(1); return run(ctx, j) })
-	h2 := newFuncHandler("k", func(ctx context.Context, j *Job) Outcome { byRunner[1].Add(1); return run(ctx, j) })
 	opts := RunnerOptions{PollInterval: 5 * time.Millisecond}
 
 	// Queue everything first through a third handle, so both runners race
@@ -190,8 +202,11 @@ func TestTwoRunnersOnSeparateHandlesRunEachOfAThousandJobsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	startRunner(t, q1, opts, h1)
-	startRunner(t, q2, opts, h2)
+	startRunner(t, q1, opts, handler(0))
+	startRunner(t, q2, opts, handler(1))
+	waitFor(t, "both runners to claim a job of the shared backlog", func() bool {
+		return byRunner[0].Load() > 0 && byRunner[1].Load() > 0
+	})
 	waitForWithin(t, 2*time.Minute, "all jobs to settle", func() bool {
 		counts, err := producer.Count(context.Background())
 		return err == nil && len(counts) == 1 && counts[0].Status == store.JobDone && counts[0].N == n
@@ -207,10 +222,10 @@ func TestTwoRunnersOnSeparateHandlesRunEachOfAThousandJobsOnce(t *testing.T) {
 			t.Errorf("job %d ran %d times", id, c)
 		}
 	}
-	t.Logf("runner 1 ran %d, runner 2 ran %d", byRunner[0].Load(), byRunner[1].Load())
-	if byRunner[0].Load() == 0 || byRunner[1].Load() == 0 {
-		t.Errorf("one runner did all the work (%d/%d): the test did not exercise concurrent claiming", byRunner[0].Load(), byRunner[1].Load())
+	if ran := byRunner[0].Load() + byRunner[1].Load(); ran != n {
+		t.Errorf("the runners started %d attempts (%d + %d), want %d", ran, byRunner[0].Load(), byRunner[1].Load(), n)
 	}
+	t.Logf("runner 1 ran %d, runner 2 ran %d", byRunner[0].Load(), byRunner[1].Load())
 }
 
 func TestAJobLeftLeasedByADeadRunnerIsReclaimedAfterItsLease(t *testing.T) {
@@ -324,12 +339,25 @@ func TestRetryAfterAnExplicitDelayDoesNotSpendAnAttempt(t *testing.T) {
 }
 
 func TestEnqueueWakesTheLocalRunnerWithoutWaitingForAPoll(t *testing.T) {
-	q := NewQueue(openDB(t, ""), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// On a fake clock the poll never fires unless the test moves time, so
+	// only the wake-up can start the job.
+	clk := clocktest.New(start)
+	q := NewQueue(openDB(t, ""), clk)
 	ran := make(chan struct{}, 1)
 	h := newFuncHandler("k", func(context.Context, *Job) Outcome { ran <- struct{}{}; return Done() })
-	startRunner(t, q, RunnerOptions{PollInterval: time.Hour}, h)
-	time.Sleep(20 * time.Millisecond) // the runner is now asleep on its hour-long poll
-	if _, _, err := q.Enqueue(context.Background(), Spec{Kind: "k"}); err != nil {
+	startRunner(t, q, RunnerOptions{Clock: clk, PollInterval: time.Hour}, h)
+	// The runner's only timer is its loop's: once it is armed, the loop
+	// has looked for work, found none, and sleeps.
+	at, err := clk.NextTimer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := start.Add(time.Hour); !at.Equal(want) {
+		t.Fatalf("the idle runner sleeps until +%s, want its hour-long poll", at.Sub(start))
+	}
+	if _, _, err := q.Enqueue(ctx, Spec{Kind: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
