@@ -162,24 +162,36 @@ func TestTwoRunnersOnSeparateHandlesRunEachOfAThousandJobsOnce(t *testing.T) {
 	q1, q2 := NewQueue(openDB(t, path), nil), NewQueue(openDB(t, path), nil)
 
 	var (
-		mu    sync.Mutex
-		seen  = map[int64]int{}
-		count atomic.Int32
+		mu   sync.Mutex
+		seen = map[int64]int{}
 	)
-	run := func(_ context.Context, job *Job) Outcome {
-		mu.Lock()
-		seen[job.ID]++
-		mu.Unlock()
-		count.Add(1)
-		// Work takes a moment, as real work does: without it the first
-		// runner can settle the whole backlog (settles cost no fsync)
-		// before the second one's first claim.
-		time.Sleep(time.Millisecond)
-		return Done()
+	// A barrier makes both runners claim from the same backlog: every
+	// handler waits until each runner has started a job. A runner holds
+	// at most its concurrency (8) of the thousand, so the other one must
+	// claim some before anything settles; without it the first runner
+	// can settle the whole backlog before the second one's first claim.
+	var (
+		byRunner [2]atomic.Int32
+		first    [2]sync.Once
+		began    = [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	)
+	handler := func(i int) *funcHandler {
+		return newFuncHandler("k", func(ctx context.Context, job *Job) Outcome {
+			byRunner[i].Add(1)
+			first[i].Do(func() { close(began[i]) })
+			for _, c := range began {
+				select {
+				case <-c:
+				case <-ctx.Done():
+					return Retry("stopped before both runners started")
+				}
+			}
+			mu.Lock()
+			seen[job.ID]++
+			mu.Unlock()
+			return Done()
+		})
 	}
-	var byRunner [2]atomic.Int32
-	h1 := newFuncHandler("k", func(ctx context.Context, j *Job) Outcome { byRunner[0].Add(1); return run(ctx, j) })
-	h2 := newFuncHandler("k", func(ctx context.Context, j *Job) Outcome { byRunner[1].Add(1); return run(ctx, j) })
 	opts := RunnerOptions{PollInterval: 5 * time.Millisecond}
 
 	// Queue everything first through a third handle, so both runners race
@@ -190,8 +202,11 @@ func TestTwoRunnersOnSeparateHandlesRunEachOfAThousandJobsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	startRunner(t, q1, opts, h1)
-	startRunner(t, q2, opts, h2)
+	startRunner(t, q1, opts, handler(0))
+	startRunner(t, q2, opts, handler(1))
+	waitFor(t, "both runners to claim a job of the shared backlog", func() bool {
+		return byRunner[0].Load() > 0 && byRunner[1].Load() > 0
+	})
 	waitForWithin(t, 2*time.Minute, "all jobs to settle", func() bool {
 		counts, err := producer.Count(context.Background())
 		return err == nil && len(counts) == 1 && counts[0].Status == store.JobDone && counts[0].N == n
@@ -207,10 +222,10 @@ func TestTwoRunnersOnSeparateHandlesRunEachOfAThousandJobsOnce(t *testing.T) {
 			t.Errorf("job %d ran %d times", id, c)
 		}
 	}
-	t.Logf("runner 1 ran %d, runner 2 ran %d", byRunner[0].Load(), byRunner[1].Load())
-	if byRunner[0].Load() == 0 || byRunner[1].Load() == 0 {
-		t.Errorf("one runner did all the work (%d/%d): the test did not exercise concurrent claiming", byRunner[0].Load(), byRunner[1].Load())
+	if ran := byRunner[0].Load() + byRunner[1].Load(); ran != n {
+		t.Errorf("the runners started %d attempts (%d + %d), want %d", ran, byRunner[0].Load(), byRunner[1].Load(), n)
 	}
+	t.Logf("runner 1 ran %d, runner 2 ran %d", byRunner[0].Load(), byRunner[1].Load())
 }
 
 func TestAJobLeftLeasedByADeadRunnerIsReclaimedAfterItsLease(t *testing.T) {
@@ -324,12 +339,25 @@ func TestRetryAfterAnExplicitDelayDoesNotSpendAnAttempt(t *testing.T) {
 }
 
 func TestEnqueueWakesTheLocalRunnerWithoutWaitingForAPoll(t *testing.T) {
-	q := NewQueue(openDB(t, ""), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// On a fake clock the poll never fires unless the test moves time, so
+	// only the wake-up can start the job.
+	clk := clocktest.New(start)
+	q := NewQueue(openDB(t, ""), clk)
 	ran := make(chan struct{}, 1)
 	h := newFuncHandler("k", func(context.Context, *Job) Outcome { ran <- struct{}{}; return Done() })
-	startRunner(t, q, RunnerOptions{PollInterval: time.Hour}, h)
-	time.Sleep(20 * time.Millisecond) // the runner is now asleep on its hour-long poll
-	if _, _, err := q.Enqueue(context.Background(), Spec{Kind: "k"}); err != nil {
+	startRunner(t, q, RunnerOptions{Clock: clk, PollInterval: time.Hour}, h)
+	// The runner's only timer is its loop's: once it is armed, the loop
+	// has looked for work, found none, and sleeps.
+	at, err := clk.NextTimer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := start.Add(time.Hour); !at.Equal(want) {
+		t.Fatalf("the idle runner sleeps until +%s, want its hour-long poll", at.Sub(start))
+	}
+	if _, _, err := q.Enqueue(ctx, Spec{Kind: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -363,6 +391,11 @@ func TestStopReleasesTheLeasesOfHandlersItHadToAbandon(t *testing.T) {
 	if r.Running() != 0 {
 		t.Errorf("Stop returned with %d handlers running", r.Running())
 	}
+	// The handler returned a Retry on its last attempt once cancelled; a
+	// released job is not this runner's to retire, so it is not abandoned.
+	if a := h.abandons(job.ID); len(a) != 0 {
+		t.Errorf("the released job was abandoned by the runner that released it: %q", a)
+	}
 	got, _ := q.Get(context.Background(), job.ID)
 	if got.Status != store.JobReady || got.LeaseOwner != "" || got.Attempts != 0 {
 		t.Fatalf("after stop the job is %s owner=%q attempts=%d; want ready, unleased, attempt refunded",
@@ -376,6 +409,191 @@ func TestStopReleasesTheLeasesOfHandlersItHadToAbandon(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("released job was not picked up by the next runner")
+	}
+	waitStatus(t, q, job.ID, store.JobDone)
+	if a := append(h.abandons(job.ID), h2.abandons(job.ID)...); len(a) != 0 {
+		t.Errorf("a job that succeeded on its next runner was abandoned: %q", a)
+	}
+}
+
+// A handler that works for longer than its lease keeps its job: the runner
+// renews the lease while the handler runs, so a second runner polling the
+// same store never takes the job for a dead process's.
+func TestALeaseIsRenewedWhileItsHandlerRunsSoNoOtherRunnerTakesTheJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const lease = 30 * time.Second
+	path := filepath.Join(t.TempDir(), "shared.db")
+	// One fake clock per runner, both kept at the same time. Each runner's
+	// loop is the only thing arming timers on its clock, so NextTimer
+	// returning says that runner has finished its turn (claim, renew) and
+	// sleeps: the test moves time only when both are parked.
+	clkA, clkB := clocktest.New(start), clocktest.New(start)
+	qA, qB := NewQueue(openDB(t, path), clkA), NewQueue(openDB(t, path), clkB)
+
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var runsA, runsB atomic.Int32
+	hA := newFuncHandler("slow", func(ctx context.Context, _ *Job) Outcome {
+		runsA.Add(1)
+		started <- struct{}{}
+		select {
+		case <-release:
+			return Done()
+		case <-ctx.Done():
+			return Retry("stopped")
+		}
+	})
+	hB := newFuncHandler("slow", func(context.Context, *Job) Outcome { runsB.Add(1); return Done() })
+	hA.lease, hB.lease = lease, lease
+	rA := startRunner(t, qA, RunnerOptions{Clock: clkA, PollInterval: lease / 3}, hA)
+	job, _, err := qA.Enqueue(ctx, Spec{Kind: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the job never started")
+	}
+	// The second runner starts once the first holds the job; started
+	// before, it could claim the fresh job first, which is fair play.
+	startRunner(t, qB, RunnerOptions{Clock: clkB, PollInterval: lease / 3}, hB)
+	claimed, err := qA.Get(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseUntil := claimed.LeaseUntil
+	// Three leases' worth of time, in the runners' own steps.
+	for clkA.Now().Before(start.Add(3 * lease)) {
+		at, err := clkA.NextTimer(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := clkB.NextTimer(ctx); err != nil {
+			t.Fatal(err)
+		}
+		j, err := qA.Get(ctx, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		elapsed := clkA.Now().Sub(start)
+		if j.Status != store.JobRunning || j.LeaseOwner != rA.Owner() {
+			t.Fatalf("at +%s the job is %s, leased to %q; want running under the runner still working on it", elapsed, j.Status, j.LeaseOwner)
+		}
+		if !j.LeaseUntil.After(clkA.Now()) {
+			t.Fatalf("at +%s the lease ran out (at +%s) while its handler still ran", elapsed, j.LeaseUntil.Sub(start))
+		}
+		if j.LeaseUntil.Before(leaseUntil) {
+			t.Fatalf("at +%s the lease moved back from +%s to +%s", elapsed, leaseUntil.Sub(start), j.LeaseUntil.Sub(start))
+		}
+		leaseUntil = j.LeaseUntil
+		clkA.Set(at)
+		clkB.Set(at)
+	}
+	if moved := leaseUntil.Sub(claimed.LeaseUntil); moved < 2*lease {
+		t.Errorf("over %s of running the lease moved %s, want at least %s", 3*lease, moved, 2*lease)
+	}
+
+	close(release)
+	got := waitStatus(t, qA, job.ID, store.JobDone)
+	if runsA.Load() != 1 || runsB.Load() != 0 {
+		t.Errorf("the job ran %d times on its runner and %d on the other, want once on its runner", runsA.Load(), runsB.Load())
+	}
+	if got.Attempts != 1 {
+		t.Errorf("attempts = %d, want 1", got.Attempts)
+	}
+}
+
+// Stop gives up on a handler that ignores cancellation and hands its job
+// back (ReleaseJob). When that handler returns at last, the stopped runner
+// must record nothing — not its outcome, not an Abandon: the job belongs to
+// whichever runner took it next. Here the next runner has the same owner
+// name (a restart with RunnerOptions.Owner set), so the store's lease guard
+// cannot tell the two attempts apart; only the released flight can.
+func TestAHandlerStopGaveUpOnRecordsNothingWhenItReturnsLate(t *testing.T) {
+	tests := []struct {
+		name    string
+		outcome Outcome
+	}{
+		{"late/done", Done()},
+		{"late/failed", Failed("the CA said no")},
+		{"late/retry with no attempt left", Retry("still down")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			const owner = "configured-owner"
+			path := filepath.Join(t.TempDir(), "jobs.db")
+			q1 := NewQueue(openDB(t, path), nil)
+			started, finish := make(chan struct{}), make(chan struct{})
+			var finishOnce sync.Once
+			finishOld := func() { finishOnce.Do(func() { close(finish) }) }
+			t.Cleanup(finishOld)
+			h1 := newFuncHandler("k", func(context.Context, *Job) Outcome {
+				close(started)
+				<-finish // ignores cancellation: its work ends when it ends
+				return tc.outcome
+			})
+			old, err := NewRunner(q1, []Handler{h1}, RunnerOptions{Owner: owner, StopTimeout: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := old.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			job, _, err := q1.Enqueue(context.Background(), Spec{Kind: "k", MaxAttempts: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-started
+			if err := old.Stop(); err != nil {
+				t.Fatalf("stop: %v", err)
+			}
+			if old.Running() != 1 {
+				t.Fatalf("after stop %d handlers are in flight, want the one that ignores cancellation", old.Running())
+			}
+			if got, _ := q1.Get(context.Background(), job.ID); got.Status != store.JobReady || got.LeaseOwner != "" || got.Attempts != 0 {
+				t.Fatalf("after stop the job is %s owner=%q attempts=%d; want released", got.Status, got.LeaseOwner, got.Attempts)
+			}
+
+			// The restarted runner takes the job and is still working on it.
+			q2 := NewQueue(openDB(t, path), nil)
+			started2, finish2 := make(chan struct{}), make(chan struct{})
+			h2 := newFuncHandler("k", func(ctx context.Context, _ *Job) Outcome {
+				close(started2)
+				select {
+				case <-finish2:
+					return Done()
+				case <-ctx.Done():
+					return Retry("stopped")
+				}
+			})
+			startRunner(t, q2, RunnerOptions{Owner: owner}, h2)
+			select {
+			case <-started2:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the released job was not taken by the restarted runner")
+			}
+
+			finishOld()
+			waitFor(t, "the stopped runner's handler to return", func() bool { return old.Running() == 0 })
+			got, err := q2.Get(context.Background(), job.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != store.JobRunning || got.LeaseOwner != owner || got.Attempts != 1 {
+				t.Errorf("after the stopped runner's handler returned %s the job is %s owner=%q attempts=%d; want still running the restarted runner's attempt",
+					tc.outcome, got.Status, got.LeaseOwner, got.Attempts)
+			}
+			if a := h1.abandons(job.ID); len(a) != 0 {
+				t.Errorf("the stopped runner abandoned a job it had released: %q", a)
+			}
+
+			close(finish2)
+			waitStatus(t, q2, job.ID, store.JobDone)
+			if a := append(h1.abandons(job.ID), h2.abandons(job.ID)...); len(a) != 0 {
+				t.Errorf("a job that succeeded was abandoned: %q", a)
+			}
+		})
 	}
 }
 
