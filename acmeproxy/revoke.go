@@ -43,7 +43,7 @@ var (
 	ErrAlreadyRevoked = errors.New("the certificate is already revoked")
 	// ErrBadRevocationReason: not a reason the requester may choose
 	// (clientReasons, operatorReasons).
-	ErrBadRevocationReason = errors.New("the reason is not one the requester may choose")
+	ErrBadRevocationReason = errors.New("the reason is not an RFC 5280 CRLReason code the requester may choose")
 	// ErrRevocationFailed: the backend's job gave up without revoking.
 	ErrRevocationFailed = errors.New("the signer's backend did not revoke the certificate")
 )
