@@ -374,19 +374,34 @@ func TestAClientAndAnOperatorRevokingAtOnceRecordOneRevocation(t *testing.T) {
 	op := &Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
 	raw := e.raw(owner)
 	const clientReason, operatorReason = 1, 4
+	// Rounds race the two doors at once, or let one finish first, so that
+	// each door is seen winning and the loser's answer is checked both
+	// ways.
+	const (
+		together = iota
+		clientFirst
+		operatorFirst
+	)
 	wins := map[string]int{}
-	for round := range 6 {
+	for round := range 9 {
+		order := round % 3
 		cert := e.issue(ctx, owner, fmt.Sprintf("race%d.example.com", round))
 		var (
 			wg               sync.WaitGroup
 			start            = make(chan struct{})
 			clientErr, opErr error
 			nonce            = raw.nonce()
+			clientDone       = make(chan struct{})
+			opDone           = make(chan struct{})
 		)
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
+			defer close(clientDone)
 			<-start
+			if order == operatorFirst {
+				<-opDone
+			}
 			// Not owner.RevokeCert: x/crypto/acme reports alreadyRevoked
 			// as success.
 			r := raw.post(e.url("/revoke-cert"), map[string]any{"certificate": b64(cert.der), "reason": clientReason}, jwsOpts{nonce: &nonce})
@@ -399,9 +414,11 @@ func TestAClientAndAnOperatorRevokingAtOnceRecordOneRevocation(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
+			defer close(opDone)
 			<-start
-			// Later and later: the client wins some rounds too.
-			time.Sleep(time.Duration(round) * time.Millisecond)
+			if order == clientFirst {
+				<-clientDone
+			}
 			reason := operatorReason
 			_, opErr = op.RevokeOrder(ctx, cert.order, &reason, Actor{Kind: ActorAdmin, ID: "test"})
 		}()
@@ -436,7 +453,9 @@ func TestAClientAndAnOperatorRevokingAtOnceRecordOneRevocation(t *testing.T) {
 			t.Errorf("round %d: CRL reason %d; want the winner's %d", round, got.ReasonCode, want)
 		}
 	}
-	t.Logf("winners: %v", wins)
+	if wins["client"] < 3 || wins["operator"] < 3 {
+		t.Errorf("winners %v; want each door to win at least the 3 rounds it went first", wins)
+	}
 }
 
 func TestTheCRLListsARevocationACrashLeftWithoutItsJob(t *testing.T) {
