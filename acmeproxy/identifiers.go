@@ -192,6 +192,25 @@ func (m *matcher) wildcardCovers(id signer.Identifier) bool {
 	return false
 }
 
+// RedirectPolicy returns the check http-01 validation applies to the host
+// of a redirect (validate.Config.RedirectPolicy): the host, a DNS name,
+// must be one this profile would issue for, so that a client cannot point
+// validation at a host outside the profile's policy. A host that is not a
+// valid DNS name is refused; one trailing dot is allowed, and ignored.
+func (c *ProfileConfig) RedirectPolicy() func(host string) error {
+	pol := newPolicy(c.Allow, c.Deny)
+	return func(host string) error {
+		name, err := normalizeDNSName(strings.TrimSuffix(host, "."))
+		if err != nil {
+			return fmt.Errorf("%q is not a valid DNS name: %w", host, err)
+		}
+		if p := pol.check(signer.Identifier{Type: IdentDNS, Value: name}); p != nil {
+			return errors.New(p.Detail)
+		}
+		return nil
+	}
+}
+
 func newPolicy(allow, deny *IdentifierPolicy) policy {
 	return policy{allow: newMatcher(allow), deny: newMatcher(deny)}
 }
