@@ -135,13 +135,36 @@ func newMatcher(p *IdentifierPolicy) *matcher {
 		}
 	}
 	for _, r := range p.IPRanges {
-		if pfx, err := netip.ParsePrefix(r); err == nil {
-			m.prefixes = append(m.prefixes, pfx.Masked())
-		} else if ip, err := netip.ParseAddr(r); err == nil {
-			m.prefixes = append(m.prefixes, netip.PrefixFrom(ip, ip.BitLen()))
+		if pfx, err := parseIPRange(r); err == nil {
+			m.prefixes = append(m.prefixes, pfx)
 		}
 	}
 	return m
+}
+
+// parseIPRange reads an ip_ranges entry, a CIDR range or a single address,
+// as the masked prefix it matches. Identifiers are matched unmapped
+// (normalizeIdentifier), so an IPv4-mapped IPv6 range is unmapped too:
+// ::ffff:10.0.0.0/104 is 10.0.0.0/8, ::ffff:192.0.2.1 is 192.0.2.1/32.
+// Left as it is it would match nothing, and a deny written that way would
+// silently refuse nothing. A mapped range shorter than /96 spans more
+// than the mapped addresses and has no IPv4 equivalent: it is an error.
+func parseIPRange(r string) (netip.Prefix, error) {
+	pfx, err := netip.ParsePrefix(r)
+	if err != nil {
+		ip, err2 := netip.ParseAddr(r)
+		if err2 != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR range or address", r)
+		}
+		pfx = netip.PrefixFrom(ip, ip.BitLen())
+	}
+	if pfx.Addr().Is4In6() {
+		if pfx.Bits() < 96 {
+			return netip.Prefix{}, fmt.Errorf("%q is an IPv4-mapped IPv6 range shorter than /96, which no IPv4 range matches; write the IPv4 range (or an IPv6 one without ::ffff:)", r)
+		}
+		pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
+	}
+	return pfx.Masked(), nil
 }
 
 // matches reports whether a normalized identifier is in the set. A
