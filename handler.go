@@ -60,13 +60,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("crl_url: required when signer.lifetime (%s) exceeds %s: a longer-lived leaf must carry a CRL distribution point",
 			l.leafLifetime(), shortLived)
 	}
-	v, err := validate.New(validate.Config{
-		HTTPPort:  h.ValidationPorts.HTTP,
-		TLSPort:   h.ValidationPorts.TLS,
-		Resolvers: h.Resolvers,
-	})
+	v, err := newValidator(&h.ProfileConfig)
 	if err != nil {
-		return fmt.Errorf("validation: %w", err)
+		return err
 	}
 	dests, err := h.app.profileNotify(h.Notify)
 	if err != nil {
@@ -81,6 +77,22 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	return h.app.register(h.server)
+}
+
+// newValidator builds the challenge validator of a profile (defaults
+// applied, checked): its ports, its resolvers, and its identifier policy
+// for the hosts http-01 redirects to.
+func newValidator(cfg *acmeproxy.ProfileConfig) (*validate.Validator, error) {
+	v, err := validate.New(validate.Config{
+		HTTPPort:       cfg.ValidationPorts.HTTP,
+		TLSPort:        cfg.ValidationPorts.TLS,
+		Resolvers:      cfg.Resolvers,
+		RedirectPolicy: cfg.RedirectPolicy(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("validation: %w", err)
+	}
+	return v, nil
 }
 
 // Cleanup unmounts the profile.

@@ -171,10 +171,8 @@ func (p *IdentifierPolicy) validate() error {
 		}
 	}
 	for _, r := range p.IPRanges {
-		if _, err := netip.ParsePrefix(r); err != nil {
-			if _, err2 := netip.ParseAddr(r); err2 != nil {
-				return fmt.Errorf("ip_ranges: %q is not a CIDR range or address", r)
-			}
+		if _, err := parseIPRange(r); err != nil {
+			return fmt.Errorf("ip_ranges: %w", err)
 		}
 	}
 	return nil

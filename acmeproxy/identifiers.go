@@ -135,13 +135,36 @@ func newMatcher(p *IdentifierPolicy) *matcher {
 		}
 	}
 	for _, r := range p.IPRanges {
-		if pfx, err := netip.ParsePrefix(r); err == nil {
-			m.prefixes = append(m.prefixes, pfx.Masked())
-		} else if ip, err := netip.ParseAddr(r); err == nil {
-			m.prefixes = append(m.prefixes, netip.PrefixFrom(ip, ip.BitLen()))
+		if pfx, err := parseIPRange(r); err == nil {
+			m.prefixes = append(m.prefixes, pfx)
 		}
 	}
 	return m
+}
+
+// parseIPRange reads an ip_ranges entry, a CIDR range or a single address,
+// as the masked prefix it matches. Identifiers are matched unmapped
+// (normalizeIdentifier), so an IPv4-mapped IPv6 range is unmapped too:
+// ::ffff:10.0.0.0/104 is 10.0.0.0/8, ::ffff:192.0.2.1 is 192.0.2.1/32.
+// Left as it is it would match nothing, and a deny written that way would
+// silently refuse nothing. A mapped range shorter than /96 spans more
+// than the mapped addresses and has no IPv4 equivalent: it is an error.
+func parseIPRange(r string) (netip.Prefix, error) {
+	pfx, err := netip.ParsePrefix(r)
+	if err != nil {
+		ip, err2 := netip.ParseAddr(r)
+		if err2 != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR range or address", r)
+		}
+		pfx = netip.PrefixFrom(ip, ip.BitLen())
+	}
+	if pfx.Addr().Is4In6() {
+		if pfx.Bits() < 96 {
+			return netip.Prefix{}, fmt.Errorf("%q is an IPv4-mapped IPv6 range shorter than /96, which no IPv4 range matches; write the IPv4 range (or an IPv6 one without ::ffff:)", r)
+		}
+		pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
+	}
+	return pfx.Masked(), nil
 }
 
 // matches reports whether a normalized identifier is in the set. A
@@ -190,6 +213,25 @@ func (m *matcher) wildcardCovers(id signer.Identifier) bool {
 		}
 	}
 	return false
+}
+
+// RedirectPolicy returns the check http-01 validation applies to the host
+// of a redirect (validate.Config.RedirectPolicy): the host, a DNS name,
+// must be one this profile would issue for, so that a client cannot point
+// validation at a host outside the profile's policy. A host that is not a
+// valid DNS name is refused; one trailing dot is allowed, and ignored.
+func (c *ProfileConfig) RedirectPolicy() func(host string) error {
+	pol := newPolicy(c.Allow, c.Deny)
+	return func(host string) error {
+		name, err := normalizeDNSName(strings.TrimSuffix(host, "."))
+		if err != nil {
+			return fmt.Errorf("%q is not a valid DNS name: %w", host, err)
+		}
+		if p := pol.check(signer.Identifier{Type: IdentDNS, Value: name}); p != nil {
+			return errors.New(p.Detail)
+		}
+		return nil
+	}
 }
 
 func newPolicy(allow, deny *IdentifierPolicy) policy {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -45,7 +46,9 @@ func newHTTPClient(v *Validator) *http.Client {
 
 // checkRedirect follows at most v.maxRedirects redirects, and only to http
 // on the HTTP port or https on the TLS port (RFC 8555 §8.3 lets the server
-// follow redirects; Boulder's rule restricts them to 80 and 443).
+// follow redirects; Boulder's rule restricts them to 80 and 443), of a DNS
+// name (never an IP address, as in Boulder) that the redirect policy
+// allows. Where the name resolves is the dialer's to check.
 func (v *Validator) checkRedirect(req *http.Request, via []*http.Request) error {
 	first := redacted(via[0].URL)
 	if len(via) > v.maxRedirects {
@@ -68,7 +71,35 @@ func (v *Validator) checkRedirect(req *http.Request, via []*http.Request) error 
 	if port != want {
 		return problem.ConnectionF("fetching %s: a redirect to %s://%s is not allowed: only http on port %d and https on port %d", first, u.Scheme, clip(u.Host), v.httpPort, v.tlsPort)
 	}
+	host := u.Hostname()
+	if addressLike(host) {
+		return problem.ConnectionF("fetching %s: a redirect to the IP address %s is not allowed: only to a DNS name", first, clip(host))
+	}
+	if v.redirectOK != nil {
+		if err := v.redirectOK(host); err != nil {
+			return problem.ConnectionF("fetching %s: a redirect to %s is not allowed: %s", first, clip(host), clip(err.Error()))
+		}
+	}
 	return nil
+}
+
+// addressLike reports whether host is an IP address, or a spelling of one
+// that a resolver may accept (inet_aton's "127.1", "0x7f000001",
+// "2130706433"): a name whose last label is a decimal or 0x-hexadecimal
+// number, which no top-level domain is.
+func addressLike(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	h := strings.TrimSuffix(host, ".")
+	last := strings.ToLower(h[strings.LastIndexByte(h, '.')+1:])
+	if last == "" {
+		return false
+	}
+	if hex, ok := strings.CutPrefix(last, "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return strings.Trim(last, "0123456789") == ""
 }
 
 // effectivePort is u's port, explicit or implied by its scheme; -1 if
@@ -129,7 +160,7 @@ func (v *Validator) HTTP01(ctx context.Context, identType, identValue, token, ke
 
 	tctx, cancel := v.withTimeout(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(tctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(withIdentHost(tctx, host), http.MethodGet, u.String(), nil)
 	if err != nil {
 		return fmt.Errorf("validate: %s: %w", what, err)
 	}
@@ -156,11 +187,10 @@ func (v *Validator) HTTP01(ctx context.Context, identType, identValue, token, ke
 	if err != nil {
 		return v.failed(ctx, "reading the response to "+what, err)
 	}
-	if len(body) > maxBody {
-		return problem.IncorrectResponseF("%s: the response is larger than %d bytes, so it is not the expected key authorization", what, maxBody)
-	}
-	if strings.TrimRight(string(body), trailingSpace) != keyAuth {
-		return problem.IncorrectResponseF("%s: the response (%d bytes) is not the expected key authorization", what, len(body))
+	// The detail says nothing of the body, not even its size: what
+	// validation fetched is not for the client to learn.
+	if len(body) > maxBody || strings.TrimRight(string(body), trailingSpace) != keyAuth {
+		return problem.IncorrectResponseF("%s: the response is not the expected key authorization", what)
 	}
 	return nil
 }

@@ -100,7 +100,9 @@ func challengeServers(t *testing.T) (httpPort, tlsPort int) {
 	t.Cleanup(hs.Close)
 	ts := httptest.NewTLSServer(mux)
 	t.Cleanup(ts.Close)
-	httpBase, httpsBase = hs.URL, ts.URL
+	// Redirects name a host, never an IP address (see checkRedirect).
+	httpBase = strings.Replace(hs.URL, "127.0.0.1", "example.test", 1)
+	httpsBase = strings.Replace(ts.URL, "127.0.0.1", "example.test", 1)
 	return port(t, hs.URL), port(t, ts.URL)
 }
 
@@ -132,10 +134,10 @@ func TestHTTP01FetchesTheKeyAuthorizationFromTheWellKnownPath(t *testing.T) {
 		{name: "ok/ipv6 identifier in brackets", identType: IdentIP, ident: "::1", token: "ok"},
 		{name: "ok/trailing whitespace ignored", identType: IdentIP, ident: "127.0.0.1", token: "trailing-space"},
 		{name: "ok/body of exactly the cap", identType: IdentIP, ident: "127.0.0.1", token: "at-cap"},
-		{name: "ok/relative redirect", identType: IdentIP, ident: "127.0.0.1", token: "redirect-relative"},
-		{name: "ok/redirect to http on the HTTP port", identType: IdentIP, ident: "127.0.0.1", token: "redirect-http"},
-		{name: "ok/redirect to https on the TLS port without verifying its certificate", identType: IdentIP, ident: "127.0.0.1", token: "redirect-https"},
-		{name: "ok/as many redirects as allowed", identType: IdentIP, ident: "127.0.0.1", token: "chain-5"},
+		{name: "ok/relative redirect", identType: IdentDNS, ident: "example.test", token: "redirect-relative"},
+		{name: "ok/redirect to http on the HTTP port", identType: IdentDNS, ident: "example.test", token: "redirect-http"},
+		{name: "ok/redirect to https on the TLS port without verifying its certificate", identType: IdentDNS, ident: "example.test", token: "redirect-https"},
+		{name: "ok/as many redirects as allowed", identType: IdentDNS, ident: "example.test", token: "chain-5"},
 		{name: "fail/wrong body", identType: IdentIP, ident: "127.0.0.1", token: "wrong", want: problem.IncorrectResponse},
 		{name: "fail/leading whitespace", identType: IdentIP, ident: "127.0.0.1", token: "leading-space", want: problem.IncorrectResponse},
 		{name: "fail/404", identType: IdentIP, ident: "127.0.0.1", token: "missing", want: problem.IncorrectResponse},
@@ -145,8 +147,8 @@ func TestHTTP01FetchesTheKeyAuthorizationFromTheWellKnownPath(t *testing.T) {
 		{name: "fail/redirect to https on the HTTP port", identType: IdentIP, ident: "127.0.0.1", token: "redirect-https-on-http-port", want: problem.Connection},
 		{name: "fail/redirect to the default port when another is configured", identType: IdentIP, ident: "127.0.0.1", token: "redirect-default-port", want: problem.Connection},
 		{name: "fail/redirect to another scheme", identType: IdentIP, ident: "127.0.0.1", token: "redirect-ftp", want: problem.Connection},
-		{name: "fail/one redirect too many", identType: IdentIP, ident: "127.0.0.1", token: "chain-6", want: problem.Connection},
-		{name: "fail/redirect loop", identType: IdentIP, ident: "127.0.0.1", token: "loop", want: problem.Connection},
+		{name: "fail/one redirect too many", identType: IdentDNS, ident: "example.test", token: "chain-6", want: problem.Connection},
+		{name: "fail/redirect loop", identType: IdentDNS, ident: "example.test", token: "loop", want: problem.Connection},
 		{name: "fail/unknown name", identType: IdentDNS, ident: "unknown.test", token: "ok", want: problem.DNS},
 		{
 			name: "fail/connection refused", identType: IdentIP, ident: "127.0.0.1", token: "ok", want: problem.Connection,

@@ -61,7 +61,7 @@ func (v *Validator) TLSALPN01(ctx context.Context, identType, identValue, keyAut
 
 	tctx, cancel := v.withTimeout(ctx)
 	defer cancel()
-	conn, err := v.dial(tctx, "tcp", addr)
+	conn, err := v.dial(withIdentHost(tctx, host), "tcp", addr)
 	if err != nil {
 		return v.failed(ctx, what, err)
 	}
@@ -104,7 +104,7 @@ func checkCertificate(cert *x509.Certificate, identType, host string, ip netip.A
 		return problem.IncorrectResponseF("the certificate from %s: %s", addr, err)
 	}
 	if len(names) != 1 {
-		return problem.IncorrectResponseF("the certificate from %s has %d subjectAltName entries; it must have exactly one, %s", addr, len(names), host)
+		return problem.IncorrectResponseF("the certificate from %s does not have exactly one subjectAltName entry; it must have one, %s", addr, host)
 	}
 	// A GeneralName of these kinds is primitive: a constructed [2] or [7]
 	// is neither a dNSName nor an iPAddress (crypto/x509 skips it as an
@@ -140,7 +140,7 @@ func checkCertificate(cert *x509.Certificate, identType, host string, ip netip.A
 	}
 	want := sha256.Sum256([]byte(keyAuth))
 	if len(digest) != len(want) {
-		return problem.IncorrectResponseF("the acmeIdentifier extension of the certificate from %s holds %d bytes, not the %d of a SHA-256 digest", addr, len(digest), len(want))
+		return problem.IncorrectResponseF("the acmeIdentifier extension of the certificate from %s does not hold a SHA-256 digest (%d bytes)", addr, len(want))
 	}
 	if subtle.ConstantTimeCompare(digest, want[:]) != 1 {
 		return problem.IncorrectResponseF("the acmeIdentifier extension of the certificate from %s is not the SHA-256 digest of the expected key authorization", addr)

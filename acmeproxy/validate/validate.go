@@ -71,10 +71,21 @@ type Config struct {
 	Timeout time.Duration
 	// MaxRedirects is how many redirects http-01 follows. Default 5.
 	MaxRedirects int
+	// RedirectPolicy, if set, is asked about the host of every redirect
+	// http-01 would follow, a DNS name (a redirect to an IP address is
+	// refused whatever the policy): an error refuses the redirect, its
+	// text going into the problem's detail. It is meant to be the
+	// profile's identifier policy, so that a redirect reaches no host the
+	// profile would not issue for.
+	RedirectPolicy func(host string) error
 	// Dial, if set, opens the connections of http-01 and tls-alpn-01
 	// instead of a net.Dialer. address is "host:port", host being the
 	// identifier or a redirect's host. It lets a deployment route
-	// validation through a fixed path, and tests reach loopback.
+	// validation through a fixed path, and tests reach loopback. It
+	// replaces the dialer's address checks too (no link-local,
+	// unspecified, multicast or broadcast address; loopback only for the
+	// identifier's own host): where it connects is its own answer. The
+	// rules on redirects still apply.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
@@ -86,6 +97,7 @@ type Validator struct {
 	resolversErr error // why there are no resolvers, if there are none
 	timeout      time.Duration
 	maxRedirects int
+	redirectOK   func(host string) error // nil: any name
 	dial         func(ctx context.Context, network, address string) (net.Conn, error)
 	httpClient   *http.Client
 }
@@ -98,6 +110,7 @@ func New(cfg Config) (*Validator, error) {
 		tlsPort:      cfg.TLSPort,
 		timeout:      cfg.Timeout,
 		maxRedirects: cfg.MaxRedirects,
+		redirectOK:   cfg.RedirectPolicy,
 		dial:         cfg.Dial,
 	}
 	if v.httpPort == 0 {
@@ -142,7 +155,7 @@ func New(cfg Config) (*Validator, error) {
 			// resolve the same way for http-01 and tls-alpn-01 as for dns-01.
 			d.Resolver = v.netResolver()
 		}
-		v.dial = d.DialContext
+		v.dial = guardedDial(d)
 	}
 	v.httpClient = newHTTPClient(v)
 	return v, nil

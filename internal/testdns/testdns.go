@@ -4,7 +4,8 @@
 // production package imports it.
 //
 // For its zone it answers A 127.0.0.1 for the apex and every name below
-// it, TXT records the test sets, and an SOA at the apex (also in the
+// it (or, for a name given addresses by SetAddrs, A and AAAA records of
+// those), TXT records the test sets, and an SOA at the apex (also in the
 // authority section of empty answers); names outside the zone are
 // NXDOMAIN. It serves UDP and TCP on one port (Pebble's validation
 // authority asks over TCP only).
@@ -13,6 +14,7 @@ package testdns
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -29,13 +31,14 @@ type Server struct {
 	servers []*dns.Server
 	done    chan error
 
-	mu  sync.Mutex
-	txt map[string][]string // lower-case FQDN → values
+	mu    sync.Mutex
+	txt   map[string][]string     // lower-case FQDN → values
+	addrs map[string][]netip.Addr // lower-case FQDN → its A and AAAA records, if not 127.0.0.1
 }
 
 // Start serves zone (e.g. "example.com") until Close.
 func Start(zone string) (*Server, error) {
-	s := &Server{zone: strings.ToLower(dns.Fqdn(zone)), txt: map[string][]string{}}
+	s := &Server{zone: strings.ToLower(dns.Fqdn(zone)), txt: map[string][]string{}, addrs: map[string][]netip.Addr{}}
 	// The UDP port is picked first; its TCP twin may be taken, so try a
 	// few times.
 	var (
@@ -100,6 +103,16 @@ func (s *Server) DeleteTXT(fqdn, value string) {
 	s.txt[name] = slices.DeleteFunc(s.txt[name], func(v string) bool { return v == value })
 }
 
+// SetAddrs makes fqdn, a name in the zone, resolve to addrs instead of
+// 127.0.0.1: an IPv4 address is answered in an A record, an IPv6 address
+// (an IPv4-mapped one included, as it is) in an AAAA record. No address at
+// all leaves the name without A and AAAA records.
+func (s *Server) SetAddrs(fqdn string, addrs ...netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addrs[strings.ToLower(dns.Fqdn(fqdn))] = slices.Clone(addrs)
+}
+
 func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(req)
@@ -123,16 +136,28 @@ func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg) {
 		Hdr: dns.RR_Header{Name: s.zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET},
 		Ns:  "ns." + s.zone, Mbox: "hostmaster." + s.zone, Serial: 1, Refresh: 60, Retry: 60, Expire: 60, Minttl: 0,
 	}
-	switch q.Qtype {
-	case dns.TypeA:
+	s.mu.Lock()
+	addrs, custom := s.addrs[name]
+	s.mu.Unlock()
+	switch {
+	case custom && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeAAAA):
+		for _, a := range addrs {
+			switch {
+			case q.Qtype == dns.TypeA && a.Is4():
+				m.Answer = append(m.Answer, &dns.A{Hdr: hdr(dns.TypeA), A: a.AsSlice()})
+			case q.Qtype == dns.TypeAAAA && a.Is6():
+				m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr(dns.TypeAAAA), AAAA: a.AsSlice()})
+			}
+		}
+	case q.Qtype == dns.TypeA:
 		m.Answer = append(m.Answer, &dns.A{Hdr: hdr(dns.TypeA), A: net.IPv4(127, 0, 0, 1)})
-	case dns.TypeTXT:
+	case q.Qtype == dns.TypeTXT:
 		s.mu.Lock()
 		for _, v := range s.txt[name] {
 			m.Answer = append(m.Answer, &dns.TXT{Hdr: hdr(dns.TypeTXT), Txt: []string{v}})
 		}
 		s.mu.Unlock()
-	case dns.TypeSOA:
+	case q.Qtype == dns.TypeSOA:
 		if name == s.zone {
 			m.Answer = append(m.Answer, soa)
 		}
