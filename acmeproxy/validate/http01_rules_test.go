@@ -142,8 +142,10 @@ func TestHTTP01StopsReadingAnEndlessBodyAtTheCap(t *testing.T) {
 	}
 	v := newValidator(t, Config{HTTPPort: port(t, s.URL), Timeout: 10 * time.Second, Dial: smallDial})
 	p := wantOutcome(t, v.HTTP01(context.Background(), IdentIP, "127.0.0.1", "endless", testKeyAuth), problem.IncorrectResponse)
-	if !strings.Contains(p.Detail, "larger than") {
-		t.Errorf("detail %q does not say the response is too large", p.Detail)
+	// The detail says no more about the body than for any wrong answer:
+	// its size is an oracle for whatever the fetch reached.
+	if strings.Contains(p.Detail, "larger") || strings.Contains(p.Detail, "bytes") {
+		t.Errorf("detail %q speaks of the response's size", p.Detail)
 	}
 
 	select {
