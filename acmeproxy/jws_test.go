@@ -200,8 +200,10 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 	}
 
 	// An order of Alice's, made ready through the real validation path.
+	// It has two names, so a CSR can lack one without naming another.
 	ac := e.client(ctx)
-	ready, err := ac.AuthorizeOrder(ctx, acme.DomainIDs("ready.example.com"))
+	readyNames := []string{"ready.example.com", "www.ready.example.com"}
+	ready, err := ac.AuthorizeOrder(ctx, acme.DomainIDs(readyNames...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,10 +323,12 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 		{"fail/contact with two addresses", func() rawResponse {
 			return e.rawClient().post(e.url("/new-account"), map[string]any{"contact": []string{"mailto:a@example.com,b@example.com"}}, jwsOpts{embedJWK: true})
 		}, 400, problem.InvalidContact},
-		{"fail/CSR with an extra name", finalizeAs(newCSR(t, certKey, "", []string{"ready.example.com", "extra.example.com"}, nil)), 400, problem.BadCSR},
-		{"fail/CSR with a missing name", finalizeAs(newCSR(t, certKey, "", []string{"other.example.com"}, nil)), 400, problem.BadCSR},
-		{"fail/CSR common name not in the order", finalizeAs(newCSR(t, certKey, "cn.example.com", []string{"ready.example.com"}, nil)), 400, problem.BadCSR},
-		{"fail/CSR signed with the account key", finalizeAs(newCSR(t, orderKey, "", []string{"ready.example.com"}, nil)), 400, problem.BadCSR},
+		// Each CSR row has exactly one thing wrong, so it is refused
+		// by that one check.
+		{"fail/CSR with an extra name", finalizeAs(newCSR(t, certKey, "", []string{"ready.example.com", "www.ready.example.com", "extra.example.com"}, nil)), 400, problem.BadCSR},
+		{"fail/CSR with a missing name", finalizeAs(newCSR(t, certKey, "", []string{"ready.example.com"}, nil)), 400, problem.BadCSR},
+		{"fail/CSR common name not in the order", finalizeAs(newCSR(t, certKey, "cn.example.com", readyNames, nil)), 400, problem.BadCSR},
+		{"fail/CSR signed with the account key", finalizeAs(newCSR(t, orderKey, "", readyNames, nil)), 400, problem.BadCSR},
 		{"fail/CSR that is not DER", finalizeAs([]byte("garbage")), 400, problem.BadCSR},
 		{"fail/denied name", newOrder(alice, dns("denied.example.com")), 400, problem.RejectedIdentifier},
 		{"fail/wildcard without dns-01", newOrder(alice, dns("*.example.com")), 400, problem.RejectedIdentifier},
@@ -365,5 +369,12 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 			}
 		})
 	}
+	// The CSR rows were refused for what is wrong with each: the order
+	// takes a CSR naming exactly its names.
+	t.Run("ok/CSR naming exactly the order's names", func(t *testing.T) {
+		if r := finalizeAs(newCSR(t, certKey, "", readyNames, nil))(); r.status != http.StatusOK {
+			t.Fatalf("got %d %s, want 200", r.status, r.body)
+		}
+	})
 	_ = ctx
 }
