@@ -1,6 +1,8 @@
 package caddyacmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -237,7 +239,7 @@ func (a *AdminAPI) listProfiles(w http.ResponseWriter, r *http.Request, op *acme
 
 func (a *AdminAPI) listOrders(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
 	q := readQuery(r, "profile", "status", "identifier", "account", "after", "limit")
-	f := store.OrderFilter{Profile: q.str("profile"), Status: q.str("status"), Identifier: q.str("identifier"),
+	f := store.OrderFilter{Profile: q.str("profile"), Status: acme.Status(q.str("status")), Identifier: q.str("identifier"),
 		AccountID: q.str("account"), After: q.str("after"), Limit: q.int("limit", 1, 1000)}
 	if err := q.check(); err != nil {
 		return err
@@ -308,7 +310,7 @@ func (a *AdminAPI) revokeOrder(w http.ResponseWriter, r *http.Request, op *acmep
 
 func (a *AdminAPI) listAccounts(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
 	q := readQuery(r, "profile", "status", "after", "limit")
-	f := store.AccountFilter{Profile: q.str("profile"), Status: q.str("status"), After: q.str("after"), Limit: q.int("limit", 1, 1000)}
+	f := store.AccountFilter{Profile: q.str("profile"), Status: acme.Status(q.str("status")), After: q.str("after"), Limit: q.int("limit", 1, 1000)}
 	if err := q.check(); err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package caddyacmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -19,7 +21,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
-	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 func init() {
@@ -222,7 +223,7 @@ func reasonText(r *int) string {
 	return strconv.Itoa(*r)
 }
 
-func identsText(ids []store.Identifier) string {
+func identsText(ids []acme.Identifier) string {
 	vals := make([]string, len(ids))
 	for i, id := range ids {
 		vals[i] = id.Value

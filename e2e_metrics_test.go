@@ -1,6 +1,8 @@
 package caddyacmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bufio"
 	"context"
 	"encoding/json"
@@ -131,8 +133,8 @@ func TestMetricsMoveWithIssuanceFailedValidationAndRevocationAndSurviveAReload(t
 	if status, body := b.adminCall(t, http.MethodPost, "/acme_proxy/orders/"+got.order+"/revoke", `{"reason":1}`); status != http.StatusOK {
 		t.Fatalf("revoke: %d %s", status, body)
 	}
-	waitEvent(notify.CertificateIssued)
-	waitEvent(notify.CertificateRevoked)
+	waitEvent(acme.EventCertificateIssued)
+	waitEvent(acme.EventCertificateRevoked)
 
 	// The receiver saw the deliveries; their jobs settle a moment later.
 	var after string

@@ -1,6 +1,8 @@
 package caddyacmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"fmt"
 	"net"
@@ -62,7 +64,7 @@ func TestAProfilesValidatorFollowsNoRedirectToAHostItsPolicyRefuses(t *testing.T
 	}
 	err = v.HTTP01(ctx, "dns", "www.example.test", "to-denied", keyAuth)
 	p, ok := problem.As(err)
-	if !ok || p.Type != problem.Connection || !strings.Contains(p.Detail, "a redirect to secret.example.test is not allowed: secret.example.test is denied by this profile's policy") {
+	if !ok || p.Type != acme.ErrorConnection || !strings.Contains(p.Detail, "a redirect to secret.example.test is not allowed: secret.example.test is denied by this profile's policy") {
 		t.Fatalf("got %v, want the redirect refused by the deny list", err)
 	}
 }

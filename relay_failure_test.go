@@ -1,6 +1,8 @@
 package caddyacmeproxy
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -114,7 +116,7 @@ func (b *relayBench) start() *relayProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := acmeproxy.NewServer(ctx, acmeproxy.ProfileConfig{Profile: "relay", Challenges: []string{acmeproxy.ChallengeDNS01}},
+	srv, err := acmeproxy.NewServer(ctx, acmeproxy.ProfileConfig{Profile: "relay", Challenges: []string{vocab.ChallengeDNS01}},
 		acmeproxy.Options{DB: db, Queue: q, Signer: sgn, Validator: v, RevokeWait: b.revokeWait})
 	if err != nil {
 		t.Fatal(err)

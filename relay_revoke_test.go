@@ -1,6 +1,8 @@
 package caddyacmeproxy
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto"
 	"crypto/x509"
@@ -160,7 +162,7 @@ func TestARelayedCertificateIsRevokedAtTheUpstreamOnceItsJobRuns(t *testing.T) {
 	if !locallyRevoked() {
 		t.Error("the local order is not stamped revoked")
 	}
-	evs, err := p.db.SearchAudit(ctx, store.AuditFilter{Event: acmeproxy.EventCertificateRevoked, OrderID: orderID})
+	evs, err := p.db.SearchAudit(ctx, store.AuditFilter{Event: vocab.EventCertificateRevoked, OrderID: orderID})
 	if err != nil || len(evs) != 1 || evs[0].ActorKind != acmeproxy.ActorAccount || evs[0].ClientIP == "" {
 		t.Errorf("audit rows %+v (%v); want one certificate_revoked by the account, with its client", evs, err)
 	}

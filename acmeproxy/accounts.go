@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -16,10 +18,10 @@ import (
 
 // accountJSON is an account object (RFC 8555 §7.1.2).
 type accountJSON struct {
-	Status               string   `json:"status"`
-	Contact              []string `json:"contact,omitempty"`
-	TermsOfServiceAgreed bool     `json:"termsOfServiceAgreed,omitempty"`
-	Orders               string   `json:"orders"`
+	Status               acme.Status `json:"status"`
+	Contact              []string    `json:"contact,omitempty"`
+	TermsOfServiceAgreed bool        `json:"termsOfServiceAgreed,omitempty"`
+	Orders               string      `json:"orders"`
 }
 
 func (s *Server) accountJSON(base string, a store.Account) accountJSON {
@@ -74,7 +76,7 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 	existing, err := s.db.AccountByKey(ctx, s.cfg.Profile, req.thumbprint)
 	switch {
 	case err == nil:
-		if existing.Status != "valid" {
+		if existing.Status != acme.StatusValid {
 			return problem.DeactivatedAccountF("the account for this key is %s", existing.Status)
 		}
 		w.Header().Set("Location", base+"/account/"+existing.ID)
@@ -93,7 +95,7 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	now, id := s.clock.Now(), store.NewID()
-	jobs := s.notifyJobs(notify.Event{Event: EventAccountCreated, Account: id, ClientAddress: clientIP(r), Time: now})
+	jobs := s.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: id, ClientAddress: clientIP(r), Time: now})
 	acct, created, err := s.db.CreateAccount(ctx, store.Account{
 		ID: id, Profile: s.cfg.Profile, Thumbprint: req.thumbprint, KeyJWK: jwk,
 		Contact: p.Contact, TOSAgreed: p.TermsOfServiceAgreed,
@@ -105,7 +107,7 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 	if created {
 		status = http.StatusCreated
 		s.notified(jobs)
-		s.log.Info("account created", zap.String("event", EventAccountCreated),
+		s.log.Info("account created", zap.String("event", acme.EventAccountCreated),
 			zap.String("profile", s.cfg.Profile), zap.String("account", acct.ID))
 	}
 	w.Header().Set("Location", base+"/account/"+acct.ID)
@@ -136,27 +138,27 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 	acct := *req.account
 	if !req.postAsGet {
 		var p struct {
-			Contact *[]string `json:"contact"`
-			Status  string    `json:"status"`
+			Contact *[]string   `json:"contact"`
+			Status  acme.Status `json:"status"`
 		}
 		if err := decodePayload(req.payload, &p); err != nil {
 			return err
 		}
 		now := s.clock.Now()
 		switch p.Status {
-		case "", "valid":
-		case "deactivated":
-			jobs := s.notifyJobs(notify.Event{Event: EventAccountDeactivated, Account: id, ClientAddress: clientIP(r), Time: now})
+		case "", acme.StatusValid:
+		case acme.StatusDeactivated:
+			jobs := s.notifyJobs(notify.Event{Event: acme.EventAccountDeactivated, Account: id, ClientAddress: clientIP(r), Time: now})
 			if acct, err = s.db.DeactivateAccount(ctx, id, now, jobs...); err != nil {
 				return err
 			}
 			s.notified(jobs)
-			s.log.Info("account deactivated", zap.String("event", EventAccountDeactivated),
+			s.log.Info("account deactivated", zap.String("event", acme.EventAccountDeactivated),
 				zap.String("profile", s.cfg.Profile), zap.String("account", id))
 		default:
 			return problem.MalformedF("an account's status may only be set to deactivated")
 		}
-		if p.Contact != nil && p.Status != "deactivated" {
+		if p.Contact != nil && p.Status != acme.StatusDeactivated {
 			if err := checkContacts(*p.Contact); err != nil {
 				return err
 			}

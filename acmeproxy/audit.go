@@ -13,18 +13,8 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-// Audit events, and their outcomes.
+// Audit outcomes.
 const (
-	EventCertificateIssued  = "certificate_issued"
-	EventCertificateFailed  = "certificate_issue_failed"
-	EventCertificateRevoked = "certificate_revoked"
-	EventRevocationRefused  = "revocation_refused" // a client's revoke-cert refused
-	EventRevocationFailed   = "revocation_failed"  // a backend never confirmed a revocation
-	EventAccountDeactivated = "account_deactivated"
-	// EventRevocationReasonChanged: an operator changed a revocation's
-	// reason to keyCompromise.
-	EventRevocationReasonChanged = "revocation_reason_changed"
-
 	OutcomeSuccess = "success"
 	OutcomeFailure = "failure"
 	OutcomeRefused = "refused"

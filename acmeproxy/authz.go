@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,40 +17,39 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
-	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // authzJSON is an authorization object (RFC 8555 §7.1.4). A wildcard's
 // identifier is its base name, with wildcard: true.
 type authzJSON struct {
-	Identifier signer.Identifier `json:"identifier"`
-	Status     string            `json:"status"`
-	Expires    string            `json:"expires,omitempty"`
-	Challenges []challengeJSON   `json:"challenges"`
-	Wildcard   bool              `json:"wildcard,omitempty"`
+	Identifier acme.Identifier `json:"identifier"`
+	Status     acme.Status     `json:"status"`
+	Expires    string          `json:"expires,omitempty"`
+	Challenges []challengeJSON `json:"challenges"`
+	Wildcard   bool            `json:"wildcard,omitempty"`
 }
 
 // challengeJSON is a challenge object (RFC 8555 §7.1.5, §8).
 type challengeJSON struct {
 	Type      string          `json:"type"`
 	URL       string          `json:"url"`
-	Status    string          `json:"status"`
+	Status    acme.Status     `json:"status"`
 	Token     string          `json:"token"`
 	Validated string          `json:"validated,omitempty"`
 	Error     json.RawMessage `json:"error,omitempty"`
 }
 
-func (s *Server) authzStatus(a store.Authz) string {
-	if a.Status == "pending" && !s.clock.Now().Before(a.Expires) {
-		return "expired"
+func (s *Server) authzStatus(a store.Authz) acme.Status {
+	if a.Status == acme.StatusPending && !s.clock.Now().Before(a.Expires) {
+		return acme.StatusExpired
 	}
 	return a.Status
 }
 
 func (s *Server) authzJSON(base string, a store.Authz) authzJSON {
 	out := authzJSON{
-		Identifier: signer.Identifier(a.Identifier), Status: s.authzStatus(a),
+		Identifier: acme.Identifier(a.Identifier), Status: s.authzStatus(a),
 		Expires: rfc3339(a.Expires), Wildcard: a.Wildcard, Challenges: []challengeJSON{},
 	}
 	for _, c := range a.Challenges {
@@ -75,12 +76,12 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request, id string) 
 	}
 	if !req.postAsGet {
 		var p struct {
-			Status string `json:"status"`
+			Status acme.Status `json:"status"`
 		}
 		if err := decodePayload(req.payload, &p); err != nil {
 			return err
 		}
-		if p.Status != "deactivated" {
+		if p.Status != acme.StatusDeactivated {
 			return problem.MalformedF("an authorization's status may only be set to deactivated")
 		}
 		err := s.db.DeactivateAuthz(ctx, id, s.clock.Now())
@@ -95,7 +96,7 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request, id string) 
 		}
 	}
 	for _, c := range a.Challenges {
-		if c.Status == "processing" {
+		if c.Status == acme.StatusProcessing {
 			w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
 		}
 	}
@@ -137,8 +138,8 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 		return problem.UnauthorizedF("this challenge belongs to another account's authorization")
 	}
 	base := s.baseURL(r)
-	if !req.postAsGet && c.Status == "pending" {
-		if st := s.authzStatus(a); st != "pending" {
+	if !req.postAsGet && c.Status == acme.StatusPending {
+		if st := s.authzStatus(a); st != acme.StatusPending {
 			return problem.MalformedF("the authorization is %s; its challenges can no longer be answered", st)
 		}
 		// Validate right here first, with nothing stored yet: most answers
@@ -166,7 +167,7 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 		}
 	}
 	w.Header().Add("Link", link(base+"/authz/"+a.ID, "up"))
-	if c.Status == "processing" {
+	if c.Status == acme.StatusProcessing {
 		// RFC 8555 §8.2: tell the client when to look again.
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
 	}
@@ -199,7 +200,7 @@ func (s *Server) validateByJob(ctx context.Context, c store.Challenge, a store.A
 	if c, _, err = s.db.GetChallenge(ctx, s.cfg.Profile, c.ID); err != nil {
 		return err
 	}
-	if !done || c.Status == "pending" {
+	if !done || c.Status == acme.StatusPending {
 		if _, err := s.db.StartChallenge(ctx, c.ID, s.clock.Now()); err != nil {
 			return err
 		}
@@ -274,7 +275,7 @@ func (s *Server) validate(ctx context.Context, challengeID string) jobs.Outcome 
 	}
 	now := s.clock.Now()
 	switch {
-	case c.Status != "pending" && c.Status != "processing":
+	case c.Status != acme.StatusPending && c.Status != acme.StatusProcessing:
 		// Settled already (a repeated job, or one that outlived a crash).
 		return jobs.Done()
 	case !now.Before(a.Expires):
@@ -307,7 +308,7 @@ func (s *Server) recordValidation(ctx context.Context, c store.Challenge, a stor
 		return c, false, fmt.Errorf("validating %s: %w", c.Type, verdict) // a fault, not a verdict
 	}
 	if prob != nil {
-		prob.Identifier = &problem.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
+		prob.Identifier = &acme.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
 	}
 	var (
 		body []byte
@@ -326,23 +327,23 @@ func (s *Server) recordValidation(ctx context.Context, c store.Challenge, a stor
 		return c, false, err
 	}
 	s.notified(owed)
-	outcome := "valid"
+	outcome := acme.StatusValid
 	if prob != nil {
-		outcome = "invalid"
+		outcome = acme.StatusInvalid
 	}
-	s.metrics.Validated(s.cfg.Profile, c.Type, outcome)
+	s.metrics.Validated(s.cfg.Profile, c.Type, string(outcome))
 	fields := []zap.Field{zap.String("profile", s.cfg.Profile), zap.String("order", res.OrderID),
 		zap.String("challenge", c.ID), zap.String("type", c.Type), zap.String("identifier", a.Identifier.Value)}
 	if prob != nil {
-		s.log.Info("challenge failed", append(fields, zap.String("event", EventChallengeFailed), zap.String("problem", prob.Detail))...)
+		s.log.Info("challenge failed", append(fields, zap.String("event", acme.EventChallengeFailed), zap.String("problem", prob.Detail))...)
 	} else {
-		s.log.Debug("challenge valid", append(fields, zap.String("event", "challenge_valid"), zap.String("order_status", res.OrderStatus))...)
+		s.log.Debug("challenge valid", append(fields, zap.String("event", "challenge_valid"), zap.String("order_status", string(res.OrderStatus)))...)
 	}
 	// What CompleteChallenge made of it.
 	if prob == nil {
-		c.Status, c.Validated, c.Error = "valid", at, nil
+		c.Status, c.Validated, c.Error = acme.StatusValid, at, nil
 	} else {
-		c.Status, c.Validated, c.Error = "invalid", time.Time{}, body
+		c.Status, c.Validated, c.Error = acme.StatusInvalid, time.Time{}, body
 	}
 	return c, true, nil
 }
@@ -353,8 +354,8 @@ func (s *Server) challengeFailedJobs(a store.Authz, c store.Challenge, prob *pro
 		return nil
 	}
 	return s.notifyJobs(notify.Event{
-		Event: EventChallengeFailed, Order: a.OrderID, Account: a.AccountID,
-		Identifiers: notifyIdentifiers([]store.Identifier{a.Identifier}),
+		Event: acme.EventChallengeFailed, Order: a.OrderID, Account: a.AccountID,
+		Identifiers: notifyIdentifiers([]acme.Identifier{a.Identifier}),
 		Reason:      string(prob.Type), Detail: c.Type + ": " + prob.Detail, Time: now,
 	})
 }
@@ -371,11 +372,11 @@ func (s *Server) runValidator(ctx context.Context, c store.Challenge, a store.Au
 	ctx, cancel := context.WithTimeout(ctx, validationTimeout)
 	defer cancel()
 	switch c.Type {
-	case ChallengeHTTP01:
+	case acme.ChallengeHTTP01:
 		return s.validator.HTTP01(ctx, a.Identifier.Type, a.Identifier.Value, c.Token, keyAuth)
-	case ChallengeDNS01:
+	case acme.ChallengeDNS01:
 		return s.validator.DNS01(ctx, a.Identifier.Value, keyAuth)
-	case ChallengeTLSALPN01:
+	case acme.ChallengeTLSALPN01:
 		return s.validator.TLSALPN01(ctx, a.Identifier.Type, a.Identifier.Value, keyAuth)
 	}
 	return problem.MalformedF("challenge type %q is not supported", c.Type)

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -237,7 +239,7 @@ func BenchmarkFinalizeCheckAndSign(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	idents := []signer.Identifier{{Type: IdentDNS, Value: name}}
+	idents := []acme.Identifier{{Type: acme.IdentifierDNS, Value: name}}
 	check := func(b *testing.B) *x509.CertificateRequest {
 		csr, err := x509.ParseCertificateRequest(der)
 		if err != nil {

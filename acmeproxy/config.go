@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"fmt"
 	"net"
 	"net/netip"
@@ -65,13 +67,6 @@ type IdentifierPolicy struct {
 	IPRanges []string `json:"ip_ranges,omitempty"`
 }
 
-// Challenge types.
-const (
-	ChallengeHTTP01    = "http-01"
-	ChallengeDNS01     = "dns-01"
-	ChallengeTLSALPN01 = "tls-alpn-01"
-)
-
 var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
 
 // SetDefaults fills in what the operator left out.
@@ -81,7 +76,7 @@ func (c *ProfileConfig) SetDefaults() {
 	}
 	c.Prefix = strings.TrimSuffix(c.Prefix, "/")
 	if len(c.Challenges) == 0 {
-		c.Challenges = []string{ChallengeHTTP01, ChallengeDNS01, ChallengeTLSALPN01}
+		c.Challenges = []string{acme.ChallengeHTTP01, acme.ChallengeDNS01, acme.ChallengeTLSALPN01}
 	}
 	if c.ValidationPorts == nil {
 		c.ValidationPorts = &ValidationPorts{}
@@ -108,7 +103,7 @@ func (c *ProfileConfig) Validate() error {
 	seen := map[string]bool{}
 	for _, ch := range c.Challenges {
 		switch ch {
-		case ChallengeHTTP01, ChallengeDNS01, ChallengeTLSALPN01:
+		case acme.ChallengeHTTP01, acme.ChallengeDNS01, acme.ChallengeTLSALPN01:
 		default:
 			return fmt.Errorf("challenges: unknown challenge type %q (want http-01, dns-01 or tls-alpn-01)", ch)
 		}

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -18,7 +20,6 @@ import (
 
 	"golang.org/x/crypto/acme"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
@@ -181,7 +182,7 @@ func TestIssuanceAndItsFailureAreAudited(t *testing.T) {
 	}})
 	c := e.client(ctx)
 	cert := e.issue(ctx, c, "audited.example.com")
-	rows := auditRows(t, e.db, store.AuditFilter{Event: EventCertificateIssued, OrderID: cert.order})
+	rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventCertificateIssued, OrderID: cert.order})
 	if len(rows) != 1 {
 		t.Fatalf("%d certificate_issued rows; want 1", len(rows))
 	}
@@ -201,7 +202,7 @@ func TestIssuanceAndItsFailureAreAudited(t *testing.T) {
 	if _, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, newCSR(t, key, "", []string{"late.example.com"}, nil), true); err == nil {
 		t.Fatal("finalize succeeded past the CA's lifetime")
 	}
-	rows = auditRows(t, e.db, store.AuditFilter{Event: EventCertificateFailed})
+	rows = auditRows(t, e.db, store.AuditFilter{Event: vocab.EventCertificateIssueFailed})
 	if len(rows) != 1 || rows[0].Outcome != OutcomeFailure || rows[0].Detail == "" || rows[0].ClientIP != "127.0.0.1" {
 		t.Errorf("failure rows %+v; want one with the signer's reason", rows)
 	}
@@ -264,7 +265,7 @@ func TestARevocationQueuedAtABackendIsConfirmedByAskingAgain(t *testing.T) {
 		return raw.post(e.url("/revoke-cert"), map[string]any{"certificate": b64(cert.der), "reason": 1}, jwsOpts{})
 	}
 	r := revoke()
-	if r.status != http.StatusServiceUnavailable || r.problem == nil || r.problem.Type != problem.ServerInternal ||
+	if r.status != http.StatusServiceUnavailable || r.problem == nil || r.problem.Type != vocab.ErrorServerInternal ||
 		!strings.Contains(r.problem.Detail, "queued") || r.header.Get("Retry-After") == "" {
 		t.Fatalf("with the runner stopped: %d %s (Retry-After %q); want 503 serverInternal queued with Retry-After", r.status, r.body, r.header.Get("Retry-After"))
 	}
@@ -327,14 +328,14 @@ func TestARevocationQueuedAtABackendIsConfirmedByAskingAgain(t *testing.T) {
 			t.Fatalf("asking again: %d %s; want 200", r.status, r.body)
 		}
 	}
-	if rows := auditRows(t, e.db, store.AuditFilter{Event: EventCertificateRevoked, OrderID: cert.order}); len(rows) != 1 {
+	if rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventCertificateRevoked, OrderID: cert.order}); len(rows) != 1 {
 		t.Errorf("%d certificate_revoked rows; want 1", len(rows))
 	}
 	// Anyone else asking is told it is revoked already.
 	other := e.client(ctx)
 	e.issue(ctx, other, "backend.example.com")
 	r = e.raw(other).post(e.url("/revoke-cert"), map[string]any{"certificate": b64(cert.der)}, jwsOpts{})
-	if r.status != http.StatusBadRequest || r.problem == nil || r.problem.Type != problem.AlreadyRevoked {
+	if r.status != http.StatusBadRequest || r.problem == nil || r.problem.Type != vocab.ErrorAlreadyRevoked {
 		t.Errorf("another account: %d %s; want alreadyRevoked", r.status, r.body)
 	}
 	if n := len(backend.told); n != 0 {

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -162,7 +164,7 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := ProfileConfig{Profile: "test", Challenges: []string{ChallengeHTTP01, ChallengeDNS01}}
+	cfg := ProfileConfig{Profile: "test", Challenges: []string{vocab.ChallengeHTTP01, vocab.ChallengeDNS01}}
 	if eo.mutate != nil {
 		eo.mutate(&cfg)
 	}

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"context"
 	"crypto"
@@ -39,7 +41,7 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 	if err != nil {
 		return err
 	}
-	if st := s.orderStatus(o); st != "ready" {
+	if st := s.orderStatus(o); st != acme.StatusReady {
 		return problem.OrderNotReadyF("the order is %s, not ready", st)
 	}
 	var p struct {
@@ -56,9 +58,9 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 	if err != nil {
 		return problem.BadCSRF("the CSR cannot be parsed: %v", err)
 	}
-	idents := make([]signer.Identifier, len(o.Identifiers))
+	idents := make([]acme.Identifier, len(o.Identifiers))
 	for i, id := range o.Identifiers {
-		idents[i] = signer.Identifier(id)
+		idents[i] = acme.Identifier(id)
 	}
 	if err := checkCSR(csr, idents, req.account.KeyJWK); err != nil {
 		return err
@@ -110,7 +112,7 @@ func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueReque
 			zap.String("event", "certificate_issue_deferred"), zap.String("profile", s.cfg.Profile),
 			zap.String("order", o.ID), zap.Error(err))
 		s.metrics.IssueFailed(s.cfg.Profile, failureClass(err))
-		o.Status = "processing"
+		o.Status = acme.StatusProcessing
 		return o, nil
 	}
 	if err != nil {
@@ -127,7 +129,7 @@ func (s *Server) issue(ctx context.Context, o store.Order, req signer.IssueReque
 		return o, err
 	}
 	// What IssueOrder made of the order, without reading it back.
-	o.Status, o.CertificateID, o.Error = "valid", c.ID, nil
+	o.Status, o.CertificateID, o.Error = acme.StatusValid, c.ID, nil
 	return o, nil
 }
 
@@ -171,7 +173,7 @@ func failureClass(err error) string {
 // policyRefusal re-applies the profile's current identifier policy to an
 // order's identifiers (it may have changed since new-order, by a config
 // reload): nil, or the problem that refuses the first denied one.
-func (s *Server) policyRefusal(idents []signer.Identifier) *problem.Problem {
+func (s *Server) policyRefusal(idents []acme.Identifier) *problem.Problem {
 	for _, id := range idents {
 		if prob := s.policy.check(id); prob != nil {
 			top := *prob
@@ -212,7 +214,7 @@ func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte
 		return store.Certificate{}, fmt.Errorf("signer returned an unparsable leaf for order %s: %w", o.ID, err)
 	}
 	serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
-	ev := s.event(ctx, EventCertificateIssued, OutcomeSuccess, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+	ev := s.event(ctx, acme.EventCertificateIssued, OutcomeSuccess, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
 	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Serial = o.ID, o.AccountID, o.Identifiers, serial
 	ev.Jobs = s.auditNotifyJobs(ev)
 	c, err := s.db.IssueOrder(ctx, store.Certificate{
@@ -233,7 +235,7 @@ func (s *Server) recordIssued(ctx context.Context, o store.Order, chain [][]byte
 
 // auditIssueFailed records a failed issuance.
 func (s *Server) auditIssueFailed(ctx context.Context, o store.Order, cl client, detail string) {
-	ev := s.event(ctx, EventCertificateFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+	ev := s.event(ctx, acme.EventCertificateIssueFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
 	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Detail = o.ID, o.AccountID, o.Identifiers, detail
 	ev.Jobs = s.auditNotifyJobs(ev)
 	s.audit(ctx, ev)
@@ -252,7 +254,7 @@ func (s *Server) crlURL() string {
 // checkCSR requires a CSR to be exactly for the order: a valid signature,
 // an acceptable key that is not the account key, and a name set equal to
 // the order's identifiers (the CN, if any, among them).
-func checkCSR(csr *x509.CertificateRequest, idents []signer.Identifier, accountJWK []byte) error {
+func checkCSR(csr *x509.CertificateRequest, idents []acme.Identifier, accountJWK []byte) error {
 	if err := csr.CheckSignature(); err != nil {
 		return problem.BadCSRF("the CSR's signature does not verify")
 	}

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"context"
 	"crypto"
@@ -35,7 +37,6 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
-	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -551,7 +552,7 @@ func checkAccepted(t *testing.T, fx *fuzzFixture, m fuzzMode, body []byte, req *
 // ---- FuzzCheckCSR ----
 
 // fuzzOrder is the order every fuzzed CSR is checked against.
-var fuzzOrder = []signer.Identifier{dnsIdent("a.example.com"), dnsIdent("b.example.com"), ipIdent("192.0.2.1")}
+var fuzzOrder = []acme.Identifier{dnsIdent("a.example.com"), dnsIdent("b.example.com"), ipIdent("192.0.2.1")}
 
 // cannedSigner signs with a fixed signature: for keys whose every
 // signature is "valid".
@@ -638,7 +639,7 @@ func FuzzCheckCSR(f *testing.F) {
 			return
 		}
 		if err := checkCSR(csr, fuzzOrder, accountJWK); err != nil {
-			if p, ok := problem.As(err); !ok || p.Type != problem.BadCSR {
+			if p, ok := problem.As(err); !ok || p.Type != acme.ErrorBadCSR {
 				t.Fatalf("checkCSR refused with %v, want a badCSR problem", err)
 			}
 			return
@@ -707,7 +708,7 @@ func sortedKeys(m map[string]bool) []string {
 
 var identSeeds = []struct {
 	name string
-	id   signer.Identifier
+	id   acme.Identifier
 }{
 	{"ok-dns", dnsIdent("a.example.com")},
 	{"ok-wildcard", dnsIdent("*.Example.COM")},
@@ -721,7 +722,7 @@ var identSeeds = []struct {
 	{"fail-long-label", dnsIdent(label(64) + ".example")},
 	{"fail-zone", ipIdent("fe80::1%eth0")},
 	{"fail-prefix", ipIdent("1.2.3.4/8")},
-	{"fail-email", signer.Identifier{Type: "email", Value: "a@example.com"}},
+	{"fail-email", acme.Identifier{Type: "email", Value: "a@example.com"}},
 }
 
 // FuzzNormalizeIdentifier checks the identifier syntax and the policy
@@ -734,10 +735,10 @@ func FuzzNormalizeIdentifier(f *testing.F) {
 		&IdentifierPolicy{Domains: []string{"secret.example.com"}, IPRanges: []string{"10.0.0.0/24"}},
 	)
 	f.Fuzz(func(t *testing.T, typ, value string) {
-		in := signer.Identifier{Type: typ, Value: value}
+		in := acme.Identifier{Type: typ, Value: value}
 		got, wildcard, prob := normalizeIdentifier(in)
 		if prob != nil {
-			if prob.Identifier == nil || *prob.Identifier != (problem.Identifier{Type: typ, Value: value}) {
+			if prob.Identifier == nil || *prob.Identifier != (acme.Identifier{Type: typ, Value: value}) {
 				t.Fatalf("subproblem for %q names %+v", value, prob.Identifier)
 			}
 			return
@@ -747,7 +748,7 @@ func FuzzNormalizeIdentifier(f *testing.F) {
 			t.Fatalf("%+v normalizes to %+v, which normalizes to %+v (%v): not idempotent", in, got, again, prob)
 		}
 		switch got.Type {
-		case IdentDNS:
+		case acme.IdentifierDNS:
 			if wildcard != strings.HasPrefix(got.Value, "*.") {
 				t.Fatalf("%q: wildcard=%v", got.Value, wildcard)
 			}
@@ -761,7 +762,7 @@ func FuzzNormalizeIdentifier(f *testing.F) {
 					t.Fatalf("accepted non-ASCII name %q", value)
 				}
 			}
-		case IdentIP:
+		case acme.IdentifierIP:
 			a, err := netip.ParseAddr(got.Value)
 			if err != nil || a.String() != got.Value || a.Is4In6() || a.Zone() != "" || wildcard {
 				t.Fatalf("%q normalized to non-canonical address %q", value, got.Value)
@@ -862,7 +863,7 @@ func TestFuzzSeedsMeanWhatTheirNamesSay(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(identCorpus)) {
 		v := identCorpus[name]
 		t.Run("identifier/"+name, func(t *testing.T) {
-			_, _, prob := normalizeIdentifier(signer.Identifier{Type: v[0].(string), Value: v[1].(string)})
+			_, _, prob := normalizeIdentifier(acme.Identifier{Type: v[0].(string), Value: v[1].(string)})
 			switch {
 			case strings.HasPrefix(name, "ok-") && prob != nil:
 				t.Errorf("refused: %v", prob)

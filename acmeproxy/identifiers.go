@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"errors"
 	"fmt"
 	"net/netip"
@@ -10,13 +12,6 @@ import (
 	"golang.org/x/net/idna"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
-	"github.com/acmeproxy/caddy-acme-proxy/signer"
-)
-
-// Identifier types (RFC 8555 §9.7.7, RFC 8738).
-const (
-	IdentDNS = "dns"
-	IdentIP  = "ip"
 )
 
 var idnaProfile = idna.New(idna.ValidateForRegistration(), idna.StrictDomainName(true))
@@ -77,9 +72,9 @@ func normalizeDNSName(name string) (string, error) {
 // normalizeIdentifier checks an identifier's syntax and returns its
 // canonical form (lower-case names; IP addresses in RFC 5952 form), and
 // whether it is a wildcard.
-func normalizeIdentifier(id signer.Identifier) (signer.Identifier, bool, *problem.Problem) {
+func normalizeIdentifier(id acme.Identifier) (acme.Identifier, bool, *problem.Problem) {
 	switch id.Type {
-	case IdentDNS:
+	case acme.IdentifierDNS:
 		name, wildcard := id.Value, false
 		if strings.HasPrefix(name, "*.") {
 			name, wildcard = name[2:], true
@@ -94,13 +89,13 @@ func normalizeIdentifier(id signer.Identifier) (signer.Identifier, bool, *proble
 				return id, false, problem.RejectedIdentifierF("%q is not a valid DNS name: name longer than 253 octets", id.Value).For(id.Type, id.Value)
 			}
 		}
-		return signer.Identifier{Type: IdentDNS, Value: n}, wildcard, nil
-	case IdentIP:
+		return acme.Identifier{Type: acme.IdentifierDNS, Value: n}, wildcard, nil
+	case acme.IdentifierIP:
 		ip, err := netip.ParseAddr(id.Value)
 		if err != nil || ip.Zone() != "" {
 			return id, false, problem.MalformedF("%q is not an IP address", id.Value).For(id.Type, id.Value)
 		}
-		return signer.Identifier{Type: IdentIP, Value: ip.Unmap().String()}, false, nil
+		return acme.Identifier{Type: acme.IdentifierIP, Value: ip.Unmap().String()}, false, nil
 	default:
 		return id, false, problem.UnsupportedIdentifierF("identifier type %q is not supported (use dns or ip)", id.Type).For(id.Type, id.Value)
 	}
@@ -170,8 +165,8 @@ func parseIPRange(r string) (netip.Prefix, error) {
 // matches reports whether a normalized identifier is in the set. A
 // wildcard "*.a.example" is in the set when "*.a.example" is listed
 // exactly or its base lies strictly under a listed suffix.
-func (m *matcher) matches(id signer.Identifier) bool {
-	if id.Type == IdentIP {
+func (m *matcher) matches(id acme.Identifier) bool {
+	if id.Type == acme.IdentifierIP {
 		ip, err := netip.ParseAddr(id.Value)
 		if err != nil {
 			return false
@@ -202,9 +197,9 @@ func (m *matcher) matches(id signer.Identifier) bool {
 // wildcardCovers reports whether the wildcard id ("*.base") would cover a
 // name the set lists exactly: a certificate for *.example.com is valid
 // for secret.example.com (RFC 6125 §6.4.3).
-func (m *matcher) wildcardCovers(id signer.Identifier) bool {
+func (m *matcher) wildcardCovers(id acme.Identifier) bool {
 	base, ok := strings.CutPrefix(id.Value, "*.")
-	if !ok || id.Type != IdentDNS {
+	if !ok || id.Type != acme.IdentifierDNS {
 		return false
 	}
 	for name := range m.exact {
@@ -227,7 +222,7 @@ func (c *ProfileConfig) RedirectPolicy() func(host string) error {
 		if err != nil {
 			return fmt.Errorf("%q is not a valid DNS name: %w", host, err)
 		}
-		if p := pol.check(signer.Identifier{Type: IdentDNS, Value: name}); p != nil {
+		if p := pol.check(acme.Identifier{Type: acme.IdentifierDNS, Value: name}); p != nil {
 			return errors.New(p.Detail)
 		}
 		return nil
@@ -240,7 +235,7 @@ func newPolicy(allow, deny *IdentifierPolicy) policy {
 
 // check returns a rejectedIdentifier subproblem if the profile does not
 // issue for id.
-func (p policy) check(id signer.Identifier) *problem.Problem {
+func (p policy) check(id acme.Identifier) *problem.Problem {
 	if p.deny != nil && (p.deny.matches(id) || p.deny.wildcardCovers(id)) {
 		return problem.RejectedIdentifierF("%s is denied by this profile's policy", id.Value).For(id.Type, id.Value)
 	}

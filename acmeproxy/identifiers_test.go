@@ -1,15 +1,14 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"strings"
 	"testing"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
-	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
-func dnsIdent(v string) signer.Identifier { return signer.Identifier{Type: IdentDNS, Value: v} }
-func ipIdent(v string) signer.Identifier  { return signer.Identifier{Type: IdentIP, Value: v} }
+func dnsIdent(v string) acme.Identifier { return acme.Identifier{Type: acme.IdentifierDNS, Value: v} }
+func ipIdent(v string) acme.Identifier  { return acme.Identifier{Type: acme.IdentifierIP, Value: v} }
 
 // label returns a DNS label of n octets.
 func label(n int) string { return strings.Repeat("a", n) }
@@ -35,10 +34,10 @@ func TestNormalizeIdentifierCanonicalizesWhatItAcceptsAndRefusesTheRest(t *testi
 	}
 	tests := []struct {
 		name         string
-		in           signer.Identifier
-		want         signer.Identifier // when wantType is ""
+		in           acme.Identifier
+		want         acme.Identifier // when wantType is ""
 		wantWildcard bool
-		wantType     problem.Type // "" for accepted
+		wantType     acme.ProblemType // "" for accepted
 	}{
 		// RFC 8555 §7.1.4: names are compared and stored in lower case.
 		{name: "ok/a DNS name is lower-cased", in: dnsIdent("WWW.Example.COM"), want: dnsIdent("www.example.com")},
@@ -57,46 +56,46 @@ func TestNormalizeIdentifierCanonicalizesWhatItAcceptsAndRefusesTheRest(t *testi
 		{name: "ok/an IPv6 address keeps the longest zero run compressed", in: ipIdent("2001:db8:0:0:1:0:0:1"), want: ipIdent("2001:db8::1:0:0:1")},
 		{name: "ok/an IPv4-mapped IPv6 address normalizes to IPv4", in: ipIdent("::ffff:192.0.2.1"), want: ipIdent("192.0.2.1")},
 
-		{name: "fail/an empty name", in: dnsIdent(""), wantType: problem.RejectedIdentifier},
-		{name: "fail/a trailing dot", in: dnsIdent("example.com."), wantType: problem.RejectedIdentifier},
-		{name: "fail/a single label", in: dnsIdent("localhost"), wantType: problem.RejectedIdentifier},
-		{name: "fail/an all-digit top-level label", in: dnsIdent("host.example.123"), wantType: problem.RejectedIdentifier},
-		{name: "fail/an IP address sent as a dns identifier", in: dnsIdent("192.0.2.1"), wantType: problem.RejectedIdentifier},
-		{name: "fail/an empty label", in: dnsIdent("a..example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a leading dot", in: dnsIdent(".example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a label starting with a hyphen", in: dnsIdent("-a.example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a label ending with a hyphen", in: dnsIdent("a-.example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/an underscore", in: dnsIdent("a_b.example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a space", in: dnsIdent("a b.example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a 64-octet label", in: dnsIdent(label(64) + ".example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a 254-octet name", in: dnsIdent(nameOf(254)), wantType: problem.RejectedIdentifier},
-		{name: "fail/a U-label (clients must send A-labels)", in: dnsIdent("bücher.example"), wantType: problem.RejectedIdentifier},
+		{name: "fail/an empty name", in: dnsIdent(""), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a trailing dot", in: dnsIdent("example.com."), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a single label", in: dnsIdent("localhost"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an all-digit top-level label", in: dnsIdent("host.example.123"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an IP address sent as a dns identifier", in: dnsIdent("192.0.2.1"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an empty label", in: dnsIdent("a..example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a leading dot", in: dnsIdent(".example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a label starting with a hyphen", in: dnsIdent("-a.example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a label ending with a hyphen", in: dnsIdent("a-.example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an underscore", in: dnsIdent("a_b.example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a space", in: dnsIdent("a b.example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a 64-octet label", in: dnsIdent(label(64) + ".example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a 254-octet name", in: dnsIdent(nameOf(254)), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a U-label (clients must send A-labels)", in: dnsIdent("bücher.example"), wantType: acme.ErrorRejectedIdentifier},
 		// U+212A KELVIN SIGN lower-cases to an ASCII "k": the client sent a
 		// name that is not LDH, and it must not be rewritten into one.
-		{name: "fail/a non-ASCII letter that lower-cases to ASCII", in: dnsIdent("\u212Aelvin.example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/an A-label that is not valid punycode", in: dnsIdent("xn--zz.example"), wantType: problem.RejectedIdentifier},
-		{name: "fail/an A-label that decodes to a control character", in: dnsIdent("xn--a.example"), wantType: problem.RejectedIdentifier},
-		{name: "fail/an A-label whose U-label is not valid IDNA", in: dnsIdent("xn--a-ecp.example"), wantType: problem.RejectedIdentifier},
+		{name: "fail/a non-ASCII letter that lower-cases to ASCII", in: dnsIdent("\u212Aelvin.example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an A-label that is not valid punycode", in: dnsIdent("xn--zz.example"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an A-label that decodes to a control character", in: dnsIdent("xn--a.example"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an A-label whose U-label is not valid IDNA", in: dnsIdent("xn--a-ecp.example"), wantType: acme.ErrorRejectedIdentifier},
 		// RFC 5890 §2.3.1: "--" in the third and fourth positions marks a
 		// reserved LDH label; only "xn--" ones (A-labels) may be used. The
 		// BRs (§7.1.4.2.1, zlint e_dnsname_contains_prohibited_reserved_label)
 		// forbid the rest in certificates.
-		{name: "fail/a reserved LDH label that is not an A-label", in: dnsIdent("ab--cd.example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a wildcard that is not the whole leftmost label", in: dnsIdent("a*.example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a wildcard below the leftmost label", in: dnsIdent("a.*.example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/two wildcards", in: dnsIdent("*.*.example.com"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a bare wildcard", in: dnsIdent("*"), wantType: problem.RejectedIdentifier},
-		{name: "fail/a wildcard over a single label", in: dnsIdent("*.com"), wantType: problem.RejectedIdentifier},
+		{name: "fail/a reserved LDH label that is not an A-label", in: dnsIdent("ab--cd.example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a wildcard that is not the whole leftmost label", in: dnsIdent("a*.example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a wildcard below the leftmost label", in: dnsIdent("a.*.example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/two wildcards", in: dnsIdent("*.*.example.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a bare wildcard", in: dnsIdent("*"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a wildcard over a single label", in: dnsIdent("*.com"), wantType: acme.ErrorRejectedIdentifier},
 		// RFC 1035 §2.3.4 as applied to certificate names (zlint
 		// e_ext_san_dns_name_too_long): the wildcard name itself, "*."
 		// included, must fit in 253 octets.
-		{name: "fail/a wildcard whose full name is longer than 253 octets", in: dnsIdent("*." + nameOf(253)), wantType: problem.RejectedIdentifier},
-		{name: "fail/an IPv6 address with a zone", in: ipIdent("fe80::1%eth0"), wantType: problem.Malformed},
-		{name: "fail/an IPv4 address with leading zeros", in: ipIdent("192.000.002.001"), wantType: problem.Malformed},
-		{name: "fail/an address range", in: ipIdent("192.0.2.0/24"), wantType: problem.Malformed},
-		{name: "fail/a name sent as an ip identifier", in: ipIdent("example.com"), wantType: problem.Malformed},
-		{name: "fail/an unknown identifier type", in: signer.Identifier{Type: "email", Value: "a@example.com"}, wantType: problem.UnsupportedIdentifier},
-		{name: "fail/identifier types are case-sensitive", in: signer.Identifier{Type: "DNS", Value: "example.com"}, wantType: problem.UnsupportedIdentifier},
+		{name: "fail/a wildcard whose full name is longer than 253 octets", in: dnsIdent("*." + nameOf(253)), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an IPv6 address with a zone", in: ipIdent("fe80::1%eth0"), wantType: acme.ErrorMalformed},
+		{name: "fail/an IPv4 address with leading zeros", in: ipIdent("192.000.002.001"), wantType: acme.ErrorMalformed},
+		{name: "fail/an address range", in: ipIdent("192.0.2.0/24"), wantType: acme.ErrorMalformed},
+		{name: "fail/a name sent as an ip identifier", in: ipIdent("example.com"), wantType: acme.ErrorMalformed},
+		{name: "fail/an unknown identifier type", in: acme.Identifier{Type: "email", Value: "a@example.com"}, wantType: acme.ErrorUnsupportedIdentifier},
+		{name: "fail/identifier types are case-sensitive", in: acme.Identifier{Type: "DNS", Value: "example.com"}, wantType: acme.ErrorUnsupportedIdentifier},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,11 +129,11 @@ func TestNormalizeIdentifierCanonicalizesWhatItAcceptsAndRefusesTheRest(t *testi
 
 func TestPolicyAllowsAndDeniesByExactNameSuffixAndIPRange(t *testing.T) {
 	type verdict struct {
-		id      signer.Identifier
+		id      acme.Identifier
 		allowed bool
 	}
-	yes := func(id signer.Identifier) verdict { return verdict{id, true} }
-	no := func(id signer.Identifier) verdict { return verdict{id, false} }
+	yes := func(id acme.Identifier) verdict { return verdict{id, true} }
+	no := func(id acme.Identifier) verdict { return verdict{id, false} }
 	tests := []struct {
 		name        string
 		allow, deny *IdentifierPolicy
@@ -219,8 +218,8 @@ func TestPolicyAllowsAndDeniesByExactNameSuffixAndIPRange(t *testing.T) {
 				case !v.allowed && got == nil:
 					t.Errorf("%s %q allowed, want refused", v.id.Type, v.id.Value)
 				case got != nil:
-					if got.Type != problem.RejectedIdentifier {
-						t.Errorf("%s %q: problem type %s, want %s", v.id.Type, v.id.Value, got.Type, problem.RejectedIdentifier)
+					if got.Type != acme.ErrorRejectedIdentifier {
+						t.Errorf("%s %q: problem type %s, want %s", v.id.Type, v.id.Value, got.Type, acme.ErrorRejectedIdentifier)
 					}
 					if got.Identifier == nil || got.Identifier.Value != id.Value || got.Identifier.Type != id.Type {
 						t.Errorf("%s %q: subproblem names %+v, want %+v", v.id.Type, v.id.Value, got.Identifier, id)

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"net/http"
 	"strings"
 	"testing"
@@ -89,7 +91,7 @@ func TestADenyOfAnIPv4MappedRangeRefusesTheIPv4AddressAtNewOrder(t *testing.T) {
 	if r.status != http.StatusBadRequest || r.problem == nil {
 		t.Fatalf("got %d %s, want a 400 problem", r.status, r.body)
 	}
-	if len(r.problem.Subproblems) != 1 || r.problem.Subproblems[0].Type != problem.RejectedIdentifier ||
+	if len(r.problem.Subproblems) != 1 || r.problem.Subproblems[0].Type != acme.ErrorRejectedIdentifier ||
 		r.problem.Subproblems[0].Identifier == nil || r.problem.Subproblems[0].Identifier.Value != "10.1.2.3" {
 		t.Fatalf("got %s, want one rejectedIdentifier subproblem for 10.1.2.3", r.body)
 	}

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -73,7 +75,7 @@ func TestAFaultOnOurSideAtFinalizeLeavesTheOrderProcessingAndTheResumeSweepIssue
 	if err != nil || stored.Status != "processing" {
 		t.Fatalf("stored order %s %v; want processing, not failed for good", stored.Status, err)
 	}
-	if rows := auditRows(t, e.db, store.AuditFilter{Event: EventCertificateFailed, OrderID: id}); len(rows) != 0 {
+	if rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventCertificateIssueFailed, OrderID: id}); len(rows) != 0 {
 		t.Errorf("a fault on our side was audited as a failed issuance: %+v", rows)
 	}
 
@@ -132,7 +134,7 @@ func TestAnOrderResumedAfterAReloadIsCheckedAgainstTheCurrentPolicy(t *testing.T
 	if err != nil || stored.Status != "invalid" || stored.CertificateID != "" {
 		t.Fatalf("resumed order %s certificate %q %v; want invalid, with no certificate", stored.Status, stored.CertificateID, err)
 	}
-	if rows := auditRows(t, after.db, store.AuditFilter{Event: EventCertificateFailed, OrderID: id}); len(rows) != 1 {
+	if rows := auditRows(t, after.db, store.AuditFilter{Event: vocab.EventCertificateIssueFailed, OrderID: id}); len(rows) != 1 {
 		t.Errorf("%d certificate_issue_failed rows; want 1", len(rows))
 	}
 }

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"context"
 	"crypto"
@@ -213,7 +215,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	// revocation included (RFC 8555 §7.3.6: the server MUST NOT accept
 	// further requests authorized by that key); its certificates can
 	// still be revoked by their own keys.
-	if req.account != nil && req.account.Status != "valid" {
+	if req.account != nil && req.account.Status != acme.StatusValid {
 		return nil, problem.DeactivatedAccountF("account %s is %s", req.account.ID, req.account.Status)
 	}
 	if req.thumbprint, err = thumbprint(key); err != nil {

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"context"
 	"crypto"
@@ -182,7 +184,7 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	e := newTestEnv(t, func(c *ProfileConfig) {
-		c.Challenges = []string{ChallengeHTTP01}
+		c.Challenges = []string{vocab.ChallengeHTTP01}
 		c.Deny = &IdentifierPolicy{Domains: []string{"denied.example.com"}}
 	})
 	other := newTestEnv(t, func(c *ProfileConfig) { c.Profile = "other" })
@@ -243,114 +245,114 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 		name       string
 		do         func() rawResponse
 		wantStatus int
-		wantType   problem.Type
+		wantType   vocab.ProblemType
 	}{
 		{"fail/wrong content type", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/json", alice.sign(e.url("/new-order"), []byte(`{}`), jwsOpts{}))
-		}, 415, problem.Malformed},
+		}, 415, vocab.ErrorMalformed},
 		{"fail/unparsable JWS", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json", []byte(`{"protected":`))
-		}, 400, problem.Malformed},
+		}, 400, vocab.ErrorMalformed},
 		{"fail/compact serialization", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json", []byte(`eyJhbGciOiJFUzI1NiJ9.e30.c2ln`))
-		}, 400, problem.Malformed},
+		}, 400, vocab.ErrorMalformed},
 		{"fail/alg none", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json",
 				handMade(map[string]any{"alg": "none", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
-		}, 400, problem.BadSignatureAlgorithm},
+		}, 400, vocab.ErrorBadSignatureAlgorithm},
 		{"fail/alg HS256", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json",
 				handMade(map[string]any{"alg": "HS256", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
-		}, 400, problem.BadSignatureAlgorithm},
+		}, 400, vocab.ErrorBadSignatureAlgorithm},
 		{"fail/alg that does not fit the key", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json",
 				handMade(map[string]any{"alg": "ES384", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
-		}, 400, problem.BadSignatureAlgorithm},
+		}, 400, vocab.ErrorBadSignatureAlgorithm},
 		{"fail/crit header", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{extra: map[jose.HeaderKey]any{"crit": []string{"exp"}, "exp": 1}})
-		}, 400, problem.Malformed},
+		}, 400, vocab.ErrorMalformed},
 		{"fail/both jwk and kid", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{both: true})
-		}, 400, problem.Malformed},
+		}, 400, vocab.ErrorMalformed},
 		{"fail/neither jwk nor kid", func() rawResponse {
 			c := &rawClient{t: t, e: e, key: alice.key}
 			return c.post(e.url("/new-order"), map[string]any{}, jwsOpts{})
-		}, 400, problem.Malformed},
+		}, 400, vocab.ErrorMalformed},
 		{"fail/unknown kid", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{kid: e.url("/account/nope")})
-		}, 400, problem.AccountDoesNotExist},
+		}, 400, vocab.ErrorAccountDoesNotExist},
 		{"fail/kid from another profile", func() rawResponse {
 			return stranger.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: strp(e.rawClient().nonce())})
-		}, 400, problem.AccountDoesNotExist},
+		}, 400, vocab.ErrorAccountDoesNotExist},
 		{"fail/signature by another key", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{key: bob.key})
-		}, 400, problem.Malformed},
+		}, 400, vocab.ErrorMalformed},
 		{"fail/url mismatch", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{url: e.url("/new-account")})
-		}, 401, problem.Unauthorized},
+		}, 401, vocab.ErrorUnauthorized},
 		{"fail/replayed nonce", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: &used})
-		}, 400, problem.BadNonce},
+		}, 400, vocab.ErrorBadNonce},
 		{"fail/missing nonce", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: strp("")})
-		}, 400, problem.BadNonce},
+		}, 400, vocab.ErrorBadNonce},
 		{"fail/made-up nonce", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: strp(b64(make([]byte, 32)))})
-		}, 400, problem.BadNonce},
+		}, 400, vocab.ErrorBadNonce},
 		{"fail/other profile's nonce", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: strp(stranger.nonce())})
-		}, 400, problem.BadNonce},
+		}, 400, vocab.ErrorBadNonce},
 		{"fail/expired nonce", func() rawResponse {
 			old := e.srv.nonces.mint(e.srv.Profile(), time.Now().Add(-2*nonceLifetime))
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{nonce: &old})
-		}, 400, problem.BadNonce},
+		}, 400, vocab.ErrorBadNonce},
 		{"fail/oversized body", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json", bytes.Repeat([]byte("x"), maxBodyBytes+10))
-		}, 413, problem.Malformed},
-		{"fail/deactivated account", newOrder(deactivated, dns("x.example.com")), 401, problem.Unauthorized},
+		}, 413, vocab.ErrorMalformed},
+		{"fail/deactivated account", newOrder(deactivated, dns("x.example.com")), 401, vocab.ErrorUnauthorized},
 		{"fail/jwk where an account is needed", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{embedJWK: true})
-		}, 400, problem.Malformed},
+		}, 400, vocab.ErrorMalformed},
 		{"fail/kid on new-account", func() rawResponse {
 			return alice.post(e.url("/new-account"), map[string]any{}, jwsOpts{})
-		}, 400, problem.Malformed},
+		}, 400, vocab.ErrorMalformed},
 		{"fail/onlyReturnExisting for an unknown key", func() rawResponse {
 			return e.rawClient().post(e.url("/new-account"), map[string]any{"onlyReturnExisting": true}, jwsOpts{embedJWK: true})
-		}, 400, problem.AccountDoesNotExist},
+		}, 400, vocab.ErrorAccountDoesNotExist},
 		{"fail/contact that is not mailto", func() rawResponse {
 			return e.rawClient().post(e.url("/new-account"), map[string]any{"contact": []string{"tel:+123"}}, jwsOpts{embedJWK: true})
-		}, 400, problem.UnsupportedContact},
+		}, 400, vocab.ErrorUnsupportedContact},
 		{"fail/contact with two addresses", func() rawResponse {
 			return e.rawClient().post(e.url("/new-account"), map[string]any{"contact": []string{"mailto:a@example.com,b@example.com"}}, jwsOpts{embedJWK: true})
-		}, 400, problem.InvalidContact},
+		}, 400, vocab.ErrorInvalidContact},
 		// Each CSR row has exactly one thing wrong, so it is refused
 		// by that one check.
-		{"fail/CSR with an extra name", finalizeAs(newCSR(t, certKey, "", []string{"ready.example.com", "www.ready.example.com", "extra.example.com"}, nil)), 400, problem.BadCSR},
-		{"fail/CSR with a missing name", finalizeAs(newCSR(t, certKey, "", []string{"ready.example.com"}, nil)), 400, problem.BadCSR},
-		{"fail/CSR common name not in the order", finalizeAs(newCSR(t, certKey, "cn.example.com", readyNames, nil)), 400, problem.BadCSR},
-		{"fail/CSR signed with the account key", finalizeAs(newCSR(t, orderKey, "", readyNames, nil)), 400, problem.BadCSR},
-		{"fail/CSR that is not DER", finalizeAs([]byte("garbage")), 400, problem.BadCSR},
-		{"fail/denied name", newOrder(alice, dns("denied.example.com")), 400, problem.RejectedIdentifier},
-		{"fail/wildcard without dns-01", newOrder(alice, dns("*.example.com")), 400, problem.RejectedIdentifier},
-		{"fail/malformed identifier", newOrder(alice, dns("bad..example.com")), 400, problem.RejectedIdentifier},
-		{"fail/IP with a zone", newOrder(alice, map[string]string{"type": "ip", "value": "fe80::1%eth0"}), 400, problem.Malformed},
-		{"fail/unsupported identifier type", newOrder(alice, map[string]string{"type": "email", "value": "a@example.com"}), 400, problem.UnsupportedIdentifier},
-		{"fail/no identifiers", newOrder(alice), 400, problem.Malformed},
+		{"fail/CSR with an extra name", finalizeAs(newCSR(t, certKey, "", []string{"ready.example.com", "www.ready.example.com", "extra.example.com"}, nil)), 400, vocab.ErrorBadCSR},
+		{"fail/CSR with a missing name", finalizeAs(newCSR(t, certKey, "", []string{"ready.example.com"}, nil)), 400, vocab.ErrorBadCSR},
+		{"fail/CSR common name not in the order", finalizeAs(newCSR(t, certKey, "cn.example.com", readyNames, nil)), 400, vocab.ErrorBadCSR},
+		{"fail/CSR signed with the account key", finalizeAs(newCSR(t, orderKey, "", readyNames, nil)), 400, vocab.ErrorBadCSR},
+		{"fail/CSR that is not DER", finalizeAs([]byte("garbage")), 400, vocab.ErrorBadCSR},
+		{"fail/denied name", newOrder(alice, dns("denied.example.com")), 400, vocab.ErrorRejectedIdentifier},
+		{"fail/wildcard without dns-01", newOrder(alice, dns("*.example.com")), 400, vocab.ErrorRejectedIdentifier},
+		{"fail/malformed identifier", newOrder(alice, dns("bad..example.com")), 400, vocab.ErrorRejectedIdentifier},
+		{"fail/IP with a zone", newOrder(alice, map[string]string{"type": "ip", "value": "fe80::1%eth0"}), 400, vocab.ErrorMalformed},
+		{"fail/unsupported identifier type", newOrder(alice, map[string]string{"type": "email", "value": "a@example.com"}), 400, vocab.ErrorUnsupportedIdentifier},
+		{"fail/no identifiers", newOrder(alice), 400, vocab.ErrorMalformed},
 		{"fail/finalize of an order that is not ready", func() rawResponse {
 			return alice.post(aliceOrderJSON.Finalize, map[string]string{"csr": b64(newCSR(t, certKey, "", []string{"p.example.com"}, nil))}, jwsOpts{})
-		}, 403, problem.OrderNotReady},
+		}, 403, vocab.ErrorOrderNotReady},
 		{"fail/challenge of another account's authorization", func() rawResponse {
 			return bob.post(aliceChallenge, map[string]any{}, jwsOpts{})
-		}, 403, problem.Unauthorized},
+		}, 403, vocab.ErrorUnauthorized},
 		{"fail/order of another account", func() rawResponse {
 			return bob.post(aliceOrderJSON.Finalize[:strings.LastIndex(aliceOrderJSON.Finalize, "/")], nil, jwsOpts{})
-		}, 403, problem.Unauthorized},
+		}, 403, vocab.ErrorUnauthorized},
 		{"fail/account of another account", func() rawResponse {
 			return bob.post(alice.kid, nil, jwsOpts{})
-		}, 403, problem.Unauthorized},
+		}, 403, vocab.ErrorUnauthorized},
 		{"fail/unknown resource", func() rawResponse {
 			return alice.post(e.url("/order/nope"), nil, jwsOpts{})
-		}, 404, problem.Malformed},
+		}, 404, vocab.ErrorMalformed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

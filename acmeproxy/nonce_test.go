@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"strings"
 	"testing"
@@ -22,7 +24,7 @@ func TestANonceSpelledWithNonZeroSpareBitsIsRefused(t *testing.T) {
 		other = n[:len(n)-1] + string(alphabet[last|2])
 	}
 	err := e.srv.nonces.consume(context.Background(), e.srv.Profile(), other, now)
-	if p, ok := problem.As(err); !ok || p.Type != problem.BadNonce {
+	if p, ok := problem.As(err); !ok || p.Type != acme.ErrorBadNonce {
 		t.Fatalf("respelled nonce: %v, want badNonce", err)
 	}
 	if err := e.srv.nonces.consume(context.Background(), e.srv.Profile(), n, now); err != nil {

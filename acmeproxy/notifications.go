@@ -1,16 +1,12 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
-)
-
-// Events that have no audit row of their own but are notified and logged.
-const (
-	EventAccountCreated  = "account_created"
-	EventChallengeFailed = "challenge_failed"
 )
 
 // Metrics receives the server's measurements. Label values passed are
@@ -78,13 +74,13 @@ func (s *Server) auditNotifyJobs(ev store.AuditEvent) []store.NewJob {
 	})
 }
 
-func notifyIdentifiers(ids []store.Identifier) []notify.Identifier {
+func notifyIdentifiers(ids []acme.Identifier) []acme.Identifier {
 	if len(ids) == 0 {
 		return nil
 	}
-	out := make([]notify.Identifier, len(ids))
+	out := make([]acme.Identifier, len(ids))
 	for i, id := range ids {
-		out[i] = notify.Identifier{Type: id.Type, Value: id.Value}
+		out[i] = acme.Identifier{Type: id.Type, Value: id.Value}
 	}
 	return out
 }

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -112,13 +114,13 @@ func TestIssuanceRevocationAccountAndChallengeFailureAreNotifiedSigned(t *testin
 	e := notifyingEnv(t, envOptions{}, true, notify.Destination{Type: notify.TypeWebhook, URL: hook.url, Secret: hook.secret})
 
 	c := e.client(ctx)
-	acct := hook.await(notify.AccountCreated, nil)
+	acct := hook.await(vocab.EventAccountCreated, nil)
 	if acct.Profile != "test" || acct.Account == "" || acct.Account != filepath.Base(string(c.KID)) {
 		t.Errorf("account_created %+v does not name the account %s", acct, c.KID)
 	}
 
 	got := e.issue(ctx, c, "notify.example.com")
-	issued := hook.await(notify.CertificateIssued, func(ev notify.Event) bool { return ev.Order == got.order })
+	issued := hook.await(vocab.EventCertificateIssued, func(ev notify.Event) bool { return ev.Order == got.order })
 	if issued.Serial != hex.EncodeToString(got.leaf.SerialNumber.Bytes()) || len(issued.Identifiers) != 1 ||
 		issued.Identifiers[0].Value != "notify.example.com" || issued.ClientAddress == "" || issued.Account != acct.Account {
 		t.Errorf("certificate_issued %+v does not describe the issuance", issued)
@@ -127,7 +129,7 @@ func TestIssuanceRevocationAccountAndChallengeFailureAreNotifiedSigned(t *testin
 	if err := c.RevokeCert(ctx, nil, got.der, acme.CRLReasonKeyCompromise); err != nil {
 		t.Fatal(err)
 	}
-	revoked := hook.await(notify.CertificateRevoked, nil)
+	revoked := hook.await(vocab.EventCertificateRevoked, nil)
 	if revoked.Order != got.order || revoked.Serial != issued.Serial || revoked.Reason != "1" {
 		t.Errorf("certificate_revoked %+v does not describe the revocation", revoked)
 	}
@@ -142,14 +144,14 @@ func TestIssuanceRevocationAccountAndChallengeFailureAreNotifiedSigned(t *testin
 		t.Fatal(err)
 	}
 	for _, ch := range z.Challenges {
-		if ch.Type == ChallengeHTTP01 {
+		if ch.Type == vocab.ChallengeHTTP01 {
 			e.http01.set(ch.Token, "not-the-key-authorization")
 			if _, err := c.Accept(ctx, ch); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	failed := hook.await(notify.ChallengeFailed, nil)
+	failed := hook.await(vocab.EventChallengeFailed, nil)
 	if failed.Order != filepath.Base(o.URI) || failed.Identifiers[0].Value != "wrong.example.com" || failed.Reason == "" {
 		t.Errorf("challenge_failed %+v does not describe the failure", failed)
 	}
@@ -157,8 +159,8 @@ func TestIssuanceRevocationAccountAndChallengeFailureAreNotifiedSigned(t *testin
 	if err := c.DeactivateReg(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hook.await(notify.AccountDeactivated, func(ev notify.Event) bool { return ev.Account == acct.Account })
-	for _, name := range []string{notify.AccountCreated, notify.CertificateIssued, notify.CertificateRevoked} {
+	hook.await(vocab.EventAccountDeactivated, func(ev notify.Event) bool { return ev.Account == acct.Account })
+	for _, name := range []string{vocab.EventAccountCreated, vocab.EventCertificateIssued, vocab.EventCertificateRevoked} {
 		if n := hook.count(name); n != 1 {
 			t.Errorf("%d deliveries of %s, want 1", n, name)
 		}
@@ -169,7 +171,7 @@ func TestANotificationOutlivesAProcessThatDiesBeforeDeliveringIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	hook := newHookReceiver(t, "s")
-	dst := notify.Destination{Type: notify.TypeWebhook, URL: hook.url, Secret: "s", Events: []string{notify.CertificateIssued}}
+	dst := notify.Destination{Type: notify.TypeWebhook, URL: hook.url, Secret: "s", Events: []string{vocab.EventCertificateIssued}}
 	dbPath := filepath.Join(t.TempDir(), "acme.db")
 
 	// The first process records the issuance, and dies before its runner
@@ -184,13 +186,13 @@ func TestANotificationOutlivesAProcessThatDiesBeforeDeliveringIt(t *testing.T) {
 	if err != nil || len(owed) != 1 {
 		t.Fatalf("%d deliveries owed after the issuance (%v), want 1", len(owed), err)
 	}
-	if n := hook.count(notify.CertificateIssued); n != 0 {
+	if n := hook.count(vocab.EventCertificateIssued); n != 0 {
 		t.Fatalf("%d deliveries before the restart", n)
 	}
 
 	// The next process on the same store delivers it.
 	notifyingEnv(t, envOptions{dbPath: dbPath, ca: first.ca, runner: jobs.RunnerOptions{PollInterval: 10 * time.Millisecond}}, true, dst)
-	ev := hook.await(notify.CertificateIssued, nil)
+	ev := hook.await(vocab.EventCertificateIssued, nil)
 	if ev.Order != got.order || ev.Serial != hex.EncodeToString(got.leaf.SerialNumber.Bytes()) {
 		t.Errorf("delivered %+v, want the crashed process's issuance of order %s", ev, got.order)
 	}
@@ -199,13 +201,13 @@ func TestANotificationOutlivesAProcessThatDiesBeforeDeliveringIt(t *testing.T) {
 func TestEveryIssuanceAuditRowCommitsWithItsDeliveries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dst := notify.Destination{Type: notify.TypeWebhook, URL: "http://127.0.0.1:1/", Events: []string{notify.CertificateIssued}}
+	dst := notify.Destination{Type: notify.TypeWebhook, URL: "http://127.0.0.1:1/", Events: []string{vocab.EventCertificateIssued}}
 	e := notifyingEnv(t, envOptions{}, false, dst)
 	c := e.client(ctx)
 	for _, n := range []string{"a.example.com", "b.example.com", "c.example.com"} {
 		e.issue(ctx, c, n)
 	}
-	rows := auditRows(t, e.db, store.AuditFilter{Event: EventCertificateIssued})
+	rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventCertificateIssued})
 	owed, err := e.db.ListJobs(ctx, store.JobFilter{Kind: notify.Kind})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -123,19 +125,19 @@ type CertificateView struct {
 
 // OrderView is an order as operators see it.
 type OrderView struct {
-	ID            string             `json:"id"`
-	Profile       string             `json:"profile"`
-	Account       string             `json:"account"`
-	Status        string             `json:"status"`
-	Identifiers   []store.Identifier `json:"identifiers"`
-	Created       time.Time          `json:"created"`
-	Updated       time.Time          `json:"updated"`
-	Expires       time.Time          `json:"expires"`
-	NotBefore     *time.Time         `json:"not_before,omitempty"`
-	NotAfter      *time.Time         `json:"not_after,omitempty"`
-	Error         json.RawMessage    `json:"error,omitempty"`
-	FailureDetail string             `json:"failure_detail,omitempty"`
-	Certificate   *CertificateView   `json:"certificate,omitempty"`
+	ID            string            `json:"id"`
+	Profile       string            `json:"profile"`
+	Account       string            `json:"account"`
+	Status        acme.Status       `json:"status"`
+	Identifiers   []acme.Identifier `json:"identifiers"`
+	Created       time.Time         `json:"created"`
+	Updated       time.Time         `json:"updated"`
+	Expires       time.Time         `json:"expires"`
+	NotBefore     *time.Time        `json:"not_before,omitempty"`
+	NotAfter      *time.Time        `json:"not_after,omitempty"`
+	Error         json.RawMessage   `json:"error,omitempty"`
+	FailureDetail string            `json:"failure_detail,omitempty"`
+	Certificate   *CertificateView  `json:"certificate,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -156,12 +158,21 @@ func orderView(o store.OrderSummary) OrderView {
 	return v
 }
 
-var orderStatuses = []string{"pending", "ready", "processing", "valid", "invalid"}
+// statusList says statuses for an error message: "pending, ready".
+func statusList(statuses []acme.Status) string {
+	s := make([]string, len(statuses))
+	for i, st := range statuses {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ", ")
+}
+
+var orderStatuses = []acme.Status{acme.StatusPending, acme.StatusReady, acme.StatusProcessing, acme.StatusValid, acme.StatusInvalid}
 
 // ListOrders lists orders newest first.
 func (op *Operator) ListOrders(ctx context.Context, f store.OrderFilter) (Page[OrderView], error) {
 	if f.Status != "" && !slices.Contains(orderStatuses, f.Status) {
-		return Page[OrderView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, strings.Join(orderStatuses, ", "))
+		return Page[OrderView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, statusList(orderStatuses))
 	}
 	if f.Identifier != "" {
 		f.Identifier = strings.ToLower(strings.TrimSuffix(f.Identifier, "."))
@@ -225,13 +236,13 @@ func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, act
 
 // AccountView is an account as operators see it.
 type AccountView struct {
-	ID         string    `json:"id"`
-	Profile    string    `json:"profile"`
-	Status     string    `json:"status"`
-	Contact    []string  `json:"contact"`
-	Thumbprint string    `json:"thumbprint"`
-	Created    time.Time `json:"created"`
-	Orders     int       `json:"orders"`
+	ID         string      `json:"id"`
+	Profile    string      `json:"profile"`
+	Status     acme.Status `json:"status"`
+	Contact    []string    `json:"contact"`
+	Thumbprint string      `json:"thumbprint"`
+	Created    time.Time   `json:"created"`
+	Orders     int         `json:"orders"`
 }
 
 func accountView(a store.AccountSummary) AccountView {
@@ -243,12 +254,12 @@ func accountView(a store.AccountSummary) AccountView {
 		Created: a.CreatedAt, Orders: a.Orders}
 }
 
-var accountStatuses = []string{"valid", "deactivated", "revoked"}
+var accountStatuses = []acme.Status{acme.StatusValid, acme.StatusDeactivated, acme.StatusRevoked}
 
 // ListAccounts lists accounts newest first.
 func (op *Operator) ListAccounts(ctx context.Context, f store.AccountFilter) (Page[AccountView], error) {
 	if f.Status != "" && !slices.Contains(accountStatuses, f.Status) {
-		return Page[AccountView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, strings.Join(accountStatuses, ", "))
+		return Page[AccountView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, statusList(accountStatuses))
 	}
 	rows, err := op.DB.ListAccounts(ctx, f)
 	if err != nil {
@@ -283,7 +294,7 @@ func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor Acto
 	if err != nil {
 		return AccountView{}, err
 	}
-	ev := store.AuditEvent{At: time.Now(), Event: EventAccountDeactivated, Outcome: OutcomeSuccess,
+	ev := store.AuditEvent{At: time.Now(), Event: acme.EventAccountDeactivated, Outcome: OutcomeSuccess,
 		Profile: a.Profile, ActorKind: actor.Kind, ActorID: actor.ID, AccountID: a.ID}
 	s, mounted := op.Profiles.Lookup(a.Profile)
 	if mounted {
@@ -294,7 +305,7 @@ func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor Acto
 	}
 	if mounted {
 		s.notified(ev.Jobs)
-		s.log.Info("account deactivated", zap.String("event", EventAccountDeactivated),
+		s.log.Info("account deactivated", zap.String("event", acme.EventAccountDeactivated),
 			zap.String("profile", a.Profile), zap.String("account", a.ID), zap.String("actor", actor.Kind))
 	}
 	return op.ShowAccount(ctx, id)
@@ -389,21 +400,21 @@ func jobErr(err error) error {
 
 // AuditView is an audit row.
 type AuditView struct {
-	ID          int64              `json:"id"`
-	At          time.Time          `json:"at"`
-	Event       string             `json:"event"`
-	Outcome     string             `json:"outcome"`
-	Profile     string             `json:"profile,omitempty"`
-	Actor       Actor              `json:"actor"`
-	Order       string             `json:"order,omitempty"`
-	Account     string             `json:"account,omitempty"`
-	Identifiers []store.Identifier `json:"identifiers,omitempty"`
-	Serial      string             `json:"serial,omitempty"`
-	ClientIP    string             `json:"client_ip,omitempty"`
-	ClientName  string             `json:"client_name,omitempty"`
-	UserAgent   string             `json:"user_agent,omitempty"`
-	Reason      string             `json:"reason,omitempty"`
-	Detail      string             `json:"detail,omitempty"`
+	ID          int64             `json:"id"`
+	At          time.Time         `json:"at"`
+	Event       string            `json:"event"`
+	Outcome     string            `json:"outcome"`
+	Profile     string            `json:"profile,omitempty"`
+	Actor       Actor             `json:"actor"`
+	Order       string            `json:"order,omitempty"`
+	Account     string            `json:"account,omitempty"`
+	Identifiers []acme.Identifier `json:"identifiers,omitempty"`
+	Serial      string            `json:"serial,omitempty"`
+	ClientIP    string            `json:"client_ip,omitempty"`
+	ClientName  string            `json:"client_name,omitempty"`
+	UserAgent   string            `json:"user_agent,omitempty"`
+	Reason      string            `json:"reason,omitempty"`
+	Detail      string            `json:"detail,omitempty"`
 }
 
 var auditOutcomes = []string{OutcomeSuccess, OutcomeFailure, OutcomeRefused}

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -20,15 +22,15 @@ const maxIdentifiers = 100
 
 // orderJSON is an order object (RFC 8555 §7.1.3).
 type orderJSON struct {
-	Status         string              `json:"status"`
-	Expires        string              `json:"expires,omitempty"`
-	Identifiers    []signer.Identifier `json:"identifiers"`
-	NotBefore      string              `json:"notBefore,omitempty"`
-	NotAfter       string              `json:"notAfter,omitempty"`
-	Error          json.RawMessage     `json:"error,omitempty"`
-	Authorizations []string            `json:"authorizations"`
-	Finalize       string              `json:"finalize"`
-	Certificate    string              `json:"certificate,omitempty"`
+	Status         acme.Status       `json:"status"`
+	Expires        string            `json:"expires,omitempty"`
+	Identifiers    []acme.Identifier `json:"identifiers"`
+	NotBefore      string            `json:"notBefore,omitempty"`
+	NotAfter       string            `json:"notAfter,omitempty"`
+	Error          json.RawMessage   `json:"error,omitempty"`
+	Authorizations []string          `json:"authorizations"`
+	Finalize       string            `json:"finalize"`
+	Certificate    string            `json:"certificate,omitempty"`
 }
 
 func rfc3339(t time.Time) string {
@@ -40,9 +42,9 @@ func rfc3339(t time.Time) string {
 
 // orderStatus is the order's status as of now: a pending or ready order
 // past its expiry is invalid even before anything rewrote its row.
-func (s *Server) orderStatus(o store.Order) string {
-	if (o.Status == "pending" || o.Status == "ready") && !s.clock.Now().Before(o.Expires) {
-		return "invalid"
+func (s *Server) orderStatus(o store.Order) acme.Status {
+	if (o.Status == acme.StatusPending || o.Status == acme.StatusReady) && !s.clock.Now().Before(o.Expires) {
+		return acme.StatusInvalid
 	}
 	return o.Status
 }
@@ -58,12 +60,12 @@ func (s *Server) orderJSON(base string, o store.Order) orderJSON {
 		Finalize:       base + "/order/" + o.ID + "/finalize",
 	}
 	for _, id := range o.Identifiers {
-		out.Identifiers = append(out.Identifiers, signer.Identifier(id))
+		out.Identifiers = append(out.Identifiers, acme.Identifier(id))
 	}
 	for i, id := range o.AuthzIDs {
 		out.Authorizations[i] = base + "/authz/" + id
 	}
-	if o.Status == "valid" && o.CertificateID != "" {
+	if o.Status == acme.StatusValid && o.CertificateID != "" {
 		out.Certificate = base + "/cert/" + o.CertificateID
 	}
 	return out
@@ -72,7 +74,7 @@ func (s *Server) orderJSON(base string, o store.Order) orderJSON {
 // writeOrder answers with an order, telling a polling client when to come
 // back while it is processing.
 func (s *Server) writeOrder(w http.ResponseWriter, base string, status int, o store.Order) {
-	if o.Status == "processing" {
+	if o.Status == acme.StatusProcessing {
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
 	}
 	w.Header().Set("Location", base+"/order/"+o.ID)
@@ -96,9 +98,9 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var p struct {
-		Identifiers []signer.Identifier `json:"identifiers"`
-		NotBefore   string              `json:"notBefore"`
-		NotAfter    string              `json:"notAfter"`
+		Identifiers []acme.Identifier `json:"identifiers"`
+		NotBefore   string            `json:"notBefore"`
+		NotAfter    string            `json:"notAfter"`
 	}
 	if err := decodePayload(req.payload, &p); err != nil {
 		return err
@@ -116,11 +118,11 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	order := store.Order{Profile: s.cfg.Profile, AccountID: req.account.ID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires}
 	authzs := make([]store.Authz, len(idents))
 	for i, id := range idents {
-		base := store.Identifier{Type: id.Type, Value: id.Value}
+		base := acme.Identifier{Type: id.Type, Value: id.Value}
 		if wildcards[i] {
 			base.Value = id.Value[2:]
 		}
-		order.Identifiers = append(order.Identifiers, store.Identifier(id))
+		order.Identifiers = append(order.Identifiers, acme.Identifier(id))
 		authzs[i] = store.Authz{Identifier: base, Wildcard: wildcards[i], Expires: expires}
 		for _, typ := range s.challengeTypes(id.Type, wildcards[i]) {
 			authzs[i].Challenges = append(authzs[i].Challenges, store.Challenge{Type: typ, Token: newToken()})
@@ -140,8 +142,8 @@ func (s *Server) challengeTypes(identType string, wildcard bool) []string {
 	var out []string
 	for _, t := range s.cfg.Challenges {
 		switch {
-		case wildcard && t != ChallengeDNS01:
-		case identType == IdentIP && t == ChallengeDNS01:
+		case wildcard && t != acme.ChallengeDNS01:
+		case identType == acme.IdentifierIP && t == acme.ChallengeDNS01:
 		default:
 			out = append(out, t)
 		}
@@ -151,7 +153,7 @@ func (s *Server) challengeTypes(identType string, wildcard bool) []string {
 
 // checkIdentifiers normalizes and de-duplicates an order's identifiers and
 // applies the profile's policy; every refused identifier gets a subproblem.
-func (s *Server) checkIdentifiers(in []signer.Identifier) ([]signer.Identifier, []bool, error) {
+func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bool, error) {
 	if len(in) == 0 {
 		return nil, nil, problem.MalformedF("an order needs at least one identifier")
 	}
@@ -159,16 +161,16 @@ func (s *Server) checkIdentifiers(in []signer.Identifier) ([]signer.Identifier, 
 		return nil, nil, problem.RejectedIdentifierF("an order may have at most %d identifiers", maxIdentifiers)
 	}
 	var (
-		out       []signer.Identifier
+		out       []acme.Identifier
 		wildcards []bool
 		subs      []*problem.Problem
-		seen      = map[signer.Identifier]bool{}
+		seen      = map[acme.Identifier]bool{}
 	)
 	for _, raw := range in {
 		id, wildcard, prob := normalizeIdentifier(raw)
 		if prob == nil && len(s.challengeTypes(id.Type, wildcard)) == 0 {
 			what := "wildcard names need dns-01"
-			if id.Type == IdentIP {
+			if id.Type == acme.IdentifierIP {
 				what = "IP addresses need http-01 or tls-alpn-01"
 			}
 			prob = problem.RejectedIdentifierF("%s cannot be validated here: %s, which this profile does not offer", id.Value, what).For(id.Type, id.Value)
@@ -203,7 +205,7 @@ func (s *Server) checkIdentifiers(in []signer.Identifier) ([]signer.Identifier, 
 // signerRefusal returns a subproblem when the profile's signer cannot issue
 // for id at all (signer.IdentifierChecker), so the client learns it at
 // newOrder rather than after proving control.
-func (s *Server) signerRefusal(id signer.Identifier) *problem.Problem {
+func (s *Server) signerRefusal(id acme.Identifier) *problem.Problem {
 	c, ok := s.signer.(signer.IdentifierChecker)
 	if !ok {
 		return nil

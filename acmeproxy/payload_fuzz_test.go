@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"context"
 	"crypto"
@@ -41,7 +43,7 @@ type payloadSeed struct {
 	name    string
 	payload string
 	flag    bool // the fuzzer's second input: update, or signed by the certificate's key
-	want    problem.Type
+	want    acme.ProblemType
 }
 
 // serve signs payload with key — under kid, or as a jwk when kid is empty
@@ -127,23 +129,23 @@ func acceptedContacts(t testing.TB, contacts []string) {
 var accountSeeds = []payloadSeed{
 	{"ok-new-account-with-contacts", `{"termsOfServiceAgreed":true,"contact":["mailto:a@example.com","mailto:b@example.org"]}`, false, ""},
 	{"ok-new-account-without-contacts", `{}`, false, ""},
-	{"fail-new-account-tel-contact", `{"contact":["tel:+15551234"]}`, false, problem.UnsupportedContact},
-	{"fail-new-account-two-addresses", `{"contact":["mailto:a@example.com,b@example.com"]}`, false, problem.InvalidContact},
-	{"fail-new-account-header-fields", `{"contact":["mailto:a@example.com?subject=hi"]}`, false, problem.InvalidContact},
-	{"fail-new-account-display-name", `{"contact":["mailto:Alice <a@example.com>"]}`, false, problem.InvalidContact},
-	{"fail-new-account-empty-mailto", `{"contact":["mailto:"]}`, false, problem.InvalidContact},
-	{"fail-new-account-contact-not-a-list", `{"contact":"mailto:a@example.com"}`, false, problem.Malformed},
-	{"fail-new-account-not-an-object", `["mailto:a@example.com"]`, false, problem.Malformed},
-	{"fail-new-account-post-as-get", ``, false, problem.Malformed},
-	{"fail-new-account-only-return-existing", `{"onlyReturnExisting":true}`, false, problem.AccountDoesNotExist},
+	{"fail-new-account-tel-contact", `{"contact":["tel:+15551234"]}`, false, acme.ErrorUnsupportedContact},
+	{"fail-new-account-two-addresses", `{"contact":["mailto:a@example.com,b@example.com"]}`, false, acme.ErrorInvalidContact},
+	{"fail-new-account-header-fields", `{"contact":["mailto:a@example.com?subject=hi"]}`, false, acme.ErrorInvalidContact},
+	{"fail-new-account-display-name", `{"contact":["mailto:Alice <a@example.com>"]}`, false, acme.ErrorInvalidContact},
+	{"fail-new-account-empty-mailto", `{"contact":["mailto:"]}`, false, acme.ErrorInvalidContact},
+	{"fail-new-account-contact-not-a-list", `{"contact":"mailto:a@example.com"}`, false, acme.ErrorMalformed},
+	{"fail-new-account-not-an-object", `["mailto:a@example.com"]`, false, acme.ErrorMalformed},
+	{"fail-new-account-post-as-get", ``, false, acme.ErrorMalformed},
+	{"fail-new-account-only-return-existing", `{"onlyReturnExisting":true}`, false, acme.ErrorAccountDoesNotExist},
 	{"ok-update-contacts", `{"contact":["mailto:new@example.com"]}`, true, ""},
 	{"ok-update-clear-contacts", `{"contact":[]}`, true, ""},
 	{"ok-update-null-contact-changes-nothing", `{"contact":null}`, true, ""},
 	{"ok-update-deactivate", `{"status":"deactivated"}`, true, ""},
 	{"ok-update-post-as-get", ``, true, ""},
-	{"fail-update-status-revoked", `{"status":"revoked"}`, true, problem.Malformed},
-	{"fail-update-tel-contact", `{"contact":["tel:+15551234"]}`, true, problem.UnsupportedContact},
-	{"fail-update-quoted-local-part", `{"contact":["mailto:\"a,b\"@example.com"]}`, true, problem.InvalidContact},
+	{"fail-update-status-revoked", `{"status":"revoked"}`, true, acme.ErrorMalformed},
+	{"fail-update-tel-contact", `{"contact":["tel:+15551234"]}`, true, acme.ErrorUnsupportedContact},
+	{"fail-update-quoted-local-part", `{"contact":["mailto:\"a,b\"@example.com"]}`, true, acme.ErrorInvalidContact},
 }
 
 // accountPayload serves payload as a new-account request with a key no
@@ -246,9 +248,9 @@ func (fx *fuzzFixture) readyOrder(tb testing.TB, names ...string) store.Order {
 	o := store.Order{Profile: fuzzProfile, AccountID: fx.accountID(), Expires: fuzzStart.Add(orderLifetime)}
 	authzs := make([]store.Authz, len(names))
 	for i, n := range names {
-		o.Identifiers = append(o.Identifiers, store.Identifier{Type: IdentDNS, Value: n})
-		authzs[i] = store.Authz{Identifier: store.Identifier{Type: IdentDNS, Value: n}, Expires: o.Expires,
-			Challenges: []store.Challenge{{Type: ChallengeHTTP01, Token: newToken()}}}
+		o.Identifiers = append(o.Identifiers, acme.Identifier{Type: acme.IdentifierDNS, Value: n})
+		authzs[i] = store.Authz{Identifier: acme.Identifier{Type: acme.IdentifierDNS, Value: n}, Expires: o.Expires,
+			Challenges: []store.Challenge{{Type: acme.ChallengeHTTP01, Token: newToken()}}}
 	}
 	o, err := fx.db.CreateOrder(ctx, o, authzs, fuzzStart)
 	if err != nil {
@@ -315,18 +317,18 @@ var revokeSeeds = []payloadSeed{
 	{"ok-by-account-superseded", `{"certificate":"$CERT","reason":4}`, false, ""},
 	{"ok-by-certificate-key-key-compromise", `{"certificate":"$CERT","reason":1}`, true, ""},
 	{"ok-by-certificate-key-reason-0", `{"certificate":"$CERT","reason":0}`, true, ""},
-	{"fail-reason-7-is-unassigned", `{"certificate":"$CERT","reason":7}`, false, problem.BadRevocationReason},
-	{"fail-reason-11", `{"certificate":"$CERT","reason":11}`, true, problem.BadRevocationReason},
-	{"fail-reason-negative", `{"certificate":"$CERT","reason":-1}`, false, problem.BadRevocationReason},
-	{"fail-reason-a-string", `{"certificate":"$CERT","reason":"1"}`, false, problem.Malformed},
-	{"fail-reason-huge", `{"certificate":"$CERT","reason":99999999999999999999}`, false, problem.Malformed},
-	{"fail-certificate-not-base64url", `{"certificate":"$$$"}`, false, problem.Malformed},
-	{"fail-certificate-padded-base64", `{"certificate":"$CERT=="}`, false, problem.Malformed},
-	{"fail-certificate-not-der", `{"certificate":"AAAA"}`, true, problem.Malformed},
-	{"fail-certificate-missing", `{"reason":1}`, false, problem.Malformed},
-	{"fail-certificate-not-issued-here", `{"certificate":"$FOREIGN"}`, false, problem.Unauthorized},
-	{"fail-not-an-object", `"$CERT"`, false, problem.Malformed},
-	{"fail-post-as-get", ``, true, problem.Malformed},
+	{"fail-reason-7-is-unassigned", `{"certificate":"$CERT","reason":7}`, false, acme.ErrorBadRevocationReason},
+	{"fail-reason-11", `{"certificate":"$CERT","reason":11}`, true, acme.ErrorBadRevocationReason},
+	{"fail-reason-negative", `{"certificate":"$CERT","reason":-1}`, false, acme.ErrorBadRevocationReason},
+	{"fail-reason-a-string", `{"certificate":"$CERT","reason":"1"}`, false, acme.ErrorMalformed},
+	{"fail-reason-huge", `{"certificate":"$CERT","reason":99999999999999999999}`, false, acme.ErrorMalformed},
+	{"fail-certificate-not-base64url", `{"certificate":"$$$"}`, false, acme.ErrorMalformed},
+	{"fail-certificate-padded-base64", `{"certificate":"$CERT=="}`, false, acme.ErrorMalformed},
+	{"fail-certificate-not-der", `{"certificate":"AAAA"}`, true, acme.ErrorMalformed},
+	{"fail-certificate-missing", `{"reason":1}`, false, acme.ErrorMalformed},
+	{"fail-certificate-not-issued-here", `{"certificate":"$FOREIGN"}`, false, acme.ErrorUnauthorized},
+	{"fail-not-an-object", `"$CERT"`, false, acme.ErrorMalformed},
+	{"fail-post-as-get", ``, true, acme.ErrorMalformed},
 }
 
 // revokePayload serves payload as a revoke-cert of the fixture's current
@@ -407,16 +409,16 @@ func FuzzRevokeCertPayload(f *testing.F) {
 var keyChangeSeeds = []payloadSeed{
 	{"ok-key-change", `{"account":"$ACCOUNT","oldKey":$OLDKEY}`, false, ""},
 	{"ok-key-change-members-reversed", `{"oldKey":$OLDKEY,"account":"$ACCOUNT"}`, false, ""},
-	{"fail-another-account", `{"account":"https://acme.test/acme/fuzz/account/someone-else","oldKey":$OLDKEY}`, false, problem.Unauthorized},
-	{"fail-account-of-another-profile", `{"account":"https://acme.test/acme/other/account/x","oldKey":$OLDKEY}`, false, problem.Unauthorized},
-	{"fail-old-key-not-the-accounts", `{"account":"$ACCOUNT","oldKey":$OTHERKEY}`, false, problem.Unauthorized},
-	{"fail-old-key-not-a-key", `{"account":"$ACCOUNT","oldKey":{"kty":"EC"}}`, false, problem.Malformed},
-	{"fail-old-key-a-string", `{"account":"$ACCOUNT","oldKey":"key"}`, false, problem.Malformed},
-	{"fail-old-key-missing", `{"account":"$ACCOUNT"}`, false, problem.Malformed},
-	{"fail-old-key-private", `{"account":"$ACCOUNT","oldKey":$PRIVATEKEY}`, false, problem.Malformed},
-	{"fail-null", `null`, false, problem.Unauthorized},
-	{"fail-not-an-object", `[1]`, false, problem.Malformed},
-	{"fail-empty", ``, false, problem.Malformed},
+	{"fail-another-account", `{"account":"https://acme.test/acme/fuzz/account/someone-else","oldKey":$OLDKEY}`, false, acme.ErrorUnauthorized},
+	{"fail-account-of-another-profile", `{"account":"https://acme.test/acme/other/account/x","oldKey":$OLDKEY}`, false, acme.ErrorUnauthorized},
+	{"fail-old-key-not-the-accounts", `{"account":"$ACCOUNT","oldKey":$OTHERKEY}`, false, acme.ErrorUnauthorized},
+	{"fail-old-key-not-a-key", `{"account":"$ACCOUNT","oldKey":{"kty":"EC"}}`, false, acme.ErrorMalformed},
+	{"fail-old-key-a-string", `{"account":"$ACCOUNT","oldKey":"key"}`, false, acme.ErrorMalformed},
+	{"fail-old-key-missing", `{"account":"$ACCOUNT"}`, false, acme.ErrorMalformed},
+	{"fail-old-key-private", `{"account":"$ACCOUNT","oldKey":$PRIVATEKEY}`, false, acme.ErrorMalformed},
+	{"fail-null", `null`, false, acme.ErrorUnauthorized},
+	{"fail-not-an-object", `[1]`, false, acme.ErrorMalformed},
+	{"fail-empty", ``, false, acme.ErrorMalformed},
 }
 
 // keyChangeFixture has a key to change the P-256 account to.
@@ -528,17 +530,17 @@ var finalizeNames = []string{"a.example.com", "b.example.com"}
 var finalizeSeeds = []payloadSeed{
 	{"ok-csr", `{"csr":"$CSR"}`, false, ""},
 	{"ok-csr-with-common-name", `{"csr":"$CSR_CN"}`, false, ""},
-	{"fail-csr-padded-base64", `{"csr":"$CSR=="}`, false, problem.Malformed},
-	{"fail-csr-standard-base64", `{"csr":"+/+/"}`, false, problem.Malformed},
-	{"fail-csr-empty", `{"csr":""}`, false, problem.Malformed},
-	{"fail-csr-missing", `{}`, false, problem.Malformed},
-	{"fail-csr-a-number", `{"csr":1}`, false, problem.Malformed},
-	{"fail-csr-not-der", `{"csr":"AAAA"}`, false, problem.BadCSR},
-	{"fail-csr-missing-a-name", `{"csr":"$CSR_MISSING"}`, false, problem.BadCSR},
-	{"fail-csr-extra-name", `{"csr":"$CSR_EXTRA"}`, false, problem.BadCSR},
-	{"fail-csr-account-key", `{"csr":"$CSR_ACCOUNT_KEY"}`, false, problem.BadCSR},
-	{"fail-not-an-object", `["$CSR"]`, false, problem.Malformed},
-	{"fail-post-as-get", ``, false, problem.Malformed},
+	{"fail-csr-padded-base64", `{"csr":"$CSR=="}`, false, acme.ErrorMalformed},
+	{"fail-csr-standard-base64", `{"csr":"+/+/"}`, false, acme.ErrorMalformed},
+	{"fail-csr-empty", `{"csr":""}`, false, acme.ErrorMalformed},
+	{"fail-csr-missing", `{}`, false, acme.ErrorMalformed},
+	{"fail-csr-a-number", `{"csr":1}`, false, acme.ErrorMalformed},
+	{"fail-csr-not-der", `{"csr":"AAAA"}`, false, acme.ErrorBadCSR},
+	{"fail-csr-missing-a-name", `{"csr":"$CSR_MISSING"}`, false, acme.ErrorBadCSR},
+	{"fail-csr-extra-name", `{"csr":"$CSR_EXTRA"}`, false, acme.ErrorBadCSR},
+	{"fail-csr-account-key", `{"csr":"$CSR_ACCOUNT_KEY"}`, false, acme.ErrorBadCSR},
+	{"fail-not-an-object", `["$CSR"]`, false, acme.ErrorMalformed},
+	{"fail-post-as-get", ``, false, acme.ErrorMalformed},
 }
 
 // finalizeSeedPayload fills a finalize seed's placeholders.

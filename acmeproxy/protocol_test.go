@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"crypto"
 	"crypto/ecdsa"
@@ -154,7 +156,7 @@ func (c *rawClient) await(url string, want ...string) rawResponse {
 // for validation; it returns the challenge POST's response.
 func (c *rawClient) answerHTTP01(authzURL, body string) (challengeJSON, rawResponse) {
 	c.t.Helper()
-	ch := challengeOf(c.t, c.authz(authzURL), ChallengeHTTP01)
+	ch := challengeOf(c.t, c.authz(authzURL), acme.ChallengeHTTP01)
 	if body == "" {
 		body = c.keyAuthorization(ch.Token)
 	}
@@ -195,7 +197,7 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 }
 
 // wantProblem fails t unless r is a problem of the given status and type.
-func wantProblem(t testing.TB, r rawResponse, status int, typ problem.Type) {
+func wantProblem(t testing.TB, r rawResponse, status int, typ acme.ProblemType) {
 	t.Helper()
 	if r.status != status || r.problem == nil || r.problem.Type != typ {
 		t.Fatalf("got %d %s, want %d %s", r.status, r.body, status, typ)
@@ -350,7 +352,7 @@ func TestAWrongMethodAnswers405WithAllow(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.plain(tc.method, e.url(tc.path))
-			wantProblem(t, r, http.StatusMethodNotAllowed, problem.Malformed)
+			wantProblem(t, r, http.StatusMethodNotAllowed, acme.ErrorMalformed)
 			if got := r.header.Get("Allow"); got != tc.wantAllow {
 				t.Errorf("Allow %q, want %q", got, tc.wantAllow)
 			}
@@ -406,7 +408,7 @@ func TestEveryNonceIsAcceptedExactlyOnce(t *testing.T) {
 		}},
 		{"a nonce from a badNonce error", func() string {
 			r := alice.post(alice.kid, nil, jwsOpts{nonce: strp("not-a-nonce")})
-			wantProblem(t, r, http.StatusBadRequest, problem.BadNonce)
+			wantProblem(t, r, http.StatusBadRequest, acme.ErrorBadNonce)
 			return fromHeader(r)
 		}},
 	}
@@ -419,7 +421,7 @@ func TestEveryNonceIsAcceptedExactlyOnce(t *testing.T) {
 			if r := alice.post(alice.kid, nil, jwsOpts{nonce: &n}); r.status != http.StatusOK {
 				t.Fatalf("first use: %d %s", r.status, r.body)
 			}
-			wantProblem(t, alice.post(alice.kid, nil, jwsOpts{nonce: &n}), http.StatusBadRequest, problem.BadNonce)
+			wantProblem(t, alice.post(alice.kid, nil, jwsOpts{nonce: &n}), http.StatusBadRequest, acme.ErrorBadNonce)
 		})
 	}
 }
@@ -436,20 +438,20 @@ func TestAnAccountsContactsCanBeUpdated(t *testing.T) {
 		payload     any
 		wantContact []string
 		wantStatus  int
-		wantType    problem.Type
+		wantType    acme.ProblemType
 	}{
 		{name: "ok/the contact list is replaced", payload: map[string]any{"contact": []string{"mailto:new@example.com", "mailto:ops@example.com"}},
 			wantContact: []string{"mailto:new@example.com", "mailto:ops@example.com"}, wantStatus: 200},
 		{name: "ok/an empty list removes every contact", payload: map[string]any{"contact": []string{}}, wantContact: nil, wantStatus: 200},
 		{name: "ok/an update without contact leaves it alone", payload: map[string]any{"termsOfServiceAgreed": true}, wantContact: old, wantStatus: 200},
 		{name: "fail/a contact that is not mailto", payload: map[string]any{"contact": []string{"tel:+15555550100"}},
-			wantContact: old, wantStatus: 400, wantType: problem.UnsupportedContact},
+			wantContact: old, wantStatus: 400, wantType: acme.ErrorUnsupportedContact},
 		{name: "fail/a mailto with two addresses", payload: map[string]any{"contact": []string{"mailto:a@example.com,b@example.com"}},
-			wantContact: old, wantStatus: 400, wantType: problem.InvalidContact},
+			wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
 		{name: "fail/a mailto with header fields", payload: map[string]any{"contact": []string{"mailto:a@example.com?subject=hi"}},
-			wantContact: old, wantStatus: 400, wantType: problem.InvalidContact},
+			wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
 		{name: "fail/a status other than deactivated", payload: map[string]any{"status": "revoked"},
-			wantContact: old, wantStatus: 400, wantType: problem.Malformed},
+			wantContact: old, wantStatus: 400, wantType: acme.ErrorMalformed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -518,7 +520,7 @@ func TestADeactivatedAccountIsRefusedWith401Unauthorized(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			wantProblem(t, tc.do(), http.StatusUnauthorized, problem.Unauthorized)
+			wantProblem(t, tc.do(), http.StatusUnauthorized, acme.ErrorUnauthorized)
 		})
 	}
 }
@@ -567,7 +569,7 @@ func TestAnAccountsOrdersListNamesItsOwnOrdersOnly(t *testing.T) {
 		})
 	}
 	t.Run("alice may not read bob's list", func(t *testing.T) {
-		wantProblem(t, alice.read(bob.kid+"/orders"), http.StatusForbidden, problem.Unauthorized)
+		wantProblem(t, alice.read(bob.kid+"/orders"), http.StatusForbidden, acme.ErrorUnauthorized)
 	})
 }
 
@@ -625,7 +627,7 @@ func TestAKeyChangeMovesTheAccountToTheNewKey(t *testing.T) {
 	renewed := &rawClient{t: t, e: e, key: nk, kid: alice.kid}
 
 	t.Run("the old key no longer signs for the account", func(t *testing.T) {
-		wantProblem(t, alice.read(alice.kid), http.StatusBadRequest, problem.Malformed)
+		wantProblem(t, alice.read(alice.kid), http.StatusBadRequest, acme.ErrorMalformed)
 	})
 	t.Run("the new key signs for the account", func(t *testing.T) {
 		if r := renewed.read(alice.kid); r.status != http.StatusOK {
@@ -640,7 +642,7 @@ func TestAKeyChangeMovesTheAccountToTheNewKey(t *testing.T) {
 	})
 	t.Run("new-account no longer finds it by the old key", func(t *testing.T) {
 		r := alice.post(e.url("/new-account"), map[string]any{"onlyReturnExisting": true}, jwsOpts{embedJWK: true})
-		wantProblem(t, r, http.StatusBadRequest, problem.AccountDoesNotExist)
+		wantProblem(t, r, http.StatusBadRequest, acme.ErrorAccountDoesNotExist)
 	})
 }
 
@@ -669,7 +671,7 @@ func TestAnAccountChangeOnAnotherInstanceTakesEffectAtOnce(t *testing.T) {
 		if r.status != http.StatusOK {
 			t.Fatalf("key-change on a: %d %s", r.status, r.body)
 		}
-		wantProblem(t, aliceB.read(aliceB.kid), http.StatusBadRequest, problem.Malformed)
+		wantProblem(t, aliceB.read(aliceB.kid), http.StatusBadRequest, acme.ErrorMalformed)
 		if r := onB(alice, nk).read(aliceB.kid); r.status != http.StatusOK {
 			t.Fatalf("the new key on b: %d %s", r.status, r.body)
 		}
@@ -684,7 +686,7 @@ func TestAnAccountChangeOnAnotherInstanceTakesEffectAtOnce(t *testing.T) {
 		if r := bob.post(bob.kid, map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
 			t.Fatalf("deactivation on a: %d %s", r.status, r.body)
 		}
-		wantProblem(t, bobB.read(bobB.kid), http.StatusUnauthorized, problem.Unauthorized)
+		wantProblem(t, bobB.read(bobB.kid), http.StatusUnauthorized, acme.ErrorUnauthorized)
 	})
 }
 
@@ -703,21 +705,21 @@ func TestAKeyChangeThatFailsACheckIsRefused(t *testing.T) {
 		name       string
 		inner      innerSpec
 		wantStatus int
-		wantType   problem.Type
+		wantType   acme.ProblemType
 		wantLoc    string
 	}{
-		{"fail/the inner url is not the outer url", with(func(s *innerSpec) { s.url = e.url("/new-account") }), 401, problem.Unauthorized, ""},
-		{"fail/the inner JWS has a nonce", with(func(s *innerSpec) { s.nonce = alice.nonce() }), 400, problem.Malformed, ""},
-		{"fail/the inner JWS names its key by kid", with(func(s *innerSpec) { s.kid = alice.kid }), 400, problem.Malformed, ""},
-		{"fail/the inner JWS is signed by a key other than its jwk", with(func(s *innerSpec) { s.jwk = stranger.Public() }), 400, problem.Malformed, ""},
-		{"fail/oldKey is not the account's key", with(func(s *innerSpec) { s.oldKey = stranger.Public() }), 403, problem.Unauthorized, ""},
-		{"fail/the inner account is another account", with(func(s *innerSpec) { s.account = bob.kid }), 403, problem.Unauthorized, ""},
-		{"fail/the inner payload is not a key-change object", with(func(s *innerSpec) { s.payload = `["x"]` }), 400, problem.Malformed, ""},
-		{"fail/the new key is the current key", with(func(s *innerSpec) { s.signer = alice.key }), 400, problem.Malformed, ""},
+		{"fail/the inner url is not the outer url", with(func(s *innerSpec) { s.url = e.url("/new-account") }), 401, acme.ErrorUnauthorized, ""},
+		{"fail/the inner JWS has a nonce", with(func(s *innerSpec) { s.nonce = alice.nonce() }), 400, acme.ErrorMalformed, ""},
+		{"fail/the inner JWS names its key by kid", with(func(s *innerSpec) { s.kid = alice.kid }), 400, acme.ErrorMalformed, ""},
+		{"fail/the inner JWS is signed by a key other than its jwk", with(func(s *innerSpec) { s.jwk = stranger.Public() }), 400, acme.ErrorMalformed, ""},
+		{"fail/oldKey is not the account's key", with(func(s *innerSpec) { s.oldKey = stranger.Public() }), 403, acme.ErrorUnauthorized, ""},
+		{"fail/the inner account is another account", with(func(s *innerSpec) { s.account = bob.kid }), 403, acme.ErrorUnauthorized, ""},
+		{"fail/the inner payload is not a key-change object", with(func(s *innerSpec) { s.payload = `["x"]` }), 400, acme.ErrorMalformed, ""},
+		{"fail/the new key is the current key", with(func(s *innerSpec) { s.signer = alice.key }), 400, acme.ErrorMalformed, ""},
 		// "If there is an existing account with the new key provided, then
 		// the server SHOULD use status code 409 (Conflict) and provide the
 		// URL of that account in the Location header field."
-		{"fail/the new key belongs to another account", with(func(s *innerSpec) { s.signer = bob.key }), 409, problem.Malformed, bob.kid},
+		{"fail/the new key belongs to another account", with(func(s *innerSpec) { s.signer = bob.key }), 409, acme.ErrorMalformed, bob.kid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -767,7 +769,7 @@ func TestANewOrderEchoesItsValidityAndRefusesABadOne(t *testing.T) {
 			}
 			r := alice.post(e.url("/new-order"), p, jwsOpts{})
 			if tc.wantError {
-				wantProblem(t, r, http.StatusBadRequest, problem.Malformed)
+				wantProblem(t, r, http.StatusBadRequest, acme.ErrorMalformed)
 				return
 			}
 			if r.status != http.StatusCreated {
@@ -841,14 +843,14 @@ func TestAWildcardOrderOffersOnlyDNS01ForTheBaseName(t *testing.T) {
 			if !a.Wildcard {
 				t.Errorf("the wildcard's authorization lacks wildcard: true: %s", r.body)
 			}
-			if !slices.Equal(types, []string{ChallengeDNS01}) {
+			if !slices.Equal(types, []string{acme.ChallengeDNS01}) {
 				t.Errorf("the wildcard's authorization offers %q, want only dns-01", types)
 			}
 		case "plain.example.com":
 			if bytes.Contains(r.body, []byte(`"wildcard"`)) {
 				t.Errorf("a non-wildcard authorization has a wildcard field: %s", r.body)
 			}
-			if !slices.Contains(types, ChallengeHTTP01) {
+			if !slices.Contains(types, acme.ChallengeHTTP01) {
 				t.Errorf("a plain name is offered %q", types)
 			}
 		default:
@@ -867,14 +869,14 @@ func TestAnIPIdentifierIsNotOfferedDNS01(t *testing.T) {
 		t.Run(tc.in, func(t *testing.T) {
 			o := alice.order(ipID(tc.in))
 			a := alice.authz(o.Authorizations[0])
-			if a.Identifier.Type != IdentIP || a.Identifier.Value != tc.want {
+			if a.Identifier.Type != acme.IdentifierIP || a.Identifier.Value != tc.want {
 				t.Errorf("authorization identifier %+v, want ip %s", a.Identifier, tc.want)
 			}
 			if len(a.Challenges) == 0 {
 				t.Fatal("no challenges offered")
 			}
 			for _, ch := range a.Challenges {
-				if ch.Type == ChallengeDNS01 {
+				if ch.Type == acme.ChallengeDNS01 {
 					t.Errorf("dns-01 offered for an IP address")
 				}
 			}
@@ -893,7 +895,7 @@ func TestAPolicyRefusalHasOneSubproblemPerRefusedIdentifier(t *testing.T) {
 	alice.register()
 	type sub struct {
 		value string
-		typ   problem.Type
+		typ   acme.ProblemType
 	}
 	tests := []struct {
 		name string
@@ -902,13 +904,13 @@ func TestAPolicyRefusalHasOneSubproblemPerRefusedIdentifier(t *testing.T) {
 	}{
 		{"ok/allowed names and addresses", []map[string]string{dnsID("a.example.com"), ipID("192.0.2.5")}, nil},
 		{"fail/one denied name among allowed ones", []map[string]string{dnsID("ok.example.com"), dnsID("secret.example.com")},
-			[]sub{{"secret.example.com", problem.RejectedIdentifier}}},
+			[]sub{{"secret.example.com", acme.ErrorRejectedIdentifier}}},
 		{"fail/two refused names get two subproblems", []map[string]string{dnsID("a.example.com"), dnsID("secret.example.com"), dnsID("other.net")},
-			[]sub{{"secret.example.com", problem.RejectedIdentifier}, {"other.net", problem.RejectedIdentifier}}},
+			[]sub{{"secret.example.com", acme.ErrorRejectedIdentifier}, {"other.net", acme.ErrorRejectedIdentifier}}},
 		{"fail/a refused address and an unsupported type", []map[string]string{ipID("198.51.100.1"), {"type": "email", "value": "a@example.com"}},
-			[]sub{{"198.51.100.1", problem.RejectedIdentifier}, {"a@example.com", problem.UnsupportedIdentifier}}},
+			[]sub{{"198.51.100.1", acme.ErrorRejectedIdentifier}, {"a@example.com", acme.ErrorUnsupportedIdentifier}}},
 		{"fail/a malformed name and a denied one", []map[string]string{dnsID("bad..example.com"), dnsID("secret.example.com")},
-			[]sub{{"bad..example.com", problem.RejectedIdentifier}, {"secret.example.com", problem.RejectedIdentifier}}},
+			[]sub{{"bad..example.com", acme.ErrorRejectedIdentifier}, {"secret.example.com", acme.ErrorRejectedIdentifier}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -957,7 +959,7 @@ func TestDeactivatingAnAuthorizationInvalidatesItsOrder(t *testing.T) {
 		if st := alice.authz(o.Authorizations[1]).Status; st != "pending" {
 			t.Errorf("the other authorization is %s, want pending", st)
 		}
-		wantProblem(t, alice.post(o.Authorizations[0], deactivate, jwsOpts{}), http.StatusBadRequest, problem.Malformed)
+		wantProblem(t, alice.post(o.Authorizations[0], deactivate, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
 	})
 	t.Run("a ready order", func(t *testing.T) {
 		o := alice.readyOrder("r.example.com")
@@ -969,18 +971,18 @@ func TestDeactivatingAnAuthorizationInvalidatesItsOrder(t *testing.T) {
 			t.Errorf("order is %s, want invalid", st)
 		}
 		certKey := newKey(t)
-		wantProblem(t, alice.finalize(o, newCSR(t, certKey, "", []string{"r.example.com"}, nil)), http.StatusForbidden, problem.OrderNotReady)
+		wantProblem(t, alice.finalize(o, newCSR(t, certKey, "", []string{"r.example.com"}, nil)), http.StatusForbidden, acme.ErrorOrderNotReady)
 	})
 	t.Run("another account's authorization", func(t *testing.T) {
 		o := alice.order(dnsID("o.example.com"))
-		wantProblem(t, bob.post(o.Authorizations[0], deactivate, jwsOpts{}), http.StatusForbidden, problem.Unauthorized)
+		wantProblem(t, bob.post(o.Authorizations[0], deactivate, jwsOpts{}), http.StatusForbidden, acme.ErrorUnauthorized)
 		if st := alice.authz(o.Authorizations[0]).Status; st != "pending" {
 			t.Errorf("authorization is %s after another account's attempt", st)
 		}
 	})
 	t.Run("any other status is malformed", func(t *testing.T) {
 		o := alice.order(dnsID("m.example.com"))
-		wantProblem(t, alice.post(o.Authorizations[0], map[string]string{"status": "valid"}, jwsOpts{}), http.StatusBadRequest, problem.Malformed)
+		wantProblem(t, alice.post(o.Authorizations[0], map[string]string{"status": "valid"}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
 	})
 }
 
@@ -1002,7 +1004,7 @@ func TestAChallengePOSTStartsValidationAndLinksUpToItsAuthorization(t *testing.T
 	if got.Status != "processing" && got.Status != "valid" {
 		t.Errorf("challenge POST answered status %q, want processing or valid", got.Status)
 	}
-	if got.URL != ch.URL || got.Token != ch.Token || got.Type != ChallengeHTTP01 {
+	if got.URL != ch.URL || got.Token != ch.Token || got.Type != acme.ChallengeHTTP01 {
 		t.Errorf("challenge POST answered %+v, want the challenge %+v", got, ch)
 	}
 	if up := linkWithRel(r, "up"); up != az {
@@ -1063,8 +1065,8 @@ func TestAWrongHTTP01AnswerInvalidatesChallengeAuthorizationAndOrder(t *testing.
 	if err := json.Unmarshal(c.Error, &p); err != nil {
 		t.Fatalf("challenge error %s: %v", c.Error, err)
 	}
-	if p.Type != problem.IncorrectResponse {
-		t.Errorf("challenge error type %s, want %s", p.Type, problem.IncorrectResponse)
+	if p.Type != acme.ErrorIncorrectResponse {
+		t.Errorf("challenge error type %s, want %s", p.Type, acme.ErrorIncorrectResponse)
 	}
 	if p.Identifier == nil || p.Identifier.Type != "dns" || p.Identifier.Value != "wrong.example.com" {
 		t.Errorf("challenge error identifier %+v, want dns wrong.example.com", p.Identifier)
@@ -1137,7 +1139,7 @@ func TestConcurrentFinalizesOfOneOrderIssueOneCertificate(t *testing.T) {
 				if got := decodeAs[orderJSON](t, r); got.Status != "valid" || got.Certificate == "" {
 					t.Errorf("round %d: the winning finalize answered %s", round, r.body)
 				}
-			case r.problem != nil && r.problem.Type == problem.OrderNotReady && r.status == http.StatusForbidden:
+			case r.problem != nil && r.problem.Type == acme.ErrorOrderNotReady && r.status == http.StatusForbidden:
 			default:
 				t.Errorf("round %d: a losing finalize answered %d %s, want 403 orderNotReady", round, r.status, r.body)
 			}
@@ -1315,20 +1317,20 @@ func TestAnIssuedOrderServesItsCertificateToItsAccountOnly(t *testing.T) {
 		}
 	})
 	t.Run("another account may not download it", func(t *testing.T) {
-		wantProblem(t, bob.read(issued.Certificate), http.StatusForbidden, problem.Unauthorized)
+		wantProblem(t, bob.read(issued.Certificate), http.StatusForbidden, acme.ErrorUnauthorized)
 	})
 	t.Run("another account may not read the order", func(t *testing.T) {
-		wantProblem(t, bob.read(o.url), http.StatusForbidden, problem.Unauthorized)
+		wantProblem(t, bob.read(o.url), http.StatusForbidden, acme.ErrorUnauthorized)
 	})
 	t.Run("a certificate read with a payload is malformed", func(t *testing.T) {
-		wantProblem(t, alice.post(issued.Certificate, map[string]any{}, jwsOpts{}), http.StatusBadRequest, problem.Malformed)
+		wantProblem(t, alice.post(issued.Certificate, map[string]any{}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
 	})
 	t.Run("an order read with a payload is malformed", func(t *testing.T) {
-		wantProblem(t, alice.post(o.url, map[string]any{}, jwsOpts{}), http.StatusBadRequest, problem.Malformed)
+		wantProblem(t, alice.post(o.url, map[string]any{}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
 	})
 	t.Run("finalizing the valid order again is orderNotReady", func(t *testing.T) {
 		r := alice.finalize(o, newCSR(t, newKey(t), "", []string{"cert.example.com", "www.cert.example.com"}, nil))
-		wantProblem(t, r, http.StatusForbidden, problem.OrderNotReady)
+		wantProblem(t, r, http.StatusForbidden, acme.ErrorOrderNotReady)
 		if got := decodeAs[orderJSON](t, alice.read(o.url)); got.Certificate != issued.Certificate {
 			t.Errorf("the order's certificate changed from %q to %q", issued.Certificate, got.Certificate)
 		}
@@ -1345,7 +1347,7 @@ func TestFinalizeRefusesAnEd25519KeyThatVerifiesEverySignature(t *testing.T) {
 	alice.register()
 	o := alice.readyOrder("weak.example.com")
 	csr := newCSR(t, identityEd25519(), "", []string{"weak.example.com"}, nil)
-	wantProblem(t, alice.finalize(o, csr), http.StatusBadRequest, problem.BadCSR)
+	wantProblem(t, alice.finalize(o, csr), http.StatusBadRequest, acme.ErrorBadCSR)
 }
 
 // ---- the JWS member names ----
@@ -1389,20 +1391,20 @@ func TestProtectedHeaderMemberNamesAreCaseSensitive(t *testing.T) {
 		hdr        func() map[string]any
 		payload    string // what an accepted request would act on
 		wantStatus int
-		wantType   problem.Type
+		wantType   acme.ProblemType
 	}{
 		{"fail/url spelled URL", alice.kid, func() map[string]any {
 			return map[string]any{"alg": "ES256", "kid": alice.kid, "nonce": alice.nonce(), "URL": alice.kid}
-		}, "", 400, problem.Malformed},
+		}, "", 400, acme.ErrorMalformed},
 		{"fail/nonce spelled Nonce", alice.kid, func() map[string]any {
 			return map[string]any{"alg": "ES256", "kid": alice.kid, "Nonce": alice.nonce(), "url": alice.kid}
-		}, "", 400, problem.BadNonce},
+		}, "", 400, acme.ErrorBadNonce},
 		{"fail/kid spelled KID", alice.kid, func() map[string]any {
 			return map[string]any{"alg": "ES256", "KID": alice.kid, "nonce": alice.nonce(), "url": alice.kid}
-		}, "", 400, problem.Malformed},
+		}, "", 400, acme.ErrorMalformed},
 		{"fail/jwk spelled JWK", e.url("/new-account"), func() map[string]any {
 			return map[string]any{"alg": "ES256", "JWK": jwkOf(t, alice.key.Public()), "nonce": alice.nonce(), "url": e.url("/new-account")}
-		}, `{"onlyReturnExisting":true}`, 400, problem.Malformed},
+		}, `{"onlyReturnExisting":true}`, 400, acme.ErrorMalformed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

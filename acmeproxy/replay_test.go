@@ -1,11 +1,11 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"crypto"
 	"net/http"
 	"testing"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 
 // issueRaw has c obtain a certificate for name through the protocol and
@@ -82,7 +82,7 @@ func TestReplayingASignedRequestOnAnyRouteIsABadNonce(t *testing.T) {
 			return signed(c, c.order(dnsID("deact.example.com")).Authorizations[0], []byte(`{"status":"deactivated"}`), jwsOpts{})
 		}, http.StatusOK},
 		{"challenge answer (kid)", func(t *testing.T, c *rawClient) (string, []byte) {
-			ch := challengeOf(t, c.authz(c.order(dnsID("chall.example.com")).Authorizations[0]), ChallengeHTTP01)
+			ch := challengeOf(t, c.authz(c.order(dnsID("chall.example.com")).Authorizations[0]), acme.ChallengeHTTP01)
 			return signed(c, ch.URL, []byte(`{}`), jwsOpts{})
 		}, http.StatusOK},
 		{"finalize (kid)", func(t *testing.T, c *rawClient) (string, []byte) {
@@ -112,7 +112,7 @@ func TestReplayingASignedRequestOnAnyRouteIsABadNonce(t *testing.T) {
 				t.Fatalf("first request: %d %s, want %d", first.status, first.body, tc.wantFirst)
 			}
 			replay := c.postRaw(target, "application/jose+json", body)
-			wantProblem(t, replay, http.StatusBadRequest, problem.BadNonce)
+			wantProblem(t, replay, http.StatusBadRequest, acme.ErrorBadNonce)
 			if n := replay.header.Get("Replay-Nonce"); n == "" || n == first.header.Get("Replay-Nonce") {
 				t.Errorf("the badNonce answer carries no fresh nonce: %q", n)
 			}

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/x509"
 	"errors"
@@ -40,9 +42,9 @@ func (s *Server) ResumeStuckOrders(ctx context.Context) (int, error) {
 			errs = append(errs, fmt.Errorf("order %s: stored CSR: %w", o.ID, err))
 			continue
 		}
-		idents := make([]signer.Identifier, len(o.Identifiers))
+		idents := make([]acme.Identifier, len(o.Identifiers))
 		for i, id := range o.Identifiers {
-			idents[i] = signer.Identifier(id)
+			idents[i] = acme.Identifier(id)
 		}
 		if prob := s.policyRefusal(idents); prob != nil {
 			s.failOrder(ctx, o, prob, "refused at resume by the profile's current policy: "+prob.Detail, client{})

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"context"
 	"crypto/x509"
@@ -153,7 +155,7 @@ func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error 
 	}
 	cl := clientOf(r)
 	refuse := func(prob *problem.Problem, cert *store.Certificate, serial, why string) error {
-		ev := s.event(ctx, EventRevocationRefused, OutcomeRefused, actor, cl)
+		ev := s.event(ctx, acme.EventRevocationRefused, OutcomeRefused, actor, cl)
 		ev.Serial, ev.Reason, ev.Detail = serial, string(prob.Type), why
 		if cert != nil {
 			ev.OrderID, ev.AccountID = cert.OrderID, cert.AccountID
@@ -313,7 +315,7 @@ func (s *Server) revoke(ctx context.Context, rv revocation) (RevokeResult, error
 // and the certificate_revoked audit row, in one transaction. A concurrent
 // revocation that won makes this ErrAlreadyRevoked. rv.cert is updated.
 func (s *Server) record(ctx context.Context, rv *revocation, issuer string) error {
-	ev := s.event(ctx, EventCertificateRevoked, OutcomeSuccess, rv.actor, rv.client)
+	ev := s.event(ctx, acme.EventCertificateRevoked, OutcomeSuccess, rv.actor, rv.client)
 	now := ev.At
 	ev.OrderID, ev.AccountID, ev.Serial = rv.cert.OrderID, rv.cert.AccountID, rv.cert.Serial
 	ev.Identifiers = leafIdentifiers(rv.leaf)
@@ -334,7 +336,7 @@ func (s *Server) record(ctx context.Context, rv *revocation, issuer string) erro
 	}
 	s.notified(ev.Jobs)
 	s.metrics.Revoked(s.cfg.Profile)
-	s.log.Info("certificate revoked", zap.String("event", EventCertificateRevoked), zap.String("profile", s.cfg.Profile),
+	s.log.Info("certificate revoked", zap.String("event", acme.EventCertificateRevoked), zap.String("profile", s.cfg.Profile),
 		zap.String("order", rv.cert.OrderID), zap.String("serial", rv.cert.Serial), zap.Any("reason", rv.reason),
 		zap.String("actor", rv.actor.Kind), zap.String("actor_id", rv.actor.ID))
 	rv.cert.RevokedAt, rv.cert.Reason = now, rv.reason
@@ -355,7 +357,7 @@ func (s *Server) becomesKeyCompromise(rv revocation) bool {
 // keyCompromise with its audit row, in one transaction that also marks the
 // issuer's CRL stale; the caller queues the regeneration.
 func (s *Server) recordKeyCompromise(ctx context.Context, rv *revocation) error {
-	ev := s.event(ctx, EventRevocationReasonChanged, OutcomeSuccess, rv.actor, rv.client)
+	ev := s.event(ctx, acme.EventRevocationReasonChanged, OutcomeSuccess, rv.actor, rv.client)
 	ev.OrderID, ev.AccountID, ev.Serial = rv.cert.OrderID, rv.cert.AccountID, rv.cert.Serial
 	ev.Identifiers = leafIdentifiers(rv.leaf)
 	ev.Reason = strconv.Itoa(reasonKeyCompromise)
@@ -367,7 +369,7 @@ func (s *Server) recordKeyCompromise(ctx context.Context, rv *revocation) error 
 	if err != nil {
 		return err
 	}
-	s.log.Info("revocation reason changed", zap.String("event", EventRevocationReasonChanged), zap.String("profile", s.cfg.Profile),
+	s.log.Info("revocation reason changed", zap.String("event", acme.EventRevocationReasonChanged), zap.String("profile", s.cfg.Profile),
 		zap.String("order", rv.cert.OrderID), zap.String("serial", rv.cert.Serial), zap.Int("reason", reasonKeyCompromise),
 		zap.String("actor", rv.actor.Kind), zap.String("actor_id", rv.actor.ID))
 	r := reasonKeyCompromise
@@ -384,13 +386,13 @@ func reasonText(r *int) string {
 }
 
 // leafIdentifiers lists a leaf's names as ACME identifiers.
-func leafIdentifiers(leaf *x509.Certificate) []store.Identifier {
-	var out []store.Identifier
+func leafIdentifiers(leaf *x509.Certificate) []acme.Identifier {
+	var out []acme.Identifier
 	for _, n := range leaf.DNSNames {
-		out = append(out, store.Identifier{Type: IdentDNS, Value: n})
+		out = append(out, acme.Identifier{Type: acme.IdentifierDNS, Value: n})
 	}
 	for _, ip := range leaf.IPAddresses {
-		out = append(out, store.Identifier{Type: IdentIP, Value: ip.String()})
+		out = append(out, acme.Identifier{Type: acme.IdentifierIP, Value: ip.String()})
 	}
 	return out
 }
@@ -532,7 +534,7 @@ func (h *RevokeJobs) Abandon(ctx context.Context, job *jobs.Job, reason string) 
 		return
 	}
 	if s, ok := h.Profiles.Lookup(p.Profile); ok {
-		ev := s.event(ctx, EventRevocationFailed, OutcomeFailure, p.Actor, client{IP: p.ClientIP, UserAgent: p.UserAgent})
+		ev := s.event(ctx, acme.EventRevocationFailed, OutcomeFailure, p.Actor, client{IP: p.ClientIP, UserAgent: p.UserAgent})
 		ev.OrderID, ev.Detail = p.Order, reason
 		if p.Reason != nil {
 			ev.Reason = strconv.Itoa(*p.Reason)
@@ -540,7 +542,7 @@ func (h *RevokeJobs) Abandon(ctx context.Context, job *jobs.Job, reason string) 
 		s.audit(ctx, ev)
 	}
 	if h.Logger != nil {
-		h.Logger.Warn("revocation abandoned", zap.String("event", EventRevocationFailed), zap.String("profile", p.Profile),
+		h.Logger.Warn("revocation abandoned", zap.String("event", acme.EventRevocationFailed), zap.String("profile", p.Profile),
 			zap.String("order", p.Order), zap.Int64("job", job.ID), zap.String("reason", reason))
 	}
 }

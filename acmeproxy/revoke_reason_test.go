@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/x509"
 	"errors"
@@ -61,7 +63,7 @@ func TestAnOperatorChangesARevocationReasonToKeyCompromiseAndTheCRLShowsIt(t *te
 	if rev.Reason == nil || *rev.Reason != 1 {
 		t.Errorf("ledger reason %v; want 1", rev.Reason)
 	}
-	rows := auditRows(t, e.db, store.AuditFilter{Event: EventRevocationReasonChanged, OrderID: cert.order})
+	rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationReasonChanged, OrderID: cert.order})
 	if len(rows) != 1 || rows[0].ActorKind != ActorAdmin || rows[0].Reason != "1" || rows[0].Serial != stored.Serial {
 		t.Errorf("audit rows %+v; want one revocation_reason_changed by admin with reason 1", rows)
 	}
@@ -156,7 +158,7 @@ func TestALedgerEntryWithRemoveFromCRLIsListedRevokedWithoutThatReason(t *testin
 		CertificateID: stored.ID, Profile: stored.Profile, OrderID: stored.OrderID, Serial: stored.Serial,
 		IssuerKeyID: signer.LeafIssuerKeyID(cert.leaf), Reason: &eight, RevokedAt: time.Now(), NotAfter: stored.NotAfter,
 		ActorKind: ActorAccount, ActorID: "legacy",
-	}, store.AuditEvent{At: time.Now(), Event: EventCertificateRevoked, Outcome: OutcomeSuccess}); err != nil {
+	}, store.AuditEvent{At: time.Now(), Event: vocab.EventCertificateRevoked, Outcome: OutcomeSuccess}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.srv.RegenerateCRL(ctx); err != nil {

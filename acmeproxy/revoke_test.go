@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -182,7 +184,7 @@ func TestRevokeCertByEachAuthorizedRequesterAndTheCRLListsIt(t *testing.T) {
 			if stored.RevokedAt.IsZero() || (tc.reason == nil) != (stored.Reason == nil) || (tc.reason != nil && *stored.Reason != *tc.reason) {
 				t.Errorf("stored revocation %v reason %v; want revoked with %v", stored.RevokedAt, stored.Reason, tc.reason)
 			}
-			rows := auditRows(t, e.db, store.AuditFilter{Event: EventCertificateRevoked, OrderID: c.order})
+			rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventCertificateRevoked, OrderID: c.order})
 			if len(rows) != 1 || rows[0].ActorKind != tc.wantActor || rows[0].Serial != stored.Serial || rows[0].ClientIP != "127.0.0.1" {
 				t.Errorf("audit rows %+v; want one certificate_revoked by %s from 127.0.0.1", rows, tc.wantActor)
 			}
@@ -197,8 +199,8 @@ func TestRevokeCertByEachAuthorizedRequesterAndTheCRLListsIt(t *testing.T) {
 		}
 		err := c.RevokeCert(ctx, nil, cert.der, acme.CRLReasonAffiliationChanged)
 		var ae *acme.Error
-		if !errors.As(err, &ae) || ae.StatusCode != http.StatusUnauthorized || ae.ProblemType != string(problem.Unauthorized) {
-			t.Fatalf("revoke by a deactivated account: %v; want 401 %s (RFC 8555 §7.3.6)", err, problem.Unauthorized)
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusUnauthorized || ae.ProblemType != string(vocab.ErrorUnauthorized) {
+			t.Fatalf("revoke by a deactivated account: %v; want 401 %s (RFC 8555 §7.3.6)", err, vocab.ErrorUnauthorized)
 		}
 		stored, err := e.db.CertificateOfOrder(ctx, cert.order)
 		if err != nil {
@@ -291,7 +293,7 @@ func TestRevokeCertRefusalsAreAuditedAndTellAStrangerNothing(t *testing.T) {
 	}
 
 	notYoursAnswer := func() rawResponse { return revoke(stranger, cert.der, 1, jwsOpts{})() }()
-	if notYoursAnswer.status != http.StatusForbidden || notYoursAnswer.problem == nil || notYoursAnswer.problem.Type != problem.Unauthorized {
+	if notYoursAnswer.status != http.StatusForbidden || notYoursAnswer.problem == nil || notYoursAnswer.problem.Type != vocab.ErrorUnauthorized {
 		t.Fatalf("a stranger's revocation: %d %s; want 403 unauthorized", notYoursAnswer.status, notYoursAnswer.body)
 	}
 
@@ -299,38 +301,38 @@ func TestRevokeCertRefusalsAreAuditedAndTellAStrangerNothing(t *testing.T) {
 		name           string
 		do             func() rawResponse
 		wantStatus     int
-		wantType       problem.Type
+		wantType       vocab.ProblemType
 		sameAsNotYours bool // the answer must be byte for byte the stranger's
 		wantAudit      bool
 	}{
-		{"fail/a stranger's account", revoke(stranger, cert.der, 1, jwsOpts{}), 403, problem.Unauthorized, true, true},
-		{"fail/an unknown serial", revoke(own, unknown, 1, jwsOpts{}), 403, problem.Unauthorized, true, true},
-		{"fail/a leaf whose bytes differ from the stored one", revoke(own, mismatched, 1, jwsOpts{}), 403, problem.Unauthorized, true, true},
-		{"fail/signed by another key as jwk", revoke(own, cert.der, 1, jwsOpts{embedJWK: true, key: otherKey}), 403, problem.Unauthorized, true, true},
-		{"fail/a stranger on a revoked certificate learns nothing", revoke(stranger, revoked.der, 1, jwsOpts{}), 403, problem.Unauthorized, true, true},
-		{"fail/reason 7 is not a CRLReason", revoke(own, cert.der, 7, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
-		{"fail/reason 11 is not a CRLReason", revoke(own, cert.der, 11, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
-		{"fail/a negative reason", revoke(own, cert.der, -1, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
-		{"fail/reason 8 (removeFromCRL) would leave the certificate trusted", revoke(own, cert.der, 8, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
-		{"fail/reason 2 (cACompromise) is not a subscriber's to state", revoke(own, cert.der, 2, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
-		{"fail/reason 6 (certificateHold) is never released here", revoke(own, cert.der, 6, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
-		{"fail/reason 9 (privilegeWithdrawn) is the operator's", revoke(own, cert.der, 9, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
-		{"fail/reason 10 (aACompromise) is not a subscriber's to state", revoke(own, cert.der, 10, jwsOpts{}), 400, problem.BadRevocationReason, false, true},
-		{"fail/already revoked, by its owner", revoke(own, revoked.der, 1, jwsOpts{}), 400, problem.AlreadyRevoked, false, true},
-		{"fail/already revoked, by its key", revoke(own, revoked.der, nil, jwsOpts{embedJWK: true, key: revoked.key}), 400, problem.AlreadyRevoked, false, true},
+		{"fail/a stranger's account", revoke(stranger, cert.der, 1, jwsOpts{}), 403, vocab.ErrorUnauthorized, true, true},
+		{"fail/an unknown serial", revoke(own, unknown, 1, jwsOpts{}), 403, vocab.ErrorUnauthorized, true, true},
+		{"fail/a leaf whose bytes differ from the stored one", revoke(own, mismatched, 1, jwsOpts{}), 403, vocab.ErrorUnauthorized, true, true},
+		{"fail/signed by another key as jwk", revoke(own, cert.der, 1, jwsOpts{embedJWK: true, key: otherKey}), 403, vocab.ErrorUnauthorized, true, true},
+		{"fail/a stranger on a revoked certificate learns nothing", revoke(stranger, revoked.der, 1, jwsOpts{}), 403, vocab.ErrorUnauthorized, true, true},
+		{"fail/reason 7 is not a CRLReason", revoke(own, cert.der, 7, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},
+		{"fail/reason 11 is not a CRLReason", revoke(own, cert.der, 11, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},
+		{"fail/a negative reason", revoke(own, cert.der, -1, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},
+		{"fail/reason 8 (removeFromCRL) would leave the certificate trusted", revoke(own, cert.der, 8, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},
+		{"fail/reason 2 (cACompromise) is not a subscriber's to state", revoke(own, cert.der, 2, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},
+		{"fail/reason 6 (certificateHold) is never released here", revoke(own, cert.der, 6, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},
+		{"fail/reason 9 (privilegeWithdrawn) is the operator's", revoke(own, cert.der, 9, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},
+		{"fail/reason 10 (aACompromise) is not a subscriber's to state", revoke(own, cert.der, 10, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},
+		{"fail/already revoked, by its owner", revoke(own, revoked.der, 1, jwsOpts{}), 400, vocab.ErrorAlreadyRevoked, false, true},
+		{"fail/already revoked, by its key", revoke(own, revoked.der, nil, jwsOpts{embedJWK: true, key: revoked.key}), 400, vocab.ErrorAlreadyRevoked, false, true},
 		{"fail/a certificate that is not base64url", func() rawResponse {
 			return own.post(e.url("/revoke-cert"), map[string]any{"certificate": "!!"}, jwsOpts{})
-		}, 400, problem.Malformed, false, true},
-		{"fail/a certificate that is not DER", revoke(own, []byte("not a certificate"), nil, jwsOpts{}), 400, problem.Malformed, false, true},
-		{"fail/a reason that is not a number", revoke(own, cert.der, "one", jwsOpts{}), 400, problem.Malformed, false, true},
-		{"fail/POST-as-GET", func() rawResponse { return own.post(e.url("/revoke-cert"), nil, jwsOpts{}) }, 400, problem.Malformed, false, true},
+		}, 400, vocab.ErrorMalformed, false, true},
+		{"fail/a certificate that is not DER", revoke(own, []byte("not a certificate"), nil, jwsOpts{}), 400, vocab.ErrorMalformed, false, true},
+		{"fail/a reason that is not a number", revoke(own, cert.der, "one", jwsOpts{}), 400, vocab.ErrorMalformed, false, true},
+		{"fail/POST-as-GET", func() rawResponse { return own.post(e.url("/revoke-cert"), nil, jwsOpts{}) }, 400, vocab.ErrorMalformed, false, true},
 		{"fail/signed by nobody known: no audit row", func() rawResponse {
 			return own.post(e.url("/revoke-cert"), map[string]any{"certificate": b64(cert.der)}, jwsOpts{kid: e.url("/account/nope")})
-		}, 400, problem.AccountDoesNotExist, false, false},
+		}, 400, vocab.ErrorAccountDoesNotExist, false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(auditRows(t, e.db, store.AuditFilter{Event: EventRevocationRefused, Limit: 1000}))
+			before := len(auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationRefused, Limit: 1000}))
 			r := tc.do()
 			if r.status != tc.wantStatus || r.problem == nil || r.problem.Type != tc.wantType {
 				t.Fatalf("got %d %s; want %d %s", r.status, r.body, tc.wantStatus, tc.wantType)
@@ -338,7 +340,7 @@ func TestRevokeCertRefusalsAreAuditedAndTellAStrangerNothing(t *testing.T) {
 			if tc.sameAsNotYours && (r.status != notYoursAnswer.status || string(r.body) != string(notYoursAnswer.body)) {
 				t.Errorf("answer %d %s differs from the stranger's %d %s", r.status, r.body, notYoursAnswer.status, notYoursAnswer.body)
 			}
-			after := auditRows(t, e.db, store.AuditFilter{Event: EventRevocationRefused, Limit: 1000})
+			after := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationRefused, Limit: 1000})
 			switch {
 			case tc.wantAudit && len(after) != before+1:
 				t.Errorf("%d refusal rows written; want 1", len(after)-before)
@@ -351,7 +353,7 @@ func TestRevokeCertRefusalsAreAuditedAndTellAStrangerNothing(t *testing.T) {
 	}
 
 	// The stranger's refusal names the certificate's order, for the operator.
-	rows := auditRows(t, e.db, store.AuditFilter{Event: EventRevocationRefused, OrderID: cert.order})
+	rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationRefused, OrderID: cert.order})
 	found := false
 	for _, r := range rows {
 		if r.ActorKind == ActorAccount && r.ActorID == path.Base(stranger.kid) && r.Serial == hex.EncodeToString(cert.leaf.SerialNumber.Bytes()) {
@@ -426,7 +428,7 @@ func TestAClientAndAnOperatorRevokingAtOnceRecordOneRevocation(t *testing.T) {
 		wg.Wait()
 
 		p, _ := problem.As(clientErr)
-		clientLost := p != nil && p.Type == problem.AlreadyRevoked
+		clientLost := p != nil && p.Type == vocab.ErrorAlreadyRevoked
 		opLost := errors.Is(opErr, ErrAlreadyRevoked) && errors.Is(opErr, ErrConflict)
 		winner, want := "", 0
 		switch {
@@ -445,7 +447,7 @@ func TestAClientAndAnOperatorRevokingAtOnceRecordOneRevocation(t *testing.T) {
 		if stored.Reason == nil || *stored.Reason != want {
 			t.Errorf("round %d: the %s won but the stored reason is %v; want %d", round, winner, stored.Reason, want)
 		}
-		if rows := auditRows(t, e.db, store.AuditFilter{Event: EventCertificateRevoked, OrderID: cert.order}); len(rows) != 1 {
+		if rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventCertificateRevoked, OrderID: cert.order}); len(rows) != 1 {
 			t.Errorf("round %d: %d certificate_revoked rows; want 1", round, len(rows))
 		}
 		crl := e.crl(lists(cert.leaf.SerialNumber))

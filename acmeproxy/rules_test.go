@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"errors"
 	"net/http"
@@ -9,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -59,12 +60,12 @@ func TestFinalizeRefusesANameThePolicyNoLongerAllows(t *testing.T) {
 			aliceAfter := alice.on(t, after)
 			r := aliceAfter.post(after.url("/order/"+id+"/finalize"),
 				map[string]string{"csr": b64(newCSR(t, newKey(t), "", tc.names, nil))}, jwsOpts{})
-			wantProblem(t, r, http.StatusBadRequest, problem.RejectedIdentifier)
+			wantProblem(t, r, http.StatusBadRequest, acme.ErrorRejectedIdentifier)
 			if len(r.problem.Subproblems) != 1 {
 				t.Fatalf("subproblems %+v, want one for later.example.com", r.problem.Subproblems)
 			}
-			if sub := r.problem.Subproblems[0]; sub.Type != problem.RejectedIdentifier || sub.Identifier == nil ||
-				*sub.Identifier != (problem.Identifier{Type: IdentDNS, Value: "later.example.com"}) {
+			if sub := r.problem.Subproblems[0]; sub.Type != acme.ErrorRejectedIdentifier || sub.Identifier == nil ||
+				*sub.Identifier != (acme.Identifier{Type: acme.IdentifierDNS, Value: "later.example.com"}) {
 				t.Errorf("subproblem %+v, want rejectedIdentifier for dns later.example.com", sub)
 			}
 
@@ -115,7 +116,7 @@ func TestAnOrderPastItsExpiryReadsInvalidAndCannotBeFinalized(t *testing.T) {
 		{"a CSR for another name", []string{"other.example.com"}},
 	} {
 		r := alice.finalize(o, newCSR(t, newKey(t), "", csr.names, nil))
-		if r.status != http.StatusForbidden || r.problem == nil || r.problem.Type != problem.OrderNotReady {
+		if r.status != http.StatusForbidden || r.problem == nil || r.problem.Type != acme.ErrorOrderNotReady {
 			t.Fatalf("finalize with %s: got %d %s, want 403 orderNotReady", csr.name, r.status, r.body)
 		}
 	}
@@ -142,7 +143,7 @@ func TestAnAuthorizationPastItsExpiryIsExpiredAndItsChallengeCannotBeAnswered(t 
 	expiredChallenge := func(t *testing.T, name string, before func(challengeJSON)) (authzURL string, ch challengeJSON) {
 		authzURL = alice.order(dnsID(name)).Authorizations[0]
 		a := alice.authz(authzURL)
-		ch = challengeOf(t, a, ChallengeHTTP01)
+		ch = challengeOf(t, a, acme.ChallengeHTTP01)
 		e.http01.set(ch.Token, alice.keyAuthorization(ch.Token))
 		if before != nil {
 			before(ch)
@@ -162,7 +163,7 @@ func TestAnAuthorizationPastItsExpiryIsExpiredAndItsChallengeCannotBeAnswered(t 
 		if got := alice.authz(authzURL); got.Status != "expired" {
 			t.Fatalf("an authorization past its expiry reads %q, want expired", got.Status)
 		}
-		wantProblem(t, alice.post(ch.URL, map[string]any{}, jwsOpts{}), http.StatusBadRequest, problem.Malformed)
+		wantProblem(t, alice.post(ch.URL, map[string]any{}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
 		got, _, err := e.db.GetChallenge(ctx, e.srv.Profile(), challengeID(ch))
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +22,7 @@ func (s *Server) Issued(ctx context.Context, orderID string, chain [][]byte) err
 	if err != nil {
 		return err
 	}
-	if o.Status != "processing" {
+	if o.Status != acme.StatusProcessing {
 		return nil
 	}
 	_, err = s.recordIssued(ctx, o, chain, s.pendingClient(ctx, orderID))
@@ -33,7 +35,7 @@ func (s *Server) Issued(ctx context.Context, orderID string, chain [][]byte) err
 // Failed marks an order a signer gave up on invalid (signer.Settler). The
 // client sees a generic problem; detail is kept for the operator.
 func (s *Server) Failed(ctx context.Context, orderID, detail string) error {
-	p := &problem.Problem{Type: problem.ServerInternal, Status: http.StatusInternalServerError,
+	p := &problem.Problem{Type: acme.ErrorServerInternal, Status: http.StatusInternalServerError,
 		Detail: "the certificate could not be issued; the operator can see why"}
 	body, _ := json.Marshal(p)
 	if err := s.db.FailOrder(ctx, orderID, body, detail, s.clock.Now()); err != nil {

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +16,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -69,7 +70,7 @@ func TestAFullDatabaseIsAnswered503WithRetryAfterAndLoggedOncePerInterval(t *tes
 	const burst = 20
 	for i := range burst {
 		r := newOrder()
-		if r.status != http.StatusServiceUnavailable || r.problem == nil || r.problem.Type != problem.ServerInternal {
+		if r.status != http.StatusServiceUnavailable || r.problem == nil || r.problem.Type != acme.ErrorServerInternal {
 			t.Fatalf("request %d to a full database: %d %s; want 503 serverInternal", i, r.status, r.body)
 		}
 		if got := r.header.Get("Retry-After"); got != "30" {

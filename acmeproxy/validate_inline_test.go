@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"net/http"
 	"reflect"
@@ -38,7 +40,7 @@ func TestAnAnswerThatIsThereSettlesInItsPOSTWithoutAJob(t *testing.T) {
 			o := alice.order(dnsID("inline.example.com"))
 			ch, r := alice.answerHTTP01(o.Authorizations[0], tc.body)
 			got := decodeAs[challengeJSON](t, r)
-			if r.status != http.StatusOK || got.Status != tc.want {
+			if r.status != http.StatusOK || string(got.Status) != tc.want {
 				t.Fatalf("challenge POST: %d %s; want 200 with status %s", r.status, r.body, tc.want)
 			}
 			// The POST answered with the challenge as stored.
@@ -60,7 +62,7 @@ func TestAnAnswerSlowerThanThePOSTWaitsForIsValidatedByAJob(t *testing.T) {
 	alice := e.rawClient()
 	alice.register()
 	o := alice.order(dnsID("slow.example.com"))
-	ch := challengeOf(t, alice.authz(o.Authorizations[0]), ChallengeHTTP01)
+	ch := challengeOf(t, alice.authz(o.Authorizations[0]), acme.ChallengeHTTP01)
 	release := make(chan struct{})
 	var once sync.Once
 	e.http01.mu.Lock()
@@ -92,7 +94,7 @@ func TestAFaultOnOurSideInThePOSTsAttemptIsLeftToTheJob(t *testing.T) {
 	alice := e.rawClient()
 	alice.register()
 	o := alice.order(dnsID("fault.example.com"))
-	ch := challengeOf(t, alice.authz(o.Authorizations[0]), ChallengeDNS01)
+	ch := challengeOf(t, alice.authz(o.Authorizations[0]), acme.ChallengeDNS01)
 	r := alice.post(ch.URL, map[string]any{}, jwsOpts{})
 	if got := decodeAs[challengeJSON](t, r); r.status != http.StatusOK || got.Status != "processing" {
 		t.Fatalf("challenge POST: %d %s; want 200 with status processing", r.status, r.body)

@@ -8,6 +8,8 @@
 package signer
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/x509"
 	"errors"
@@ -20,12 +22,6 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-// Identifier is an ACME identifier (RFC 8555 §9.7.7): type "dns" or "ip".
-type Identifier struct {
-	Type  string `json:"type"`
-	Value string `json:"value"`
-}
-
 // IssueRequest is a finalized order, ready to sign.
 type IssueRequest struct {
 	OrderID string
@@ -36,7 +32,7 @@ type IssueRequest struct {
 	CSR    *x509.CertificateRequest
 	CSRDER []byte
 	// Identifiers are the order's, normalized, in the order's order.
-	Identifiers []Identifier
+	Identifiers []acme.Identifier
 	// NotBefore and NotAfter are what the client asked for in newOrder;
 	// zero when it asked for nothing. A signer may narrow the validity to
 	// them, never widen it.
@@ -148,7 +144,7 @@ type JobWorker interface {
 type IdentifierChecker interface {
 	// CheckIdentifier returns nil, or a *Error of KindRejectedIdentifier
 	// whose detail says why. id is normalized; a wildcard keeps its "*.".
-	CheckIdentifier(id Identifier) error
+	CheckIdentifier(id acme.Identifier) error
 }
 
 // Kind classifies a signer's refusal so the ACME layer can answer with the

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -54,9 +56,9 @@ func (db *DB) Secret(ctx context.Context, name string, size int, now time.Time) 
 type Account struct {
 	ID         string
 	Profile    string
-	Thumbprint string // RFC 7638 thumbprint of the account key, base64url
-	KeyJWK     []byte // the account's public key as a JWK
-	Status     string // valid, deactivated, revoked
+	Thumbprint string      // RFC 7638 thumbprint of the account key, base64url
+	KeyJWK     []byte      // the account's public key as a JWK
+	Status     acme.Status // valid, deactivated, revoked
 	Contact    []string
 	TOSAgreed  bool
 	CreatedAt  time.Time

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -22,7 +24,7 @@ type AuditEvent struct {
 	ActorID     string
 	OrderID     string
 	AccountID   string
-	Identifiers []Identifier
+	Identifiers []acme.Identifier
 	Serial      string
 	ClientIP    string
 	ClientName  string // reverse DNS name of ClientIP; "" when unknown

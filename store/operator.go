@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -21,7 +23,7 @@ type OrderSummary struct {
 // OrderFilter selects orders for operators. Zero fields do not filter.
 type OrderFilter struct {
 	Profile    string
-	Status     string
+	Status     acme.Status
 	AccountID  string
 	Identifier string // an identifier value, exactly as stored (normalized)
 	After      string // page: orders listed after this order id
@@ -126,7 +128,7 @@ func (db *DB) OrderByID(ctx context.Context, id string) (OrderSummary, error) {
 // AccountFilter selects accounts for operators. Zero fields do not filter.
 type AccountFilter struct {
 	Profile string
-	Status  string
+	Status  acme.Status
 	After   string // page: accounts listed after this account id
 	Limit   int    // default 100, at most 1000
 }

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -9,19 +11,13 @@ import (
 	"time"
 )
 
-// Identifier is an ACME identifier as stored.
-type Identifier struct {
-	Type  string `json:"type"`
-	Value string `json:"value"`
-}
-
 // Order is an ACME order (RFC 8555 §7.1.3).
 type Order struct {
 	ID            string
 	Profile       string
 	AccountID     string
-	Status        string // pending, ready, processing, valid, invalid
-	Identifiers   []Identifier
+	Status        acme.Status // pending, ready, processing, valid, invalid
+	Identifiers   []acme.Identifier
 	NotBefore     time.Time // zero: not requested
 	NotAfter      time.Time
 	Expires       time.Time
@@ -37,9 +33,9 @@ type Authz struct {
 	ID         string
 	OrderID    string
 	AccountID  string
-	Identifier Identifier
+	Identifier acme.Identifier
 	Wildcard   bool
-	Status     string // pending, valid, invalid, deactivated, expired, revoked
+	Status     acme.Status // pending, valid, invalid, deactivated, expired, revoked
 	Expires    time.Time
 	Challenges []Challenge
 }
@@ -50,7 +46,7 @@ type Challenge struct {
 	AuthzID   string
 	Type      string
 	Token     string
-	Status    string // pending, processing, valid, invalid
+	Status    acme.Status // pending, processing, valid, invalid
 	Validated time.Time
 	Error     []byte // problem document JSON; nil when none
 }
@@ -128,7 +124,7 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 	if err != nil {
 		return Order{}, fmt.Errorf("store: order identifiers: %w", err)
 	}
-	o.ID, o.Status, o.CreatedAt = NewID(), "pending", now
+	o.ID, o.Status, o.CreatedAt = NewID(), acme.StatusPending, now
 	o.AuthzIDs = make([]string, len(authzs))
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders
@@ -234,7 +230,7 @@ func (db *DB) GetAuthz(ctx context.Context, profile, id string) (Authz, error) {
 		if !cid.Valid {
 			continue // an authorization without challenges
 		}
-		c := Challenge{ID: cid.String, AuthzID: caid.String, Type: ctype.String, Token: token.String, Status: cstatus.String, Validated: nullMs(validated)}
+		c := Challenge{ID: cid.String, AuthzID: caid.String, Type: ctype.String, Token: token.String, Status: acme.Status(cstatus.String), Validated: nullMs(validated)}
 		if problem.Valid {
 			c.Error = []byte(problem.String)
 		}
@@ -294,7 +290,7 @@ func (db *DB) StartChallenge(ctx context.Context, id string, now time.Time) (boo
 // ChallengeResult is what CompleteChallenge changed.
 type ChallengeResult struct {
 	OrderID     string
-	OrderStatus string // the order's status after the change
+	OrderStatus acme.Status // the order's status after the change
 	// OrderChanged: this call moved the order (to ready or invalid).
 	OrderChanged bool
 }
@@ -310,9 +306,9 @@ type ChallengeResult struct {
 // notifications the result owes) are stored in the same transaction, when
 // the challenge is settled by this call.
 func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, problem []byte, now time.Time, jobs ...NewJob) (ChallengeResult, error) {
-	status, validated := "invalid", time.Time{}
+	status, validated := acme.StatusInvalid, time.Time{}
 	if valid {
-		status, validated = "valid", now
+		status, validated = acme.StatusValid, now
 	}
 	var res ChallengeResult
 	err := db.withTx(ctx, func(tx *sql.Tx) error {

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"context"
 	"errors"
@@ -19,9 +21,9 @@ func newOrderWithAuthzs(t *testing.T, db *DB, n int) Order {
 		t.Fatal(err)
 	}
 	var authzs []Authz
-	var idents []Identifier
+	var idents []acme.Identifier
 	for i := 0; i < n; i++ {
-		id := Identifier{Type: "dns", Value: string(rune('a'+i)) + ".example.com"}
+		id := acme.Identifier{Type: "dns", Value: string(rune('a'+i)) + ".example.com"}
 		idents = append(idents, id)
 		authzs = append(authzs, Authz{Identifier: id, Expires: t0.Add(time.Hour),
 			Challenges: []Challenge{{Type: "http-01", Token: NewID()}}})
@@ -121,7 +123,7 @@ func TestAnOrderIsNotReadyUntilEveryAuthorizationIsValid(t *testing.T) {
 				if err != nil {
 					t.Fatalf("completing challenge %d: %v", i, err)
 				}
-				if res.OrderStatus != tc.want[i] || res.OrderChanged != (tc.want[i] != before) {
+				if string(res.OrderStatus) != tc.want[i] || res.OrderChanged != (tc.want[i] != before) {
 					t.Errorf("after authorization %d (valid=%v) the result is %+v, want order %s (changed: %v)",
 						i, valid, res, tc.want[i], tc.want[i] != before)
 				}
@@ -129,7 +131,7 @@ func TestAnOrderIsNotReadyUntilEveryAuthorizationIsValid(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got.Status != tc.want[i] {
+				if string(got.Status) != tc.want[i] {
 					t.Errorf("after authorization %d (valid=%v) the order reads %s, want %s", i, valid, got.Status, tc.want[i])
 				}
 				before = tc.want[i]
@@ -297,9 +299,9 @@ func TestReadingAnOrderOrAuthorizationReturnsItsPartsInCreationOrder(t *testing.
 	}
 	types := []string{"http-01", "dns-01", "tls-alpn-01"}
 	var authzs []Authz
-	var idents []Identifier
+	var idents []acme.Identifier
 	for _, name := range []string{"c.example.com", "a.example.com", "b.example.com"} {
-		id := Identifier{Type: "dns", Value: name}
+		id := acme.Identifier{Type: "dns", Value: name}
 		idents = append(idents, id)
 		a := Authz{Identifier: id, Expires: t0.Add(time.Hour)}
 		for _, ty := range types {

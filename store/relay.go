@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -36,8 +38,8 @@ type RelayOrder struct {
 	UpdatedAt time.Time
 
 	// From the local order.
-	OrderStatus   string
-	Identifiers   []Identifier
+	OrderStatus   acme.Status
+	Identifiers   []acme.Identifier
 	NotBefore     time.Time // zero: not requested
 	NotAfter      time.Time
 	Expires       time.Time

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -126,7 +128,7 @@ func (db *DB) RevocationOf(ctx context.Context, certificateID string) (Revocatio
 // valid, unexpired authorization for every one of idents (a wildcard
 // "*.name" by a wildcard authorization of name): RFC 8555 §7.6 counts such
 // an account among those that may revoke a certificate for idents.
-func (db *DB) HoldsAuthorizations(ctx context.Context, profile, accountID string, idents []Identifier, now time.Time) (bool, error) {
+func (db *DB) HoldsAuthorizations(ctx context.Context, profile, accountID string, idents []acme.Identifier, now time.Time) (bool, error) {
 	if len(idents) == 0 {
 		return false, nil
 	}

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"errors"
 	"path/filepath"
@@ -149,7 +151,7 @@ func TestTheAuditTrailIsInsertOnlyAndSearchable(t *testing.T) {
 		{At: t0, Event: "certificate_issued", Outcome: "success", Profile: "a", OrderID: "o1", Serial: "01"},
 		{At: t0.Add(time.Minute), Event: "revocation_refused", Outcome: "refused", Profile: "a", OrderID: "o1", AccountID: "x"},
 		{At: t0.Add(2 * time.Minute), Event: "certificate_issued", Outcome: "success", Profile: "b", OrderID: "o2",
-			Identifiers: []Identifier{{Type: "dns", Value: "b.example.com"}}},
+			Identifiers: []acme.Identifier{{Type: "dns", Value: "b.example.com"}}},
 	} {
 		if err := db.InsertAudit(ctx, ev); err != nil {
 			t.Fatalf("event %d: %v", i, err)
@@ -259,9 +261,9 @@ func TestAnAccountHoldsAuthorizationsOnlyWhenEveryNameIsValidlyAuthorizedToIt(t 
 			for _, g := range tc.grants {
 				holdAuthz(t, db, accounts[g.account], g.name, g.state, t0.Add(g.expires))
 			}
-			var idents []Identifier
+			var idents []acme.Identifier
 			for _, n := range tc.names {
-				idents = append(idents, Identifier{Type: "dns", Value: n})
+				idents = append(idents, acme.Identifier{Type: "dns", Value: n})
 			}
 			got, err := db.HoldsAuthorizations(ctx, tc.profile, accounts["alice"], idents, t0.Add(tc.at))
 			if err != nil || got != tc.want {
@@ -278,8 +280,8 @@ func holdAuthz(t *testing.T, db *DB, account, name, state string, expires time.T
 	t.Helper()
 	ctx := context.Background()
 	base, wildcard := strings.CutPrefix(name, "*.")
-	o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: account, Identifiers: []Identifier{{Type: "dns", Value: name}}, Expires: expires},
-		[]Authz{{Identifier: Identifier{Type: "dns", Value: base}, Wildcard: wildcard, Expires: expires,
+	o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: account, Identifiers: []acme.Identifier{{Type: "dns", Value: name}}, Expires: expires},
+		[]Authz{{Identifier: acme.Identifier{Type: "dns", Value: base}, Wildcard: wildcard, Expires: expires,
 			Challenges: []Challenge{{Type: "dns-01", Token: NewID()}}}}, t0)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@
 package notify
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -27,19 +29,9 @@ import (
 // Kind is the job kind that delivers one event to one destination.
 const Kind = "notify_deliver"
 
-// Events a destination can subscribe to.
-const (
-	CertificateIssued      = "certificate_issued"
-	CertificateIssueFailed = "certificate_issue_failed"
-	CertificateRevoked     = "certificate_revoked"
-	AccountCreated         = "account_created"
-	AccountDeactivated     = "account_deactivated"
-	ChallengeFailed        = "challenge_failed"
-)
-
 // Events lists every event, in a fixed order.
-var Events = []string{CertificateIssued, CertificateIssueFailed, CertificateRevoked,
-	AccountCreated, AccountDeactivated, ChallengeFailed}
+var Events = []string{acme.EventCertificateIssued, acme.EventCertificateIssueFailed, acme.EventCertificateRevoked,
+	acme.EventAccountCreated, acme.EventAccountDeactivated, acme.EventChallengeFailed}
 
 // Destination types.
 const (
@@ -55,21 +47,15 @@ const (
 	TLSNone     = "none"     // no TLS: a local relay only; net/smtp refuses to send credentials in clear to anything but localhost
 )
 
-// Identifier is an ACME identifier (RFC 8555 §9.7.7).
-type Identifier struct {
-	Type  string `json:"type"`
-	Value string `json:"value"`
-}
-
 // Event is what happened; its JSON is a webhook's body and a script's
 // stdin.
 type Event struct {
-	Event       string       `json:"event"`
-	Profile     string       `json:"profile"`
-	Order       string       `json:"order,omitempty"`
-	Account     string       `json:"account,omitempty"`
-	Identifiers []Identifier `json:"identifiers,omitempty"`
-	Serial      string       `json:"serial,omitempty"`
+	Event       string            `json:"event"`
+	Profile     string            `json:"profile"`
+	Order       string            `json:"order,omitempty"`
+	Account     string            `json:"account,omitempty"`
+	Identifiers []acme.Identifier `json:"identifiers,omitempty"`
+	Serial      string            `json:"serial,omitempty"`
 	// Reason: a revocation's RFC 5280 reason code, a refusal's problem type.
 	Reason string `json:"reason,omitempty"`
 	// Detail: why an issuance or a challenge failed, for the operator.

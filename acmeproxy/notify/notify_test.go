@@ -1,6 +1,8 @@
 package notify_test
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -66,7 +68,7 @@ func TestAWebhookGetsTheEventSignedWithItsHeaders(t *testing.T) {
 	dst := notify.Destination{Type: notify.TypeWebhook, URL: rcv.URL + "/hook", Secret: "s3cret",
 		Headers: map[string]string{"Authorization": "Bearer tok"}}
 	r := newRig(t, notify.Options{}, dst)
-	ev := sampleEvent(notify.CertificateIssued)
+	ev := sampleEvent(acme.EventCertificateIssued)
 	ids := r.event(t, ev, dst)
 	if len(ids) != 1 {
 		t.Fatalf("%d delivery jobs, want 1", len(ids))
@@ -83,7 +85,7 @@ func TestAWebhookGetsTheEventSignedWithItsHeaders(t *testing.T) {
 		t.Errorf("signature %q does not sign the body", sig)
 	}
 	for k, want := range map[string]string{"Authorization": "Bearer tok", "Content-Type": "application/json",
-		notify.EventHeader: notify.CertificateIssued, notify.DeliveryHeader: "1"} {
+		notify.EventHeader: acme.EventCertificateIssued, notify.DeliveryHeader: "1"} {
 		if v := d.header.Get(k); v != want {
 			t.Errorf("header %s = %q, want %q", k, v, want)
 		}
@@ -100,12 +102,12 @@ func TestAWebhookGetsTheEventSignedWithItsHeaders(t *testing.T) {
 
 func TestAWebhookEventFilterAndUnsignedDelivery(t *testing.T) {
 	rcv := newReceiver(t)
-	only := notify.Destination{Type: notify.TypeWebhook, URL: rcv.URL, Events: []string{notify.CertificateRevoked}}
+	only := notify.Destination{Type: notify.TypeWebhook, URL: rcv.URL, Events: []string{acme.EventCertificateRevoked}}
 	r := newRig(t, notify.Options{}, only)
-	if ids := r.event(t, sampleEvent(notify.CertificateIssued), only); len(ids) != 0 {
+	if ids := r.event(t, sampleEvent(acme.EventCertificateIssued), only); len(ids) != 0 {
 		t.Fatalf("an unwanted event made %d jobs", len(ids))
 	}
-	ids := r.event(t, sampleEvent(notify.CertificateRevoked), only)
+	ids := r.event(t, sampleEvent(acme.EventCertificateRevoked), only)
 	r.wait(t, ids[0])
 	if got := rcv.deliveries(); len(got) != 1 || got[0].header.Get(notify.SignatureHeader) != "" {
 		t.Fatalf("deliveries %v: want one, unsigned", got)
@@ -137,7 +139,7 @@ func TestWebhookFailuresAreRetriedOrAbandonedByStatus(t *testing.T) {
 			url := strings.Replace(rcv.URL, "http://", "http://user:hunter2@", 1) + "/hook?token=topsecret"
 			dst := notify.Destination{Type: notify.TypeWebhook, URL: url, Secret: "hmackey"}
 			r := newRig(t, notify.Options{}, dst)
-			ids := r.event(t, sampleEvent(notify.ChallengeFailed), dst)
+			ids := r.event(t, sampleEvent(acme.EventChallengeFailed), dst)
 			j := r.wait(t, ids[0])
 			if j.Status != tc.wantStatus || j.Attempts != tc.wantAttempts {
 				t.Errorf("job %s after %d attempts (%s); want %s after %d", j.Status, j.Attempts, j.LastError, tc.wantStatus, tc.wantAttempts)
@@ -173,7 +175,7 @@ func checkNoSecret(t *testing.T, s string) {
 func TestADeliveryToAnUnknownDestinationWaitsForAConfigThatHasIt(t *testing.T) {
 	known := notify.Destination{Type: notify.TypeWebhook, URL: "http://127.0.0.1:1/"}
 	d := notify.NewDeliverer(notify.Options{})
-	job := &jobs.Job{ID: 1, Kind: notify.Kind, Payload: notify.Jobs([]notify.Destination{known}, sampleEvent(notify.AccountCreated))[0].Payload}
+	job := &jobs.Job{ID: 1, Kind: notify.Kind, Payload: notify.Jobs([]notify.Destination{known}, sampleEvent(acme.EventAccountCreated))[0].Payload}
 	if out := d.Run(context.Background(), job); out.Kind() != "retry_after" {
 		t.Fatalf("outcome %s, want retry_after", out)
 	}
@@ -190,7 +192,7 @@ func TestAnEmailArrivesOverStartTLSAndOverImplicitTLS(t *testing.T) {
 				dst.TLS = notify.TLSImplicit
 			}
 			r := newRig(t, notify.Options{TLS: &tls.Config{RootCAs: srv.certs}}, dst)
-			ids := r.event(t, sampleEvent(notify.CertificateIssued), dst)
+			ids := r.event(t, sampleEvent(acme.EventCertificateIssued), dst)
 			if j := r.wait(t, ids[0]); j.Status != store.JobDone {
 				t.Fatalf("job %s: %s", j.Status, j.LastError)
 			}
@@ -216,7 +218,7 @@ func TestAnEmailRefusedByTheServerIsAbandoned(t *testing.T) {
 	srv.rejectTo = "nobody@example.com"
 	dst := notify.Destination{Type: notify.TypeEmail, SMTP: srv.addr, From: "acme@example.com", To: []string{"nobody@example.com"}}
 	r := newRig(t, notify.Options{TLS: &tls.Config{RootCAs: srv.certs}}, dst)
-	ids := r.event(t, sampleEvent(notify.CertificateIssued), dst)
+	ids := r.event(t, sampleEvent(acme.EventCertificateIssued), dst)
 	if j := r.wait(t, ids[0]); j.Status != store.JobFailed || j.Attempts != 1 || !strings.Contains(j.LastError, "550") {
 		t.Fatalf("job %s after %d attempts (%s); want failed after 1 with the 550", j.Status, j.Attempts, j.LastError)
 	}
@@ -232,7 +234,7 @@ func TestAScriptGetsTheEventOnStdinInACleanEnvironment(t *testing.T) {
 	}
 	dst := notify.Destination{Type: notify.TypeScript, Command: script, Args: []string{out, filepath.Join(dir, "env")}}
 	r := newRig(t, notify.Options{}, dst)
-	ev := sampleEvent(notify.CertificateRevoked)
+	ev := sampleEvent(acme.EventCertificateRevoked)
 	ev.Reason = "1"
 	ids := r.event(t, ev, dst)
 	if j := r.wait(t, ids[0]); j.Status != store.JobDone {
@@ -243,7 +245,7 @@ func TestAScriptGetsTheEventOnStdinInACleanEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back notify.Event
-	if err := json.Unmarshal(body, &back); err != nil || back.Event != notify.CertificateRevoked || back.Reason != "1" || back.Serial != "0a1b" {
+	if err := json.Unmarshal(body, &back); err != nil || back.Event != acme.EventCertificateRevoked || back.Reason != "1" || back.Serial != "0a1b" {
 		t.Errorf("stdin was %s (%v)", body, err)
 	}
 	env, _ := os.ReadFile(filepath.Join(dir, "env"))
@@ -271,7 +273,7 @@ func TestScriptFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := notify.Destination{Type: notify.TypeScript, Command: tc.command}
 			r := newRig(t, notify.Options{}, dst)
-			ids := r.event(t, sampleEvent(notify.AccountCreated), dst)
+			ids := r.event(t, sampleEvent(acme.EventAccountCreated), dst)
 			j := r.wait(t, ids[0])
 			if j.Status != store.JobFailed || j.Attempts != tc.wantAttempts || !strings.Contains(j.LastError, tc.wantReason) {
 				t.Errorf("job %s after %d attempts (%s); want failed after %d with %q", j.Status, j.Attempts, j.LastError, tc.wantAttempts, tc.wantReason)
@@ -291,7 +293,7 @@ func TestAScriptThatHangsIsCutOffAtItsTimeout(t *testing.T) {
 	if err := d.Register(dst); err != nil {
 		t.Fatal(err)
 	}
-	job := &jobs.Job{ID: 1, Kind: notify.Kind, Payload: notify.Jobs([]notify.Destination{dst}, sampleEvent(notify.AccountCreated))[0].Payload}
+	job := &jobs.Job{ID: 1, Kind: notify.Kind, Payload: notify.Jobs([]notify.Destination{dst}, sampleEvent(acme.EventAccountCreated))[0].Payload}
 	start := time.Now()
 	out := d.Run(context.Background(), job)
 	if out.Kind() != "retry" || !strings.Contains(out.String(), "timed out") || time.Since(start) > 5*time.Second {

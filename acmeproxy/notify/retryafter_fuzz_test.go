@@ -1,6 +1,8 @@
 package notify
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"math/big"
 	"net/http"
@@ -96,7 +98,7 @@ func TestA429WithAHugeRetryAfterWaitsForTheCap(t *testing.T) {
 			if err := d.Register(dst); err != nil {
 				t.Fatal(err)
 			}
-			ev := Event{Event: CertificateIssued, Profile: "internal", Time: time.Now().UTC()}
+			ev := Event{Event: acme.EventCertificateIssued, Profile: "internal", Time: time.Now().UTC()}
 			job := &jobs.Job{ID: 1, Kind: Kind, Payload: Jobs([]Destination{dst}, ev)[0].Payload}
 			out := d.Run(context.Background(), job)
 			if got, want := out.String(), "retry after "+maxRetryAfter.String()+": "; !strings.HasPrefix(got, want) {

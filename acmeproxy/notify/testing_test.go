@@ -1,6 +1,8 @@
 package notify_test
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -103,7 +105,7 @@ func (r *rig) wait(t *testing.T, id int64) store.Job {
 
 func sampleEvent(name string) notify.Event {
 	return notify.Event{Event: name, Profile: "internal", Order: "ord1", Account: "acct1",
-		Identifiers: []notify.Identifier{{Type: "dns", Value: "a.example.com"}, {Type: "dns", Value: "b.example.com"}},
+		Identifiers: []acme.Identifier{{Type: "dns", Value: "a.example.com"}, {Type: "dns", Value: "b.example.com"}},
 		Serial:      "0a1b", ClientAddress: "192.0.2.7", Time: time.Now().UTC().Truncate(time.Millisecond)}
 }
 

@@ -1,6 +1,8 @@
 package notify_test
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -109,7 +111,7 @@ func TestAWebhookSignatureVerifiesUnderItsDestinationsSecretOnly(t *testing.T) {
 	a := notify.Destination{Type: notify.TypeWebhook, URL: rcvA.URL + "/a", Secret: "secret-of-a"}
 	b := notify.Destination{Type: notify.TypeWebhook, URL: rcvB.URL + "/b", Secret: "secret-of-b"}
 	r := newRig(t, notify.Options{}, a, b)
-	ids := r.event(t, sampleEvent(notify.CertificateIssued), a, b)
+	ids := r.event(t, sampleEvent(acme.EventCertificateIssued), a, b)
 	if len(ids) != 2 {
 		t.Fatalf("%d delivery jobs, want 2", len(ids))
 	}

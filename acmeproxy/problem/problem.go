@@ -4,59 +4,21 @@
 package problem
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"errors"
 	"fmt"
 	"net/http"
 )
 
-// ns is the URN prefix of ACME error types (RFC 8555 §6.7).
-const ns = "urn:ietf:params:acme:error:"
-
-// Type is an ACME error type.
-type Type string
-
-// The ACME error types (RFC 8555 §6.7, RFC 9773 for ARI).
-const (
-	AccountDoesNotExist     Type = ns + "accountDoesNotExist"
-	AlreadyRevoked          Type = ns + "alreadyRevoked"
-	BadCSR                  Type = ns + "badCSR"
-	BadNonce                Type = ns + "badNonce"
-	BadPublicKey            Type = ns + "badPublicKey"
-	BadRevocationReason     Type = ns + "badRevocationReason"
-	BadSignatureAlgorithm   Type = ns + "badSignatureAlgorithm"
-	CAA                     Type = ns + "caa"
-	Compound                Type = ns + "compound"
-	Connection              Type = ns + "connection"
-	DNS                     Type = ns + "dns"
-	ExternalAccountRequired Type = ns + "externalAccountRequired"
-	IncorrectResponse       Type = ns + "incorrectResponse"
-	InvalidContact          Type = ns + "invalidContact"
-	Malformed               Type = ns + "malformed"
-	OrderNotReady           Type = ns + "orderNotReady"
-	RateLimited             Type = ns + "rateLimited"
-	RejectedIdentifier      Type = ns + "rejectedIdentifier"
-	ServerInternal          Type = ns + "serverInternal"
-	TLS                     Type = ns + "tls"
-	Unauthorized            Type = ns + "unauthorized"
-	UnsupportedContact      Type = ns + "unsupportedContact"
-	UnsupportedIdentifier   Type = ns + "unsupportedIdentifier"
-	UserActionRequired      Type = ns + "userActionRequired"
-)
-
-// Identifier names the identifier a subproblem is about (RFC 8555 §6.7.1).
-type Identifier struct {
-	Type  string `json:"type"`
-	Value string `json:"value"`
-}
-
 // Problem is an RFC 7807 problem document. It is an error, so it can travel
 // up through ordinary returns and be recognized with errors.As.
 type Problem struct {
-	Type        Type        `json:"type"`
-	Detail      string      `json:"detail,omitempty"`
-	Status      int         `json:"status,omitempty"`
-	Identifier  *Identifier `json:"identifier,omitempty"`
-	Subproblems []*Problem  `json:"subproblems,omitempty"`
+	Type        acme.ProblemType `json:"type"`
+	Detail      string           `json:"detail,omitempty"`
+	Status      int              `json:"status,omitempty"`
+	Identifier  *acme.Identifier `json:"identifier,omitempty"`
+	Subproblems []*Problem       `json:"subproblems,omitempty"`
 	// Algorithms lists acceptable JWS algorithms on badSignatureAlgorithm
 	// (RFC 8555 §6.2).
 	Algorithms []string `json:"algorithms,omitempty"`
@@ -76,7 +38,7 @@ func As(err error) (*Problem, bool) {
 // ContentType is the media type of a problem document.
 const ContentType = "application/problem+json"
 
-func newf(t Type, status int, format string, args ...any) *Problem {
+func newf(t acme.ProblemType, status int, format string, args ...any) *Problem {
 	return &Problem{Type: t, Status: status, Detail: fmt.Sprintf(format, args...)}
 }
 
@@ -84,7 +46,7 @@ func newf(t Type, status int, format string, args ...any) *Problem {
 func (p *Problem) For(typ, value string) *Problem {
 	c := *p
 	c.Status = 0
-	c.Identifier = &Identifier{Type: typ, Value: value}
+	c.Identifier = &acme.Identifier{Type: typ, Value: value}
 	return &c
 }
 
@@ -92,134 +54,134 @@ func (p *Problem) For(typ, value string) *Problem {
 // practice (Boulder, Pebble) give it.
 
 func MalformedF(format string, args ...any) *Problem {
-	return newf(Malformed, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorMalformed, http.StatusBadRequest, format, args...)
 }
 
 // UnsupportedMediaType answers a POST without application/jose+json
 // (RFC 8555 §6.2): status 415, type malformed.
 func UnsupportedMediaType(got string) *Problem {
-	return newf(Malformed, http.StatusUnsupportedMediaType, "content type must be application/jose+json, not %q", got)
+	return newf(acme.ErrorMalformed, http.StatusUnsupportedMediaType, "content type must be application/jose+json, not %q", got)
 }
 
 // TooLarge answers a body over the size cap.
 func TooLarge(limit int64) *Problem {
-	return newf(Malformed, http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", limit)
+	return newf(acme.ErrorMalformed, http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", limit)
 }
 
 func MethodNotAllowed() *Problem {
-	return newf(Malformed, http.StatusMethodNotAllowed, "method not allowed")
+	return newf(acme.ErrorMalformed, http.StatusMethodNotAllowed, "method not allowed")
 }
 
 func NotFound(what string) *Problem {
-	return newf(Malformed, http.StatusNotFound, "%s not found", what)
+	return newf(acme.ErrorMalformed, http.StatusNotFound, "%s not found", what)
 }
 
 func BadNonceF(format string, args ...any) *Problem {
-	return newf(BadNonce, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorBadNonce, http.StatusBadRequest, format, args...)
 }
 
 func BadSignatureAlgorithmF(algs []string, format string, args ...any) *Problem {
-	p := newf(BadSignatureAlgorithm, http.StatusBadRequest, format, args...)
+	p := newf(acme.ErrorBadSignatureAlgorithm, http.StatusBadRequest, format, args...)
 	p.Algorithms = algs
 	return p
 }
 
 func BadPublicKeyF(format string, args ...any) *Problem {
-	return newf(BadPublicKey, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorBadPublicKey, http.StatusBadRequest, format, args...)
 }
 
 func AccountDoesNotExistF(format string, args ...any) *Problem {
-	return newf(AccountDoesNotExist, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorAccountDoesNotExist, http.StatusBadRequest, format, args...)
 }
 
 // UnauthorizedF answers a request whose signer may not do what it asks.
 func UnauthorizedF(format string, args ...any) *Problem {
-	return newf(Unauthorized, http.StatusForbidden, format, args...)
+	return newf(acme.ErrorUnauthorized, http.StatusForbidden, format, args...)
 }
 
 // DeactivatedAccountF answers a request signed by an account that is no
 // longer valid (RFC 8555 §7.3.6: "status code 401 (Unauthorized) and type
 // urn:ietf:params:acme:error:unauthorized").
 func DeactivatedAccountF(format string, args ...any) *Problem {
-	return newf(Unauthorized, http.StatusUnauthorized, format, args...)
+	return newf(acme.ErrorUnauthorized, http.StatusUnauthorized, format, args...)
 }
 
 // URLMismatch answers a JWS whose protected "url" is not the request URL
 // (RFC 8555 §6.4: "reject the request as unauthorized").
 func URLMismatch(got, want string) *Problem {
-	return newf(Unauthorized, http.StatusUnauthorized, "JWS url %q does not match the request URL %q", got, want)
+	return newf(acme.ErrorUnauthorized, http.StatusUnauthorized, "JWS url %q does not match the request URL %q", got, want)
 }
 
 func BadCSRF(format string, args ...any) *Problem {
-	return newf(BadCSR, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorBadCSR, http.StatusBadRequest, format, args...)
 }
 
 func RejectedIdentifierF(format string, args ...any) *Problem {
-	return newf(RejectedIdentifier, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorRejectedIdentifier, http.StatusBadRequest, format, args...)
 }
 
 func UnsupportedIdentifierF(format string, args ...any) *Problem {
-	return newf(UnsupportedIdentifier, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorUnsupportedIdentifier, http.StatusBadRequest, format, args...)
 }
 
 func OrderNotReadyF(format string, args ...any) *Problem {
-	return newf(OrderNotReady, http.StatusForbidden, format, args...)
+	return newf(acme.ErrorOrderNotReady, http.StatusForbidden, format, args...)
 }
 
 func InvalidContactF(format string, args ...any) *Problem {
-	return newf(InvalidContact, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorInvalidContact, http.StatusBadRequest, format, args...)
 }
 
 func UnsupportedContactF(format string, args ...any) *Problem {
-	return newf(UnsupportedContact, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorUnsupportedContact, http.StatusBadRequest, format, args...)
 }
 
 // AlreadyRevokedF answers a revocation of a certificate already revoked
 // (RFC 8555 §7.6).
 func AlreadyRevokedF(format string, args ...any) *Problem {
-	return newf(AlreadyRevoked, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorAlreadyRevoked, http.StatusBadRequest, format, args...)
 }
 
 // BadRevocationReasonF answers a revocation reason that is not an RFC 5280
 // CRLReason the server accepts (RFC 8555 §7.6).
 func BadRevocationReasonF(format string, args ...any) *Problem {
-	return newf(BadRevocationReason, http.StatusBadRequest, format, args...)
+	return newf(acme.ErrorBadRevocationReason, http.StatusBadRequest, format, args...)
 }
 
 // Unavailable answers a request the server accepted but could not finish
 // in time (status 503, type serverInternal); the client should retry
 // after the Retry-After the handler sets.
 func Unavailable(format string, args ...any) *Problem {
-	return newf(ServerInternal, http.StatusServiceUnavailable, format, args...)
+	return newf(acme.ErrorServerInternal, http.StatusServiceUnavailable, format, args...)
 }
 
 func ConflictF(format string, args ...any) *Problem {
-	return newf(Malformed, http.StatusConflict, format, args...)
+	return newf(acme.ErrorMalformed, http.StatusConflict, format, args...)
 }
 
 // Validation failures (RFC 8555 §8): recorded on the challenge, so they
 // carry no HTTP status.
 
 func ConnectionF(format string, args ...any) *Problem {
-	return &Problem{Type: Connection, Detail: fmt.Sprintf(format, args...)}
+	return &Problem{Type: acme.ErrorConnection, Detail: fmt.Sprintf(format, args...)}
 }
 
 func IncorrectResponseF(format string, args ...any) *Problem {
-	return &Problem{Type: IncorrectResponse, Detail: fmt.Sprintf(format, args...)}
+	return &Problem{Type: acme.ErrorIncorrectResponse, Detail: fmt.Sprintf(format, args...)}
 }
 
 func DNSF(format string, args ...any) *Problem {
-	return &Problem{Type: DNS, Detail: fmt.Sprintf(format, args...)}
+	return &Problem{Type: acme.ErrorDNS, Detail: fmt.Sprintf(format, args...)}
 }
 
 func TLSF(format string, args ...any) *Problem {
-	return &Problem{Type: TLS, Detail: fmt.Sprintf(format, args...)}
+	return &Problem{Type: acme.ErrorTLS, Detail: fmt.Sprintf(format, args...)}
 }
 
 // Internal answers a server fault. The detail is deliberately generic: the
 // cause belongs in the operator's log, not in the client's answer.
 func Internal() *Problem {
-	return newf(ServerInternal, http.StatusInternalServerError, "the server could not complete the request; the operator's log has the cause")
+	return newf(acme.ErrorServerInternal, http.StatusInternalServerError, "the server could not complete the request; the operator's log has the cause")
 }
 
 // Compound wraps per-identifier problems under one top-level problem.

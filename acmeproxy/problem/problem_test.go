@@ -1,6 +1,8 @@
 package problem_test
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,33 +18,33 @@ import (
 // client compares the whole URN, so one wrong letter is a different error.
 func TestEachErrorTypeIsTheURNRFC8555Registers(t *testing.T) {
 	tests := []struct {
-		got  problem.Type
+		got  acme.ProblemType
 		want string
 	}{
-		{problem.AccountDoesNotExist, "urn:ietf:params:acme:error:accountDoesNotExist"},
-		{problem.AlreadyRevoked, "urn:ietf:params:acme:error:alreadyRevoked"},
-		{problem.BadCSR, "urn:ietf:params:acme:error:badCSR"},
-		{problem.BadNonce, "urn:ietf:params:acme:error:badNonce"},
-		{problem.BadPublicKey, "urn:ietf:params:acme:error:badPublicKey"},
-		{problem.BadRevocationReason, "urn:ietf:params:acme:error:badRevocationReason"},
-		{problem.BadSignatureAlgorithm, "urn:ietf:params:acme:error:badSignatureAlgorithm"},
-		{problem.CAA, "urn:ietf:params:acme:error:caa"},
-		{problem.Compound, "urn:ietf:params:acme:error:compound"},
-		{problem.Connection, "urn:ietf:params:acme:error:connection"},
-		{problem.DNS, "urn:ietf:params:acme:error:dns"},
-		{problem.ExternalAccountRequired, "urn:ietf:params:acme:error:externalAccountRequired"},
-		{problem.IncorrectResponse, "urn:ietf:params:acme:error:incorrectResponse"},
-		{problem.InvalidContact, "urn:ietf:params:acme:error:invalidContact"},
-		{problem.Malformed, "urn:ietf:params:acme:error:malformed"},
-		{problem.OrderNotReady, "urn:ietf:params:acme:error:orderNotReady"},
-		{problem.RateLimited, "urn:ietf:params:acme:error:rateLimited"},
-		{problem.RejectedIdentifier, "urn:ietf:params:acme:error:rejectedIdentifier"},
-		{problem.ServerInternal, "urn:ietf:params:acme:error:serverInternal"},
-		{problem.TLS, "urn:ietf:params:acme:error:tls"},
-		{problem.Unauthorized, "urn:ietf:params:acme:error:unauthorized"},
-		{problem.UnsupportedContact, "urn:ietf:params:acme:error:unsupportedContact"},
-		{problem.UnsupportedIdentifier, "urn:ietf:params:acme:error:unsupportedIdentifier"},
-		{problem.UserActionRequired, "urn:ietf:params:acme:error:userActionRequired"},
+		{acme.ErrorAccountDoesNotExist, "urn:ietf:params:acme:error:accountDoesNotExist"},
+		{acme.ErrorAlreadyRevoked, "urn:ietf:params:acme:error:alreadyRevoked"},
+		{acme.ErrorBadCSR, "urn:ietf:params:acme:error:badCSR"},
+		{acme.ErrorBadNonce, "urn:ietf:params:acme:error:badNonce"},
+		{acme.ErrorBadPublicKey, "urn:ietf:params:acme:error:badPublicKey"},
+		{acme.ErrorBadRevocationReason, "urn:ietf:params:acme:error:badRevocationReason"},
+		{acme.ErrorBadSignatureAlgorithm, "urn:ietf:params:acme:error:badSignatureAlgorithm"},
+		{acme.ErrorCAA, "urn:ietf:params:acme:error:caa"},
+		{acme.ErrorCompound, "urn:ietf:params:acme:error:compound"},
+		{acme.ErrorConnection, "urn:ietf:params:acme:error:connection"},
+		{acme.ErrorDNS, "urn:ietf:params:acme:error:dns"},
+		{acme.ErrorExternalAccountRequired, "urn:ietf:params:acme:error:externalAccountRequired"},
+		{acme.ErrorIncorrectResponse, "urn:ietf:params:acme:error:incorrectResponse"},
+		{acme.ErrorInvalidContact, "urn:ietf:params:acme:error:invalidContact"},
+		{acme.ErrorMalformed, "urn:ietf:params:acme:error:malformed"},
+		{acme.ErrorOrderNotReady, "urn:ietf:params:acme:error:orderNotReady"},
+		{acme.ErrorRateLimited, "urn:ietf:params:acme:error:rateLimited"},
+		{acme.ErrorRejectedIdentifier, "urn:ietf:params:acme:error:rejectedIdentifier"},
+		{acme.ErrorServerInternal, "urn:ietf:params:acme:error:serverInternal"},
+		{acme.ErrorTLS, "urn:ietf:params:acme:error:tls"},
+		{acme.ErrorUnauthorized, "urn:ietf:params:acme:error:unauthorized"},
+		{acme.ErrorUnsupportedContact, "urn:ietf:params:acme:error:unsupportedContact"},
+		{acme.ErrorUnsupportedIdentifier, "urn:ietf:params:acme:error:unsupportedIdentifier"},
+		{acme.ErrorUserActionRequired, "urn:ietf:params:acme:error:userActionRequired"},
 	}
 	for _, tc := range tests {
 		if string(tc.got) != tc.want {
@@ -58,34 +60,34 @@ func TestEachConstructorGivesItsTypeStatusAndDetail(t *testing.T) {
 	tests := []struct {
 		name       string
 		p          *problem.Problem
-		wantType   problem.Type
+		wantType   acme.ProblemType
 		wantStatus int
 		wantDetail string
 	}{
-		{"malformed", problem.MalformedF("bad %s %d", "thing", 7), problem.Malformed, 400, "bad thing 7"},
-		{"unsupported media type", problem.UnsupportedMediaType("text/plain"), problem.Malformed, 415,
+		{"malformed", problem.MalformedF("bad %s %d", "thing", 7), acme.ErrorMalformed, 400, "bad thing 7"},
+		{"unsupported media type", problem.UnsupportedMediaType("text/plain"), acme.ErrorMalformed, 415,
 			`content type must be application/jose+json, not "text/plain"`},
-		{"too large", problem.TooLarge(65536), problem.Malformed, 413, "request body is larger than 65536 bytes"},
-		{"method not allowed", problem.MethodNotAllowed(), problem.Malformed, 405, "method not allowed"},
-		{"not found", problem.NotFound("order"), problem.Malformed, 404, "order not found"},
-		{"bad nonce", problem.BadNonceF("nonce %q", "n"), problem.BadNonce, 400, `nonce "n"`},
-		{"bad signature algorithm", problem.BadSignatureAlgorithmF([]string{"ES256"}, "alg %s", "HS256"), problem.BadSignatureAlgorithm, 400, "alg HS256"},
-		{"bad public key", problem.BadPublicKeyF("key %d", 1024), problem.BadPublicKey, 400, "key 1024"},
-		{"account does not exist", problem.AccountDoesNotExistF("account %s", "a1"), problem.AccountDoesNotExist, 400, "account a1"},
-		{"unauthorized", problem.UnauthorizedF("not %s", "yours"), problem.Unauthorized, 403, "not yours"},
-		{"deactivated account", problem.DeactivatedAccountF("account is %s", "deactivated"), problem.Unauthorized, 401, "account is deactivated"},
-		{"url mismatch", problem.URLMismatch("https://a/x", "https://a/y"), problem.Unauthorized, 401,
+		{"too large", problem.TooLarge(65536), acme.ErrorMalformed, 413, "request body is larger than 65536 bytes"},
+		{"method not allowed", problem.MethodNotAllowed(), acme.ErrorMalformed, 405, "method not allowed"},
+		{"not found", problem.NotFound("order"), acme.ErrorMalformed, 404, "order not found"},
+		{"bad nonce", problem.BadNonceF("nonce %q", "n"), acme.ErrorBadNonce, 400, `nonce "n"`},
+		{"bad signature algorithm", problem.BadSignatureAlgorithmF([]string{"ES256"}, "alg %s", "HS256"), acme.ErrorBadSignatureAlgorithm, 400, "alg HS256"},
+		{"bad public key", problem.BadPublicKeyF("key %d", 1024), acme.ErrorBadPublicKey, 400, "key 1024"},
+		{"account does not exist", problem.AccountDoesNotExistF("account %s", "a1"), acme.ErrorAccountDoesNotExist, 400, "account a1"},
+		{"unauthorized", problem.UnauthorizedF("not %s", "yours"), acme.ErrorUnauthorized, 403, "not yours"},
+		{"deactivated account", problem.DeactivatedAccountF("account is %s", "deactivated"), acme.ErrorUnauthorized, 401, "account is deactivated"},
+		{"url mismatch", problem.URLMismatch("https://a/x", "https://a/y"), acme.ErrorUnauthorized, 401,
 			`JWS url "https://a/x" does not match the request URL "https://a/y"`},
-		{"bad CSR", problem.BadCSRF("csr %s", "bad"), problem.BadCSR, 400, "csr bad"},
-		{"rejected identifier", problem.RejectedIdentifierF("%s denied", "a.example"), problem.RejectedIdentifier, 400, "a.example denied"},
-		{"unsupported identifier", problem.UnsupportedIdentifierF("type %q", "email"), problem.UnsupportedIdentifier, 400, `type "email"`},
-		{"order not ready", problem.OrderNotReadyF("order is %s", "pending"), problem.OrderNotReady, 403, "order is pending"},
-		{"invalid contact", problem.InvalidContactF("contact %q", "mailto:"), problem.InvalidContact, 400, `contact "mailto:"`},
-		{"unsupported contact", problem.UnsupportedContactF("contact %q", "tel:1"), problem.UnsupportedContact, 400, `contact "tel:1"`},
-		{"already revoked", problem.AlreadyRevokedF("serial %s", "01"), problem.AlreadyRevoked, 400, "serial 01"},
-		{"bad revocation reason", problem.BadRevocationReasonF("reason %d", 7), problem.BadRevocationReason, 400, "reason 7"},
-		{"unavailable", problem.Unavailable("queued %s", "upstream"), problem.ServerInternal, 503, "queued upstream"},
-		{"conflict", problem.ConflictF("key %s", "taken"), problem.Malformed, 409, "key taken"},
+		{"bad CSR", problem.BadCSRF("csr %s", "bad"), acme.ErrorBadCSR, 400, "csr bad"},
+		{"rejected identifier", problem.RejectedIdentifierF("%s denied", "a.example"), acme.ErrorRejectedIdentifier, 400, "a.example denied"},
+		{"unsupported identifier", problem.UnsupportedIdentifierF("type %q", "email"), acme.ErrorUnsupportedIdentifier, 400, `type "email"`},
+		{"order not ready", problem.OrderNotReadyF("order is %s", "pending"), acme.ErrorOrderNotReady, 403, "order is pending"},
+		{"invalid contact", problem.InvalidContactF("contact %q", "mailto:"), acme.ErrorInvalidContact, 400, `contact "mailto:"`},
+		{"unsupported contact", problem.UnsupportedContactF("contact %q", "tel:1"), acme.ErrorUnsupportedContact, 400, `contact "tel:1"`},
+		{"already revoked", problem.AlreadyRevokedF("serial %s", "01"), acme.ErrorAlreadyRevoked, 400, "serial 01"},
+		{"bad revocation reason", problem.BadRevocationReasonF("reason %d", 7), acme.ErrorBadRevocationReason, 400, "reason 7"},
+		{"unavailable", problem.Unavailable("queued %s", "upstream"), acme.ErrorServerInternal, 503, "queued upstream"},
+		{"conflict", problem.ConflictF("key %s", "taken"), acme.ErrorMalformed, 409, "key taken"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,12 +107,12 @@ func TestValidationFailuresCarryNoHTTPStatus(t *testing.T) {
 	tests := []struct {
 		name     string
 		p        *problem.Problem
-		wantType problem.Type
+		wantType acme.ProblemType
 	}{
-		{"connection", problem.ConnectionF("dial %s", "a:80"), problem.Connection},
-		{"incorrect response", problem.IncorrectResponseF("got %q", "x"), problem.IncorrectResponse},
-		{"dns", problem.DNSF("no TXT at %s", "_acme-challenge.a"), problem.DNS},
-		{"tls", problem.TLSF("handshake with %s", "a"), problem.TLS},
+		{"connection", problem.ConnectionF("dial %s", "a:80"), acme.ErrorConnection},
+		{"incorrect response", problem.IncorrectResponseF("got %q", "x"), acme.ErrorIncorrectResponse},
+		{"dns", problem.DNSF("no TXT at %s", "_acme-challenge.a"), acme.ErrorDNS},
+		{"tls", problem.TLSF("handshake with %s", "a"), acme.ErrorTLS},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,7 +130,7 @@ func TestValidationFailuresCarryNoHTTPStatus(t *testing.T) {
 // the operator's log, not in the client's answer.
 func TestAServerFaultIsAGeneric500(t *testing.T) {
 	p := problem.Internal()
-	if p.Type != problem.ServerInternal || p.Status != http.StatusInternalServerError || p.Detail == "" {
+	if p.Type != acme.ErrorServerInternal || p.Status != http.StatusInternalServerError || p.Detail == "" {
 		t.Fatalf("got %+v, want a serverInternal 500 with a detail", p)
 	}
 	// Each call is a new value: a handler that adjusts one (a 503 for an
@@ -230,7 +232,7 @@ func TestSubproblemsRenderOnePerIdentifier(t *testing.T) {
 // and is found again with As; a plain error is no problem.
 func TestAProblemIsFoundThroughWrapping(t *testing.T) {
 	p := problem.OrderNotReadyF("the order is pending")
-	if got := p.Error(); !strings.Contains(got, string(problem.OrderNotReady)) || !strings.Contains(got, "the order is pending") {
+	if got := p.Error(); !strings.Contains(got, string(acme.ErrorOrderNotReady)) || !strings.Contains(got, "the order is pending") {
 		t.Errorf("Error() = %q, want the type and the detail", got)
 	}
 	tests := []struct {

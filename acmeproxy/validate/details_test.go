@@ -1,14 +1,14 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 
 // A tls-alpn-01 detail says what the certificate lacks, never how many
@@ -38,7 +38,7 @@ func TestTLSALPN01DetailsDoNotEchoCountsOrSizesOfTheCertificate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			port := alpnServer(t, name, acmeCert(t, tt.sans, nil, nil, tt.ext(t)), nil)
 			v := newValidator(t, Config{TLSPort: port, Timeout: 5 * time.Second, Dial: loopbackDial(name)})
-			p := wantOutcome(t, v.TLSALPN01(context.Background(), IdentDNS, name, testKeyAuth), problem.IncorrectResponse)
+			p := wantOutcome(t, v.TLSALPN01(context.Background(), acme.IdentifierDNS, name, testKeyAuth), acme.ErrorIncorrectResponse)
 			if want := fmt.Sprintf(tt.detail, fmt.Sprintf("%s:%d", name, port)); p.Detail != want {
 				t.Errorf("detail %q, want %q", p.Detail, want)
 			}

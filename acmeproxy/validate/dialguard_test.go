@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"fmt"
 	"net"
@@ -12,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 )
 
@@ -78,7 +79,7 @@ func startGuardDNS(t *testing.T) *testdns.Server {
 // dialer refused addr as what.
 func wantRefusedAddress(t *testing.T, err error, addr, what string) {
 	t.Helper()
-	p := wantOutcome(t, err, problem.Connection)
+	p := wantOutcome(t, err, acme.ErrorConnection)
 	if want := "validation does not connect to " + addr + ", " + what; !strings.Contains(p.Detail, want) {
 		t.Errorf("detail %q does not say %q", p.Detail, want)
 	}
@@ -116,17 +117,17 @@ func TestValidationNeverConnectsToLinkLocalUnspecifiedMulticastOrBroadcastAddres
 		v := newValidator(t, Config{HTTPPort: site.port, TLSPort: site.port, Timeout: 5 * time.Second, Resolvers: []string{d.Addr}})
 		ctx := context.Background()
 		t.Run("fail/"+tt.name+"/http-01 ip identifier", func(t *testing.T) {
-			wantRefusedAddress(t, v.HTTP01(ctx, IdentIP, tt.addr, "ok", testKeyAuth), tt.shown, tt.what)
+			wantRefusedAddress(t, v.HTTP01(ctx, acme.IdentifierIP, tt.addr, "ok", testKeyAuth), tt.shown, tt.what)
 		})
 		t.Run("fail/"+tt.name+"/http-01 name resolving there", func(t *testing.T) {
-			wantRefusedAddress(t, v.HTTP01(ctx, IdentDNS, name, "ok", testKeyAuth), tt.shown, tt.what)
+			wantRefusedAddress(t, v.HTTP01(ctx, acme.IdentifierDNS, name, "ok", testKeyAuth), tt.shown, tt.what)
 		})
 		t.Run("fail/"+tt.name+"/http-01 redirect to a name resolving there", func(t *testing.T) {
 			tok := site.redirect(fmt.Sprintf("to-class%d", i), name)
-			wantRefusedAddress(t, v.HTTP01(ctx, IdentDNS, guardZone, tok, testKeyAuth), tt.shown, tt.what)
+			wantRefusedAddress(t, v.HTTP01(ctx, acme.IdentifierDNS, guardZone, tok, testKeyAuth), tt.shown, tt.what)
 		})
 		t.Run("fail/"+tt.name+"/tls-alpn-01 name resolving there", func(t *testing.T) {
-			wantRefusedAddress(t, v.TLSALPN01(ctx, IdentDNS, name, testKeyAuth), tt.shown, tt.what)
+			wantRefusedAddress(t, v.TLSALPN01(ctx, acme.IdentifierDNS, name, testKeyAuth), tt.shown, tt.what)
 		})
 	}
 }
@@ -152,21 +153,21 @@ func TestLoopbackIsReachedForTheIdentifierItselfNeverThroughARedirectElsewhere(t
 		token     string
 		refused   string // "": valid; else the loopback address the dialer refuses
 	}{
-		{name: "ok/ip identifier on loopback", identType: IdentIP, ident: "127.0.0.1", token: "ok"},
-		{name: "ok/dns identifier resolving to loopback", identType: IdentDNS, ident: guardZone, token: "ok"},
-		{name: "ok/dns identifier in another case", identType: IdentDNS, ident: "EXAMPLE.test", token: "ok"},
-		{name: "ok/redirect to the identifier's own host", identType: IdentDNS, ident: guardZone, token: site.redirect("to-self", guardZone)},
-		{name: "ok/redirect to the identifier's own host in another case", identType: IdentDNS, ident: guardZone, token: site.redirect("to-self-case", "Example.TEST")},
-		{name: "ok/redirect to the identifier's own host with a trailing dot", identType: IdentDNS, ident: guardZone, token: site.redirect("to-self-dot", guardZone+".")},
-		{name: "fail/redirect to another name resolving to 127.0.0.1", identType: IdentDNS, ident: guardZone,
+		{name: "ok/ip identifier on loopback", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "ok"},
+		{name: "ok/dns identifier resolving to loopback", identType: acme.IdentifierDNS, ident: guardZone, token: "ok"},
+		{name: "ok/dns identifier in another case", identType: acme.IdentifierDNS, ident: "EXAMPLE.test", token: "ok"},
+		{name: "ok/redirect to the identifier's own host", identType: acme.IdentifierDNS, ident: guardZone, token: site.redirect("to-self", guardZone)},
+		{name: "ok/redirect to the identifier's own host in another case", identType: acme.IdentifierDNS, ident: guardZone, token: site.redirect("to-self-case", "Example.TEST")},
+		{name: "ok/redirect to the identifier's own host with a trailing dot", identType: acme.IdentifierDNS, ident: guardZone, token: site.redirect("to-self-dot", guardZone+".")},
+		{name: "fail/redirect to another name resolving to 127.0.0.1", identType: acme.IdentifierDNS, ident: guardZone,
 			token: site.redirect("to-other", "www."+guardZone), refused: "127.0.0.1"},
-		{name: "fail/redirect from an ip identifier to a name resolving to it", identType: IdentIP, ident: "127.0.0.1",
+		{name: "fail/redirect from an ip identifier to a name resolving to it", identType: acme.IdentifierIP, ident: "127.0.0.1",
 			token: site.redirect("ip-to-name", "www."+guardZone), refused: "127.0.0.1"},
-		{name: "fail/redirect to a name resolving to another loopback address", identType: IdentDNS, ident: guardZone,
+		{name: "fail/redirect to a name resolving to another loopback address", identType: acme.IdentifierDNS, ident: guardZone,
 			token: site.redirect("to-127-0-0-2", "otherloopback."+guardZone), refused: "127.0.0.2"},
-		{name: "fail/redirect to a name resolving to ::1", identType: IdentDNS, ident: guardZone,
+		{name: "fail/redirect to a name resolving to ::1", identType: acme.IdentifierDNS, ident: guardZone,
 			token: site.redirect("to-v6", "v6loopback."+guardZone), refused: "::1"},
-		{name: "fail/redirect to a name resolving to IPv4-mapped loopback", identType: IdentDNS, ident: guardZone,
+		{name: "fail/redirect to a name resolving to IPv4-mapped loopback", identType: acme.IdentifierDNS, ident: guardZone,
 			token: site.redirect("to-mapped", "mappedloopback."+guardZone), refused: "127.0.0.1"},
 	}
 	for _, tt := range tests {
@@ -183,7 +184,7 @@ func TestLoopbackIsReachedForTheIdentifierItselfNeverThroughARedirectElsewhere(t
 	t.Run("ok/tls-alpn-01 identifier resolving to loopback", func(t *testing.T) {
 		cert := acmeCert(t, []string{guardZone}, nil, nil, acmeExtension(t, testKeyAuth, true))
 		tv := newValidator(t, Config{TLSPort: alpnServer(t, guardZone, cert, nil), Timeout: 5 * time.Second, Resolvers: []string{d.Addr}})
-		wantOutcome(t, tv.TLSALPN01(ctx, IdentDNS, guardZone, testKeyAuth), "")
+		wantOutcome(t, tv.TLSALPN01(ctx, acme.IdentifierDNS, guardZone, testKeyAuth), "")
 	})
 }
 

@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -11,8 +13,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 
 // testDigest is what a dns-01 TXT record must hold for testKeyAuth.
@@ -160,7 +160,7 @@ func TestDNS01FindsTheDigestAmongTheTXTRecords(t *testing.T) {
 		domain    string
 		resolvers func(t *testing.T) []string
 		timeout   time.Duration
-		want      problem.Type
+		want      acme.ProblemType
 	}{
 		{name: "ok/one record", domain: "ok.test"},
 		{name: "ok/name in another case", domain: "OK.Test"},
@@ -177,15 +177,15 @@ func TestDNS01FindsTheDigestAmongTheTXTRecords(t *testing.T) {
 			name: "ok/next resolver after a silent one", domain: "ok.test", timeout: time.Second,
 			resolvers: func(t *testing.T) []string { return []string{silentResolver(t), good} },
 		},
-		{name: "fail/wrong value", domain: "wrong.test", want: problem.IncorrectResponse},
-		{name: "fail/wrong value behind a CNAME", domain: "cname-wrong.test", want: problem.IncorrectResponse},
-		{name: "fail/NXDOMAIN", domain: "nxdomain.test", want: problem.DNS},
-		{name: "fail/NXDOMAIN behind a CNAME", domain: "cname-nx.test", want: problem.DNS},
-		{name: "fail/no TXT record", domain: "nodata.test", want: problem.DNS},
-		{name: "fail/SERVFAIL", domain: "servfail.test", want: problem.DNS},
-		{name: "fail/CNAME loop", domain: "cname-loop.test", want: problem.DNS},
+		{name: "fail/wrong value", domain: "wrong.test", want: acme.ErrorIncorrectResponse},
+		{name: "fail/wrong value behind a CNAME", domain: "cname-wrong.test", want: acme.ErrorIncorrectResponse},
+		{name: "fail/NXDOMAIN", domain: "nxdomain.test", want: acme.ErrorDNS},
+		{name: "fail/NXDOMAIN behind a CNAME", domain: "cname-nx.test", want: acme.ErrorDNS},
+		{name: "fail/no TXT record", domain: "nodata.test", want: acme.ErrorDNS},
+		{name: "fail/SERVFAIL", domain: "servfail.test", want: acme.ErrorDNS},
+		{name: "fail/CNAME loop", domain: "cname-loop.test", want: acme.ErrorDNS},
 		{
-			name: "fail/resolver timeout", domain: "ok.test", timeout: 300 * time.Millisecond, want: problem.DNS,
+			name: "fail/resolver timeout", domain: "ok.test", timeout: 300 * time.Millisecond, want: acme.ErrorDNS,
 			resolvers: func(t *testing.T) []string { return []string{silentResolver(t)} },
 		},
 	}

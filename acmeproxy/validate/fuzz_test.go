@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -138,10 +140,10 @@ func FuzzCheckCertificate(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s.ip, s.host, testKeyAuth, s.san, s.acme, s.critical)
 	}
-	f.Fuzz(func(t *testing.T, ipIdent bool, ident, keyAuth string, san, acme []byte, critical bool) {
-		identType := IdentDNS
+	f.Fuzz(func(t *testing.T, ipIdent bool, ident, keyAuth string, san, acmeExt []byte, critical bool) {
+		identType := acme.IdentifierDNS
 		if ipIdent {
-			identType = IdentIP
+			identType = acme.IdentifierIP
 		}
 		host, ip, err := hostOf(identType, ident)
 		if err != nil {
@@ -153,12 +155,12 @@ func FuzzCheckCertificate(f *testing.F) {
 		// crypto/x509 would refuse: never a panic, never a fault.
 		raw := &x509.Certificate{Extensions: []pkix.Extension{
 			{Id: oidSubjectAltName, Value: san},
-			{Id: oidACMEIdentifier, Critical: critical, Value: acme},
+			{Id: oidACMEIdentifier, Critical: critical, Value: acmeExt},
 		}}
 		rawErr := checkCertificate(raw, identType, host, ip, keyAuth, addr)
 		wantIncorrectResponse(t, rawErr)
 
-		cert, ok := presented(san, acme, critical)
+		cert, ok := presented(san, acmeExt, critical)
 		if !ok {
 			return
 		}
@@ -173,8 +175,8 @@ func FuzzCheckCertificate(f *testing.F) {
 		if !critical {
 			t.Errorf("accepted a non-critical acmeIdentifier extension")
 		}
-		if !bytes.Equal(acme, acmeValue(keyAuth)) {
-			t.Errorf("accepted acmeIdentifier %x; the only acceptable value is %x", acme, acmeValue(keyAuth))
+		if !bytes.Equal(acmeExt, acmeValue(keyAuth)) {
+			t.Errorf("accepted acmeIdentifier %x; the only acceptable value is %x", acmeExt, acmeValue(keyAuth))
 		}
 		s := cryptobyte.String(san)
 		var names cryptobyte.String
@@ -187,11 +189,11 @@ func FuzzCheckCertificate(f *testing.F) {
 			t.Fatalf("accepted a subjectAltName %x that is not exactly one GeneralName", san)
 		}
 		switch identType {
-		case IdentDNS:
+		case acme.IdentifierDNS:
 			if tag != cbasn1.Tag(tagDNSName).ContextSpecific() || !asciiEqualFold(string(gn), host) {
 				t.Errorf("accepted GeneralName tag %#x %q for the dNSName %s", uint8(tag), gn, host)
 			}
-		case IdentIP:
+		case acme.IdentifierIP:
 			got, ok := netip.AddrFromSlice(gn)
 			if tag != cbasn1.Tag(tagIPAddress).ContextSpecific() || !ok || got.Unmap() != ip {
 				t.Errorf("accepted GeneralName tag %#x %x for the iPAddress %s", uint8(tag), []byte(gn), ip)
@@ -230,7 +232,7 @@ func wantIncorrectResponse(t *testing.T, err error) {
 		return
 	}
 	p, ok := problem.As(err)
-	if !ok || p.Type != problem.IncorrectResponse || p.Detail == "" {
+	if !ok || p.Type != acme.ErrorIncorrectResponse || p.Detail == "" {
 		t.Fatalf("got %v (%T); want nil or an incorrectResponse problem with a detail", err, err)
 	}
 }
@@ -301,7 +303,7 @@ func FuzzCheckRedirect(f *testing.F) {
 		err = v.checkRedirect(&http.Request{URL: u}, via)
 		if err != nil {
 			p, ok := problem.As(err)
-			if !ok || p.Type != problem.Connection || p.Detail == "" {
+			if !ok || p.Type != acme.ErrorConnection || p.Detail == "" {
 				t.Fatalf("got %v (%T); want nil or a connection problem with a detail", err, err)
 			}
 			if len(p.Detail) > 1024 {

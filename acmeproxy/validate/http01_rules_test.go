@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"fmt"
 	"net"
@@ -10,8 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 
 // bodyServer answers GET /.well-known/acme-challenge/<token> with
@@ -74,12 +74,12 @@ func TestHTTP01AcceptsTheKeyAuthorizationAndTrailingWhitespaceOnly(t *testing.T)
 	v := newValidator(t, Config{HTTPPort: httpPort, Timeout: 5 * time.Second, Dial: loopbackDial("127.0.0.1")})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := v.HTTP01(context.Background(), IdentIP, "127.0.0.1", tokens[tt.name], testKeyAuth)
+			err := v.HTTP01(context.Background(), acme.IdentifierIP, "127.0.0.1", tokens[tt.name], testKeyAuth)
 			if tt.valid {
 				wantOutcome(t, err, "")
 				return
 			}
-			wantOutcome(t, err, problem.IncorrectResponse)
+			wantOutcome(t, err, acme.ErrorIncorrectResponse)
 		})
 	}
 }
@@ -141,7 +141,7 @@ func TestHTTP01StopsReadingAnEndlessBodyAtTheCap(t *testing.T) {
 		return c, err
 	}
 	v := newValidator(t, Config{HTTPPort: port(t, s.URL), Timeout: 10 * time.Second, Dial: smallDial})
-	p := wantOutcome(t, v.HTTP01(context.Background(), IdentIP, "127.0.0.1", "endless", testKeyAuth), problem.IncorrectResponse)
+	p := wantOutcome(t, v.HTTP01(context.Background(), acme.IdentifierIP, "127.0.0.1", "endless", testKeyAuth), acme.ErrorIncorrectResponse)
 	// The detail says no more about the body than for any wrong answer:
 	// its size is an oracle for whatever the fetch reached.
 	if strings.Contains(p.Detail, "larger") || strings.Contains(p.Detail, "bytes") {

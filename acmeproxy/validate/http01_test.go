@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"fmt"
 	"net"
@@ -16,8 +18,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 
 // challengeServers runs one handler over http and https on loopback, as a
@@ -127,35 +127,35 @@ func TestHTTP01FetchesTheKeyAuthorizationFromTheWellKnownPath(t *testing.T) {
 		ident     string
 		token     string
 		cfg       func(*Config)
-		want      problem.Type
+		want      acme.ProblemType
 	}{
-		{name: "ok/ip identifier", identType: IdentIP, ident: "127.0.0.1", token: "ok"},
-		{name: "ok/dns identifier", identType: IdentDNS, ident: "example.test", token: "ok"},
-		{name: "ok/ipv6 identifier in brackets", identType: IdentIP, ident: "::1", token: "ok"},
-		{name: "ok/trailing whitespace ignored", identType: IdentIP, ident: "127.0.0.1", token: "trailing-space"},
-		{name: "ok/body of exactly the cap", identType: IdentIP, ident: "127.0.0.1", token: "at-cap"},
-		{name: "ok/relative redirect", identType: IdentDNS, ident: "example.test", token: "redirect-relative"},
-		{name: "ok/redirect to http on the HTTP port", identType: IdentDNS, ident: "example.test", token: "redirect-http"},
-		{name: "ok/redirect to https on the TLS port without verifying its certificate", identType: IdentDNS, ident: "example.test", token: "redirect-https"},
-		{name: "ok/as many redirects as allowed", identType: IdentDNS, ident: "example.test", token: "chain-5"},
-		{name: "fail/wrong body", identType: IdentIP, ident: "127.0.0.1", token: "wrong", want: problem.IncorrectResponse},
-		{name: "fail/leading whitespace", identType: IdentIP, ident: "127.0.0.1", token: "leading-space", want: problem.IncorrectResponse},
-		{name: "fail/404", identType: IdentIP, ident: "127.0.0.1", token: "missing", want: problem.IncorrectResponse},
-		{name: "fail/500", identType: IdentIP, ident: "127.0.0.1", token: "server-error", want: problem.IncorrectResponse},
-		{name: "fail/oversized body", identType: IdentIP, ident: "127.0.0.1", token: "huge", want: problem.IncorrectResponse},
-		{name: "fail/redirect to http on the TLS port", identType: IdentIP, ident: "127.0.0.1", token: "redirect-http-on-tls-port", want: problem.Connection},
-		{name: "fail/redirect to https on the HTTP port", identType: IdentIP, ident: "127.0.0.1", token: "redirect-https-on-http-port", want: problem.Connection},
-		{name: "fail/redirect to the default port when another is configured", identType: IdentIP, ident: "127.0.0.1", token: "redirect-default-port", want: problem.Connection},
-		{name: "fail/redirect to another scheme", identType: IdentIP, ident: "127.0.0.1", token: "redirect-ftp", want: problem.Connection},
-		{name: "fail/one redirect too many", identType: IdentDNS, ident: "example.test", token: "chain-6", want: problem.Connection},
-		{name: "fail/redirect loop", identType: IdentDNS, ident: "example.test", token: "loop", want: problem.Connection},
-		{name: "fail/unknown name", identType: IdentDNS, ident: "unknown.test", token: "ok", want: problem.DNS},
+		{name: "ok/ip identifier", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "ok"},
+		{name: "ok/dns identifier", identType: acme.IdentifierDNS, ident: "example.test", token: "ok"},
+		{name: "ok/ipv6 identifier in brackets", identType: acme.IdentifierIP, ident: "::1", token: "ok"},
+		{name: "ok/trailing whitespace ignored", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "trailing-space"},
+		{name: "ok/body of exactly the cap", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "at-cap"},
+		{name: "ok/relative redirect", identType: acme.IdentifierDNS, ident: "example.test", token: "redirect-relative"},
+		{name: "ok/redirect to http on the HTTP port", identType: acme.IdentifierDNS, ident: "example.test", token: "redirect-http"},
+		{name: "ok/redirect to https on the TLS port without verifying its certificate", identType: acme.IdentifierDNS, ident: "example.test", token: "redirect-https"},
+		{name: "ok/as many redirects as allowed", identType: acme.IdentifierDNS, ident: "example.test", token: "chain-5"},
+		{name: "fail/wrong body", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "wrong", want: acme.ErrorIncorrectResponse},
+		{name: "fail/leading whitespace", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "leading-space", want: acme.ErrorIncorrectResponse},
+		{name: "fail/404", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "missing", want: acme.ErrorIncorrectResponse},
+		{name: "fail/500", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "server-error", want: acme.ErrorIncorrectResponse},
+		{name: "fail/oversized body", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "huge", want: acme.ErrorIncorrectResponse},
+		{name: "fail/redirect to http on the TLS port", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "redirect-http-on-tls-port", want: acme.ErrorConnection},
+		{name: "fail/redirect to https on the HTTP port", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "redirect-https-on-http-port", want: acme.ErrorConnection},
+		{name: "fail/redirect to the default port when another is configured", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "redirect-default-port", want: acme.ErrorConnection},
+		{name: "fail/redirect to another scheme", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "redirect-ftp", want: acme.ErrorConnection},
+		{name: "fail/one redirect too many", identType: acme.IdentifierDNS, ident: "example.test", token: "chain-6", want: acme.ErrorConnection},
+		{name: "fail/redirect loop", identType: acme.IdentifierDNS, ident: "example.test", token: "loop", want: acme.ErrorConnection},
+		{name: "fail/unknown name", identType: acme.IdentifierDNS, ident: "unknown.test", token: "ok", want: acme.ErrorDNS},
 		{
-			name: "fail/connection refused", identType: IdentIP, ident: "127.0.0.1", token: "ok", want: problem.Connection,
+			name: "fail/connection refused", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "ok", want: acme.ErrorConnection,
 			cfg: func(c *Config) { c.HTTPPort = freePort(t) },
 		},
 		{
-			name: "fail/timeout", identType: IdentIP, ident: "127.0.0.1", token: "slow", want: problem.Connection,
+			name: "fail/timeout", identType: acme.IdentifierIP, ident: "127.0.0.1", token: "slow", want: acme.ErrorConnection,
 			cfg: func(c *Config) { c.Timeout = 200 * time.Millisecond },
 		},
 	}
@@ -182,7 +182,7 @@ func TestHTTP01FetchesTheKeyAuthorizationFromTheWellKnownPath(t *testing.T) {
 func TestHTTP01WithoutADialHookConnectsDirectly(t *testing.T) {
 	httpPort, _ := challengeServers(t)
 	v := newValidator(t, Config{HTTPPort: httpPort})
-	wantOutcome(t, v.HTTP01(context.Background(), IdentIP, "127.0.0.1", "ok", testKeyAuth), "")
+	wantOutcome(t, v.HTTP01(context.Background(), acme.IdentifierIP, "127.0.0.1", "ok", testKeyAuth), "")
 }
 
 // proxyChild marks the process in which
@@ -242,7 +242,7 @@ func validateUnderAProxy(t *testing.T) {
 	if u, err := http.ProxyFromEnvironment(req); err != nil || u == nil {
 		t.Fatalf("the environment would not proxy %s (proxy %v, %v), so this test proves nothing", req.URL, u, err)
 	}
-	wantOutcome(t, v.HTTP01(context.Background(), IdentDNS, "example.test", "ok", testKeyAuth), "")
+	wantOutcome(t, v.HTTP01(context.Background(), acme.IdentifierDNS, "example.test", "ok", testKeyAuth), "")
 }
 
 func TestHTTP01WithACancelledCallerIsAFaultNotAProblem(t *testing.T) {
@@ -250,7 +250,7 @@ func TestHTTP01WithACancelledCallerIsAFaultNotAProblem(t *testing.T) {
 	v := newValidator(t, Config{HTTPPort: httpPort})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(100 * time.Millisecond); cancel() }()
-	wantFault(t, v.HTTP01(ctx, IdentIP, "127.0.0.1", "slow", testKeyAuth))
+	wantFault(t, v.HTTP01(ctx, acme.IdentifierIP, "127.0.0.1", "slow", testKeyAuth))
 }
 
 // loopbackZone answers A queries for example.test with 127.0.0.1, as an
@@ -270,7 +270,7 @@ func (loopbackZone) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 func TestHTTP01ResolvesNamesThroughTheConfiguredResolvers(t *testing.T) {
 	httpPort, tlsPort := challengeServers(t)
 	v := newValidator(t, Config{HTTPPort: httpPort, TLSPort: tlsPort, Resolvers: []string{startDNS(t, loopbackZone{})}})
-	if err := v.HTTP01(context.Background(), IdentDNS, "example.test", "ok", testKeyAuth); err != nil {
+	if err := v.HTTP01(context.Background(), acme.IdentifierDNS, "example.test", "ok", testKeyAuth); err != nil {
 		t.Fatalf("http-01 for a name only the configured resolver knows: %v", err)
 	}
 }

@@ -1,14 +1,14 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 
 // The policy of these tests allows the names below example.test but
@@ -67,12 +67,12 @@ func TestHTTP01FollowsARedirectOnlyToADNSNameThePolicyAllows(t *testing.T) {
 				RedirectPolicy: tt.policy, Dial: loopbackDial(hosts...),
 			})
 			tok := site.redirect("policy-"+string(rune('a'+i)), tt.host)
-			err := v.HTTP01(context.Background(), IdentDNS, "example.test", tok, testKeyAuth)
+			err := v.HTTP01(context.Background(), acme.IdentifierDNS, "example.test", tok, testKeyAuth)
 			if tt.want == "" {
 				wantOutcome(t, err, "")
 				return
 			}
-			p := wantOutcome(t, err, problem.Connection)
+			p := wantOutcome(t, err, acme.ErrorConnection)
 			if !strings.Contains(p.Detail, tt.want) {
 				t.Errorf("detail %q does not say %q", p.Detail, tt.want)
 			}
@@ -88,7 +88,7 @@ func TestHTTP01DetailsDoNotEchoTheSizeOfTheResponse(t *testing.T) {
 	v := newValidator(t, Config{HTTPPort: httpPort, Dial: loopbackDial("127.0.0.1")})
 	for _, tok := range []string{"wrong", "huge"} {
 		t.Run("fail/"+tok, func(t *testing.T) {
-			p := wantOutcome(t, v.HTTP01(context.Background(), IdentIP, "127.0.0.1", tok, testKeyAuth), problem.IncorrectResponse)
+			p := wantOutcome(t, v.HTTP01(context.Background(), acme.IdentifierIP, "127.0.0.1", tok, testKeyAuth), acme.ErrorIncorrectResponse)
 			want := fmt.Sprintf("fetching http://127.0.0.1:%d/.well-known/acme-challenge/%s: the response is not the expected key authorization", httpPort, tok)
 			if p.Detail != want {
 				t.Errorf("detail %q, want %q", p.Detail, want)

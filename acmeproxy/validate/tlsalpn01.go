@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -49,7 +51,7 @@ func (v *Validator) TLSALPN01(ctx context.Context, identType, identValue, keyAut
 		return err
 	}
 	sni := host
-	if identType == IdentIP {
+	if identType == acme.IdentifierIP {
 		arpa, err := dns.ReverseAddr(host)
 		if err != nil {
 			return fmt.Errorf("validate: reverse name of %s: %w", host, err)
@@ -111,11 +113,11 @@ func checkCertificate(cert *x509.Certificate, identType, host string, ip netip.A
 	// unknown kind), whatever it holds.
 	n := names[0]
 	switch identType {
-	case IdentDNS:
+	case acme.IdentifierDNS:
 		if n.Class != asn1.ClassContextSpecific || n.Tag != tagDNSName || n.IsCompound || !strings.EqualFold(string(n.Bytes), host) {
 			return problem.IncorrectResponseF("the subjectAltName of the certificate from %s is not the dNSName %s", addr, host)
 		}
-	case IdentIP:
+	case acme.IdentifierIP:
 		got, ok := netip.AddrFromSlice(n.Bytes)
 		if n.Class != asn1.ClassContextSpecific || n.Tag != tagIPAddress || n.IsCompound || !ok || got.Unmap() != ip {
 			return problem.IncorrectResponseF("the subjectAltName of the certificate from %s is not the iPAddress %s", addr, host)

@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -17,8 +19,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 
 // acmeExtension is the acmeIdentifier extension for keyAuth.
@@ -136,112 +136,112 @@ func TestTLSALPN01ChecksTheACMECertificate(t *testing.T) {
 		server    func(*tls.Config)
 		port      func(t *testing.T) int // instead of a TLS server
 		timeout   time.Duration
-		want      problem.Type
+		want      acme.ProblemType
 	}{
 		{
-			name: "ok/dns name", identType: IdentDNS, ident: name, sni: name,
+			name: "ok/dns name", identType: acme.IdentifierDNS, ident: name, sni: name,
 			cert: func(t *testing.T) tls.Certificate { return acmeCert(t, []string{name}, nil, nil, good(t)) },
 		},
 		{
-			name: "ok/ip address with the reverse name as SNI", identType: IdentIP, ident: "127.0.0.1", sni: arpa,
+			name: "ok/ip address with the reverse name as SNI", identType: acme.IdentifierIP, ident: "127.0.0.1", sni: arpa,
 			cert: func(t *testing.T) tls.Certificate { return acmeCert(t, nil, []net.IP{loopback}, nil, good(t)) },
 		},
 		{
-			name: "ok/ip address written as a 16-byte SAN", identType: IdentIP, ident: "127.0.0.1", sni: arpa,
+			name: "ok/ip address written as a 16-byte SAN", identType: acme.IdentifierIP, ident: "127.0.0.1", sni: arpa,
 			cert: func(t *testing.T) tls.Certificate { return acmeCert(t, nil, []net.IP{loopback.To16()}, nil, good(t)) },
 		},
 		{
-			name: "fail/no ALPN negotiated", identType: IdentDNS, ident: name, sni: name, want: problem.TLS,
+			name: "fail/no ALPN negotiated", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorTLS,
 			cert:   func(t *testing.T) tls.Certificate { return acmeCert(t, []string{name}, nil, nil, good(t)) },
 			server: func(c *tls.Config) { c.NextProtos = nil },
 		},
 		{
-			name: "fail/server refuses acme-tls/1", identType: IdentDNS, ident: name, sni: name, want: problem.TLS,
+			name: "fail/server refuses acme-tls/1", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorTLS,
 			cert:   func(t *testing.T) tls.Certificate { return acmeCert(t, []string{name}, nil, nil, good(t)) },
 			server: func(c *tls.Config) { c.NextProtos = []string{"h2"} },
 		},
 		{
-			name: "fail/TLS below 1.2", identType: IdentDNS, ident: name, sni: name, want: problem.TLS,
+			name: "fail/TLS below 1.2", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorTLS,
 			cert:   func(t *testing.T) tls.Certificate { return acmeCert(t, []string{name}, nil, nil, good(t)) },
 			server: func(c *tls.Config) { c.MinVersion, c.MaxVersion = tls.VersionTLS10, tls.VersionTLS11 },
 		},
 		{
-			name: "fail/two SANs", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/two SANs", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate {
 				return acmeCert(t, []string{name, "other.example.test"}, nil, nil, good(t))
 			},
 		},
 		{
-			name: "fail/a SAN of a kind crypto/x509 keeps apart", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/a SAN of a kind crypto/x509 keeps apart", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate {
 				return acmeCert(t, []string{name}, nil, []string{"hostmaster@example.test"}, good(t))
 			},
 		},
 		{
-			name: "fail/a constructed [2] holding the name is not a dNSName", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/a constructed [2] holding the name is not a dNSName", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate {
 				san := []byte{0x30, 2 + byte(len(name)), 0xa2, byte(len(name))}
 				return acmeCert(t, nil, nil, nil, pkix.Extension{Id: oidSubjectAltName, Value: append(san, name...)}, good(t))
 			},
 		},
 		{
-			name: "fail/SAN of another name", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/SAN of another name", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate { return acmeCert(t, []string{"other.test"}, nil, nil, good(t)) },
 		},
 		{
-			name: "fail/SAN of another address", identType: IdentIP, ident: "127.0.0.1", sni: arpa, want: problem.IncorrectResponse,
+			name: "fail/SAN of another address", identType: acme.IdentifierIP, ident: "127.0.0.1", sni: arpa, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate {
 				return acmeCert(t, nil, []net.IP{net.ParseIP("127.0.0.2")}, nil, good(t))
 			},
 		},
 		{
-			name: "fail/ip identifier with a dNSName SAN", identType: IdentIP, ident: "127.0.0.1", sni: arpa, want: problem.IncorrectResponse,
+			name: "fail/ip identifier with a dNSName SAN", identType: acme.IdentifierIP, ident: "127.0.0.1", sni: arpa, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate { return acmeCert(t, []string{"127.0.0.1.test"}, nil, nil, good(t)) },
 		},
 		{
-			name: "fail/no SAN", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/no SAN", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate { return acmeCert(t, nil, nil, nil, good(t)) },
 		},
 		{
-			name: "fail/missing extension", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/missing extension", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate { return acmeCert(t, []string{name}, nil, nil) },
 		},
 		{
-			name: "fail/non-critical extension", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/non-critical extension", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate {
 				return acmeCert(t, []string{name}, nil, nil, acmeExtension(t, testKeyAuth, false))
 			},
 		},
 		{
-			name: "fail/wrong digest", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/wrong digest", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate {
 				return acmeCert(t, []string{name}, nil, nil, acmeExtension(t, "other.keyauth", true))
 			},
 		},
 		{
-			name: "fail/digest not wrapped in an OCTET STRING", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/digest not wrapped in an OCTET STRING", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate {
 				sum := sha256.Sum256([]byte(testKeyAuth))
 				return acmeCert(t, []string{name}, nil, nil, pkix.Extension{Id: oidACMEIdentifier, Critical: true, Value: sum[:]})
 			},
 		},
 		{
-			name: "fail/digest of the wrong length", identType: IdentDNS, ident: name, sni: name, want: problem.IncorrectResponse,
+			name: "fail/digest of the wrong length", identType: acme.IdentifierDNS, ident: name, sni: name, want: acme.ErrorIncorrectResponse,
 			cert: func(t *testing.T) tls.Certificate {
 				der, _ := asn1.Marshal([]byte("short"))
 				return acmeCert(t, []string{name}, nil, nil, pkix.Extension{Id: oidACMEIdentifier, Critical: true, Value: der})
 			},
 		},
 		{
-			name: "fail/connection refused", identType: IdentDNS, ident: name, want: problem.Connection,
+			name: "fail/connection refused", identType: acme.IdentifierDNS, ident: name, want: acme.ErrorConnection,
 			port: freePort,
 		},
 		{
-			name: "fail/timeout", identType: IdentDNS, ident: name, want: problem.Connection,
+			name: "fail/timeout", identType: acme.IdentifierDNS, ident: name, want: acme.ErrorConnection,
 			port: mutePort, timeout: 200 * time.Millisecond,
 		},
 		{
-			name: "fail/unknown name", identType: IdentDNS, ident: "unknown.test", want: problem.DNS,
+			name: "fail/unknown name", identType: acme.IdentifierDNS, ident: "unknown.test", want: acme.ErrorDNS,
 			port: freePort,
 		},
 	}
@@ -267,5 +267,5 @@ func TestTLSALPN01WithACancelledCallerIsAFaultNotAProblem(t *testing.T) {
 	v := newValidator(t, Config{TLSPort: mutePort(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(100 * time.Millisecond); cancel() }()
-	wantFault(t, v.TLSALPN01(ctx, IdentIP, "127.0.0.1", testKeyAuth))
+	wantFault(t, v.TLSALPN01(ctx, acme.IdentifierIP, "127.0.0.1", testKeyAuth))
 }

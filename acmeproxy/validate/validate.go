@@ -13,6 +13,8 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"errors"
 	"fmt"
@@ -29,12 +31,6 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
-)
-
-// Identifier types (RFC 8555 §9.7.7, RFC 8738).
-const (
-	IdentDNS = "dns"
-	IdentIP  = "ip"
 )
 
 // Defaults for the zero values of Config.
@@ -203,7 +199,7 @@ func (v *Validator) withTimeout(ctx context.Context) (context.Context, context.C
 // name as it is, or the address in canonical form.
 func hostOf(identType, identValue string) (string, netip.Addr, error) {
 	switch identType {
-	case IdentDNS:
+	case acme.IdentifierDNS:
 		if identValue == "" {
 			return "", netip.Addr{}, errors.New("validate: empty dns identifier")
 		}
@@ -214,7 +210,7 @@ func hostOf(identType, identValue string) (string, netip.Addr, error) {
 			return "", netip.Addr{}, fmt.Errorf("validate: dns identifier %q is an IP address", identValue)
 		}
 		return identValue, netip.Addr{}, nil
-	case IdentIP:
+	case acme.IdentifierIP:
 		ip, err := netip.ParseAddr(identValue)
 		if err != nil || ip.Zone() != "" {
 			return "", netip.Addr{}, fmt.Errorf("validate: ip identifier %q is not an IP address", identValue)

@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"net"
 	"strings"
@@ -18,7 +20,7 @@ const (
 
 // wantOutcome checks a validation result: nil when want is empty, else a
 // problem of type want.
-func wantOutcome(t *testing.T, err error, want problem.Type) *problem.Problem {
+func wantOutcome(t *testing.T, err error, want acme.ProblemType) *problem.Problem {
 	t.Helper()
 	if want == "" {
 		if err != nil {
@@ -135,10 +137,10 @@ func TestABadArgumentIsAFaultNotAProblem(t *testing.T) {
 		call func() error
 	}{
 		{"fail/unknown identifier type", func() error { return v.HTTP01(ctx, "email", "a@b.example", testToken, testKeyAuth) }},
-		{"fail/ip identifier that is not an address", func() error { return v.TLSALPN01(ctx, IdentIP, "example.test", testKeyAuth) }},
-		{"fail/dns identifier that is an address", func() error { return v.HTTP01(ctx, IdentDNS, "127.0.0.1", testToken, testKeyAuth) }},
-		{"fail/wildcard for http-01", func() error { return v.HTTP01(ctx, IdentDNS, "*.example.test", testToken, testKeyAuth) }},
-		{"fail/token outside base64url", func() error { return v.HTTP01(ctx, IdentIP, "127.0.0.1", "../etc", testKeyAuth) }},
+		{"fail/ip identifier that is not an address", func() error { return v.TLSALPN01(ctx, acme.IdentifierIP, "example.test", testKeyAuth) }},
+		{"fail/dns identifier that is an address", func() error { return v.HTTP01(ctx, acme.IdentifierDNS, "127.0.0.1", testToken, testKeyAuth) }},
+		{"fail/wildcard for http-01", func() error { return v.HTTP01(ctx, acme.IdentifierDNS, "*.example.test", testToken, testKeyAuth) }},
+		{"fail/token outside base64url", func() error { return v.HTTP01(ctx, acme.IdentifierIP, "127.0.0.1", "../etc", testKeyAuth) }},
 		{"fail/wildcard domain for dns-01", func() error { return v.DNS01(ctx, "*.example.test", testKeyAuth) }},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,8 @@
 package localca
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -28,7 +30,7 @@ var testNow = time.Date(2026, time.October, 1, 12, 0, 0, 0, time.UTC)
 // leafLints returns the lints accepted for the leaf issued for req.
 func leafLints(req signer.IssueRequest) map[string]string {
 	accept := maps.Clone(lintcheck.PrivateCA)
-	if slices.ContainsFunc(req.Identifiers, func(id signer.Identifier) bool { return id.Type == "ip" }) {
+	if slices.ContainsFunc(req.Identifiers, func(id acme.Identifier) bool { return id.Type == "ip" }) {
 		maps.Copy(accept, lintcheck.ReservedIP)
 	}
 	if _, ok := req.CSR.PublicKey.(ed25519.PublicKey); ok {
@@ -170,12 +172,12 @@ func newCSR(t testing.TB, key crypto.Signer, tmpl *x509.CertificateRequest) *x50
 	return csr
 }
 
-func dns(v string) signer.Identifier { return signer.Identifier{Type: "dns", Value: v} }
-func ip(v string) signer.Identifier  { return signer.Identifier{Type: "ip", Value: v} }
+func dns(v string) acme.Identifier { return acme.Identifier{Type: "dns", Value: v} }
+func ip(v string) acme.Identifier  { return acme.Identifier{Type: "ip", Value: v} }
 
 // issueRequest is an order for ids whose CSR, made with key, names them all
 // and takes its CN from the first.
-func issueRequest(t testing.TB, key crypto.Signer, ids ...signer.Identifier) signer.IssueRequest {
+func issueRequest(t testing.TB, key crypto.Signer, ids ...acme.Identifier) signer.IssueRequest {
 	t.Helper()
 	tmpl := &x509.CertificateRequest{}
 	for _, id := range ids {

@@ -9,6 +9,8 @@
 package localca
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"context"
 	"crypto"
@@ -300,7 +302,7 @@ func latest(t time.Time, ts ...time.Time) time.Time {
 // none (the subject is then empty and crypto/x509 marks the SAN critical,
 // RFC 5280 §4.2.1.6). It is always written as the identifier, so it
 // matches a SAN entry byte for byte.
-func commonName(csrCN string, ids []signer.Identifier) string {
+func commonName(csrCN string, ids []acme.Identifier) string {
 	if csrCN != "" {
 		csrIP := net.ParseIP(csrCN)
 		for _, id := range ids {

@@ -1,6 +1,8 @@
 package localca
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"bytes"
 	"cmp"
 	"context"
@@ -41,20 +43,20 @@ func TestIssuedLeafChainsToTheCAAndNamesExactlyTheOrder(t *testing.T) {
 	tests := []struct {
 		name    string
 		key     string
-		ids     []signer.Identifier
+		ids     []acme.Identifier
 		wantKU  x509.KeyUsage
 		wantCN  string
 		wantIPs []string
 	}{
-		{"ok/ECDSA P-256 key, one DNS name", "p256", []signer.Identifier{dns("www.example.com")},
+		{"ok/ECDSA P-256 key, one DNS name", "p256", []acme.Identifier{dns("www.example.com")},
 			x509.KeyUsageDigitalSignature, "www.example.com", nil},
-		{"ok/ECDSA P-384 key, DNS and IP names", "p384", []signer.Identifier{dns("a.example.com"), ip("192.0.2.7"), dns("*.b.example.com"), ip("2001:db8::1")},
+		{"ok/ECDSA P-384 key, DNS and IP names", "p384", []acme.Identifier{dns("a.example.com"), ip("192.0.2.7"), dns("*.b.example.com"), ip("2001:db8::1")},
 			x509.KeyUsageDigitalSignature, "a.example.com", []string{"192.0.2.7", "2001:db8::1"}},
-		{"ok/RSA 2048 key also gets keyEncipherment", "rsa2048", []signer.Identifier{dns("rsa.example.com")},
+		{"ok/RSA 2048 key also gets keyEncipherment", "rsa2048", []acme.Identifier{dns("rsa.example.com")},
 			x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, "rsa.example.com", nil},
-		{"ok/Ed25519 key", "ed25519", []signer.Identifier{dns("ed.example.com"), dns("ed2.example.com")},
+		{"ok/Ed25519 key", "ed25519", []acme.Identifier{dns("ed.example.com"), dns("ed2.example.com")},
 			x509.KeyUsageDigitalSignature, "ed.example.com", nil},
-		{"ok/IP address only, its CN is the address", "p256", []signer.Identifier{ip("198.51.100.1")},
+		{"ok/IP address only, its CN is the address", "p256", []acme.Identifier{ip("198.51.100.1")},
 			x509.KeyUsageDigitalSignature, "198.51.100.1", []string{"198.51.100.1"}},
 	}
 	for _, tc := range tests {
@@ -111,23 +113,23 @@ func TestCommonNameIsOneOfTheOrdersNamesOrNone(t *testing.T) {
 	tests := []struct {
 		name   string
 		csrCN  string
-		ids    []signer.Identifier
+		ids    []acme.Identifier
 		wantCN string
 	}{
 		{"ok/the CSR's CN is kept when it is one of the order's names, spelled as the order spells it",
-			"B.Example.COM", []signer.Identifier{dns("a.example.com"), dns("b.example.com")}, "b.example.com"},
+			"B.Example.COM", []acme.Identifier{dns("a.example.com"), dns("b.example.com")}, "b.example.com"},
 		{"ok/a CSR CN outside the order falls back to the first DNS name",
-			"evil.example.com", []signer.Identifier{ip("10.0.0.1"), dns("a.example.com")}, "a.example.com"},
+			"evil.example.com", []acme.Identifier{ip("10.0.0.1"), dns("a.example.com")}, "a.example.com"},
 		{"ok/a CSR without a CN gets the first DNS name",
-			"", []signer.Identifier{dns("a.example.com"), dns("b.example.com")}, "a.example.com"},
+			"", []acme.Identifier{dns("a.example.com"), dns("b.example.com")}, "a.example.com"},
 		{"ok/a name too long for a CN is skipped for the next DNS name",
-			long, []signer.Identifier{dns(long), dns("short.example.com")}, "short.example.com"},
+			long, []acme.Identifier{dns(long), dns("short.example.com")}, "short.example.com"},
 		{"ok/an IPv6 CN in another spelling is written as the order's identifier",
-			"2001:DB8:0:0::1", []signer.Identifier{ip("2001:db8::1")}, "2001:db8::1"},
+			"2001:DB8:0:0::1", []acme.Identifier{ip("2001:db8::1")}, "2001:db8::1"},
 		{"ok/an IP-only order whose CSR has no CN gets an empty subject",
-			"", []signer.Identifier{ip("10.0.0.1")}, ""},
+			"", []acme.Identifier{ip("10.0.0.1")}, ""},
 		{"ok/an order whose names are all too long gets an empty subject",
-			"", []signer.Identifier{dns(long)}, ""},
+			"", []acme.Identifier{dns(long)}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -178,7 +180,7 @@ func mustMarshal(t testing.TB, v any) []byte {
 func TestCSRExtensionsAreIgnored(t *testing.T) {
 	ca := defaultCA(t)
 	s := newSigner(t, ca.source(), Options{})
-	ids := []signer.Identifier{dns("www.example.com")}
+	ids := []acme.Identifier{dns("www.example.com")}
 	tests := []struct {
 		name  string
 		csr   func(t *testing.T) *x509.CertificateRequest
@@ -443,9 +445,9 @@ func TestIssueRefusesWhatItCannotSign(t *testing.T) {
 		wantKind signer.Kind // 0: a server fault, not a *signer.Error
 	}{
 		{"fail/an unknown identifier type is rejected",
-			signer.IssueRequest{CSR: good.CSR, Identifiers: []signer.Identifier{{Type: "email", Value: "a@example.com"}}}, signer.KindRejectedIdentifier},
+			signer.IssueRequest{CSR: good.CSR, Identifiers: []acme.Identifier{{Type: "email", Value: "a@example.com"}}}, signer.KindRejectedIdentifier},
 		{"fail/an ip identifier that is no address is rejected",
-			signer.IssueRequest{CSR: good.CSR, Identifiers: []signer.Identifier{ip("300.1.1.1")}}, signer.KindRejectedIdentifier},
+			signer.IssueRequest{CSR: good.CSR, Identifiers: []acme.Identifier{ip("300.1.1.1")}}, signer.KindRejectedIdentifier},
 		{"fail/a key that cannot sign TLS is a bad CSR",
 			signer.IssueRequest{CSR: &x509.CertificateRequest{PublicKey: x25519.PublicKey()}, Identifiers: good.Identifiers}, signer.KindBadCSR},
 		{"fail/a request without a CSR is a server fault",

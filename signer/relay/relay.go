@@ -13,6 +13,8 @@
 package relay
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/x509"
 	"encoding/base64"
@@ -223,7 +225,7 @@ func (s *Signer) binding() (*signer.Binding, *zap.Logger, error) {
 // CheckIdentifier refuses what the upstream challenge cannot prove:
 // wildcards by http-01 (RFC 8555 §7.1.3), IP addresses by dns-01 (RFC 8738
 // §7).
-func (s *Signer) CheckIdentifier(id signer.Identifier) error {
+func (s *Signer) CheckIdentifier(id vocab.Identifier) error {
 	switch {
 	case s.opts.Challenge == ChallengeHTTP01 && id.Type == "dns" && strings.HasPrefix(id.Value, "*."):
 		return &signer.Error{Kind: signer.KindRejectedIdentifier,
@@ -336,7 +338,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	if err != nil {
 		return jobs.Retry(err.Error())
 	}
-	if ro.OrderStatus != "processing" || ro.Status != store.RelayProcessing {
+	if ro.OrderStatus != acme.StatusProcessing || ro.Status != store.RelayProcessing {
 		return jobs.Done() // settled already, by an earlier attempt or an operator
 	}
 
@@ -474,7 +476,7 @@ func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int
 func (s *Signer) RevocationRoute() signer.RevocationRoute { return signer.RevokeByJob }
 
 // identifiersOf converts stored identifiers to the upstream's.
-func identifiersOf(ids []store.Identifier) []acme.Identifier {
+func identifiersOf(ids []vocab.Identifier) []acme.Identifier {
 	out := make([]acme.Identifier, len(ids))
 	for i, id := range ids {
 		out[i] = acme.Identifier{Type: id.Type, Value: id.Value}

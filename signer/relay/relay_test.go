@@ -1,6 +1,8 @@
 package relay
 
 import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -96,8 +98,8 @@ func (b *bench) finalized(t *testing.T, name string) signer.IssueRequest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := store.Identifier{Type: "dns", Value: name}
-	o, err := b.db.CreateOrder(ctx, store.Order{Profile: "p", AccountID: acct.ID, Identifiers: []store.Identifier{id}, Expires: now.Add(time.Hour)},
+	id := vocab.Identifier{Type: "dns", Value: name}
+	o, err := b.db.CreateOrder(ctx, store.Order{Profile: "p", AccountID: acct.ID, Identifiers: []vocab.Identifier{id}, Expires: now.Add(time.Hour)},
 		[]store.Authz{{Identifier: id, Expires: now.Add(time.Hour), Challenges: []store.Challenge{{Type: "dns-01", Token: store.NewID()}}}}, now)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +121,7 @@ func (b *bench) finalized(t *testing.T, name string) signer.IssueRequest {
 	}
 	csr, _ := x509.ParseCertificateRequest(der)
 	return signer.IssueRequest{OrderID: o.ID, Profile: "p", CSR: csr, CSRDER: der,
-		Identifiers: []signer.Identifier{{Type: "dns", Value: name}}, ClientAddr: "10.1.2.3", UserAgent: "test-client"}
+		Identifiers: []vocab.Identifier{{Type: "dns", Value: name}}, ClientAddr: "10.1.2.3", UserAgent: "test-client"}
 }
 
 // job returns the live relay job of an order.
@@ -221,14 +223,14 @@ func TestAbandonFailsTheOrderWithTheRealReasonForTheOperator(t *testing.T) {
 func TestWhatTheUpstreamChallengeCannotProveIsRefused(t *testing.T) {
 	for challenge, refused := range map[string]bool{ChallengeHTTP01: true, ChallengeDNS01: false, ChallengeBypass: false} {
 		b := newBench(t, "https://ca.example/dir", challenge)
-		err := b.s.CheckIdentifier(signer.Identifier{Type: "dns", Value: "*.example.com"})
+		err := b.s.CheckIdentifier(vocab.Identifier{Type: "dns", Value: "*.example.com"})
 		if e, ok := signer.AsError(err); refused != (ok && e.Kind == signer.KindRejectedIdentifier) {
 			t.Errorf("%s: wildcard check %v; want refused=%v", challenge, err, refused)
 		}
-		if err := b.s.CheckIdentifier(signer.Identifier{Type: "dns", Value: "www.example.com"}); err != nil {
+		if err := b.s.CheckIdentifier(vocab.Identifier{Type: "dns", Value: "www.example.com"}); err != nil {
 			t.Errorf("%s: refused a plain name: %v", challenge, err)
 		}
-		err = b.s.CheckIdentifier(signer.Identifier{Type: "ip", Value: "192.0.2.1"})
+		err = b.s.CheckIdentifier(vocab.Identifier{Type: "ip", Value: "192.0.2.1"})
 		if ipRefused := challenge == ChallengeDNS01; ipRefused != (err != nil) {
 			t.Errorf("%s: IP address check %v; want refused=%v", challenge, err, ipRefused)
 		}

@@ -1,0 +1,92 @@
+// Package acme is the protocol's vocabulary, defined once for every
+// package of this module: the identifier, the statuses of RFC 8555 §7.1.6,
+// identifier and challenge types, the error type URNs of §6.7 and the
+// names of the events this server audits and notifies. It is a leaf: it
+// imports nothing of this module, so store/, signer/ and the HTTP front
+// can all share it without a cycle.
+package acme
+
+// Identifier is an ACME identifier (RFC 8555 §7.1.4; RFC 8738 for "ip").
+type Identifier struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// Identifier types.
+const (
+	IdentifierDNS = "dns" // RFC 8555 §9.7.7
+	IdentifierIP  = "ip"  // RFC 8738
+)
+
+// Challenge types (RFC 8555 §8.3, §8.4; RFC 8737).
+const (
+	ChallengeHTTP01    = "http-01"
+	ChallengeDNS01     = "dns-01"
+	ChallengeTLSALPN01 = "tls-alpn-01"
+)
+
+// Status is the status of an account, order, authorization or challenge
+// (RFC 8555 §7.1.6). Each object uses a subset.
+type Status string
+
+// The statuses of RFC 8555 §7.1.6.
+const (
+	StatusPending     Status = "pending"
+	StatusReady       Status = "ready"
+	StatusProcessing  Status = "processing"
+	StatusValid       Status = "valid"
+	StatusInvalid     Status = "invalid"
+	StatusDeactivated Status = "deactivated"
+	StatusExpired     Status = "expired"
+	StatusRevoked     Status = "revoked"
+)
+
+// ProblemType is an ACME error type (RFC 8555 §6.7).
+type ProblemType string
+
+// errorNS is the URN prefix of ACME error types.
+const errorNS = "urn:ietf:params:acme:error:"
+
+// The ACME error types (RFC 8555 §6.7; draft-ietf-acme-profiles for
+// invalidProfile).
+const (
+	ErrorAccountDoesNotExist     ProblemType = errorNS + "accountDoesNotExist"
+	ErrorAlreadyRevoked          ProblemType = errorNS + "alreadyRevoked"
+	ErrorBadCSR                  ProblemType = errorNS + "badCSR"
+	ErrorBadNonce                ProblemType = errorNS + "badNonce"
+	ErrorBadPublicKey            ProblemType = errorNS + "badPublicKey"
+	ErrorBadRevocationReason     ProblemType = errorNS + "badRevocationReason"
+	ErrorBadSignatureAlgorithm   ProblemType = errorNS + "badSignatureAlgorithm"
+	ErrorCAA                     ProblemType = errorNS + "caa"
+	ErrorCompound                ProblemType = errorNS + "compound"
+	ErrorConnection              ProblemType = errorNS + "connection"
+	ErrorDNS                     ProblemType = errorNS + "dns"
+	ErrorExternalAccountRequired ProblemType = errorNS + "externalAccountRequired"
+	ErrorIncorrectResponse       ProblemType = errorNS + "incorrectResponse"
+	ErrorInvalidContact          ProblemType = errorNS + "invalidContact"
+	ErrorMalformed               ProblemType = errorNS + "malformed"
+	ErrorOrderNotReady           ProblemType = errorNS + "orderNotReady"
+	ErrorRateLimited             ProblemType = errorNS + "rateLimited"
+	ErrorRejectedIdentifier      ProblemType = errorNS + "rejectedIdentifier"
+	ErrorServerInternal          ProblemType = errorNS + "serverInternal"
+	ErrorTLS                     ProblemType = errorNS + "tls"
+	ErrorUnauthorized            ProblemType = errorNS + "unauthorized"
+	ErrorUnsupportedContact      ProblemType = errorNS + "unsupportedContact"
+	ErrorUnsupportedIdentifier   ProblemType = errorNS + "unsupportedIdentifier"
+	ErrorUserActionRequired      ProblemType = errorNS + "userActionRequired"
+	ErrorInvalidProfile          ProblemType = errorNS + "invalidProfile"
+)
+
+// The events this server audits, logs and notifies (a destination
+// subscribes to them by these names).
+const (
+	EventCertificateIssued       = "certificate_issued"
+	EventCertificateIssueFailed  = "certificate_issue_failed"
+	EventCertificateRevoked      = "certificate_revoked"
+	EventRevocationRefused       = "revocation_refused" // a client's revoke-cert refused
+	EventRevocationFailed        = "revocation_failed"  // a backend never confirmed a revocation
+	EventRevocationReasonChanged = "revocation_reason_changed"
+	EventAccountCreated          = "account_created"
+	EventAccountDeactivated      = "account_deactivated"
+	EventChallengeFailed         = "challenge_failed"
+)
