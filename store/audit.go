@@ -144,6 +144,25 @@ func (db *DB) InsertAudit(ctx context.Context, ev AuditEvent) error {
 	return nil
 }
 
+// InsertAudits appends several events in one transaction: all or none.
+func (db *DB) InsertAudits(ctx context.Context, evs []AuditEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		for _, ev := range evs {
+			if err := db.insertAudit(ctx, tx, ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: writing %d audit events: %w", len(evs), err)
+	}
+	return nil
+}
+
 // IssueOrder stores the certificate, moves the order from processing to
 // valid, and writes the issuance's audit row, in one transaction: an
 // issued certificate always has its row, and the issuance costs one commit.
