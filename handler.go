@@ -1,6 +1,7 @@
 package caddyacmeproxy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -83,9 +84,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return h.app.register(h.server)
 }
 
-// Cleanup unmounts the profile.
+// Cleanup unmounts the profile, first writing the summaries of refused
+// revocations it still counts (a reload's last requests to it).
 func (h *Handler) Cleanup() error {
 	if h.app != nil && h.server != nil {
+		h.server.FlushRefusals(context.Background(), true)
 		h.app.unregister(h.server)
 	}
 	return nil
