@@ -193,7 +193,7 @@ func (a *App) Start() error {
 	}
 	a.runner = r
 	a.flushStop, a.flushDone = make(chan struct{}), make(chan struct{})
-	go a.flushRefusals(refusalFlushEvery)
+	go a.flushRefusals(refusalFlushEvery, a.flushStop, a.flushDone)
 	return nil
 }
 
@@ -206,13 +206,13 @@ const refusalFlushEvery = time.Minute
 // counting. The counts live in this process's memory, so each instance
 // writes its own: this is a loop of the process, not a durable job that
 // one instance of many would claim.
-func (a *App) flushRefusals(every time.Duration) {
-	defer close(a.flushDone)
+func (a *App) flushRefusals(every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
-		case <-a.flushStop:
+		case <-stop:
 			a.flushServers(true)
 			return
 		case <-t.C:
