@@ -1,6 +1,7 @@
 package caddyacmeproxy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -95,9 +96,11 @@ func newValidator(cfg *acmeproxy.ProfileConfig) (*validate.Validator, error) {
 	return v, nil
 }
 
-// Cleanup unmounts the profile.
+// Cleanup unmounts the profile, first writing the summaries of refused
+// revocations it still counts (a reload's last requests to it).
 func (h *Handler) Cleanup() error {
 	if h.app != nil && h.server != nil {
+		h.server.FlushRefusals(context.Background(), true)
 		h.app.unregister(h.server)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 )
@@ -19,7 +20,18 @@ type AppConfig struct {
 	// Notify are the default notification destinations of every profile
 	// that declares none of its own.
 	Notify []notify.Destination `json:"notify,omitempty"`
+	// AuditRetention is how long audit rows are kept before the hourly
+	// audit_sweep deletes them: a duration in Caddy's syntax ("400d",
+	// "2160h"), or "keep" to keep every row. Default DefaultAuditRetention.
+	AuditRetention string `json:"audit_retention,omitempty"`
 }
+
+// DefaultAuditRetention is the audit retention when none is configured:
+// more than a year, so a yearly review still finds the whole year.
+const DefaultAuditRetention = 400 * 24 * time.Hour
+
+// AuditRetentionKeep, as AppConfig.AuditRetention, keeps every audit row.
+const AuditRetentionKeep = "keep"
 
 // ProfileConfig is the JSON of one acme_proxy handler, less its signer
 // (which is a guest module of its own). One handler serves one profile.

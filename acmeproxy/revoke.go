@@ -140,7 +140,9 @@ func notYours() *problem.Problem {
 // handleRevokeCert revokes a certificate (RFC 8555 §7.6), authorized by
 // the account that ordered it, an account holding authorizations for all
 // its identifiers, or the certificate's own key, which is compared with
-// the key stored at issuance. Every refusal past the JWS check is audited.
+// the key stored at issuance. Every refusal past the JWS check is counted
+// and audited: on a row of its own when the requester is known, else in
+// its source's summary row (see refusals.go).
 func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	req, err := s.verify(ctx, r, kidOrJWK)
@@ -152,7 +154,18 @@ func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error 
 		actor = Actor{Kind: ActorAccount, ID: req.account.ID}
 	}
 	cl := clientOf(r)
-	refuse := func(prob *problem.Problem, cert *store.Certificate, serial, why string) error {
+	// known: the requester is one this profile can name — a valid account
+	// (kid), or, once mayRevoke says so, one entitled to revoke the
+	// certificate (its own key, the deactivated account that ordered it).
+	// Anyone can sign with a throwaway jwk, so the refusals of the others
+	// must not cost a durable row each.
+	known := req.account != nil && req.account.Status == "valid"
+	refuse := func(prob *problem.Problem, cert *store.Certificate, serial, why, kind string) error {
+		s.metrics.RevocationRefused(s.cfg.Profile, kind)
+		if !known {
+			s.tallyRefusal(ctx, cl, kind)
+			return prob
+		}
 		ev := s.event(ctx, EventRevocationRefused, OutcomeRefused, actor, cl)
 		ev.Serial, ev.Reason, ev.Detail = serial, string(prob.Type), why
 		if cert != nil {
@@ -171,20 +184,21 @@ func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error 
 		if !ok {
 			return err
 		}
-		return refuse(prob, nil, "", "payload is not a revocation request")
+		return refuse(prob, nil, "", "payload is not a revocation request", RefusalMalformed)
 	}
 	der, err := base64.RawURLEncoding.DecodeString(p.Certificate)
 	if err != nil || len(der) == 0 {
-		return refuse(problem.MalformedF("certificate must be a base64url-encoded DER certificate"), nil, "", "certificate is not base64url")
+		return refuse(problem.MalformedF("certificate must be a base64url-encoded DER certificate"), nil, "", "certificate is not base64url",
+			RefusalMalformed)
 	}
 	submitted, err := x509.ParseCertificate(der)
 	if err != nil {
-		return refuse(problem.MalformedF("the certificate cannot be parsed: %v", err), nil, "", "certificate does not parse")
+		return refuse(problem.MalformedF("the certificate cannot be parsed: %v", err), nil, "", "certificate does not parse", RefusalMalformed)
 	}
 	serial := hex.EncodeToString(submitted.SerialNumber.Bytes())
 	cert, err := s.db.CertificateBySerial(ctx, s.cfg.Profile, serial)
 	if errors.Is(err, store.ErrNotFound) {
-		return refuse(notYours(), nil, serial, "no certificate with this serial was issued by this profile")
+		return refuse(notYours(), nil, serial, "no certificate with this serial was issued by this profile", RefusalUnknownCertificate)
 	}
 	if err != nil {
 		return err
@@ -194,23 +208,26 @@ func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	if !bytes.Equal(der, storedDER) {
-		return refuse(notYours(), &cert, serial, "the submitted certificate differs from the stored leaf with its serial")
+		return refuse(notYours(), &cert, serial, "the submitted certificate differs from the stored leaf with its serial",
+			RefusalUnknownCertificate)
 	}
 	ok, err := s.mayRevoke(ctx, req, cert)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return refuse(notYours(), &cert, serial, "signed neither by the certificate's key nor by an account that ordered it or holds authorizations for all its names")
+		return refuse(notYours(), &cert, serial, "signed neither by the certificate's key nor by an account that ordered it or holds authorizations for all its names",
+			RefusalNotAuthorized)
 	}
+	known = true
 
 	res, err := s.revoke(ctx, revocation{cert: cert, leaf: leaf, reason: p.Reason, actor: actor, client: cl})
 	switch {
 	case errors.Is(err, ErrAlreadyRevoked):
-		return refuse(problem.AlreadyRevokedF("the certificate is already revoked"), &cert, serial, err.Error())
+		return refuse(problem.AlreadyRevokedF("the certificate is already revoked"), &cert, serial, err.Error(), RefusalAlreadyRevoked)
 	case errors.Is(err, ErrBadRevocationReason):
 		return refuse(problem.BadRevocationReasonF("reason %d is not one a client may choose: the reason must be %s (RFC 5280 CRLReason)",
-			*p.Reason, reasonList(clientReasons)), &cert, serial, err.Error())
+			*p.Reason, reasonList(clientReasons)), &cert, serial, err.Error(), RefusalBadReason)
 	case err != nil:
 		return err
 	case res.Queued:

@@ -87,6 +87,7 @@ type Server struct {
 	signerName string
 	revokeWait time.Duration
 	names      *reverseNames
+	refusals   *refusalTally // unauthenticated revoke-cert refusals (see refusals.go)
 	crls       crlCache
 	notify     []notify.Destination
 	metrics    Metrics
@@ -131,6 +132,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		signerName: opts.SignerName,
 		revokeWait: opts.RevokeWait,
 		names:      newReverseNames(opts.LookupAddr),
+		refusals:   newRefusalTally(),
 		notify:     opts.Notify,
 		metrics:    opts.Metrics,
 		storeDown:  conditionLog{every: storeLogEvery},

@@ -238,4 +238,20 @@ var sqliteMigrations = []migration{
 			`CREATE TABLE flushes (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL)`,
 		},
 	},
+	{
+		version: 7,
+		name:    "audit_prune",
+		stmts: []string{
+			// The audit trail may now be pruned, by retention or by an
+			// operator, and by nothing else: PruneAudit writes its cutoff
+			// here, deletes, and removes the cutoff in one transaction, so
+			// a delete outside it (or of a row at or after the cutoff)
+			// still aborts. Updates stay refused.
+			`CREATE TABLE audit_prune_cutoff (id INTEGER PRIMARY KEY CHECK (id = 1), before BIGINT NOT NULL)`,
+			`DROP TRIGGER audit_events_no_delete`,
+			`CREATE TRIGGER audit_events_delete_only_by_prune BEFORE DELETE ON audit_events
+				WHEN NOT EXISTS (SELECT 1 FROM audit_prune_cutoff WHERE OLD.at < before)
+				BEGIN SELECT RAISE(ABORT, 'audit_events is insert-only: rows are deleted only by a prune, older than its cutoff'); END`,
+		},
+	},
 }
