@@ -66,7 +66,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Resolvers: h.Resolvers,
 	})
 	if err != nil {
-		return fmt.Errorf("validation: %w", err)
+		// Validate has checked the ports: what is left to refuse is a
+		// resolver.
+		return fmt.Errorf("resolvers: %w", err)
 	}
 	dests, err := h.app.profileNotify(h.Notify)
 	if err != nil {
