@@ -160,6 +160,14 @@ type query struct {
 
 func readQuery(r *http.Request, allowed ...string) *query {
 	q := &query{v: r.URL.Query()}
+	// r.URL.Query drops a pair it cannot decode (a bad escape, a
+	// semicolon); refuse it rather than answer as if it were not given.
+	for pair := range strings.SplitSeq(r.URL.RawQuery, "&") {
+		if _, err := url.ParseQuery(pair); err != nil {
+			name, _, _ := strings.Cut(pair, "=")
+			q.err = fmt.Errorf("parameter %q is malformed: %w", name, err)
+		}
+	}
 	for k, vs := range q.v {
 		if !slices.Contains(allowed, k) {
 			q.err = fmt.Errorf("unknown parameter %q (this route takes %s)", k, strings.Join(allowed, ", "))

@@ -63,7 +63,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	v, err := newValidator(&h.ProfileConfig)
 	if err != nil {
-		return err
+		// Validate has checked the ports: what is left to refuse is a
+		// resolver.
+		return fmt.Errorf("resolvers: %w", err)
 	}
 	dests, err := h.app.profileNotify(h.Notify)
 	if err != nil {
@@ -91,7 +93,7 @@ func newValidator(cfg *acmeproxy.ProfileConfig) (*validate.Validator, error) {
 		RedirectPolicy: cfg.RedirectPolicy(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("validation: %w", err)
+		return nil, err
 	}
 	return v, nil
 }
