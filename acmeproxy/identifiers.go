@@ -26,8 +26,8 @@ var idnaProfile = idna.New(idna.ValidateForRegistration(), idna.StrictDomainName
 // trailing dot, A-labels only (clients must send punycode, RFC 8555
 // §7.1.4), not an IP address, a top-level label not all digits. A single
 // label ("localhost", "nas") is a host name too: internal CAs issue them
-// (Caddy's acme_server and `tls internal` do), and a profile that must not
-// lists them in its deny policy.
+// (Caddy's acme_server and `tls internal` do), and a profile that must
+// not issue them lists them in its deny policy.
 func normalizeDNSName(name string) (string, error) {
 	for i := 0; i < len(name); i++ {
 		if name[i] >= utf8.RuneSelf {
