@@ -189,7 +189,8 @@ func (s *Server) publishCRL(ctx context.Context, issuer string) (store.CRL, erro
 		return store.CRL{}, fmt.Errorf("the signer of profile %s publishes no CRL", s.cfg.Profile)
 	}
 	now := s.clock.Now()
-	crl, err := s.db.PublishCRL(ctx, issuer, now, func(number int64, entries []store.CRLEntry) ([]byte, time.Time, time.Time, error) {
+	// Until signers name their CAs, each key is its own name.
+	crl, err := s.db.PublishCRL(ctx, issuer, issuer, now, func(number int64, entries []store.CRLEntry) ([]byte, time.Time, time.Time, error) {
 		this := now.UTC().Truncate(time.Second)
 		next := this.Add(CRLValidity)
 		tmpl := &x509.RevocationList{Number: big.NewInt(number), ThisUpdate: this, NextUpdate: next}

@@ -238,4 +238,18 @@ var sqliteMigrations = []migration{
 			`CREATE TABLE flushes (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL)`,
 		},
 	},
+	{
+		version: 7,
+		name:    "crl_numbers_by_name",
+		stmts: []string{
+			// cRLNumber per issuing CA's name (RFC 5280 §5.2.3): a CA
+			// renewed with a new key under the same name continues the
+			// sequence. crl_numbers (per key) stays, so that a key's
+			// first CRL after this migration continues from its last.
+			`CREATE TABLE crl_name_numbers (
+				issuer_name TEXT PRIMARY KEY,
+				last        BIGINT NOT NULL CHECK (last > 0)
+			)`,
+		},
+	},
 }
