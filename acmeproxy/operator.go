@@ -217,6 +217,9 @@ func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, act
 		return res, fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, ErrBadRevocationReason):
 		return res, fmt.Errorf("%w: %w", ErrInvalid, err)
+	case errors.Is(err, ErrUnpublishable) && !errors.Is(err, signer.ErrIssuerUnavailable):
+		// The CA is gone: asking again cannot succeed.
+		return res, fmt.Errorf("%w: %w", ErrConflict, err)
 	}
 	return res, err
 }

@@ -46,6 +46,11 @@ var (
 	ErrBadRevocationReason = errors.New("the reason is not an RFC 5280 CRLReason code the requester may choose")
 	// ErrRevocationFailed: the backend's job gave up without revoking.
 	ErrRevocationFailed = errors.New("the signer's backend did not revoke the certificate")
+	// ErrUnpublishable: the CA that issued the certificate cannot sign a
+	// CRL here — the signer has no record of it, or cannot reach its key
+	// now (the error then also wraps signer.ErrIssuerUnavailable) — so the
+	// revocation would reach no CRL; nothing was recorded.
+	ErrUnpublishable = errors.New("no CRL can list the revocation, so it was not recorded")
 )
 
 // RFC 5280 §5.3.1 CRLReason codes this server records.
@@ -228,6 +233,17 @@ func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error 
 	case errors.Is(err, ErrBadRevocationReason):
 		return refuse(problem.BadRevocationReasonF("reason %d is not one a client may choose: the reason must be %s (RFC 5280 CRLReason)",
 			*p.Reason, reasonList(clientReasons)), &cert, serial, err.Error(), RefusalBadReason)
+	case errors.Is(err, ErrUnpublishable):
+		s.log.Error("revocation refused: its CRL cannot be published", zap.String("event", "revocation_unpublishable"),
+			zap.String("profile", s.cfg.Profile), zap.String("order", cert.OrderID), zap.String("serial", serial), zap.Error(err))
+		if errors.Is(err, signer.ErrIssuerUnavailable) {
+			w.Header().Set("Retry-After", "30")
+			return refuse(problem.Unavailable("the key of the CA that issued this certificate cannot be reached now, "+
+				"so no CRL could list its revocation; nothing was recorded: retry later"), &cert, serial, err.Error(), RefusalUnpublishable)
+		}
+		return refuse(&problem.Problem{Type: problem.ServerInternal, Status: http.StatusInternalServerError,
+			Detail: "this server no longer holds the CA that issued this certificate, so no CRL could list its revocation; " +
+				"nothing was recorded: the operator's log has the cause"}, &cert, serial, err.Error(), RefusalUnpublishable)
 	case err != nil:
 		return err
 	case res.Queued:
@@ -301,29 +317,47 @@ func (s *Server) revoke(ctx context.Context, rv revocation) (RevokeResult, error
 	if !reasonAllowed(rv.reason, rv.allowed()) {
 		return RevokeResult{}, fmt.Errorf("%w: %d (allowed: %s)", ErrBadRevocationReason, *rv.reason, reasonList(rv.allowed()))
 	}
-	issuer := ""
-	if _, ok := s.signer.(signer.CRLSigner); ok {
-		issuer = signer.LeafIssuerKeyID(rv.leaf)
+	if !rv.cert.RevokedAt.IsZero() && !s.becomesKeyCompromise(rv) {
+		return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
+	}
+	iss, publishes, err := s.revocationIssuer(ctx, rv.leaf)
+	if err != nil {
+		return RevokeResult{}, err
 	}
 	if !rv.cert.RevokedAt.IsZero() {
-		if !s.becomesKeyCompromise(rv) {
-			return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
-		}
 		if err := s.recordKeyCompromise(ctx, &rv); err != nil {
 			return RevokeResult{}, err
 		}
-	} else if err := s.record(ctx, &rv, issuer); err != nil {
+	} else if err := s.record(ctx, &rv, iss.KeyID); err != nil {
 		return RevokeResult{}, err
 	}
-	if issuer != "" {
+	if publishes {
 		// The ledger row is committed; a crash before the job runs is
 		// caught by the CRL refresh, which finds the CRL stale.
-		if err := s.queueCRL(ctx, issuer); err != nil {
+		if err := s.queueCRL(ctx, iss); err != nil {
 			s.log.Error("queueing a CRL regeneration", zap.String("event", "crl_queue_failed"),
-				zap.String("profile", s.cfg.Profile), zap.String("issuer", issuer), zap.Error(err))
+				zap.String("profile", s.cfg.Profile), zap.String("issuer", iss.KeyID), zap.Error(err))
 		}
 	}
 	return RevokeResult{Certificate: rv.cert}, nil
+}
+
+// revocationIssuer is the CA whose CRL will list leaf's revocation, when
+// the profile's signer publishes CRLs (publishes). It must be one the
+// signer can still sign a CRL for — the CA that issues now, or one it
+// issued from before — checked before anything is recorded: a revocation
+// answered with success must reach a CRL. Otherwise the error wraps
+// ErrUnpublishable.
+func (s *Server) revocationIssuer(ctx context.Context, leaf *x509.Certificate) (iss signer.IssuerInfo, publishes bool, err error) {
+	cs, ok := s.crlSigner()
+	if !ok {
+		return signer.IssuerInfo{}, false, nil
+	}
+	iss, err = cs.LookupCRLIssuer(ctx, signer.LeafIssuerKeyID(leaf))
+	if err != nil {
+		return signer.IssuerInfo{}, false, fmt.Errorf("%w: %w", ErrUnpublishable, err)
+	}
+	return iss, true, nil
 }
 
 // record writes the revocation: the certificate's stamp, the ledger row

@@ -258,7 +258,7 @@ func routeName(rel string) string {
 	case id == "":
 	case kind == "account" && (sub == "" || sub == "orders"),
 		kind == "order" && (sub == "" || sub == "finalize"),
-		(kind == "authz" || kind == "chall" || kind == "cert") && sub == "":
+		(kind == "authz" || kind == "chall" || kind == "cert" || kind == "crl") && sub == "":
 		if sub == "" {
 			return kind
 		}
@@ -324,6 +324,8 @@ func (s *Server) route(rel string) (handlerFunc, []string) {
 		return withID(s.handleChallenge), post
 	case kind == "cert" && sub == "":
 		return withID(s.handleCertificate), post
+	case kind == "crl" && sub == "":
+		return withID(s.handleIssuerCRL), getHead
 	}
 	return nil, nil
 }

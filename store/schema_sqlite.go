@@ -254,4 +254,18 @@ var sqliteMigrations = []migration{
 				BEGIN SELECT RAISE(ABORT, 'audit_events is insert-only: rows are deleted only by a prune, older than its cutoff'); END`,
 		},
 	},
+	{
+		version: 8,
+		name:    "crl_numbers_by_name",
+		stmts: []string{
+			// cRLNumber per issuing CA's name (RFC 5280 §5.2.3): a CA
+			// renewed with a new key under the same name continues the
+			// sequence. crl_numbers (per key) stays, so that a key's
+			// first CRL after this migration continues from its last.
+			`CREATE TABLE crl_name_numbers (
+				issuer_name TEXT PRIMARY KEY,
+				last        BIGINT NOT NULL CHECK (last > 0)
+			)`,
+		},
+	},
 }
