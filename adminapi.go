@@ -79,6 +79,10 @@ func (a *AdminAPI) route(rel string) (adminRoute, string, bool) {
 	if len(parts) > 3 || (len(parts) > 1 && id == "") {
 		return adminRoute{}, "", false
 	}
+	if kind == "audit" && id == "prune" && action == "" {
+		// A fixed word where other routes have an id: audit rows have none.
+		return adminRoute{http.MethodPost, a.pruneAudit}, "", true
+	}
 	type key struct {
 		kind   string
 		hasID  bool
@@ -158,6 +162,14 @@ type query struct {
 
 func readQuery(r *http.Request, allowed ...string) *query {
 	q := &query{v: r.URL.Query()}
+	// r.URL.Query drops a pair it cannot decode (a bad escape, a
+	// semicolon); refuse it rather than answer as if it were not given.
+	for pair := range strings.SplitSeq(r.URL.RawQuery, "&") {
+		if _, err := url.ParseQuery(pair); err != nil {
+			name, _, _ := strings.Cut(pair, "=")
+			q.err = fmt.Errorf("parameter %q is malformed: %w", name, err)
+		}
+	}
 	for k, vs := range q.v {
 		if !slices.Contains(allowed, k) {
 			q.err = fmt.Errorf("unknown parameter %q (this route takes %s)", k, strings.Join(allowed, ", "))
@@ -398,6 +410,21 @@ func (a *AdminAPI) searchAudit(w http.ResponseWriter, r *http.Request, op *acmep
 		return opError(err)
 	}
 	return writeAdminJSON(w, http.StatusOK, p)
+}
+
+// pruneAudit deletes the audit rows older than ?before= (RFC 3339) and
+// answers how many; the prune is itself audited, with the operator.
+func (a *AdminAPI) pruneAudit(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
+	q := readQuery(r, "before")
+	before := q.time("before")
+	if err := q.check(); err != nil {
+		return err
+	}
+	v, err := op.PruneAudit(r.Context(), before, actorOf(r))
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, v)
 }
 
 func (a *AdminAPI) showCRL(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, profile string) error {

@@ -32,6 +32,11 @@ type App struct {
 	// notifier delivers notify_deliver jobs to the destinations of the
 	// app and of every profile mounted.
 	notifier *notify.Deliverer
+	// auditRetention is AuditRetention parsed; 0 keeps every row.
+	auditRetention time.Duration
+	// flushStop and flushDone stop and await the loop that writes the
+	// summaries of refused revocations (see flushRefusals).
+	flushStop, flushDone chan struct{}
 
 	mu       sync.RWMutex
 	profiles map[string]*acmeproxy.Server
@@ -62,6 +67,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
+	if a.auditRetention, err = parseAuditRetention(a.AuditRetention); err != nil {
+		return err
+	}
 	a.dbKey = "sqlite:" + path
 	val, _, err := dbPool.LoadOrNew(a.dbKey, func() (caddy.Destructor, error) {
 		db, err := store.OpenSQLite(ctx, path, store.SQLiteOptions{})
@@ -84,6 +92,25 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
+}
+
+// parseAuditRetention reads audit_retention: a positive duration in
+// Caddy's syntax, "keep" (0: never sweep), or "" for the default.
+func parseAuditRetention(v string) (time.Duration, error) {
+	switch v {
+	case "":
+		return acmeproxy.DefaultAuditRetention, nil
+	case acmeproxy.AuditRetentionKeep:
+		return 0, nil
+	}
+	d, err := caddy.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("audit_retention: %q is not a duration or %q: %w", v, acmeproxy.AuditRetentionKeep, err)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("audit_retention: %q must be positive", v)
+	}
+	return d, nil
 }
 
 // profileNotify returns a profile's notification destinations — its own
@@ -134,6 +161,14 @@ func (a *App) Start() error {
 			_, err := a.db.PruneNonces(ctx, time.Now())
 			return err
 		}},
+		// Audit rows past their retention, in small batches.
+		&jobs.Periodic{Name: acmeproxy.AuditSweepKind, Every: time.Hour, Do: func(ctx context.Context) error {
+			if a.auditRetention <= 0 {
+				return nil
+			}
+			_, err := acmeproxy.SweepAudit(ctx, a.db, a.auditRetention, time.Now())
+			return err
+		}},
 		// Orders a crash left between claim and certificate are resumed
 		// by whichever instance mounts their profile.
 		&jobs.Periodic{Name: "order_resume", Every: time.Minute, Do: func(ctx context.Context) error {
@@ -157,11 +192,57 @@ func (a *App) Start() error {
 		return err
 	}
 	a.runner = r
+	a.flushStop, a.flushDone = make(chan struct{}), make(chan struct{})
+	go a.flushRefusals(refusalFlushEvery, a.flushStop, a.flushDone)
 	return nil
 }
 
-// Stop stops the runner and waits for its handlers.
+// refusalFlushEvery is how often the app writes the summaries of refused
+// revocations whose interval has ended (acmeproxy.RefusalInterval).
+const refusalFlushEvery = time.Minute
+
+// flushRefusals writes, every tick, the summary rows of unauthenticated
+// revoke-cert refusals whose interval has ended, and at stop those still
+// counting. The counts live in this process's memory, so each instance
+// writes its own: this is a loop of the process, not a durable job that
+// one instance of many would claim.
+func (a *App) flushRefusals(every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			a.flushServers(true)
+			return
+		case <-t.C:
+			a.flushServers(false)
+		}
+	}
+}
+
+func (a *App) flushServers(final bool) {
+	for _, s := range a.servers() {
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					a.log.Error("writing the summaries of refused revocations panicked", zap.String("event", "audit_write_failed"),
+						zap.String("profile", s.Profile()), zap.Any("panic", v))
+				}
+			}()
+			s.FlushRefusals(context.Background(), final)
+		}()
+	}
+}
+
+// Stop writes the pending summaries of refused revocations, then stops
+// the runner and waits for its handlers.
 func (a *App) Stop() error {
+	if a.flushStop != nil {
+		close(a.flushStop)
+		<-a.flushDone
+		a.flushStop = nil
+	}
 	if a.runner == nil {
 		return nil
 	}

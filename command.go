@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
@@ -46,6 +47,7 @@ Output is a table for people; --json prints the admin API's JSON.
   caddy acme-proxy jobs [--kind K] [--status S] [--key K] [--before ID] [--limit N]
   caddy acme-proxy jobs show|retry|cancel <job-id>
   caddy acme-proxy audit [--profile P] [--event E] [--outcome O] [--order ID] [--account ID] [--serial HEX] [--since T] [--until T] [--before ID] [--limit N]
+  caddy acme-proxy audit prune --before <RFC 3339 time | age such as 90d>
   caddy acme-proxy crl show|regenerate <profile>
 
 Revocation reasons are RFC 5280 CRLReason codes: 0 unspecified,
@@ -104,8 +106,11 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	add(jobsCmd, "retry <job-id>", "Runs a job now (a failed or cancelled one with a fresh budget)", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/retry"))
 	add(jobsCmd, "cancel <job-id>", "Cancels a job", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/cancel"))
 
-	add(cmd, "audit", "Searches the audit trail, newest first", cobra.NoArgs,
+	auditCmd := add(cmd, "audit", "Searches the audit trail, newest first", cobra.NoArgs,
 		strFlags("profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"), c.audit)
+	add(auditCmd, "prune", "Deletes the audit rows older than --before (the prune is audited)", cobra.NoArgs, func(sc *cobra.Command) {
+		sc.Flags().String("before", "", "cutoff: an RFC 3339 time (2026-01-01T00:00:00Z) or an age (90d, 720h)")
+	}, c.pruneAudit)
 
 	crl := &cobra.Command{Use: "crl", Short: "Shows or regenerates a profile's CRL", SilenceUsage: true}
 	cmd.AddCommand(crl)
@@ -414,6 +419,38 @@ func (c *cli) audit(cmd *cobra.Command, _ []string) error {
 				oneLine(actor, 40), dash(e.Order), dash(e.Serial), dash(cl), dash(e.Reason))
 		}
 		next(w, v.Next, "before")
+	})
+}
+
+// pruneCutoff reads --before of audit prune: an RFC 3339 time, or an age
+// in Caddy's duration syntax counted back from now.
+func pruneCutoff(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, fmt.Errorf("--before is required: an RFC 3339 time (2026-01-01T00:00:00Z) or an age (90d, 720h)")
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	d, err := caddy.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("--before %q is neither an RFC 3339 time nor a positive age such as 90d", v)
+	}
+	return now.Add(-d), nil
+}
+
+func (c *cli) pruneAudit(cmd *cobra.Command, _ []string) error {
+	v, _ := cmd.Flags().GetString("before")
+	before, err := pruneCutoff(v, time.Now())
+	if err != nil {
+		return err
+	}
+	body, err := c.call(cmd, http.MethodPost, adminBase+"audit/prune?before="+url.QueryEscape(before.UTC().Format(time.RFC3339)), nil)
+	if err != nil {
+		return err
+	}
+	var res acmeproxy.AuditPruneView
+	return c.show(cmd, body, &res, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "deleted %d audit rows older than %s\n", res.Deleted, ts(res.Before))
 	})
 }
 

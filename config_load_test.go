@@ -130,8 +130,21 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 	tests := []struct {
 		name     string
 		handlers []map[string]any
+		app      map[string]any // more of the acme_proxy app's JSON
 		want     string
 	}{
+		{
+			name:     "audit retention that is not a duration",
+			handlers: []map[string]any{{"profile": "a"}},
+			app:      map[string]any{"audit_retention": "soon"},
+			want:     `audit_retention: "soon" is not a duration or "keep"`,
+		},
+		{
+			name:     "negative audit retention",
+			handlers: []map[string]any{{"profile": "a"}},
+			app:      map[string]any{"audit_retention": "-1h"},
+			want:     `audit_retention: "-1h" must be positive`,
+		},
 		{
 			name:     "unknown challenge type",
 			handlers: []map[string]any{{"profile": "a", "challenges": []string{"http-02"}}},
@@ -179,11 +192,15 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			for _, h := range tt.handlers {
 				h["handler"] = "acme_proxy"
 			}
+			app := map[string]any{"database": filepath.Join(dir, "acme_proxy.db")}
+			for k, v := range tt.app {
+				app[k] = v
+			}
 			cfg := map[string]any{
 				"admin":   map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
 				"storage": map[string]any{"module": "file_system", "root": filepath.Join(dir, "storage")},
 				"apps": map[string]any{
-					"acme_proxy": map[string]any{"database": filepath.Join(dir, "acme_proxy.db")},
+					"acme_proxy": app,
 					"pki":        map[string]any{"certificate_authorities": map[string]any{"local": map[string]any{"install_trust": false}}},
 					"http": map[string]any{"servers": map[string]any{"srv0": map[string]any{
 						"listen":          []string{fmt.Sprintf("127.0.0.1:%d", freePort(t))},

@@ -346,6 +346,8 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/orders with limit 0", "GET", "/acme_proxy/orders?limit=0", "", 400, has("parameter limit")},
 		{"fail/orders with a limit that is not a number", "GET", "/acme_proxy/orders?limit=ten", "", 400, has("parameter limit")},
 		{"fail/orders with a repeated parameter", "GET", "/acme_proxy/orders?status=valid&status=invalid", "", 400, has("given 2 times")},
+		{"fail/orders with a malformed escape", "GET", "/acme_proxy/orders?status=valid%zz", "", 400, has(`parameter \"status\" is malformed`)},
+		{"fail/orders with a semicolon", "GET", "/acme_proxy/orders?limit=1;status=valid", "", 400, has(`parameter \"limit\" is malformed`)},
 		{"ok/order", "GET", "/acme_proxy/orders/" + byAdmin.order, "", 200, has(`"chain_pem": "-----BEGIN CERTIFICATE-----`, serialOf(byAdmin))},
 		{"fail/unknown order", "GET", "/acme_proxy/orders/nope", "", 404, has("not found")},
 		{"fail/order by POST", "POST", "/acme_proxy/orders/" + byAdmin.order, "", 405, nil},

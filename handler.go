@@ -1,6 +1,7 @@
 package caddyacmeproxy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -62,7 +63,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	v, err := newValidator(&h.ProfileConfig)
 	if err != nil {
-		return err
+		// Validate has checked the ports: what is left to refuse is a
+		// resolver.
+		return fmt.Errorf("resolvers: %w", err)
 	}
 	dests, err := h.app.profileNotify(h.Notify)
 	if err != nil {
@@ -90,14 +93,16 @@ func newValidator(cfg *acmeproxy.ProfileConfig) (*validate.Validator, error) {
 		RedirectPolicy: cfg.RedirectPolicy(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("validation: %w", err)
+		return nil, err
 	}
 	return v, nil
 }
 
-// Cleanup unmounts the profile.
+// Cleanup unmounts the profile, first writing the summaries of refused
+// revocations it still counts (a reload's last requests to it).
 func (h *Handler) Cleanup() error {
 	if h.app != nil && h.server != nil {
+		h.server.FlushRefusals(context.Background(), true)
 		h.app.unregister(h.server)
 	}
 	return nil

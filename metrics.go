@@ -29,6 +29,7 @@ var proxyMetrics = struct {
 	failed          *prometheus.CounterVec
 	revoked         *prometheus.CounterVec
 	validations     *prometheus.CounterVec
+	refusals        *prometheus.CounterVec
 	jobRuns         *prometheus.CounterVec
 	jobDuration     *prometheus.HistogramVec
 	upstream        *prometheus.HistogramVec
@@ -58,6 +59,8 @@ func initProxyMetrics() {
 		m.revoked = counter("revocations_total", "Revocations recorded, by profile.", "profile")
 		m.validations = counter("validations_total", "Challenge validations by profile, challenge type and outcome.",
 			"profile", "challenge", "outcome")
+		m.refusals = counter("revocations_refused_total", "revoke-cert requests refused, by profile and reason kind "+
+			"(malformed, unknown_certificate, not_authorized, already_revoked, bad_reason).", "profile", "reason")
 		m.jobRuns = counter("job_runs_total", "Job attempts by kind and outcome (done, retry, retry_after, failed, reschedule), and jobs abandoned.",
 			"kind", "outcome")
 		m.jobDuration = histogram("job_duration_seconds", "Job attempt durations by kind.", "kind")
@@ -72,7 +75,7 @@ func registerProxyMetrics(reg *prometheus.Registry, db *store.DB) error {
 	initProxyMetrics()
 	m := &proxyMetrics
 	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.issued, m.failed, m.revoked,
-		m.validations, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db}} {
+		m.validations, m.refusals, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db}} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -97,6 +100,10 @@ func (serverMetrics) IssueFailed(profile, reason string) {
 func (serverMetrics) Revoked(profile string) { proxyMetrics.revoked.WithLabelValues(profile).Inc() }
 func (serverMetrics) Validated(profile, challenge, outcome string) {
 	proxyMetrics.validations.WithLabelValues(profile, challenge, outcome).Inc()
+}
+
+func (serverMetrics) RevocationRefused(profile, reason string) {
+	proxyMetrics.refusals.WithLabelValues(profile, reason).Inc()
 }
 
 var _ acmeproxy.Metrics = serverMetrics{}

@@ -48,7 +48,10 @@ func (l *LocalCA) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
-	l.Signer, err = localca.New(src, localca.Options{Lifetime: time.Duration(l.Lifetime)})
+	// Every CA the signer signs with is kept in Caddy storage, beside the
+	// pki app's own CA keys, to sign its CRL after it is renewed or
+	// replaced (localca.Storage says why there).
+	l.Signer, err = localca.New(src, localca.Options{Lifetime: time.Duration(l.Lifetime), Storage: ctx.Storage()})
 	if err != nil {
 		return fmt.Errorf("signer: %w", err)
 	}

@@ -89,4 +89,6 @@ const (
 	EventAccountCreated          = "account_created"
 	EventAccountDeactivated      = "account_deactivated"
 	EventChallengeFailed         = "challenge_failed"
+	EventRevocationRefusals      = "revocation_refusals" // a summary of refused revocations from one source
+	EventAuditPruned             = "audit_pruned"        // audit rows deleted, by an operator or the retention sweep
 )

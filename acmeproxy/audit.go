@@ -1,7 +1,10 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -49,11 +52,14 @@ type client struct {
 	UserAgent string
 }
 
+// clientOf describes r's client, its user agent clipped to the audit
+// row's bound: a client carries it into job payloads and the relay's
+// mapping before any row is written.
 func clientOf(r *http.Request) client {
 	if r == nil {
 		return client{}
 	}
-	return client{IP: clientIP(r), UserAgent: r.UserAgent()}
+	return client{IP: clientIP(r), UserAgent: store.Clip(r.UserAgent(), store.AuditFieldMax)}
 }
 
 // reverseNames resolves client addresses to names for audit rows, bounded
@@ -125,4 +131,28 @@ func (s *Server) audit(ctx context.Context, ev store.AuditEvent) {
 		s.log.Error("writing an audit row", zap.String("event", "audit_write_failed"),
 			zap.String("audit_event", ev.Event), zap.String("order", ev.OrderID), zap.Error(err))
 	}
+}
+
+// AuditSweepKind is the periodic job that applies the audit retention.
+const AuditSweepKind = "audit_sweep"
+
+// SweepAudit deletes the audit rows older than retention at now, in small
+// batches, and records a sweep that deleted any in a row of its own (actor
+// system), which later sweeps delete in turn.
+func SweepAudit(ctx context.Context, db *store.DB, retention time.Duration, now time.Time) (int64, error) {
+	before := now.Add(-retention)
+	return db.PruneAudit(ctx, before, 0, func(n int64) (store.AuditEvent, bool) {
+		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: OutcomeSuccess, ActorKind: ActorSystem, Reason: "retention",
+			Detail: fmt.Sprintf("the retention sweep deleted %d audit rows older than %s (audit_retention %s)",
+				n, before.UTC().Format(time.RFC3339), days(retention))}, n > 0
+	})
+}
+
+// days writes a whole number of days as Caddy's duration syntax does ("400d").
+func days(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d >= day && d%day == 0 {
+		return fmt.Sprintf("%dd", d/day)
+	}
+	return d.String()
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 )
@@ -21,7 +22,18 @@ type AppConfig struct {
 	// Notify are the default notification destinations of every profile
 	// that declares none of its own.
 	Notify []notify.Destination `json:"notify,omitempty"`
+	// AuditRetention is how long audit rows are kept before the hourly
+	// audit_sweep deletes them: a duration in Caddy's syntax ("400d",
+	// "2160h"), or "keep" to keep every row. Default DefaultAuditRetention.
+	AuditRetention string `json:"audit_retention,omitempty"`
 }
+
+// DefaultAuditRetention is the audit retention when none is configured:
+// more than a year, so a yearly review still finds the whole year.
+const DefaultAuditRetention = 400 * 24 * time.Hour
+
+// AuditRetentionKeep, as AppConfig.AuditRetention, keeps every audit row.
+const AuditRetentionKeep = "keep"
 
 // ProfileConfig is the JSON of one acme_proxy handler, less its signer
 // (which is a guest module of its own). One handler serves one profile.
@@ -41,12 +53,15 @@ type ProfileConfig struct {
 	Allow *IdentifierPolicy `json:"allow,omitempty"`
 	// Deny lists what is refused even when allowed.
 	Deny *IdentifierPolicy `json:"deny,omitempty"`
-	// CRLURL, when set, is the CRL distribution point put in every leaf
-	// of a signer that publishes a CRL (local_ca): an absolute http://
-	// URL (RFC 5280 §4.2.1.13: CRLs are fetched without TLS) where this
-	// profile's CRL, served at <prefix>/crl, can be fetched without a
-	// redirect to HTTPS. Unset, leaves carry no distribution point, which
-	// the glue allows only for leaves of at most 7 days.
+	// CRLURL, when set, is the base of the CRL distribution point put in
+	// every leaf of a signer that publishes a CRL (local_ca): an absolute
+	// http:// URL (RFC 5280 §4.2.1.13: CRLs are fetched without TLS) that
+	// reaches this profile's <prefix>/crl without a redirect to HTTPS. A
+	// leaf names CRLURL + "/" + the key id of the CA that signed it, served
+	// at <prefix>/crl/<key id> for as long as that CA's leaves may be
+	// valid, also after the CA is renewed or replaced. Unset, leaves carry
+	// no distribution point, which the glue allows only for leaves of at
+	// most 7 days.
 	CRLURL string `json:"crl_url,omitempty"`
 	// Notify, when set, are the profile's notification destinations,
 	// replacing the app's defaults (AppConfig.Notify).

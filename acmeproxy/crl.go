@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -24,7 +23,7 @@ import (
 const (
 	// CRLRegenerateKind rebuilds the CRL of one issuing CA; keyed by the
 	// CA's key id, so that revocations queued while one is waiting share
-	// it.
+	// it. Its deadline is the CA's notAfter.
 	CRLRegenerateKind = "crl_regenerate"
 	// CRLRefreshKind is the periodic check that regenerates a CRL that is
 	// missing, stale (its ledger moved on, e.g. after a crash) or old.
@@ -89,9 +88,37 @@ func (s *Server) crlSigner() (signer.CRLSigner, bool) {
 }
 
 // handleCRL serves the CRL of the CA the profile issues from now, DER
-// (RFC 5280 §5), cacheable until its nextUpdate.
+// (RFC 5280 §5), cacheable until its nextUpdate. It is where leaves issued
+// before leaves named their CA's own CRL point.
 func (s *Server) handleCRL(w http.ResponseWriter, r *http.Request) error {
-	crl, err := s.CurrentCRL(r.Context())
+	iss, err := s.currentIssuer(r.Context())
+	if err != nil {
+		return err
+	}
+	return s.serveCRL(w, r, iss)
+}
+
+// handleIssuerCRL serves the CRL of one CA the profile has issued from, by
+// its key id: <prefix>/crl/<key id>, the distribution point in the leaves
+// that CA signed, served until its certificate (and so every leaf it
+// signed) expires, also once another CA issues.
+func (s *Server) handleIssuerCRL(w http.ResponseWriter, r *http.Request, keyID string) error {
+	cs, ok := s.crlSigner()
+	if !ok {
+		return problem.NotFound("CRL")
+	}
+	iss, err := cs.LookupCRLIssuer(r.Context(), keyID)
+	if errors.Is(err, signer.ErrIssuerUnknown) {
+		return problem.NotFound("CRL")
+	}
+	if err != nil {
+		return err
+	}
+	return s.serveCRL(w, r, iss)
+}
+
+func (s *Server) serveCRL(w http.ResponseWriter, r *http.Request, iss signer.IssuerInfo) error {
+	crl, err := s.issuerCRL(r.Context(), iss)
 	if errors.Is(err, errNoCRL) {
 		w.Header().Set("Retry-After", "5")
 		return problem.Unavailable("the CRL is being generated; retry shortly")
@@ -115,41 +142,59 @@ func (s *Server) handleCRL(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// CurrentCRL returns the latest CRL of the CA the profile issues from now,
-// from memory, rechecking the store every few seconds for one another
-// instance published. With none published yet it queues one and returns
-// an error wrapping errNoCRL.
-func (s *Server) CurrentCRL(ctx context.Context) (store.CRL, error) {
+// currentIssuer describes the CA the profile issues from now.
+func (s *Server) currentIssuer(ctx context.Context) (signer.IssuerInfo, error) {
 	cs, ok := s.crlSigner()
 	if !ok {
-		return store.CRL{}, problem.NotFound("CRL")
+		return signer.IssuerInfo{}, problem.NotFound("CRL")
 	}
-	issuer, err := cs.CRLIssuer(ctx)
+	id, err := cs.CRLIssuer(ctx)
+	if err != nil {
+		return signer.IssuerInfo{}, err
+	}
+	return cs.LookupCRLIssuer(ctx, id)
+}
+
+// CurrentCRL returns the latest CRL of the CA the profile issues from now,
+// as issuerCRL does.
+func (s *Server) CurrentCRL(ctx context.Context) (store.CRL, error) {
+	iss, err := s.currentIssuer(ctx)
 	if err != nil {
 		return store.CRL{}, err
 	}
+	return s.issuerCRL(ctx, iss)
+}
+
+// issuerCRL returns the latest CRL of iss, from memory, rechecking the
+// store every few seconds for one another instance published. With none
+// published yet it queues one and returns an error wrapping errNoCRL; for
+// a CA past its notAfter nothing is queued any more.
+func (s *Server) issuerCRL(ctx context.Context, iss signer.IssuerInfo) (store.CRL, error) {
 	now := s.clock.Now()
-	if e, ok := s.crls.get(issuer); ok && now.Sub(e.checked) < crlRecheck && now.Before(e.crl.NextUpdate) {
+	if e, ok := s.crls.get(iss.KeyID); ok && now.Sub(e.checked) < crlRecheck && now.Before(e.crl.NextUpdate) {
 		return e.crl, nil
 	}
-	crl, err := s.db.GetCRL(ctx, issuer)
+	crl, err := s.db.GetCRL(ctx, iss.KeyID)
 	if errors.Is(err, store.ErrNotFound) {
-		if qerr := s.queueCRL(ctx, issuer); qerr != nil {
+		if !now.Before(iss.NotAfter) {
+			return store.CRL{}, problem.NotFound("CRL")
+		}
+		if qerr := s.queueCRL(ctx, iss); qerr != nil {
 			return store.CRL{}, qerr
 		}
-		return store.CRL{}, fmt.Errorf("%w (issuer %s)", errNoCRL, issuer)
+		return store.CRL{}, fmt.Errorf("%w (issuer %s)", errNoCRL, iss.KeyID)
 	}
 	if err != nil {
 		return store.CRL{}, err
 	}
 	if !now.Before(crl.NextUpdate) {
 		// Past its nextUpdate: still the best there is, but get a new one.
-		if qerr := s.queueCRL(ctx, issuer); qerr != nil {
+		if qerr := s.queueCRL(ctx, iss); qerr != nil {
 			s.log.Error("queueing a CRL regeneration", zap.String("event", "crl_queue_failed"), zap.Error(qerr))
 		}
 	}
 	s.crls.put(crl, now)
-	e, _ := s.crls.get(issuer)
+	e, _ := s.crls.get(iss.KeyID)
 	return e.crl, nil
 }
 
@@ -159,11 +204,17 @@ type crlPayload struct {
 	Issuer  string `json:"issuer"`
 }
 
-// queueCRL queues the regeneration of an issuer's CRL.
-func (s *Server) queueCRL(ctx context.Context, issuer string) error {
+// queueCRL queues the regeneration of an issuer's CRL. The job's deadline
+// is the CA's notAfter: past it no leaf of the CA is valid, and a job
+// still waiting (for a profile to mount it, for its key) is retired
+// instead of retried forever. For a CA past it nothing is queued.
+func (s *Server) queueCRL(ctx context.Context, iss signer.IssuerInfo) error {
+	if !s.clock.Now().Before(iss.NotAfter) {
+		return nil
+	}
 	_, _, err := s.queue.Enqueue(context.WithoutCancel(ctx), jobs.Spec{
-		Kind: CRLRegenerateKind, Key: issuer, Payload: crlPayload{Profile: s.cfg.Profile, Issuer: issuer},
-		MaxAttempts: crlMaxAttempts,
+		Kind: CRLRegenerateKind, Key: iss.KeyID, Payload: crlPayload{Profile: s.cfg.Profile, Issuer: iss.KeyID},
+		Deadline: iss.NotAfter, MaxAttempts: crlMaxAttempts,
 	})
 	return err
 }
@@ -171,25 +222,25 @@ func (s *Server) queueCRL(ctx context.Context, issuer string) error {
 // RegenerateCRL publishes a new CRL for the CA the profile issues from
 // now, and returns it.
 func (s *Server) RegenerateCRL(ctx context.Context) (store.CRL, error) {
-	cs, ok := s.crlSigner()
-	if !ok {
+	if _, ok := s.crlSigner(); !ok {
 		return store.CRL{}, fmt.Errorf("%w: the signer of profile %s publishes no CRL", store.ErrNotFound, s.cfg.Profile)
 	}
-	issuer, err := cs.CRLIssuer(ctx)
+	iss, err := s.currentIssuer(ctx)
 	if err != nil {
 		return store.CRL{}, err
 	}
-	return s.publishCRL(ctx, issuer)
+	return s.publishCRL(ctx, iss)
 }
 
-// publishCRL builds, signs and stores a new CRL of issuer from the ledger.
-func (s *Server) publishCRL(ctx context.Context, issuer string) (store.CRL, error) {
+// publishCRL builds, signs and stores a new CRL of iss from the ledger,
+// numbered in the sequence of the CA's name.
+func (s *Server) publishCRL(ctx context.Context, iss signer.IssuerInfo) (store.CRL, error) {
 	cs, ok := s.crlSigner()
 	if !ok {
 		return store.CRL{}, fmt.Errorf("the signer of profile %s publishes no CRL", s.cfg.Profile)
 	}
 	now := s.clock.Now()
-	crl, err := s.db.PublishCRL(ctx, issuer, now, func(number int64, entries []store.CRLEntry) ([]byte, time.Time, time.Time, error) {
+	crl, err := s.db.PublishCRL(ctx, iss.KeyID, iss.NameID, now, func(number int64, entries []store.CRLEntry) ([]byte, time.Time, time.Time, error) {
 		this := now.UTC().Truncate(time.Second)
 		next := this.Add(CRLValidity)
 		tmpl := &x509.RevocationList{Number: big.NewInt(number), ThisUpdate: this, NextUpdate: next}
@@ -204,7 +255,7 @@ func (s *Server) publishCRL(ctx context.Context, issuer string) (store.CRL, erro
 			entry.ReasonCode = crlReason(e.Reason)
 			tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries, entry)
 		}
-		der, err := cs.SignCRL(ctx, issuer, tmpl)
+		der, err := cs.SignCRL(ctx, iss.KeyID, tmpl)
 		return der, this, next, err
 	})
 	if err != nil {
@@ -212,8 +263,8 @@ func (s *Server) publishCRL(ctx context.Context, issuer string) (store.CRL, erro
 	}
 	s.crls.put(crl, now)
 	s.log.Info("CRL published", zap.String("event", "crl_published"), zap.String("profile", s.cfg.Profile),
-		zap.String("issuer", issuer), zap.Int64("number", crl.Number), zap.Int("entries", crl.Entries),
-		zap.Time("next_update", crl.NextUpdate))
+		zap.String("issuer", iss.KeyID), zap.String("issuer_name", iss.Subject), zap.Int64("number", crl.Number),
+		zap.Int("entries", crl.Entries), zap.Time("next_update", crl.NextUpdate))
 	return crl, nil
 }
 
@@ -236,12 +287,19 @@ func (h *CRLJobs) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	if err := jobs.Decode(job, &p); err != nil {
 		return jobs.Failed(err.Error())
 	}
-	s := h.serverFor(ctx, p)
-	if s == nil {
+	s, iss, err := h.serverFor(ctx, p)
+	switch {
+	case errors.Is(err, signer.ErrIssuerUnknown):
+		// Profiles mounted here served it and know nothing of the CA:
+		// no later attempt can sign its CRL.
+		return jobs.Failed(err.Error())
+	case err != nil:
+		return jobs.Retry(err.Error())
+	case s == nil:
 		return jobs.RetryAfter("no profile mounted in this process issues from CA "+p.Issuer, notMountedDelay)
 	}
-	crl, err := s.publishCRL(ctx, p.Issuer)
-	if errors.Is(err, signer.ErrIssuerRetired) {
+	crl, err := s.publishCRL(ctx, iss)
+	if errors.Is(err, signer.ErrIssuerRetired) || errors.Is(err, signer.ErrIssuerUnknown) {
 		return jobs.Failed(err.Error())
 	}
 	if err != nil {
@@ -259,35 +317,53 @@ func (h *CRLJobs) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	return jobs.Done()
 }
 
-// serverFor finds a mounted profile issuing from the job's CA: the one
-// that queued it, or any other.
-func (h *CRLJobs) serverFor(ctx context.Context, p crlPayload) *Server {
-	if s, ok := h.Profiles.Lookup(p.Profile); ok && issuesFrom(ctx, s, p.Issuer) {
-		return s
+// serverFor finds a mounted profile whose signer holds the job's CA: the
+// one that queued it, or any other. With none, the error wraps
+// signer.ErrIssuerUnknown when the profile that queued the job is mounted
+// here (its signer has no record of the CA), signer.ErrIssuerUnavailable
+// when a signer could not read its records; a nil server and error say
+// the profile is not mounted in this process.
+func (h *CRLJobs) serverFor(ctx context.Context, p crlPayload) (*Server, signer.IssuerInfo, error) {
+	var candidates []*Server
+	own, mounted := h.Profiles.Lookup(p.Profile)
+	if mounted {
+		candidates = append(candidates, own)
 	}
-	if h.Servers == nil {
-		return nil
+	if h.Servers != nil {
+		candidates = append(candidates, h.Servers()...)
 	}
-	for _, s := range h.Servers() {
-		if issuesFrom(ctx, s, p.Issuer) {
-			return s
+	var unavailable error
+	for _, s := range candidates {
+		iss, err := s.knownIssuer(ctx, p.Issuer)
+		switch {
+		case err == nil:
+			return s, iss, nil
+		case !errors.Is(err, signer.ErrIssuerUnknown) && unavailable == nil:
+			unavailable = err
 		}
 	}
-	return nil
+	switch {
+	case unavailable != nil:
+		return nil, signer.IssuerInfo{}, unavailable
+	case mounted:
+		return nil, signer.IssuerInfo{}, fmt.Errorf("%w: profile %s has no record of CA %s", signer.ErrIssuerUnknown, p.Profile, p.Issuer)
+	}
+	return nil, signer.IssuerInfo{}, nil
 }
 
-func issuesFrom(ctx context.Context, s *Server, issuer string) bool {
+// knownIssuer describes the CA with key id keyID if the profile's signer
+// holds it; the error wraps signer.ErrIssuerUnknown when it does not.
+func (s *Server) knownIssuer(ctx context.Context, keyID string) (signer.IssuerInfo, error) {
 	cs, ok := s.crlSigner()
 	if !ok {
-		return false
+		return signer.IssuerInfo{}, fmt.Errorf("%w: the signer of profile %s publishes no CRL", signer.ErrIssuerUnknown, s.cfg.Profile)
 	}
-	id, err := cs.CRLIssuer(ctx)
-	return err == nil && id == issuer
+	return cs.LookupCRLIssuer(ctx, keyID)
 }
 
 // Recover implements jobs.Handler: it queues a regeneration for every CA
-// a mounted profile issues from whose CRL lacks revocations of the ledger,
-// as a crash between a revocation and its job leaves it.
+// a mounted profile holds whose CRL lacks revocations of the ledger, as a
+// crash between a revocation and its job leaves it.
 func (h *CRLJobs) Recover(ctx context.Context, _ *jobs.Queue) error {
 	if h.Servers == nil {
 		return nil
@@ -301,17 +377,16 @@ func (h *CRLJobs) Recover(ctx context.Context, _ *jobs.Queue) error {
 		return err
 	}
 	var errs []error
-	for _, s := range servers {
-		cs, ok := s.crlSigner()
-		if !ok {
-			continue
-		}
-		issuer, err := cs.CRLIssuer(ctx)
-		if err != nil || !slices.Contains(stale, issuer) {
-			continue
-		}
-		if err := s.queueCRL(ctx, issuer); err != nil {
-			errs = append(errs, err)
+	for _, id := range stale {
+		for _, s := range servers {
+			iss, err := s.knownIssuer(ctx, id)
+			if err != nil {
+				continue
+			}
+			if err := s.queueCRL(ctx, iss); err != nil {
+				errs = append(errs, err)
+			}
+			break
 		}
 	}
 	return errors.Join(errs...)
@@ -325,7 +400,8 @@ func (h *CRLJobs) Abandon(_ context.Context, job *jobs.Job, reason string) {
 	}
 }
 
-// RefreshCRLs queues a regeneration for each mounted profile's CA whose
+// RefreshCRLs queues a regeneration for each CA a mounted profile holds —
+// the one it issues from and each earlier one until it expires — whose
 // CRL is missing, stale (the ledger has revocations it lacks: a crash
 // between a revocation and its CRL) or older than a third of its
 // validity, so a CRL is replaced well before its nextUpdate even when
@@ -342,33 +418,34 @@ func RefreshCRLs(ctx context.Context, servers []*Server) error {
 		if !ok {
 			continue
 		}
-		issuer, err := cs.CRLIssuer(ctx)
+		issuers, err := cs.CRLIssuers(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("profile %s: %w", s.cfg.Profile, err))
-			continue
 		}
-		if seen[issuer] {
-			continue
-		}
-		seen[issuer] = true
-		if !staleRead {
-			ids, err := s.db.StaleCRLIssuers(ctx)
-			if err != nil {
-				return err
+		for _, iss := range issuers {
+			if seen[iss.KeyID] {
+				continue
 			}
-			stale, staleRead = map[string]bool{}, true
-			for _, id := range ids {
-				stale[id] = true
+			seen[iss.KeyID] = true
+			if !staleRead {
+				ids, err := s.db.StaleCRLIssuers(ctx)
+				if err != nil {
+					return err
+				}
+				stale, staleRead = map[string]bool{}, true
+				for _, id := range ids {
+					stale[id] = true
+				}
 			}
-		}
-		crl, err := s.db.GetCRL(ctx, issuer)
-		switch {
-		case errors.Is(err, store.ErrNotFound), err == nil && (stale[issuer] || !s.clock.Now().Before(crl.ThisUpdate.Add(crlRefreshAge))):
-			if err := s.queueCRL(ctx, issuer); err != nil {
+			crl, err := s.db.GetCRL(ctx, iss.KeyID)
+			switch {
+			case errors.Is(err, store.ErrNotFound), err == nil && (stale[iss.KeyID] || !s.clock.Now().Before(crl.ThisUpdate.Add(crlRefreshAge))):
+				if err := s.queueCRL(ctx, iss); err != nil {
+					errs = append(errs, err)
+				}
+			case err != nil:
 				errs = append(errs, err)
 			}
-		case err != nil:
-			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

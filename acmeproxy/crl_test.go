@@ -214,8 +214,10 @@ func TestLeavesCarryTheConfiguredCRLURL(t *testing.T) {
 	const url = "http://crl.example.test/acme/test/crl"
 	e := newTestEnv(t, func(c *ProfileConfig) { c.CRLURL = url })
 	cert := e.issue(ctx, e.client(ctx), "dp.example.com")
-	if got := cert.leaf.CRLDistributionPoints; len(got) != 1 || got[0] != url {
-		t.Errorf("CRL distribution points %q; want [%s]", got, url)
+	// crl_url is the base: the leaf names its own CA's CRL below it.
+	want := url + "/" + signer.CAKeyID(e.root)
+	if got := cert.leaf.CRLDistributionPoints; len(got) != 1 || got[0] != want {
+		t.Errorf("CRL distribution points %q; want [%s]", got, want)
 	}
 	plain := newTestEnv(t, nil)
 	if got := plain.issue(ctx, plain.client(ctx), "nodp.example.com").leaf.CRLDistributionPoints; len(got) != 0 {

@@ -78,10 +78,11 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 	}
 	// From here the order is ours; finish it even if the client goes away.
 	ctx = context.WithoutCancel(ctx)
+	cl := clientOf(r)
 	o, err = s.issue(ctx, o, signer.IssueRequest{
 		OrderID: o.ID, Profile: s.cfg.Profile, CSR: csr, CSRDER: der,
 		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
-		ClientAddr: clientIP(r), UserAgent: r.UserAgent(), CRLURL: s.crlURL(),
+		ClientAddr: cl.IP, UserAgent: cl.UserAgent, CRLURL: s.crlURL(),
 	}, false)
 	if err != nil {
 		return err

@@ -17,9 +17,12 @@ import (
 var idnaProfile = idna.New(idna.ValidateForRegistration(), idna.StrictDomainName(true))
 
 // normalizeDNSName lower-cases a name and checks it is a syntactically
-// valid host name: LDH labels of 1–63 octets, 253 octets in all, at least
-// two labels, no trailing dot, A-labels only (clients must send punycode,
-// RFC 8555 §7.1.4), not an IP address.
+// valid host name: LDH labels of 1–63 octets, 253 octets in all, no
+// trailing dot, A-labels only (clients must send punycode, RFC 8555
+// §7.1.4), not an IP address, a top-level label not all digits. A single
+// label ("localhost", "nas") is a host name too: internal CAs issue them
+// (Caddy's acme_server and `tls internal` do), and a profile that must
+// not issue them lists them in its deny policy.
 func normalizeDNSName(name string) (string, error) {
 	for i := 0; i < len(name); i++ {
 		if name[i] >= utf8.RuneSelf {
@@ -39,9 +42,6 @@ func normalizeDNSName(name string) (string, error) {
 		return "", errors.New("an IP address is not a dns identifier")
 	}
 	labels := strings.Split(n, ".")
-	if len(labels) < 2 {
-		return "", errors.New("name has a single label")
-	}
 	for _, l := range labels {
 		if l == "" || len(l) > 63 {
 			return "", fmt.Errorf("label %q must be 1 to 63 octets", l)
@@ -84,6 +84,12 @@ func normalizeIdentifier(id acme.Identifier) (acme.Identifier, bool, *problem.Pr
 			return id, false, problem.RejectedIdentifierF("%q is not a valid DNS name: %v", id.Value, err).For(id.Type, id.Value)
 		}
 		if wildcard {
+			// NSS (Firefox), rustls' webpki and Chromium match no wildcard
+			// over a single label, and "*.com" would vouch for a whole
+			// top-level domain (RFC 6125 §7.2): "*.nas" is refused.
+			if !strings.Contains(n, ".") {
+				return id, false, problem.RejectedIdentifierF("%q is not a valid DNS name: a wildcard needs at least two labels after it", id.Value).For(id.Type, id.Value)
+			}
 			n = "*." + n
 			if len(n) > 253 {
 				return id, false, problem.RejectedIdentifierF("%q is not a valid DNS name: name longer than 253 octets", id.Value).For(id.Type, id.Value)

@@ -45,6 +45,10 @@ func TestNormalizeIdentifierCanonicalizesWhatItAcceptsAndRefusesTheRest(t *testi
 		{name: "ok/a top-level label mixing digits and letters is kept", in: dnsIdent("host.example.a1"), want: dnsIdent("host.example.a1")},
 		{name: "ok/a 63-octet label is kept", in: dnsIdent(label(63) + ".example.com"), want: dnsIdent(label(63) + ".example.com")},
 		{name: "ok/a 253-octet name is kept", in: dnsIdent(nameOf(253)), want: dnsIdent(nameOf(253))},
+		// A single-label host name is a name an internal CA issues, as
+		// Caddy's acme_server and `tls internal` do; the policy may refuse it.
+		{name: "ok/localhost is kept", in: dnsIdent("localhost"), want: dnsIdent("localhost")},
+		{name: "ok/a single-label host name is lower-cased", in: dnsIdent("NAS"), want: dnsIdent("nas")},
 		// RFC 8555 §7.1.4: internationalized names arrive as A-labels.
 		{name: "ok/a valid A-label is kept", in: dnsIdent("xn--bcher-kva.example"), want: dnsIdent("xn--bcher-kva.example")},
 		{name: "ok/an upper-case A-label is lower-cased", in: dnsIdent("XN--BCHER-KVA.Example"), want: dnsIdent("xn--bcher-kva.example")},
@@ -58,8 +62,10 @@ func TestNormalizeIdentifierCanonicalizesWhatItAcceptsAndRefusesTheRest(t *testi
 
 		{name: "fail/an empty name", in: dnsIdent(""), wantType: acme.ErrorRejectedIdentifier},
 		{name: "fail/a trailing dot", in: dnsIdent("example.com."), wantType: acme.ErrorRejectedIdentifier},
-		{name: "fail/a single label", in: dnsIdent("localhost"), wantType: acme.ErrorRejectedIdentifier},
 		{name: "fail/an all-digit top-level label", in: dnsIdent("host.example.123"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an all-digit single label", in: dnsIdent("123"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a single label with an underscore", in: dnsIdent("my_nas"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a single label ending with a hyphen", in: dnsIdent("nas-"), wantType: acme.ErrorRejectedIdentifier},
 		{name: "fail/an IP address sent as a dns identifier", in: dnsIdent("192.0.2.1"), wantType: acme.ErrorRejectedIdentifier},
 		{name: "fail/an empty label", in: dnsIdent("a..example.com"), wantType: acme.ErrorRejectedIdentifier},
 		{name: "fail/a leading dot", in: dnsIdent(".example.com"), wantType: acme.ErrorRejectedIdentifier},
@@ -85,7 +91,11 @@ func TestNormalizeIdentifierCanonicalizesWhatItAcceptsAndRefusesTheRest(t *testi
 		{name: "fail/a wildcard below the leftmost label", in: dnsIdent("a.*.example.com"), wantType: acme.ErrorRejectedIdentifier},
 		{name: "fail/two wildcards", in: dnsIdent("*.*.example.com"), wantType: acme.ErrorRejectedIdentifier},
 		{name: "fail/a bare wildcard", in: dnsIdent("*"), wantType: acme.ErrorRejectedIdentifier},
-		{name: "fail/a wildcard over a single label", in: dnsIdent("*.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a bare wildcard with its dot", in: dnsIdent("*."), wantType: acme.ErrorRejectedIdentifier},
+		// NSS, rustls' webpki and Chromium match no wildcard over a single
+		// label, and "*.com" would cover a top-level domain (RFC 6125 §7.2).
+		{name: "fail/a wildcard over a top-level domain", in: dnsIdent("*.com"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/a wildcard over a single-label host name", in: dnsIdent("*.NAS"), wantType: acme.ErrorRejectedIdentifier},
 		// RFC 1035 §2.3.4 as applied to certificate names (zlint
 		// e_ext_san_dns_name_too_long): the wildcard name itself, "*."
 		// included, must fit in 253 octets.
@@ -187,6 +197,26 @@ func TestPolicyAllowsAndDeniesByExactNameSuffixAndIPRange(t *testing.T) {
 			verdicts: []verdict{
 				yes(dnsIdent("good.example")), yes(dnsIdent("a.evil.example")), yes(ipIdent("192.0.2.1")),
 				no(dnsIdent("evil.example")), no(ipIdent("203.0.113.9")),
+			}},
+		// Single-label names are issued by default; a profile that must
+		// not issue them names them in its deny policy.
+		{name: "deny localhost refuses localhost and nothing else",
+			deny: &IdentifierPolicy{Domains: []string{"LocalHost"}},
+			verdicts: []verdict{
+				no(dnsIdent("localhost")), no(dnsIdent("LOCALHOST")),
+				yes(dnsIdent("nas")), yes(dnsIdent("app.localhost")), yes(dnsIdent("localhost.example.com")),
+			}},
+		{name: "deny .localhost refuses localhost and every name below it",
+			deny: &IdentifierPolicy{Domains: []string{".localhost"}},
+			verdicts: []verdict{
+				no(dnsIdent("localhost")), no(dnsIdent("app.localhost")), no(dnsIdent("*.app.localhost")),
+				yes(dnsIdent("nas")), yes(dnsIdent("localhost.example.com")),
+			}},
+		{name: "*.lan allows the names below a single-label suffix",
+			allow: &IdentifierPolicy{Domains: []string{"*.lan"}},
+			verdicts: []verdict{
+				yes(dnsIdent("nas.lan")), yes(dnsIdent("*.home.lan")),
+				no(dnsIdent("lan")), no(dnsIdent("nas")), no(dnsIdent("nas.lan.example.com")),
 			}},
 		// A certificate for "*.example.com" is valid for secret.example.com
 		// (RFC 6125 §6.4.3), so issuing it would hand out a denied name.

@@ -28,6 +28,10 @@ type Metrics interface {
 	// Validated counts a challenge validation by type and outcome
 	// (valid, invalid).
 	Validated(profile, challenge, outcome string)
+	// RevocationRefused counts a refused revoke-cert by reason kind
+	// (malformed, unknown_certificate, not_authorized, already_revoked,
+	// bad_reason), audited on its own row or not.
+	RevocationRefused(profile, reason string)
 }
 
 // nopMetrics is the default: measure nothing.
@@ -38,6 +42,7 @@ func (nopMetrics) Issued(string)                              {}
 func (nopMetrics) IssueFailed(string, string)                 {}
 func (nopMetrics) Revoked(string)                             {}
 func (nopMetrics) Validated(string, string, string)           {}
+func (nopMetrics) RevocationRefused(string, string)           {}
 
 // notifyJobs are the notify_deliver jobs ev owes this profile's
 // destinations; nil when none wants it. The caller stores them in the
@@ -67,6 +72,7 @@ func (s *Server) auditNotifyJobs(ev store.AuditEvent) []store.NewJob {
 	if len(s.notify) == 0 {
 		return nil
 	}
+	ev = ev.Bounded() // the notification carries what the row stores
 	return s.notifyJobs(notify.Event{
 		Event: ev.Event, Profile: ev.Profile, Order: ev.OrderID, Account: ev.AccountID,
 		Identifiers: notifyIdentifiers(ev.Identifiers), Serial: ev.Serial, Reason: ev.Reason, Detail: ev.Detail,

@@ -228,6 +228,9 @@ func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, act
 		return res, fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, ErrBadRevocationReason):
 		return res, fmt.Errorf("%w: %w", ErrInvalid, err)
+	case errors.Is(err, ErrUnpublishable) && !errors.Is(err, signer.ErrIssuerUnavailable):
+		// The CA is gone: asking again cannot succeed.
+		return res, fmt.Errorf("%w: %w", ErrConflict, err)
 	}
 	return res, err
 }
@@ -439,6 +442,34 @@ func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[
 			Serial: e.Serial, ClientIP: e.ClientIP, ClientName: e.ClientName, UserAgent: e.UserAgent, Reason: e.Reason, Detail: e.Detail}
 	}
 	return page(views, f.Limit, func(v AuditView) string { return fmt.Sprint(v.ID) }), nil
+}
+
+// AuditPruneView answers a prune of the audit trail.
+type AuditPruneView struct {
+	Before  time.Time `json:"before"`
+	Deleted int64     `json:"deleted"`
+}
+
+// PruneAudit deletes the audit rows older than before, which may not lie
+// in the future, and records the prune, with actor and the cutoff, in a
+// row of its own that the prune keeps.
+func (op *Operator) PruneAudit(ctx context.Context, before time.Time, actor Actor) (AuditPruneView, error) {
+	now := time.Now()
+	switch {
+	case before.IsZero():
+		return AuditPruneView{}, fmt.Errorf("%w: before (the cutoff) is required", ErrInvalid)
+	case before.After(now):
+		return AuditPruneView{}, fmt.Errorf("%w: before %s is in the future; a prune deletes only past rows", ErrInvalid,
+			before.UTC().Format(time.RFC3339))
+	}
+	n, err := op.DB.PruneAudit(ctx, before, 0, func(n int64) (store.AuditEvent, bool) {
+		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID,
+			Reason: "operator", Detail: fmt.Sprintf("deleted %d audit rows older than %s", n, before.UTC().Format(time.RFC3339))}, true
+	})
+	if err != nil {
+		return AuditPruneView{Before: before, Deleted: n}, err
+	}
+	return AuditPruneView{Before: before.UTC(), Deleted: n}, nil
 }
 
 // ---- CRL ----

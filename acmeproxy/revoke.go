@@ -48,6 +48,11 @@ var (
 	ErrBadRevocationReason = errors.New("the reason is not an RFC 5280 CRLReason code the requester may choose")
 	// ErrRevocationFailed: the backend's job gave up without revoking.
 	ErrRevocationFailed = errors.New("the signer's backend did not revoke the certificate")
+	// ErrUnpublishable: the CA that issued the certificate cannot sign a
+	// CRL here — the signer has no record of it, or cannot reach its key
+	// now (the error then also wraps signer.ErrIssuerUnavailable) — so the
+	// revocation would reach no CRL; nothing was recorded.
+	ErrUnpublishable = errors.New("no CRL can list the revocation, so it was not recorded")
 )
 
 // RFC 5280 §5.3.1 CRLReason codes this server records.
@@ -142,7 +147,9 @@ func notYours() *problem.Problem {
 // handleRevokeCert revokes a certificate (RFC 8555 §7.6), authorized by
 // the account that ordered it, an account holding authorizations for all
 // its identifiers, or the certificate's own key, which is compared with
-// the key stored at issuance. Every refusal past the JWS check is audited.
+// the key stored at issuance. Every refusal past the JWS check is counted
+// and audited: on a row of its own when the requester is known, else in
+// its source's summary row (see refusals.go).
 func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	req, err := s.verify(ctx, r, kidOrJWK)
@@ -154,7 +161,18 @@ func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error 
 		actor = Actor{Kind: ActorAccount, ID: req.account.ID}
 	}
 	cl := clientOf(r)
-	refuse := func(prob *problem.Problem, cert *store.Certificate, serial, why string) error {
+	// known: the requester is one this profile can name — a valid account
+	// (kid), or, once mayRevoke says so, one entitled to revoke the
+	// certificate (its own key, the deactivated account that ordered it).
+	// Anyone can sign with a throwaway jwk, so the refusals of the others
+	// must not cost a durable row each.
+	known := req.account != nil && req.account.Status == acme.StatusValid
+	refuse := func(prob *problem.Problem, cert *store.Certificate, serial, why, kind string) error {
+		s.metrics.RevocationRefused(s.cfg.Profile, kind)
+		if !known {
+			s.tallyRefusal(ctx, cl, kind)
+			return prob
+		}
 		ev := s.event(ctx, acme.EventRevocationRefused, OutcomeRefused, actor, cl)
 		ev.Serial, ev.Reason, ev.Detail = serial, string(prob.Type), why
 		if cert != nil {
@@ -173,20 +191,21 @@ func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error 
 		if !ok {
 			return err
 		}
-		return refuse(prob, nil, "", "payload is not a revocation request")
+		return refuse(prob, nil, "", "payload is not a revocation request", RefusalMalformed)
 	}
 	der, err := base64.RawURLEncoding.DecodeString(p.Certificate)
 	if err != nil || len(der) == 0 {
-		return refuse(problem.MalformedF("certificate must be a base64url-encoded DER certificate"), nil, "", "certificate is not base64url")
+		return refuse(problem.MalformedF("certificate must be a base64url-encoded DER certificate"), nil, "", "certificate is not base64url",
+			RefusalMalformed)
 	}
 	submitted, err := x509.ParseCertificate(der)
 	if err != nil {
-		return refuse(problem.MalformedF("the certificate cannot be parsed: %v", err), nil, "", "certificate does not parse")
+		return refuse(problem.MalformedF("the certificate cannot be parsed: %v", err), nil, "", "certificate does not parse", RefusalMalformed)
 	}
 	serial := hex.EncodeToString(submitted.SerialNumber.Bytes())
 	cert, err := s.db.CertificateBySerial(ctx, s.cfg.Profile, serial)
 	if errors.Is(err, store.ErrNotFound) {
-		return refuse(notYours(), nil, serial, "no certificate with this serial was issued by this profile")
+		return refuse(notYours(), nil, serial, "no certificate with this serial was issued by this profile", RefusalUnknownCertificate)
 	}
 	if err != nil {
 		return err
@@ -196,23 +215,37 @@ func (s *Server) handleRevokeCert(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	if !bytes.Equal(der, storedDER) {
-		return refuse(notYours(), &cert, serial, "the submitted certificate differs from the stored leaf with its serial")
+		return refuse(notYours(), &cert, serial, "the submitted certificate differs from the stored leaf with its serial",
+			RefusalUnknownCertificate)
 	}
 	ok, err := s.mayRevoke(ctx, req, cert)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return refuse(notYours(), &cert, serial, "signed neither by the certificate's key nor by an account that ordered it or holds authorizations for all its names")
+		return refuse(notYours(), &cert, serial, "signed neither by the certificate's key nor by an account that ordered it or holds authorizations for all its names",
+			RefusalNotAuthorized)
 	}
+	known = true
 
 	res, err := s.revoke(ctx, revocation{cert: cert, leaf: leaf, reason: p.Reason, actor: actor, client: cl})
 	switch {
 	case errors.Is(err, ErrAlreadyRevoked):
-		return refuse(problem.AlreadyRevokedF("the certificate is already revoked"), &cert, serial, err.Error())
+		return refuse(problem.AlreadyRevokedF("the certificate is already revoked"), &cert, serial, err.Error(), RefusalAlreadyRevoked)
 	case errors.Is(err, ErrBadRevocationReason):
 		return refuse(problem.BadRevocationReasonF("reason %d is not one a client may choose: the reason must be %s (RFC 5280 CRLReason)",
-			*p.Reason, reasonList(clientReasons)), &cert, serial, err.Error())
+			*p.Reason, reasonList(clientReasons)), &cert, serial, err.Error(), RefusalBadReason)
+	case errors.Is(err, ErrUnpublishable):
+		s.log.Error("revocation refused: its CRL cannot be published", zap.String("event", "revocation_unpublishable"),
+			zap.String("profile", s.cfg.Profile), zap.String("order", cert.OrderID), zap.String("serial", serial), zap.Error(err))
+		if errors.Is(err, signer.ErrIssuerUnavailable) {
+			w.Header().Set("Retry-After", "30")
+			return refuse(problem.Unavailable("the key of the CA that issued this certificate cannot be reached now, "+
+				"so no CRL could list its revocation; nothing was recorded: retry later"), &cert, serial, err.Error(), RefusalUnpublishable)
+		}
+		return refuse(&problem.Problem{Type: acme.ErrorServerInternal, Status: http.StatusInternalServerError,
+			Detail: "this server no longer holds the CA that issued this certificate, so no CRL could list its revocation; " +
+				"nothing was recorded: the operator's log has the cause"}, &cert, serial, err.Error(), RefusalUnpublishable)
 	case err != nil:
 		return err
 	case res.Queued:
@@ -286,29 +319,47 @@ func (s *Server) revoke(ctx context.Context, rv revocation) (RevokeResult, error
 	if !reasonAllowed(rv.reason, rv.allowed()) {
 		return RevokeResult{}, fmt.Errorf("%w: %d (allowed: %s)", ErrBadRevocationReason, *rv.reason, reasonList(rv.allowed()))
 	}
-	issuer := ""
-	if _, ok := s.signer.(signer.CRLSigner); ok {
-		issuer = signer.LeafIssuerKeyID(rv.leaf)
+	if !rv.cert.RevokedAt.IsZero() && !s.becomesKeyCompromise(rv) {
+		return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
+	}
+	iss, publishes, err := s.revocationIssuer(ctx, rv.leaf)
+	if err != nil {
+		return RevokeResult{}, err
 	}
 	if !rv.cert.RevokedAt.IsZero() {
-		if !s.becomesKeyCompromise(rv) {
-			return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
-		}
 		if err := s.recordKeyCompromise(ctx, &rv); err != nil {
 			return RevokeResult{}, err
 		}
-	} else if err := s.record(ctx, &rv, issuer); err != nil {
+	} else if err := s.record(ctx, &rv, iss.KeyID); err != nil {
 		return RevokeResult{}, err
 	}
-	if issuer != "" {
+	if publishes {
 		// The ledger row is committed; a crash before the job runs is
 		// caught by the CRL refresh, which finds the CRL stale.
-		if err := s.queueCRL(ctx, issuer); err != nil {
+		if err := s.queueCRL(ctx, iss); err != nil {
 			s.log.Error("queueing a CRL regeneration", zap.String("event", "crl_queue_failed"),
-				zap.String("profile", s.cfg.Profile), zap.String("issuer", issuer), zap.Error(err))
+				zap.String("profile", s.cfg.Profile), zap.String("issuer", iss.KeyID), zap.Error(err))
 		}
 	}
 	return RevokeResult{Certificate: rv.cert}, nil
+}
+
+// revocationIssuer is the CA whose CRL will list leaf's revocation, when
+// the profile's signer publishes CRLs (publishes). It must be one the
+// signer can still sign a CRL for — the CA that issues now, or one it
+// issued from before — checked before anything is recorded: a revocation
+// answered with success must reach a CRL. Otherwise the error wraps
+// ErrUnpublishable.
+func (s *Server) revocationIssuer(ctx context.Context, leaf *x509.Certificate) (iss signer.IssuerInfo, publishes bool, err error) {
+	cs, ok := s.crlSigner()
+	if !ok {
+		return signer.IssuerInfo{}, false, nil
+	}
+	iss, err = cs.LookupCRLIssuer(ctx, signer.LeafIssuerKeyID(leaf))
+	if err != nil {
+		return signer.IssuerInfo{}, false, fmt.Errorf("%w: %w", ErrUnpublishable, err)
+	}
+	return iss, true, nil
 }
 
 // record writes the revocation: the certificate's stamp, the ledger row

@@ -308,7 +308,10 @@ func TestRevokeCertRefusalsAreAuditedAndTellAStrangerNothing(t *testing.T) {
 		{"fail/a stranger's account", revoke(stranger, cert.der, 1, jwsOpts{}), 403, vocab.ErrorUnauthorized, true, true},
 		{"fail/an unknown serial", revoke(own, unknown, 1, jwsOpts{}), 403, vocab.ErrorUnauthorized, true, true},
 		{"fail/a leaf whose bytes differ from the stored one", revoke(own, mismatched, 1, jwsOpts{}), 403, vocab.ErrorUnauthorized, true, true},
-		{"fail/signed by another key as jwk", revoke(own, cert.der, 1, jwsOpts{embedJWK: true, key: otherKey}), 403, vocab.ErrorUnauthorized, true, true},
+		// A bare key that is not the certificate's names no one: its
+		// refusal is summarized, not audited on a row of its own (see
+		// TestRefusalsOfRequestersNoOneKnowsWriteOneSummaryRowPerSourceAndInterval).
+		{"fail/signed by another key as jwk: no row of its own", revoke(own, cert.der, 1, jwsOpts{embedJWK: true, key: otherKey}), 403, vocab.ErrorUnauthorized, true, false},
 		{"fail/a stranger on a revoked certificate learns nothing", revoke(stranger, revoked.der, 1, jwsOpts{}), 403, vocab.ErrorUnauthorized, true, true},
 		{"fail/reason 7 is not a CRLReason", revoke(own, cert.der, 7, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},
 		{"fail/reason 11 is not a CRLReason", revoke(own, cert.der, 11, jwsOpts{}), 400, vocab.ErrorBadRevocationReason, false, true},

@@ -87,10 +87,12 @@ type Server struct {
 	signerName string
 	revokeWait time.Duration
 	names      *reverseNames
+	refusals   *refusalTally // unauthenticated revoke-cert refusals (see refusals.go)
 	crls       crlCache
 	notify     []notify.Destination
 	metrics    Metrics
-	storeDown  conditionLog // see answerStoreUnavailable
+	storeDown  conditionLog   // see answerStoreUnavailable
+	mux        *http.ServeMux // see newMux
 }
 
 // NewServer checks cfg (defaults applied) and builds the profile's server.
@@ -131,6 +133,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		signerName: opts.SignerName,
 		revokeWait: opts.RevokeWait,
 		names:      newReverseNames(opts.LookupAddr),
+		refusals:   newRefusalTally(),
 		notify:     opts.Notify,
 		metrics:    opts.Metrics,
 		storeDown:  conditionLog{every: storeLogEvery},
@@ -141,6 +144,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	for _, c := range cfg.Challenges {
 		s.offered[c] = true
 	}
+	s.mux = s.newMux()
 	// A signer that finishes later reports to this server, and keeps its
 	// durable work in this server's queue and store.
 	if b, ok := opts.Signer.(signer.Binder); ok {
@@ -193,31 +197,15 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, nop := s.metrics.(nopMetrics); !nop {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		defer func() {
-			s.metrics.Request(s.cfg.Profile, routeName(strings.TrimPrefix(r.URL.Path, s.cfg.Prefix)), sw.status, time.Since(start))
-		}()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, route: "other"}
+		defer func() { s.metrics.Request(s.cfg.Profile, sw.route, sw.status, time.Since(start)) }()
 		w = sw
 	}
-	base := s.baseURL(r)
 	h := w.Header()
 	h.Set("Replay-Nonce", s.nonces.mint(s.cfg.Profile, s.clock.Now()))
-	h.Add("Link", link(base+"/directory", "index"))
+	h.Add("Link", link(s.baseURL(r)+"/directory", "index"))
 	h.Set("Cache-Control", "no-store")
-
-	route, allowed := s.route(strings.TrimPrefix(r.URL.Path, s.cfg.Prefix))
-	if route == nil {
-		s.writeError(w, r, problem.NotFound("resource"))
-		return
-	}
-	if !methodAllowed(r.Method, allowed) {
-		h.Set("Allow", strings.Join(allowed, ", "))
-		s.writeError(w, r, problem.MethodNotAllowed())
-		return
-	}
-	if err := route(w, r); err != nil {
-		s.writeError(w, r, err)
-	}
+	s.mux.ServeHTTP(w, r)
 }
 
 // statusWriter remembers the status a handler answered with.
@@ -225,6 +213,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
+	route  string // the matched route's name, for metrics
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -241,89 +230,87 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// routeName names the route of a path below the prefix for metrics: a
-// fixed name, never the resource id ("order/finalize", not the order).
-func routeName(rel string) string {
-	switch rel {
-	case "/directory", "", "/":
-		return "directory"
-	case "/new-nonce", "/new-account", "/new-order", "/key-change", "/revoke-cert", "/ca.pem", "/crl":
-		return rel[1:]
-	}
-	kind, rest, _ := strings.Cut(strings.TrimPrefix(rel, "/"), "/")
-	id, sub, _ := strings.Cut(rest, "/")
-	switch {
-	case id == "":
-	case kind == "account" && (sub == "" || sub == "orders"),
-		kind == "order" && (sub == "" || sub == "finalize"),
-		(kind == "authz" || kind == "chall" || kind == "cert") && sub == "":
-		if sub == "" {
-			return kind
-		}
-		return kind + "/" + sub
-	}
-	return "other"
-}
-
-func methodAllowed(m string, allowed []string) bool {
-	for _, a := range allowed {
-		if a == m {
-			return true
-		}
-	}
-	return false
-}
-
 var (
 	getHead = []string{http.MethodGet, http.MethodHead}
 	post    = []string{http.MethodPost}
 )
 
-// route maps a path below the prefix to its handler and allowed methods.
-func (s *Server) route(rel string) (handlerFunc, []string) {
-	switch rel {
-	case "/directory", "", "/":
-		return s.handleDirectory, getHead
-	case "/new-nonce":
-		return s.handleNewNonce, getHead
-	case "/new-account":
-		return s.handleNewAccount, post
-	case "/new-order":
-		return s.handleNewOrder, post
-	case "/key-change":
-		return s.handleKeyChange, post
-	case "/revoke-cert":
-		return s.handleRevokeCert, post
-	case "/ca.pem":
-		return s.handleCAChain, getHead
-	case "/crl":
-		return s.handleCRL, getHead
+// route is one resource of the profile: its path below the prefix as an
+// http.ServeMux pattern, the methods it answers, its name in metrics (a
+// fixed name, never a resource id) and its handler. routes is the one
+// table the mux, the 405 answers and the metrics labels come from.
+type route struct {
+	path    string
+	methods []string
+	name    string
+	handle  handlerFunc
+}
+
+// withID passes the {id} of the matched pattern to a handler.
+func withID(f func(http.ResponseWriter, *http.Request, string) error) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error { return f(w, r, r.PathValue("id")) }
+}
+
+func (s *Server) routes() []route {
+	return []route{
+		{"", getHead, "directory", s.handleDirectory},
+		{"/{$}", getHead, "directory", s.handleDirectory},
+		{"/directory", getHead, "directory", s.handleDirectory},
+		{"/new-nonce", getHead, "new-nonce", s.handleNewNonce},
+		{"/new-account", post, "new-account", s.handleNewAccount},
+		{"/new-order", post, "new-order", s.handleNewOrder},
+		{"/key-change", post, "key-change", s.handleKeyChange},
+		{"/revoke-cert", post, "revoke-cert", s.handleRevokeCert},
+		{"/ca.pem", getHead, "ca.pem", s.handleCAChain},
+		{"/crl", getHead, "crl", s.handleCRL},
+		{"/crl/{id}", getHead, "crl", withID(s.handleIssuerCRL)},
+		{"/account/{id}", post, "account", withID(s.handleAccount)},
+		{"/account/{id}/orders", post, "account/orders", withID(s.handleAccountOrders)},
+		{"/order/{id}", post, "order", withID(s.handleOrder)},
+		{"/order/{id}/finalize", post, "order/finalize", withID(s.handleFinalize)},
+		{"/authz/{id}", post, "authz", withID(s.handleAuthz)},
+		{"/chall/{id}", post, "chall", withID(s.handleChallenge)},
+		{"/cert/{id}", post, "cert", withID(s.handleCertificate)},
 	}
-	kind, rest, _ := strings.Cut(strings.TrimPrefix(rel, "/"), "/")
-	id, sub, _ := strings.Cut(rest, "/")
-	if id == "" {
-		return nil, nil
+}
+
+// newMux builds the profile's router from routes: each route under its
+// methods ("GET path" answers HEAD too), the same path under any other
+// method a 405 problem naming the allowed ones, and anything else below
+// the prefix a 404 problem — a client always gets an ACME problem
+// document, never the mux's plain-text answers.
+func (s *Server) newMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, rt := range s.routes() {
+		path := s.cfg.Prefix + rt.path
+		for _, m := range rt.methods {
+			if m != http.MethodHead {
+				mux.Handle(m+" "+path, s.serveRoute(rt.name, rt.handle))
+			}
+		}
+		allowed := strings.Join(rt.methods, ", ")
+		mux.Handle(path, s.serveRoute(rt.name, func(w http.ResponseWriter, r *http.Request) error {
+			w.Header().Set("Allow", allowed)
+			return problem.MethodNotAllowed()
+		}))
 	}
-	withID := func(f func(http.ResponseWriter, *http.Request, string) error) handlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) error { return f(w, r, id) }
-	}
-	switch {
-	case kind == "account" && sub == "":
-		return withID(s.handleAccount), post
-	case kind == "account" && sub == "orders":
-		return withID(s.handleAccountOrders), post
-	case kind == "order" && sub == "":
-		return withID(s.handleOrder), post
-	case kind == "order" && sub == "finalize":
-		return withID(s.handleFinalize), post
-	case kind == "authz" && sub == "":
-		return withID(s.handleAuthz), post
-	case kind == "chall" && sub == "":
-		return withID(s.handleChallenge), post
-	case kind == "cert" && sub == "":
-		return withID(s.handleCertificate), post
-	}
-	return nil, nil
+	mux.Handle(s.cfg.Prefix+"/", s.serveRoute("other", func(http.ResponseWriter, *http.Request) error {
+		return problem.NotFound("resource")
+	}))
+	return mux
+}
+
+// serveRoute runs a route's handler, answering its error, and names the
+// route for the request's metrics.
+func (s *Server) serveRoute(name string, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sw, ok := w.(*statusWriter); ok {
+			sw.route = name
+		}
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
 }
 
 func link(url, rel string) string { return fmt.Sprintf("<%s>;rel=%q", url, rel) }

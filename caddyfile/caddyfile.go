@@ -56,6 +56,7 @@ var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
 //
 //	acme_proxy {
 //		database <path>
+//		audit_retention <duration>|keep
 //		notify webhook <url> { secret <s>; events <names...>; header <name> <value> }
 //		notify email { smtp <host:port>; tls starttls|implicit|none; from <addr>; to <addr...>; username <u>; password <p>; events <names...> }
 //		notify script <path> [<args...>] { events <names...> }
@@ -79,6 +80,8 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 		switch d.Val() {
 		case "database":
 			cfg.Database, err = oneArg(d, "database")
+		case "audit_retention":
+			cfg.AuditRetention, err = retentionArg(d)
 		case "notify":
 			var dst notify.Destination
 			if dst, err = parseNotify(d); err == nil {
@@ -387,6 +390,23 @@ func durationArg(d *caddyfile.Dispenser, key string) (caddy.Duration, error) {
 		return 0, d.Errf("acme_proxy: %s: %q must be positive", key, v)
 	}
 	return caddy.Duration(dur), nil
+}
+
+// retentionArg reads audit_retention: a positive duration in Caddy's
+// syntax, kept as written, or "keep".
+func retentionArg(d *caddyfile.Dispenser) (string, error) {
+	v, err := oneArg(d, "audit_retention")
+	if err != nil || v == acmeproxy.AuditRetentionKeep {
+		return v, err
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return "", d.Errf("acme_proxy: audit_retention: %q is not a duration or %q: %w", v, acmeproxy.AuditRetentionKeep, err)
+	}
+	if dur <= 0 {
+		return "", d.Errf("acme_proxy: audit_retention: %q must be positive", v)
+	}
+	return v, nil
 }
 
 // appendArgs appends the arguments of key to list, so a long list may be

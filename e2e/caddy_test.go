@@ -112,8 +112,20 @@ func startCaddy(t *testing.T, bin, config string, env []string) *caddyProc {
 	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return startCaddyIn(t, bin, "", file, env)
+}
+
+// startCaddyIn is startCaddy for a Caddyfile already on disk, file being
+// read relative to the working directory dir ("": the test's).
+func startCaddyIn(t *testing.T, bin, dir, file string, env []string) *caddyProc {
+	t.Helper()
+	config, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "run", "--config", file, "--adapter", "caddyfile")
+	cmd := exec.CommandContext(ctx, bin, "run", "--adapter", "caddyfile", "--config", file)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	inOwnGroup(cmd)
 	p := &caddyProc{out: new(syncBuffer), exited: make(chan struct{})}

@@ -41,8 +41,10 @@ type IssueRequest struct {
 	// audit and for an operator reading a relayed order.
 	ClientAddr string
 	UserAgent  string
-	// CRLURL, when set, is the CRL distribution point the profile wants in
-	// the leaf (an absolute http:// URL). Signers that build the leaf
+	// CRLURL, when set, is the base of the CRL distribution point the
+	// profile wants in the leaf (an absolute http:// URL): the leaf names
+	// CRLURL + "/" + CAKeyID of the CA that signs it, the CRL the ACME layer
+	// serves at <prefix>/crl/<key id>. Signers that build the leaf
 	// themselves put it in; others ignore it.
 	CRLURL string
 }

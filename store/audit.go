@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
-// AuditEvent is one row of the audit trail. Rows are only ever inserted:
-// the table refuses updates and deletes.
+// AuditEvent is one row of the audit trail. Rows are never updated: the
+// table refuses updates, and deletes other than PruneAudit's. Every string
+// is bounded when the row is written (see Bounded).
 type AuditEvent struct {
 	ID          int64
 	At          time.Time
@@ -58,11 +60,64 @@ func scanAudit(r rowScanner) (AuditEvent, error) {
 	return e, nil
 }
 
-// insertAudit writes ev inside tx.
+// Bounds of the strings an audit row stores, most of them client-supplied
+// or derived from what a client sent (a user agent, a serial, an error
+// about a payload). A longer string is cut by Clip.
+const (
+	// AuditFieldMax bounds every field but the detail, in bytes.
+	AuditFieldMax = 256
+	// AuditDetailMax bounds the detail, in bytes: it may quote an error
+	// from a signer's backend, which the operator wants whole when it fits.
+	AuditDetailMax = 1024
+	// CutMark ends a string that Clip cut.
+	CutMark = "…[cut]"
+)
+
+// Clip bounds s to at most max bytes: a longer s is cut at a UTF-8
+// character boundary and ends with CutMark, so a reader sees that it was
+// cut. s is returned as is when it fits.
+func Clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	mark := CutMark
+	if max < len(mark) {
+		mark = ""
+	}
+	k := max - len(mark)
+	// Back up over the continuation bytes of a character cut in two; at
+	// most UTFMax-1 of them belong to one character.
+	for i := 0; i < utf8.UTFMax-1 && k > 0 && !utf8.RuneStart(s[k]); i++ {
+		k--
+	}
+	return s[:k] + mark
+}
+
+// Bounded returns ev with every string clipped to its bound (AuditFieldMax,
+// AuditDetailMax for the detail). Every row is bounded as it is written;
+// callers that copy an event elsewhere (a notification) use it too.
+func (ev AuditEvent) Bounded() AuditEvent {
+	for _, f := range []*string{&ev.Event, &ev.Outcome, &ev.Profile, &ev.ActorKind, &ev.ActorID, &ev.OrderID, &ev.AccountID,
+		&ev.Serial, &ev.ClientIP, &ev.ClientName, &ev.UserAgent, &ev.Reason} {
+		*f = Clip(*f, AuditFieldMax)
+	}
+	ev.Detail = Clip(ev.Detail, AuditDetailMax)
+	if len(ev.Identifiers) > 0 {
+		ids := make([]acme.Identifier, len(ev.Identifiers))
+		for i, id := range ev.Identifiers {
+			ids[i] = acme.Identifier{Type: Clip(id.Type, AuditFieldMax), Value: Clip(id.Value, AuditFieldMax)}
+		}
+		ev.Identifiers = ids
+	}
+	return ev
+}
+
+// insertAudit writes ev, bounded, inside tx.
 func (db *DB) insertAudit(ctx context.Context, tx *sql.Tx, ev AuditEvent) error {
 	if ev.Event == "" || ev.Outcome == "" {
 		return errors.New("store: an audit event needs an event and an outcome")
 	}
+	ev = ev.Bounded()
 	idents := "[]"
 	if len(ev.Identifiers) > 0 {
 		b, err := json.Marshal(ev.Identifiers)
@@ -87,6 +142,25 @@ func (db *DB) insertAudit(ctx context.Context, tx *sql.Tx, ev AuditEvent) error 
 func (db *DB) InsertAudit(ctx context.Context, ev AuditEvent) error {
 	if err := db.withTx(ctx, func(tx *sql.Tx) error { return db.insertAudit(ctx, tx, ev) }); err != nil {
 		return fmt.Errorf("store: writing audit event %s: %w", ev.Event, err)
+	}
+	return nil
+}
+
+// InsertAudits appends several events in one transaction: all or none.
+func (db *DB) InsertAudits(ctx context.Context, evs []AuditEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		for _, ev := range evs {
+			if err := db.insertAudit(ctx, tx, ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: writing %d audit events: %w", len(evs), err)
 	}
 	return nil
 }
@@ -176,6 +250,61 @@ func (db *DB) SearchAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, err
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// AuditPruneBatch is how many audit rows PruneAudit deletes per
+// transaction by default: small enough that a prune of millions of rows
+// never holds the write lock for long.
+const AuditPruneBatch = 500
+
+// PruneAudit deletes the audit rows older than before, batch rows (default
+// AuditPruneBatch) per transaction, and returns how many it deleted. It is
+// the only statement the table lets delete: each batch writes its cutoff to
+// audit_prune_cutoff, deletes, and removes the cutoff again. record, when
+// not nil, is asked in the transaction of the last batch for the row that
+// records the prune, given the total deleted; ok=false writes none. Between
+// batches the prune stops when ctx ends, returning what it deleted so far.
+func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
+	record func(deleted int64) (ev AuditEvent, ok bool)) (int64, error) {
+	if batch <= 0 {
+		batch = AuditPruneBatch
+	}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("store: pruning the audit trail: %w", err)
+		}
+		var n int64
+		err := db.withTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO audit_prune_cutoff (id, before) VALUES (1, ?)`), before.UnixMilli()); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, db.q(`DELETE FROM audit_events WHERE id IN
+				(SELECT id FROM audit_events WHERE at < ? ORDER BY at LIMIT ?)`), before.UnixMilli(), batch)
+			if err != nil {
+				return err
+			}
+			if n, err = res.RowsAffected(); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM audit_prune_cutoff`); err != nil {
+				return err
+			}
+			if n < int64(batch) && record != nil {
+				if ev, ok := record(total + n); ok {
+					return db.insertAudit(ctx, tx, ev)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("store: pruning the audit trail: %w", err)
+		}
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
 }
 
 // pageLimit bounds a page: default 100, at most 1000.

@@ -55,13 +55,20 @@ func (db *DB) GetCRL(ctx context.Context, issuerKeyID string) (CRL, error) {
 
 // PublishCRL builds and stores a new CRL for an issuer in one transaction:
 // it reads the issuer's unexpired ledger entries (a certificate past its
-// notAfter at now is dropped), takes the next cRLNumber from the issuer's
-// counter, has build sign the CRL, and stores it as the issuer's latest.
-// The counter only grows and is committed with the CRL that carries it, so
-// cRLNumber strictly increases across restarts and between instances.
-func (db *DB) PublishCRL(ctx context.Context, issuerKeyID string, now time.Time, build CRLBuild) (CRL, error) {
-	if issuerKeyID == "" {
-		return CRL{}, errors.New("store: publishing a CRL needs an issuer")
+// notAfter at now is dropped), takes the next cRLNumber, has build sign
+// the CRL, and stores it as the issuer's latest.
+//
+// The issuer is its key (issuerKeyID: the ledger and the CRL are per key)
+// and its name (issuerName: RFC 5280 §5.2.3 wants cRLNumber to increase
+// for a CRL issuer, which verifiers know by name, so a CA renewed with a
+// new key under its old name must not start again at 1). The number is one
+// above both the name's and the key's counters — the key's counter
+// carries a sequence begun before names were counted — and both are set to
+// it, committed with the CRL that carries it, so cRLNumber strictly
+// increases per name across restarts, keys and instances.
+func (db *DB) PublishCRL(ctx context.Context, issuerKeyID, issuerName string, now time.Time, build CRLBuild) (CRL, error) {
+	if issuerKeyID == "" || issuerName == "" {
+		return CRL{}, errors.New("store: publishing a CRL needs an issuer's key id and name")
 	}
 	var out CRL
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -93,9 +100,19 @@ func (db *DB) PublishCRL(ctx context.Context, issuerKeyID string, now time.Time,
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		var number int64
-		if err := tx.QueryRowContext(ctx, db.q(`INSERT INTO crl_numbers (issuer_key_id, last) VALUES (?, 1)
-			ON CONFLICT (issuer_key_id) DO UPDATE SET last = last + 1 RETURNING last`), issuerKeyID).Scan(&number); err != nil {
+		var keyLast, number int64
+		if err := tx.QueryRowContext(ctx, db.q(`SELECT COALESCE(MAX(last), 0) FROM crl_numbers WHERE issuer_key_id = ?`),
+			issuerKeyID).Scan(&keyLast); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, db.q(`INSERT INTO crl_name_numbers (issuer_name, last) VALUES (?, ?)
+			ON CONFLICT (issuer_name) DO UPDATE SET last = CASE WHEN crl_name_numbers.last >= excluded.last
+				THEN crl_name_numbers.last + 1 ELSE excluded.last END
+			RETURNING last`), issuerName, keyLast+1).Scan(&number); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO crl_numbers (issuer_key_id, last) VALUES (?, ?)
+			ON CONFLICT (issuer_key_id) DO UPDATE SET last = excluded.last`), issuerKeyID, number); err != nil {
 			return err
 		}
 		der, this, next, err := build(number, entries)

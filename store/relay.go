@@ -46,7 +46,9 @@ type RelayOrder struct {
 	FailureDetail string // orders.failure_detail
 }
 
-// NewRelayOrder is the mapping the relay signer stores at finalize.
+// NewRelayOrder is the mapping the relay signer stores at finalize. Its
+// ClientAddr and UserAgent are stored clipped to AuditFieldMax: they end up
+// in the order's audit row.
 type NewRelayOrder struct {
 	OrderID    string
 	Profile    string
@@ -95,7 +97,7 @@ func (db *DB) CreateRelayOrder(ctx context.Context, n NewRelayOrder, now time.Ti
 			(order_id, profile, csr, client_addr, user_agent, status, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, 'processing', ?, ?)
 			ON CONFLICT DO NOTHING`),
-			n.OrderID, n.Profile, n.CSR, n.ClientAddr, n.UserAgent, now.UnixMilli(), now.UnixMilli())
+			n.OrderID, n.Profile, n.CSR, Clip(n.ClientAddr, AuditFieldMax), Clip(n.UserAgent, AuditFieldMax), now.UnixMilli(), now.UnixMilli())
 		if err != nil {
 			return err
 		}

@@ -18,7 +18,7 @@ func TestChangingARevocationReasonUpdatesStampAndLedgerAndMarksTheCRLStale(t *te
 	build := func(n int64, _ []CRLEntry) ([]byte, time.Time, time.Time, error) {
 		return []byte{1}, t0, t0.Add(time.Hour), nil
 	}
-	if _, err := db.PublishCRL(ctx, "ca", t0, build); err != nil {
+	if _, err := db.PublishCRL(ctx, "ca", "CN=ca", t0, build); err != nil {
 		t.Fatal(err)
 	}
 	if stale, err := db.StaleCRLIssuers(ctx); err != nil || len(stale) != 0 {

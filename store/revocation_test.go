@@ -101,7 +101,7 @@ func TestCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
 		}
 		return []byte{byte(number)}, t0, t0.Add(24 * time.Hour), nil
 	}
-	first, err := db.PublishCRL(ctx, "ca", t0.Add(2*time.Minute), build)
+	first, err := db.PublishCRL(ctx, "ca", "CN=ca", t0.Add(2*time.Minute), build)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
 		t.Errorf("stale issuers %v; want other-ca only", stale)
 	}
 	// Past the short certificate's expiry it is dropped.
-	second, err := db.PublishCRL(ctx, "ca", t0.Add(2*time.Hour), build)
+	second, err := db.PublishCRL(ctx, "ca", "CN=ca", t0.Add(2*time.Hour), build)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
 		t.Errorf("second CRL #%d lists %v; want 02 only", second.Number, listed)
 	}
 	// A failed build changes nothing, the counter included.
-	if _, err := db.PublishCRL(ctx, "ca", t0.Add(3*time.Hour), func(int64, []CRLEntry) ([]byte, time.Time, time.Time, error) {
+	if _, err := db.PublishCRL(ctx, "ca", "CN=ca", t0.Add(3*time.Hour), func(int64, []CRLEntry) ([]byte, time.Time, time.Time, error) {
 		return nil, t0, t0, errors.New("no key")
 	}); err == nil || err.Error() != "no key" {
 		t.Errorf("failed build: %v; want its own error", err)
@@ -135,7 +135,7 @@ func TestCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
 	if got, err := db.GetCRL(ctx, "ca"); err != nil || got.Number != 2 || string(got.DER) != "\x02" {
 		t.Fatalf("after reopening: %+v %v", got, err)
 	}
-	third, err := db.PublishCRL(ctx, "ca", t0.Add(4*time.Hour), build)
+	third, err := db.PublishCRL(ctx, "ca", "CN=ca", t0.Add(4*time.Hour), build)
 	if err != nil || third.Number != 3 {
 		t.Errorf("after reopening the number is %d (%v); want 3", third.Number, err)
 	}

@@ -238,4 +238,34 @@ var sqliteMigrations = []migration{
 			`CREATE TABLE flushes (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL)`,
 		},
 	},
+	{
+		version: 7,
+		name:    "audit_prune",
+		stmts: []string{
+			// The audit trail may now be pruned, by retention or by an
+			// operator, and by nothing else: PruneAudit writes its cutoff
+			// here, deletes, and removes the cutoff in one transaction, so
+			// a delete outside it (or of a row at or after the cutoff)
+			// still aborts. Updates stay refused.
+			`CREATE TABLE audit_prune_cutoff (id INTEGER PRIMARY KEY CHECK (id = 1), before BIGINT NOT NULL)`,
+			`DROP TRIGGER audit_events_no_delete`,
+			`CREATE TRIGGER audit_events_delete_only_by_prune BEFORE DELETE ON audit_events
+				WHEN NOT EXISTS (SELECT 1 FROM audit_prune_cutoff WHERE OLD.at < before)
+				BEGIN SELECT RAISE(ABORT, 'audit_events is insert-only: rows are deleted only by a prune, older than its cutoff'); END`,
+		},
+	},
+	{
+		version: 8,
+		name:    "crl_numbers_by_name",
+		stmts: []string{
+			// cRLNumber per issuing CA's name (RFC 5280 §5.2.3): a CA
+			// renewed with a new key under the same name continues the
+			// sequence. crl_numbers (per key) stays, so that a key's
+			// first CRL after this migration continues from its last.
+			`CREATE TABLE crl_name_numbers (
+				issuer_name TEXT PRIMARY KEY,
+				last        BIGINT NOT NULL CHECK (last > 0)
+			)`,
+		},
+	},
 }

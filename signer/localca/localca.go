@@ -55,11 +55,19 @@ type Options struct {
 	// does, both ends inclusive; default DefaultLifetime. It must be
 	// longer than the one-minute backdate, or no leaf could be valid now.
 	Lifetime time.Duration
-	// CRLURL, when set, is put in every leaf as its CRL distribution point.
-	// It must be an http URL: CRLs are fetched without TLS (RFC 5280
-	// §4.2.1.13, BRs §7.1.2.11.2), since checking the CRL's server would
-	// itself need revocation checking.
+	// CRLURL, when set, is the base of every leaf's CRL distribution
+	// point: the leaf names the CRL of the CA that signed it, at CRLURL
+	// followed by "/" and that CA's key id (signer.CAKeyID), as the ACME
+	// layer serves it at <prefix>/crl/<key id>. It must be an http URL:
+	// CRLs are fetched without TLS (RFC 5280 §4.2.1.13, BRs §7.1.2.11.2),
+	// since checking the CRL's server would itself need revocation
+	// checking.
 	CRLURL string
+	// Storage keeps every issuing CA the signer signs with, so that its
+	// CRL can still be signed after the CA is renewed or replaced (see
+	// Storage). Nil keeps them in memory, for the life of the process
+	// only.
+	Storage Storage
 	// Clock tells the time; default the wall clock.
 	Clock clock.Clock
 }
@@ -70,6 +78,7 @@ type Signer struct {
 	lifetime time.Duration
 	crlURL   string
 	clock    clock.Clock
+	book     *issuerBook
 }
 
 // New returns a Signer that signs with the issuer src returns at each
@@ -78,7 +87,11 @@ func New(src Source, opts Options) (*Signer, error) {
 	if src == nil {
 		return nil, errors.New("localca: no issuer source")
 	}
-	s := &Signer{src: src, lifetime: opts.Lifetime, crlURL: opts.CRLURL, clock: opts.Clock}
+	s := &Signer{src: src, lifetime: opts.Lifetime, crlURL: opts.CRLURL, clock: opts.Clock,
+		book: &issuerBook{storage: opts.Storage, known: map[string]keptIssuer{}}}
+	if s.book.storage == nil {
+		s.book.storage = &memStorage{}
+	}
 	if s.lifetime == 0 {
 		s.lifetime = DefaultLifetime
 	}
@@ -147,6 +160,12 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	tmpl, err := s.leaf(req, iss.Chain[0])
 	if err != nil {
 		return signer.IssueOutcome{}, err
+	}
+	// The CA is recorded before it signs, so that no leaf exists whose CA
+	// cannot sign its CRL once it is renewed or replaced.
+	if _, err := s.book.remember(ctx, iss); err != nil {
+		return signer.IssueOutcome{}, &signer.Error{Kind: signer.KindUnavailable,
+			Detail: "the issuing CA cannot be recorded for its CRL now", Err: err}
 	}
 	// SignatureAlgorithm is left zero: crypto/x509 picks one that suits
 	// the issuer's key.
@@ -235,14 +254,16 @@ func (s *Signer) leaf(req signer.IssueRequest, ca *x509.Certificate) (*x509.Cert
 	if tmpl.NotBefore, tmpl.NotAfter, err = s.validity(req, ca); err != nil {
 		return nil, err
 	}
-	switch {
-	case req.CRLURL != "":
+	base := s.crlURL
+	if req.CRLURL != "" {
 		if err := checkCRLURL(req.CRLURL); err != nil {
 			return nil, err
 		}
-		tmpl.CRLDistributionPoints = []string{req.CRLURL}
-	case s.crlURL != "":
-		tmpl.CRLDistributionPoints = []string{s.crlURL}
+		base = req.CRLURL
+	}
+	if base != "" {
+		u, _ := url.Parse(base) // checked
+		tmpl.CRLDistributionPoints = []string{u.JoinPath(signer.CAKeyID(ca)).String()}
 	}
 	// AuthorityKeyId: crypto/x509 copies the issuer's SubjectKeyId.
 	return tmpl, nil

@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/hex"
 	"errors"
 	"net"
 	"net/url"
@@ -374,7 +375,7 @@ func TestCRLDistributionPointIsPresentOnlyWhenConfigured(t *testing.T) {
 		name   string
 		crlURL string
 	}{
-		{"ok/configured: the leaf points at the CRL", "http://ca.example.com/acme/crl"},
+		{"ok/configured: the leaf points at its CA's own CRL below the URL", "http://ca.example.com/acme/crl"},
 		{"ok/not configured: the leaf has no distribution point", ""},
 	}
 	for _, tc := range tests {
@@ -383,7 +384,7 @@ func TestCRLDistributionPointIsPresentOnlyWhenConfigured(t *testing.T) {
 			leaf := issue(t, s, issueRequest(t, newKey(t, "p256"), dns("www.example.com")))[0]
 			var want []string
 			if tc.crlURL != "" {
-				want = []string{tc.crlURL}
+				want = []string{tc.crlURL + "/" + hex.EncodeToString(ca.inter.SubjectKeyId)}
 			}
 			if !slices.Equal(leaf.CRLDistributionPoints, want) {
 				t.Errorf("CRLDistributionPoints = %q, want %q", leaf.CRLDistributionPoints, want)
