@@ -9,11 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/retryafter"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -93,33 +93,5 @@ func transportError(err error) string {
 // retryAfter parses a Retry-After header (seconds or an HTTP date),
 // capped at maxRetryAfter.
 func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	if v == "" {
-		return 0, false
-	}
-	var d time.Duration
-	secs, err := strconv.Atoi(v)
-	if errors.Is(err, strconv.ErrRange) && isNumber(v) {
-		// Too large for an int: a very long wait (or, negative, no
-		// value), not a bad one; Atoi gives the largest (or smallest) int.
-		err = nil
-	}
-	if err == nil && secs >= 0 {
-		// Capped before the multiplication, which could wrap round to a
-		// negative or a short time.Duration.
-		d = time.Duration(min(secs, int(maxRetryAfter/time.Second))) * time.Second
-	} else if t, err := http.ParseTime(v); err == nil {
-		d = max(t.Sub(now), 0)
-	} else {
-		return 0, false
-	}
-	return min(d, maxRetryAfter), true
-}
-
-// isNumber reports whether s is digits after at most one sign: the form
-// strconv.Atoi reads.
-func isNumber(s string) bool {
-	if s != "" && (s[0] == '+' || s[0] == '-') {
-		s = s[1:]
-	}
-	return s != "" && strings.Trim(s, "0123456789") == ""
+	return retryafter.Parse(v, now, maxRetryAfter)
 }

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/retryafter"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -158,34 +157,6 @@ func (r *recorder) lastResponse() response {
 // HTTP-date (RFC 9110 §10.2.3), capped at maxRetryAfter. Zero when
 // absent, unparsable or past.
 func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	secs, err := strconv.Atoi(v)
-	if errors.Is(err, strconv.ErrRange) && isNumber(v) {
-		// Too large for an int: a very long wait (or, negative, none), not
-		// a bad value; Atoi gives the largest (or smallest) int.
-		err = nil
-	}
-	if err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		// Capped before the multiplication, which could wrap round to a
-		// negative or a short time.Duration.
-		return time.Duration(min(secs, int(maxRetryAfter/time.Second))) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return min(t.Sub(now), maxRetryAfter)
-	}
-	return 0
-}
-
-// isNumber reports whether s is digits after at most one sign: the form
-// strconv.Atoi reads.
-func isNumber(s string) bool {
-	if s != "" && (s[0] == '+' || s[0] == '-') {
-		s = s[1:]
-	}
-	return s != "" && strings.Trim(s, "0123456789") == ""
+	d, _ := retryafter.Parse(v, now, maxRetryAfter)
+	return d
 }
