@@ -92,6 +92,8 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"negative lifetime", site("profile a\nsigner local_ca {\nlifetime -1h\n}"), `acme_proxy: signer.lifetime: "-1h" must be positive`},
 		{"unknown signer", site("profile a\nsigner vault"), `acme_proxy: signer: unknown signer "vault"`},
 		{"signer without name", site("profile a\nsigner"), "acme_proxy: signer: want one value, got 0"},
+		{"signer with an argument after its name", site("profile a\nsigner local_ca pki"), "acme_proxy: signer: want one value, got 2"},
+		{"relay signer with an argument after its name", site("profile a\nsigner relay https://ca.example/dir"), "acme_proxy: signer: want one value, got 2"},
 		{"unknown local_ca setting", site("profile a\nsigner local_ca {\nissuer x\n}"), `acme_proxy: signer local_ca: unknown setting "issuer"`},
 		{"challenges without values", site("profile a\nchallenges"), "acme_proxy: challenges: want at least one value"},
 		{"unknown allow setting", site("profile a\nallow {\nemails a@b\n}"), `acme_proxy: allow: unknown setting "emails"`},

@@ -141,6 +141,8 @@ func FuzzAdaptCaddyfile(f *testing.F) {
 					roundTrip(t, "a local_ca signer", obj, "module", new(caddyacmeproxy.LocalCA))
 				case "relay":
 					roundTrip(t, "a relay signer", obj, "module", new(caddyacmeproxy.Relay))
+				case "acmeproxytest":
+					roundTrip(t, "the stub signer", obj, "module", new(stubSigner))
 				default:
 					t.Errorf("an acme_proxy handler has a signer of no known module: %v", s)
 				}
