@@ -23,6 +23,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
 )
 
 func init() {
@@ -157,7 +158,7 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 	case "challenges":
 		err = AppendArgs(d, key, &cfg.Challenges)
 	case "resolvers":
-		err = AppendArgs(d, key, &cfg.Resolvers)
+		err = resolversArg(d, &cfg.Resolvers)
 	case "validation_ports":
 		if cfg.ValidationPorts == nil {
 			cfg.ValidationPorts = new(acmeproxy.ValidationPorts)
@@ -224,6 +225,21 @@ func StartSigner(d *caddyfile.Dispenser) error {
 	d.Next() // the signer's name
 	if n := d.CountRemainingArgs(); n > 0 {
 		return d.Errf("acme_proxy: signer: want one value, got %d", n+1)
+	}
+	return nil
+}
+
+// resolversArg appends the resolvers of one `resolvers` line to list,
+// refusing one that validate.New would refuse at provision.
+func resolversArg(d *caddyfile.Dispenser, list *[]string) error {
+	n := len(*list)
+	if err := AppendArgs(d, "resolvers", list); err != nil {
+		return err
+	}
+	for _, r := range (*list)[n:] {
+		if _, err := validate.ResolverAddr(r); err != nil {
+			return d.Errf("acme_proxy: resolvers: %q: %w", r, err)
+		}
 	}
 	return nil
 }

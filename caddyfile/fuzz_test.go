@@ -35,9 +35,10 @@ import (
 //     it writes is lost or reshaped when Caddy reads it;
 //   - the checks the adapter does so that a typo fails at adapt time are
 //     at least as strict as Provision's: an adapted handler's profile
-//     name, validation ports and literal notify destinations (those
-//     without placeholders, which the adapter checks; placeholders are
-//     only known at provision) pass acmeproxy.ProfileConfig.Validate, and
+//     name, validation ports, resolvers and literal notify destinations
+//     (those without placeholders, which the adapter checks; placeholders
+//     are only known at provision) pass acmeproxy.ProfileConfig.Validate,
+//     and
 //     the app's literal destinations pass notify.Destination.Validate.
 //
 // It does not provision the adapted config: a fuzzed Caddyfile may name
@@ -79,6 +80,8 @@ func FuzzAdaptCaddyfile(f *testing.F) {
 		"profile a\nallow {\ndomains *.example.com\n}\nallow {\nip_ranges ::1/128\n}",
 		"profile a\ndeny",
 		"profile a\ncrl_url http://crl.example.test/crl",
+		"profile a\nresolvers 10.0.0.53 [2001:db8::53]:53\nresolvers 2001:db8::1",
+		"profile a\nresolvers ns.example.com:53",
 		"profile a\nsigner local_ca",
 		"profile a\nsigner local_ca {\nlifetime 1d\n}",
 		"profile a\nsigner local_ca {\nlifetime 0s\n}",
@@ -150,7 +153,7 @@ func FuzzAdaptCaddyfile(f *testing.F) {
 			// The rules the adapter checks itself, applied as Provision
 			// applies them.
 			checked := acmeproxy.ProfileConfig{Profile: hd.Profile, ValidationPorts: hd.ValidationPorts,
-				Notify: literal(hd.Notify)}
+				Resolvers: hd.Resolvers, Notify: literal(hd.Notify)}
 			checked.SetDefaults()
 			if err := checked.Validate(); err != nil {
 				t.Errorf("the adapter accepted a handler that Provision refuses: %v\n%s", err, out)
