@@ -30,7 +30,7 @@ import (
 //   - every acme_proxy object in it is exactly the JSON of its module:
 //     the app, each http.handlers.acme_proxy handler and its signer decode
 //     with unknown fields refused into the module structs (App, Handler,
-//     LocalCA, Relay) and marshal back to the same JSON, so the adapter
+//     the signer module it names) and marshal back to the same JSON, so the adapter
 //     writes no key the module ignores or spells differently, and nothing
 //     it writes is lost or reshaped when Caddy reads it;
 //   - the checks the adapter does so that a typo fails at adapt time are
@@ -138,16 +138,13 @@ func FuzzAdaptCaddyfile(f *testing.F) {
 			var hd caddyacmeproxy.Handler
 			roundTrip(t, "an acme_proxy handler", h, "handler", &hd)
 			if s, ok := h["signer"]; ok {
+				// Whichever signer module it names, registered wherever.
 				obj, _ := s.(map[string]any)
-				switch obj["module"] {
-				case "local_ca":
-					roundTrip(t, "a local_ca signer", obj, "module", new(caddyacmeproxy.LocalCA))
-				case "relay":
-					roundTrip(t, "a relay signer", obj, "module", new(caddyacmeproxy.Relay))
-				case "acmeproxytest":
-					roundTrip(t, "the stub signer", obj, "module", new(stubSigner))
-				default:
+				name, _ := obj["module"].(string)
+				if mod, err := caddy.GetModule("acme_proxy.signers." + name); err != nil {
 					t.Errorf("an acme_proxy handler has a signer of no known module: %v", s)
+				} else {
+					roundTrip(t, "a "+name+" signer", obj, "module", mod.New())
 				}
 			}
 			// The rules the adapter checks itself, applied as Provision
