@@ -63,8 +63,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	v, err := newValidator(&h.ProfileConfig)
 	if err != nil {
-		// Validate has checked the ports: what is left to refuse is a
-		// resolver.
+		// Validate has checked the ports and the resolvers by New's own
+		// rules (validate.ResolverAddr), so this is not expected.
 		return fmt.Errorf("resolvers: %w", err)
 	}
 	dests, err := h.app.profileNotify(h.Notify)

@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddytls"
 	"github.com/caddyserver/certmagic"
 	"github.com/mholt/acmez/v3/acme"
 
+	apcaddyfile "github.com/acmeproxy/caddy-acme-proxy/caddyfile"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/relay"
 )
 
@@ -25,6 +28,84 @@ type Relay struct {
 // CaddyModule returns the Caddy module information.
 func (*Relay) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "acme_proxy.signers.relay", New: func() caddy.Module { return new(Relay) }}
+}
+
+// UnmarshalCaddyfile reads the block of `signer relay`:
+//
+//	signer relay {
+//		directory           <url>
+//		email               <address>
+//		eab                 <key id> <hmac key>
+//		trusted_roots       <pem file>
+//		challenge           dns01|http01|bypass
+//		dns                 <provider> [<args...>] [{ <provider settings> }]
+//		propagation_timeout <duration>|-1
+//		propagation_delay   <duration>
+//		resolvers           <dns servers...>
+//	}
+//
+// Which settings go together (dns with dns01) is Provision's call; this
+// checks each value's own shape.
+func (r *Relay) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if err := apcaddyfile.StartSigner(d); err != nil {
+		return err
+	}
+	for d.NextBlock(0) {
+		var err error
+		switch key := d.Val(); key {
+		case "directory":
+			r.Directory, err = apcaddyfile.OneArg(d, "signer.directory")
+		case "email":
+			r.Email, err = apcaddyfile.OneArg(d, "signer.email")
+		case "eab":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.Errf("acme_proxy: signer.eab: want a key id and an hmac key, got %d values", len(args))
+			}
+			r.EAB = &relay.EAB{KeyID: args[0], MACKey: args[1]}
+		case "trusted_roots":
+			r.TrustedRoots, err = apcaddyfile.OneArg(d, "signer.trusted_roots")
+		case "challenge":
+			r.Challenge, err = apcaddyfile.OneArg(d, "signer.challenge")
+			switch r.Challenge {
+			case relay.ChallengeDNS01, relay.ChallengeHTTP01, relay.ChallengeBypass, "":
+			default:
+				err = d.Errf("acme_proxy: signer.challenge: %q must be dns01, http01 or bypass", r.Challenge)
+			}
+		case "dns":
+			if !d.NextArg() {
+				return d.Errf("acme_proxy: signer.dns: want a DNS provider name")
+			}
+			name := d.Val()
+			unm, uerr := caddyfile.UnmarshalModule(d, "dns.providers."+name)
+			if uerr != nil {
+				return d.Errf("acme_proxy: signer.dns: %v", uerr)
+			}
+			r.DNSRaw = caddyconfig.JSONModuleObject(unm, "name", name, nil)
+		case "propagation_timeout":
+			var v string
+			if v, err = apcaddyfile.OneArg(d, "signer.propagation_timeout"); err == nil {
+				if v == "-1" {
+					r.PropagationTimeout = caddy.Duration(-1)
+				} else {
+					r.PropagationTimeout, err = apcaddyfile.PositiveDuration(d, "signer.propagation_timeout", v)
+				}
+			}
+		case "propagation_delay":
+			r.PropagationDelay, err = apcaddyfile.DurationArg(d, "signer.propagation_delay")
+		case "resolvers":
+			err = apcaddyfile.AppendArgs(d, "signer.resolvers", &r.Resolvers)
+		default:
+			err = d.Errf("acme_proxy: signer relay: unknown setting %q", key)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if r.Directory == "" {
+		return d.Err("acme_proxy: signer.directory: required by signer relay")
+	}
+	return nil
 }
 
 // Provision checks the configuration, loads the DNS provider module and
@@ -167,4 +248,7 @@ func covers(p *caddytls.AutomationPolicy, name string) bool {
 }
 
 // Interface guards
-var _ caddy.Provisioner = (*Relay)(nil)
+var (
+	_ caddy.Provisioner     = (*Relay)(nil)
+	_ caddyfile.Unmarshaler = (*Relay)(nil)
+)

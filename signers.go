@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddypki"
 
+	apcaddyfile "github.com/acmeproxy/caddy-acme-proxy/caddyfile"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 )
 
@@ -23,6 +25,42 @@ type LocalCA struct {
 // CaddyModule returns the Caddy module information.
 func (*LocalCA) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "acme_proxy.signers.local_ca", New: func() caddy.Module { return new(LocalCA) }}
+}
+
+// UnmarshalCaddyfile reads the block of `signer local_ca`:
+//
+//	signer local_ca {
+//		ca       <id>
+//		cert     <pem file>
+//		key      <pem file>
+//		lifetime <duration>
+//	}
+//
+// Which of ca and cert/key wins, and that cert needs key, is Provision's
+// call.
+func (l *LocalCA) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if err := apcaddyfile.StartSigner(d); err != nil {
+		return err
+	}
+	for d.NextBlock(0) {
+		var err error
+		switch key := d.Val(); key {
+		case "ca":
+			l.CA, err = apcaddyfile.OneArg(d, "signer.ca")
+		case "cert":
+			l.Cert, err = apcaddyfile.OneArg(d, "signer.cert")
+		case "key":
+			l.Key, err = apcaddyfile.OneArg(d, "signer.key")
+		case "lifetime":
+			l.Lifetime, err = apcaddyfile.DurationArg(d, "signer.lifetime")
+		default:
+			err = d.Errf("acme_proxy: signer local_ca: unknown setting %q", key)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Provision finds the issuing CA and builds the signer.
@@ -93,4 +131,7 @@ func pkiSource(ctx caddy.Context, id string) (localca.Source, error) {
 }
 
 // Interface guards
-var _ caddy.Provisioner = (*LocalCA)(nil)
+var (
+	_ caddy.Provisioner     = (*LocalCA)(nil)
+	_ caddyfile.Unmarshaler = (*LocalCA)(nil)
+)

@@ -4,14 +4,13 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 
 	"fmt"
-	"net"
-	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
 )
 
 // AppConfig is the JSON of the acme_proxy app (the Caddyfile's global
@@ -44,8 +43,9 @@ type ProfileConfig struct {
 	Prefix string `json:"prefix,omitempty"`
 	// Challenges are the challenge types offered; default all three.
 	Challenges []string `json:"challenges,omitempty"`
-	// Resolvers are DNS servers (host or host:port) for dns-01 validation;
-	// default the system's.
+	// Resolvers are the DNS servers for dns-01 validation: IP addresses,
+	// with a port or without one (port 53), never host names (see
+	// validate.ResolverAddr); default the system's.
 	Resolvers []string `json:"resolvers,omitempty"`
 	// ValidationPorts are where http-01 and tls-alpn-01 connect; default 80/443.
 	ValidationPorts *ValidationPorts `json:"validation_ports,omitempty"`
@@ -128,8 +128,9 @@ func (c *ProfileConfig) Validate() error {
 		seen[ch] = true
 	}
 	for _, r := range c.Resolvers {
-		if _, err := resolverAddr(r); err != nil {
-			return fmt.Errorf("resolvers: %w", err)
+		// The rule validate.New applies, so what passes here starts.
+		if _, err := validate.ResolverAddr(r); err != nil {
+			return fmt.Errorf("resolvers: %q: %w", r, err)
 		}
 	}
 	for name, p := range map[string]int{"validation_ports.http": c.ValidationPorts.HTTP, "validation_ports.tls": c.ValidationPorts.TLS} {
@@ -154,20 +155,6 @@ func (c *ProfileConfig) Validate() error {
 		}
 	}
 	return nil
-}
-
-// resolverAddr turns "host" or "host:port" into "host:port".
-func resolverAddr(r string) (string, error) {
-	if _, _, err := net.SplitHostPort(r); err == nil {
-		return r, nil
-	}
-	if ip, err := netip.ParseAddr(r); err == nil {
-		return netip.AddrPortFrom(ip, 53).String(), nil
-	}
-	if r == "" || strings.ContainsAny(r, " /") {
-		return "", fmt.Errorf("%q is not a DNS server address", r)
-	}
-	return net.JoinHostPort(r, "53"), nil
 }
 
 func (p *IdentifierPolicy) validate() error {

@@ -1,5 +1,7 @@
 // Package caddyfile adapts the acme_proxy global option and handler
-// directive of the Caddyfile to JSON.
+// directive of the Caddyfile to JSON, and holds the helpers the signer
+// modules' own UnmarshalCaddyfile methods share, so that every key's
+// error reads alike ("acme_proxy: <key>: …").
 //
 // It builds that JSON from the config structs of the packages it configures
 // and never imports the root package, which imports this one for its init
@@ -9,17 +11,19 @@ package caddyfile
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
-	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
 )
 
 func init() {
@@ -39,13 +43,6 @@ type handlerJSON struct {
 	Handler string `json:"handler"`
 	acmeproxy.ProfileConfig
 	Signer json.RawMessage `json:"signer,omitempty"`
-}
-
-// signerParsers read the block of `signer <name>` into that signer
-// module's JSON object; each signer added later gets a line here.
-var signerParsers = map[string]func(d *caddyfile.Dispenser) (any, error){
-	"local_ca": parseLocalCA,
-	"relay":    parseRelay,
 }
 
 // profileName mirrors the rule acmeproxy.ProfileConfig.Validate applies at
@@ -79,7 +76,7 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 		var err error
 		switch d.Val() {
 		case "database":
-			cfg.Database, err = oneArg(d, "database")
+			cfg.Database, err = OneArg(d, "database")
 		case "audit_retention":
 			cfg.AuditRetention, err = retentionArg(d)
 		case "notify":
@@ -107,8 +104,7 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 //	acme_proxy [<matcher>] {
 //		profile    <name>
 //		prefix     </path>
-//		signer     local_ca { ca <id> | cert <file> key <file>; lifetime <duration> }
-//		signer     relay { directory <url>; challenge dns01|http01|bypass; … } (see parseRelay)
+//		signer     <name> [{ … }] (the module acme_proxy.signers.<name>, which reads its own block)
 //		challenges <types...>
 //		resolvers  <dns servers...>
 //		validation_ports { http <port>; tls <port> }
@@ -152,17 +148,17 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 	var err error
 	switch key := d.Val(); key {
 	case "profile":
-		if cfg.Profile, err = oneArg(d, key); err == nil && !profileName.MatchString(cfg.Profile) {
+		if cfg.Profile, err = OneArg(d, key); err == nil && !profileName.MatchString(cfg.Profile) {
 			err = d.Errf("acme_proxy: profile: %q must match [a-z0-9-]+", cfg.Profile)
 		}
 	case "prefix":
-		cfg.Prefix, err = oneArg(d, key)
+		cfg.Prefix, err = OneArg(d, key)
 	case "signer":
 		cfg.Signer, err = parseSigner(d)
 	case "challenges":
-		err = appendArgs(d, key, &cfg.Challenges)
+		err = AppendArgs(d, key, &cfg.Challenges)
 	case "resolvers":
-		err = appendArgs(d, key, &cfg.Resolvers)
+		err = resolversArg(d, &cfg.Resolvers)
 	case "validation_ports":
 		if cfg.ValidationPorts == nil {
 			cfg.ValidationPorts = new(acmeproxy.ValidationPorts)
@@ -173,7 +169,7 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 	case "deny":
 		cfg.Deny, err = parsePolicy(d, key, cfg.Deny)
 	case "crl_url":
-		cfg.CRLURL, err = oneArg(d, key)
+		cfg.CRLURL, err = OneArg(d, key)
 	case "notify":
 		var dst notify.Destination
 		if dst, err = parseNotify(d); err == nil {
@@ -185,53 +181,67 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 	return err
 }
 
-// parseSigner reads `signer <name> [{ ... }]` into the signer's module JSON.
+// SignerNamespace is the Caddy module namespace of the signers:
+// `signer <name>` names the module acme_proxy.signers.<name>.
+const SignerNamespace = "acme_proxy.signers"
+
+// parseSigner reads `signer <name> [{ ... }]` into the signer's module JSON:
+// the module, looked up by ID in Caddy's registry, reads its own block (as
+// reverse_proxy's transport does), so a new signer needs no line here.
 func parseSigner(d *caddyfile.Dispenser) (json.RawMessage, error) {
-	name, err := oneArg(d, "signer")
+	if !d.NextArg() {
+		return nil, d.Errf("acme_proxy: signer: want one value, got 0")
+	}
+	name := d.Val()
+	id := SignerNamespace + "." + name
+	if _, err := caddy.GetModule(id); err != nil {
+		return nil, d.Errf("acme_proxy: signer: unknown signer %q (want %s)", name, strings.Join(signerNames(), ", "))
+	}
+	unm, err := caddyfile.UnmarshalModule(d, id)
 	if err != nil {
 		return nil, err
 	}
-	parse, ok := signerParsers[name]
-	if !ok {
-		return nil, d.Errf("acme_proxy: signer: unknown signer %q (want local_ca or relay)", name)
-	}
-	cfg, err := parse(d)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
+	raw := caddyconfig.JSONModuleObject(unm, "module", name, nil)
+	if raw == nil {
+		return nil, d.Errf("acme_proxy: signer %s: its config does not marshal as a JSON object", name)
 	}
 	return raw, nil
 }
 
-// parseLocalCA reads the block of `signer local_ca`; which of ca and
-// cert/key wins, and that cert needs key, is the module's Provision's call.
-func parseLocalCA(d *caddyfile.Dispenser) (any, error) {
-	cfg := struct {
-		Module string `json:"module"`
-		localca.Config
-	}{Module: "local_ca"}
-	for n := d.Nesting(); d.NextBlock(n); {
-		var err error
-		switch key := d.Val(); key {
-		case "ca":
-			cfg.CA, err = oneArg(d, "signer.ca")
-		case "cert":
-			cfg.Cert, err = oneArg(d, "signer.cert")
-		case "key":
-			cfg.Key, err = oneArg(d, "signer.key")
-		case "lifetime":
-			cfg.Lifetime, err = durationArg(d, "signer.lifetime")
-		default:
-			err = d.Errf("acme_proxy: signer local_ca: unknown setting %q", key)
-		}
-		if err != nil {
-			return nil, err
+// signerNames are the names of the registered signer modules, sorted.
+func signerNames() []string {
+	var names []string
+	for _, m := range caddy.GetModules(SignerNamespace) {
+		names = append(names, m.ID.Name())
+	}
+	slices.Sort(names)
+	return names
+}
+
+// StartSigner begins a signer module's UnmarshalCaddyfile: it consumes the
+// signer's name, which must stand alone on its line (settings go in the
+// block that follows).
+func StartSigner(d *caddyfile.Dispenser) error {
+	d.Next() // the signer's name
+	if n := d.CountRemainingArgs(); n > 0 {
+		return d.Errf("acme_proxy: signer: want one value, got %d", n+1)
+	}
+	return nil
+}
+
+// resolversArg appends the resolvers of one `resolvers` line to list,
+// refusing one that validate.New would refuse at provision.
+func resolversArg(d *caddyfile.Dispenser, list *[]string) error {
+	n := len(*list)
+	if err := AppendArgs(d, "resolvers", list); err != nil {
+		return err
+	}
+	for _, r := range (*list)[n:] {
+		if _, err := validate.ResolverAddr(r); err != nil {
+			return d.Errf("acme_proxy: resolvers: %q: %w", r, err)
 		}
 	}
-	return cfg, nil
+	return nil
 }
 
 // parseValidationPorts reads `validation_ports { http <port>; tls <port> }`.
@@ -250,7 +260,7 @@ func parseValidationPorts(d *caddyfile.Dispenser, p *acmeproxy.ValidationPorts) 
 			return d.Errf("acme_proxy: validation_ports: unknown setting %q (want http or tls)", d.Val())
 		}
 		key := "validation_ports." + d.Val()
-		v, err := oneArg(d, key)
+		v, err := OneArg(d, key)
 		if err != nil {
 			return err
 		}
@@ -276,9 +286,9 @@ func parsePolicy(d *caddyfile.Dispenser, key string, pol *acmeproxy.IdentifierPo
 		var err error
 		switch sub := d.Val(); sub {
 		case "domains":
-			err = appendArgs(d, key+".domains", &pol.Domains)
+			err = AppendArgs(d, key+".domains", &pol.Domains)
 		case "ip_ranges":
-			err = appendArgs(d, key+".ip_ranges", &pol.IPRanges)
+			err = AppendArgs(d, key+".ip_ranges", &pol.IPRanges)
 		default:
 			err = d.Errf("acme_proxy: %s: unknown setting %q (want domains or ip_ranges)", key, sub)
 		}
@@ -325,9 +335,9 @@ func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 		sub := d.Val()
 		switch {
 		case sub == "events":
-			err = appendArgs(d, key("events"), &dst.Events)
+			err = AppendArgs(d, key("events"), &dst.Events)
 		case sub == "secret" && dst.Type == notify.TypeWebhook:
-			dst.Secret, err = oneArg(d, key("secret"))
+			dst.Secret, err = OneArg(d, key("secret"))
 		case sub == "header" && dst.Type == notify.TypeWebhook:
 			hv := d.RemainingArgs()
 			if len(hv) != 2 {
@@ -338,17 +348,17 @@ func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 			}
 			dst.Headers[hv[0]] = hv[1]
 		case sub == "smtp" && dst.Type == notify.TypeEmail:
-			dst.SMTP, err = oneArg(d, key("smtp"))
+			dst.SMTP, err = OneArg(d, key("smtp"))
 		case sub == "tls" && dst.Type == notify.TypeEmail:
-			dst.TLS, err = oneArg(d, key("tls"))
+			dst.TLS, err = OneArg(d, key("tls"))
 		case sub == "from" && dst.Type == notify.TypeEmail:
-			dst.From, err = oneArg(d, key("from"))
+			dst.From, err = OneArg(d, key("from"))
 		case sub == "to" && dst.Type == notify.TypeEmail:
-			err = appendArgs(d, key("to"), &dst.To)
+			err = AppendArgs(d, key("to"), &dst.To)
 		case sub == "username" && dst.Type == notify.TypeEmail:
-			dst.Username, err = oneArg(d, key("username"))
+			dst.Username, err = OneArg(d, key("username"))
 		case sub == "password" && dst.Type == notify.TypeEmail:
-			dst.Password, err = oneArg(d, key("password"))
+			dst.Password, err = OneArg(d, key("password"))
 		default:
 			err = d.Errf("acme_proxy: notify %s: unknown setting %q", dst.Type, sub)
 		}
@@ -367,7 +377,7 @@ func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 }
 
 // oneArg reads the single argument of key.
-func oneArg(d *caddyfile.Dispenser, key string) (string, error) {
+func OneArg(d *caddyfile.Dispenser, key string) (string, error) {
 	args := d.RemainingArgs()
 	if len(args) != 1 {
 		return "", d.Errf("acme_proxy: %s: want one value, got %d", key, len(args))
@@ -377,11 +387,16 @@ func oneArg(d *caddyfile.Dispenser, key string) (string, error) {
 
 // durationArg reads the single positive duration of key, in Caddy's
 // syntax (which adds days: "7d").
-func durationArg(d *caddyfile.Dispenser, key string) (caddy.Duration, error) {
-	v, err := oneArg(d, key)
+func DurationArg(d *caddyfile.Dispenser, key string) (caddy.Duration, error) {
+	v, err := OneArg(d, key)
 	if err != nil {
 		return 0, err
 	}
+	return PositiveDuration(d, key, v)
+}
+
+// PositiveDuration parses v, the value of key, as DurationArg does.
+func PositiveDuration(d *caddyfile.Dispenser, key, v string) (caddy.Duration, error) {
 	dur, err := caddy.ParseDuration(v)
 	if err != nil {
 		return 0, d.Errf("acme_proxy: %s: %q is not a duration: %w", key, v, err)
@@ -395,7 +410,7 @@ func durationArg(d *caddyfile.Dispenser, key string) (caddy.Duration, error) {
 // retentionArg reads audit_retention: a positive duration in Caddy's
 // syntax, kept as written, or "keep".
 func retentionArg(d *caddyfile.Dispenser) (string, error) {
-	v, err := oneArg(d, "audit_retention")
+	v, err := OneArg(d, "audit_retention")
 	if err != nil || v == acmeproxy.AuditRetentionKeep {
 		return v, err
 	}
@@ -411,7 +426,7 @@ func retentionArg(d *caddyfile.Dispenser) (string, error) {
 
 // appendArgs appends the arguments of key to list, so a long list may be
 // split over several lines.
-func appendArgs(d *caddyfile.Dispenser, key string, list *[]string) error {
+func AppendArgs(d *caddyfile.Dispenser, key string, list *[]string) error {
 	args := d.RemainingArgs()
 	if len(args) == 0 {
 		return d.Errf("acme_proxy: %s: want at least one value", key)

@@ -30,14 +30,15 @@ import (
 //   - every acme_proxy object in it is exactly the JSON of its module:
 //     the app, each http.handlers.acme_proxy handler and its signer decode
 //     with unknown fields refused into the module structs (App, Handler,
-//     LocalCA, Relay) and marshal back to the same JSON, so the adapter
+//     the signer module it names) and marshal back to the same JSON, so the adapter
 //     writes no key the module ignores or spells differently, and nothing
 //     it writes is lost or reshaped when Caddy reads it;
 //   - the checks the adapter does so that a typo fails at adapt time are
 //     at least as strict as Provision's: an adapted handler's profile
-//     name, validation ports and literal notify destinations (those
-//     without placeholders, which the adapter checks; placeholders are
-//     only known at provision) pass acmeproxy.ProfileConfig.Validate, and
+//     name, validation ports, resolvers and literal notify destinations
+//     (those without placeholders, which the adapter checks; placeholders
+//     are only known at provision) pass acmeproxy.ProfileConfig.Validate,
+//     and
 //     the app's literal destinations pass notify.Destination.Validate.
 //
 // It does not provision the adapted config: a fuzzed Caddyfile may name
@@ -79,6 +80,8 @@ func FuzzAdaptCaddyfile(f *testing.F) {
 		"profile a\nallow {\ndomains *.example.com\n}\nallow {\nip_ranges ::1/128\n}",
 		"profile a\ndeny",
 		"profile a\ncrl_url http://crl.example.test/crl",
+		"profile a\nresolvers 10.0.0.53 [2001:db8::53]:53\nresolvers 2001:db8::1",
+		"profile a\nresolvers ns.example.com:53",
 		"profile a\nsigner local_ca",
 		"profile a\nsigner local_ca {\nlifetime 1d\n}",
 		"profile a\nsigner local_ca {\nlifetime 0s\n}",
@@ -135,20 +138,19 @@ func FuzzAdaptCaddyfile(f *testing.F) {
 			var hd caddyacmeproxy.Handler
 			roundTrip(t, "an acme_proxy handler", h, "handler", &hd)
 			if s, ok := h["signer"]; ok {
+				// Whichever signer module it names, registered wherever.
 				obj, _ := s.(map[string]any)
-				switch obj["module"] {
-				case "local_ca":
-					roundTrip(t, "a local_ca signer", obj, "module", new(caddyacmeproxy.LocalCA))
-				case "relay":
-					roundTrip(t, "a relay signer", obj, "module", new(caddyacmeproxy.Relay))
-				default:
+				name, _ := obj["module"].(string)
+				if mod, err := caddy.GetModule("acme_proxy.signers." + name); err != nil {
 					t.Errorf("an acme_proxy handler has a signer of no known module: %v", s)
+				} else {
+					roundTrip(t, "a "+name+" signer", obj, "module", mod.New())
 				}
 			}
 			// The rules the adapter checks itself, applied as Provision
 			// applies them.
 			checked := acmeproxy.ProfileConfig{Profile: hd.Profile, ValidationPorts: hd.ValidationPorts,
-				Notify: literal(hd.Notify)}
+				Resolvers: hd.Resolvers, Notify: literal(hd.Notify)}
 			checked.SetDefaults()
 			if err := checked.Validate(); err != nil {
 				t.Errorf("the adapter accepted a handler that Provision refuses: %v\n%s", err, out)

@@ -57,8 +57,8 @@ type Config struct {
 	// 443"); http-01 redirects may only go to https on this port.
 	// Default 443.
 	TLSPort int
-	// Resolvers are the DNS servers dns-01 asks, as "host:port" (a bare
-	// IP address means port 53), tried in order. Default: the
+	// Resolvers are the DNS servers dns-01 asks, tried in order: IP
+	// addresses, with a port or without one (port 53); see ResolverAddr. Default: the
 	// nameservers of /etc/resolv.conf. When set, http-01 and tls-alpn-01
 	// resolve names through them too (unless Dial is set); when not, they
 	// use the system resolver.
@@ -132,7 +132,7 @@ func New(cfg Config) (*Validator, error) {
 		return nil, fmt.Errorf("validate: MaxRedirects %d is negative", cfg.MaxRedirects)
 	}
 	for i, r := range cfg.Resolvers {
-		addr, err := resolverAddr(r)
+		addr, err := ResolverAddr(r)
 		if err != nil {
 			return nil, fmt.Errorf("validate: Resolvers[%d] %q: %w", i, r, err)
 		}
@@ -157,22 +157,28 @@ func New(cfg Config) (*Validator, error) {
 	return v, nil
 }
 
-// resolverAddr checks a resolver address and adds port 53 to a bare IP.
-func resolverAddr(s string) (string, error) {
+// ResolverAddr checks the address of a DNS server to ask, and returns it
+// as "ip:port": an IP address, with a port or without one (port 53), as
+// in "10.0.0.53", "10.0.0.53:5353", "2001:db8::53" or "[2001:db8::53]:53".
+// A host name is refused: a resolver must be reachable without DNS. The
+// error does not repeat s; the caller names the key and the value.
+func ResolverAddr(s string) (string, error) {
 	if ip, err := netip.ParseAddr(s); err == nil {
 		return net.JoinHostPort(ip.String(), "53"), nil
 	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
-		return "", errors.New(`want "host:port" or an IP address`)
+		return "", errors.New(`want an IP address, with an optional port ("10.0.0.53", "[2001:db8::53]:53")`)
 	}
-	if host == "" {
-		return "", errors.New("empty host")
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return "", fmt.Errorf("%q is not an IP address (a resolver must be reachable without DNS)", host)
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
 		return "", fmt.Errorf("%q is not a port number", port)
 	}
-	return s, nil
+	return net.JoinHostPort(ip.String(), strconv.Itoa(n)), nil
 }
 
 func systemResolvers() ([]string, error) {

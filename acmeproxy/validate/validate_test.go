@@ -107,6 +107,8 @@ func TestNewRefusesABadFieldByName(t *testing.T) {
 		{"fail/resolver without port", Config{Resolvers: []string{"8.8.8.8:53", "dns.example"}}, "Resolvers[1]"},
 		{"fail/resolver with a bad port", Config{Resolvers: []string{"127.0.0.1:domain"}}, "Resolvers[0]"},
 		{"fail/resolver with an empty host", Config{Resolvers: []string{":53"}}, "Resolvers[0]"},
+		{"fail/resolver named by a host name and port", Config{Resolvers: []string{"10.0.0.53", "ns.example.com:53"}}, "Resolvers[1]"},
+		{"fail/resolver with a port above 65535", Config{Resolvers: []string{"a:99999"}}, "Resolvers[0]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,13 +121,48 @@ func TestNewRefusesABadFieldByName(t *testing.T) {
 }
 
 func TestNewFillsInDefaults(t *testing.T) {
-	v := newValidator(t, Config{Resolvers: []string{"192.0.2.1", "[2001:db8::1]:5353", "dns.example:53"}})
+	v := newValidator(t, Config{Resolvers: []string{"192.0.2.1", "[2001:db8::1]:5353"}})
 	if v.httpPort != 80 || v.tlsPort != 443 || v.timeout != 10*time.Second || v.maxRedirects != 5 {
 		t.Errorf("defaults: http %d, tls %d, timeout %s, redirects %d", v.httpPort, v.tlsPort, v.timeout, v.maxRedirects)
 	}
-	want := []string{"192.0.2.1:53", "[2001:db8::1]:5353", "dns.example:53"}
+	want := []string{"192.0.2.1:53", "[2001:db8::1]:5353"}
 	if strings.Join(v.resolvers, " ") != strings.Join(want, " ") {
 		t.Errorf("resolvers %q, want %q", v.resolvers, want)
+	}
+}
+
+func TestAResolverIsAnIPAddressWithAnOptionalPort(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     string // "" when refused
+		refusal  string // part of the refusal
+	}{
+		{"ok/IPv4 address", "10.0.0.53", "10.0.0.53:53", ""},
+		{"ok/IPv4 address and port", "10.0.0.53:5353", "10.0.0.53:5353", ""},
+		{"ok/IPv6 address", "2001:db8::53", "[2001:db8::53]:53", ""},
+		{"ok/IPv6 address and port", "[2001:db8::53]:53", "[2001:db8::53]:53", ""},
+		{"fail/host name", "ns.example.com", "", "want an IP address"},
+		{"fail/host name and port", "ns.example.com:53", "", `"ns.example.com" is not an IP address (a resolver must be reachable without DNS)`},
+		{"fail/port without host", ":53", "", `"" is not an IP address`},
+		{"fail/host name and a port above 65535", "a:99999", "", `"a" is not an IP address`},
+		{"fail/port above 65535", "10.0.0.53:99999", "", `"99999" is not a port number`},
+		{"fail/port zero", "10.0.0.53:0", "", `"0" is not a port number`},
+		{"fail/port by service name", "10.0.0.53:domain", "", `"domain" is not a port number`},
+		{"fail/empty", "", "", "want an IP address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ResolverAddr(tt.in)
+			if tt.want != "" {
+				if err != nil || got != tt.want {
+					t.Fatalf("ResolverAddr(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.refusal) {
+				t.Fatalf("ResolverAddr(%q) = %q, %v; want a refusal containing %q", tt.in, got, err, tt.refusal)
+			}
+		})
 	}
 }
 
