@@ -215,7 +215,7 @@ func (db *DB) ChangeAccountKey(ctx context.Context, id, oldThumb, newThumb strin
 		WHERE id = ? AND key_thumbprint = ? AND status = 'valid' RETURNING `+accountCols),
 		newThumb, string(newJWK), now.UnixMilli(), id, oldThumb))
 	switch {
-	case err != nil && isUniqueViolation(err):
+	case err != nil && db.dialect.uniqueViolation(err):
 		return Account{}, fmt.Errorf("%w: the new key belongs to another account", ErrConflict)
 	case errors.Is(err, sql.ErrNoRows):
 		return Account{}, fmt.Errorf("%w: account %s is not valid or its key changed", ErrWrongState, id)

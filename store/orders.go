@@ -475,10 +475,7 @@ func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certifica
 // their CSR.
 func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int) ([]Order, error) {
 	var out []Order
-	err := db.wr.queryEach(ctx, db.q(`UPDATE orders SET updated_at = ?
-		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ? LIMIT ?)
-		AND status = 'processing' AND updated_at < ?
-		RETURNING `+orderCols), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli()},
+	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols)), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli()},
 		func(r rowScanner) error {
 			o, err := scanOrder(r)
 			out = append(out, o)

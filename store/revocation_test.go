@@ -188,7 +188,7 @@ func TestTheAuditTrailIsInsertOnlyAndSearchable(t *testing.T) {
 		t.Errorf("identifiers did not round-trip: %+v", got)
 	}
 	for _, stmt := range []string{`UPDATE audit_events SET detail = 'x'`, `DELETE FROM audit_events`} {
-		if _, err := db.w.ExecContext(ctx, stmt); err == nil || !strings.Contains(err.Error(), "insert-only") {
+		if _, err := rawW(db).ExecContext(ctx, stmt); err == nil || !strings.Contains(err.Error(), "insert-only") {
 			t.Errorf("%s: %v; want refused as insert-only", stmt, err)
 		}
 	}
