@@ -92,7 +92,7 @@ func (db *DB) ListOrders(ctx context.Context, f OrderFilter) ([]OrderSummary, er
 		add("o.account_id = ?", f.AccountID)
 	}
 	if f.Identifier != "" {
-		add("EXISTS (SELECT 1 FROM json_each(o.identifiers) j WHERE json_extract(j.value, '$.value') = ?)", f.Identifier)
+		add("EXISTS (SELECT 1 FROM order_identifiers i WHERE i.order_id = o.id AND i.value = ?)", f.Identifier)
 	}
 	if f.After != "" {
 		where = append(where, "EXISTS (SELECT 1 FROM orders p WHERE p.id = ? AND (o.created_at < p.created_at OR (o.created_at = p.created_at AND o.id < p.id)))")

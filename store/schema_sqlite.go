@@ -268,4 +268,41 @@ var sqliteMigrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 9,
+		name:    "order_identifiers",
+		stmts: []string{
+			// An order's identifiers as rows, so that SQL finds orders by
+			// identifier without JSON functions. orders.identifiers stays:
+			// it is the order's own copy, read with the order in one row;
+			// identifiers never change after the order is created, and
+			// CreateOrder writes both in one transaction.
+			`CREATE TABLE order_identifiers (
+				order_id TEXT    NOT NULL REFERENCES orders (id),
+				position INTEGER NOT NULL,
+				type     TEXT    NOT NULL,
+				value    TEXT    NOT NULL,
+				PRIMARY KEY (order_id, position)
+			)`,
+			`CREATE INDEX order_identifiers_value ON order_identifiers (value)`,
+			`INSERT INTO order_identifiers (order_id, position, type, value)
+				SELECT o.id, j.key, COALESCE(json_extract(j.value, '$.type'), ''), COALESCE(json_extract(j.value, '$.value'), '')
+				FROM orders o, json_each(o.identifiers) j`,
+		},
+	},
+	{
+		version: 10,
+		name:    "authorization_positions",
+		stmts: []string{
+			// An order's authorizations, and an authorization's challenges,
+			// keep the order they were created in as a column, not as
+			// SQLite's rowid. Rows so far were inserted in that order.
+			`ALTER TABLE authorizations ADD COLUMN position INTEGER NOT NULL DEFAULT 0`,
+			`UPDATE authorizations SET position = (SELECT COUNT(*) FROM authorizations b
+				WHERE b.order_id = authorizations.order_id AND b.rowid < authorizations.rowid)`,
+			`ALTER TABLE challenges ADD COLUMN position INTEGER NOT NULL DEFAULT 0`,
+			`UPDATE challenges SET position = (SELECT COUNT(*) FROM challenges b
+				WHERE b.authz_id = challenges.authz_id AND b.rowid < challenges.rowid)`,
+		},
+	},
 }
