@@ -27,6 +27,17 @@ type Order struct {
 	CertificateID string
 	AuthzIDs      []string // filled by GetOrder
 	CreatedAt     time.Time
+	// Client is the client that finalized the order, recorded by
+	// ClaimOrderForIssue; zero before.
+	Client OrderClient
+}
+
+// OrderClient describes the client that finalized an order: its address
+// and user agent, each stored clipped to AuditFieldMax (they end up in the
+// order's audit rows).
+type OrderClient struct {
+	Addr      string
+	UserAgent string
 }
 
 // Authz is an ACME authorization (RFC 8555 §7.1.4) with its challenges.
@@ -54,7 +65,7 @@ type Challenge struct {
 
 // orderScanCols are the columns scanOrder reads, in its order.
 var orderScanCols = []string{"id", "profile", "account_id", "status", "identifiers", "not_before", "not_after", "expires_at",
-	"error", "csr", "certificate_id", "created_at"}
+	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent"}
 
 var orderCols = strings.Join(orderScanCols, ", ")
 
@@ -70,7 +81,8 @@ func scanOrder(r rowScanner) (Order, error) {
 		problem, certID  sql.NullString
 		csr              []byte
 	)
-	if err := r.Scan(&o.ID, &o.Profile, &o.AccountID, &o.Status, &idents, &nb, &na, &expires, &problem, &csr, &certID, &created); err != nil {
+	if err := r.Scan(&o.ID, &o.Profile, &o.AccountID, &o.Status, &idents, &nb, &na, &expires, &problem, &csr, &certID, &created,
+		&o.Client.Addr, &o.Client.UserAgent); err != nil {
 		return Order{}, err
 	}
 	if err := json.Unmarshal([]byte(idents), &o.Identifiers); err != nil {
@@ -448,10 +460,12 @@ func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) err
 }
 
 // ClaimOrderForIssue moves an unexpired ready order to processing and
-// records its CSR. Only one caller wins; the others get false.
-func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, now time.Time) (bool, error) {
-	res, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, updated_at = ?
-		WHERE id = ? AND status = 'ready' AND expires_at > ?`), csr, now.UnixMilli(), id, now.UnixMilli())
+// records its CSR and the client finalizing it (clipped to AuditFieldMax).
+// Only one caller wins; the others get false.
+func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, client OrderClient, now time.Time) (bool, error) {
+	res, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, client_addr = ?, user_agent = ?, updated_at = ?
+		WHERE id = ? AND status = 'ready' AND expires_at > ?`), csr, Clip(client.Addr, AuditFieldMax), Clip(client.UserAgent, AuditFieldMax),
+		now.UnixMilli(), id, now.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("store: claiming order %s: %w", id, err)
 	}

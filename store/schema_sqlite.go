@@ -305,4 +305,19 @@ var sqliteMigrations = []migration{
 				WHERE b.authz_id = challenges.authz_id AND b.rowid < challenges.rowid)`,
 		},
 	},
+	{
+		version: 11,
+		name:    "order_client",
+		stmts: []string{
+			// The client that finalized an order, recorded when the order
+			// is claimed for issue, so that whoever finishes the order
+			// later (a signer settling it, the resume sweep) names it in
+			// the audit trail. Orders mapped by the relay so far have it in
+			// relay_orders.
+			`ALTER TABLE orders ADD COLUMN client_addr TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE orders ADD COLUMN user_agent TEXT NOT NULL DEFAULT ''`,
+			`UPDATE orders SET client_addr = r.client_addr, user_agent = r.user_agent
+				FROM relay_orders r WHERE r.order_id = orders.id`,
+		},
+	},
 }
