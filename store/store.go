@@ -60,7 +60,7 @@ func (db *DB) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
 // it is a durable write of its own (see engine), for a caller that
 // wrote lazily and is about to rely on it surviving a power loss.
 func (db *DB) Flush(ctx context.Context) error {
-	_, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO flushes (id, n) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = n + 1`))
+	_, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO flushes (id, n) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = flushes.n + 1`))
 	if err != nil {
 		return fmt.Errorf("store: flush: %w", err)
 	}
