@@ -112,7 +112,7 @@ func (db *DB) EnqueueJob(ctx context.Context, nj NewJob, now time.Time) (job Job
 // leaseUntil — as if claimed, without a claim's extra write. If the caller
 // dies, the lease expires and any runner takes the job over.
 //
-// The row is a lazy write (see groupCommit): it survives a crash of the
+// The row is a lazy write (see engine): it survives a crash of the
 // process at once, and a power loss once any durable write follows — the
 // running job's own, or the caller's Flush.
 func (db *DB) EnqueueJobLeased(ctx context.Context, nj NewJob, owner string, leaseUntil, now time.Time) (Job, bool, error) {
@@ -245,7 +245,7 @@ func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUnti
 // settle runs a guarded write on a job the caller holds the lease of and
 // returns the job's new status. ErrLeaseLost when the lease is gone.
 //
-// Settling is a lazy write (see groupCommit): should a power loss forget
+// Settling is a lazy write (see engine): should a power loss forget
 // it, the job is back to running under a lease that lapses, and runs again
 // — which at-least-once delivery already asks every handler to bear.
 func (db *DB) settle(ctx context.Context, what string, id int64, owner, set string, args ...any) (JobStatus, error) {

@@ -5,9 +5,9 @@ import (
 	"database/sql"
 )
 
-// writer runs single statements through the group commit, with the
-// shape of *sql.DB's methods so call sites read the same. A lazy writer's
-// statements are lazy writes (see groupCommit).
+// writer runs single statements through the engine, each a write of its
+// own, with the shape of *sql.DB's methods so call sites read the same. A
+// lazy writer's statements are lazy writes (see engine).
 type writer struct {
 	db   *DB
 	lazy bool
