@@ -69,7 +69,8 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 		return prob
 	}
 
-	won, err := s.db.ClaimOrderForIssue(ctx, o.ID, der, s.clock.Now())
+	cl := clientOf(r)
+	won, err := s.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{Addr: cl.IP, UserAgent: cl.UserAgent}, s.clock.Now())
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,6 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 	}
 	// From here the order is ours; finish it even if the client goes away.
 	ctx = context.WithoutCancel(ctx)
-	cl := clientOf(r)
 	o, err = s.issue(ctx, o, signer.IssueRequest{
 		OrderID: o.ID, Profile: s.cfg.Profile, CSR: csr, CSRDER: der,
 		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 func TestAnOrderACrashLeftProcessingIsFinishedByTheResumeSweep(t *testing.T) {
@@ -28,7 +30,7 @@ func TestAnOrderACrashLeftProcessingIsFinishedByTheResumeSweep(t *testing.T) {
 	// The finalize that claimed this order died before signing: the claim
 	// is all that reached the database, ten minutes ago.
 	id := path.Base(o.URI)
-	if won, err := e.db.ClaimOrderForIssue(ctx, id, csr, time.Now().Add(-10*time.Minute)); err != nil || !won {
+	if won, err := e.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, time.Now().Add(-10*time.Minute)); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	if n, err := e.srv.ResumeStuckOrders(ctx); err != nil || n != 1 {
@@ -59,7 +61,7 @@ func TestAnOrderStillBeingFinalizedIsNotResumed(t *testing.T) {
 	o, _ := c.AuthorizeOrder(ctx, acme.DomainIDs("live.example.com"))
 	o = e.authorize(ctx, c, o)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if won, err := e.db.ClaimOrderForIssue(ctx, path.Base(o.URI), newCSR(t, key, "", []string{"live.example.com"}, nil), time.Now()); err != nil || !won {
+	if won, err := e.db.ClaimOrderForIssue(ctx, path.Base(o.URI), newCSR(t, key, "", []string{"live.example.com"}, nil), store.OrderClient{}, time.Now()); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	if n, err := e.srv.ResumeStuckOrders(ctx); err != nil || n != 0 {

@@ -25,7 +25,7 @@ func (s *Server) Issued(ctx context.Context, orderID string, chain [][]byte) err
 	if o.Status != acme.StatusProcessing {
 		return nil
 	}
-	_, err = s.recordIssued(ctx, o, chain, s.pendingClient(ctx, orderID))
+	_, err = s.recordIssued(ctx, o, chain, pendingClient(o))
 	if errors.Is(err, store.ErrWrongState) {
 		return nil
 	}
@@ -43,7 +43,7 @@ func (s *Server) Failed(ctx context.Context, orderID, detail string) error {
 	}
 	s.metrics.IssueFailed(s.cfg.Profile, "abandoned")
 	if o, err := s.db.GetOrder(ctx, s.cfg.Profile, orderID); err == nil {
-		s.auditIssueFailed(ctx, o, s.pendingClient(ctx, orderID), detail)
+		s.auditIssueFailed(ctx, o, pendingClient(o), detail)
 	}
 	s.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
 		zap.String("profile", s.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
@@ -51,11 +51,7 @@ func (s *Server) Failed(ctx context.Context, orderID, detail string) error {
 }
 
 // pendingClient is the client that finalized an order a signer finished
-// later, as the relay's mapping recorded it; zero when unknown.
-func (s *Server) pendingClient(ctx context.Context, orderID string) client {
-	ro, err := s.db.GetRelayOrder(ctx, orderID)
-	if err != nil {
-		return client{}
-	}
-	return client{IP: ro.ClientAddr, UserAgent: ro.UserAgent}
+// later, as the order's claim for issue recorded it; zero when unknown.
+func pendingClient(o store.Order) client {
+	return client{IP: o.Client.Addr, UserAgent: o.Client.UserAgent}
 }

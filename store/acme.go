@@ -215,7 +215,7 @@ func (db *DB) ChangeAccountKey(ctx context.Context, id, oldThumb, newThumb strin
 		WHERE id = ? AND key_thumbprint = ? AND status = 'valid' RETURNING `+accountCols),
 		newThumb, string(newJWK), now.UnixMilli(), id, oldThumb))
 	switch {
-	case err != nil && isUniqueViolation(err):
+	case err != nil && db.dialect.uniqueViolation(err):
 		return Account{}, fmt.Errorf("%w: the new key belongs to another account", ErrConflict)
 	case errors.Is(err, sql.ErrNoRows):
 		return Account{}, fmt.Errorf("%w: account %s is not valid or its key changed", ErrWrongState, id)
@@ -256,7 +256,7 @@ func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, limi
 
 // UseNonce records a nonce as used. It reports false if it was used before.
 //
-// The record is a lazy write (see groupCommit): it survives a crash of the
+// The record is a lazy write (see engine): it survives a crash of the
 // process at once, and a crash of the machine together with whatever the
 // request it came with writes next. A power loss can forget only the
 // nonces of requests whose effects it forgets too, so a replay can never

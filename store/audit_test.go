@@ -213,7 +213,7 @@ func TestAuditRowsAreNeverUpdatedAndDeletedOnlyByAPrune(t *testing.T) {
 	auditAt(t, db, t0, t0.Add(time.Hour))
 	refused := func(what, stmt string, args ...any) {
 		t.Helper()
-		_, err := db.w.ExecContext(ctx, stmt, args...)
+		_, err := rawW(db).ExecContext(ctx, stmt, args...)
 		if err == nil || !strings.Contains(err.Error(), "insert-only") {
 			t.Errorf("%s: %v; want refused as insert-only", what, err)
 		}
@@ -222,12 +222,12 @@ func TestAuditRowsAreNeverUpdatedAndDeletedOnlyByAPrune(t *testing.T) {
 	refused("an update of one row", `UPDATE audit_events SET outcome = 'refused' WHERE at = ?`, t0.UnixMilli())
 	refused("a delete outside a prune", `DELETE FROM audit_events`)
 	// Even with a prune's cutoff in place, a row at or after it stays.
-	if _, err := db.w.ExecContext(ctx, `INSERT INTO audit_prune_cutoff (id, before) VALUES (1, ?)`, t0.Add(time.Minute).UnixMilli()); err != nil {
+	if _, err := rawW(db).ExecContext(ctx, `INSERT INTO audit_prune_cutoff (id, before) VALUES (1, ?)`, t0.Add(time.Minute).UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
 	refused("a delete of a row after the cutoff", `DELETE FROM audit_events WHERE at = ?`, t0.Add(time.Hour).UnixMilli())
 	refused("an update during a prune", `UPDATE audit_events SET detail = 'x' WHERE at = ?`, t0.UnixMilli())
-	if _, err := db.w.ExecContext(ctx, `DELETE FROM audit_prune_cutoff`); err != nil {
+	if _, err := rawW(db).ExecContext(ctx, `DELETE FROM audit_prune_cutoff`); err != nil {
 		t.Fatal(err)
 	}
 	rows, _ := db.SearchAudit(ctx, AuditFilter{})

@@ -10,7 +10,7 @@ func TestCRLNumbersIncreasePerIssuerNameAcrossItsKeys(t *testing.T) {
 	ctx := context.Background()
 	db := openTest(t)
 	// A counter left by a version that numbered CRLs per key only.
-	if _, err := db.w.ExecContext(ctx, `INSERT INTO crl_numbers (issuer_key_id, last) VALUES ('upgraded', 41)`); err != nil {
+	if _, err := rawW(db).ExecContext(ctx, `INSERT INTO crl_numbers (issuer_key_id, last) VALUES ('upgraded', 41)`); err != nil {
 		t.Fatal(err)
 	}
 	build := func(int64, []CRLEntry) ([]byte, time.Time, time.Time, error) {

@@ -1,16 +1,17 @@
 package store
 
 import (
-	"errors"
-
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
+	"context"
+	"database/sql"
 )
 
 // dialect is the seam between the statements this package writes once and
 // the databases it runs on. Statements are written with ? placeholders and
 // the SQL both SQLite and PostgreSQL accept (RETURNING, ON CONFLICT, partial
-// indexes); what genuinely differs lives behind these methods.
+// indexes, plain joins — no JSON functions, no rowid); every statement that
+// genuinely differs lives behind these methods, and so does the way writes
+// reach the database (engine). Adding a database is adding a dialect: its
+// migrations, these statements, and an engine.
 type dialect interface {
 	name() string
 	// migrations is the dialect's ordered, append-only schema history.
@@ -20,24 +21,37 @@ type dialect interface {
 	// unavailable reports whether err says the database cannot take
 	// writes for now (ErrUnavailable).
 	unavailable(err error) bool
+	// uniqueViolation reports whether err is a unique constraint's refusal.
+	uniqueViolation(err error) bool
+	// claimJobs is the statement that leases due jobs (see ClaimJobs),
+	// returning cols of each. Its arguments, in order: owner, lease until,
+	// now, kind, now, now, owner, limit. The rows it picks must be locked
+	// against a concurrent claimer: SQLite's single writer does that by
+	// itself; PostgreSQL picks them FOR UPDATE SKIP LOCKED.
+	claimJobs(cols string) string
+	// reclaimStuckOrders is the statement that takes over orders left
+	// processing (see ReclaimStuckOrders), returning cols of each. Its
+	// arguments: now, profile, cutoff, limit, cutoff. Same locking rule as
+	// claimJobs.
+	reclaimStuckOrders(cols string) string
 }
 
-type sqliteDialect struct{}
-
-func (sqliteDialect) name() string              { return "sqlite" }
-func (sqliteDialect) migrations() []migration   { return sqliteMigrations }
-func (sqliteDialect) rebind(stmt string) string { return stmt }
-
-// unavailable: SQLITE_FULL (the disk, or max_page_count), SQLITE_READONLY,
-// SQLITE_IOERR and SQLITE_CANTOPEN, with their extended codes.
-func (sqliteDialect) unavailable(err error) bool {
-	se, ok := errors.AsType[*sqlite.Error](err)
-	if !ok {
-		return false
-	}
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN:
-		return true
-	}
-	return false
+// engine is how a dialect runs the store's writes. Reads go to the DB's
+// read pool directly; every write, the store's own and migrations, goes
+// through do.
+//
+// SQLite's engine is one writer connection behind a group commit (see
+// groupCommit) with a statement cache below it. A PostgreSQL engine would
+// be a plain pool running each write in its own transaction, with
+// SET LOCAL synchronous_commit = off for a lazy one.
+type engine interface {
+	// do runs fn in a write transaction and returns once that transaction
+	// is committed (nil) or fn's changes are undone (fn's error). A lazy
+	// write may be committed without waiting for it to be durable: it
+	// becomes durable with the next durable write, never later (see
+	// groupCommit for why that is what a used nonce needs).
+	do(ctx context.Context, fn func(*sql.Tx) error, lazy bool) error
+	// close finishes the writes already handed over and releases the
+	// engine's connections.
+	close() error
 }

@@ -112,7 +112,7 @@ func (db *DB) EnqueueJob(ctx context.Context, nj NewJob, now time.Time) (job Job
 // leaseUntil — as if claimed, without a claim's extra write. If the caller
 // dies, the lease expires and any runner takes the job over.
 //
-// The row is a lazy write (see groupCommit): it survives a crash of the
+// The row is a lazy write (see engine): it survives a crash of the
 // process at once, and a power loss once any durable write follows — the
 // running job's own, or the caller's Flush.
 func (db *DB) EnqueueJobLeased(ctx context.Context, nj NewJob, owner string, leaseUntil, now time.Time) (Job, bool, error) {
@@ -190,14 +190,7 @@ func (db *DB) enqueueAll(ctx context.Context, tx *sql.Tx, jobs []NewJob, now tim
 // running there), in one atomic statement, and counts the attempt.
 func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
 	var out []Job
-	err := db.wr.queryEach(ctx, db.q(`UPDATE jobs
-		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
-		WHERE id IN (
-			SELECT id FROM jobs
-			WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
-			ORDER BY run_at, id
-			LIMIT ?)
-		RETURNING `+jobCols), []any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), owner, limit},
+	err := db.wr.queryEach(ctx, db.q(db.dialect.claimJobs(jobCols)), []any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), owner, limit},
 		func(r rowScanner) error {
 			j, err := scanJob(r)
 			out = append(out, j)
@@ -231,7 +224,7 @@ func (db *DB) AnyJobDue(ctx context.Context, kind, owner string, now time.Time) 
 	var n int
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM (SELECT 1 FROM jobs
 		WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
-		LIMIT 1)`), kind, now.UnixMilli(), now.UnixMilli(), owner).Scan(&n)
+		LIMIT 1) AS due`), kind, now.UnixMilli(), now.UnixMilli(), owner).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("store: looking for due %s jobs: %w", kind, err)
 	}
@@ -252,7 +245,7 @@ func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUnti
 // settle runs a guarded write on a job the caller holds the lease of and
 // returns the job's new status. ErrLeaseLost when the lease is gone.
 //
-// Settling is a lazy write (see groupCommit): should a power loss forget
+// Settling is a lazy write (see engine): should a power loss forget
 // it, the job is back to running under a lease that lapses, and runs again
 // — which at-least-once delivery already asks every handler to bear.
 func (db *DB) settle(ctx context.Context, what string, id int64, owner, set string, args ...any) (JobStatus, error) {
@@ -362,7 +355,7 @@ func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, er
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return db.explainMissing(ctx, tx, id, "retry")
-		case err != nil && isUniqueViolation(err):
+		case err != nil && db.dialect.uniqueViolation(err):
 			return fmt.Errorf("%w: job %d: another job with its kind and key is live", ErrConflict, id)
 		}
 		return err
@@ -381,10 +374,6 @@ func (db *DB) explainMissing(ctx context.Context, tx *sql.Tx, id int64, op strin
 		return fmt.Errorf("store: job %d: %w", id, err)
 	}
 	return fmt.Errorf("%w: cannot %s job %d: it is %s", ErrWrongState, op, id, st)
-}
-
-func isUniqueViolation(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
 }
 
 // GetJob reads one job.

@@ -3,9 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"os"
 	"time"
 )
 
@@ -53,35 +51,6 @@ func (db *DB) migrate(ctx context.Context) error {
 		}
 		return nil
 	})
-}
-
-// refuseNewerSchema looks at an existing SQLite file through a read-only
-// handle, so that a database written by a newer binary is refused before
-// this binary changes anything in it (not even its journal mode).
-func refuseNewerSchema(ctx context.Context, path string, opts SQLiteOptions, d dialect) error {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	ro, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout("+fmt.Sprint(opts.BusyTimeout.Milliseconds())+")")
-	if err != nil {
-		return fmt.Errorf("store: opening %s read-only: %w", path, err)
-	}
-	defer ro.Close()
-	var tables int
-	if err := ro.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&tables); err != nil {
-		return fmt.Errorf("store: reading %s: %w", path, err)
-	}
-	if tables == 0 {
-		return nil
-	}
-	var current sql.NullInt64
-	if err := ro.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&current); err != nil {
-		return fmt.Errorf("store: reading schema version of %s: %w", path, err)
-	}
-	if known := len(d.migrations()); int(current.Int64) > known {
-		return tooNew(path, int(current.Int64), known)
-	}
-	return nil
 }
 
 func tooNew(where string, have, known int) error {

@@ -26,7 +26,7 @@ func TestOpenCreatesSchemaAndReopensIdempotently(t *testing.T) {
 			t.Fatalf("open #%d: %d migrations recorded, want %d", i+1, n, len(sqliteMigrations))
 		}
 		var mode string
-		if err := db.w.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		if err := rawW(db).QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
 			t.Fatalf("journal_mode = %q, %v; want wal", mode, err)
 		}
 		var fk int
@@ -45,10 +45,10 @@ func TestOpenRefusesNewerSchemaAndLeavesFileUntouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A newer binary ran one more migration.
-	if _, err := db.w.ExecContext(ctx, `CREATE TABLE from_the_future (x INTEGER)`); err != nil {
+	if _, err := rawW(db).ExecContext(ctx, `CREATE TABLE from_the_future (x INTEGER)`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.w.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'future', 0)`,
+	if _, err := rawW(db).ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'future', 0)`,
 		len(sqliteMigrations)+1); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ type OrderFilter struct {
 }
 
 const orderSummaryCols = `o.id, o.profile, o.account_id, o.status, o.identifiers, o.not_before, o.not_after, o.expires_at,
-	o.error, o.csr, o.certificate_id, o.created_at, o.failure_detail, o.updated_at,
+	o.error, o.csr, o.certificate_id, o.created_at, o.client_addr, o.user_agent, o.failure_detail, o.updated_at,
 	c.id, c.serial, c.chain_pem, c.not_before, c.not_after, c.revoked_at, c.revocation_reason`
 
 const orderSummaryFrom = ` FROM orders o LEFT JOIN certificates c ON c.order_id = o.id`
@@ -51,7 +51,7 @@ func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
 		cRevoked, cWhy   sql.NullInt64
 	)
 	if err := r.Scan(&s.ID, &s.Profile, &s.AccountID, &s.Status, &idents, &nb, &na, &expires, &problem, &s.CSR, &certID,
-		&created, &failed, &updated, &cID, &cSerial, &cChain, &cNB, &cNA, &cRevoked, &cWhy); err != nil {
+		&created, &s.Client.Addr, &s.Client.UserAgent, &failed, &updated, &cID, &cSerial, &cChain, &cNB, &cNA, &cRevoked, &cWhy); err != nil {
 		return OrderSummary{}, err
 	}
 	o := &s.Order
@@ -92,7 +92,7 @@ func (db *DB) ListOrders(ctx context.Context, f OrderFilter) ([]OrderSummary, er
 		add("o.account_id = ?", f.AccountID)
 	}
 	if f.Identifier != "" {
-		add("EXISTS (SELECT 1 FROM json_each(o.identifiers) j WHERE json_extract(j.value, '$.value') = ?)", f.Identifier)
+		add("EXISTS (SELECT 1 FROM order_identifiers i WHERE i.order_id = o.id AND i.value = ?)", f.Identifier)
 	}
 	if f.After != "" {
 		where = append(where, "EXISTS (SELECT 1 FROM orders p WHERE p.id = ? AND (o.created_at < p.created_at OR (o.created_at = p.created_at AND o.id < p.id)))")

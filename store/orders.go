@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -26,6 +27,17 @@ type Order struct {
 	CertificateID string
 	AuthzIDs      []string // filled by GetOrder
 	CreatedAt     time.Time
+	// Client is the client that finalized the order, recorded by
+	// ClaimOrderForIssue; zero before.
+	Client OrderClient
+}
+
+// OrderClient describes the client that finalized an order: its address
+// and user agent, each stored clipped to AuditFieldMax (they end up in the
+// order's audit rows).
+type OrderClient struct {
+	Addr      string
+	UserAgent string
 }
 
 // Authz is an ACME authorization (RFC 8555 §7.1.4) with its challenges.
@@ -51,7 +63,14 @@ type Challenge struct {
 	Error     []byte // problem document JSON; nil when none
 }
 
-const orderCols = `id, profile, account_id, status, identifiers, not_before, not_after, expires_at, error, csr, certificate_id, created_at`
+// orderScanCols are the columns scanOrder reads, in its order.
+var orderScanCols = []string{"id", "profile", "account_id", "status", "identifiers", "not_before", "not_after", "expires_at",
+	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent"}
+
+var orderCols = strings.Join(orderScanCols, ", ")
+
+// orderColsOf is orderCols qualified by table (or alias) t, for joins.
+func orderColsOf(t string) string { return t + "." + strings.Join(orderScanCols, ", "+t+".") }
 
 func scanOrder(r rowScanner) (Order, error) {
 	var (
@@ -62,7 +81,8 @@ func scanOrder(r rowScanner) (Order, error) {
 		problem, certID  sql.NullString
 		csr              []byte
 	)
-	if err := r.Scan(&o.ID, &o.Profile, &o.AccountID, &o.Status, &idents, &nb, &na, &expires, &problem, &csr, &certID, &created); err != nil {
+	if err := r.Scan(&o.ID, &o.Profile, &o.AccountID, &o.Status, &idents, &nb, &na, &expires, &problem, &csr, &certID, &created,
+		&o.Client.Addr, &o.Client.UserAgent); err != nil {
 		return Order{}, err
 	}
 	if err := json.Unmarshal([]byte(idents), &o.Identifiers); err != nil {
@@ -134,6 +154,12 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 			o.Expires.UnixMilli(), now.UnixMilli(), now.UnixMilli()); err != nil {
 			return err
 		}
+		for i, id := range o.Identifiers {
+			if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO order_identifiers (order_id, position, type, value) VALUES (?, ?, ?, ?)`),
+				o.ID, i, id.Type, id.Value); err != nil {
+				return err
+			}
+		}
 		for i, a := range authzs {
 			a.ID = NewID()
 			o.AuthzIDs[i] = a.ID
@@ -142,15 +168,15 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 				wildcard = 1
 			}
 			if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO authorizations
-				(id, order_id, account_id, identifier_type, identifier_value, wildcard, status, expires_at, created_at, updated_at)
-				VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)`),
-				a.ID, o.ID, o.AccountID, a.Identifier.Type, a.Identifier.Value, wildcard, a.Expires.UnixMilli(),
+				(id, order_id, position, account_id, identifier_type, identifier_value, wildcard, status, expires_at, created_at, updated_at)
+				VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)`),
+				a.ID, o.ID, i, o.AccountID, a.Identifier.Type, a.Identifier.Value, wildcard, a.Expires.UnixMilli(),
 				now.UnixMilli(), now.UnixMilli()); err != nil {
 				return err
 			}
-			for _, c := range a.Challenges {
-				if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO challenges (id, authz_id, type, token, status, updated_at)
-					VALUES (?, ?, ?, ?, 'pending', ?)`), NewID(), a.ID, c.Type, c.Token, now.UnixMilli()); err != nil {
+			for j, c := range a.Challenges {
+				if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO challenges (id, authz_id, position, type, token, status, updated_at)
+					VALUES (?, ?, ?, ?, ?, 'pending', ?)`), NewID(), a.ID, j, c.Type, c.Token, now.UnixMilli()); err != nil {
 					return err
 				}
 			}
@@ -166,23 +192,49 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 // GetOrder reads an order of a profile, with its authorization ids.
 func (db *DB) GetOrder(ctx context.Context, profile, id string) (Order, error) {
 	// One statement, so the order and its authorization list are one
-	// snapshot, and one read instead of two.
-	var authzIDs sql.NullString
-	o, err := scanOrder(appendDest{db.r.QueryRowContext(ctx, db.q(`SELECT `+orderCols+`,
-		(SELECT json_group_array(a.id ORDER BY a.rowid) FROM authorizations a WHERE a.order_id = orders.id)
-		FROM orders WHERE profile = ? AND id = ?`), profile, id), []any{&authzIDs}})
-	if err := readErr(err, "order "+id); err != nil {
-		return Order{}, err
+	// snapshot, and one read instead of two: a row per authorization (one
+	// with a NULL id for an order without any), in creation order.
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT `+orderColsOf("orders")+`, a.id
+		FROM orders LEFT JOIN authorizations a ON a.order_id = orders.id
+		WHERE orders.profile = ? AND orders.id = ? ORDER BY a.position`), profile, id)
+	if err != nil {
+		return Order{}, fmt.Errorf("store: order %s: %w", id, err)
 	}
-	if authzIDs.Valid {
-		if err := json.Unmarshal([]byte(authzIDs.String), &o.AuthzIDs); err != nil {
-			return Order{}, fmt.Errorf("store: authorizations of order %s: %w", id, err)
+	defer rows.Close()
+	var (
+		o     Order
+		found bool
+	)
+	for rows.Next() {
+		var authzID sql.NullString
+		if !found {
+			if o, err = scanOrder(appendDest{rows, []any{&authzID}}); err != nil {
+				return Order{}, fmt.Errorf("store: order %s: %w", id, err)
+			}
+			found = true
+		} else if err := rows.Scan(append(discard(len(orderScanCols)), &authzID)...); err != nil {
+			return Order{}, fmt.Errorf("store: order %s: %w", id, err)
+		}
+		if authzID.Valid {
+			o.AuthzIDs = append(o.AuthzIDs, authzID.String)
 		}
 	}
-	if len(o.AuthzIDs) == 0 {
-		o.AuthzIDs = nil
+	if err := rows.Err(); err != nil {
+		return Order{}, fmt.Errorf("store: order %s: %w", id, err)
+	}
+	if !found {
+		return Order{}, readErr(sql.ErrNoRows, "order "+id)
 	}
 	return o, nil
+}
+
+// discard is n scan destinations that drop their column.
+func discard(n int) []any {
+	d := make([]any, n)
+	for i := range d {
+		d[i] = new(sql.RawBytes)
+	}
+	return d
 }
 
 // appendDest is a row whose Scan fills more destinations after the ones
@@ -200,7 +252,7 @@ func (db *DB) GetAuthz(ctx context.Context, profile, id string) (Authz, error) {
 	rows, err := db.r.QueryContext(ctx, db.q(`SELECT `+authzCols+`, `+challengeCols+` FROM authorizations a
 		JOIN orders o ON o.id = a.order_id
 		LEFT JOIN challenges c ON c.authz_id = a.id
-		WHERE a.id = ? AND o.profile = ? ORDER BY c.rowid`), id, profile)
+		WHERE a.id = ? AND o.profile = ? ORDER BY c.position`), id, profile)
 	if err != nil {
 		return Authz{}, fmt.Errorf("store: authorization %s: %w", id, err)
 	}
@@ -408,10 +460,12 @@ func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) err
 }
 
 // ClaimOrderForIssue moves an unexpired ready order to processing and
-// records its CSR. Only one caller wins; the others get false.
-func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, now time.Time) (bool, error) {
-	res, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, updated_at = ?
-		WHERE id = ? AND status = 'ready' AND expires_at > ?`), csr, now.UnixMilli(), id, now.UnixMilli())
+// records its CSR and the client finalizing it (clipped to AuditFieldMax).
+// Only one caller wins; the others get false.
+func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, client OrderClient, now time.Time) (bool, error) {
+	res, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, client_addr = ?, user_agent = ?, updated_at = ?
+		WHERE id = ? AND status = 'ready' AND expires_at > ?`), csr, Clip(client.Addr, AuditFieldMax), Clip(client.UserAgent, AuditFieldMax),
+		now.UnixMilli(), id, now.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("store: claiming order %s: %w", id, err)
 	}
@@ -475,10 +529,7 @@ func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certifica
 // their CSR.
 func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int) ([]Order, error) {
 	var out []Order
-	err := db.wr.queryEach(ctx, db.q(`UPDATE orders SET updated_at = ?
-		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ? LIMIT ?)
-		AND status = 'processing' AND updated_at < ?
-		RETURNING `+orderCols), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli()},
+	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols)), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli()},
 		func(r rowScanner) error {
 			o, err := scanOrder(r)
 			out = append(out, o)

@@ -202,7 +202,7 @@ func TestExactlyOneOfConcurrentClaimsOfAReadyOrderWins(t *testing.T) {
 				wg.Go(func() {
 					<-start
 					var err error
-					won[i], err = dbs[i%len(dbs)].ClaimOrderForIssue(ctx, o.ID, []byte{byte(i)}, t0)
+					won[i], err = dbs[i%len(dbs)].ClaimOrderForIssue(ctx, o.ID, []byte{byte(i)}, OrderClient{}, t0)
 					if err != nil {
 						t.Errorf("claim %d: %v", i, err)
 					}
@@ -242,7 +242,7 @@ func TestAnExpiredOrderCannotBeClaimedForIssue(t *testing.T) {
 	c := challengeOf(t, db, o.AuthzIDs[0])
 	db.StartChallenge(ctx, c.ID, t0)
 	db.CompleteChallenge(ctx, c.ID, true, nil, t0)
-	if won, err := db.ClaimOrderForIssue(ctx, o.ID, nil, t0.Add(2*time.Hour)); err != nil || won {
+	if won, err := db.ClaimOrderForIssue(ctx, o.ID, nil, OrderClient{}, t0.Add(2*time.Hour)); err != nil || won {
 		t.Fatalf("claim after expiry: won=%v err=%v", won, err)
 	}
 }

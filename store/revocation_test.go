@@ -24,7 +24,7 @@ func issuedCert(t *testing.T, db *DB, serial string, notAfter time.Time) Certifi
 	if _, err := db.CompleteChallenge(ctx, c.ID, true, nil, t0); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, t0); err != nil || !ok {
+	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, t0); err != nil || !ok {
 		t.Fatalf("claiming order %s: %v %v", o.ID, ok, err)
 	}
 	cert, err := db.IssueOrder(ctx, Certificate{OrderID: o.ID, Profile: "p", AccountID: o.AccountID, Serial: serial,
@@ -188,7 +188,7 @@ func TestTheAuditTrailIsInsertOnlyAndSearchable(t *testing.T) {
 		t.Errorf("identifiers did not round-trip: %+v", got)
 	}
 	for _, stmt := range []string{`UPDATE audit_events SET detail = 'x'`, `DELETE FROM audit_events`} {
-		if _, err := db.w.ExecContext(ctx, stmt); err == nil || !strings.Contains(err.Error(), "insert-only") {
+		if _, err := rawW(db).ExecContext(ctx, stmt); err == nil || !strings.Contains(err.Error(), "insert-only") {
 			t.Errorf("%s: %v; want refused as insert-only", stmt, err)
 		}
 	}

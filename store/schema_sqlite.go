@@ -268,4 +268,56 @@ var sqliteMigrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 9,
+		name:    "order_identifiers",
+		stmts: []string{
+			// An order's identifiers as rows, so that SQL finds orders by
+			// identifier without JSON functions. orders.identifiers stays:
+			// it is the order's own copy, read with the order in one row;
+			// identifiers never change after the order is created, and
+			// CreateOrder writes both in one transaction.
+			`CREATE TABLE order_identifiers (
+				order_id TEXT    NOT NULL REFERENCES orders (id),
+				position INTEGER NOT NULL,
+				type     TEXT    NOT NULL,
+				value    TEXT    NOT NULL,
+				PRIMARY KEY (order_id, position)
+			)`,
+			`CREATE INDEX order_identifiers_value ON order_identifiers (value)`,
+			`INSERT INTO order_identifiers (order_id, position, type, value)
+				SELECT o.id, j.key, COALESCE(json_extract(j.value, '$.type'), ''), COALESCE(json_extract(j.value, '$.value'), '')
+				FROM orders o, json_each(o.identifiers) j`,
+		},
+	},
+	{
+		version: 10,
+		name:    "authorization_positions",
+		stmts: []string{
+			// An order's authorizations, and an authorization's challenges,
+			// keep the order they were created in as a column, not as
+			// SQLite's rowid. Rows so far were inserted in that order.
+			`ALTER TABLE authorizations ADD COLUMN position INTEGER NOT NULL DEFAULT 0`,
+			`UPDATE authorizations SET position = (SELECT COUNT(*) FROM authorizations b
+				WHERE b.order_id = authorizations.order_id AND b.rowid < authorizations.rowid)`,
+			`ALTER TABLE challenges ADD COLUMN position INTEGER NOT NULL DEFAULT 0`,
+			`UPDATE challenges SET position = (SELECT COUNT(*) FROM challenges b
+				WHERE b.authz_id = challenges.authz_id AND b.rowid < challenges.rowid)`,
+		},
+	},
+	{
+		version: 11,
+		name:    "order_client",
+		stmts: []string{
+			// The client that finalized an order, recorded when the order
+			// is claimed for issue, so that whoever finishes the order
+			// later (a signer settling it, the resume sweep) names it in
+			// the audit trail. Orders mapped by the relay so far have it in
+			// relay_orders.
+			`ALTER TABLE orders ADD COLUMN client_addr TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE orders ADD COLUMN user_agent TEXT NOT NULL DEFAULT ''`,
+			`UPDATE orders SET client_addr = r.client_addr, user_agent = r.user_agent
+				FROM relay_orders r WHERE r.order_id = orders.id`,
+		},
+	},
 }

@@ -116,7 +116,7 @@ func (b *bench) finalized(t *testing.T, name string) signer.IssueRequest {
 	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}}, key)
-	if won, err := b.db.ClaimOrderForIssue(ctx, o.ID, der, now); err != nil || !won {
+	if won, err := b.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{}, now); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	csr, _ := x509.ParseCertificateRequest(der)

@@ -189,3 +189,13 @@ func BenchmarkConcurrentNonceUse(b *testing.B) {
 		}
 	})
 }
+
+func TestFlushSucceedsEveryTimeItIsCalled(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t)
+	for i := range 3 {
+		if err := db.Flush(ctx); err != nil {
+			t.Fatalf("flush #%d: %v", i+1, err)
+		}
+	}
+}

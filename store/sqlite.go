@@ -1,0 +1,204 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// SQLiteOptions tunes an embedded SQLite store. The zero value is a safe
+// default.
+type SQLiteOptions struct {
+	// BusyTimeout is how long a statement waits for another process's write
+	// lock before failing. Default 10s.
+	BusyTimeout time.Duration
+	// Readers is the size of the read-only connection pool. Default 4.
+	Readers int
+	// Synchronous is SQLite's synchronous pragma: "FULL" (default) makes
+	// every commit durable across power loss; "NORMAL" keeps the database
+	// consistent and survives a process crash, but may lose the last
+	// commits if the machine loses power.
+	Synchronous string
+	// MaxPages, when set, bounds the database file to that many pages
+	// (PRAGMA max_page_count; pages are 4 KiB): past it, writes fail as on
+	// a full disk (ErrUnavailable) while reads go on. Zero: no bound.
+	MaxPages int
+}
+
+// OpenSQLite opens (creating if needed) the SQLite database at path, brings
+// its schema up to date, and returns the store. A database whose schema is
+// newer than this binary is refused (ErrSchemaTooNew) and left untouched.
+func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, error) {
+	if path == "" {
+		return nil, errors.New("store: sqlite path is empty")
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
+	if opts.Readers <= 0 {
+		opts.Readers = 4
+	}
+	switch opts.Synchronous {
+	case "":
+		opts.Synchronous = "FULL"
+	case "FULL", "NORMAL":
+	default:
+		return nil, fmt.Errorf("store: synchronous must be FULL or NORMAL, not %q", opts.Synchronous)
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("store: creating directory for %s: %w", path, err)
+		}
+	}
+
+	// The schema check happens on a read-only handle first, so a database
+	// from a newer binary is not even switched to WAL by us.
+	if err := refuseNewerSchema(ctx, path, opts, sqliteDialect{}); err != nil {
+		return nil, err
+	}
+
+	// Writes: one connection. Writers serialize on the database lock
+	// anyway, and one connection turns lock contention inside this process
+	// into a queue (the group commit's) instead of SQLITE_BUSY retries.
+	wc, err := newCachingConnector(sqliteDSN(path, opts, false))
+	if err != nil {
+		return nil, err
+	}
+	w := sql.OpenDB(wc)
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+
+	rc, err := newCachingConnector(sqliteDSN(path, opts, true))
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	r := sql.OpenDB(rc)
+	r.SetMaxOpenConns(opts.Readers)
+	r.SetMaxIdleConns(opts.Readers)
+	r.SetConnMaxIdleTime(0)
+
+	return open(ctx, r, &sqliteEngine{w: w, gc: newGroupCommit(w, opts.Synchronous)}, sqliteDialect{}, path)
+}
+
+// sqliteDSN builds a modernc.org/sqlite DSN. _txlock=immediate makes every
+// explicit transaction take the write lock at BEGIN, so a transaction that
+// reads then writes cannot fail half-way with a stale snapshot.
+func sqliteDSN(path string, opts SQLiteOptions, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "synchronous("+opts.Synchronous+")")
+	if opts.MaxPages > 0 {
+		q.Add("_pragma", fmt.Sprintf("max_page_count(%d)", opts.MaxPages))
+	}
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// refuseNewerSchema looks at an existing SQLite file through a read-only
+// handle, so that a database written by a newer binary is refused before
+// this binary changes anything in it (not even its journal mode).
+func refuseNewerSchema(ctx context.Context, path string, opts SQLiteOptions, d dialect) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	ro, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout("+fmt.Sprint(opts.BusyTimeout.Milliseconds())+")")
+	if err != nil {
+		return fmt.Errorf("store: opening %s read-only: %w", path, err)
+	}
+	defer ro.Close()
+	var tables int
+	if err := ro.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&tables); err != nil {
+		return fmt.Errorf("store: reading %s: %w", path, err)
+	}
+	if tables == 0 {
+		return nil
+	}
+	var current sql.NullInt64
+	if err := ro.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("store: reading schema version of %s: %w", path, err)
+	}
+	if known := len(d.migrations()); int(current.Int64) > known {
+		return tooNew(path, int(current.Int64), known)
+	}
+	return nil
+}
+
+// sqliteEngine is SQLite's write engine: the single writer connection w,
+// with its statement cache (cachingConnector), behind a group commit.
+type sqliteEngine struct {
+	w  *sql.DB
+	gc *groupCommit
+}
+
+func (e *sqliteEngine) do(ctx context.Context, fn func(*sql.Tx) error, lazy bool) error {
+	return e.gc.do(ctx, fn, lazy)
+}
+
+func (e *sqliteEngine) close() error {
+	e.gc.stop()
+	return e.w.Close()
+}
+
+type sqliteDialect struct{}
+
+func (sqliteDialect) name() string              { return "sqlite" }
+func (sqliteDialect) migrations() []migration   { return sqliteMigrations }
+func (sqliteDialect) rebind(stmt string) string { return stmt }
+
+// unavailable: SQLITE_FULL (the disk, or max_page_count), SQLITE_READONLY,
+// SQLITE_IOERR and SQLITE_CANTOPEN, with their extended codes.
+func (sqliteDialect) unavailable(err error) bool {
+	se, ok := errors.AsType[*sqlite.Error](err)
+	if !ok {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN:
+		return true
+	}
+	return false
+}
+
+func (sqliteDialect) uniqueViolation(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// claimJobs needs no row locks: the group commit is the only writer, so
+// the subquery's pick and the update are one step for every claimer.
+func (sqliteDialect) claimJobs(cols string) string {
+	return `UPDATE jobs
+		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
+		WHERE id IN (
+			SELECT id FROM jobs
+			WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
+			ORDER BY run_at, id
+			LIMIT ?)
+		RETURNING ` + cols
+}
+
+// reclaimStuckOrders: as claimJobs, the single writer is the lock; the
+// repeated guard keeps the statement right under any engine.
+func (sqliteDialect) reclaimStuckOrders(cols string) string {
+	return `UPDATE orders SET updated_at = ?
+		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ? LIMIT ?)
+		AND status = 'processing' AND updated_at < ?
+		RETURNING ` + cols
+}
