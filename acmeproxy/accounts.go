@@ -95,7 +95,7 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	now, id := s.clock.Now(), store.NewID()
-	jobs := s.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: id, ClientAddress: clientIP(r), Time: now})
+	jobs := s.core.NotifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: id, ClientAddress: clientIP(r), Time: now})
 	acct, created, err := s.db.CreateAccount(ctx, store.Account{
 		ID: id, Profile: s.cfg.Profile, Thumbprint: req.thumbprint, KeyJWK: jwk,
 		Contact: p.Contact, TOSAgreed: p.TermsOfServiceAgreed,
@@ -106,7 +106,7 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		s.notified(jobs)
+		s.core.Notified(jobs)
 		s.log.Info("account created", zap.String("event", acme.EventAccountCreated),
 			zap.String("profile", s.cfg.Profile), zap.String("account", acct.ID))
 	}
@@ -148,11 +148,11 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 		switch p.Status {
 		case "", acme.StatusValid:
 		case acme.StatusDeactivated:
-			jobs := s.notifyJobs(notify.Event{Event: acme.EventAccountDeactivated, Account: id, ClientAddress: clientIP(r), Time: now})
+			jobs := s.core.NotifyJobs(notify.Event{Event: acme.EventAccountDeactivated, Account: id, ClientAddress: clientIP(r), Time: now})
 			if acct, err = s.db.DeactivateAccount(ctx, id, now, jobs...); err != nil {
 				return err
 			}
-			s.notified(jobs)
+			s.core.Notified(jobs)
 			s.log.Info("account deactivated", zap.String("event", acme.EventAccountDeactivated),
 				zap.String("profile", s.cfg.Profile), zap.String("account", id))
 		default:

@@ -6,14 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
-	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -40,18 +38,9 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// orderStatus is the order's status as of now: a pending or ready order
-// past its expiry is invalid even before anything rewrote its row.
-func (s *Server) orderStatus(o store.Order) acme.Status {
-	if (o.Status == acme.StatusPending || o.Status == acme.StatusReady) && !s.clock.Now().Before(o.Expires) {
-		return acme.StatusInvalid
-	}
-	return o.Status
-}
-
 func (s *Server) orderJSON(base string, o store.Order) orderJSON {
 	out := orderJSON{
-		Status:         s.orderStatus(o),
+		Status:         s.core.OrderStatus(o),
 		Expires:        rfc3339(o.Expires),
 		NotBefore:      rfc3339(o.NotBefore),
 		NotAfter:       rfc3339(o.NotAfter),
@@ -179,7 +168,7 @@ func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bo
 			prob = s.policy.check(id)
 		}
 		if prob == nil {
-			prob = s.signerRefusal(id)
+			prob = s.core.SignerRefusal(id)
 		}
 		if prob != nil {
 			subs = append(subs, prob)
@@ -200,21 +189,6 @@ func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bo
 		return nil, nil, problem.CompoundOf(&top, subs)
 	}
 	return out, wildcards, nil
-}
-
-// signerRefusal returns a subproblem when the profile's signer cannot issue
-// for id at all (signer.IdentifierChecker), so the client learns it at
-// newOrder rather than after proving control.
-func (s *Server) signerRefusal(id acme.Identifier) *problem.Problem {
-	c, ok := s.signer.(signer.IdentifierChecker)
-	if !ok {
-		return nil
-	}
-	err := c.CheckIdentifier(id)
-	if err == nil {
-		return nil
-	}
-	return signerProblem(err).For(id.Type, id.Value)
 }
 
 // parseValidity reads newOrder's optional notBefore/notAfter (RFC 3339).
@@ -240,21 +214,6 @@ func parseValidity(nb, na string, now time.Time) (time.Time, time.Time, error) {
 	return notBefore, notAfter, nil
 }
 
-// loadOwnOrder reads an order the requesting account owns.
-func (s *Server) loadOwnOrder(r *http.Request, req *signedRequest, id string) (store.Order, error) {
-	o, err := s.db.GetOrder(r.Context(), s.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return o, problem.NotFound("order")
-	}
-	if err != nil {
-		return o, err
-	}
-	if o.AccountID != req.account.ID {
-		return o, problem.UnauthorizedF("this order belongs to another account")
-	}
-	return o, nil
-}
-
 // handleOrder answers POST-as-GET for an order (RFC 8555 §7.4).
 func (s *Server) handleOrder(w http.ResponseWriter, r *http.Request, id string) error {
 	req, err := s.verify(r.Context(), r, needKID)
@@ -264,7 +223,7 @@ func (s *Server) handleOrder(w http.ResponseWriter, r *http.Request, id string) 
 	if !req.postAsGet {
 		return problem.MalformedF("an order is read with POST-as-GET (an empty payload)")
 	}
-	o, err := s.loadOwnOrder(r, req, id)
+	o, err := s.core.OwnOrder(r.Context(), req.account.ID, id)
 	if err != nil {
 		return err
 	}
@@ -296,13 +255,4 @@ func (s *Server) handleCertificate(w http.ResponseWriter, r *http.Request, id st
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte(c.ChainPEM))
 	return nil
-}
-
-// pemChain encodes DER certificates as a PEM chain.
-func pemChain(ders [][]byte) []byte {
-	var out []byte
-	for _, d := range ders {
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: d})...)
-	}
-	return out
 }

@@ -1,6 +1,8 @@
 package acmeproxy
 
 import (
+	"encoding/pem"
+	"fmt"
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 
 	"bytes"
@@ -690,4 +692,14 @@ func TestPayloadFuzzSeedsGetTheAnswersTheyAreWrittenFor(t *testing.T) {
 			wantAnswer(t, s, finalizes.finalizePayload(t, finalizeSeedPayload(t, finalizes, s)))
 		})
 	}
+}
+
+// storedLeaf returns the DER and the parsed leaf of a stored chain.
+func storedLeaf(c store.Certificate) ([]byte, *x509.Certificate, error) {
+	block, _ := pem.Decode([]byte(c.ChainPEM))
+	if block == nil {
+		return nil, nil, fmt.Errorf("certificate %s: the stored chain holds no PEM block", c.ID)
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	return block.Bytes, leaf, err
 }
