@@ -6,10 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -285,23 +282,17 @@ func CheckCSR(csr *x509.CertificateRequest, idents []acme.Identifier, accountJWK
 	if err := csr.CheckSignature(); err != nil {
 		return problem.BadCSRF("the CSR's signature does not verify")
 	}
-	switch k := csr.PublicKey.(type) {
-	case *rsa.PublicKey:
-		if bits := k.N.BitLen(); bits < 2048 || bits > 8192 {
-			return problem.BadCSRF("RSA keys must have 2048 to 8192 bits, not %d", bits)
-		}
-	case *ecdsa.PublicKey:
-		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
-			return problem.BadCSRF("ECDSA keys must be on P-256 or P-384")
-		}
-	case ed25519.PublicKey:
+	if err := GoodKey(csr.PublicKey); errors.Is(err, ErrKeyType) {
+		return problem.BadCSRF("the CSR's key type is not supported")
+	} else if err != nil {
+		return problem.BadCSRF("%s", err)
+	}
+	if k, ok := csr.PublicKey.(ed25519.PublicKey); ok {
 		// A low-order point "verifies" forged signatures; go-jose lists
 		// the encodings Go's verifier accepts and refuses them.
 		if _, err := (&jose.JSONWebKey{Key: k}).Thumbprint(crypto.SHA256); err != nil {
 			return problem.BadCSRF("the CSR's Ed25519 key is not a valid public key")
 		}
-	default:
-		return problem.BadCSRF("the CSR's key type is not supported")
 	}
 	var acct jose.JSONWebKey
 	if err := acct.UnmarshalJSON(accountJWK); err == nil {
