@@ -251,9 +251,9 @@ func (a *AdminAPI) listProfiles(w http.ResponseWriter, r *http.Request, op *oper
 }
 
 func (a *AdminAPI) listOrders(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
-	q := readQuery(r, "profile", "status", "identifier", "account", "after", "limit")
+	q := readQuery(r, operator.OrderFilters...)
 	f := store.OrderFilter{Profile: q.str("profile"), Status: acme.Status(q.str("status")), Identifier: q.str("identifier"),
-		AccountID: q.str("account"), After: q.str("after"), Limit: q.int("limit", 1, 1000)}
+		AccountID: q.str("account"), After: q.str("after"), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}
@@ -322,8 +322,8 @@ func (a *AdminAPI) revokeOrder(w http.ResponseWriter, r *http.Request, op *opera
 }
 
 func (a *AdminAPI) listAccounts(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
-	q := readQuery(r, "profile", "status", "after", "limit")
-	f := store.AccountFilter{Profile: q.str("profile"), Status: acme.Status(q.str("status")), After: q.str("after"), Limit: q.int("limit", 1, 1000)}
+	q := readQuery(r, operator.AccountFilters...)
+	f := store.AccountFilter{Profile: q.str("profile"), Status: acme.Status(q.str("status")), After: q.str("after"), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}
@@ -357,9 +357,9 @@ func (a *AdminAPI) deactivateAccount(w http.ResponseWriter, r *http.Request, op 
 }
 
 func (a *AdminAPI) listJobs(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
-	q := readQuery(r, "kind", "status", "key", "before", "limit")
+	q := readQuery(r, operator.JobFilters...)
 	f := store.JobFilter{Kind: q.str("kind"), Status: store.JobStatus(q.str("status")), Key: q.str("key"),
-		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, 1000)}
+		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}
@@ -399,10 +399,10 @@ func (a *AdminAPI) jobOp(w http.ResponseWriter, r *http.Request, id string,
 }
 
 func (a *AdminAPI) searchAudit(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
-	q := readQuery(r, "profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit")
+	q := readQuery(r, operator.AuditFilters...)
 	f := store.AuditFilter{Profile: q.str("profile"), Event: q.str("event"), Outcome: q.str("outcome"), OrderID: q.str("order"),
 		AccountID: q.str("account"), Serial: strings.ToLower(q.str("serial")), Since: q.time("since"), Until: q.time("until"),
-		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, 1000)}
+		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}

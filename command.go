@@ -89,7 +89,7 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	add(cmd, "profiles", "Lists the mounted profiles", cobra.NoArgs, nil, c.profiles)
 
 	orders := add(cmd, "orders", "Lists orders, newest first", cobra.NoArgs,
-		strFlags("profile", "status", "identifier", "account", "after", "limit"), c.orders)
+		strFlags(operator.OrderFilters...), c.orders)
 	add(orders, "show <order-id>", "Shows an order and its certificate chain", cobra.ExactArgs(1), nil, c.order)
 
 	add(cmd, "revoke <order-id>", "Revokes the certificate of an order", cobra.ExactArgs(1), func(sc *cobra.Command) {
@@ -97,18 +97,18 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	}, c.revoke)
 
 	accounts := add(cmd, "accounts", "Lists accounts, newest first", cobra.NoArgs,
-		strFlags("profile", "status", "after", "limit"), c.accounts)
+		strFlags(operator.AccountFilters...), c.accounts)
 	add(accounts, "show <account-id>", "Shows an account", cobra.ExactArgs(1), nil, c.accountOp(http.MethodGet, ""))
 	add(accounts, "deactivate <account-id>", "Deactivates an account", cobra.ExactArgs(1), nil, c.accountOp(http.MethodPost, "/deactivate"))
 
 	jobsCmd := add(cmd, "jobs", "Lists durable jobs, newest first", cobra.NoArgs,
-		strFlags("kind", "status", "key", "before", "limit"), c.jobs)
+		strFlags(operator.JobFilters...), c.jobs)
 	add(jobsCmd, "show <job-id>", "Shows a job", cobra.ExactArgs(1), nil, c.jobOp(http.MethodGet, ""))
 	add(jobsCmd, "retry <job-id>", "Runs a job now (a failed or cancelled one with a fresh budget)", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/retry"))
 	add(jobsCmd, "cancel <job-id>", "Cancels a job", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/cancel"))
 
 	auditCmd := add(cmd, "audit", "Searches the audit trail, newest first", cobra.NoArgs,
-		strFlags("profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"), c.audit)
+		strFlags(operator.AuditFilters...), c.audit)
 	add(auditCmd, "prune", "Deletes the audit rows older than --before (the prune is audited)", cobra.NoArgs, func(sc *cobra.Command) {
 		sc.Flags().String("before", "", "cutoff: an RFC 3339 time (2026-01-01T00:00:00Z) or an age (90d, 720h)")
 	}, c.pruneAudit)
@@ -267,7 +267,7 @@ func (c *cli) profiles(cmd *cobra.Command, _ []string) error {
 }
 
 func (c *cli) orders(cmd *cobra.Command, _ []string) error {
-	body, err := c.call(cmd, http.MethodGet, adminBase+"orders"+filterQuery(cmd, "profile", "status", "identifier", "account", "after", "limit"), nil)
+	body, err := c.call(cmd, http.MethodGet, adminBase+"orders"+filterQuery(cmd, operator.OrderFilters...), nil)
 	if err != nil {
 		return err
 	}
@@ -332,7 +332,7 @@ func (c *cli) revoke(cmd *cobra.Command, args []string) error {
 }
 
 func (c *cli) accounts(cmd *cobra.Command, _ []string) error {
-	body, err := c.call(cmd, http.MethodGet, adminBase+"accounts"+filterQuery(cmd, "profile", "status", "after", "limit"), nil)
+	body, err := c.call(cmd, http.MethodGet, adminBase+"accounts"+filterQuery(cmd, operator.AccountFilters...), nil)
 	if err != nil {
 		return err
 	}
@@ -361,7 +361,7 @@ func (c *cli) accountOp(method, action string) func(*cobra.Command, []string) er
 }
 
 func (c *cli) jobs(cmd *cobra.Command, _ []string) error {
-	body, err := c.call(cmd, http.MethodGet, adminBase+"jobs"+filterQuery(cmd, "kind", "status", "key", "before", "limit"), nil)
+	body, err := c.call(cmd, http.MethodGet, adminBase+"jobs"+filterQuery(cmd, operator.JobFilters...), nil)
 	if err != nil {
 		return err
 	}
@@ -399,8 +399,7 @@ func (c *cli) jobOp(method, action string) func(*cobra.Command, []string) error 
 }
 
 func (c *cli) audit(cmd *cobra.Command, _ []string) error {
-	body, err := c.call(cmd, http.MethodGet, adminBase+"audit"+filterQuery(cmd, "profile", "event", "outcome", "order", "account",
-		"serial", "since", "until", "before", "limit"), nil)
+	body, err := c.call(cmd, http.MethodGet, adminBase+"audit"+filterQuery(cmd, operator.AuditFilters...), nil)
 	if err != nil {
 		return err
 	}

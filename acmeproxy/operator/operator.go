@@ -50,6 +50,16 @@ type Operator struct {
 	Profiles ProfileLister
 }
 
+// Filter names: the query parameters of the admin API's lists and the
+// flags of the CLI that sets them, one set for both. Each list's names are
+// those of its store filter's fields.
+var (
+	OrderFilters   = []string{"profile", "status", "identifier", "account", "after", "limit"}
+	AccountFilters = []string{"profile", "status", "after", "limit"}
+	JobFilters     = []string{"kind", "status", "key", "before", "limit"}
+	AuditFilters   = []string{"profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"}
+)
+
 // Page is one page of a list; Next, when set, is the cursor of the next.
 type Page[T any] struct {
 	Items []T    `json:"items"`
@@ -190,18 +200,7 @@ func (op *Operator) ListOrders(ctx context.Context, f store.OrderFilter) (Page[O
 	for i, o := range rows {
 		views[i] = orderView(o)
 	}
-	return page(views, listLimit(f.Limit), func(v OrderView) string { return v.ID }), nil
-}
-
-// listLimit is the page size the store applies for limit.
-func listLimit(limit int) int {
-	switch {
-	case limit <= 0:
-		return 100
-	case limit > 1000:
-		return 1000
-	}
-	return limit
+	return page(views, store.PageLimit(f.Limit), func(v OrderView) string { return v.ID }), nil
 }
 
 // ShowOrder reads one order with its certificate chain.
@@ -277,7 +276,7 @@ func (op *Operator) ListAccounts(ctx context.Context, f store.AccountFilter) (Pa
 	for i, a := range rows {
 		views[i] = accountView(a)
 	}
-	return page(views, listLimit(f.Limit), func(v AccountView) string { return v.ID }), nil
+	return page(views, store.PageLimit(f.Limit), func(v AccountView) string { return v.ID }), nil
 }
 
 // ShowAccount reads one account.
@@ -356,7 +355,7 @@ func (op *Operator) ListJobs(ctx context.Context, f store.JobFilter) (Page[JobVi
 	if f.Status != "" && !slices.Contains(jobStatuses, string(f.Status)) {
 		return Page[JobView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, strings.Join(jobStatuses, ", "))
 	}
-	f.Limit = listLimit(f.Limit)
+	f.Limit = store.PageLimit(f.Limit)
 	js, err := op.Queue.List(ctx, f)
 	if err != nil {
 		return Page[JobView]{}, err
@@ -435,7 +434,7 @@ func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return Page[AuditView]{}, fmt.Errorf("%w: until must be after since", ErrInvalid)
 	}
-	f.Limit = listLimit(f.Limit)
+	f.Limit = store.PageLimit(f.Limit)
 	evs, err := op.DB.SearchAudit(ctx, f)
 	if err != nil {
 		return Page[AuditView]{}, err
