@@ -3,8 +3,6 @@ package acmeproxy
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -70,14 +68,6 @@ func (s *Server) writeOrder(w http.ResponseWriter, base string, status int, o st
 	s.writeJSON(w, status, s.orderJSON(base, o))
 }
 
-// newToken returns a challenge token: 128+ bits of entropy, base64url
-// (RFC 8555 §8.3).
-func newToken() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
 // handleNewOrder creates an order with one authorization per identifier
 // (RFC 8555 §7.4).
 func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
@@ -103,21 +93,7 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	expires := now.Add(orderLifetime)
-	order := store.Order{Profile: s.cfg.Profile, AccountID: req.account.ID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires}
-	authzs := make([]store.Authz, len(idents))
-	for i, id := range idents {
-		base := acme.Identifier{Type: id.Type, Value: id.Value}
-		if wildcards[i] {
-			base.Value = id.Value[2:]
-		}
-		order.Identifiers = append(order.Identifiers, acme.Identifier(id))
-		authzs[i] = store.Authz{Identifier: base, Wildcard: wildcards[i], Expires: expires}
-		for _, typ := range s.challengeTypes(id.Type, wildcards[i]) {
-			authzs[i].Challenges = append(authzs[i].Challenges, store.Challenge{Type: typ, Token: newToken()})
-		}
-	}
-	order, err = s.db.CreateOrder(ctx, order, authzs, now)
+	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter)
 	if err != nil {
 		return err
 	}
@@ -125,23 +101,9 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// challengeTypes are the challenges offered for an identifier: wildcards
-// only by dns-01, IP addresses not by dns-01 (RFC 8738 §7).
-func (s *Server) challengeTypes(identType string, wildcard bool) []string {
-	var out []string
-	for _, t := range s.cfg.Challenges {
-		switch {
-		case wildcard && t != acme.ChallengeDNS01:
-		case identType == acme.IdentifierIP && t == acme.ChallengeDNS01:
-		default:
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 // checkIdentifiers normalizes and de-duplicates an order's identifiers and
-// applies the profile's policy; every refused identifier gets a subproblem.
+// asks the authority whether it takes each (authority.IdentifierRefusal);
+// every refused identifier gets a subproblem.
 func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bool, error) {
 	if len(in) == 0 {
 		return nil, nil, problem.MalformedF("an order needs at least one identifier")
@@ -157,18 +119,8 @@ func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bo
 	)
 	for _, raw := range in {
 		id, wildcard, prob := normalizeIdentifier(raw)
-		if prob == nil && len(s.challengeTypes(id.Type, wildcard)) == 0 {
-			what := "wildcard names need dns-01"
-			if id.Type == acme.IdentifierIP {
-				what = "IP addresses need http-01 or tls-alpn-01"
-			}
-			prob = problem.RejectedIdentifierF("%s cannot be validated here: %s, which this profile does not offer", id.Value, what).For(id.Type, id.Value)
-		}
 		if prob == nil {
-			prob = s.policy.check(id)
-		}
-		if prob == nil {
-			prob = s.core.SignerRefusal(id)
+			prob = s.core.IdentifierRefusal(id, wildcard)
 		}
 		if prob != nil {
 			subs = append(subs, prob)

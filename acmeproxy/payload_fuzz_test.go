@@ -4,6 +4,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
 	"bytes"
 	"context"
@@ -247,12 +248,12 @@ func FuzzAccountPayload(f *testing.F) {
 func (fx *fuzzFixture) readyOrder(tb testing.TB, names ...string) store.Order {
 	tb.Helper()
 	ctx := context.Background()
-	o := store.Order{Profile: fuzzProfile, AccountID: fx.accountID(), Expires: fuzzStart.Add(orderLifetime)}
+	o := store.Order{Profile: fuzzProfile, AccountID: fx.accountID(), Expires: fuzzStart.Add(authority.OrderLifetime)}
 	authzs := make([]store.Authz, len(names))
 	for i, n := range names {
 		o.Identifiers = append(o.Identifiers, acme.Identifier{Type: acme.IdentifierDNS, Value: n})
 		authzs[i] = store.Authz{Identifier: acme.Identifier{Type: acme.IdentifierDNS, Value: n}, Expires: o.Expires,
-			Challenges: []store.Challenge{{Type: acme.ChallengeHTTP01, Token: newToken()}}}
+			Challenges: []store.Challenge{{Type: acme.ChallengeHTTP01, Token: store.NewID()}}}
 	}
 	o, err := fx.db.CreateOrder(ctx, o, authzs, fuzzStart)
 	if err != nil {

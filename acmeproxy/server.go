@@ -28,8 +28,6 @@ import (
 
 // Lifetimes of the resources a client creates.
 const (
-	// orderLifetime is how long a client has to validate and finalize.
-	orderLifetime = 24 * time.Hour
 	// retryAfterProcessing is the Retry-After for resources still processing.
 	retryAfterProcessing = 1
 )
@@ -48,8 +46,6 @@ type Server struct {
 	log     *zap.Logger
 	nonces  *nonces
 	kidKeys kidKeyCache // see kidKeyCache
-	policy  policy
-	offered map[string]bool // challenge types this profile offers
 
 	metrics   authority.Metrics
 	storeDown conditionLog   // see answerStoreUnavailable
@@ -71,9 +67,8 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	if opts.Metrics == nil {
 		opts.Metrics = authority.NopMetrics{}
 	}
-	pol := newPolicy(cfg.Allow, cfg.Deny)
 	core, err := authority.New(authority.Config{
-		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, Policy: pol.check,
+		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
 	}, opts)
 	if err != nil {
 		return nil, err
@@ -84,15 +79,10 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	}
 	s := &Server{
 		cfg: cfg, core: core, db: opts.DB, clock: opts.Clock, log: opts.Logger,
-		nonces:  &nonces{key: key, db: opts.DB},
-		policy:  pol,
-		offered: map[string]bool{},
+		nonces: &nonces{key: key, db: opts.DB},
 
 		metrics:   opts.Metrics,
 		storeDown: conditionLog{every: storeLogEvery},
-	}
-	for _, c := range cfg.Challenges {
-		s.offered[c] = true
 	}
 	s.mux = s.newMux()
 	return s, nil
