@@ -9,9 +9,6 @@ import (
 	"net/mail"
 	"strings"
 
-	"go.uber.org/zap"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -94,21 +91,15 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	now, id := s.clock.Now(), store.NewID()
-	jobs := s.core.NotifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: id, ClientAddress: clientIP(r), Time: now})
-	acct, created, err := s.db.CreateAccount(ctx, store.Account{
-		ID: id, Profile: s.cfg.Profile, Thumbprint: req.thumbprint, KeyJWK: jwk,
-		Contact: p.Contact, TOSAgreed: p.TermsOfServiceAgreed,
-	}, now, jobs...)
+	acct, created, err := s.core.CreateAccount(ctx, store.Account{
+		Thumbprint: req.thumbprint, KeyJWK: jwk, Contact: p.Contact, TOSAgreed: p.TermsOfServiceAgreed,
+	}, clientIP(r))
 	if err != nil {
 		return err
 	}
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		s.core.Notified(jobs)
-		s.log.Info("account created", zap.String("event", acme.EventAccountCreated),
-			zap.String("profile", s.cfg.Profile), zap.String("account", acct.ID))
 	}
 	w.Header().Set("Location", base+"/account/"+acct.ID)
 	s.writeJSON(w, status, s.accountJSON(base, acct))
@@ -148,13 +139,9 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 		switch p.Status {
 		case "", acme.StatusValid:
 		case acme.StatusDeactivated:
-			jobs := s.core.NotifyJobs(notify.Event{Event: acme.EventAccountDeactivated, Account: id, ClientAddress: clientIP(r), Time: now})
-			if acct, err = s.db.DeactivateAccount(ctx, id, now, jobs...); err != nil {
+			if acct, err = s.core.DeactivateAccount(ctx, id, clientIP(r)); err != nil {
 				return err
 			}
-			s.core.Notified(jobs)
-			s.log.Info("account deactivated", zap.String("event", acme.EventAccountDeactivated),
-				zap.String("profile", s.cfg.Profile), zap.String("account", id))
 		default:
 			return problem.MalformedF("an account's status may only be set to deactivated")
 		}
