@@ -26,15 +26,6 @@ func (s *Server) accountJSON(base string, a store.Account) accountJSON {
 		Orders: base + "/account/" + a.ID + "/orders"}
 }
 
-// decodePayload unmarshals a JSON payload strictly enough to catch a
-// client that sent something else: the payload must be one JSON object.
-func decodePayload(payload []byte, v any) error {
-	if err := json.Unmarshal(payload, v); err != nil {
-		return problem.MalformedF("the request payload is not the expected JSON object: %v", err)
-	}
-	return nil
-}
-
 // checkContacts accepts mailto: URLs with one address and no header
 // fields (RFC 8555 §7.3).
 func checkContacts(contacts []string) error {

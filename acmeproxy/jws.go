@@ -95,6 +95,15 @@ func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*si
 	return s.verifyJWS(ctx, body, s.baseURL(r), s.requestURL(r), mode, true)
 }
 
+// decodePayload unmarshals a JSON payload strictly enough to catch a
+// client that sent something else: the payload must be one JSON object.
+func decodePayload(payload []byte, v any) error {
+	if err := json.Unmarshal(payload, v); err != nil {
+		return problem.MalformedF("the request payload is not the expected JSON object: %v", err)
+	}
+	return nil
+}
+
 // readBody reads a signed request's body, up to maxBodyBytes: at once
 // into a buffer of the announced size when there is one (the server holds
 // the body to its Content-Length), else growing as it comes.
