@@ -16,7 +16,7 @@ import (
 func (au *Authority) CreateAccount(ctx context.Context, a store.Account, clientIP string) (acct store.Account, created bool, err error) {
 	now := au.clock.Now()
 	a.ID, a.Profile = store.NewID(), au.cfg.Profile
-	jobs := au.NotifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: clientIP, Time: now})
+	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: clientIP, Time: now})
 	acct, created, err = au.db.CreateAccount(ctx, a, now, jobs...)
 	if err != nil || !created {
 		return acct, created, err
@@ -31,7 +31,7 @@ func (au *Authority) CreateAccount(ctx context.Context, a store.Account, clientI
 // §7.3.6), notified as deactivated from clientIP.
 func (au *Authority) DeactivateAccount(ctx context.Context, id, clientIP string) (store.Account, error) {
 	now := au.clock.Now()
-	jobs := au.NotifyJobs(notify.Event{Event: acme.EventAccountDeactivated, Account: id, ClientAddress: clientIP, Time: now})
+	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountDeactivated, Account: id, ClientAddress: clientIP, Time: now})
 	acct, err := au.db.DeactivateAccount(ctx, id, now, jobs...)
 	if err != nil {
 		return acct, err

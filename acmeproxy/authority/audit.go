@@ -105,9 +105,9 @@ func (n *reverseNames) name(ctx context.Context, ip string, now time.Time) strin
 	return e.name
 }
 
-// Event starts an audit row of this profile, at now, with cl's address,
+// event starts an audit row of this profile, at now, with cl's address,
 // its reverse name and its user agent.
-func (au *Authority) Event(ctx context.Context, name, outcome string, actor Actor, cl Client) store.AuditEvent {
+func (au *Authority) event(ctx context.Context, name, outcome string, actor Actor, cl Client) store.AuditEvent {
 	now := au.clock.Now()
 	return store.AuditEvent{
 		At: now, Event: name, Outcome: outcome, Profile: au.cfg.Profile,
@@ -116,9 +116,9 @@ func (au *Authority) Event(ctx context.Context, name, outcome string, actor Acto
 	}
 }
 
-// Audit writes an audit row on its own. A failure is logged, never
+// audit writes an audit row on its own. A failure is logged, never
 // returned: the trail must not turn a done deed into an error.
-func (au *Authority) Audit(ctx context.Context, ev store.AuditEvent) {
+func (au *Authority) audit(ctx context.Context, ev store.AuditEvent) {
 	if err := au.db.InsertAudit(context.WithoutCancel(ctx), ev); err != nil {
 		au.log.Error("writing an audit row", zap.String("event", "audit_write_failed"),
 			zap.String("audit_event", ev.Event), zap.String("order", ev.OrderID), zap.Error(err))

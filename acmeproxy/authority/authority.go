@@ -167,7 +167,4 @@ func (au *Authority) Logger() *zap.Logger { return au.log }
 // Signer is the profile's signer.
 func (au *Authority) Signer() signer.Signer { return au.signer }
 
-// Clock is the authority's clock.
-func (au *Authority) Clock() clock.Clock { return au.clock }
-
 var _ signer.Settler = (*Authority)(nil)

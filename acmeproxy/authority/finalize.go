@@ -238,7 +238,7 @@ func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]
 		return store.Certificate{}, fmt.Errorf("signer returned an unparsable leaf for order %s: %w", o.ID, err)
 	}
 	serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
-	ev := au.Event(ctx, acme.EventCertificateIssued, OutcomeSuccess, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+	ev := au.event(ctx, acme.EventCertificateIssued, OutcomeSuccess, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
 	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Serial = o.ID, o.AccountID, o.Identifiers, serial
 	ev.Jobs = au.AuditNotifyJobs(ev)
 	c, err := au.db.IssueOrder(ctx, store.Certificate{
@@ -259,10 +259,10 @@ func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]
 
 // auditIssueFailed records a failed issuance.
 func (au *Authority) auditIssueFailed(ctx context.Context, o store.Order, cl Client, detail string) {
-	ev := au.Event(ctx, acme.EventCertificateIssueFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+	ev := au.event(ctx, acme.EventCertificateIssueFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
 	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Detail = o.ID, o.AccountID, o.Identifiers, detail
 	ev.Jobs = au.AuditNotifyJobs(ev)
-	au.Audit(ctx, ev)
+	au.audit(ctx, ev)
 	au.Notified(ev.Jobs)
 }
 

@@ -265,12 +265,12 @@ func revokeJobs(profiles Profiles, logger *zap.Logger) jobs.Handler {
 			return
 		}
 		if ok {
-			ev := au.Event(ctx, acme.EventRevocationFailed, OutcomeFailure, p.Actor, Client{IP: p.ClientIP, UserAgent: p.UserAgent})
+			ev := au.event(ctx, acme.EventRevocationFailed, OutcomeFailure, p.Actor, Client{IP: p.ClientIP, UserAgent: p.UserAgent})
 			ev.OrderID, ev.Detail = p.Order, reason
 			if p.Reason != nil {
 				ev.Reason = strconv.Itoa(*p.Reason)
 			}
-			au.Audit(ctx, ev)
+			au.audit(ctx, ev)
 		}
 		logger.Warn("revocation abandoned", zap.String("event", acme.EventRevocationFailed), zap.String("profile", p.Profile),
 			zap.String("order", p.Order), zap.Int64("job", job.ID), zap.String("reason", reason))

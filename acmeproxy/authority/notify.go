@@ -44,10 +44,10 @@ func (NopMetrics) Revoked(string)                             {}
 func (NopMetrics) Validated(string, string, string)           {}
 func (NopMetrics) RevocationRefused(string, string)           {}
 
-// NotifyJobs are the notify_deliver jobs ev owes this profile's
+// notifyJobs are the notify_deliver jobs ev owes this profile's
 // destinations; nil when none wants it. The caller stores them in the
 // transaction that records the event, then calls notified.
-func (au *Authority) NotifyJobs(ev notify.Event) []store.NewJob {
+func (au *Authority) notifyJobs(ev notify.Event) []store.NewJob {
 	if len(au.notify) == 0 {
 		return nil
 	}
@@ -73,7 +73,7 @@ func (au *Authority) AuditNotifyJobs(ev store.AuditEvent) []store.NewJob {
 		return nil
 	}
 	ev = ev.Bounded() // the notification carries what the row stores
-	return au.NotifyJobs(notify.Event{
+	return au.notifyJobs(notify.Event{
 		Event: ev.Event, Profile: ev.Profile, Order: ev.OrderID, Account: ev.AccountID,
 		Identifiers: notifyIdentifiers(ev.Identifiers), Serial: ev.Serial, Reason: ev.Reason, Detail: ev.Detail,
 		ClientAddress: ev.ClientIP, Time: ev.At,

@@ -181,12 +181,12 @@ func (au *Authority) RevokeCert(ctx context.Context, req Requester, decode func(
 			au.tallyRefusal(ctx, cl, kind)
 			return prob
 		}
-		ev := au.Event(ctx, acme.EventRevocationRefused, OutcomeRefused, actor, cl)
+		ev := au.event(ctx, acme.EventRevocationRefused, OutcomeRefused, actor, cl)
 		ev.Serial, ev.Reason, ev.Detail = serial, string(prob.Type), why
 		if cert != nil {
 			ev.OrderID, ev.AccountID = cert.OrderID, cert.AccountID
 		}
-		au.Audit(ctx, ev)
+		au.audit(ctx, ev)
 		return prob
 	}
 
@@ -371,7 +371,7 @@ func (au *Authority) revocationIssuer(ctx context.Context, leaf *x509.Certificat
 // and the certificate_revoked audit row, in one transaction. A concurrent
 // revocation that won makes this ErrAlreadyRevoked. rv.cert is updated.
 func (au *Authority) record(ctx context.Context, rv *revocation, issuer string) error {
-	ev := au.Event(ctx, acme.EventCertificateRevoked, OutcomeSuccess, rv.actor, rv.client)
+	ev := au.event(ctx, acme.EventCertificateRevoked, OutcomeSuccess, rv.actor, rv.client)
 	now := ev.At
 	ev.OrderID, ev.AccountID, ev.Serial = rv.cert.OrderID, rv.cert.AccountID, rv.cert.Serial
 	ev.Identifiers = leafIdentifiers(rv.leaf)
@@ -413,7 +413,7 @@ func (au *Authority) becomesKeyCompromise(rv revocation) bool {
 // keyCompromise with its audit row, in one transaction that also marks the
 // issuer's CRL stale; the caller queues the regeneration.
 func (au *Authority) recordKeyCompromise(ctx context.Context, rv *revocation) error {
-	ev := au.Event(ctx, acme.EventRevocationReasonChanged, OutcomeSuccess, rv.actor, rv.client)
+	ev := au.event(ctx, acme.EventRevocationReasonChanged, OutcomeSuccess, rv.actor, rv.client)
 	ev.OrderID, ev.AccountID, ev.Serial = rv.cert.OrderID, rv.cert.AccountID, rv.cert.Serial
 	ev.Identifiers = leafIdentifiers(rv.leaf)
 	ev.Reason = strconv.Itoa(reasonKeyCompromise)

@@ -248,7 +248,7 @@ func (au *Authority) challengeFailedJobs(a store.Authz, c store.Challenge, prob 
 	if len(au.notify) == 0 {
 		return nil
 	}
-	return au.NotifyJobs(notify.Event{
+	return au.notifyJobs(notify.Event{
 		Event: acme.EventChallengeFailed, Order: a.OrderID, Account: a.AccountID,
 		Identifiers: notifyIdentifiers([]acme.Identifier{a.Identifier}),
 		Reason:      string(prob.Type), Detail: c.Type + ": " + prob.Detail, Time: now,
