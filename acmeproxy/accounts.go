@@ -126,7 +126,6 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 		if err := decodePayload(req.payload, &p); err != nil {
 			return err
 		}
-		now := s.clock.Now()
 		switch p.Status {
 		case "", acme.StatusValid:
 		case acme.StatusDeactivated:
@@ -140,7 +139,7 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 			if err := checkContacts(*p.Contact); err != nil {
 				return err
 			}
-			if acct, err = s.db.UpdateAccountContact(ctx, id, *p.Contact, now); err != nil {
+			if acct, err = s.core.UpdateAccountContact(ctx, id, *p.Contact); err != nil {
 				return err
 			}
 		}
@@ -223,23 +222,11 @@ func (s *Server) handleKeyChange(w http.ResponseWriter, r *http.Request) error {
 	if inner.thumbprint == outer.thumbprint {
 		return problem.MalformedF("the new key is the account's current key")
 	}
-	if other, err := s.db.AccountByKey(ctx, s.cfg.Profile, inner.thumbprint); err == nil {
-		w.Header().Set("Location", base+"/account/"+other.ID)
-		return problem.ConflictF("the new key already belongs to an account")
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return err
+	updated, holder, err := s.core.ChangeAccountKey(ctx, acct.ID, outer.thumbprint, inner.thumbprint, inner.jwk)
+	if holder != "" {
+		w.Header().Set("Location", base+"/account/"+holder)
 	}
-	jwk, err := inner.jwk.MarshalJSON()
 	if err != nil {
-		return err
-	}
-	updated, err := s.db.ChangeAccountKey(ctx, acct.ID, outer.thumbprint, inner.thumbprint, jwk, s.clock.Now())
-	switch {
-	case errors.Is(err, store.ErrConflict):
-		return problem.ConflictF("the new key already belongs to an account")
-	case errors.Is(err, store.ErrWrongState):
-		return problem.UnauthorizedF("the account's key changed or the account is no longer valid")
-	case err != nil:
 		return err
 	}
 	w.Header().Set("Location", base+"/account/"+acct.ID)
