@@ -1,9 +1,7 @@
 package acmeproxy
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 
@@ -55,7 +53,7 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request, id string) 
 	if err != nil {
 		return err
 	}
-	a, err := s.loadOwnAuthz(ctx, req, id)
+	a, err := s.core.OwnAuthz(ctx, req.account.ID, id)
 	if err != nil {
 		return err
 	}
@@ -82,20 +80,6 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request, id string) 
 	return nil
 }
 
-func (s *Server) loadOwnAuthz(ctx context.Context, req *signedRequest, id string) (store.Authz, error) {
-	a, err := s.db.GetAuthz(ctx, s.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return a, problem.NotFound("authorization")
-	}
-	if err != nil {
-		return a, err
-	}
-	if a.AccountID != req.account.ID {
-		return a, problem.UnauthorizedF("this authorization belongs to another account")
-	}
-	return a, nil
-}
-
 // handleChallenge reads a challenge (POST-as-GET) or asks for its
 // validation (POST {}, RFC 8555 §7.5.1): tried at once within the request,
 // else handed to a challenge_validate job and answered processing
@@ -106,15 +90,9 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 	if err != nil {
 		return err
 	}
-	c, a, err := s.db.GetChallenge(ctx, s.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return problem.NotFound("challenge")
-	}
+	c, a, err := s.core.OwnChallenge(ctx, req.account.ID, id)
 	if err != nil {
 		return err
-	}
-	if a.AccountID != req.account.ID {
-		return problem.UnauthorizedF("this challenge belongs to another account's authorization")
 	}
 	base := s.baseURL(r)
 	if !req.postAsGet && c.Status == acme.StatusPending {

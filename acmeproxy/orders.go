@@ -4,7 +4,6 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -193,15 +192,9 @@ func (s *Server) handleCertificate(w http.ResponseWriter, r *http.Request, id st
 	if !req.postAsGet {
 		return problem.MalformedF("a certificate is read with POST-as-GET (an empty payload)")
 	}
-	c, err := s.db.GetCertificate(ctx, s.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return problem.NotFound("certificate")
-	}
+	c, err := s.core.OwnCertificate(ctx, req.account.ID, id)
 	if err != nil {
 		return err
-	}
-	if c.AccountID != req.account.ID {
-		return problem.UnauthorizedF("this certificate belongs to another account")
 	}
 	w.Header().Set("Content-Type", "application/pem-certificate-chain")
 	w.WriteHeader(http.StatusOK)

@@ -75,30 +75,6 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 	}, false)
 }
 
-// OwnOrder reads an order of this profile the account owns.
-func (au *Authority) OwnOrder(ctx context.Context, accountID, id string) (store.Order, error) {
-	o, err := au.db.GetOrder(ctx, au.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return o, problem.NotFound("order")
-	}
-	if err != nil {
-		return o, err
-	}
-	if o.AccountID != accountID {
-		return o, problem.UnauthorizedF("this order belongs to another account")
-	}
-	return o, nil
-}
-
-// OrderStatus is the order's status as of now: a pending or ready order
-// past its expiry is invalid even before anything rewrote its row.
-func (au *Authority) OrderStatus(o store.Order) acme.Status {
-	if (o.Status == acme.StatusPending || o.Status == acme.StatusReady) && !au.clock.Now().Before(o.Expires) {
-		return acme.StatusInvalid
-	}
-	return o.Status
-}
-
 // issue calls the signer for a claimed order and records what happened,
 // returning the order as it now stands.
 //

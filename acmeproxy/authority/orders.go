@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -54,6 +55,46 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 		}
 	}
 	return au.db.CreateOrder(ctx, order, authzs, now)
+}
+
+// OwnOrder reads an order of this profile the account owns.
+func (au *Authority) OwnOrder(ctx context.Context, accountID, id string) (store.Order, error) {
+	o, err := au.db.GetOrder(ctx, au.cfg.Profile, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return o, problem.NotFound("order")
+	}
+	if err != nil {
+		return o, err
+	}
+	if o.AccountID != accountID {
+		return o, problem.UnauthorizedF("this order belongs to another account")
+	}
+	return o, nil
+}
+
+// OrderStatus is the order's status as of now: a pending or ready order
+// past its expiry is invalid even before anything rewrote its row.
+func (au *Authority) OrderStatus(o store.Order) acme.Status {
+	if (o.Status == acme.StatusPending || o.Status == acme.StatusReady) && !au.clock.Now().Before(o.Expires) {
+		return acme.StatusInvalid
+	}
+	return o.Status
+}
+
+// OwnCertificate reads a certificate of this profile issued to the
+// account.
+func (au *Authority) OwnCertificate(ctx context.Context, accountID, id string) (store.Certificate, error) {
+	c, err := au.db.GetCertificate(ctx, au.cfg.Profile, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return c, problem.NotFound("certificate")
+	}
+	if err != nil {
+		return c, err
+	}
+	if c.AccountID != accountID {
+		return c, problem.UnauthorizedF("this certificate belongs to another account")
+	}
+	return c, nil
 }
 
 // challengeTypes are the challenges offered for an identifier: wildcards
