@@ -60,16 +60,22 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 // OwnOrder reads an order of this profile the account owns.
 func (au *Authority) OwnOrder(ctx context.Context, accountID, id string) (store.Order, error) {
 	o, err := au.db.GetOrder(ctx, au.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return o, problem.NotFound("order")
+	return owned(o, o.AccountID, err, accountID, "order", "this order belongs to another account")
+}
+
+// owned is a resource read for an account, v with its owner: one not
+// found is a NotFound(what) problem, another account's is refused with
+// notMine.
+func owned[T any](v T, owner string, err error, accountID, what, notMine string) (T, error) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return v, problem.NotFound(what)
+	case err != nil:
+		return v, err
+	case owner != accountID:
+		return v, problem.UnauthorizedF("%s", notMine)
 	}
-	if err != nil {
-		return o, err
-	}
-	if o.AccountID != accountID {
-		return o, problem.UnauthorizedF("this order belongs to another account")
-	}
-	return o, nil
+	return v, nil
 }
 
 // OrderStatus is the order's status as of now: a pending or ready order
@@ -85,16 +91,7 @@ func (au *Authority) OrderStatus(o store.Order) acme.Status {
 // account.
 func (au *Authority) OwnCertificate(ctx context.Context, accountID, id string) (store.Certificate, error) {
 	c, err := au.db.GetCertificate(ctx, au.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return c, problem.NotFound("certificate")
-	}
-	if err != nil {
-		return c, err
-	}
-	if c.AccountID != accountID {
-		return c, problem.UnauthorizedF("this certificate belongs to another account")
-	}
-	return c, nil
+	return owned(c, c.AccountID, err, accountID, "certificate", "this certificate belongs to another account")
 }
 
 // challengeTypes are the challenges offered for an identifier: wildcards

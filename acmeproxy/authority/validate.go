@@ -29,32 +29,15 @@ func (au *Authority) AuthzStatus(a store.Authz) acme.Status {
 // OwnAuthz reads an authorization of this profile the account owns.
 func (au *Authority) OwnAuthz(ctx context.Context, accountID, id string) (store.Authz, error) {
 	a, err := au.db.GetAuthz(ctx, au.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return a, problem.NotFound("authorization")
-	}
-	if err != nil {
-		return a, err
-	}
-	if a.AccountID != accountID {
-		return a, problem.UnauthorizedF("this authorization belongs to another account")
-	}
-	return a, nil
+	return owned(a, a.AccountID, err, accountID, "authorization", "this authorization belongs to another account")
 }
 
 // OwnChallenge reads a challenge of this profile, with its authorization,
 // which the account owns.
 func (au *Authority) OwnChallenge(ctx context.Context, accountID, id string) (store.Challenge, store.Authz, error) {
 	c, a, err := au.db.GetChallenge(ctx, au.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return c, a, problem.NotFound("challenge")
-	}
-	if err != nil {
-		return c, a, err
-	}
-	if a.AccountID != accountID {
-		return c, a, problem.UnauthorizedF("this challenge belongs to another account's authorization")
-	}
-	return c, a, nil
+	a, err = owned(a, a.AccountID, err, accountID, "challenge", "this challenge belongs to another account's authorization")
+	return c, a, err
 }
 
 // DeactivateAuthz deactivates a pending or valid authorization (RFC 8555
