@@ -19,7 +19,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -34,7 +35,7 @@ const (
 
 // AdminAPI is admin.api.acme_proxy: the operator's routes under
 // /acme_proxy/ on Caddy's admin endpoint. It parses requests and writes
-// answers; acmeproxy.Operator does the work.
+// answers; operator.Operator does the work.
 type AdminAPI struct {
 	app *App
 	log *zap.Logger
@@ -63,7 +64,7 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 // adminRoute is one operator route: its methods and handler.
 type adminRoute struct {
 	method string
-	handle func(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error
+	handle func(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error
 }
 
 // route finds the route of a path below adminBase, and the id in it.
@@ -132,11 +133,11 @@ func opError(err error) error {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return apiError(http.StatusNotFound, err)
-	case errors.Is(err, acmeproxy.ErrInvalid):
+	case errors.Is(err, operator.ErrInvalid):
 		return apiError(http.StatusBadRequest, err)
-	case errors.Is(err, acmeproxy.ErrConflict):
+	case errors.Is(err, operator.ErrConflict):
 		return apiError(http.StatusConflict, err)
-	case errors.Is(err, acmeproxy.ErrNotMounted):
+	case errors.Is(err, operator.ErrNotMounted):
 		return apiError(http.StatusServiceUnavailable, err)
 	}
 	return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err,
@@ -214,10 +215,10 @@ func (q *query) check() error {
 }
 
 // actorOf says who is asking, for the audit trail.
-func actorOf(r *http.Request) acmeproxy.Actor {
-	kind := acmeproxy.ActorAdmin
-	if r.Header.Get(actorHeader) == acmeproxy.ActorCLI {
-		kind = acmeproxy.ActorCLI
+func actorOf(r *http.Request) authority.Actor {
+	kind := authority.ActorAdmin
+	if r.Header.Get(actorHeader) == authority.ActorCLI {
+		kind = authority.ActorCLI
 	}
 	id := r.Header.Get(operatorHeader)
 	if len(id) > 64 {
@@ -229,7 +230,7 @@ func actorOf(r *http.Request) acmeproxy.Actor {
 			id = host
 		}
 	}
-	return acmeproxy.Actor{Kind: kind, ID: id}
+	return authority.Actor{Kind: kind, ID: id}
 }
 
 func jobID(id string) (int64, error) {
@@ -242,17 +243,17 @@ func jobID(id string) (int64, error) {
 
 // ---- handlers ----
 
-func (a *AdminAPI) listProfiles(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
+func (a *AdminAPI) listProfiles(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
 	if err := readQuery(r).check(); err != nil {
 		return err
 	}
 	return writeAdminJSON(w, http.StatusOK, op.ListProfiles())
 }
 
-func (a *AdminAPI) listOrders(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
-	q := readQuery(r, "profile", "status", "identifier", "account", "after", "limit")
+func (a *AdminAPI) listOrders(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
+	q := readQuery(r, operator.OrderFilters...)
 	f := store.OrderFilter{Profile: q.str("profile"), Status: acme.Status(q.str("status")), Identifier: q.str("identifier"),
-		AccountID: q.str("account"), After: q.str("after"), Limit: q.int("limit", 1, 1000)}
+		AccountID: q.str("account"), After: q.str("after"), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}
@@ -263,7 +264,7 @@ func (a *AdminAPI) listOrders(w http.ResponseWriter, r *http.Request, op *acmepr
 	return writeAdminJSON(w, http.StatusOK, p)
 }
 
-func (a *AdminAPI) showOrder(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+func (a *AdminAPI) showOrder(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
 	if err := readQuery(r).check(); err != nil {
 		return err
 	}
@@ -281,14 +282,14 @@ type revokeRequest struct {
 
 // revokeResponse answers a revocation.
 type revokeResponse struct {
-	Order       string                     `json:"order"`
-	Status      string                     `json:"status"` // revoked or queued
-	Job         int64                      `json:"job,omitempty"`
-	RetryAfter  int                        `json:"retry_after,omitempty"` // seconds, when queued
-	Certificate *acmeproxy.CertificateView `json:"certificate,omitempty"`
+	Order       string                    `json:"order"`
+	Status      string                    `json:"status"` // revoked or queued
+	Job         int64                     `json:"job,omitempty"`
+	RetryAfter  int                       `json:"retry_after,omitempty"` // seconds, when queued
+	Certificate *operator.CertificateView `json:"certificate,omitempty"`
 }
 
-func (a *AdminAPI) revokeOrder(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+func (a *AdminAPI) revokeOrder(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
 	if err := readQuery(r).check(); err != nil {
 		return err
 	}
@@ -316,13 +317,13 @@ func (a *AdminAPI) revokeOrder(w http.ResponseWriter, r *http.Request, op *acmep
 	c := res.Certificate
 	revokedAt := c.RevokedAt
 	return writeAdminJSON(w, http.StatusOK, revokeResponse{Order: id, Status: "revoked", Job: res.Job,
-		Certificate: &acmeproxy.CertificateView{ID: c.ID, Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
+		Certificate: &operator.CertificateView{ID: c.ID, Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
 			RevokedAt: &revokedAt, Reason: c.Reason}})
 }
 
-func (a *AdminAPI) listAccounts(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
-	q := readQuery(r, "profile", "status", "after", "limit")
-	f := store.AccountFilter{Profile: q.str("profile"), Status: acme.Status(q.str("status")), After: q.str("after"), Limit: q.int("limit", 1, 1000)}
+func (a *AdminAPI) listAccounts(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
+	q := readQuery(r, operator.AccountFilters...)
+	f := store.AccountFilter{Profile: q.str("profile"), Status: acme.Status(q.str("status")), After: q.str("after"), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}
@@ -333,7 +334,7 @@ func (a *AdminAPI) listAccounts(w http.ResponseWriter, r *http.Request, op *acme
 	return writeAdminJSON(w, http.StatusOK, p)
 }
 
-func (a *AdminAPI) showAccount(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+func (a *AdminAPI) showAccount(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
 	if err := readQuery(r).check(); err != nil {
 		return err
 	}
@@ -344,7 +345,7 @@ func (a *AdminAPI) showAccount(w http.ResponseWriter, r *http.Request, op *acmep
 	return writeAdminJSON(w, http.StatusOK, acct)
 }
 
-func (a *AdminAPI) deactivateAccount(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+func (a *AdminAPI) deactivateAccount(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
 	if err := readQuery(r).check(); err != nil {
 		return err
 	}
@@ -355,10 +356,10 @@ func (a *AdminAPI) deactivateAccount(w http.ResponseWriter, r *http.Request, op 
 	return writeAdminJSON(w, http.StatusOK, acct)
 }
 
-func (a *AdminAPI) listJobs(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
-	q := readQuery(r, "kind", "status", "key", "before", "limit")
+func (a *AdminAPI) listJobs(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
+	q := readQuery(r, operator.JobFilters...)
 	f := store.JobFilter{Kind: q.str("kind"), Status: store.JobStatus(q.str("status")), Key: q.str("key"),
-		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, 1000)}
+		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}
@@ -369,20 +370,20 @@ func (a *AdminAPI) listJobs(w http.ResponseWriter, r *http.Request, op *acmeprox
 	return writeAdminJSON(w, http.StatusOK, p)
 }
 
-func (a *AdminAPI) showJob(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+func (a *AdminAPI) showJob(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
 	return a.jobOp(w, r, id, op.ShowJob)
 }
 
-func (a *AdminAPI) retryJob(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+func (a *AdminAPI) retryJob(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
 	return a.jobOp(w, r, id, op.RetryJob)
 }
 
-func (a *AdminAPI) cancelJob(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, id string) error {
+func (a *AdminAPI) cancelJob(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
 	return a.jobOp(w, r, id, op.CancelJob)
 }
 
 func (a *AdminAPI) jobOp(w http.ResponseWriter, r *http.Request, id string,
-	do func(context.Context, int64) (acmeproxy.JobView, error)) error {
+	do func(context.Context, int64) (operator.JobView, error)) error {
 	if err := readQuery(r).check(); err != nil {
 		return err
 	}
@@ -397,11 +398,11 @@ func (a *AdminAPI) jobOp(w http.ResponseWriter, r *http.Request, id string,
 	return writeAdminJSON(w, http.StatusOK, j)
 }
 
-func (a *AdminAPI) searchAudit(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
-	q := readQuery(r, "profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit")
+func (a *AdminAPI) searchAudit(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
+	q := readQuery(r, operator.AuditFilters...)
 	f := store.AuditFilter{Profile: q.str("profile"), Event: q.str("event"), Outcome: q.str("outcome"), OrderID: q.str("order"),
 		AccountID: q.str("account"), Serial: strings.ToLower(q.str("serial")), Since: q.time("since"), Until: q.time("until"),
-		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, 1000)}
+		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}
@@ -414,7 +415,7 @@ func (a *AdminAPI) searchAudit(w http.ResponseWriter, r *http.Request, op *acmep
 
 // pruneAudit deletes the audit rows older than ?before= (RFC 3339) and
 // answers how many; the prune is itself audited, with the operator.
-func (a *AdminAPI) pruneAudit(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, _ string) error {
+func (a *AdminAPI) pruneAudit(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
 	q := readQuery(r, "before")
 	before := q.time("before")
 	if err := q.check(); err != nil {
@@ -427,7 +428,7 @@ func (a *AdminAPI) pruneAudit(w http.ResponseWriter, r *http.Request, op *acmepr
 	return writeAdminJSON(w, http.StatusOK, v)
 }
 
-func (a *AdminAPI) showCRL(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, profile string) error {
+func (a *AdminAPI) showCRL(w http.ResponseWriter, r *http.Request, op *operator.Operator, profile string) error {
 	if err := readQuery(r).check(); err != nil {
 		return err
 	}
@@ -438,7 +439,7 @@ func (a *AdminAPI) showCRL(w http.ResponseWriter, r *http.Request, op *acmeproxy
 	return writeAdminJSON(w, http.StatusOK, v)
 }
 
-func (a *AdminAPI) regenerateCRL(w http.ResponseWriter, r *http.Request, op *acmeproxy.Operator, profile string) error {
+func (a *AdminAPI) regenerateCRL(w http.ResponseWriter, r *http.Request, op *operator.Operator, profile string) error {
 	if err := readQuery(r).check(); err != nil {
 		return err
 	}

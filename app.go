@@ -12,7 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -155,34 +157,34 @@ func expandNotify(ds []notify.Destination) []notify.Destination {
 // Start starts the job runner.
 func (a *App) Start() error {
 	handlers := []jobs.Handler{
-		&acmeproxy.ValidationJobs{Profiles: a, DB: a.db, Clock: clock.Real()},
+		authority.ValidationJobs(a, a.db, clock.Real()),
 		jobs.NewSweep(a.queue, 7*24*time.Hour, time.Hour),
 		&jobs.Periodic{Name: "nonce_sweep", Every: 10 * time.Minute, Do: func(ctx context.Context) error {
 			_, err := a.db.PruneNonces(ctx, time.Now())
 			return err
 		}},
 		// Audit rows past their retention, in small batches.
-		&jobs.Periodic{Name: acmeproxy.AuditSweepKind, Every: time.Hour, Do: func(ctx context.Context) error {
+		&jobs.Periodic{Name: authority.AuditSweepKind, Every: time.Hour, Do: func(ctx context.Context) error {
 			if a.auditRetention <= 0 {
 				return nil
 			}
-			_, err := acmeproxy.SweepAudit(ctx, a.db, a.auditRetention, time.Now())
+			_, err := authority.SweepAudit(ctx, a.db, a.auditRetention, time.Now())
 			return err
 		}},
 		// Orders a crash left between claim and certificate are resumed
 		// by whichever instance mounts their profile.
 		&jobs.Periodic{Name: "order_resume", Every: time.Minute, Do: func(ctx context.Context) error {
 			var errs []error
-			for _, s := range a.servers() {
-				if _, err := s.ResumeStuckOrders(ctx); err != nil {
+			for _, au := range a.authorities() {
+				if _, err := au.ResumeStuckOrders(ctx); err != nil {
 					errs = append(errs, err)
 				}
 			}
 			return errors.Join(errs...)
 		}},
 	}
-	handlers = append(handlers, acmeproxy.SignerJobHandlers(a, a.servers(), a.log)...)
-	handlers = append(handlers, acmeproxy.RevocationJobHandlers(a, a.servers, a.log)...)
+	handlers = append(handlers, authority.SignerJobHandlers(a, a.authorities(), a.log)...)
+	handlers = append(handlers, authority.RevocationJobHandlers(a, a.authorities, a.log)...)
 	handlers = append(handlers, a.notifier)
 	r, err := jobs.NewRunner(a.queue, measured(handlers), jobs.RunnerOptions{Logger: a.log})
 	if err != nil {
@@ -198,7 +200,7 @@ func (a *App) Start() error {
 }
 
 // refusalFlushEvery is how often the app writes the summaries of refused
-// revocations whose interval has ended (acmeproxy.RefusalInterval).
+// revocations whose interval has ended (authority.RefusalInterval).
 const refusalFlushEvery = time.Minute
 
 // flushRefusals writes, every tick, the summary rows of unauthenticated
@@ -222,15 +224,15 @@ func (a *App) flushRefusals(every time.Duration, stop <-chan struct{}, done chan
 }
 
 func (a *App) flushServers(final bool) {
-	for _, s := range a.servers() {
+	for _, au := range a.authorities() {
 		func() {
 			defer func() {
 				if v := recover(); v != nil {
 					a.log.Error("writing the summaries of refused revocations panicked", zap.String("event", "audit_write_failed"),
-						zap.String("profile", s.Profile()), zap.Any("panic", v))
+						zap.String("profile", au.Profile()), zap.Any("panic", v))
 				}
 			}()
-			s.FlushRefusals(context.Background(), final)
+			au.FlushRefusals(context.Background(), final)
 		}()
 	}
 }
@@ -278,40 +280,45 @@ func (a *App) unregister(s *acmeproxy.Server) {
 	}
 }
 
-func (a *App) servers() []*acmeproxy.Server {
+// authorities are the cores of the mounted profiles.
+func (a *App) authorities() []*authority.Authority {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	out := make([]*acmeproxy.Server, 0, len(a.profiles))
+	out := make([]*authority.Authority, 0, len(a.profiles))
 	for _, s := range a.profiles {
-		out = append(out, s)
+		out = append(out, s.Authority())
 	}
 	return out
 }
 
-// Lookup finds a mounted profile; it is how jobs reach their profile.
-func (a *App) Lookup(profile string) (*acmeproxy.Server, bool) {
+// Lookup finds a mounted profile's authority; it is how jobs reach their
+// profile.
+func (a *App) Lookup(profile string) (*authority.Authority, bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	s, ok := a.profiles[profile]
-	return s, ok
+	if !ok {
+		return nil, false
+	}
+	return s.Authority(), true
 }
 
-// All lists the mounted profiles (acmeproxy.ProfileLister).
-func (a *App) All() []*acmeproxy.Server { return a.servers() }
+// All lists the mounted profiles' authorities (operator.ProfileLister).
+func (a *App) All() []*authority.Authority { return a.authorities() }
 
 // Operator returns the operator operations over this app's store, queue
 // and profiles, for the admin API.
-func (a *App) Operator() *acmeproxy.Operator {
-	return &acmeproxy.Operator{DB: a.db, Queue: a.queue, Profiles: a}
+func (a *App) Operator() *operator.Operator {
+	return &operator.Operator{DB: a.db, Queue: a.queue, Profiles: a}
 }
 
 var errNoApp = errors.New("the acme_proxy app is not loaded")
 
 // Interface guards
 var (
-	_ caddy.App               = (*App)(nil)
-	_ caddy.Provisioner       = (*App)(nil)
-	_ caddy.CleanerUpper      = (*App)(nil)
-	_ acmeproxy.Profiles      = (*App)(nil)
-	_ acmeproxy.ProfileLister = (*App)(nil)
+	_ caddy.App              = (*App)(nil)
+	_ caddy.Provisioner      = (*App)(nil)
+	_ caddy.CleanerUpper     = (*App)(nil)
+	_ authority.Profiles     = (*App)(nil)
+	_ operator.ProfileLister = (*App)(nil)
 )

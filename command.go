@@ -21,7 +21,8 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 )
 
 func init() {
@@ -88,7 +89,7 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	add(cmd, "profiles", "Lists the mounted profiles", cobra.NoArgs, nil, c.profiles)
 
 	orders := add(cmd, "orders", "Lists orders, newest first", cobra.NoArgs,
-		strFlags("profile", "status", "identifier", "account", "after", "limit"), c.orders)
+		strFlags(operator.OrderFilters...), c.orders)
 	add(orders, "show <order-id>", "Shows an order and its certificate chain", cobra.ExactArgs(1), nil, c.order)
 
 	add(cmd, "revoke <order-id>", "Revokes the certificate of an order", cobra.ExactArgs(1), func(sc *cobra.Command) {
@@ -96,18 +97,18 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	}, c.revoke)
 
 	accounts := add(cmd, "accounts", "Lists accounts, newest first", cobra.NoArgs,
-		strFlags("profile", "status", "after", "limit"), c.accounts)
+		strFlags(operator.AccountFilters...), c.accounts)
 	add(accounts, "show <account-id>", "Shows an account", cobra.ExactArgs(1), nil, c.accountOp(http.MethodGet, ""))
 	add(accounts, "deactivate <account-id>", "Deactivates an account", cobra.ExactArgs(1), nil, c.accountOp(http.MethodPost, "/deactivate"))
 
 	jobsCmd := add(cmd, "jobs", "Lists durable jobs, newest first", cobra.NoArgs,
-		strFlags("kind", "status", "key", "before", "limit"), c.jobs)
+		strFlags(operator.JobFilters...), c.jobs)
 	add(jobsCmd, "show <job-id>", "Shows a job", cobra.ExactArgs(1), nil, c.jobOp(http.MethodGet, ""))
 	add(jobsCmd, "retry <job-id>", "Runs a job now (a failed or cancelled one with a fresh budget)", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/retry"))
 	add(jobsCmd, "cancel <job-id>", "Cancels a job", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/cancel"))
 
 	auditCmd := add(cmd, "audit", "Searches the audit trail, newest first", cobra.NoArgs,
-		strFlags("profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"), c.audit)
+		strFlags(operator.AuditFilters...), c.audit)
 	add(auditCmd, "prune", "Deletes the audit rows older than --before (the prune is audited)", cobra.NoArgs, func(sc *cobra.Command) {
 		sc.Flags().String("before", "", "cutoff: an RFC 3339 time (2026-01-01T00:00:00Z) or an age (90d, 720h)")
 	}, c.pruneAudit)
@@ -137,7 +138,7 @@ func (c *cli) call(cmd *cobra.Command, method, uri string, body any) ([]byte, er
 		rd = bytes.NewReader(b)
 	}
 	h := http.Header{}
-	h.Set(actorHeader, acmeproxy.ActorCLI)
+	h.Set(actorHeader, authority.ActorCLI)
 	if u, err := user.Current(); err == nil {
 		h.Set(operatorHeader, u.Username)
 	}
@@ -249,7 +250,7 @@ func (c *cli) profiles(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	var v []acmeproxy.ProfileView
+	var v []operator.ProfileView
 	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "PROFILE\tPREFIX\tSIGNER\tREVOCATION\tCRL URL")
 		for _, p := range v {
@@ -266,11 +267,11 @@ func (c *cli) profiles(cmd *cobra.Command, _ []string) error {
 }
 
 func (c *cli) orders(cmd *cobra.Command, _ []string) error {
-	body, err := c.call(cmd, http.MethodGet, adminBase+"orders"+filterQuery(cmd, "profile", "status", "identifier", "account", "after", "limit"), nil)
+	body, err := c.call(cmd, http.MethodGet, adminBase+"orders"+filterQuery(cmd, operator.OrderFilters...), nil)
 	if err != nil {
 		return err
 	}
-	var v acmeproxy.Page[acmeproxy.OrderView]
+	var v operator.Page[operator.OrderView]
 	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "ORDER\tPROFILE\tSTATUS\tIDENTIFIERS\tCREATED\tSERIAL\tREVOKED")
 		for _, o := range v.Items {
@@ -289,7 +290,7 @@ func (c *cli) order(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	var o acmeproxy.OrderView
+	var o operator.OrderView
 	return c.show(cmd, body, &o, func(w *tabwriter.Writer) {
 		fmt.Fprintf(w, "order:\t%s\nprofile:\t%s\naccount:\t%s\nstatus:\t%s\nidentifiers:\t%s\ncreated:\t%s\nexpires:\t%s\n",
 			o.ID, o.Profile, o.Account, o.Status, identsText(o.Identifiers), ts(o.Created), ts(o.Expires))
@@ -331,11 +332,11 @@ func (c *cli) revoke(cmd *cobra.Command, args []string) error {
 }
 
 func (c *cli) accounts(cmd *cobra.Command, _ []string) error {
-	body, err := c.call(cmd, http.MethodGet, adminBase+"accounts"+filterQuery(cmd, "profile", "status", "after", "limit"), nil)
+	body, err := c.call(cmd, http.MethodGet, adminBase+"accounts"+filterQuery(cmd, operator.AccountFilters...), nil)
 	if err != nil {
 		return err
 	}
-	var v acmeproxy.Page[acmeproxy.AccountView]
+	var v operator.Page[operator.AccountView]
 	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "ACCOUNT\tPROFILE\tSTATUS\tORDERS\tCONTACT\tCREATED")
 		for _, a := range v.Items {
@@ -351,7 +352,7 @@ func (c *cli) accountOp(method, action string) func(*cobra.Command, []string) er
 		if err != nil {
 			return err
 		}
-		var a acmeproxy.AccountView
+		var a operator.AccountView
 		return c.show(cmd, body, &a, func(w *tabwriter.Writer) {
 			fmt.Fprintf(w, "account:\t%s\nprofile:\t%s\nstatus:\t%s\norders:\t%d\ncontact:\t%s\nthumbprint:\t%s\ncreated:\t%s\n",
 				a.ID, a.Profile, a.Status, a.Orders, dash(strings.Join(a.Contact, ",")), a.Thumbprint, ts(a.Created))
@@ -360,11 +361,11 @@ func (c *cli) accountOp(method, action string) func(*cobra.Command, []string) er
 }
 
 func (c *cli) jobs(cmd *cobra.Command, _ []string) error {
-	body, err := c.call(cmd, http.MethodGet, adminBase+"jobs"+filterQuery(cmd, "kind", "status", "key", "before", "limit"), nil)
+	body, err := c.call(cmd, http.MethodGet, adminBase+"jobs"+filterQuery(cmd, operator.JobFilters...), nil)
 	if err != nil {
 		return err
 	}
-	var v acmeproxy.Page[acmeproxy.JobView]
+	var v operator.Page[operator.JobView]
 	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "JOB\tKIND\tKEY\tSTATUS\tATTEMPTS\tRUN AT\tLAST ERROR")
 		for _, j := range v.Items {
@@ -389,7 +390,7 @@ func (c *cli) jobOp(method, action string) func(*cobra.Command, []string) error 
 		if err != nil {
 			return err
 		}
-		var j acmeproxy.JobView
+		var j operator.JobView
 		return c.show(cmd, body, &j, func(w *tabwriter.Writer) {
 			fmt.Fprintf(w, "job:\t%d\nkind:\t%s\nkey:\t%s\nstatus:\t%s\nattempts:\t%d/%d\nrun at:\t%s\ndeadline:\t%s\nlast error:\t%s\n",
 				j.ID, j.Kind, dash(j.Key), j.Status, j.Attempts, j.MaxAttempts, ts(j.RunAt), tsp(j.Deadline), dash(j.LastError))
@@ -398,12 +399,11 @@ func (c *cli) jobOp(method, action string) func(*cobra.Command, []string) error 
 }
 
 func (c *cli) audit(cmd *cobra.Command, _ []string) error {
-	body, err := c.call(cmd, http.MethodGet, adminBase+"audit"+filterQuery(cmd, "profile", "event", "outcome", "order", "account",
-		"serial", "since", "until", "before", "limit"), nil)
+	body, err := c.call(cmd, http.MethodGet, adminBase+"audit"+filterQuery(cmd, operator.AuditFilters...), nil)
 	if err != nil {
 		return err
 	}
-	var v acmeproxy.Page[acmeproxy.AuditView]
+	var v operator.Page[operator.AuditView]
 	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "ID\tAT\tEVENT\tOUTCOME\tPROFILE\tACTOR\tORDER\tSERIAL\tCLIENT\tREASON")
 		for _, e := range v.Items {
@@ -448,7 +448,7 @@ func (c *cli) pruneAudit(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	var res acmeproxy.AuditPruneView
+	var res operator.AuditPruneView
 	return c.show(cmd, body, &res, func(w *tabwriter.Writer) {
 		fmt.Fprintf(w, "deleted %d audit rows older than %s\n", res.Deleted, ts(res.Before))
 	})
@@ -460,7 +460,7 @@ func (c *cli) crlOp(method, action string) func(*cobra.Command, []string) error 
 		if err != nil {
 			return err
 		}
-		var v acmeproxy.CRLView
+		var v operator.CRLView
 		return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
 			fmt.Fprintf(w, "profile:\t%s\nissuer:\t%s\nnumber:\t%d\nthis update:\t%s\nnext update:\t%s\nentries:\t%d\n",
 				v.Profile, v.Issuer, v.Number, ts(v.ThisUpdate), ts(v.NextUpdate), v.Entries)

@@ -23,6 +23,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -119,7 +121,7 @@ func auditOrders(t *testing.T, db *store.DB, now time.Time, ages ...time.Duratio
 	t.Helper()
 	for _, age := range ages {
 		if err := db.InsertAudit(context.Background(), store.AuditEvent{At: now.Add(-age), Event: acme.EventCertificateIssued,
-			Outcome: acmeproxy.OutcomeSuccess, Profile: e2eProfile, OrderID: "age-" + age.String()}); err != nil {
+			Outcome: authority.OutcomeSuccess, Profile: e2eProfile, OrderID: "age-" + age.String()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -190,7 +192,7 @@ func TestTheOperatorPrunesTheAuditTrailThroughTheAdminAPIAndTheCLI(t *testing.T)
 	}
 
 	status, body := b.adminCall(t, "POST", "/acme_proxy/audit/prune?before="+cutoff, "")
-	var v acmeproxy.AuditPruneView
+	var v operator.AuditPruneView
 	if status != 200 || json.Unmarshal(body, &v) != nil || v.Deleted != 1 || v.Before.Format(time.RFC3339) != cutoff {
 		t.Fatalf("prune by the admin API: %d %s; want 1 deleted before %s", status, body, cutoff)
 	}
@@ -198,7 +200,7 @@ func TestTheOperatorPrunesTheAuditTrailThroughTheAdminAPIAndTheCLI(t *testing.T)
 		t.Errorf("after the admin API's prune: %s; want only the 100-day-old row gone", got)
 	}
 	p := prunes()
-	if len(p) != 1 || p[0].ActorKind != acmeproxy.ActorAdmin || p[0].ActorID != "127.0.0.1" ||
+	if len(p) != 1 || p[0].ActorKind != authority.ActorAdmin || p[0].ActorID != "127.0.0.1" ||
 		p[0].Detail != "deleted 1 audit rows older than "+cutoff {
 		t.Errorf("the admin API's prune is recorded as %+v", p)
 	}
@@ -233,7 +235,7 @@ func TestTheOperatorPrunesTheAuditTrailThroughTheAdminAPIAndTheCLI(t *testing.T)
 		t.Errorf("after the CLI's prune by time: %s; want the row of an hour ago only", got)
 	}
 	p = prunes()
-	if len(p) != 3 || p[0].ActorKind != acmeproxy.ActorCLI || p[1].ActorKind != acmeproxy.ActorCLI || p[2].ActorKind != acmeproxy.ActorAdmin {
+	if len(p) != 3 || p[0].ActorKind != authority.ActorCLI || p[1].ActorKind != authority.ActorCLI || p[2].ActorKind != authority.ActorAdmin {
 		t.Errorf("prune rows %+v; want the CLI's two after the admin API's", p)
 	}
 	// The CLI's listing shows the prunes, which no prune deleted.
@@ -252,8 +254,8 @@ func TestTheAuditSweepDeletesRowsPastTheConfiguredRetention(t *testing.T) {
 	day := 24 * time.Hour
 	left := auditOrders(t, app.db, time.Now(), 31*day, 29*day)
 	// Run the hourly sweep now, as an operator would.
-	status, body := b.adminCall(t, "GET", "/acme_proxy/jobs?kind="+acmeproxy.AuditSweepKind, "")
-	var jobs acmeproxy.Page[acmeproxy.JobView]
+	status, body := b.adminCall(t, "GET", "/acme_proxy/jobs?kind="+authority.AuditSweepKind, "")
+	var jobs operator.Page[operator.JobView]
 	if status != 200 || json.Unmarshal(body, &jobs) != nil || len(jobs.Items) != 1 {
 		t.Fatalf("the audit_sweep job: %d %s; want one", status, body)
 	}
@@ -267,7 +269,7 @@ func TestTheAuditSweepDeletesRowsPastTheConfiguredRetention(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	evs, err := app.db.SearchAudit(context.Background(), store.AuditFilter{Event: acme.EventAuditPruned})
-	if err != nil || len(evs) != 1 || evs[0].ActorKind != acmeproxy.ActorSystem || !strings.Contains(evs[0].Detail, "(audit_retention 30d)") {
+	if err != nil || len(evs) != 1 || evs[0].ActorKind != authority.ActorSystem || !strings.Contains(evs[0].Detail, "(audit_retention 30d)") {
 		t.Errorf("the sweep's record: %+v, %v", evs, err)
 	}
 }

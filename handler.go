@@ -102,7 +102,7 @@ func newValidator(cfg *acmeproxy.ProfileConfig) (*validate.Validator, error) {
 // revocations it still counts (a reload's last requests to it).
 func (h *Handler) Cleanup() error {
 	if h.app != nil && h.server != nil {
-		h.server.FlushRefusals(context.Background(), true)
+		h.server.Authority().FlushRefusals(context.Background(), true)
 		h.app.unregister(h.server)
 	}
 	return nil

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -86,7 +86,7 @@ func registerProxyMetrics(reg *prometheus.Registry, db *store.DB) error {
 	return nil
 }
 
-// serverMetrics is acmeproxy.Metrics over the collectors.
+// serverMetrics is authority.Metrics over the collectors.
 type serverMetrics struct{}
 
 func (serverMetrics) Request(profile, route string, status int, d time.Duration) {
@@ -106,7 +106,7 @@ func (serverMetrics) RevocationRefused(profile, reason string) {
 	proxyMetrics.refusals.WithLabelValues(profile, reason).Inc()
 }
 
-var _ acmeproxy.Metrics = serverMetrics{}
+var _ authority.Metrics = serverMetrics{}
 
 // observeUpstream records one request of a relay profile to its upstream
 // CA, by status class ("2xx", "4xx", …; "error" without a response).

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/crypto/acme"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
@@ -54,7 +55,13 @@ type relayProcess struct {
 
 type relayProfiles map[string]*acmeproxy.Server
 
-func (p relayProfiles) Lookup(name string) (*acmeproxy.Server, bool) { s, ok := p[name]; return s, ok }
+func (p relayProfiles) Lookup(name string) (*authority.Authority, bool) {
+	s, ok := p[name]
+	if !ok {
+		return nil, false
+	}
+	return s.Authority(), true
+}
 
 // relayBench is what the processes of one test share, down to the
 // address clients reach them at: a restarted process serves the same URLs.
@@ -122,9 +129,9 @@ func (b *relayBench) start() *relayProcess {
 		t.Fatal(err)
 	}
 	profiles := relayProfiles{srv.Profile(): srv}
-	handlers := append([]jobs.Handler{&acmeproxy.ValidationJobs{Profiles: profiles, DB: db, Clock: clock.Real()}},
-		acmeproxy.SignerJobHandlers(profiles, []*acmeproxy.Server{srv}, nil)...)
-	handlers = append(handlers, acmeproxy.RevocationJobHandlers(profiles, func() []*acmeproxy.Server { return []*acmeproxy.Server{srv} }, nil)...)
+	handlers := append([]jobs.Handler{authority.ValidationJobs(profiles, db, clock.Real())},
+		authority.SignerJobHandlers(profiles, []*authority.Authority{srv.Authority()}, nil)...)
+	handlers = append(handlers, authority.RevocationJobHandlers(profiles, func() []*authority.Authority { return []*authority.Authority{srv.Authority()} }, nil)...)
 	opts := jobs.RunnerOptions{
 		BackoffBase: 50 * time.Millisecond, BackoffCap: 200 * time.Millisecond, PollInterval: 100 * time.Millisecond,
 	}

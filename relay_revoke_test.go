@@ -18,7 +18,8 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"golang.org/x/crypto/acme"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -80,8 +81,8 @@ func TestARelayedCertificateIsRevokedAtTheUpstreamOnceItsJobRuns(t *testing.T) {
 		t.Fatalf("finalize: %v", err)
 	}
 	leaf2, _ := x509.ParseCertificate(ders2[0])
-	op := &acmeproxy.Operator{DB: p.db, Queue: p.queue, Profiles: relayProfiles{p.srv.Profile(): p.srv}}
-	operator := acmeproxy.Actor{Kind: acmeproxy.ActorAdmin, ID: "ops"}
+	op := &operator.Operator{DB: p.db, Queue: p.queue, Profiles: relayProfiles{p.srv.Profile(): p.srv}}
+	operator := authority.Actor{Kind: authority.ActorAdmin, ID: "ops"}
 	superseded := 4
 	upstreamRevoked := func() bool { return b.pebble.store.GetRevokedCertificateBySerial(leaf.SerialNumber) != nil }
 	locallyRevoked := func() bool {
@@ -92,7 +93,7 @@ func TestARelayedCertificateIsRevokedAtTheUpstreamOnceItsJobRuns(t *testing.T) {
 		return !cert.RevokedAt.IsZero()
 	}
 	revokeJobs := func() []store.Job {
-		js, err := p.queue.List(ctx, store.JobFilter{Kind: acmeproxy.RevokeKind})
+		js, err := p.queue.List(ctx, store.JobFilter{Kind: authority.RevokeKind})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +164,7 @@ func TestARelayedCertificateIsRevokedAtTheUpstreamOnceItsJobRuns(t *testing.T) {
 		t.Error("the local order is not stamped revoked")
 	}
 	evs, err := p.db.SearchAudit(ctx, store.AuditFilter{Event: vocab.EventCertificateRevoked, OrderID: orderID})
-	if err != nil || len(evs) != 1 || evs[0].ActorKind != acmeproxy.ActorAccount || evs[0].ClientIP == "" {
+	if err != nil || len(evs) != 1 || evs[0].ActorKind != authority.ActorAccount || evs[0].ClientIP == "" {
 		t.Errorf("audit rows %+v (%v); want one certificate_revoked by the account, with its client", evs, err)
 	}
 	// The ledger has the revocation, without a CA of ours to publish it.
@@ -186,11 +187,11 @@ func TestARelayedCertificateIsRevokedAtTheUpstreamOnceItsJobRuns(t *testing.T) {
 	}
 }
 
-// All lists the process's profiles (acmeproxy.ProfileLister).
-func (p relayProfiles) All() []*acmeproxy.Server {
-	var out []*acmeproxy.Server
+// All lists the process's profiles (operator.ProfileLister).
+func (p relayProfiles) All() []*authority.Authority {
+	var out []*authority.Authority
 	for _, s := range p {
-		out = append(out, s)
+		out = append(out, s.Authority())
 	}
 	return out
 }

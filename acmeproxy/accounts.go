@@ -9,9 +9,6 @@ import (
 	"net/mail"
 	"strings"
 
-	"go.uber.org/zap"
-
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -27,15 +24,6 @@ type accountJSON struct {
 func (s *Server) accountJSON(base string, a store.Account) accountJSON {
 	return accountJSON{Status: a.Status, Contact: a.Contact, TermsOfServiceAgreed: a.TOSAgreed,
 		Orders: base + "/account/" + a.ID + "/orders"}
-}
-
-// decodePayload unmarshals a JSON payload strictly enough to catch a
-// client that sent something else: the payload must be one JSON object.
-func decodePayload(payload []byte, v any) error {
-	if err := json.Unmarshal(payload, v); err != nil {
-		return problem.MalformedF("the request payload is not the expected JSON object: %v", err)
-	}
-	return nil
 }
 
 // checkContacts accepts mailto: URLs with one address and no header
@@ -94,21 +82,15 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	now, id := s.clock.Now(), store.NewID()
-	jobs := s.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: id, ClientAddress: clientIP(r), Time: now})
-	acct, created, err := s.db.CreateAccount(ctx, store.Account{
-		ID: id, Profile: s.cfg.Profile, Thumbprint: req.thumbprint, KeyJWK: jwk,
-		Contact: p.Contact, TOSAgreed: p.TermsOfServiceAgreed,
-	}, now, jobs...)
+	acct, created, err := s.core.CreateAccount(ctx, store.Account{
+		Thumbprint: req.thumbprint, KeyJWK: jwk, Contact: p.Contact, TOSAgreed: p.TermsOfServiceAgreed,
+	}, clientIP(r))
 	if err != nil {
 		return err
 	}
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		s.notified(jobs)
-		s.log.Info("account created", zap.String("event", acme.EventAccountCreated),
-			zap.String("profile", s.cfg.Profile), zap.String("account", acct.ID))
 	}
 	w.Header().Set("Location", base+"/account/"+acct.ID)
 	s.writeJSON(w, status, s.accountJSON(base, acct))
@@ -144,17 +126,12 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 		if err := decodePayload(req.payload, &p); err != nil {
 			return err
 		}
-		now := s.clock.Now()
 		switch p.Status {
 		case "", acme.StatusValid:
 		case acme.StatusDeactivated:
-			jobs := s.notifyJobs(notify.Event{Event: acme.EventAccountDeactivated, Account: id, ClientAddress: clientIP(r), Time: now})
-			if acct, err = s.db.DeactivateAccount(ctx, id, now, jobs...); err != nil {
+			if acct, err = s.core.DeactivateAccount(ctx, id, clientIP(r)); err != nil {
 				return err
 			}
-			s.notified(jobs)
-			s.log.Info("account deactivated", zap.String("event", acme.EventAccountDeactivated),
-				zap.String("profile", s.cfg.Profile), zap.String("account", id))
 		default:
 			return problem.MalformedF("an account's status may only be set to deactivated")
 		}
@@ -162,7 +139,7 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 			if err := checkContacts(*p.Contact); err != nil {
 				return err
 			}
-			if acct, err = s.db.UpdateAccountContact(ctx, id, *p.Contact, now); err != nil {
+			if acct, err = s.core.UpdateAccountContact(ctx, id, *p.Contact); err != nil {
 				return err
 			}
 		}
@@ -245,23 +222,11 @@ func (s *Server) handleKeyChange(w http.ResponseWriter, r *http.Request) error {
 	if inner.thumbprint == outer.thumbprint {
 		return problem.MalformedF("the new key is the account's current key")
 	}
-	if other, err := s.db.AccountByKey(ctx, s.cfg.Profile, inner.thumbprint); err == nil {
-		w.Header().Set("Location", base+"/account/"+other.ID)
-		return problem.ConflictF("the new key already belongs to an account")
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return err
+	updated, holder, err := s.core.ChangeAccountKey(ctx, acct.ID, outer.thumbprint, inner.thumbprint, inner.jwk)
+	if holder != "" {
+		w.Header().Set("Location", base+"/account/"+holder)
 	}
-	jwk, err := inner.jwk.MarshalJSON()
 	if err != nil {
-		return err
-	}
-	updated, err := s.db.ChangeAccountKey(ctx, acct.ID, outer.thumbprint, inner.thumbprint, jwk, s.clock.Now())
-	switch {
-	case errors.Is(err, store.ErrConflict):
-		return problem.ConflictF("the new key already belongs to an account")
-	case errors.Is(err, store.ErrWrongState):
-		return problem.UnauthorizedF("the account's key changed or the account is no longer valid")
-	case err != nil:
 		return err
 	}
 	w.Header().Set("Location", base+"/account/"+acct.ID)

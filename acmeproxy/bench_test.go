@@ -2,6 +2,7 @@ package acmeproxy
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
 	"context"
 	"crypto/ecdsa"
@@ -245,7 +246,7 @@ func BenchmarkFinalizeCheckAndSign(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := checkCSR(csr, idents, f.acct.KeyJWK); err != nil {
+		if err := authority.CheckCSR(csr, idents, f.acct.KeyJWK); err != nil {
 			b.Fatal(err)
 		}
 		return csr

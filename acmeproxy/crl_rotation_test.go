@@ -2,6 +2,8 @@ package acmeproxy
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 
 	"context"
 	"crypto"
@@ -166,7 +168,7 @@ func TestRevocationsOfLeavesFromARenewedCAReachTheirOwnCAsCRL(t *testing.T) {
 	oldRevoked, oldKept := e.issue(ctx, c, "old-revoked.example.com"), e.issue(ctx, c, "old-kept.example.com")
 	var lastOld store.CRL
 	for range 3 {
-		crl, err := e.srv.RegenerateCRL(ctx)
+		crl, err := e.srv.Authority().RegenerateCRL(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +181,7 @@ func TestRevocationsOfLeavesFromARenewedCAReachTheirOwnCAsCRL(t *testing.T) {
 		t.Fatalf("leaves of two CAs name one CRL, %s", oldRevoked.leaf.CRLDistributionPoints[0])
 	}
 	// The renewed CA's first CRL continues the name's sequence.
-	firstNew, err := e.srv.RegenerateCRL(ctx)
+	firstNew, err := e.srv.Authority().RegenerateCRL(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +307,7 @@ func TestARevocationNoCRLCanListIsRefusedAndNothingIsRecorded(t *testing.T) {
 			func(before localca.Storage) localca.Storage { return before }, http.StatusOK, "", false, nil},
 		{"fail/storage without the CA: refused, 500",
 			func(localca.Storage) localca.Storage { return &certmagic.FileStorage{Path: t.TempDir()} },
-			http.StatusInternalServerError, "no longer holds the CA", false, ErrConflict},
+			http.StatusInternalServerError, "no longer holds the CA", false, operator.ErrConflict},
 		{"fail/the CA's key cannot be read now: refused, 503 with Retry-After",
 			func(before localca.Storage) localca.Storage { return unreadable{before} },
 			http.StatusServiceUnavailable, "cannot be reached now", true, signer.ErrIssuerUnavailable},
@@ -337,8 +339,8 @@ func TestARevocationNoCRLCanListIsRefusedAndNothingIsRecorded(t *testing.T) {
 			if r.status != tc.status {
 				t.Fatalf("revoke-cert: %d %s; want %d", r.status, r.body, tc.status)
 			}
-			op := &Operator{DB: second.db, Queue: second.queue, Profiles: staticProfiles{second.srv.Profile(): second.srv}}
-			_, opErr := op.RevokeOrder(ctx, other.order, nil, Actor{Kind: ActorAdmin, ID: "test"})
+			op := &operator.Operator{DB: second.db, Queue: second.queue, Profiles: staticProfiles{second.srv.Profile(): second.srv}}
+			_, opErr := op.RevokeOrder(ctx, other.order, nil, authority.Actor{Kind: authority.ActorAdmin, ID: "test"})
 			if tc.status == http.StatusOK {
 				if opErr != nil {
 					t.Fatalf("the operator's revocation: %v", opErr)
@@ -354,8 +356,8 @@ func TestARevocationNoCRLCanListIsRefusedAndNothingIsRecorded(t *testing.T) {
 			if got := r.header.Get("Retry-After") != ""; got != tc.retryAfter {
 				t.Errorf("Retry-After %q; want one: %v", r.header.Get("Retry-After"), tc.retryAfter)
 			}
-			if !errors.Is(opErr, ErrUnpublishable) || !errors.Is(opErr, tc.operator) {
-				t.Errorf("the operator's revocation: %v; want ErrUnpublishable and %v", opErr, tc.operator)
+			if !errors.Is(opErr, authority.ErrUnpublishable) || !errors.Is(opErr, tc.operator) {
+				t.Errorf("the operator's revocation: %v; want authority.ErrUnpublishable and %v", opErr, tc.operator)
 			}
 			for _, c := range []issued{cert, other} {
 				if got, err := second.db.CertificateOfOrder(ctx, c.order); err != nil || !got.RevokedAt.IsZero() {
@@ -386,7 +388,7 @@ func TestCRLJobsEndWithTheirCA(t *testing.T) {
 	if r := e.raw(c).post(e.url("/revoke-cert"), map[string]any{"certificate": b64(cert.der)}, jwsOpts{}); r.status != http.StatusOK {
 		t.Fatalf("revoke: %d %s", r.status, r.body)
 	}
-	js, err := e.queue.List(ctx, store.JobFilter{Kind: CRLRegenerateKind, Key: signer.CAKeyID(e.root)})
+	js, err := e.queue.List(ctx, store.JobFilter{Kind: authority.CRLRegenerateKind, Key: signer.CAKeyID(e.root)})
 	if err != nil || len(js) == 0 {
 		t.Fatalf("crl_regenerate jobs %v, %v; want the revocation's", js, err)
 	}
@@ -398,8 +400,8 @@ func TestCRLJobsEndWithTheirCA(t *testing.T) {
 
 	// A job for a CA the profile has no record of (queued before the CA
 	// was lost, or by an older version without a deadline) fails at once.
-	job, _, err := e.queue.Enqueue(ctx, jobs.Spec{Kind: CRLRegenerateKind, Key: "00ff00ff",
-		Payload: crlPayload{Profile: e.srv.Profile(), Issuer: "00ff00ff"}, MaxAttempts: crlMaxAttempts})
+	job, _, err := e.queue.Enqueue(ctx, jobs.Spec{Kind: authority.CRLRegenerateKind, Key: "00ff00ff",
+		Payload: map[string]string{"profile": e.srv.Profile(), "issuer": "00ff00ff"}, MaxAttempts: 12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +433,7 @@ func TestTheRefreshKeepsARetiredCAsCRLUntilTheCAExpires(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	q := jobs.NewQueue(db, clk)
 	ca := newRenewingCA(t, start)
-	oldCA := ca.renew(t, start, start.Add(crlRefreshAge+2*time.Hour)) // short-lived
+	oldCA := ca.renew(t, start, start.Add(authority.CRLRefreshAge+2*time.Hour)) // short-lived
 	sgn, err := localca.New(ca.source, localca.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
@@ -441,7 +443,7 @@ func TestTheRefreshKeepsARetiredCAsCRLUntilTheCAExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	queued := func() []string {
-		js, err := q.List(ctx, store.JobFilter{Kind: CRLRegenerateKind, Status: store.JobReady})
+		js, err := q.List(ctx, store.JobFilter{Kind: authority.CRLRegenerateKind, Status: store.JobReady})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -455,30 +457,30 @@ func TestTheRefreshKeepsARetiredCAsCRLUntilTheCAExpires(t *testing.T) {
 		slices.Sort(keys)
 		return keys
 	}
-	if _, err := s.RegenerateCRL(ctx); err != nil { // the old CA's, as the current one's
+	if _, err := s.Authority().RegenerateCRL(ctx); err != nil { // the old CA's, as the current one's
 		t.Fatal(err)
 	}
 	newCA := ca.renew(t, start, start.Add(72*time.Hour))
 	oldID, newID := signer.CAKeyID(oldCA), signer.CAKeyID(newCA)
 
-	if err := RefreshCRLs(ctx, []*Server{s}); err != nil {
+	if err := authority.RefreshCRLs(ctx, []*authority.Authority{s.Authority()}); err != nil {
 		t.Fatal(err)
 	}
 	if got := queued(); len(got) != 1 || got[0] != newID {
 		t.Fatalf("after the renewal, jobs for %v; want one for the new CA %s, which has no CRL yet", got, newID)
 	}
-	if _, err := s.RegenerateCRL(ctx); err != nil {
+	if _, err := s.Authority().RegenerateCRL(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(crlRefreshAge + time.Minute)
-	if err := RefreshCRLs(ctx, []*Server{s}); err != nil {
+	clk.Advance(authority.CRLRefreshAge + time.Minute)
+	if err := authority.RefreshCRLs(ctx, []*authority.Authority{s.Authority()}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := queued(), slices.Sorted(slices.Values([]string{oldID, newID})); !slices.Equal(got, want) {
 		t.Fatalf("with both CRLs old, jobs for %v; want both CAs %v", got, want)
 	}
 	clk.Advance(2 * time.Hour)
-	if err := RefreshCRLs(ctx, []*Server{s}); err != nil {
+	if err := authority.RefreshCRLs(ctx, []*authority.Authority{s.Authority()}); err != nil {
 		t.Fatal(err)
 	}
 	if got := queued(); len(got) != 1 || got[0] != newID {

@@ -2,6 +2,7 @@ package acmeproxy
 
 import (
 	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
 	"context"
 	"crypto/ecdsa"
@@ -93,14 +94,14 @@ func TestCRLsAreRefreshedWellBeforeNextUpdateAndWhenStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	queued := func() int {
-		js, err := q.List(ctx, store.JobFilter{Kind: CRLRegenerateKind, Status: store.JobReady})
+		js, err := q.List(ctx, store.JobFilter{Kind: authority.CRLRegenerateKind, Status: store.JobReady})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return len(js)
 	}
 	clearQueue := func() {
-		js, _ := q.List(ctx, store.JobFilter{Kind: CRLRegenerateKind, Status: store.JobReady})
+		js, _ := q.List(ctx, store.JobFilter{Kind: authority.CRLRegenerateKind, Status: store.JobReady})
 		for _, j := range js {
 			if _, err := q.Cancel(ctx, j.ID); err != nil {
 				t.Fatal(err)
@@ -108,69 +109,36 @@ func TestCRLsAreRefreshedWellBeforeNextUpdateAndWhenStale(t *testing.T) {
 		}
 	}
 
-	if err := RefreshCRLs(ctx, []*Server{s}); err != nil || queued() != 1 {
+	if err := authority.RefreshCRLs(ctx, []*authority.Authority{s.Authority()}); err != nil || queued() != 1 {
 		t.Fatalf("with no CRL: %v, %d jobs queued; want 1", err, queued())
 	}
 	clearQueue()
-	crl, err := s.RegenerateCRL(ctx)
+	crl, err := s.Authority().RegenerateCRL(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !crl.ThisUpdate.Equal(start.UTC().Truncate(time.Second)) || crl.NextUpdate.Sub(crl.ThisUpdate) != CRLValidity {
+	if !crl.ThisUpdate.Equal(start.UTC().Truncate(time.Second)) || crl.NextUpdate.Sub(crl.ThisUpdate) != authority.CRLValidity {
 		t.Errorf("thisUpdate %v nextUpdate %v", crl.ThisUpdate, crl.NextUpdate)
 	}
-	clk.Advance(crlRefreshAge - time.Minute)
-	if err := RefreshCRLs(ctx, []*Server{s}); err != nil || queued() != 0 {
+	clk.Advance(authority.CRLRefreshAge - time.Minute)
+	if err := authority.RefreshCRLs(ctx, []*authority.Authority{s.Authority()}); err != nil || queued() != 0 {
 		t.Fatalf("a fresh CRL: %v, %d jobs queued; want none", err, queued())
 	}
 	clk.Advance(2 * time.Minute)
-	if err := RefreshCRLs(ctx, []*Server{s}); err != nil || queued() != 1 {
-		t.Fatalf("a CRL %s old: %v, %d jobs queued; want 1, %s before its nextUpdate", crlRefreshAge+time.Minute, err, queued(),
-			CRLValidity-crlRefreshAge-time.Minute)
+	if err := authority.RefreshCRLs(ctx, []*authority.Authority{s.Authority()}); err != nil || queued() != 1 {
+		t.Fatalf("a CRL %s old: %v, %d jobs queued; want 1, %s before its nextUpdate", authority.CRLRefreshAge+time.Minute, err, queued(),
+			authority.CRLValidity-authority.CRLRefreshAge-time.Minute)
 	}
 	clearQueue()
-	if _, err := s.RegenerateCRL(ctx); err != nil {
+	if _, err := s.Authority().RegenerateCRL(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A ledger row the CRL lacks makes it stale at once.
-	if err := db.InsertAudit(ctx, store.AuditEvent{At: clk.Now(), Event: "x", Outcome: OutcomeSuccess}); err != nil {
+	if err := db.InsertAudit(ctx, store.AuditEvent{At: clk.Now(), Event: "x", Outcome: authority.OutcomeSuccess}); err != nil {
 		t.Fatal(err)
 	}
-	if err := RefreshCRLs(ctx, []*Server{s}); err != nil || queued() != 0 {
+	if err := authority.RefreshCRLs(ctx, []*authority.Authority{s.Authority()}); err != nil || queued() != 0 {
 		t.Fatalf("an audit row is not a revocation: %v, %d queued", err, queued())
-	}
-}
-
-func TestReverseLookupsOfClientsAreBoundedAndCached(t *testing.T) {
-	calls := 0
-	slow := newReverseNames(func(ctx context.Context, addr string) ([]string, error) {
-		calls++
-		<-ctx.Done()
-		return nil, ctx.Err()
-	})
-	now := time.Now()
-	began := time.Now()
-	if got := slow.name(context.Background(), "192.0.2.1", now); got != "" {
-		t.Errorf("a lookup that timed out gave %q", got)
-	}
-	if took := time.Since(began); took > 3*reverseLookupTimeout {
-		t.Errorf("a hung resolver held the request for %s", took)
-	}
-	slow.name(context.Background(), "192.0.2.1", now.Add(time.Second))
-	if calls != 1 {
-		t.Errorf("%d lookups of one address within the negative TTL; want 1", calls)
-	}
-	slow.name(context.Background(), "192.0.2.1", now.Add(reverseNameNegativeTTL+time.Second))
-	if calls != 2 {
-		t.Errorf("%d lookups after the negative TTL; want 2", calls)
-	}
-
-	fast := newReverseNames(func(context.Context, string) ([]string, error) { return []string{"client.example.com."}, nil })
-	if got := fast.name(context.Background(), "192.0.2.2", now); got != "client.example.com" {
-		t.Errorf("name %q; want client.example.com", got)
-	}
-	if got := fast.name(context.Background(), "not an address", now); got != "" {
-		t.Errorf("name of a non-address %q", got)
 	}
 }
 
@@ -187,7 +155,7 @@ func TestIssuanceAndItsFailureAreAudited(t *testing.T) {
 		t.Fatalf("%d certificate_issued rows; want 1", len(rows))
 	}
 	r := rows[0]
-	if r.Outcome != OutcomeSuccess || r.Serial != hex.EncodeToString(cert.leaf.SerialNumber.Bytes()) || r.AccountID == "" || r.ClientIP != "127.0.0.1" ||
+	if r.Outcome != authority.OutcomeSuccess || r.Serial != hex.EncodeToString(cert.leaf.SerialNumber.Bytes()) || r.AccountID == "" || r.ClientIP != "127.0.0.1" ||
 		r.ClientName != "client.test" || !strings.Contains(r.UserAgent, "acme") || len(r.Identifiers) != 1 || r.Profile != "test" {
 		t.Errorf("issuance row %+v", r)
 	}
@@ -203,7 +171,7 @@ func TestIssuanceAndItsFailureAreAudited(t *testing.T) {
 		t.Fatal("finalize succeeded past the CA's lifetime")
 	}
 	rows = auditRows(t, e.db, store.AuditFilter{Event: vocab.EventCertificateIssueFailed})
-	if len(rows) != 1 || rows[0].Outcome != OutcomeFailure || rows[0].Detail == "" || rows[0].ClientIP != "127.0.0.1" {
+	if len(rows) != 1 || rows[0].Outcome != authority.OutcomeFailure || rows[0].Detail == "" || rows[0].ClientIP != "127.0.0.1" {
 		t.Errorf("failure rows %+v; want one with the signer's reason", rows)
 	}
 }
@@ -274,7 +242,7 @@ func TestARevocationQueuedAtABackendIsConfirmedByAskingAgain(t *testing.T) {
 	// Asking again follows the same job.
 	revoke()
 	job := func() store.Job {
-		js, _ := e.queue.List(ctx, store.JobFilter{Kind: RevokeKind})
+		js, _ := e.queue.List(ctx, store.JobFilter{Kind: authority.RevokeKind})
 		if len(js) != 1 || js[0].Key != cert.order {
 			t.Fatalf("signer_revoke jobs %+v; want one keyed by the order", js)
 		}
@@ -292,8 +260,8 @@ func TestARevocationQueuedAtABackendIsConfirmedByAskingAgain(t *testing.T) {
 	// stays unrevoked and the job waits to retry.
 	backend.down.Store(true)
 	profiles := staticProfiles{e.srv.Profile(): e.srv}
-	handlers := append([]jobs.Handler{&ValidationJobs{Profiles: profiles, DB: e.db, Clock: e.srv.clock}},
-		RevocationJobHandlers(profiles, profiles.All, nil)...)
+	handlers := append([]jobs.Handler{authority.ValidationJobs(profiles, e.db, e.srv.clock)},
+		authority.RevocationJobHandlers(profiles, profiles.All, nil)...)
 	runner, err := jobs.NewRunner(e.queue, handlers, jobs.RunnerOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package acmeproxy
 
 import (
 	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
 	"context"
 	"crypto"
@@ -180,8 +181,8 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 		t.Fatal(err)
 	}
 	profiles := staticProfiles{srv.Profile(): srv}
-	handlers := append([]jobs.Handler{&ValidationJobs{Profiles: profiles, DB: db, Clock: srv.clock}},
-		RevocationJobHandlers(profiles, func() []*Server { return []*Server{srv} }, nil)...)
+	handlers := append([]jobs.Handler{authority.ValidationJobs(profiles, db, srv.clock)},
+		authority.RevocationJobHandlers(profiles, func() []*authority.Authority { return []*authority.Authority{srv.Authority()} }, nil)...)
 	handlers = append(handlers, eo.handlers...)
 	r, err := jobs.NewRunner(q, handlers, eo.runner)
 	if err != nil {
@@ -202,12 +203,18 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 
 type staticProfiles map[string]*Server
 
-func (p staticProfiles) Lookup(name string) (*Server, bool) { s, ok := p[name]; return s, ok }
+func (p staticProfiles) Lookup(name string) (*authority.Authority, bool) {
+	s, ok := p[name]
+	if !ok {
+		return nil, false
+	}
+	return s.Authority(), true
+}
 
-func (p staticProfiles) All() []*Server {
-	var out []*Server
+func (p staticProfiles) All() []*authority.Authority {
+	var out []*authority.Authority
 	for _, s := range p {
-		out = append(out, s)
+		out = append(out, s.Authority())
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package acmeproxy
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
 	"bytes"
 	"context"
@@ -638,7 +639,7 @@ func FuzzCheckCSR(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := checkCSR(csr, fuzzOrder, accountJWK); err != nil {
+		if err := authority.CheckCSR(csr, fuzzOrder, accountJWK); err != nil {
 			if p, ok := problem.As(err); !ok || p.Type != acme.ErrorBadCSR {
 				t.Fatalf("checkCSR refused with %v, want a badCSR problem", err)
 			}
@@ -878,7 +879,7 @@ func TestFuzzSeedsMeanWhatTheirNamesSay(t *testing.T) {
 		t.Run("csr/"+name, func(t *testing.T) {
 			csr, err := x509.ParseCertificateRequest(v[0].([]byte))
 			if err == nil {
-				err = checkCSR(csr, fuzzOrder, jwkOf(t, fx.keys.p256.Public()))
+				err = authority.CheckCSR(csr, fuzzOrder, jwkOf(t, fx.keys.p256.Public()))
 			}
 			switch {
 			case strings.HasPrefix(name, "ok-") && err != nil:

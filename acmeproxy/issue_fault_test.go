@@ -2,6 +2,7 @@ package acmeproxy
 
 import (
 	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
 	"context"
 	"crypto/ecdsa"
@@ -79,8 +80,8 @@ func TestAFaultOnOurSideAtFinalizeLeavesTheOrderProcessingAndTheResumeSweepIssue
 		t.Errorf("a fault on our side was audited as a failed issuance: %+v", rows)
 	}
 
-	fake.Advance(stuckAfter + time.Minute)
-	if n, err := e.srv.ResumeStuckOrders(ctx); err != nil || n != 1 {
+	fake.Advance(authority.StuckAfter + time.Minute)
+	if n, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil || n != 1 {
 		t.Fatalf("resume: %d %v; want the order resumed", n, err)
 	}
 	after, err := c.GetOrder(ctx, o.URI)
@@ -127,7 +128,7 @@ func TestAnOrderResumedAfterAReloadIsCheckedAgainstTheCurrentPolicy(t *testing.T
 	after := newTestEnvWith(t, envOptions{dbPath: dbPath, ca: before.ca, mutate: func(c *ProfileConfig) {
 		c.Deny = &IdentifierPolicy{Domains: []string{"soon-denied.example.com"}}
 	}})
-	if _, err := after.srv.ResumeStuckOrders(ctx); err != nil {
+	if _, err := after.srv.Authority().ResumeStuckOrders(ctx); err != nil {
 		t.Fatalf("resume: %v", err)
 	}
 	stored, err := after.db.GetOrder(ctx, after.srv.Profile(), id)

@@ -27,6 +27,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	josejson "github.com/go-jose/go-jose/v4/json"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -92,6 +93,15 @@ func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*si
 		return nil, err
 	}
 	return s.verifyJWS(ctx, body, s.baseURL(r), s.requestURL(r), mode, true)
+}
+
+// decodePayload unmarshals a JSON payload strictly enough to catch a
+// client that sent something else: the payload must be one JSON object.
+func decodePayload(payload []byte, v any) error {
+	if err := json.Unmarshal(payload, v); err != nil {
+		return problem.MalformedF("the request payload is not the expected JSON object: %v", err)
+	}
+	return nil
 }
 
 // readBody reads a signed request's body, up to maxBodyBytes: at once
@@ -234,8 +244,8 @@ func isAllowedAlg(alg string) bool {
 	return false
 }
 
-// parsePublicJWK parses a JWK that must be a public key of a type and size
-// this server accepts.
+// parsePublicJWK parses a JWK that must be a public key the key policy
+// accepts (authority.GoodKey).
 func parsePublicJWK(raw []byte) (*jose.JSONWebKey, error) {
 	var k jose.JSONWebKey
 	if err := json.Unmarshal(raw, &k); err != nil {
@@ -247,18 +257,10 @@ func parsePublicJWK(raw []byte) (*jose.JSONWebKey, error) {
 	if !k.IsPublic() {
 		return nil, problem.BadPublicKeyF("the JWK must be a public key")
 	}
-	switch pub := k.Key.(type) {
-	case *ecdsa.PublicKey:
-		if pub.Curve != elliptic.P256() && pub.Curve != elliptic.P384() {
-			return nil, problem.BadPublicKeyF("ECDSA keys must be on P-256 or P-384")
-		}
-	case *rsa.PublicKey:
-		if bits := pub.N.BitLen(); bits < 2048 || bits > 8192 {
-			return nil, problem.BadPublicKeyF("RSA keys must have 2048 to 8192 bits, not %d", bits)
-		}
-	case ed25519.PublicKey:
-	default:
+	if err := authority.GoodKey(k.Key); errors.Is(err, authority.ErrKeyType) {
 		return nil, problem.BadPublicKeyF("key type %T is not supported", k.Key)
+	} else if err != nil {
+		return nil, problem.BadPublicKeyF("%s", err)
 	}
 	return &k, nil
 }

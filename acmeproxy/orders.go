@@ -3,17 +3,12 @@ package acmeproxy
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
-	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -40,18 +35,9 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// orderStatus is the order's status as of now: a pending or ready order
-// past its expiry is invalid even before anything rewrote its row.
-func (s *Server) orderStatus(o store.Order) acme.Status {
-	if (o.Status == acme.StatusPending || o.Status == acme.StatusReady) && !s.clock.Now().Before(o.Expires) {
-		return acme.StatusInvalid
-	}
-	return o.Status
-}
-
 func (s *Server) orderJSON(base string, o store.Order) orderJSON {
 	out := orderJSON{
-		Status:         s.orderStatus(o),
+		Status:         s.core.OrderStatus(o),
 		Expires:        rfc3339(o.Expires),
 		NotBefore:      rfc3339(o.NotBefore),
 		NotAfter:       rfc3339(o.NotAfter),
@@ -81,14 +67,6 @@ func (s *Server) writeOrder(w http.ResponseWriter, base string, status int, o st
 	s.writeJSON(w, status, s.orderJSON(base, o))
 }
 
-// newToken returns a challenge token: 128+ bits of entropy, base64url
-// (RFC 8555 §8.3).
-func newToken() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
 // handleNewOrder creates an order with one authorization per identifier
 // (RFC 8555 §7.4).
 func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
@@ -114,21 +92,7 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	expires := now.Add(orderLifetime)
-	order := store.Order{Profile: s.cfg.Profile, AccountID: req.account.ID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires}
-	authzs := make([]store.Authz, len(idents))
-	for i, id := range idents {
-		base := acme.Identifier{Type: id.Type, Value: id.Value}
-		if wildcards[i] {
-			base.Value = id.Value[2:]
-		}
-		order.Identifiers = append(order.Identifiers, acme.Identifier(id))
-		authzs[i] = store.Authz{Identifier: base, Wildcard: wildcards[i], Expires: expires}
-		for _, typ := range s.challengeTypes(id.Type, wildcards[i]) {
-			authzs[i].Challenges = append(authzs[i].Challenges, store.Challenge{Type: typ, Token: newToken()})
-		}
-	}
-	order, err = s.db.CreateOrder(ctx, order, authzs, now)
+	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter)
 	if err != nil {
 		return err
 	}
@@ -136,23 +100,9 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// challengeTypes are the challenges offered for an identifier: wildcards
-// only by dns-01, IP addresses not by dns-01 (RFC 8738 §7).
-func (s *Server) challengeTypes(identType string, wildcard bool) []string {
-	var out []string
-	for _, t := range s.cfg.Challenges {
-		switch {
-		case wildcard && t != acme.ChallengeDNS01:
-		case identType == acme.IdentifierIP && t == acme.ChallengeDNS01:
-		default:
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 // checkIdentifiers normalizes and de-duplicates an order's identifiers and
-// applies the profile's policy; every refused identifier gets a subproblem.
+// asks the authority whether it takes each (authority.IdentifierRefusal);
+// every refused identifier gets a subproblem.
 func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bool, error) {
 	if len(in) == 0 {
 		return nil, nil, problem.MalformedF("an order needs at least one identifier")
@@ -168,18 +118,8 @@ func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bo
 	)
 	for _, raw := range in {
 		id, wildcard, prob := normalizeIdentifier(raw)
-		if prob == nil && len(s.challengeTypes(id.Type, wildcard)) == 0 {
-			what := "wildcard names need dns-01"
-			if id.Type == acme.IdentifierIP {
-				what = "IP addresses need http-01 or tls-alpn-01"
-			}
-			prob = problem.RejectedIdentifierF("%s cannot be validated here: %s, which this profile does not offer", id.Value, what).For(id.Type, id.Value)
-		}
 		if prob == nil {
-			prob = s.policy.check(id)
-		}
-		if prob == nil {
-			prob = s.signerRefusal(id)
+			prob = s.core.IdentifierRefusal(id, wildcard)
 		}
 		if prob != nil {
 			subs = append(subs, prob)
@@ -200,21 +140,6 @@ func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bo
 		return nil, nil, problem.CompoundOf(&top, subs)
 	}
 	return out, wildcards, nil
-}
-
-// signerRefusal returns a subproblem when the profile's signer cannot issue
-// for id at all (signer.IdentifierChecker), so the client learns it at
-// newOrder rather than after proving control.
-func (s *Server) signerRefusal(id acme.Identifier) *problem.Problem {
-	c, ok := s.signer.(signer.IdentifierChecker)
-	if !ok {
-		return nil
-	}
-	err := c.CheckIdentifier(id)
-	if err == nil {
-		return nil
-	}
-	return signerProblem(err).For(id.Type, id.Value)
 }
 
 // parseValidity reads newOrder's optional notBefore/notAfter (RFC 3339).
@@ -240,21 +165,6 @@ func parseValidity(nb, na string, now time.Time) (time.Time, time.Time, error) {
 	return notBefore, notAfter, nil
 }
 
-// loadOwnOrder reads an order the requesting account owns.
-func (s *Server) loadOwnOrder(r *http.Request, req *signedRequest, id string) (store.Order, error) {
-	o, err := s.db.GetOrder(r.Context(), s.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return o, problem.NotFound("order")
-	}
-	if err != nil {
-		return o, err
-	}
-	if o.AccountID != req.account.ID {
-		return o, problem.UnauthorizedF("this order belongs to another account")
-	}
-	return o, nil
-}
-
 // handleOrder answers POST-as-GET for an order (RFC 8555 §7.4).
 func (s *Server) handleOrder(w http.ResponseWriter, r *http.Request, id string) error {
 	req, err := s.verify(r.Context(), r, needKID)
@@ -264,7 +174,7 @@ func (s *Server) handleOrder(w http.ResponseWriter, r *http.Request, id string) 
 	if !req.postAsGet {
 		return problem.MalformedF("an order is read with POST-as-GET (an empty payload)")
 	}
-	o, err := s.loadOwnOrder(r, req, id)
+	o, err := s.core.OwnOrder(r.Context(), req.account.ID, id)
 	if err != nil {
 		return err
 	}
@@ -282,27 +192,12 @@ func (s *Server) handleCertificate(w http.ResponseWriter, r *http.Request, id st
 	if !req.postAsGet {
 		return problem.MalformedF("a certificate is read with POST-as-GET (an empty payload)")
 	}
-	c, err := s.db.GetCertificate(ctx, s.cfg.Profile, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return problem.NotFound("certificate")
-	}
+	c, err := s.core.OwnCertificate(ctx, req.account.ID, id)
 	if err != nil {
 		return err
-	}
-	if c.AccountID != req.account.ID {
-		return problem.UnauthorizedF("this certificate belongs to another account")
 	}
 	w.Header().Set("Content-Type", "application/pem-certificate-chain")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte(c.ChainPEM))
 	return nil
-}
-
-// pemChain encodes DER certificates as a PEM chain.
-func pemChain(ders [][]byte) []byte {
-	var out []byte
-	for _, d := range ders {
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: d})...)
-	}
-	return out
 }

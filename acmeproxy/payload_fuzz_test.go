@@ -1,7 +1,10 @@
 package acmeproxy
 
 import (
+	"encoding/pem"
+	"fmt"
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
 	"bytes"
 	"context"
@@ -245,12 +248,12 @@ func FuzzAccountPayload(f *testing.F) {
 func (fx *fuzzFixture) readyOrder(tb testing.TB, names ...string) store.Order {
 	tb.Helper()
 	ctx := context.Background()
-	o := store.Order{Profile: fuzzProfile, AccountID: fx.accountID(), Expires: fuzzStart.Add(orderLifetime)}
+	o := store.Order{Profile: fuzzProfile, AccountID: fx.accountID(), Expires: fuzzStart.Add(authority.OrderLifetime)}
 	authzs := make([]store.Authz, len(names))
 	for i, n := range names {
 		o.Identifiers = append(o.Identifiers, acme.Identifier{Type: acme.IdentifierDNS, Value: n})
 		authzs[i] = store.Authz{Identifier: acme.Identifier{Type: acme.IdentifierDNS, Value: n}, Expires: o.Expires,
-			Challenges: []store.Challenge{{Type: acme.ChallengeHTTP01, Token: newToken()}}}
+			Challenges: []store.Challenge{{Type: acme.ChallengeHTTP01, Token: store.NewID()}}}
 	}
 	o, err := fx.db.CreateOrder(ctx, o, authzs, fuzzStart)
 	if err != nil {
@@ -690,4 +693,14 @@ func TestPayloadFuzzSeedsGetTheAnswersTheyAreWrittenFor(t *testing.T) {
 			wantAnswer(t, s, finalizes.finalizePayload(t, finalizeSeedPayload(t, finalizes, s)))
 		})
 	}
+}
+
+// storedLeaf returns the DER and the parsed leaf of a stored chain.
+func storedLeaf(c store.Certificate) ([]byte, *x509.Certificate, error) {
+	block, _ := pem.Decode([]byte(c.ChainPEM))
+	if block == nil {
+		return nil, nil, fmt.Errorf("certificate %s: the stored chain holds no PEM block", c.ID)
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	return block.Bytes, leaf, err
 }

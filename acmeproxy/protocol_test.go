@@ -1122,7 +1122,7 @@ func TestConcurrentFinalizesOfOneOrderIssueOneCertificate(t *testing.T) {
 		close(start)
 		wg.Wait()
 		if n := gate.claimed(); n != racers {
-			t.Fatalf("round %d: %d of %d finalizes reached their claim together; the gate looks for the clock reading of the claim in handleFinalize", round, n, racers)
+			t.Fatalf("round %d: %d of %d finalizes reached their claim together; the gate looks for the clock reading of the claim in authority.Finalize", round, n, racers)
 		}
 		winner := -1
 		for i := range racers {
@@ -1162,7 +1162,7 @@ func TestConcurrentFinalizesOfOneOrderIssueOneCertificate(t *testing.T) {
 }
 
 // claimGate is a server clock for a race of finalizes. When
-// handleFinalize reads it for the time of its claim — after reading the
+// authority.Finalize reads it for the time of its claim — after reading the
 // order and finding it ready — the request waits at the gate until every
 // racer expected has arrived there or finished without arriving; then
 // all go on at once. So every finalize has passed the status check before
@@ -1207,7 +1207,7 @@ func (g *claimGate) leaveLocked() {
 }
 
 func (g *claimGate) Now() time.Time {
-	if callerIs(".(*Server).handleFinalize") {
+	if callerIs(".(*Authority).Finalize") {
 		g.mu.Lock()
 		open := g.open
 		if g.expected > 0 {

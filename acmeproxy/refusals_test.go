@@ -2,6 +2,8 @@ package acmeproxy
 
 import (
 	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 
 	"bytes"
 	"context"
@@ -30,7 +32,7 @@ import (
 
 // refusalMetrics counts RevocationRefused by profile and reason.
 type refusalMetrics struct {
-	nopMetrics
+	authority.NopMetrics
 	mu sync.Mutex
 	n  map[string]int
 }
@@ -110,24 +112,24 @@ func TestRefusalsOfRequestersNoOneKnowsWriteOneSummaryRowPerSourceAndInterval(t 
 	if got := rows(vocab.EventRevocationRefusals); len(got) != 0 {
 		t.Errorf("a summary before its interval ended: %+v", got)
 	}
-	if m.count("test", RefusalMalformed) != 150 || m.count("test", RefusalNotAuthorized) != 50 {
+	if m.count("test", authority.RefusalMalformed) != 150 || m.count("test", authority.RefusalNotAuthorized) != 50 {
 		t.Errorf("counted %v; want 150 malformed and 50 not_authorized", m.n)
 	}
 
-	clk.Advance(RefusalInterval - time.Second)
-	e.srv.FlushRefusals(ctx, false)
+	clk.Advance(authority.RefusalInterval - time.Second)
+	e.srv.Authority().FlushRefusals(ctx, false)
 	if got := rows(vocab.EventRevocationRefusals); len(got) != 0 {
-		t.Fatalf("a summary %s into its interval: %+v", RefusalInterval-time.Second, got)
+		t.Fatalf("a summary %s into its interval: %+v", authority.RefusalInterval-time.Second, got)
 	}
 	clk.Advance(time.Second)
-	e.srv.FlushRefusals(ctx, false)
-	e.srv.FlushRefusals(ctx, false)
+	e.srv.Authority().FlushRefusals(ctx, false)
+	e.srv.Authority().FlushRefusals(ctx, false)
 	sum := rows(vocab.EventRevocationRefusals)
 	if len(sum) != 1 {
 		t.Fatalf("%d summary rows for one source's interval; want 1: %+v", len(sum), sum)
 	}
 	s := sum[0]
-	if s.ClientIP != "127.0.0.1" || s.Outcome != OutcomeRefused || s.Profile != "test" || s.ActorKind != ActorSystem ||
+	if s.ClientIP != "127.0.0.1" || s.Outcome != authority.OutcomeRefused || s.Profile != "test" || s.ActorKind != authority.ActorSystem ||
 		!strings.HasPrefix(s.Detail, "200 refused revocation requests from 127.0.0.1 in the 10m0s from ") ||
 		s.Reason != "malformed=150 not_authorized=50" || s.UserAgent != "" {
 		t.Errorf("summary row %+v", s)
@@ -138,14 +140,14 @@ func TestRefusalsOfRequestersNoOneKnowsWriteOneSummaryRowPerSourceAndInterval(t 
 	// flush.
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	e.rawClient().postAs(bigUA, e.url("/revoke-cert"), []byte("{"), jwsOpts{embedJWK: true, key: key})
-	clk.Advance(RefusalInterval)
+	clk.Advance(authority.RefusalInterval)
 	e.rawClient().postAs(bigUA, e.url("/revoke-cert"), []byte("{"), jwsOpts{embedJWK: true, key: key})
 	sum = rows(vocab.EventRevocationRefusals)
 	if len(sum) != 2 || !strings.HasPrefix(sum[0].Detail, "1 refused revocation requests from 127.0.0.1") {
 		t.Fatalf("after the second interval: %+v; want a second summary of 1 refusal", sum)
 	}
 	// The last refusal's interval is still open: a final flush writes it.
-	e.srv.FlushRefusals(ctx, true)
+	e.srv.Authority().FlushRefusals(ctx, true)
 	if sum = rows(vocab.EventRevocationRefusals); len(sum) != 3 {
 		t.Errorf("a final flush left the open interval unwritten: %d summaries", len(sum))
 	}
@@ -176,10 +178,10 @@ func TestRefusalsOfRequestersNoOneKnowsWriteOneSummaryRowPerSourceAndInterval(t 
 			t.Errorf("row %d: order %q, user agent of %d bytes %q", i, r.OrderID, len(r.UserAgent), r.UserAgent)
 		}
 	}
-	if got[0].ActorKind != ActorCertificateKey || got[1].ActorKind != ActorAccount {
+	if got[0].ActorKind != authority.ActorCertificateKey || got[1].ActorKind != authority.ActorAccount {
 		t.Errorf("actors %s, %s; want the certificate's key, then the account", got[0].ActorKind, got[1].ActorKind)
 	}
-	if m.count("test", RefusalBadReason) != 1 || m.count("test", RefusalAlreadyRevoked) != 1 {
+	if m.count("test", authority.RefusalBadReason) != 1 || m.count("test", authority.RefusalAlreadyRevoked) != 1 {
 		t.Errorf("counted %v; want the known refusals too", m.n)
 	}
 
@@ -198,7 +200,7 @@ func TestRefusalsOfRequestersNoOneKnowsWriteOneSummaryRowPerSourceAndInterval(t 
 	if n := len(rows(vocab.EventRevocationRefused)) - before; n != 2 {
 		t.Errorf("a deactivated stranger's refusal wrote a row of its own (%d rows; want still 2)", n)
 	}
-	if m.count("test", RefusalNotAuthorized) != 50 {
+	if m.count("test", authority.RefusalNotAuthorized) != 50 {
 		t.Errorf("counted %v; want the deactivated stranger's request not among revoke-cert's refusals", m.n)
 	}
 }
@@ -221,61 +223,19 @@ func TestAQueuedRevocationCarriesTheClientsUserAgentCutToTheBound(t *testing.T) 
 	if r := e.raw(c).postAs(ua, e.url("/revoke-cert"), p, jwsOpts{}); r.status != http.StatusServiceUnavailable {
 		t.Fatalf("with the runner stopped: %d %s; want 503 queued", r.status, r.body)
 	}
-	js, err := e.queue.List(ctx, store.JobFilter{Kind: RevokeKind})
+	js, err := e.queue.List(ctx, store.JobFilter{Kind: authority.RevokeKind})
 	if err != nil || len(js) != 1 {
 		t.Fatalf("signer_revoke jobs %v, %v; want one", js, err)
 	}
-	var payload revokePayload
+	var payload struct {
+		UserAgent string `json:"user_agent"`
+	}
 	if err := json.Unmarshal(js[0].Payload, &payload); err != nil {
 		t.Fatal(err)
 	}
 	if len(payload.UserAgent) > store.AuditFieldMax || !strings.HasPrefix(payload.UserAgent, "lego/5 xxx") ||
 		!strings.HasSuffix(payload.UserAgent, store.CutMark) {
 		t.Errorf("the job stores a user agent of %d bytes: %q", len(payload.UserAgent), payload.UserAgent)
-	}
-}
-
-func TestTheRefusalTallyIsBoundedAndCountsIPv6ByItsSlash64(t *testing.T) {
-	ctx := context.Background()
-	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Clock = clk }})
-	e.srv.refusals = &refusalTally{interval: RefusalInterval, capacity: 3}
-	for _, ip := range []string{
-		"192.0.2.1", "192.0.2.1", "::ffff:192.0.2.1", // one source
-		"2001:db8:1:2::1", "2001:db8:1:2:ffff::9", // one /64
-		"2001:db8:1:3::1",            // the third source fills the tally
-		"198.51.100.7", "192.0.2.99", // past the bound: the overflow
-		"192.0.2.1", // a tracked source is still counted as itself
-	} {
-		e.srv.tallyRefusal(ctx, client{IP: ip, UserAgent: strings.Repeat("u", 20000)}, RefusalMalformed)
-	}
-	if n := len(e.srv.refusals.sources); n != 3 {
-		t.Errorf("%d sources tracked; the bound is 3", n)
-	}
-	e.srv.FlushRefusals(ctx, true)
-	sum := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationRefusals})
-	got := map[string]string{}
-	for _, r := range sum {
-		got[r.ClientIP] = r.Detail
-	}
-	want := map[string]string{
-		"192.0.2.1":         "4 refused revocation requests from 192.0.2.1 ",
-		"2001:db8:1:2::/64": "2 refused revocation requests from 2001:db8:1:2::/64 ",
-		"2001:db8:1:3::/64": "1 refused revocation requests from 2001:db8:1:3::/64 ",
-		"":                  "2 refused revocation requests from sources past the first 3 ",
-	}
-	if len(got) != len(want) {
-		t.Errorf("summary rows for %v; want %v", got, want)
-	}
-	for ip, prefix := range want {
-		if !strings.HasPrefix(got[ip], prefix) {
-			t.Errorf("summary of %q: %q; want it to start %q", ip, got[ip], prefix)
-		}
-	}
-	// Written, the tally is empty: the next flush writes nothing.
-	e.srv.FlushRefusals(ctx, true)
-	if again := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationRefusals}); len(again) != len(sum) {
-		t.Errorf("a second flush wrote %d more rows", len(again)-len(sum))
 	}
 }
 
@@ -286,12 +246,12 @@ func TestTheAuditSweepDeletesOnlyRowsPastTheRetentionAndRecordsItself(t *testing
 	retention := 90 * 24 * time.Hour
 	for i, at := range []time.Time{now.Add(-retention - time.Hour), now.Add(-retention - time.Millisecond), now.Add(-retention),
 		now.Add(-time.Hour)} {
-		if err := e.db.InsertAudit(ctx, store.AuditEvent{At: at, Event: vocab.EventCertificateIssued, Outcome: OutcomeSuccess,
+		if err := e.db.InsertAudit(ctx, store.AuditEvent{At: at, Event: vocab.EventCertificateIssued, Outcome: authority.OutcomeSuccess,
 			OrderID: fmt.Sprint("o", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n, err := SweepAudit(ctx, e.db, retention, now)
+	n, err := authority.SweepAudit(ctx, e.db, retention, now)
 	if err != nil || n != 2 {
 		t.Fatalf("SweepAudit: %d, %v; want the 2 rows older than %s", n, err, retention)
 	}
@@ -308,12 +268,12 @@ func TestTheAuditSweepDeletesOnlyRowsPastTheRetentionAndRecordsItself(t *testing
 	if fmt.Sprint(orders) != "[o3 o2]" {
 		t.Errorf("rows left %v; want o3 and o2 (the one exactly at the cutoff stays)", orders)
 	}
-	if len(sweeps) != 1 || sweeps[0].ActorKind != ActorSystem ||
+	if len(sweeps) != 1 || sweeps[0].ActorKind != authority.ActorSystem ||
 		sweeps[0].Detail != "the retention sweep deleted 2 audit rows older than 2026-03-03T00:00:00Z (audit_retention 90d)" {
 		t.Errorf("the sweep's rows: %+v", sweeps)
 	}
 	// A sweep with nothing to delete writes nothing.
-	if n, err := SweepAudit(ctx, e.db, retention, now); err != nil || n != 0 {
+	if n, err := authority.SweepAudit(ctx, e.db, retention, now); err != nil || n != 0 {
 		t.Errorf("a second sweep: %d, %v", n, err)
 	}
 	if again := auditRows(t, e.db, store.AuditFilter{Limit: 1000}); len(again) != len(left) {
@@ -324,25 +284,25 @@ func TestTheAuditSweepDeletesOnlyRowsPastTheRetentionAndRecordsItself(t *testing
 func TestAnOperatorPruneRefusesAFutureCutoffAndRecordsWhoPruned(t *testing.T) {
 	ctx := context.Background()
 	e := newTestEnv(t, nil)
-	op := &Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+	op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
 	old := time.Now().Add(-48 * time.Hour)
 	for _, at := range []time.Time{old, old.Add(time.Hour), time.Now()} {
-		if err := e.db.InsertAudit(ctx, store.AuditEvent{At: at, Event: vocab.EventCertificateIssued, Outcome: OutcomeSuccess}); err != nil {
+		if err := e.db.InsertAudit(ctx, store.AuditEvent{At: at, Event: vocab.EventCertificateIssued, Outcome: authority.OutcomeSuccess}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for name, before := range map[string]time.Time{"no cutoff": {}, "a cutoff in the future": time.Now().Add(time.Hour)} {
-		if _, err := op.PruneAudit(ctx, before, Actor{Kind: ActorAdmin, ID: "ops"}); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v; want ErrInvalid", name, err)
+		if _, err := op.PruneAudit(ctx, before, authority.Actor{Kind: authority.ActorAdmin, ID: "ops"}); !errors.Is(err, operator.ErrInvalid) {
+			t.Errorf("%s: %v; want operator.ErrInvalid", name, err)
 		}
 	}
 	cutoff := old.Add(30 * time.Minute)
-	v, err := op.PruneAudit(ctx, cutoff, Actor{Kind: ActorCLI, ID: "alice"})
+	v, err := op.PruneAudit(ctx, cutoff, authority.Actor{Kind: authority.ActorCLI, ID: "alice"})
 	if err != nil || v.Deleted != 1 || !v.Before.Equal(cutoff) {
 		t.Fatalf("PruneAudit: %+v, %v; want 1 deleted", v, err)
 	}
 	rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventAuditPruned})
-	if len(rows) != 1 || rows[0].ActorKind != ActorCLI || rows[0].ActorID != "alice" ||
+	if len(rows) != 1 || rows[0].ActorKind != authority.ActorCLI || rows[0].ActorID != "alice" ||
 		rows[0].Detail != "deleted 1 audit rows older than "+cutoff.UTC().Format(time.RFC3339) {
 		t.Errorf("the prune's row: %+v", rows)
 	}
@@ -352,7 +312,7 @@ func TestANotificationCarriesTheAuditRowsBoundedStrings(t *testing.T) {
 	dst := notify.Destination{Type: notify.TypeWebhook, URL: "https://hooks.example.com/acme"}
 	e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Notify = []notify.Destination{dst} }})
 	detail := strings.Repeat("upstream said: no. ", 1000)
-	jobs := e.srv.auditNotifyJobs(store.AuditEvent{At: time.Now(), Event: vocab.EventCertificateIssueFailed, Outcome: OutcomeFailure,
+	jobs := e.srv.Authority().AuditNotifyJobs(store.AuditEvent{At: time.Now(), Event: vocab.EventCertificateIssueFailed, Outcome: authority.OutcomeFailure,
 		Profile: "test", OrderID: "o1", Reason: strings.Repeat("r", 5000), Detail: detail})
 	if len(jobs) != 1 {
 		t.Fatalf("%d notification jobs; want 1", len(jobs))

@@ -33,7 +33,7 @@ func TestAnOrderACrashLeftProcessingIsFinishedByTheResumeSweep(t *testing.T) {
 	if won, err := e.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, time.Now().Add(-10*time.Minute)); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
-	if n, err := e.srv.ResumeStuckOrders(ctx); err != nil || n != 1 {
+	if n, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil || n != 1 {
 		t.Fatalf("resume: %d %v; want 1 order resumed", n, err)
 	}
 	got, err := c.GetOrder(ctx, o.URI)
@@ -48,7 +48,7 @@ func TestAnOrderACrashLeftProcessingIsFinishedByTheResumeSweep(t *testing.T) {
 		t.Fatalf("fetch: %v", err)
 	}
 	// A second sweep finds nothing: the order is settled.
-	if n, err := e.srv.ResumeStuckOrders(ctx); err != nil || n != 0 {
+	if n, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil || n != 0 {
 		t.Fatalf("second resume: %d %v; want nothing to do", n, err)
 	}
 }
@@ -64,7 +64,7 @@ func TestAnOrderStillBeingFinalizedIsNotResumed(t *testing.T) {
 	if won, err := e.db.ClaimOrderForIssue(ctx, path.Base(o.URI), newCSR(t, key, "", []string{"live.example.com"}, nil), store.OrderClient{}, time.Now()); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
-	if n, err := e.srv.ResumeStuckOrders(ctx); err != nil || n != 0 {
+	if n, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil || n != 0 {
 		t.Fatalf("resume took %d orders (%v) that a live finalize just claimed", n, err)
 	}
 }

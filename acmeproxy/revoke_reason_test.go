@@ -2,6 +2,8 @@ package acmeproxy
 
 import (
 	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 
 	"context"
 	"crypto/x509"
@@ -20,8 +22,8 @@ func TestAnOperatorChangesARevocationReasonToKeyCompromiseAndTheCRLShowsIt(t *te
 	defer cancel()
 	e := newTestEnv(t, nil)
 	owner := e.client(ctx)
-	op := &Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
-	admin := Actor{Kind: ActorAdmin, ID: "test"}
+	op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+	admin := authority.Actor{Kind: authority.ActorAdmin, ID: "test"}
 	cert := e.issue(ctx, owner, "compromised.example.com")
 	if err := owner.RevokeCert(ctx, nil, cert.der, acme.CRLReasonSuperseded); err != nil {
 		t.Fatal(err)
@@ -64,13 +66,13 @@ func TestAnOperatorChangesARevocationReasonToKeyCompromiseAndTheCRLShowsIt(t *te
 		t.Errorf("ledger reason %v; want 1", rev.Reason)
 	}
 	rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationReasonChanged, OrderID: cert.order})
-	if len(rows) != 1 || rows[0].ActorKind != ActorAdmin || rows[0].Reason != "1" || rows[0].Serial != stored.Serial {
+	if len(rows) != 1 || rows[0].ActorKind != authority.ActorAdmin || rows[0].Reason != "1" || rows[0].Serial != stored.Serial {
 		t.Errorf("audit rows %+v; want one revocation_reason_changed by admin with reason 1", rows)
 	}
 
 	t.Run("fail/a second change to keyCompromise is already done", func(t *testing.T) {
-		if _, err := op.RevokeOrder(ctx, cert.order, &keyCompromise, admin); !errors.Is(err, ErrAlreadyRevoked) {
-			t.Fatalf("err %v; want ErrAlreadyRevoked", err)
+		if _, err := op.RevokeOrder(ctx, cert.order, &keyCompromise, admin); !errors.Is(err, authority.ErrAlreadyRevoked) {
+			t.Fatalf("err %v; want authority.ErrAlreadyRevoked", err)
 		}
 	})
 	t.Run("fail/an operator cannot change the reason to anything else", func(t *testing.T) {
@@ -79,8 +81,8 @@ func TestAnOperatorChangesARevocationReasonToKeyCompromiseAndTheCRLShowsIt(t *te
 			t.Fatal(err)
 		}
 		cessation := 5
-		if _, err := op.RevokeOrder(ctx, other.order, &cessation, admin); !errors.Is(err, ErrAlreadyRevoked) {
-			t.Fatalf("err %v; want ErrAlreadyRevoked", err)
+		if _, err := op.RevokeOrder(ctx, other.order, &cessation, admin); !errors.Is(err, authority.ErrAlreadyRevoked) {
+			t.Fatalf("err %v; want authority.ErrAlreadyRevoked", err)
 		}
 	})
 	t.Run("fail/a client's keyCompromise on a revoked certificate changes nothing", func(t *testing.T) {
@@ -107,17 +109,17 @@ func TestTheOperatorMayGivePrivilegeWithdrawnButNotRemoveFromCRL(t *testing.T) {
 	defer cancel()
 	e := newTestEnv(t, nil)
 	owner := e.client(ctx)
-	op := &Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
-	admin := Actor{Kind: ActorAdmin, ID: "test"}
+	op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+	admin := authority.Actor{Kind: authority.ActorAdmin, ID: "test"}
 	tests := []struct {
 		name    string
 		reason  int
 		wantErr error
 	}{
 		{"ok/9 privilegeWithdrawn", 9, nil},
-		{"fail/8 removeFromCRL", 8, ErrBadRevocationReason},
-		{"fail/6 certificateHold", 6, ErrBadRevocationReason},
-		{"fail/7 is unassigned", 7, ErrBadRevocationReason},
+		{"fail/8 removeFromCRL", 8, authority.ErrBadRevocationReason},
+		{"fail/6 certificateHold", 6, authority.ErrBadRevocationReason},
+		{"fail/7 is unassigned", 7, authority.ErrBadRevocationReason},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,8 +129,8 @@ func TestTheOperatorMayGivePrivilegeWithdrawnButNotRemoveFromCRL(t *testing.T) {
 				t.Fatalf("err %v; want %v", err, tc.wantErr)
 			}
 			if tc.wantErr != nil {
-				if !errors.Is(err, ErrInvalid) {
-					t.Errorf("err %v is not ErrInvalid (the admin API's 400)", err)
+				if !errors.Is(err, operator.ErrInvalid) {
+					t.Errorf("err %v is not operator.ErrInvalid (the admin API's 400)", err)
 				}
 				return
 			}
@@ -157,11 +159,11 @@ func TestALedgerEntryWithRemoveFromCRLIsListedRevokedWithoutThatReason(t *testin
 	if _, err := e.db.RevokeCertificate(ctx, store.Revocation{
 		CertificateID: stored.ID, Profile: stored.Profile, OrderID: stored.OrderID, Serial: stored.Serial,
 		IssuerKeyID: signer.LeafIssuerKeyID(cert.leaf), Reason: &eight, RevokedAt: time.Now(), NotAfter: stored.NotAfter,
-		ActorKind: ActorAccount, ActorID: "legacy",
-	}, store.AuditEvent{At: time.Now(), Event: vocab.EventCertificateRevoked, Outcome: OutcomeSuccess}); err != nil {
+		ActorKind: authority.ActorAccount, ActorID: "legacy",
+	}, store.AuditEvent{At: time.Now(), Event: vocab.EventCertificateRevoked, Outcome: authority.OutcomeSuccess}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.srv.RegenerateCRL(ctx); err != nil {
+	if _, err := e.srv.Authority().RegenerateCRL(ctx); err != nil {
 		t.Fatal(err)
 	}
 	crl := e.crl(lists(cert.leaf.SerialNumber))

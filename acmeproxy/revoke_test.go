@@ -2,6 +2,8 @@ package acmeproxy
 
 import (
 	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 
 	"context"
 	"crypto/ecdsa"
@@ -144,21 +146,21 @@ func TestRevokeCertByEachAuthorizedRequesterAndTheCRLListsIt(t *testing.T) {
 	}{
 		{"ok/the ordering account (kid)", func(c issued) error {
 			return owner.RevokeCert(ctx, nil, c.der, acme.CRLReasonKeyCompromise)
-		}, &keyCompromise, ActorAccount},
+		}, &keyCompromise, authority.ActorAccount},
 		{"ok/the certificate's own key (jwk)", func(c issued) error {
 			return owner.RevokeCert(ctx, c.key, c.der, acme.CRLReasonSuperseded)
-		}, &superseded, ActorCertificateKey},
+		}, &superseded, authority.ActorCertificateKey},
 		{"ok/an account with valid authorizations for every name", func(c issued) error {
 			e.issue(ctx, holder, c.leaf.DNSNames...) // proves the names
 			return holder.RevokeCert(ctx, nil, c.der, acme.CRLReasonCessationOfOperation)
-		}, &cessation, ActorAccount},
+		}, &cessation, authority.ActorAccount},
 		{"ok/no reason at all", func(c issued) error {
 			r := e.raw(owner).post(e.url("/revoke-cert"), map[string]string{"certificate": b64(c.der)}, jwsOpts{})
 			if r.status != http.StatusOK {
 				return fmt.Errorf("%d %s", r.status, r.body)
 			}
 			return nil
-		}, nil, ActorAccount},
+		}, nil, authority.ActorAccount},
 	}
 	var serials []*big.Int
 	for i, tc := range tests {
@@ -240,10 +242,10 @@ func TestRevokeCertByEachAuthorizedRequesterAndTheCRLListsIt(t *testing.T) {
 		if first.Number == nil || first.Number.Sign() <= 0 {
 			t.Fatalf("cRLNumber %v", first.Number)
 		}
-		if !first.NextUpdate.After(first.ThisUpdate) || first.NextUpdate.Sub(first.ThisUpdate) != CRLValidity {
+		if !first.NextUpdate.After(first.ThisUpdate) || first.NextUpdate.Sub(first.ThisUpdate) != authority.CRLValidity {
 			t.Errorf("thisUpdate %v nextUpdate %v", first.ThisUpdate, first.NextUpdate)
 		}
-		if _, err := e.srv.RegenerateCRL(ctx); err != nil {
+		if _, err := e.srv.Authority().RegenerateCRL(ctx); err != nil {
 			t.Fatal(err)
 		}
 		second := e.crl(func(c *x509.RevocationList) bool { return c.Number.Cmp(first.Number) > 0 })
@@ -349,7 +351,7 @@ func TestRevokeCertRefusalsAreAuditedAndTellAStrangerNothing(t *testing.T) {
 				t.Errorf("%d refusal rows written; want 1", len(after)-before)
 			case !tc.wantAudit && len(after) != before:
 				t.Errorf("%d refusal rows written; want none", len(after)-before)
-			case tc.wantAudit && (after[0].Outcome != OutcomeRefused || after[0].Reason != string(tc.wantType) || after[0].Detail == ""):
+			case tc.wantAudit && (after[0].Outcome != authority.OutcomeRefused || after[0].Reason != string(tc.wantType) || after[0].Detail == ""):
 				t.Errorf("refusal row %+v", after[0])
 			}
 		})
@@ -359,7 +361,7 @@ func TestRevokeCertRefusalsAreAuditedAndTellAStrangerNothing(t *testing.T) {
 	rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationRefused, OrderID: cert.order})
 	found := false
 	for _, r := range rows {
-		if r.ActorKind == ActorAccount && r.ActorID == path.Base(stranger.kid) && r.Serial == hex.EncodeToString(cert.leaf.SerialNumber.Bytes()) {
+		if r.ActorKind == authority.ActorAccount && r.ActorID == path.Base(stranger.kid) && r.Serial == hex.EncodeToString(cert.leaf.SerialNumber.Bytes()) {
 			found = true
 		}
 	}
@@ -376,7 +378,7 @@ func TestAClientAndAnOperatorRevokingAtOnceRecordOneRevocation(t *testing.T) {
 	defer cancel()
 	e := newTestEnv(t, nil)
 	owner := e.client(ctx)
-	op := &Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+	op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
 	raw := e.raw(owner)
 	const clientReason, operatorReason = 1, 4
 	// Rounds race the two doors at once, or let one finish first, so that
@@ -425,14 +427,14 @@ func TestAClientAndAnOperatorRevokingAtOnceRecordOneRevocation(t *testing.T) {
 				<-clientDone
 			}
 			reason := operatorReason
-			_, opErr = op.RevokeOrder(ctx, cert.order, &reason, Actor{Kind: ActorAdmin, ID: "test"})
+			_, opErr = op.RevokeOrder(ctx, cert.order, &reason, authority.Actor{Kind: authority.ActorAdmin, ID: "test"})
 		}()
 		close(start)
 		wg.Wait()
 
 		p, _ := problem.As(clientErr)
 		clientLost := p != nil && p.Type == vocab.ErrorAlreadyRevoked
-		opLost := errors.Is(opErr, ErrAlreadyRevoked) && errors.Is(opErr, ErrConflict)
+		opLost := errors.Is(opErr, authority.ErrAlreadyRevoked) && errors.Is(opErr, operator.ErrConflict)
 		winner, want := "", 0
 		switch {
 		case clientErr == nil && opLost:
@@ -482,12 +484,15 @@ func TestTheCRLListsARevocationACrashLeftWithoutItsJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reason := 1
-	rv := revocation{cert: stored, leaf: cert.leaf, reason: &reason, actor: Actor{Kind: ActorAdmin}}
-	if err := first.srv.record(ctx, &rv, signerIssuer(t, first)); err != nil {
+	reason, now := 1, time.Now()
+	if _, err := first.db.RevokeCertificate(ctx, store.Revocation{
+		CertificateID: stored.ID, Profile: stored.Profile, OrderID: stored.OrderID, Serial: stored.Serial,
+		IssuerKeyID: signerIssuer(t, first), Reason: &reason, RevokedAt: now, NotAfter: stored.NotAfter, ActorKind: authority.ActorAdmin,
+	}, store.AuditEvent{At: now, Event: vocab.EventCertificateRevoked, Outcome: authority.OutcomeSuccess, Profile: stored.Profile,
+		ActorKind: authority.ActorAdmin, OrderID: stored.OrderID, AccountID: stored.AccountID, Serial: stored.Serial}); err != nil {
 		t.Fatal(err)
 	}
-	if js, _ := first.queue.List(ctx, store.JobFilter{Kind: CRLRegenerateKind, Status: store.JobReady}); len(js) != 0 {
+	if js, _ := first.queue.List(ctx, store.JobFilter{Kind: authority.CRLRegenerateKind, Status: store.JobReady}); len(js) != 0 {
 		t.Fatalf("a crl_regenerate job is queued; the crash must leave none")
 	}
 	first.ts.Close()
@@ -504,7 +509,7 @@ func TestTheCRLListsARevocationACrashLeftWithoutItsJob(t *testing.T) {
 
 func signerIssuer(t *testing.T, e *testEnv) string {
 	t.Helper()
-	cs, _ := e.srv.crlSigner()
+	cs, _ := e.srv.Authority().CRLSigner()
 	id, err := cs.CRLIssuer(context.Background())
 	if err != nil {
 		t.Fatal(err)

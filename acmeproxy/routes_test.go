@@ -1,6 +1,7 @@
 package acmeproxy
 
 import (
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"net/http"
 	"strings"
 	"sync"
@@ -10,7 +11,7 @@ import (
 
 // routeRecorder is a Metrics that keeps the route names of requests.
 type routeRecorder struct {
-	nopMetrics
+	authority.NopMetrics
 	mu     sync.Mutex
 	routes []string
 }

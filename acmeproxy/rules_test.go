@@ -185,7 +185,7 @@ func TestAnAuthorizationPastItsExpiryIsExpiredAndItsChallengeCannotBeAnswered(t 
 				t.Fatalf("start challenge: %v %v", started, err)
 			}
 		})
-		e.srv.validate(ctx, challengeID(ch))
+		e.srv.Authority().RunValidation(ctx, challengeID(ch))
 		got, _, err := e.db.GetChallenge(ctx, e.srv.Profile(), challengeID(ch))
 		if err != nil {
 			t.Fatal(err)

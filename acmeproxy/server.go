@@ -1,8 +1,10 @@
-// Package acmeproxy is the ACME (RFC 8555) server: one Server per profile,
-// serving the directory, nonces, accounts, orders, authorizations,
-// challenges (validated by durable jobs), finalize and certificate
-// download. It knows nothing about Caddy; the root package mounts a Server
-// in a handler and runs its jobs in the app's runner.
+// Package acmeproxy is the ACME (RFC 8555) server's HTTP front: one Server
+// per profile, serving the directory, nonces, accounts, orders,
+// authorizations, challenges, finalize and certificate download. It routes,
+// checks the JWS and nonce, renders, and leaves the rest to the profile's
+// authority (package authority). It knows nothing about Caddy; the root
+// package mounts a Server in a handler and runs the authority's jobs in
+// the app's runner.
 package acmeproxy
 
 import (
@@ -10,89 +12,44 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
-	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // Lifetimes of the resources a client creates.
 const (
-	// orderLifetime is how long a client has to validate and finalize.
-	orderLifetime = 24 * time.Hour
 	// retryAfterProcessing is the Retry-After for resources still processing.
 	retryAfterProcessing = 1
 )
 
-// Validator checks challenges for real. Its methods return nil when the
-// challenge is met, a *problem.Problem when the client's response is wrong
-// (recorded on the challenge), and any other error for a fault on our side.
-type Validator interface {
-	HTTP01(ctx context.Context, identType, identValue, token, keyAuth string) error
-	DNS01(ctx context.Context, domain, keyAuth string) error
-	TLSALPN01(ctx context.Context, identType, identValue, keyAuth string) error
-}
+// Options are a Server's collaborators: its authority's.
+type Options = authority.Options
 
-// Options are a Server's collaborators.
-type Options struct {
-	DB        *store.DB
-	Queue     *jobs.Queue
-	Signer    signer.Signer
-	Validator Validator
-	Clock     clock.Clock // default: wall clock
-	Logger    *zap.Logger // default: no logging
-	// RevokeWait bounds how long a revocation that a job carries to the
-	// signer's backend is waited for before the request answers "queued";
-	// default DefaultRevokeWait.
-	RevokeWait time.Duration
-	// SignerName names the signer for operators ("local_ca", "relay");
-	// default its Go package's name.
-	SignerName string
-	// LookupAddr resolves client addresses to names for the audit trail;
-	// default the system resolver. Each lookup is cut short after 100ms.
-	LookupAddr func(ctx context.Context, addr string) ([]string, error)
-	// Notify are the profile's notification destinations (its own, or
-	// the app's defaults); each event a destination wants is stored as a
-	// notify_deliver job with the event. Default none.
-	Notify []notify.Destination
-	// Metrics receives measurements; default none.
-	Metrics Metrics
-}
-
-// Server is the ACME server of one profile.
+// Server is the HTTP front of one profile: routes, the JWS and nonce
+// step, and rendering. What a request asks for is done by the profile's
+// authority.
 type Server struct {
-	cfg       ProfileConfig
-	db        *store.DB
-	queue     *jobs.Queue
-	signer    signer.Signer
-	validator Validator
-	clock     clock.Clock
-	log       *zap.Logger
-	nonces    *nonces
-	kidKeys   kidKeyCache // see kidKeyCache
-	// inline bounds the validations running in challenge POSTs at once
-	// (see validateInline); past it they go straight to the job.
-	inline  chan struct{}
-	policy  policy
-	offered map[string]bool // challenge types this profile offers
+	cfg     ProfileConfig
+	core    *authority.Authority
+	db      *store.DB
+	clock   clock.Clock
+	log     *zap.Logger
+	nonces  *nonces
+	kidKeys kidKeyCache // see kidKeyCache
 
-	signerName string
-	revokeWait time.Duration
-	names      *reverseNames
-	refusals   *refusalTally // unauthenticated revoke-cert refusals (see refusals.go)
-	crls       crlCache
-	notify     []notify.Destination
-	metrics    Metrics
-	storeDown  conditionLog   // see answerStoreUnavailable
-	mux        *http.ServeMux // see newMux
+	metrics   authority.Metrics
+	storeDown conditionLog   // see answerStoreUnavailable
+	mux       *http.ServeMux // see newMux
 }
 
 // NewServer checks cfg (defaults applied) and builds the profile's server.
@@ -101,9 +58,6 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.DB == nil || opts.Queue == nil || opts.Signer == nil || opts.Validator == nil {
-		return nil, errors.New("acmeproxy: a server needs a store, a queue, a signer and a validator")
-	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real()
 	}
@@ -111,49 +65,31 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		opts.Logger = zap.NewNop()
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = nopMetrics{}
+		opts.Metrics = authority.NopMetrics{}
 	}
-	for i := range opts.Notify {
-		if err := opts.Notify[i].Validate(); err != nil {
-			return nil, err
-		}
+	core, err := authority.New(authority.Config{
+		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
+	}, opts)
+	if err != nil {
+		return nil, err
 	}
 	key, err := opts.DB.Secret(ctx, "nonce-hmac", 32, opts.Clock.Now())
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, db: opts.DB, queue: opts.Queue, signer: opts.Signer, validator: opts.Validator,
-		clock: opts.Clock, log: opts.Logger,
-		nonces:  &nonces{key: key, db: opts.DB},
-		inline:  make(chan struct{}, maxInlineValidations),
-		policy:  newPolicy(cfg.Allow, cfg.Deny),
-		offered: map[string]bool{},
+		cfg: cfg, core: core, db: opts.DB, clock: opts.Clock, log: opts.Logger,
+		nonces: &nonces{key: key, db: opts.DB},
 
-		signerName: opts.SignerName,
-		revokeWait: opts.RevokeWait,
-		names:      newReverseNames(opts.LookupAddr),
-		refusals:   newRefusalTally(),
-		notify:     opts.Notify,
-		metrics:    opts.Metrics,
-		storeDown:  conditionLog{every: storeLogEvery},
-	}
-	if s.revokeWait <= 0 {
-		s.revokeWait = DefaultRevokeWait
-	}
-	for _, c := range cfg.Challenges {
-		s.offered[c] = true
+		metrics:   opts.Metrics,
+		storeDown: conditionLog{every: storeLogEvery},
 	}
 	s.mux = s.newMux()
-	// A signer that finishes later reports to this server, and keeps its
-	// durable work in this server's queue and store.
-	if b, ok := opts.Signer.(signer.Binder); ok {
-		if err := b.Bind(signer.Binding{Profile: cfg.Profile, Settler: s, Queue: opts.Queue, DB: opts.DB, Logger: opts.Logger}); err != nil {
-			return nil, fmt.Errorf("signer: %w", err)
-		}
-	}
 	return s, nil
 }
+
+// Authority is the profile's core, which job handlers and operators use.
+func (s *Server) Authority() *authority.Authority { return s.core }
 
 // Profile is the profile's name.
 func (s *Server) Profile() string { return s.cfg.Profile }
@@ -189,13 +125,32 @@ func (s *Server) requestURL(r *http.Request) string {
 	return u
 }
 
+// clientIP is the address the request came from (without the port).
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// clientOf describes r's client for the authority's audit rows, its user
+// agent clipped to the audit row's bound: a client carries it into job
+// payloads and the relay's mapping before any row is written.
+func clientOf(r *http.Request) authority.Client {
+	if r == nil {
+		return authority.Client{}
+	}
+	return authority.Client{IP: clientIP(r), UserAgent: store.Clip(r.UserAgent(), store.AuditFieldMax)}
+}
+
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // ServeHTTP routes a request under the profile's prefix. Every response
 // carries a fresh Replay-Nonce, the directory Link and Cache-Control:
 // no-store (RFC 8555 §6.5, §7.1, §7.2).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, nop := s.metrics.(nopMetrics); !nop {
+	if _, nop := s.metrics.(authority.NopMetrics); !nop {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, route: "other"}
 		defer func() { s.metrics.Request(s.cfg.Profile, sw.route, sw.status, time.Since(start)) }()
@@ -392,7 +347,7 @@ func (s *Server) handleNewNonce(w http.ResponseWriter, r *http.Request) error {
 // handleCAChain serves the issuing CA chain, when the signer knows it, so a
 // client can bootstrap trust.
 func (s *Server) handleCAChain(w http.ResponseWriter, r *http.Request) error {
-	c, ok := s.signer.(signer.CAChainer)
+	c, ok := s.core.Signer().(signer.CAChainer)
 	if !ok {
 		return problem.NotFound("CA chain")
 	}
@@ -403,6 +358,6 @@ func (s *Server) handleCAChain(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/pem-certificate-chain")
 	w.Header().Set("Cache-Control", "public, max-age=3600")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(pemChain(chain))
+	_, _ = w.Write(authority.PEMChain(chain))
 	return nil
 }

@@ -47,10 +47,10 @@ func TestAnOrderASignerSettlesLaterIsAuditedWithTheClientThatFinalizedIt(t *test
 			if err != nil {
 				t.Fatal(err)
 			}
-			return e.srv.Issued(ctx, orderID, out.Chain)
+			return e.srv.Authority().Issued(ctx, orderID, out.Chain)
 		}, acme.EventCertificateIssued},
 		{"failed", func(t *testing.T, orderID string, _ signer.IssueRequest) error {
-			return e.srv.Failed(ctx, orderID, "the upstream CA refused")
+			return e.srv.Authority().Failed(ctx, orderID, "the upstream CA refused")
 		}, acme.EventCertificateIssueFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -71,13 +72,13 @@ func TestSignerJobsReachTheSignerOfTheirProfileOrWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sgn.binding.Profile != "worker" || sgn.binding.Settler != srv || sgn.binding.Queue != q || sgn.binding.DB != db {
-		t.Fatalf("binding %+v; want the profile, its server as settler, its queue and store", sgn.binding)
+	if sgn.binding.Profile != "worker" || sgn.binding.Settler != srv.Authority() || sgn.binding.Queue != q || sgn.binding.DB != db {
+		t.Fatalf("binding %+v; want the profile, its authority as settler, its queue and store", sgn.binding)
 	}
 	local, _ := NewServer(ctx, ProfileConfig{Profile: "plain"}, Options{DB: db, Queue: q, Signer: &sjPlainSigner{}, Validator: sjValidator{}})
 	profiles := staticProfiles{"worker": srv, "plain": local}
 
-	hs := SignerJobHandlers(profiles, []*Server{srv, local}, nil)
+	hs := authority.SignerJobHandlers(profiles, []*authority.Authority{srv.Authority(), local.Authority()}, nil)
 	if len(hs) != 1 || hs[0].Kind() != "sj_work" {
 		t.Fatalf("handlers %v; want one for sj_work", hs)
 	}

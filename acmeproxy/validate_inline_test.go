@@ -2,6 +2,7 @@ package acmeproxy
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
 	"context"
 	"net/http"
@@ -16,7 +17,7 @@ import (
 // validationJobs lists the challenge_validate jobs of the environment.
 func validationJobs(t *testing.T, e *testEnv) []store.Job {
 	t.Helper()
-	js, err := e.db.ListJobs(context.Background(), store.JobFilter{Kind: ValidateKind})
+	js, err := e.db.ListJobs(context.Background(), store.JobFilter{Kind: authority.ValidateKind})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -230,7 +230,7 @@ func (db *DB) SearchAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, err
 	if f.BeforeID > 0 {
 		add("id < ?", f.BeforeID)
 	}
-	f.Limit = pageLimit(f.Limit)
+	f.Limit = PageLimit(f.Limit)
 	stmt := `SELECT ` + auditCols + ` FROM audit_events`
 	if len(where) > 0 {
 		stmt += ` WHERE ` + strings.Join(where, " AND ")
@@ -307,13 +307,17 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 	}
 }
 
-// pageLimit bounds a page: default 100, at most 1000.
-func pageLimit(n int) int {
+// MaxPage is the most items one page of a list holds.
+const MaxPage = 1000
+
+// PageLimit is the one page-limit rule of every list the operators read:
+// n items, by default 100, at most MaxPage.
+func PageLimit(n int) int {
 	switch {
 	case n <= 0:
 		return 100
-	case n > 1000:
-		return 1000
+	case n > MaxPage:
+		return MaxPage
 	}
 	return n
 }

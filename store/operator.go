@@ -103,7 +103,7 @@ func (db *DB) ListOrders(ctx context.Context, f OrderFilter) ([]OrderSummary, er
 		stmt += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	stmt += ` ORDER BY o.created_at DESC, o.id DESC LIMIT ?`
-	rows, err := db.r.QueryContext(ctx, db.q(stmt), append(args, pageLimit(f.Limit))...)
+	rows, err := db.r.QueryContext(ctx, db.q(stmt), append(args, PageLimit(f.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("store: listing orders: %w", err)
 	}
@@ -161,7 +161,7 @@ func (db *DB) ListAccounts(ctx context.Context, f AccountFilter) ([]AccountSumma
 		stmt += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	stmt += ` ORDER BY a.created_at DESC, a.id DESC LIMIT ?`
-	rows, err := db.r.QueryContext(ctx, db.q(stmt), append(args, pageLimit(f.Limit))...)
+	rows, err := db.r.QueryContext(ctx, db.q(stmt), append(args, PageLimit(f.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("store: listing accounts: %w", err)
 	}

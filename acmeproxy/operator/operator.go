@@ -1,4 +1,8 @@
-package acmeproxy
+// Package operator is what operators do, shared by the admin API, the CLI
+// and the web page: read orders, accounts, jobs and the audit trail, and
+// revoke, deactivate, retry, cancel and regenerate. It works on the
+// profiles' authorities.
+package operator
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -14,6 +18,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -32,8 +37,8 @@ var (
 
 // ProfileLister finds and lists the profiles mounted in this process.
 type ProfileLister interface {
-	Profiles
-	All() []*Server
+	authority.Profiles
+	All() []*authority.Authority
 }
 
 // Operator is what the admin API and the CLI do: read orders, accounts,
@@ -44,6 +49,16 @@ type Operator struct {
 	Queue    *jobs.Queue
 	Profiles ProfileLister
 }
+
+// Filter names: the query parameters of the admin API's lists and the
+// flags of the CLI that sets them, one set for both. Each list's names are
+// those of its store filter's fields.
+var (
+	OrderFilters   = []string{"profile", "status", "identifier", "account", "after", "limit"}
+	AccountFilters = []string{"profile", "status", "after", "limit"}
+	JobFilters     = []string{"kind", "status", "key", "before", "limit"}
+	AuditFilters   = []string{"profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"}
+)
 
 // Page is one page of a list; Next, when set, is the cursor of the next.
 type Page[T any] struct {
@@ -78,15 +93,15 @@ type ProfileView struct {
 // ListProfiles lists the profiles this process mounts, by name.
 func (op *Operator) ListProfiles() []ProfileView {
 	var out []ProfileView
-	for _, s := range op.Profiles.All() {
-		_, crl := s.crlSigner()
-		name := s.signerName
+	for _, au := range op.Profiles.All() {
+		_, crl := au.CRLSigner()
+		name := au.SignerName()
 		if name == "" {
-			name = signerName(s.signer)
+			name = signerName(au.Signer())
 		}
-		v := ProfileView{Name: s.cfg.Profile, Prefix: s.cfg.Prefix, Signer: name, Revocation: "ledger",
-			CRL: crl, CRLURL: s.cfg.CRLURL, Challenges: s.cfg.Challenges}
-		if s.signer.RevocationRoute() == signer.RevokeByJob {
+		v := ProfileView{Name: au.Profile(), Prefix: au.Prefix(), Signer: name, Revocation: "ledger",
+			CRL: crl, CRLURL: au.CRLURL(), Challenges: au.Challenges()}
+		if au.Signer().RevocationRoute() == signer.RevokeByJob {
 			v.Revocation = "job"
 		}
 		out = append(out, v)
@@ -185,18 +200,7 @@ func (op *Operator) ListOrders(ctx context.Context, f store.OrderFilter) (Page[O
 	for i, o := range rows {
 		views[i] = orderView(o)
 	}
-	return page(views, listLimit(f.Limit), func(v OrderView) string { return v.ID }), nil
-}
-
-// listLimit is the page size the store applies for limit.
-func listLimit(limit int) int {
-	switch {
-	case limit <= 0:
-		return 100
-	case limit > 1000:
-		return 1000
-	}
-	return limit
+	return page(views, store.PageLimit(f.Limit), func(v OrderView) string { return v.ID }), nil
 }
 
 // ShowOrder reads one order with its certificate chain.
@@ -210,25 +214,25 @@ func (op *Operator) ShowOrder(ctx context.Context, id string) (OrderView, error)
 
 // RevokeOrder revokes the certificate of an order through its profile's
 // signer; the revocation is audited with actor.
-func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, actor Actor) (RevokeResult, error) {
+func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, actor authority.Actor) (authority.RevokeResult, error) {
 	o, err := op.DB.OrderByID(ctx, id)
 	if err != nil {
-		return RevokeResult{}, err
+		return authority.RevokeResult{}, err
 	}
 	if o.Certificate == nil {
-		return RevokeResult{}, fmt.Errorf("%w: order %s is %s and has no certificate", ErrConflict, id, o.Status)
+		return authority.RevokeResult{}, fmt.Errorf("%w: order %s is %s and has no certificate", ErrConflict, id, o.Status)
 	}
 	s, ok := op.Profiles.Lookup(o.Profile)
 	if !ok {
-		return RevokeResult{}, fmt.Errorf("%w: %s (order %s)", ErrNotMounted, o.Profile, id)
+		return authority.RevokeResult{}, fmt.Errorf("%w: %s (order %s)", ErrNotMounted, o.Profile, id)
 	}
 	res, err := s.RevokeOrder(ctx, id, reason, actor)
 	switch {
-	case errors.Is(err, ErrAlreadyRevoked):
+	case errors.Is(err, authority.ErrAlreadyRevoked):
 		return res, fmt.Errorf("%w: %w", ErrConflict, err)
-	case errors.Is(err, ErrBadRevocationReason):
+	case errors.Is(err, authority.ErrBadRevocationReason):
 		return res, fmt.Errorf("%w: %w", ErrInvalid, err)
-	case errors.Is(err, ErrUnpublishable) && !errors.Is(err, signer.ErrIssuerUnavailable):
+	case errors.Is(err, authority.ErrUnpublishable) && !errors.Is(err, signer.ErrIssuerUnavailable):
 		// The CA is gone: asking again cannot succeed.
 		return res, fmt.Errorf("%w: %w", ErrConflict, err)
 	}
@@ -272,7 +276,7 @@ func (op *Operator) ListAccounts(ctx context.Context, f store.AccountFilter) (Pa
 	for i, a := range rows {
 		views[i] = accountView(a)
 	}
-	return page(views, listLimit(f.Limit), func(v AccountView) string { return v.ID }), nil
+	return page(views, store.PageLimit(f.Limit), func(v AccountView) string { return v.ID }), nil
 }
 
 // ShowAccount reads one account.
@@ -286,7 +290,7 @@ func (op *Operator) ShowAccount(ctx context.Context, id string) (AccountView, er
 
 // DeactivateAccount deactivates a valid account (its key can then only
 // revoke what it ordered), and audits it.
-func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor Actor) (AccountView, error) {
+func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor authority.Actor) (AccountView, error) {
 	if _, err := op.DB.AccountByID(ctx, id); err != nil {
 		return AccountView{}, err
 	}
@@ -297,18 +301,18 @@ func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor Acto
 	if err != nil {
 		return AccountView{}, err
 	}
-	ev := store.AuditEvent{At: time.Now(), Event: acme.EventAccountDeactivated, Outcome: OutcomeSuccess,
+	ev := store.AuditEvent{At: time.Now(), Event: acme.EventAccountDeactivated, Outcome: authority.OutcomeSuccess,
 		Profile: a.Profile, ActorKind: actor.Kind, ActorID: actor.ID, AccountID: a.ID}
-	s, mounted := op.Profiles.Lookup(a.Profile)
+	au, mounted := op.Profiles.Lookup(a.Profile)
 	if mounted {
-		ev.Jobs = s.auditNotifyJobs(ev)
+		ev.Jobs = au.AuditNotifyJobs(ev)
 	}
 	if err := op.DB.InsertAudit(ctx, ev); err != nil {
 		return AccountView{}, err
 	}
 	if mounted {
-		s.notified(ev.Jobs)
-		s.log.Info("account deactivated", zap.String("event", acme.EventAccountDeactivated),
+		au.Notified(ev.Jobs)
+		au.Logger().Info("account deactivated", zap.String("event", acme.EventAccountDeactivated),
 			zap.String("profile", a.Profile), zap.String("account", a.ID), zap.String("actor", actor.Kind))
 	}
 	return op.ShowAccount(ctx, id)
@@ -351,7 +355,7 @@ func (op *Operator) ListJobs(ctx context.Context, f store.JobFilter) (Page[JobVi
 	if f.Status != "" && !slices.Contains(jobStatuses, string(f.Status)) {
 		return Page[JobView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, strings.Join(jobStatuses, ", "))
 	}
-	f.Limit = listLimit(f.Limit)
+	f.Limit = store.PageLimit(f.Limit)
 	js, err := op.Queue.List(ctx, f)
 	if err != nil {
 		return Page[JobView]{}, err
@@ -408,7 +412,7 @@ type AuditView struct {
 	Event       string            `json:"event"`
 	Outcome     string            `json:"outcome"`
 	Profile     string            `json:"profile,omitempty"`
-	Actor       Actor             `json:"actor"`
+	Actor       authority.Actor   `json:"actor"`
 	Order       string            `json:"order,omitempty"`
 	Account     string            `json:"account,omitempty"`
 	Identifiers []acme.Identifier `json:"identifiers,omitempty"`
@@ -420,7 +424,7 @@ type AuditView struct {
 	Detail      string            `json:"detail,omitempty"`
 }
 
-var auditOutcomes = []string{OutcomeSuccess, OutcomeFailure, OutcomeRefused}
+var auditOutcomes = []string{authority.OutcomeSuccess, authority.OutcomeFailure, authority.OutcomeRefused}
 
 // SearchAudit searches the audit trail, newest first.
 func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[AuditView], error) {
@@ -430,7 +434,7 @@ func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return Page[AuditView]{}, fmt.Errorf("%w: until must be after since", ErrInvalid)
 	}
-	f.Limit = listLimit(f.Limit)
+	f.Limit = store.PageLimit(f.Limit)
 	evs, err := op.DB.SearchAudit(ctx, f)
 	if err != nil {
 		return Page[AuditView]{}, err
@@ -438,7 +442,7 @@ func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[
 	views := make([]AuditView, len(evs))
 	for i, e := range evs {
 		views[i] = AuditView{ID: e.ID, At: e.At, Event: e.Event, Outcome: e.Outcome, Profile: e.Profile,
-			Actor: Actor{Kind: e.ActorKind, ID: e.ActorID}, Order: e.OrderID, Account: e.AccountID, Identifiers: e.Identifiers,
+			Actor: authority.Actor{Kind: e.ActorKind, ID: e.ActorID}, Order: e.OrderID, Account: e.AccountID, Identifiers: e.Identifiers,
 			Serial: e.Serial, ClientIP: e.ClientIP, ClientName: e.ClientName, UserAgent: e.UserAgent, Reason: e.Reason, Detail: e.Detail}
 	}
 	return page(views, f.Limit, func(v AuditView) string { return fmt.Sprint(v.ID) }), nil
@@ -453,7 +457,7 @@ type AuditPruneView struct {
 // PruneAudit deletes the audit rows older than before, which may not lie
 // in the future, and records the prune, with actor and the cutoff, in a
 // row of its own that the prune keeps.
-func (op *Operator) PruneAudit(ctx context.Context, before time.Time, actor Actor) (AuditPruneView, error) {
+func (op *Operator) PruneAudit(ctx context.Context, before time.Time, actor authority.Actor) (AuditPruneView, error) {
 	now := time.Now()
 	switch {
 	case before.IsZero():
@@ -463,7 +467,7 @@ func (op *Operator) PruneAudit(ctx context.Context, before time.Time, actor Acto
 			before.UTC().Format(time.RFC3339))
 	}
 	n, err := op.DB.PruneAudit(ctx, before, 0, func(n int64) (store.AuditEvent, bool) {
-		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID,
+		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: authority.OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID,
 			Reason: "operator", Detail: fmt.Sprintf("deleted %d audit rows older than %s", n, before.UTC().Format(time.RFC3339))}, true
 	})
 	if err != nil {
@@ -484,12 +488,12 @@ type CRLView struct {
 	Entries    int       `json:"entries"`
 }
 
-func (op *Operator) crlServer(profile string) (*Server, error) {
+func (op *Operator) crlServer(profile string) (*authority.Authority, error) {
 	s, ok := op.Profiles.Lookup(profile)
 	if !ok {
 		return nil, fmt.Errorf("%w: profile %q is not mounted in this process", store.ErrNotFound, profile)
 	}
-	if _, ok := s.crlSigner(); !ok {
+	if _, ok := s.CRLSigner(); !ok {
 		return nil, fmt.Errorf("%w: the signer of profile %s publishes no CRL", store.ErrNotFound, profile)
 	}
 	return s, nil
@@ -502,7 +506,7 @@ func (op *Operator) ShowCRL(ctx context.Context, profile string) (CRLView, error
 		return CRLView{}, err
 	}
 	crl, err := s.CurrentCRL(ctx)
-	if errors.Is(err, errNoCRL) {
+	if errors.Is(err, authority.ErrNoCRL) {
 		return CRLView{}, fmt.Errorf("%w: %w", store.ErrNotFound, err)
 	}
 	if err != nil {

@@ -1,4 +1,4 @@
-package acmeproxy
+package authority
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -34,46 +34,46 @@ type Metrics interface {
 	RevocationRefused(profile, reason string)
 }
 
-// nopMetrics is the default: measure nothing.
-type nopMetrics struct{}
+// NopMetrics measures nothing: the default.
+type NopMetrics struct{}
 
-func (nopMetrics) Request(string, string, int, time.Duration) {}
-func (nopMetrics) Issued(string)                              {}
-func (nopMetrics) IssueFailed(string, string)                 {}
-func (nopMetrics) Revoked(string)                             {}
-func (nopMetrics) Validated(string, string, string)           {}
-func (nopMetrics) RevocationRefused(string, string)           {}
+func (NopMetrics) Request(string, string, int, time.Duration) {}
+func (NopMetrics) Issued(string)                              {}
+func (NopMetrics) IssueFailed(string, string)                 {}
+func (NopMetrics) Revoked(string)                             {}
+func (NopMetrics) Validated(string, string, string)           {}
+func (NopMetrics) RevocationRefused(string, string)           {}
 
 // notifyJobs are the notify_deliver jobs ev owes this profile's
 // destinations; nil when none wants it. The caller stores them in the
 // transaction that records the event, then calls notified.
-func (s *Server) notifyJobs(ev notify.Event) []store.NewJob {
-	if len(s.notify) == 0 {
+func (au *Authority) notifyJobs(ev notify.Event) []store.NewJob {
+	if len(au.notify) == 0 {
 		return nil
 	}
 	if ev.Profile == "" {
-		ev.Profile = s.cfg.Profile
+		ev.Profile = au.cfg.Profile
 	}
 	if ev.Time.IsZero() {
-		ev.Time = s.clock.Now()
+		ev.Time = au.clock.Now()
 	}
-	return notify.Jobs(s.notify, ev)
+	return notify.Jobs(au.notify, ev)
 }
 
-// notified wakes the runner for jobs a committed write stored.
-func (s *Server) notified(jobs []store.NewJob) {
+// Notified wakes the runner for jobs a committed write stored.
+func (au *Authority) Notified(jobs []store.NewJob) {
 	if len(jobs) > 0 {
-		s.queue.Wake(notify.Kind)
+		au.queue.Wake(notify.Kind)
 	}
 }
 
-// auditNotifyJobs are the notify_deliver jobs of an audit row.
-func (s *Server) auditNotifyJobs(ev store.AuditEvent) []store.NewJob {
-	if len(s.notify) == 0 {
+// AuditNotifyJobs are the notify_deliver jobs of an audit row.
+func (au *Authority) AuditNotifyJobs(ev store.AuditEvent) []store.NewJob {
+	if len(au.notify) == 0 {
 		return nil
 	}
 	ev = ev.Bounded() // the notification carries what the row stores
-	return s.notifyJobs(notify.Event{
+	return au.notifyJobs(notify.Event{
 		Event: ev.Event, Profile: ev.Profile, Order: ev.OrderID, Account: ev.AccountID,
 		Identifiers: notifyIdentifiers(ev.Identifiers), Serial: ev.Serial, Reason: ev.Reason, Detail: ev.Detail,
 		ClientAddress: ev.ClientIP, Time: ev.At,

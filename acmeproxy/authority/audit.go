@@ -1,4 +1,4 @@
-package acmeproxy
+package authority
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -46,20 +45,13 @@ type Actor struct {
 	ID   string `json:"id,omitempty"`
 }
 
-// client is where a request came from, for audit rows.
-type client struct {
+// Client is where a request came from, for audit rows: its address and
+// its user agent, clipped to the audit row's bound (the HTTP front's
+// clientOf), as a client carries it into job payloads and the relay's
+// mapping before any row is written.
+type Client struct {
 	IP        string
 	UserAgent string
-}
-
-// clientOf describes r's client, its user agent clipped to the audit
-// row's bound: a client carries it into job payloads and the relay's
-// mapping before any row is written.
-func clientOf(r *http.Request) client {
-	if r == nil {
-		return client{}
-	}
-	return client{IP: clientIP(r), UserAgent: store.Clip(r.UserAgent(), store.AuditFieldMax)}
 }
 
 // reverseNames resolves client addresses to names for audit rows, bounded
@@ -115,20 +107,20 @@ func (n *reverseNames) name(ctx context.Context, ip string, now time.Time) strin
 
 // event starts an audit row of this profile, at now, with cl's address,
 // its reverse name and its user agent.
-func (s *Server) event(ctx context.Context, name, outcome string, actor Actor, cl client) store.AuditEvent {
-	now := s.clock.Now()
+func (au *Authority) event(ctx context.Context, name, outcome string, actor Actor, cl Client) store.AuditEvent {
+	now := au.clock.Now()
 	return store.AuditEvent{
-		At: now, Event: name, Outcome: outcome, Profile: s.cfg.Profile,
+		At: now, Event: name, Outcome: outcome, Profile: au.cfg.Profile,
 		ActorKind: actor.Kind, ActorID: actor.ID,
-		ClientIP: cl.IP, ClientName: s.names.name(ctx, cl.IP, now), UserAgent: cl.UserAgent,
+		ClientIP: cl.IP, ClientName: au.names.name(ctx, cl.IP, now), UserAgent: cl.UserAgent,
 	}
 }
 
 // audit writes an audit row on its own. A failure is logged, never
 // returned: the trail must not turn a done deed into an error.
-func (s *Server) audit(ctx context.Context, ev store.AuditEvent) {
-	if err := s.db.InsertAudit(context.WithoutCancel(ctx), ev); err != nil {
-		s.log.Error("writing an audit row", zap.String("event", "audit_write_failed"),
+func (au *Authority) audit(ctx context.Context, ev store.AuditEvent) {
+	if err := au.db.InsertAudit(context.WithoutCancel(ctx), ev); err != nil {
+		au.log.Error("writing an audit row", zap.String("event", "audit_write_failed"),
 			zap.String("audit_event", ev.Event), zap.String("order", ev.OrderID), zap.Error(err))
 	}
 }

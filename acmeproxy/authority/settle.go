@@ -1,4 +1,4 @@
-package acmeproxy
+package authority
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -17,15 +17,15 @@ import (
 // Issued records the chain of an order a signer finished later
 // (signer.Settler). Recording twice is harmless: the second finds the order
 // no longer processing.
-func (s *Server) Issued(ctx context.Context, orderID string, chain [][]byte) error {
-	o, err := s.db.GetOrder(ctx, s.cfg.Profile, orderID)
+func (au *Authority) Issued(ctx context.Context, orderID string, chain [][]byte) error {
+	o, err := au.db.GetOrder(ctx, au.cfg.Profile, orderID)
 	if err != nil {
 		return err
 	}
 	if o.Status != acme.StatusProcessing {
 		return nil
 	}
-	_, err = s.recordIssued(ctx, o, chain, pendingClient(o))
+	_, err = au.recordIssued(ctx, o, chain, pendingClient(o))
 	if errors.Is(err, store.ErrWrongState) {
 		return nil
 	}
@@ -34,24 +34,24 @@ func (s *Server) Issued(ctx context.Context, orderID string, chain [][]byte) err
 
 // Failed marks an order a signer gave up on invalid (signer.Settler). The
 // client sees a generic problem; detail is kept for the operator.
-func (s *Server) Failed(ctx context.Context, orderID, detail string) error {
+func (au *Authority) Failed(ctx context.Context, orderID, detail string) error {
 	p := &problem.Problem{Type: acme.ErrorServerInternal, Status: http.StatusInternalServerError,
 		Detail: "the certificate could not be issued; the operator can see why"}
 	body, _ := json.Marshal(p)
-	if err := s.db.FailOrder(ctx, orderID, body, detail, s.clock.Now()); err != nil {
+	if err := au.db.FailOrder(ctx, orderID, body, detail, au.clock.Now()); err != nil {
 		return err
 	}
-	s.metrics.IssueFailed(s.cfg.Profile, "abandoned")
-	if o, err := s.db.GetOrder(ctx, s.cfg.Profile, orderID); err == nil {
-		s.auditIssueFailed(ctx, o, pendingClient(o), detail)
+	au.metrics.IssueFailed(au.cfg.Profile, "abandoned")
+	if o, err := au.db.GetOrder(ctx, au.cfg.Profile, orderID); err == nil {
+		au.auditIssueFailed(ctx, o, pendingClient(o), detail)
 	}
-	s.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
-		zap.String("profile", s.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
+	au.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
+		zap.String("profile", au.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
 	return nil
 }
 
 // pendingClient is the client that finalized an order a signer finished
 // later, as the order's claim for issue recorded it; zero when unknown.
-func pendingClient(o store.Order) client {
-	return client{IP: o.Client.Addr, UserAgent: o.Client.UserAgent}
+func pendingClient(o store.Order) Client {
+	return Client{IP: o.Client.Addr, UserAgent: o.Client.UserAgent}
 }

@@ -1,4 +1,4 @@
-package acmeproxy
+package authority
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -23,7 +23,7 @@ import (
 // are counted in memory by source and written as one summary row per
 // source and interval (acme.EventRevocationRefusals). The refusals of a known
 // requester — a valid account, or one shown entitled to revoke the
-// certificate — keep a row each (see handleRevokeCert).
+// certificate — keep a row each (see RevokeCert).
 const (
 	// RefusalInterval is how long unauthenticated refusals are counted
 	// before their summary rows are written.
@@ -151,9 +151,9 @@ func (t *refusalTally) takeLocked(end time.Time) *refusalWindow {
 
 // tallyRefusal counts a refusal of a requester this profile cannot name,
 // and writes the summary rows of the interval it ends, if any.
-func (s *Server) tallyRefusal(ctx context.Context, cl client, kind string) {
-	if w := s.refusals.add(refusalSource(cl.IP), kind, s.clock.Now()); w != nil {
-		s.writeRefusals(ctx, w)
+func (au *Authority) tallyRefusal(ctx context.Context, cl Client, kind string) {
+	if w := au.refusals.add(refusalSource(cl.IP), kind, au.clock.Now()); w != nil {
+		au.writeRefusals(ctx, w)
 	}
 }
 
@@ -161,20 +161,20 @@ func (s *Server) tallyRefusal(ctx context.Context, cl client, kind string) {
 // refusals whose interval has ended; with final, those of the interval
 // still counting too (the profile is going away). The app calls it every
 // minute and at stop: the counts live in this process's memory only.
-func (s *Server) FlushRefusals(ctx context.Context, final bool) {
-	if w := s.refusals.due(s.clock.Now(), final); w != nil {
-		s.writeRefusals(ctx, w)
+func (au *Authority) FlushRefusals(ctx context.Context, final bool) {
+	if w := au.refusals.due(au.clock.Now(), final); w != nil {
+		au.writeRefusals(ctx, w)
 	}
 }
 
 // writeRefusals writes an interval's summary rows in one transaction: one
 // per source, by address order, and one for the overflow. A failure is
 // logged, as for every audit row.
-func (s *Server) writeRefusals(ctx context.Context, w *refusalWindow) {
-	now := s.clock.Now()
+func (au *Authority) writeRefusals(ctx context.Context, w *refusalWindow) {
+	now := au.clock.Now()
 	span := fmt.Sprintf("in the %s from %s", w.end.Sub(w.start).Round(time.Second), w.start.UTC().Format(time.RFC3339))
 	row := func(ip string, c refusalCount, from string) store.AuditEvent {
-		return store.AuditEvent{At: now, Event: acme.EventRevocationRefusals, Outcome: OutcomeRefused, Profile: s.cfg.Profile,
+		return store.AuditEvent{At: now, Event: acme.EventRevocationRefusals, Outcome: OutcomeRefused, Profile: au.cfg.Profile,
 			ActorKind: ActorSystem, ClientIP: ip, Reason: kindsText(c.kinds),
 			Detail: fmt.Sprintf("%d refused revocation requests from %s %s, none signed by a valid account or by the certificate's key",
 				c.n, from, span)}
@@ -184,11 +184,11 @@ func (s *Server) writeRefusals(ctx context.Context, w *refusalWindow) {
 		evs = append(evs, row(src, *w.sources[src], src))
 	}
 	if w.over.n > 0 {
-		evs = append(evs, row("", w.over, fmt.Sprintf("sources past the first %d", s.refusals.capacity)))
+		evs = append(evs, row("", w.over, fmt.Sprintf("sources past the first %d", au.refusals.capacity)))
 	}
-	if err := s.db.InsertAudits(context.WithoutCancel(ctx), evs); err != nil {
-		s.log.Error("writing the summary of refused revocations", zap.String("event", "audit_write_failed"),
-			zap.String("audit_event", acme.EventRevocationRefusals), zap.String("profile", s.cfg.Profile), zap.Error(err))
+	if err := au.db.InsertAudits(context.WithoutCancel(ctx), evs); err != nil {
+		au.log.Error("writing the summary of refused revocations", zap.String("event", "audit_write_failed"),
+			zap.String("audit_event", acme.EventRevocationRefusals), zap.String("profile", au.cfg.Profile), zap.Error(err))
 	}
 }
 

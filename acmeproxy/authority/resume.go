@@ -1,4 +1,4 @@
-package acmeproxy
+package authority
 
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -15,12 +15,12 @@ import (
 )
 
 // Finalize gives the signer signTimeout to answer; an order processing for
-// longer than stuckAfter with no answer recorded was claimed by a process
-// that died, and is resumed by ResumeStuckOrders. stuckAfter is well above
+// longer than StuckAfter with no answer recorded was claimed by a process
+// that died, and is resumed by ResumeStuckOrders. StuckAfter is well above
 // signTimeout so a slow but live finalize is never signed twice.
 const (
 	signTimeout = time.Minute
-	stuckAfter  = 5 * time.Minute
+	StuckAfter  = 5 * time.Minute
 )
 
 // ResumeStuckOrders finishes orders a crash, or a fault on our side, left
@@ -29,9 +29,9 @@ const (
 // each back to the signer with the CSR stored at claim time. A signer that
 // answers Pending treats the repeat as a no-op (its own job is keyed by the
 // order), so this is safe for every signer. It returns how many it resumed.
-func (s *Server) ResumeStuckOrders(ctx context.Context) (int, error) {
-	now := s.clock.Now()
-	stuck, err := s.db.ReclaimStuckOrders(ctx, s.cfg.Profile, now.Add(-stuckAfter), now, 100)
+func (au *Authority) ResumeStuckOrders(ctx context.Context) (int, error) {
+	now := au.clock.Now()
+	stuck, err := au.db.ReclaimStuckOrders(ctx, au.cfg.Profile, now.Add(-StuckAfter), now, 100)
 	if err != nil {
 		return 0, err
 	}
@@ -46,15 +46,16 @@ func (s *Server) ResumeStuckOrders(ctx context.Context) (int, error) {
 		for i, id := range o.Identifiers {
 			idents[i] = acme.Identifier(id)
 		}
-		if prob := s.policyRefusal(idents); prob != nil {
-			s.failOrder(ctx, o, prob, "refused at resume by the profile's current policy: "+prob.Detail, client{})
+		if prob := au.policyRefusal(idents); prob != nil {
+			au.failOrder(ctx, o, prob, "refused at resume by the profile's current policy: "+prob.Detail, Client{})
 			continue
 		}
-		s.log.Info("resuming an order a crash left processing", zap.String("event", "order_resumed"),
-			zap.String("profile", s.cfg.Profile), zap.String("order", o.ID))
-		if _, err := s.issue(ctx, o, signer.IssueRequest{
-			OrderID: o.ID, Profile: s.cfg.Profile, CSR: csr, CSRDER: o.CSR,
-			Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter, CRLURL: s.crlURL(),
+		au.log.Info("resuming an order a crash left processing", zap.String("event", "order_resumed"),
+			zap.String("profile", au.cfg.Profile), zap.String("order", o.ID))
+		if _, err := au.issue(ctx, o, signer.IssueRequest{
+			OrderID: o.ID, Profile: au.cfg.Profile, CSR: csr, CSRDER: o.CSR,
+			Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter, CRLURL: au.crlURL(),
+			ClientAddr: o.Client.Addr, UserAgent: o.Client.UserAgent, // as the claim recorded them
 		}, true); err != nil {
 			errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
 		}

@@ -1,0 +1,77 @@
+package authority
+
+import (
+	"context"
+	"errors"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// CreateAccount stores a new account of the profile for a's key (RFC 8555
+// §7.3), notified as created from clientIP; created is false when the key
+// had an account already, which is returned instead.
+func (au *Authority) CreateAccount(ctx context.Context, a store.Account, clientIP string) (acct store.Account, created bool, err error) {
+	now := au.clock.Now()
+	a.ID, a.Profile = store.NewID(), au.cfg.Profile
+	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: clientIP, Time: now})
+	acct, created, err = au.db.CreateAccount(ctx, a, now, jobs...)
+	if err != nil || !created {
+		return acct, created, err
+	}
+	au.Notified(jobs)
+	au.log.Info("account created", zap.String("event", acme.EventAccountCreated),
+		zap.String("profile", au.cfg.Profile), zap.String("account", acct.ID))
+	return acct, true, nil
+}
+
+// DeactivateAccount deactivates an account at its own request (RFC 8555
+// §7.3.6), notified as deactivated from clientIP.
+func (au *Authority) DeactivateAccount(ctx context.Context, id, clientIP string) (store.Account, error) {
+	now := au.clock.Now()
+	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountDeactivated, Account: id, ClientAddress: clientIP, Time: now})
+	acct, err := au.db.DeactivateAccount(ctx, id, now, jobs...)
+	if err != nil {
+		return acct, err
+	}
+	au.Notified(jobs)
+	au.log.Info("account deactivated", zap.String("event", acme.EventAccountDeactivated),
+		zap.String("profile", au.cfg.Profile), zap.String("account", id))
+	return acct, nil
+}
+
+// UpdateAccountContact replaces an account's contact URLs (RFC 8555
+// §7.3.2), checked by the caller.
+func (au *Authority) UpdateAccountContact(ctx context.Context, id string, contact []string) (store.Account, error) {
+	return au.db.UpdateAccountContact(ctx, id, contact, au.clock.Now())
+}
+
+// ChangeAccountKey rolls account id over from the key with thumbprint
+// oldTP to newKey, whose thumbprint is newTP (RFC 8555 §7.3.5). A new key
+// that another account of the profile holds is refused with a conflict;
+// holder is then that account's id, for the client to be shown.
+func (au *Authority) ChangeAccountKey(ctx context.Context, id, oldTP, newTP string, newKey *jose.JSONWebKey) (updated store.Account, holder string, err error) {
+	if other, err := au.db.AccountByKey(ctx, au.cfg.Profile, newTP); err == nil {
+		return store.Account{}, other.ID, problem.ConflictF("the new key already belongs to an account")
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return store.Account{}, "", err
+	}
+	jwk, err := newKey.MarshalJSON()
+	if err != nil {
+		return store.Account{}, "", err
+	}
+	updated, err = au.db.ChangeAccountKey(ctx, id, oldTP, newTP, jwk, au.clock.Now())
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return updated, "", problem.ConflictF("the new key already belongs to an account")
+	case errors.Is(err, store.ErrWrongState):
+		return updated, "", problem.UnauthorizedF("the account's key changed or the account is no longer valid")
+	}
+	return updated, "", err
+}

@@ -1,0 +1,321 @@
+package authority
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/big"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Job kinds of CRL publishing.
+const (
+	// CRLRegenerateKind rebuilds the CRL of one issuing CA; keyed by the
+	// CA's key id, so that revocations queued while one is waiting share
+	// it. Its deadline is the CA's notAfter.
+	CRLRegenerateKind = "crl_regenerate"
+	// CRLRefreshKind is the periodic check that regenerates a CRL that is
+	// missing, stale (its ledger moved on, e.g. after a crash) or old.
+	CRLRefreshKind = "crl_refresh"
+)
+
+const (
+	// CRLValidity is a CRL's nextUpdate − thisUpdate.
+	CRLValidity = 24 * time.Hour
+	// CRLRefreshAge is how old a CRL may get before the refresh replaces
+	// it even when nothing was revoked: two thirds of its validity early.
+	CRLRefreshAge = CRLValidity / 3
+	// CRLRefreshEvery is how often the refresh runs.
+	CRLRefreshEvery = time.Minute
+	// crlRecheck is how long the served CRL is taken from memory before
+	// the store is asked whether another instance published a newer one.
+	crlRecheck = 5 * time.Second
+	// crlMaxAttempts is a crl_regenerate job's attempt budget.
+	crlMaxAttempts = 12
+)
+
+// ErrNoCRL: no CRL has been published for the issuer yet.
+var ErrNoCRL = errors.New("no CRL has been published for this CA yet")
+
+// crlCache keeps the CRLs a server publishes or serves, by issuer.
+type crlCache struct {
+	mu sync.Mutex
+	m  map[string]cachedCRL
+}
+
+type cachedCRL struct {
+	crl     store.CRL
+	checked time.Time
+}
+
+func (c *crlCache) get(issuer string) (cachedCRL, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[issuer]
+	return e, ok
+}
+
+// put keeps crl unless a newer one is held already.
+func (c *crlCache) put(crl store.CRL, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]cachedCRL{}
+	}
+	if old, ok := c.m[crl.IssuerKeyID]; ok && old.crl.Number > crl.Number {
+		old.checked = now
+		c.m[crl.IssuerKeyID] = old
+		return
+	}
+	c.m[crl.IssuerKeyID] = cachedCRL{crl: crl, checked: now}
+}
+
+// CRLSigner is the profile's signer as a CRL signer, if it is one.
+func (au *Authority) CRLSigner() (signer.CRLSigner, bool) {
+	cs, ok := au.signer.(signer.CRLSigner)
+	return cs, ok
+}
+
+// CurrentIssuer describes the CA the profile issues from now.
+func (au *Authority) CurrentIssuer(ctx context.Context) (signer.IssuerInfo, error) {
+	cs, ok := au.CRLSigner()
+	if !ok {
+		return signer.IssuerInfo{}, problem.NotFound("CRL")
+	}
+	id, err := cs.CRLIssuer(ctx)
+	if err != nil {
+		return signer.IssuerInfo{}, err
+	}
+	return cs.LookupCRLIssuer(ctx, id)
+}
+
+// CurrentCRL returns the latest CRL of the CA the profile issues from now,
+// as IssuerCRL does.
+func (au *Authority) CurrentCRL(ctx context.Context) (store.CRL, error) {
+	iss, err := au.CurrentIssuer(ctx)
+	if err != nil {
+		return store.CRL{}, err
+	}
+	return au.IssuerCRL(ctx, iss)
+}
+
+// IssuerCRL returns the latest CRL of iss, from memory, rechecking the
+// store every few seconds for one another instance published. With none
+// published yet it queues one and returns an error wrapping ErrNoCRL; for
+// a CA past its notAfter nothing is queued any more.
+func (au *Authority) IssuerCRL(ctx context.Context, iss signer.IssuerInfo) (store.CRL, error) {
+	now := au.clock.Now()
+	if e, ok := au.crls.get(iss.KeyID); ok && now.Sub(e.checked) < crlRecheck && now.Before(e.crl.NextUpdate) {
+		return e.crl, nil
+	}
+	crl, err := au.db.GetCRL(ctx, iss.KeyID)
+	if errors.Is(err, store.ErrNotFound) {
+		if !now.Before(iss.NotAfter) {
+			return store.CRL{}, problem.NotFound("CRL")
+		}
+		if qerr := au.queueCRL(ctx, iss); qerr != nil {
+			return store.CRL{}, qerr
+		}
+		return store.CRL{}, fmt.Errorf("%w (issuer %s)", ErrNoCRL, iss.KeyID)
+	}
+	if err != nil {
+		return store.CRL{}, err
+	}
+	if !now.Before(crl.NextUpdate) {
+		// Past its nextUpdate: still the best there is, but get a new one.
+		if qerr := au.queueCRL(ctx, iss); qerr != nil {
+			au.log.Error("queueing a CRL regeneration", zap.String("event", "crl_queue_failed"), zap.Error(qerr))
+		}
+	}
+	au.crls.put(crl, now)
+	e, _ := au.crls.get(iss.KeyID)
+	return e.crl, nil
+}
+
+// crlPayload is a crl_regenerate job's payload.
+type crlPayload struct {
+	Profile string `json:"profile"`
+	Issuer  string `json:"issuer"`
+}
+
+// queueCRL queues the regeneration of an issuer's CRL. The job's deadline
+// is the CA's notAfter: past it no leaf of the CA is valid, and a job
+// still waiting (for a profile to mount it, for its key) is retired
+// instead of retried forever. For a CA past it nothing is queued.
+func (au *Authority) queueCRL(ctx context.Context, iss signer.IssuerInfo) error {
+	if !au.clock.Now().Before(iss.NotAfter) {
+		return nil
+	}
+	_, _, err := au.queue.Enqueue(context.WithoutCancel(ctx), jobs.Spec{
+		Kind: CRLRegenerateKind, Key: iss.KeyID, Payload: crlPayload{Profile: au.cfg.Profile, Issuer: iss.KeyID},
+		Deadline: iss.NotAfter, MaxAttempts: crlMaxAttempts,
+	})
+	return err
+}
+
+// RegenerateCRL publishes a new CRL for the CA the profile issues from
+// now, and returns it.
+func (au *Authority) RegenerateCRL(ctx context.Context) (store.CRL, error) {
+	if _, ok := au.CRLSigner(); !ok {
+		return store.CRL{}, fmt.Errorf("%w: the signer of profile %s publishes no CRL", store.ErrNotFound, au.cfg.Profile)
+	}
+	iss, err := au.CurrentIssuer(ctx)
+	if err != nil {
+		return store.CRL{}, err
+	}
+	return au.publishCRL(ctx, iss)
+}
+
+// publishCRL builds, signs and stores a new CRL of iss from the ledger,
+// numbered in the sequence of the CA's name.
+func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo) (store.CRL, error) {
+	cs, ok := au.CRLSigner()
+	if !ok {
+		return store.CRL{}, fmt.Errorf("the signer of profile %s publishes no CRL", au.cfg.Profile)
+	}
+	now := au.clock.Now()
+	crl, err := au.db.PublishCRL(ctx, iss.KeyID, iss.NameID, now, func(number int64, entries []store.CRLEntry) ([]byte, time.Time, time.Time, error) {
+		this := now.UTC().Truncate(time.Second)
+		next := this.Add(CRLValidity)
+		tmpl := &x509.RevocationList{Number: big.NewInt(number), ThisUpdate: this, NextUpdate: next}
+		for _, e := range entries {
+			n, ok := new(big.Int).SetString(e.Serial, 16)
+			if !ok {
+				return nil, this, next, fmt.Errorf("ledger serial %q is not hex", e.Serial)
+			}
+			entry := x509.RevocationListEntry{SerialNumber: n, RevocationTime: e.RevokedAt.UTC().Truncate(time.Second)}
+			// unspecified (0) is left out, as RFC 5280 §5.3.1 asks, and
+			// so is removeFromCRL (see crlReason).
+			entry.ReasonCode = crlReason(e.Reason)
+			tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries, entry)
+		}
+		der, err := cs.SignCRL(ctx, iss.KeyID, tmpl)
+		return der, this, next, err
+	})
+	if err != nil {
+		return store.CRL{}, err
+	}
+	au.crls.put(crl, now)
+	au.log.Info("CRL published", zap.String("event", "crl_published"), zap.String("profile", au.cfg.Profile),
+		zap.String("issuer", iss.KeyID), zap.String("issuer_name", iss.Subject), zap.Int64("number", crl.Number),
+		zap.Int("entries", crl.Entries), zap.Time("next_update", crl.NextUpdate))
+	return crl, nil
+}
+
+// knownIssuer describes the CA with key id keyID if the profile's signer
+// holds it; the error wraps signer.ErrIssuerUnknown when it does not.
+func (au *Authority) knownIssuer(ctx context.Context, keyID string) (signer.IssuerInfo, error) {
+	cs, ok := au.CRLSigner()
+	if !ok {
+		return signer.IssuerInfo{}, fmt.Errorf("%w: the signer of profile %s publishes no CRL", signer.ErrIssuerUnknown, au.cfg.Profile)
+	}
+	return cs.LookupCRLIssuer(ctx, keyID)
+}
+
+// RefreshCRLs queues a regeneration for each CA a mounted profile holds —
+// the one it issues from and each earlier one until it expires — whose
+// CRL is missing, stale (the ledger has revocations it lacks: a crash
+// between a revocation and its CRL) or older than a third of its
+// validity, so a CRL is replaced well before its nextUpdate even when
+// nothing was revoked.
+func RefreshCRLs(ctx context.Context, authorities []*Authority) error {
+	var (
+		errs      []error
+		stale     map[string]bool
+		staleRead bool
+		seen      = map[string]bool{}
+	)
+	for _, au := range authorities {
+		cs, ok := au.CRLSigner()
+		if !ok {
+			continue
+		}
+		issuers, err := cs.CRLIssuers(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("profile %s: %w", au.cfg.Profile, err))
+		}
+		for _, iss := range issuers {
+			if seen[iss.KeyID] {
+				continue
+			}
+			seen[iss.KeyID] = true
+			if !staleRead {
+				ids, err := au.db.StaleCRLIssuers(ctx)
+				if err != nil {
+					return err
+				}
+				stale, staleRead = map[string]bool{}, true
+				for _, id := range ids {
+					stale[id] = true
+				}
+			}
+			crl, err := au.db.GetCRL(ctx, iss.KeyID)
+			switch {
+			case errors.Is(err, store.ErrNotFound), err == nil && (stale[iss.KeyID] || !au.clock.Now().Before(crl.ThisUpdate.Add(CRLRefreshAge))):
+				if err := au.queueCRL(ctx, iss); err != nil {
+					errs = append(errs, err)
+				}
+			case err != nil:
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runCRL does one attempt of a crl_regenerate job for iss, a CA this
+// profile's signer holds; jobIssuer is the key id the job names.
+func (au *Authority) runCRL(ctx context.Context, iss signer.IssuerInfo, jobIssuer string) jobs.Outcome {
+	crl, err := au.publishCRL(ctx, iss)
+	if errors.Is(err, signer.ErrIssuerRetired) || errors.Is(err, signer.ErrIssuerUnknown) {
+		return jobs.Failed(err.Error())
+	}
+	if err != nil {
+		return jobs.Retry(err.Error())
+	}
+	// A revocation committed after the CRL was built found this job
+	// running and did not queue another: build again.
+	if stale, err := au.db.StaleCRLIssuers(ctx); err == nil {
+		for _, id := range stale {
+			if id == jobIssuer {
+				return jobs.RetryAfter(fmt.Sprintf("revocations arrived after CRL %d was built", crl.Number), 0)
+			}
+		}
+	}
+	return jobs.Done()
+}
+
+// queueStaleCRLs queues a regeneration for every CA one of authorities
+// holds whose CRL lacks revocations of the ledger.
+func queueStaleCRLs(ctx context.Context, authorities []*Authority) error {
+	if len(authorities) == 0 {
+		return nil
+	}
+	stale, err := authorities[0].db.StaleCRLIssuers(ctx)
+	if err != nil || len(stale) == 0 {
+		return err
+	}
+	var errs []error
+	for _, id := range stale {
+		for _, au := range authorities {
+			iss, err := au.knownIssuer(ctx, id)
+			if err != nil {
+				continue
+			}
+			if err := au.queueCRL(ctx, iss); err != nil {
+				errs = append(errs, err)
+			}
+			break
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,329 @@
+package authority
+
+import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Finalize finalizes the account's order orderID (RFC 8555 §7.4): it
+// finds the order ready, then reads the CSR (DER) with readCSR — the
+// request's payload is looked at only for a ready order — checks it
+// against the order, re-applies the policy, claims the order (ready →
+// processing, so concurrent finalizes sign once) and hands it to the
+// signer. It returns the order as it then stands; once claimed, the order
+// is finished even if ctx is cancelled.
+func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID string, readCSR func() ([]byte, error), cl Client) (store.Order, error) {
+	o, err := au.OwnOrder(ctx, acct.ID, orderID)
+	if err != nil {
+		return o, err
+	}
+	if st := au.OrderStatus(o); st != acme.StatusReady {
+		return o, problem.OrderNotReadyF("the order is %s, not ready", st)
+	}
+	der, err := readCSR()
+	if err != nil {
+		return o, err
+	}
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return o, problem.BadCSRF("the CSR cannot be parsed: %v", err)
+	}
+	idents := make([]acme.Identifier, len(o.Identifiers))
+	for i, id := range o.Identifiers {
+		idents[i] = acme.Identifier(id)
+	}
+	if err := CheckCSR(csr, idents, acct.KeyJWK); err != nil {
+		return o, err
+	}
+	if prob := au.policyRefusal(idents); prob != nil {
+		return o, prob
+	}
+
+	won, err := au.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{Addr: cl.IP, UserAgent: cl.UserAgent}, au.clock.Now())
+	if err != nil {
+		return o, err
+	}
+	if !won {
+		return o, problem.OrderNotReadyF("the order is already being finalized")
+	}
+	// From here the order is ours; finish it even if the client goes away.
+	ctx = context.WithoutCancel(ctx)
+	return au.issue(ctx, o, signer.IssueRequest{
+		OrderID: o.ID, Profile: au.cfg.Profile, CSR: csr, CSRDER: der,
+		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
+		ClientAddr: cl.IP, UserAgent: cl.UserAgent, CRLURL: au.crlURL(),
+	}, false)
+}
+
+// issue calls the signer for a claimed order and records what happened,
+// returning the order as it now stands.
+//
+// Only a verdict about the request (a bad CSR, a refused identifier)
+// fails the order. A fault on our side — the signer unavailable, the
+// issuing CA's chain and key momentarily apart during a renewal, a
+// database error — leaves it processing: the client is told to look
+// again, and the resume sweep hands it to the signer once more. For a
+// finalize (not resumed) the answer is then the processing order; for
+// the sweep, the fault is returned so that it is logged.
+func (au *Authority) issue(ctx context.Context, o store.Order, req signer.IssueRequest, resumed bool) (store.Order, error) {
+	sctx, cancel := context.WithTimeout(ctx, signTimeout)
+	out, err := au.signer.Issue(sctx, req)
+	cancel()
+	if err != nil && !isVerdict(err) {
+		if resumed {
+			return o, err
+		}
+		au.log.Warn("certificate issuance deferred: the signer failed on our side; the order stays processing and is retried",
+			zap.String("event", "certificate_issue_deferred"), zap.String("profile", au.cfg.Profile),
+			zap.String("order", o.ID), zap.Error(err))
+		au.metrics.IssueFailed(au.cfg.Profile, failureClass(err))
+		o.Status = acme.StatusProcessing
+		return o, nil
+	}
+	if err != nil {
+		prob := signerProblem(err)
+		au.failOrder(ctx, o, prob, err.Error(), Client{IP: req.ClientAddr, UserAgent: req.UserAgent})
+		au.metrics.IssueFailed(au.cfg.Profile, failureClass(err))
+		return o, prob
+	}
+	if out.Pending {
+		return au.db.GetOrder(ctx, au.cfg.Profile, o.ID)
+	}
+	c, err := au.recordIssued(ctx, o, out.Chain, Client{IP: req.ClientAddr, UserAgent: req.UserAgent})
+	if err != nil {
+		return o, err
+	}
+	// What IssueOrder made of the order, without reading it back.
+	o.Status, o.CertificateID, o.Error = acme.StatusValid, c.ID, nil
+	return o, nil
+}
+
+// isVerdict reports whether a signer's error is a verdict about the
+// request, which fails the order, rather than a fault on our side.
+func isVerdict(err error) bool {
+	e, ok := signer.AsError(err)
+	return ok && (e.Kind == signer.KindBadCSR || e.Kind == signer.KindRejectedIdentifier)
+}
+
+// failOrder makes a processing order invalid with prob (what the client
+// sees) and detail (what the operator sees), audited and logged.
+func (au *Authority) failOrder(ctx context.Context, o store.Order, prob *problem.Problem, detail string, cl Client) {
+	body, _ := json.Marshal(prob)
+	if ferr := au.db.FailOrder(ctx, o.ID, body, detail, au.clock.Now()); ferr != nil {
+		au.log.Error("recording a failed issuance", zap.String("event", "order_fail_record_failed"),
+			zap.String("order", o.ID), zap.Error(ferr))
+	}
+	au.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
+		zap.String("profile", au.cfg.Profile), zap.String("order", o.ID), zap.String("detail", detail))
+	au.auditIssueFailed(ctx, o, cl, detail)
+}
+
+// failureClass is a failed issuance's reason for metrics: a small fixed set.
+func failureClass(err error) string {
+	e, ok := signer.AsError(err)
+	if !ok {
+		return "internal"
+	}
+	switch e.Kind {
+	case signer.KindBadCSR:
+		return "bad_csr"
+	case signer.KindRejectedIdentifier:
+		return "rejected_identifier"
+	case signer.KindUnavailable:
+		return "signer_unavailable"
+	}
+	return "internal"
+}
+
+// policyRefusal re-applies the profile's current identifier policy to an
+// order's identifiers (it may have changed since new-order, by a config
+// reload): nil, or the problem that refuses the first denied one.
+func (au *Authority) policyRefusal(idents []acme.Identifier) *problem.Problem {
+	for _, id := range idents {
+		if prob := au.cfg.Policy(id); prob != nil {
+			top := *prob
+			top.Identifier, top.Status = nil, http.StatusBadRequest
+			return problem.CompoundOf(&top, []*problem.Problem{prob})
+		}
+	}
+	return nil
+}
+
+// SignerRefusal returns a subproblem when the profile's signer cannot
+// issue for id at all (signer.IdentifierChecker), so the client learns it
+// at newOrder rather than after proving control.
+func (au *Authority) SignerRefusal(id acme.Identifier) *problem.Problem {
+	c, ok := au.signer.(signer.IdentifierChecker)
+	if !ok {
+		return nil
+	}
+	err := c.CheckIdentifier(id)
+	if err == nil {
+		return nil
+	}
+	return signerProblem(err).For(id.Type, id.Value)
+}
+
+// signerProblem turns a signer's error into what the client sees: its
+// refusal, or a generic server fault.
+func signerProblem(err error) *problem.Problem {
+	e, ok := signer.AsError(err)
+	if !ok {
+		return problem.Internal()
+	}
+	switch e.Kind {
+	case signer.KindBadCSR:
+		return problem.BadCSRF("%s", e.Detail)
+	case signer.KindRejectedIdentifier:
+		return problem.RejectedIdentifierF("%s", e.Detail)
+	}
+	p := problem.Internal()
+	p.Detail = "the signer is unavailable: " + e.Detail
+	p.Status = http.StatusServiceUnavailable
+	return p
+}
+
+// recordIssued stores a signed chain and makes the order valid, with the
+// issuance's audit row.
+func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]byte, cl Client) (store.Certificate, error) {
+	if len(chain) == 0 {
+		return store.Certificate{}, fmt.Errorf("signer returned an empty chain for order %s", o.ID)
+	}
+	leaf, err := x509.ParseCertificate(chain[0])
+	if err != nil {
+		return store.Certificate{}, fmt.Errorf("signer returned an unparsable leaf for order %s: %w", o.ID, err)
+	}
+	serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
+	ev := au.event(ctx, acme.EventCertificateIssued, OutcomeSuccess, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Serial = o.ID, o.AccountID, o.Identifiers, serial
+	ev.Jobs = au.AuditNotifyJobs(ev)
+	c, err := au.db.IssueOrder(ctx, store.Certificate{
+		OrderID: o.ID, Profile: au.cfg.Profile, AccountID: o.AccountID,
+		Serial: serial, ChainPEM: string(PEMChain(chain)),
+		PublicKey: leaf.RawSubjectPublicKeyInfo, NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,
+	}, ev, ev.At)
+	if err != nil {
+		return store.Certificate{}, err
+	}
+	au.Notified(ev.Jobs)
+	au.metrics.Issued(au.cfg.Profile)
+	au.log.Info("certificate issued", zap.String("event", "certificate_issued"),
+		zap.String("profile", au.cfg.Profile), zap.String("order", o.ID), zap.String("account", o.AccountID),
+		zap.String("serial", c.Serial), zap.Time("not_after", c.NotAfter))
+	return c, nil
+}
+
+// auditIssueFailed records a failed issuance.
+func (au *Authority) auditIssueFailed(ctx context.Context, o store.Order, cl Client, detail string) {
+	ev := au.event(ctx, acme.EventCertificateIssueFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Detail = o.ID, o.AccountID, o.Identifiers, detail
+	ev.Jobs = au.AuditNotifyJobs(ev)
+	au.audit(ctx, ev)
+	au.Notified(ev.Jobs)
+}
+
+// crlURL is the CRL distribution point leaves of this profile carry: the
+// configured crl_url, for a signer that publishes a CRL.
+func (au *Authority) crlURL() string {
+	if _, ok := au.CRLSigner(); !ok {
+		return ""
+	}
+	return au.cfg.CRLURL
+}
+
+// CheckCSR requires a CSR to be exactly for the order: a valid signature,
+// an acceptable key that is not the account key, and a name set equal to
+// the order's identifiers (the CN, if any, among them).
+func CheckCSR(csr *x509.CertificateRequest, idents []acme.Identifier, accountJWK []byte) error {
+	if err := csr.CheckSignature(); err != nil {
+		return problem.BadCSRF("the CSR's signature does not verify")
+	}
+	if err := GoodKey(csr.PublicKey); errors.Is(err, ErrKeyType) {
+		return problem.BadCSRF("the CSR's key type is not supported")
+	} else if err != nil {
+		return problem.BadCSRF("%s", err)
+	}
+	if k, ok := csr.PublicKey.(ed25519.PublicKey); ok {
+		// A low-order point "verifies" forged signatures; go-jose lists
+		// the encodings Go's verifier accepts and refuses them.
+		if _, err := (&jose.JSONWebKey{Key: k}).Thumbprint(crypto.SHA256); err != nil {
+			return problem.BadCSRF("the CSR's Ed25519 key is not a valid public key")
+		}
+	}
+	var acct jose.JSONWebKey
+	if err := acct.UnmarshalJSON(accountJWK); err == nil {
+		a, errA := x509.MarshalPKIXPublicKey(acct.Key)
+		c, errC := x509.MarshalPKIXPublicKey(csr.PublicKey)
+		if errA == nil && errC == nil && bytes.Equal(a, c) {
+			return problem.BadCSRF("the certificate key must not be the account key")
+		}
+	}
+	if len(csr.EmailAddresses) > 0 || len(csr.URIs) > 0 {
+		return problem.BadCSRF("the CSR may only name DNS names and IP addresses")
+	}
+	want := map[string]bool{}
+	for _, id := range idents {
+		want[id.Value] = true
+	}
+	got := map[string]bool{}
+	for _, n := range csr.DNSNames {
+		got[strings.ToLower(n)] = true
+	}
+	for _, ip := range csr.IPAddresses {
+		got[ip.String()] = true
+	}
+	if cn := strings.ToLower(csr.Subject.CommonName); cn != "" && !got[cn] && !want[cn] {
+		return problem.BadCSRF("the CSR's common name %q is not one of the order's identifiers", csr.Subject.CommonName)
+	} else if cn != "" {
+		got[cn] = true
+	}
+	var extra, missing []string
+	for n := range got {
+		if !want[n] {
+			extra = append(extra, n)
+		}
+	}
+	for n := range want {
+		if !got[n] {
+			missing = append(missing, n)
+		}
+	}
+	sort.Strings(extra)
+	sort.Strings(missing)
+	switch {
+	case len(extra) > 0:
+		return problem.BadCSRF("the CSR names %s, which the order does not", strings.Join(extra, ", "))
+	case len(missing) > 0:
+		return problem.BadCSRF("the CSR does not name %s, which the order does", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// PEMChain encodes DER certificates as a PEM chain.
+func PEMChain(ders [][]byte) []byte {
+	var out []byte
+	for _, d := range ders {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: d})...)
+	}
+	return out
+}

@@ -1,0 +1,292 @@
+package authority
+
+import (
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// AuthzStatus is the authorization's status as of now: a pending one
+// past its expiry is expired even before anything rewrote its row.
+func (au *Authority) AuthzStatus(a store.Authz) acme.Status {
+	if a.Status == acme.StatusPending && !au.clock.Now().Before(a.Expires) {
+		return acme.StatusExpired
+	}
+	return a.Status
+}
+
+// OwnAuthz reads an authorization of this profile the account owns.
+func (au *Authority) OwnAuthz(ctx context.Context, accountID, id string) (store.Authz, error) {
+	a, err := au.db.GetAuthz(ctx, au.cfg.Profile, id)
+	return owned(a, a.AccountID, err, accountID, "authorization", "this authorization belongs to another account")
+}
+
+// OwnChallenge reads a challenge of this profile, with its authorization,
+// which the account owns.
+func (au *Authority) OwnChallenge(ctx context.Context, accountID, id string) (store.Challenge, store.Authz, error) {
+	c, a, err := au.db.GetChallenge(ctx, au.cfg.Profile, id)
+	a, err = owned(a, a.AccountID, err, accountID, "challenge", "this challenge belongs to another account's authorization")
+	return c, a, err
+}
+
+// DeactivateAuthz deactivates a pending or valid authorization (RFC 8555
+// §7.5.2) and returns it as it then stands.
+func (au *Authority) DeactivateAuthz(ctx context.Context, a store.Authz) (store.Authz, error) {
+	err := au.db.DeactivateAuthz(ctx, a.ID, au.clock.Now())
+	if errors.Is(err, store.ErrWrongState) {
+		return a, problem.MalformedF("only a pending or valid authorization can be deactivated; this one is %s", au.AuthzStatus(a))
+	}
+	if err != nil {
+		return a, err
+	}
+	return au.db.GetAuthz(ctx, au.cfg.Profile, a.ID)
+}
+
+// AnswerChallenge takes a client's answer to a pending challenge c of
+// authorization a (RFC 8555 §7.5.1), keyThumbprint being the signing
+// account key's: the validation is tried at once, within the request,
+// else handed to a challenge_validate job. It returns the challenge as it
+// then stands (processing while the job runs).
+func (au *Authority) AnswerChallenge(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string) (store.Challenge, error) {
+	if st := au.AuthzStatus(a); st != acme.StatusPending {
+		return c, problem.MalformedF("the authorization is %s; its challenges can no longer be answered", st)
+	}
+	// Validate right here first, with nothing stored yet: most answers
+	// settle within a moment, and one that does is recorded in a single
+	// durable write, with no job to store, run and settle. A crash
+	// meanwhile leaves the challenge pending and the client without an
+	// answer, free to post again.
+	settled, late, err := au.validateInline(ctx, &c, a, keyThumbprint)
+	if err != nil || settled {
+		return c, err
+	}
+	// After an attempt that ran out of time, the client is not kept
+	// waiting a second time.
+	wait := inlineValidationWait
+	if late {
+		wait = 0
+	}
+	if err := au.validateByJob(ctx, c, a, wait); err != nil {
+		return c, err
+	}
+	c, _, err = au.db.GetChallenge(ctx, au.cfg.Profile, c.ID)
+	return c, err
+}
+
+// validateByJob hands a challenge's validation to a durable job: for one
+// that did not settle inline (slow, failing on our side, or too many at
+// once). The job is stored first, then the challenge flipped: a crash in
+// between leaves a job that finds the challenge pending and validates it
+// anyway, never a challenge in processing with nobody to finish it. The
+// job starts at once, and an attempt that ends within wait is answered in
+// this response; a slower one goes on in the background and the client
+// polls as usual.
+func (au *Authority) validateByJob(ctx context.Context, c store.Challenge, a store.Authz, wait time.Duration) error {
+	_, done, err := au.queue.RunNow(ctx, jobs.Spec{
+		Kind: ValidateKind, Key: c.ID,
+		Payload:     validatePayload{Profile: au.cfg.Profile, Challenge: c.ID},
+		Deadline:    a.Expires,
+		MaxAttempts: validateAttempts,
+	}, wait)
+	if err != nil {
+		return err
+	}
+	// A validation that settled in time needs no processing mark: it went
+	// straight from pending to its result. One still running, or waiting
+	// for a retry, or queued for a runner elsewhere, is marked so the
+	// client sees its answer was taken (RFC 8555 §7.1.6).
+	if c, _, err = au.db.GetChallenge(ctx, au.cfg.Profile, c.ID); err != nil {
+		return err
+	}
+	if !done || c.Status == acme.StatusPending {
+		if _, err := au.db.StartChallenge(ctx, c.ID, au.clock.Now()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxInlineValidations bounds the validations challenge POSTs run at once.
+const maxInlineValidations = 32
+
+// validateInline runs a challenge's validation within its POST, for up to
+// inlineValidationWait, and records a result that settles it: the answer
+// found, or the client's wrong answer; *c becomes the challenge as it then
+// stands. It reports settled=false — nothing stored — when the attempt ran
+// out of time (late), failed on our side, or found too many others
+// running: the durable job takes over from there, with its retries and its
+// full timeout. keyThumbprint is the signing account key's.
+func (au *Authority) validateInline(ctx context.Context, c *store.Challenge, a store.Authz, keyThumbprint string) (settled, late bool, err error) {
+	select {
+	case au.inline <- struct{}{}:
+		defer func() { <-au.inline }()
+	default:
+		return false, false, nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, inlineValidationWait)
+	verr := au.runValidator(ictx, *c, a, c.Token+"."+keyThumbprint)
+	late = ictx.Err() != nil
+	cancel()
+	if late {
+		return false, true, nil
+	}
+	if _, ok := problem.As(verr); verr != nil && !ok {
+		return false, false, nil // our fault: the job retries it
+	}
+	now, mine, err := au.recordValidation(ctx, *c, a, verr)
+	if err != nil {
+		return false, false, err
+	}
+	if !mine { // settled meanwhile by someone else: read what they wrote
+		if *c, _, err = au.db.GetChallenge(ctx, au.cfg.Profile, c.ID); err != nil {
+			return false, false, err
+		}
+		return true, false, nil
+	}
+	*c = now
+	return true, false, nil
+}
+
+// ---- validation job ----
+
+// ValidateKind is the job kind that validates a challenge.
+const ValidateKind = "challenge_validate"
+
+// validateAttempts bounds retries of a validation that failed on our side
+// (not the client's: a wrong answer settles the challenge at once).
+const validateAttempts = 5
+
+type validatePayload struct {
+	Profile   string `json:"profile"`
+	Challenge string `json:"challenge"`
+}
+
+// RunValidation runs one validation of a challenge and records the
+// result: one attempt of its challenge_validate job.
+func (au *Authority) RunValidation(ctx context.Context, challengeID string) jobs.Outcome {
+	c, a, err := au.db.GetChallenge(ctx, au.cfg.Profile, challengeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return jobs.Failed("challenge not found")
+	}
+	if err != nil {
+		return jobs.Retry(err.Error())
+	}
+	now := au.clock.Now()
+	switch {
+	case c.Status != acme.StatusPending && c.Status != acme.StatusProcessing:
+		// Settled already (a repeated job, or one that outlived a crash).
+		return jobs.Done()
+	case !now.Before(a.Expires):
+		body, _ := json.Marshal(problem.UnauthorizedF("the authorization expired before it was validated"))
+		if _, err := au.db.CompleteChallenge(ctx, c.ID, false, body, now); err != nil && !errors.Is(err, store.ErrWrongState) {
+			return jobs.Retry(err.Error())
+		}
+		return jobs.Done()
+	}
+	acct, err := au.db.GetAccount(ctx, au.cfg.Profile, a.AccountID)
+	if err != nil {
+		return jobs.Retry(err.Error())
+	}
+	// A fault on our side is no verdict: recordValidation refuses it, and
+	// the job tries again.
+	verr := au.runValidator(ctx, c, a, c.Token+"."+acct.Thumbprint)
+	if _, _, err := au.recordValidation(ctx, c, a, verr); err != nil {
+		return jobs.Retry(err.Error())
+	}
+	return jobs.Done()
+}
+
+// recordValidation settles a challenge with a validation's verdict: nil
+// for the expected answer, else the problem with the client's answer. It
+// returns the challenge as recorded; mine is false when someone else
+// settled it meanwhile, which is left as it is.
+func (au *Authority) recordValidation(ctx context.Context, c store.Challenge, a store.Authz, verdict error) (now store.Challenge, mine bool, err error) {
+	prob, ok := problem.As(verdict)
+	if verdict != nil && !ok {
+		return c, false, fmt.Errorf("validating %s: %w", c.Type, verdict) // a fault, not a verdict
+	}
+	if prob != nil {
+		prob.Identifier = &acme.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
+	}
+	var (
+		body []byte
+		owed []store.NewJob
+	)
+	at := au.clock.Now()
+	if prob != nil {
+		body, _ = json.Marshal(prob)
+		owed = au.challengeFailedJobs(a, c, prob, at)
+	}
+	res, err := au.db.CompleteChallenge(ctx, c.ID, prob == nil, body, at, owed...)
+	if errors.Is(err, store.ErrWrongState) {
+		return c, false, nil
+	}
+	if err != nil {
+		return c, false, err
+	}
+	au.Notified(owed)
+	outcome := acme.StatusValid
+	if prob != nil {
+		outcome = acme.StatusInvalid
+	}
+	au.metrics.Validated(au.cfg.Profile, c.Type, string(outcome))
+	fields := []zap.Field{zap.String("profile", au.cfg.Profile), zap.String("order", res.OrderID),
+		zap.String("challenge", c.ID), zap.String("type", c.Type), zap.String("identifier", a.Identifier.Value)}
+	if prob != nil {
+		au.log.Info("challenge failed", append(fields, zap.String("event", acme.EventChallengeFailed), zap.String("problem", prob.Detail))...)
+	} else {
+		au.log.Debug("challenge valid", append(fields, zap.String("event", "challenge_valid"), zap.String("order_status", string(res.OrderStatus)))...)
+	}
+	// What CompleteChallenge made of it.
+	if prob == nil {
+		c.Status, c.Validated, c.Error = acme.StatusValid, at, nil
+	} else {
+		c.Status, c.Validated, c.Error = acme.StatusInvalid, time.Time{}, body
+	}
+	return c, true, nil
+}
+
+// challengeFailedJobs are the notifications of a failed challenge.
+func (au *Authority) challengeFailedJobs(a store.Authz, c store.Challenge, prob *problem.Problem, now time.Time) []store.NewJob {
+	if len(au.notify) == 0 {
+		return nil
+	}
+	return au.notifyJobs(notify.Event{
+		Event: acme.EventChallengeFailed, Order: a.OrderID, Account: a.AccountID,
+		Identifiers: notifyIdentifiers([]acme.Identifier{a.Identifier}),
+		Reason:      string(prob.Type), Detail: c.Type + ": " + prob.Detail, Time: now,
+	})
+}
+
+// inlineValidationWait is how long a challenge POST waits for its
+// validation before answering processing. It bounds how long a slow client
+// server can hold the request open.
+const inlineValidationWait = time.Second
+
+// validationTimeout bounds one validation attempt.
+const validationTimeout = 30 * time.Second
+
+func (au *Authority) runValidator(ctx context.Context, c store.Challenge, a store.Authz, keyAuth string) error {
+	ctx, cancel := context.WithTimeout(ctx, validationTimeout)
+	defer cancel()
+	switch c.Type {
+	case acme.ChallengeHTTP01:
+		return au.validator.HTTP01(ctx, a.Identifier.Type, a.Identifier.Value, c.Token, keyAuth)
+	case acme.ChallengeDNS01:
+		return au.validator.DNS01(ctx, a.Identifier.Value, keyAuth)
+	case acme.ChallengeTLSALPN01:
+		return au.validator.TLSALPN01(ctx, a.Identifier.Type, a.Identifier.Value, keyAuth)
+	}
+	return problem.MalformedF("challenge type %q is not supported", c.Type)
+}
