@@ -1,8 +1,6 @@
 package caddyacmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -22,6 +20,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/spf13/cobra"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"

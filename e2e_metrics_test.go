@@ -1,8 +1,6 @@
 package caddyacmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"bufio"
 	"context"
 	"encoding/json"
@@ -19,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	xacme "golang.org/x/crypto/acme"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 )
 

@@ -1,8 +1,6 @@
 package caddyacmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"bufio"
 	"context"
 	"encoding/json"
@@ -21,6 +19,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"

@@ -1,8 +1,6 @@
 package caddyacmeproxy
 
 import (
-	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"net/http"
 	"net/http/httptest"

@@ -1,8 +1,6 @@
 package caddyacmeproxy
 
 import (
-	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto"
 	"crypto/x509"
@@ -18,6 +16,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"golang.org/x/crypto/acme"
 
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"

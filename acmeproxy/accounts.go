@@ -1,14 +1,13 @@
 package acmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/mail"
 	"strings"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )

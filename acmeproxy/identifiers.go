@@ -1,8 +1,6 @@
 package acmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,6 +9,7 @@ import (
 
 	"golang.org/x/net/idna"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 

@@ -1,10 +1,10 @@
 package acmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"strings"
 	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 func dnsIdent(v string) acme.Identifier { return acme.Identifier{Type: acme.IdentifierDNS, Value: v} }

@@ -1,8 +1,6 @@
 package acmeproxy
 
 import (
-	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"bytes"
 	"context"
 	"crypto"
@@ -20,6 +18,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"golang.org/x/crypto/acme"
 
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 

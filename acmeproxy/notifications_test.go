@@ -1,8 +1,6 @@
 package acmeproxy
 
 import (
-	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -16,6 +14,7 @@ import (
 
 	"golang.org/x/crypto/acme"
 
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"

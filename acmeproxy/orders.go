@@ -1,13 +1,12 @@
 package acmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )

@@ -1,8 +1,6 @@
 package acmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"bytes"
 	"crypto"
 	"crypto/ecdsa"
@@ -24,6 +22,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 )

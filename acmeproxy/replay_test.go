@@ -1,11 +1,11 @@
 package acmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"crypto"
 	"net/http"
 	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // issueRaw has c obtain a certificate for name through the protocol and

@@ -1,14 +1,13 @@
 package acmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"net/http"
 	"path"
 	"sync"
 	"testing"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 	"github.com/acmeproxy/caddy-acme-proxy/store"

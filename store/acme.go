@@ -1,8 +1,6 @@
 package store
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -13,6 +11,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // NewID returns a random identifier for an ACME resource (128 bits:

@@ -1,8 +1,6 @@
 package store
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // AuditEvent is one row of the audit trail. Rows are never updated: the

@@ -1,14 +1,14 @@
 package store
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // checkClipped checks that got is orig bounded to max bytes: orig itself

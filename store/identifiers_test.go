@@ -1,8 +1,6 @@
 package store
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"database/sql"
 	"fmt"
@@ -10,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 func dnsIDs(names ...string) []acme.Identifier {

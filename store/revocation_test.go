@@ -1,14 +1,14 @@
 package store
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // issuedCert stores an order of one identifier with a certificate valid

@@ -1,8 +1,6 @@
 package authority
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"bytes"
 	"context"
 	"crypto"
@@ -20,6 +18,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"

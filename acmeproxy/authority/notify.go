@@ -1,10 +1,9 @@
 package authority
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )

@@ -1,8 +1,6 @@
 package authority
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"fmt"
 	"maps"
@@ -15,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 

@@ -1,8 +1,6 @@
 package authority
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/x509"
 	"errors"
@@ -11,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 

@@ -10,8 +10,6 @@
 package notify
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 

@@ -1,8 +1,6 @@
 package notify_test
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -22,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"

@@ -1,8 +1,6 @@
 package notify_test
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -10,6 +8,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )

@@ -4,11 +4,11 @@
 package problem
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // Problem is an RFC 7807 problem document. It is an error, so it can travel

@@ -1,8 +1,6 @@
 package problem_test
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 

@@ -1,14 +1,14 @@
 package validate
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // A tls-alpn-01 detail says what the certificate lacks, never how many

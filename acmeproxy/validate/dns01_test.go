@@ -1,8 +1,6 @@
 package validate
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -13,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // testDigest is what a dns-01 TXT record must hold for testKeyAuth.

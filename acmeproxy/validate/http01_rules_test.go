@@ -1,8 +1,6 @@
 package validate
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"fmt"
 	"net"
@@ -12,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // bodyServer answers GET /.well-known/acme-challenge/<token> with

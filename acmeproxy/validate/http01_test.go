@@ -1,8 +1,6 @@
 package validate
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"fmt"
 	"net"
@@ -18,6 +16,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // challengeServers runs one handler over http and https on loopback, as a

@@ -1,14 +1,14 @@
 package validate
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // The policy of these tests allows the names below example.test but

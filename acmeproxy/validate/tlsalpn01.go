@@ -1,8 +1,6 @@
 package validate
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 

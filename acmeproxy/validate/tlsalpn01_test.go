@@ -1,8 +1,6 @@
 package validate
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -19,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // acmeExtension is the acmeIdentifier extension for keyAuth.

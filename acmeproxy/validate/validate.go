@@ -13,8 +13,6 @@
 package validate
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +28,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 

@@ -1,8 +1,6 @@
 package localca
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -19,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/lintcheck"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )

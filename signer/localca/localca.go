@@ -9,8 +9,6 @@
 package localca
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"bytes"
 	"context"
 	"crypto"
@@ -31,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )

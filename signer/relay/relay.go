@@ -13,8 +13,6 @@
 package relay
 
 import (
-	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/x509"
 	"encoding/base64"
@@ -31,6 +29,7 @@ import (
 	"github.com/mholt/acmez/v3/acme"
 	"go.uber.org/zap"
 
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"

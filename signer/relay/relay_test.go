@@ -1,8 +1,6 @@
 package relay
 
 import (
-	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
-
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -24,6 +22,7 @@ import (
 	"github.com/mholt/acmez/v3/acme"
 	"go.uber.org/zap"
 
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
