@@ -18,6 +18,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -47,6 +48,15 @@ type Operator struct {
 	DB       *store.DB
 	Queue    *jobs.Queue
 	Profiles ProfileLister
+	Clock    clock.Clock // default: the wall clock
+}
+
+// now is the operator's clock's time.
+func (op *Operator) now() time.Time {
+	if op.Clock == nil {
+		return time.Now()
+	}
+	return op.Clock.Now()
 }
 
 // Filter names: the query parameters of the admin API's lists and the
@@ -293,14 +303,14 @@ func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor auth
 	if _, err := op.DB.AccountByID(ctx, id); err != nil {
 		return AccountView{}, err
 	}
-	a, err := op.DB.DeactivateAccount(ctx, id, time.Now())
+	a, err := op.DB.DeactivateAccount(ctx, id, op.now())
 	if errors.Is(err, store.ErrWrongState) {
 		return AccountView{}, fmt.Errorf("%w: account %s is not valid", ErrConflict, id)
 	}
 	if err != nil {
 		return AccountView{}, err
 	}
-	ev := store.AuditEvent{At: time.Now(), Event: acme.EventAccountDeactivated, Outcome: authority.OutcomeSuccess,
+	ev := store.AuditEvent{At: op.now(), Event: acme.EventAccountDeactivated, Outcome: authority.OutcomeSuccess,
 		Profile: a.Profile, ActorKind: actor.Kind, ActorID: actor.ID, AccountID: a.ID}
 	au, mounted := op.Profiles.Lookup(a.Profile)
 	if mounted {
@@ -457,7 +467,7 @@ type AuditPruneView struct {
 // in the future, and records the prune, with actor and the cutoff, in a
 // row of its own that the prune keeps.
 func (op *Operator) PruneAudit(ctx context.Context, before time.Time, actor authority.Actor) (AuditPruneView, error) {
-	now := time.Now()
+	now := op.now()
 	switch {
 	case before.IsZero():
 		return AuditPruneView{}, fmt.Errorf("%w: before (the cutoff) is required", ErrInvalid)
