@@ -44,9 +44,7 @@ func (s *Server) orderJSON(base string, o store.Order) orderJSON {
 		Authorizations: make([]string, len(o.AuthzIDs)),
 		Finalize:       base + "/order/" + o.ID + "/finalize",
 	}
-	for _, id := range o.Identifiers {
-		out.Identifiers = append(out.Identifiers, acme.Identifier(id))
-	}
+	out.Identifiers = o.Identifiers
 	for i, id := range o.AuthzIDs {
 		out.Authorizations[i] = base + "/authz/" + id
 	}

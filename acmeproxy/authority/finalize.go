@@ -47,10 +47,7 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 	if err != nil {
 		return o, problem.BadCSRF("the CSR cannot be parsed: %v", err)
 	}
-	idents := make([]acme.Identifier, len(o.Identifiers))
-	for i, id := range o.Identifiers {
-		idents[i] = acme.Identifier(id)
-	}
+	idents := o.Identifiers
 	if err := CheckCSR(csr, idents, acct.KeyJWK); err != nil {
 		return o, err
 	}

@@ -3,7 +3,6 @@ package authority
 import (
 	"time"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -74,18 +73,7 @@ func (au *Authority) AuditNotifyJobs(ev store.AuditEvent) []store.NewJob {
 	ev = ev.Bounded() // the notification carries what the row stores
 	return au.notifyJobs(notify.Event{
 		Event: ev.Event, Profile: ev.Profile, Order: ev.OrderID, Account: ev.AccountID,
-		Identifiers: notifyIdentifiers(ev.Identifiers), Serial: ev.Serial, Reason: ev.Reason, Detail: ev.Detail,
+		Identifiers: ev.Identifiers, Serial: ev.Serial, Reason: ev.Reason, Detail: ev.Detail,
 		ClientAddress: ev.ClientIP, Time: ev.At,
 	})
-}
-
-func notifyIdentifiers(ids []acme.Identifier) []acme.Identifier {
-	if len(ids) == 0 {
-		return nil
-	}
-	out := make([]acme.Identifier, len(ids))
-	for i, id := range ids {
-		out[i] = acme.Identifier{Type: id.Type, Value: id.Value}
-	}
-	return out
 }

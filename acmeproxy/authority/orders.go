@@ -48,7 +48,7 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 		if wildcards[i] {
 			base.Value = id.Value[2:]
 		}
-		order.Identifiers = append(order.Identifiers, acme.Identifier(id))
+		order.Identifiers = append(order.Identifiers, id)
 		authzs[i] = store.Authz{Identifier: base, Wildcard: wildcards[i], Expires: expires}
 		for _, typ := range au.challengeTypes(id.Type, wildcards[i]) {
 			authzs[i].Challenges = append(authzs[i].Challenges, store.Challenge{Type: typ, Token: newToken()})

@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
@@ -41,10 +40,7 @@ func (au *Authority) ResumeStuckOrders(ctx context.Context) (int, error) {
 			errs = append(errs, fmt.Errorf("order %s: stored CSR: %w", o.ID, err))
 			continue
 		}
-		idents := make([]acme.Identifier, len(o.Identifiers))
-		for i, id := range o.Identifiers {
-			idents[i] = acme.Identifier(id)
-		}
+		idents := o.Identifiers
 		if prob := au.policyRefusal(idents); prob != nil {
 			au.failOrder(ctx, o, prob, "refused at resume by the profile's current policy: "+prob.Detail, Client{})
 			continue

@@ -263,7 +263,7 @@ func (au *Authority) challengeFailedJobs(a store.Authz, c store.Challenge, prob 
 	}
 	return au.notifyJobs(notify.Event{
 		Event: acme.EventChallengeFailed, Order: a.OrderID, Account: a.AccountID,
-		Identifiers: notifyIdentifiers([]acme.Identifier{a.Identifier}),
+		Identifiers: []acme.Identifier{a.Identifier},
 		Reason:      string(prob.Type), Detail: c.Type + ": " + prob.Detail, Time: now,
 	})
 }
