@@ -8,6 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	apcaddyfile "github.com/acmeproxy/caddy-acme-proxy/caddyfile"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/script"
 )
 
@@ -27,9 +28,9 @@ type Script struct {
 	// hold Caddy placeholders ({env.NAME}, {file.path}), replaced when
 	// the config loads.
 	Env map[string]string `json:"env,omitempty"`
-	// Revoke runs the program to revoke; when false, revocation is
+	// RevokeOn runs the program to revoke; when false, revocation is
 	// recorded by the proxy alone. Default true.
-	Revoke *bool `json:"revoke,omitempty"`
+	RevokeOn *bool `json:"revoke,omitempty"`
 
 	*script.Signer `json:"-"`
 }
@@ -79,7 +80,7 @@ func (s *Script) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				switch v {
 				case "on", "off":
 					on := v == "on"
-					s.Revoke = &on
+					s.RevokeOn = &on
 				default:
 					err = d.Errf("acme_proxy: signer.revoke: %q must be on or off", v)
 				}
@@ -109,7 +110,7 @@ func (s *Script) Provision(caddy.Context) error {
 	for k, v := range s.Env {
 		env[k] = repl.ReplaceKnown(v, "")
 	}
-	revoke := s.Revoke == nil || *s.Revoke
+	revoke := s.RevokeOn == nil || *s.RevokeOn
 	var err error
 	s.Signer, err = script.New(script.Options{Command: s.Command, Timeout: time.Duration(s.Timeout), Env: env, Revoke: revoke})
 	if err != nil {
@@ -122,4 +123,6 @@ func (s *Script) Provision(caddy.Context) error {
 var (
 	_ caddy.Provisioner     = (*Script)(nil)
 	_ caddyfile.Unmarshaler = (*Script)(nil)
+	_ signer.Signer         = (*Script)(nil)
+	_ signer.JobWorker      = (*Script)(nil)
 )
