@@ -3,16 +3,19 @@ package caddyacmeproxy
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +24,10 @@ import (
 	"github.com/go-acme/lego/v5/challenge/http01"
 	"github.com/go-acme/lego/v5/lego"
 	"github.com/go-acme/lego/v5/registration"
+	xacme "golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer/script"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // scriptProfile is the profile the script signer tests add to the e2e
@@ -177,5 +184,156 @@ func TestLegoIssuesRenewsAndRevokesThroughTheOpenSSLCAExampleScript(t *testing.T
 	}
 	if time.Since(c.RevokedAt) > time.Minute {
 		t.Errorf("revoked at %v", c.RevokedAt)
+	}
+}
+
+// scriptJob returns the script_issue job of an order once an attempt of
+// it has failed (its last error set).
+func scriptJobFailedOnce(t *testing.T, app *App, orderID string) store.Job {
+	t.Helper()
+	for end := time.Now().Add(e2eWait); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		js, err := app.queue.List(t.Context(), store.JobFilter{Kind: script.IssueKind, Key: orderID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(js) == 1 && js[0].LastError != "" {
+			return js[0]
+		}
+	}
+	t.Fatalf("no failed attempt of the script_issue job of order %s within %s", orderID, e2eWait)
+	return store.Job{}
+}
+
+// processGone waits, up to 5s, for a process to be dead: no longer there,
+// or a zombie waiting to be reaped.
+func processGone(pid int) bool {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return true
+		}
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return true
+		}
+	}
+	return false
+}
+
+func TestEveryWayAScriptSignerFailsReachesTheClientGenericallyAndTheOperatorInFull(t *testing.T) {
+	needScriptTools(t)
+	modes := absPath(t, "testdata/script-signer/modes.sh")
+	env := newE2EEnv(t)
+	pidDir := t.TempDir()
+	ln := e2eListen(t)
+	srv, httpPort := serveE2EHTTP01(t, ln), e2ePort(ln)
+	env.load(t, e2eConfig{ValidationHTTP: httpPort, ValidationTLS: freePort(t),
+		ExtraProfiles: scriptProfileBlock(env, httpPort, "\t\t\tcommand "+modes+"\n\t\t\ttimeout 2s\n\t\t\tenv PID_DIR "+pidDir)})
+	app := activeApp(t)
+	op := app.Operator()
+
+	tests := []struct {
+		mode string
+		// refusedAs is the problem type of an exit-2 refusal; empty for a
+		// failure the job retries.
+		refusedAs string
+		// reason is what the operator sees (job, order, audit); the
+		// client must not.
+		reason string
+	}{
+		{"refuse-csr", "urn:ietf:params:acme:error:badCSR", "RSA keys only on this CA"},
+		{"refuse-name", "urn:ietf:params:acme:error:rejectedIdentifier", "is not in the inventory"},
+		{"tempfail", "", "failed temporarily: exited with status 75: the HSM is busy"},
+		{"crash", "", "exited with status 1: openssl: unable to load CA private key"},
+		{"signal", "", "was killed by signal killed"},
+		{"timeout", "", "timed out after 2s and was killed"},
+		{"big", "", "wrote more than 1048576 bytes on stdout"},
+		{"garbage", "", "output holds something other than PEM certificates"},
+		{"wrongkey", "", "the leaf certifies another key than the CSR's"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*e2eWait)
+			defer cancel()
+			name := tt.mode + ".script-modes.example.com"
+			c := &xacme.Client{Key: e2eP256Key(t), HTTPClient: env.client, DirectoryURL: env.directoryURL(scriptProfile)}
+			if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
+				t.Fatalf("Register: %v", err)
+			}
+			o, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(name))
+			if err != nil {
+				t.Fatalf("AuthorizeOrder: %v", err)
+			}
+			e2eAccept(ctx, t, c, e2ePendingHTTP01(ctx, t, c, srv, o.AuthzURLs[0]))
+			if _, err := c.WaitAuthorization(ctx, o.AuthzURLs[0]); err != nil {
+				t.Fatal(err)
+			}
+			csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{name}}, e2eP256Key(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			finalized := make(chan error, 1)
+			go func() {
+				_, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, csr, true)
+				finalized <- err
+			}()
+			orderID := path.Base(o.URI)
+
+			if tt.refusedAs == "" {
+				// Retried: the operator sees the reason on the job while
+				// the order waits; the operator then gives up on it.
+				j := scriptJobFailedOnce(t, app, orderID)
+				if !strings.Contains(j.LastError, tt.reason) {
+					t.Errorf("the job's last error is %q; want %q", j.LastError, tt.reason)
+				}
+				if v, err := op.ShowOrder(ctx, orderID); err != nil || v.Status != "processing" {
+					t.Errorf("after a failed attempt the order is %q (%v); want processing", v.Status, err)
+				}
+				if _, err := op.CancelJob(ctx, j.ID); err != nil {
+					t.Fatalf("CancelJob: %v", err)
+				}
+			}
+			if err := <-finalized; err == nil {
+				t.Fatal("the order was issued")
+			}
+			got, err := c.GetOrder(ctx, o.URI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantType := tt.refusedAs
+			if wantType == "" {
+				wantType = "urn:ietf:params:acme:error:serverInternal"
+			}
+			if got.Status != xacme.StatusInvalid || got.Error == nil || got.Error.ProblemType != wantType {
+				t.Fatalf("the client sees the order %s with %+v; want invalid with %s", got.Status, got.Error, wantType)
+			}
+			if strings.Contains(got.Error.Detail, tt.reason) || strings.Contains(got.Error.Detail, modes) {
+				t.Errorf("the client's detail %q tells the script's reason", got.Error.Detail)
+			}
+			v, err := op.ShowOrder(ctx, orderID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(v.FailureDetail, tt.reason) {
+				t.Errorf("the operator's failure detail is %q; want %q", v.FailureDetail, tt.reason)
+			}
+			evs, err := app.db.SearchAudit(ctx, store.AuditFilter{OrderID: orderID, Event: "certificate_issue_failed"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) != 1 || !strings.Contains(evs[0].Detail, tt.reason) {
+				t.Errorf("audit rows of the failure: %+v; want one with %q", evs, tt.reason)
+			}
+			if tt.mode == "timeout" {
+				b, err := os.ReadFile(filepath.Join(pidDir, "timeout.pid"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+				if !processGone(pid) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					t.Errorf("the sleeping grandchild %d outlived the timeout", pid)
+				}
+			}
+		})
 	}
 }

@@ -334,7 +334,8 @@ func (s *Signer) forgetTempFails(order string) {
 }
 
 // AbandonJob fails the order through the Settler, with the real reason
-// for the operator.
+// for the operator: why the job was retired and what the program last
+// did.
 func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 	var p issuePayload
 	if jobs.Decode(job, &p) != nil {
@@ -345,6 +346,11 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 		return
 	}
 	s.forgetTempFails(p.Order)
+	if job.LastError != "" && !strings.Contains(reason, job.LastError) {
+		// Cancelled by an operator, say: what the program did is still
+		// the reason the order failed.
+		reason += "; last error: " + job.LastError
+	}
 	if err := b.Settler.Failed(ctx, p.Order, "script signer "+s.opts.Command[0]+" failed: "+reason); err != nil {
 		log.Error("recording a failed script issuance", zap.String("event", "script_fail_record_failed"),
 			zap.String("order", p.Order), zap.Error(err))

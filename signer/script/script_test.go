@@ -301,6 +301,19 @@ func TestAnAbandonedJobFailsTheOrderWithTheRealReasonForTheOperator(t *testing.T
 	if got := b.settler.failed[req.OrderID]; got != "script signer /bin/false failed: attempts exhausted; last error: /bin/false exited with status 1" {
 		t.Errorf("failed with %q", got)
 	}
+
+	// Cancelled by an operator after a failed run: the run's error is
+	// still the operator's reason.
+	req2, _ := b.finalized(t, "b.example.com")
+	if _, err := b.s.Issue(ctx, req2); err != nil {
+		t.Fatal(err)
+	}
+	j := b.job(t, req2.OrderID)
+	j.LastError = "/bin/false exited with status 1"
+	b.s.AbandonJob(ctx, j, "cancelled by an operator")
+	if got := b.settler.failed[req2.OrderID]; got != "script signer /bin/false failed: cancelled by an operator; last error: /bin/false exited with status 1" {
+		t.Errorf("cancelled, failed with %q", got)
+	}
 }
 
 func TestRevokeHandsTheCertificateToTheProgramAndFailsUnlessItExitsZero(t *testing.T) {
