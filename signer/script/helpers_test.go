@@ -20,7 +20,7 @@ type testCA struct {
 	rootKey, interKey *ecdsa.PrivateKey
 }
 
-func newKey(t *testing.T) *ecdsa.PrivateKey {
+func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -29,7 +29,7 @@ func newKey(t *testing.T) *ecdsa.PrivateKey {
 	return k
 }
 
-func sign(t *testing.T, tmpl, parent *x509.Certificate, pub crypto.PublicKey, key crypto.Signer) *x509.Certificate {
+func sign(t testing.TB, tmpl, parent *x509.Certificate, pub crypto.PublicKey, key crypto.Signer) *x509.Certificate {
 	t.Helper()
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, key)
 	if err != nil {
@@ -51,7 +51,7 @@ func caTemplate(cn string) *x509.Certificate {
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
 }
 
-func newTestCA(t *testing.T) *testCA {
+func newTestCA(t testing.TB) *testCA {
 	t.Helper()
 	ca := &testCA{rootKey: newKey(t), interKey: newKey(t)}
 	rt := caTemplate("test root")
@@ -61,7 +61,7 @@ func newTestCA(t *testing.T) *testCA {
 }
 
 // leaf issues a leaf from the intermediate for pub, naming dns and ips.
-func (ca *testCA) leaf(t *testing.T, pub crypto.PublicKey, dns []string, ips ...string) *x509.Certificate {
+func (ca *testCA) leaf(t testing.TB, pub crypto.PublicKey, dns []string, ips ...string) *x509.Certificate {
 	t.Helper()
 	serial++
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), NotBefore: time.Now().Add(-time.Hour),
