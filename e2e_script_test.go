@@ -5,9 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -24,6 +28,7 @@ import (
 	"github.com/go-acme/lego/v5/challenge/http01"
 	"github.com/go-acme/lego/v5/lego"
 	"github.com/go-acme/lego/v5/registration"
+	jose "github.com/go-jose/go-jose/v4"
 	xacme "golang.org/x/crypto/acme"
 
 	"github.com/acmeproxy/caddy-acme-proxy/signer/script"
@@ -335,5 +340,92 @@ func TestEveryWayAScriptSignerFailsReachesTheClientGenericallyAndTheOperatorInFu
 				}
 			}
 		})
+	}
+}
+
+// scriptRevoke posts revoke-cert for der as c's account, by hand:
+// x/crypto/acme retries a 503 until its context ends, and the test wants
+// to see the 503.
+func scriptRevoke(t *testing.T, env *e2eEnv, c *xacme.Client, der []byte, reason int) (int, http.Header, string) {
+	t.Helper()
+	base := strings.TrimSuffix(env.directoryURL(scriptProfile), "/directory")
+	resp, err := env.client.Head(base + "/new-nonce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	url := base + "/revoke-cert"
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: c.Key}, &jose.SignerOptions{
+		ExtraHeaders: map[jose.HeaderKey]any{"nonce": resp.Header.Get("Replay-Nonce"), "url": url, "kid": string(c.KID)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := json.Marshal(map[string]any{"certificate": base64.RawURLEncoding.EncodeToString(der), "reason": reason})
+	jws, err := signer.Sign(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err = env.client.Post(url, "application/jose+json", strings.NewReader(jws.FullSerialize()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(body)
+}
+
+func TestAScriptRevocationSlowerThanTheWaitAnswers503AndAskingAgainFollowsTheSameJob(t *testing.T) {
+	needScriptTools(t)
+	example := absPath(t, "examples/script-signer/openssl-ca.sh")
+	hold := absPath(t, "testdata/script-signer/hold-revoke.sh")
+	env := newE2EEnv(t)
+	caDir, holdDir := filepath.Join(env.Dir, "ca"), t.TempDir()
+	if out, err := exec.Command(example, "init", caDir).CombinedOutput(); err != nil {
+		t.Fatalf("openssl-ca.sh init: %v\n%s", err, out)
+	}
+	ln := e2eListen(t)
+	srv, httpPort := serveE2EHTTP01(t, ln), e2ePort(ln)
+	env.load(t, e2eConfig{ValidationHTTP: httpPort, ValidationTLS: freePort(t),
+		ExtraProfiles: scriptProfileBlock(env, httpPort, fmt.Sprintf(
+			"\t\t\tcommand %s\n\t\t\ttimeout 1m\n\t\t\tenv CA_DIR %s\n\t\t\tenv EXAMPLE %s\n\t\t\tenv HOLD_DIR %s", hold, caDir, example, holdDir))})
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*e2eWait)
+	defer cancel()
+	c := &xacme.Client{Key: e2eP256Key(t), HTTPClient: env.client, DirectoryURL: env.directoryURL(scriptProfile)}
+	if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	const name = "script-slow-revoke.example.com"
+	o, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(name))
+	if err != nil {
+		t.Fatalf("AuthorizeOrder: %v", err)
+	}
+	e2eAccept(ctx, t, c, e2ePendingHTTP01(ctx, t, c, srv, o.AuthzURLs[0]))
+	chain := e2eFinishOrder(ctx, t, c, o, []string{name})
+
+	status, header, body := scriptRevoke(t, env, c, chain[0], 4)
+	if status != http.StatusServiceUnavailable || header.Get("Retry-After") == "" {
+		t.Fatalf("revoke while the script holds: %d, Retry-After %q, %s; want 503 with Retry-After", status, header.Get("Retry-After"), body)
+	}
+	if err := os.WriteFile(filepath.Join(holdDir, "release"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := scriptRevoke(t, env, c, chain[0], 4); status != http.StatusOK {
+		t.Fatalf("revoke again once the script goes on: %d %s; want 200", status, body)
+	}
+	js, err := activeApp(t).queue.List(ctx, store.JobFilter{Kind: "signer_revoke"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(js) != 1 || js[0].Status != store.JobDone {
+		t.Errorf("signer_revoke jobs: %+v; want one, done", js)
+	}
+	index, err := os.ReadFile(filepath.Join(caDir, "index.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(index), "R\t") {
+		t.Errorf("the CA's index: %s; want the certificate revoked", index)
 	}
 }
