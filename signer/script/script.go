@@ -89,6 +89,9 @@ type Signer struct {
 	bound     *signer.Binding
 	log       *zap.Logger
 	tempFails map[string]int // order → consecutive exit 75s, for the backoff
+	// signed holds a checked chain the Settler failed to record, so the
+	// next attempt records it instead of signing the order again.
+	signed map[string][][]byte
 }
 
 // New checks opts and returns a Signer. Errors name the configuration key.
@@ -137,7 +140,7 @@ func New(opts Options) (*Signer, error) {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	return &Signer{opts: opts, env: env, log: zap.NewNop(), tempFails: map[string]int{}}, nil
+	return &Signer{opts: opts, env: env, log: zap.NewNop(), tempFails: map[string]int{}, signed: map[string][][]byte{}}, nil
 }
 
 // Bind gives the signer its profile's Settler, queue and store.
@@ -244,6 +247,9 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 		s.forgetTempFails(p.Order)
 		return jobs.Done() // settled already, by an earlier attempt or an operator
 	}
+	if chain := s.signedChain(p.Order); chain != nil {
+		return s.record(ctx, b, p.Order, chain)
+	}
 	csr, err := x509.ParseCertificateRequest(p.CSR)
 	if err != nil {
 		return jobs.Failed("the order's CSR does not parse: " + err.Error())
@@ -293,11 +299,26 @@ func (s *Signer) issueOutcome(ctx context.Context, b *signer.Binding, p issuePay
 	if err != nil {
 		return jobs.Retry(prog + " exited 0 but its output is not the order's certificate: " + err.Error())
 	}
-	if err := b.Settler.Issued(ctx, p.Order, chain); err != nil {
+	return s.record(ctx, b, p.Order, chain)
+}
+
+// record hands a checked chain to the Settler; when that fails, the chain
+// is kept for the next attempt.
+func (s *Signer) record(ctx context.Context, b *signer.Binding, order string, chain [][]byte) jobs.Outcome {
+	s.mu.Lock()
+	s.signed[order] = chain
+	s.mu.Unlock()
+	if err := b.Settler.Issued(ctx, order, chain); err != nil {
 		return jobs.Retry("recording the certificate: " + err.Error())
 	}
-	s.forgetTempFails(p.Order)
+	s.forgetTempFails(order)
 	return jobs.Done()
+}
+
+func (s *Signer) signedChain(order string) [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.signed[order]
 }
 
 // refusal reads the kind of an exit-2 refusal from the program's first
@@ -327,10 +348,13 @@ func (s *Signer) tempFailDelay(order string) time.Duration {
 	return min(d, tempFailCap)
 }
 
+// forgetTempFails drops what the signer keeps in memory for an order
+// that is settled.
 func (s *Signer) forgetTempFails(order string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.tempFails, order)
+	delete(s.signed, order)
 }
 
 // AbandonJob fails the order through the Settler, with the real reason

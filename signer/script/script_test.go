@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,8 @@ type fakeSettler struct {
 	issued  map[string][][]byte
 	failed  map[string]string
 	refused map[string]refusedAs
+	// issuedErr, while set, is what Issued answers, recording nothing.
+	issuedErr error
 }
 
 type refusedAs struct {
@@ -41,6 +44,9 @@ type refusedAs struct {
 func (f *fakeSettler) Issued(_ context.Context, id string, chain [][]byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.issuedErr != nil {
+		return f.issuedErr
+	}
 	f.issued[id] = chain
 	return nil
 }
@@ -396,5 +402,33 @@ func TestABadConfigurationFailsAtLoadNamingTheKey(t *testing.T) {
 				t.Errorf("New: %v; want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestAChainThatCouldNotBeRecordedIsRecordedByTheNextAttemptWithoutSigningAgain(t *testing.T) {
+	ctx := context.Background()
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	runs, chainFile := filepath.Join(dir, "runs"), filepath.Join(dir, "chain.pem")
+	b := newBench(t, Options{Command: []string{program(t, "echo run >> "+runs+"\ncat "+chainFile)}})
+	req, key := b.finalized(t, "a.example.com")
+	leaf := ca.leaf(t, key.Public(), []string{"a.example.com"})
+	os.WriteFile(chainFile, pemOf(leaf, ca.inter), 0o644)
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	b.settler.issuedErr = errors.New("database is locked")
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)); out.Kind() != "retry" || !strings.Contains(out.String(), "database is locked") {
+		t.Fatalf("outcome %s; want a retry naming the recording error", out)
+	}
+	b.settler.issuedErr = nil
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)); out.Kind() != "done" {
+		t.Fatalf("outcome %s; want done", out)
+	}
+	if chain := b.settler.issued[req.OrderID]; len(chain) != 2 || !slices.Equal(chain[0], leaf.Raw) {
+		t.Errorf("recorded %d certificates; want the chain the program printed", len(chain))
+	}
+	if got, _ := os.ReadFile(runs); string(got) != "run\n" {
+		t.Errorf("the program ran %d times; want once: the order is signed once", strings.Count(string(got), "run"))
 	}
 }
