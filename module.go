@@ -16,5 +16,6 @@ func init() {
 	caddy.RegisterModule(new(Handler))
 	caddy.RegisterModule(new(LocalCA))
 	caddy.RegisterModule(new(Relay))
+	caddy.RegisterModule(new(Script))
 	caddy.RegisterModule(new(AdminAPI))
 }

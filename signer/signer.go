@@ -99,6 +99,11 @@ type Settler interface {
 	// Failed records a permanent failure. detail is for the operator;
 	// the client sees a generic problem.
 	Failed(ctx context.Context, orderID string, detail string) error
+	// Refused records the signer's verdict against the request: the
+	// order fails with the problem of kind (KindBadCSR or
+	// KindRejectedIdentifier) and a generic detail; detail is for the
+	// operator.
+	Refused(ctx context.Context, orderID string, kind Kind, detail string) error
 }
 
 // Binding is what the ACME layer gives a signer that finishes later: the

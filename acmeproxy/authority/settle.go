@@ -10,6 +10,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -45,6 +46,32 @@ func (au *Authority) Failed(ctx context.Context, orderID, detail string) error {
 		au.auditIssueFailed(ctx, o, pendingClient(o), detail)
 	}
 	au.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
+		zap.String("profile", au.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
+	return nil
+}
+
+// Refused marks an order invalid on a verdict its signer reached later
+// (signer.Settler): the client sees the problem of kind with a generic
+// detail; detail, the signer's reason, is kept for the operator.
+func (au *Authority) Refused(ctx context.Context, orderID string, kind signer.Kind, detail string) error {
+	var p *problem.Problem
+	switch kind {
+	case signer.KindBadCSR:
+		p = problem.BadCSRF("the signer refused the CSR; the operator can see why")
+	case signer.KindRejectedIdentifier:
+		p = problem.RejectedIdentifierF("the signer refused to issue for this order's identifiers; the operator can see why")
+	default:
+		return au.Failed(ctx, orderID, detail)
+	}
+	body, _ := json.Marshal(p)
+	if err := au.db.FailOrder(ctx, orderID, body, detail, au.clock.Now()); err != nil {
+		return err
+	}
+	au.metrics.IssueFailed(au.cfg.Profile, failureClass(&signer.Error{Kind: kind}))
+	if o, err := au.db.GetOrder(ctx, au.cfg.Profile, orderID); err == nil {
+		au.auditIssueFailed(ctx, o, pendingClient(o), detail)
+	}
+	au.log.Warn("certificate issuance refused by the signer", zap.String("event", "certificate_issue_failed"),
 		zap.String("profile", au.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
 	return nil
 }

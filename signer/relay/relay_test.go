@@ -50,6 +50,12 @@ func (f *fakeSettler) Failed(_ context.Context, id, detail string) error {
 	return nil
 }
 
+// Refused is never called by the relay, which refuses nothing after
+// finalize; a call is recorded as a failure so a test would see it.
+func (f *fakeSettler) Refused(ctx context.Context, id string, _ signer.Kind, detail string) error {
+	return f.Failed(ctx, id, "refused: "+detail)
+}
+
 // bench is a bound relay signer over a real store, with a fake clock and
 // an upstream the test provides.
 type bench struct {

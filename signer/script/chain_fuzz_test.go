@@ -1,0 +1,62 @@
+package script
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/x509"
+	"math/big"
+	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+)
+
+// FuzzParseChain feeds parseChain arbitrary program output. Whatever it
+// accepts is a chain of parsable certificates whose leaf certifies the
+// CSR's key for exactly the order's name, each signed by the next.
+func FuzzParseChain(f *testing.F) {
+	ca := newTestCA(f)
+	// A fixed key, so that seeds stay meaningful across runs: the fuzz
+	// engine keeps the output bytes, not the key.
+	key := &ecdsa.PrivateKey{D: big.NewInt(42)}
+	key.PublicKey.Curve = elliptic.P256()
+	key.PublicKey.X, key.PublicKey.Y = elliptic.P256().ScalarBaseMult(key.D.Bytes())
+	good := ca.leaf(f, &key.PublicKey, []string{"a.example.com"})
+	f.Add(pemOf(good, ca.inter, ca.root))
+	f.Add(pemOf(good))
+	f.Add(pemOf(ca.inter, good))
+	f.Add(append(pemOf(good), "trailing"...))
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"))
+	f.Add([]byte{})
+	idents := []acme.Identifier{{Type: "dns", Value: "a.example.com"}}
+	f.Fuzz(func(t *testing.T, out []byte) {
+		chain, err := parseChain(out, &key.PublicKey, idents)
+		if err != nil {
+			if chain != nil {
+				t.Fatal("an error with a chain")
+			}
+			return
+		}
+		if len(chain) == 0 {
+			t.Fatal("accepted an empty chain")
+		}
+		certs := make([]*x509.Certificate, len(chain))
+		for i, der := range chain {
+			c, err := x509.ParseCertificate(der)
+			if err != nil {
+				t.Fatalf("accepted certificate %d does not parse: %v", i+1, err)
+			}
+			certs[i] = c
+		}
+		if !key.PublicKey.Equal(certs[0].PublicKey) {
+			t.Fatal("accepted a leaf for another key")
+		}
+		if len(certs[0].DNSNames) == 0 || len(certs[0].IPAddresses) != 0 {
+			t.Fatalf("accepted a leaf naming %v %v", certs[0].DNSNames, certs[0].IPAddresses)
+		}
+		for i := 0; i+1 < len(certs); i++ {
+			if err := certs[i].CheckSignatureFrom(certs[i+1]); err != nil {
+				t.Fatalf("accepted certificate %d not signed by the next: %v", i+1, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,219 @@
+package script
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Output caps: what the program writes past them is discarded and the
+// run counts as failed, so a runaway program cannot fill the memory.
+const (
+	MaxStdout = 1 << 20  // 1 MiB: a PEM chain is a few KiB
+	MaxStderr = 64 << 10 // 64 KiB: enough for any diagnostic
+)
+
+// pipeGrace bounds how long the output is read after the program's group
+// was killed: a process that left the group (setsid) may keep the pipes
+// open, and is not waited for.
+const pipeGrace = 2 * time.Second
+
+// run is one execution of the program.
+type run struct {
+	Argv    []string
+	Env     []string // the whole environment; nothing is inherited
+	Stdin   []byte
+	Timeout time.Duration
+}
+
+// result is what one execution did.
+type result struct {
+	Stdout, Stderr []byte
+	// StdoutCapped and StderrCapped report output past the caps.
+	StdoutCapped, StderrCapped bool
+	// Exit is the exit status; -1 when the program did not exit by itself.
+	Exit int
+	// Signal is the signal that ended the program, if one did.
+	Signal syscall.Signal
+	// TimedOut: the timeout passed and the program's group was killed.
+	TimedOut bool
+	// Interrupted: ctx ended first and the group was killed.
+	Interrupted bool
+}
+
+// firstStderrLine is the first non-empty line the program wrote on
+// stderr, trimmed, at most 200 bytes.
+func (r result) firstStderrLine() string {
+	for _, l := range strings.Split(string(r.Stderr), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if len(l) > 200 {
+				l = l[:200]
+			}
+			return l
+		}
+	}
+	return ""
+}
+
+// describe says how the program ended, for the operator.
+func (r result) describe() string {
+	var what string
+	switch {
+	case r.TimedOut:
+		what = "timed out and was killed"
+	case r.Interrupted:
+		what = "was interrupted"
+	case r.Signal != 0:
+		what = "was killed by signal " + r.Signal.String()
+	default:
+		what = fmt.Sprintf("exited with status %d", r.Exit)
+	}
+	if l := r.firstStderrLine(); l != "" {
+		what += ": " + l
+	}
+	return what
+}
+
+// execute runs the program in a process group of its own, with exactly
+// r.Env as its environment, r.Stdin written to it and then closed. At the
+// timeout, or when ctx ends, the whole group is killed; it is killed too
+// once the program exits, so nothing it started outlives it. An error is
+// returned only when the program could not be started.
+func execute(ctx context.Context, r run) (result, error) {
+	if len(r.Argv) == 0 {
+		return result{}, errors.New("script: no command")
+	}
+	cmd := exec.Command(r.Argv[0], r.Argv[1:]...)
+	cmd.Env = r.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+
+	// Own pipes, not exec's: Wait must not wait for a grandchild that
+	// holds them open, and their reading is bounded after the kill.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return result{}, fmt.Errorf("script: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return result{}, fmt.Errorf("script: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return result{}, fmt.Errorf("script: %w", err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	startErr := cmd.Start()
+	// The child has its copies; the parent keeps only its ends.
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if startErr != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return result{}, fmt.Errorf("script: starting %s: %w", r.Argv[0], startErr)
+	}
+	pgid := cmd.Process.Pid
+
+	go func() {
+		// A program that does not read its input gets EPIPE here, not
+		// a blocked writer.
+		_, _ = inW.Write(r.Stdin)
+		inW.Close()
+	}()
+	var (
+		res     result
+		readers sync.WaitGroup
+	)
+	stdout := &capped{max: MaxStdout}
+	stderr := &capped{max: MaxStderr}
+	for _, p := range []struct {
+		f *os.File
+		w *capped
+	}{{outR, stdout}, {errR, stderr}} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			_, _ = io.Copy(p.w, p.f)
+		}()
+	}
+
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	timer := time.NewTimer(r.Timeout)
+	defer timer.Stop()
+	select {
+	case <-exited:
+	case <-timer.C:
+		res.TimedOut = true
+		kill(cmd.Process)
+		<-exited
+	case <-ctx.Done():
+		res.Interrupted = true
+		kill(cmd.Process)
+		<-exited
+	}
+	// Whatever the program left behind in its group goes with it.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+
+	done := make(chan struct{})
+	go func() { readers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(pipeGrace):
+		outR.Close()
+		errR.Close()
+		<-done
+	}
+	outR.Close()
+	errR.Close()
+
+	res.Stdout, res.StdoutCapped = stdout.buf, stdout.over
+	res.Stderr, res.StderrCapped = stderr.buf, stderr.over
+	res.Exit = cmd.ProcessState.ExitCode()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		res.Signal = ws.Signal()
+	}
+	return res, nil
+}
+
+// kill kills the program's process group, and the program itself should
+// the group be gone already.
+func kill(p *os.Process) {
+	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+	_ = p.Kill()
+}
+
+// capped keeps the first max bytes written to it and notes the rest.
+type capped struct {
+	max  int
+	buf  []byte
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - len(c.buf); room < len(p) {
+		c.buf = append(c.buf, p[:max(room, 0)]...)
+		c.over = true
+		return len(p), nil
+	}
+	c.buf = append(c.buf, p...)
+	return len(p), nil
+}
