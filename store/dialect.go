@@ -34,6 +34,10 @@ type dialect interface {
 	// arguments: now, profile, cutoff, limit, cutoff. Same locking rule as
 	// claimJobs.
 	reclaimStuckOrders(cols string) string
+	// lockForMigration is the first thing migrate does in its
+	// transaction: it makes concurrent openers of one database migrate
+	// one after the other, the first doing the work.
+	lockForMigration(ctx context.Context, tx *sql.Tx) error
 }
 
 // engine is how a dialect runs the store's writes. Reads go to the DB's
@@ -41,9 +45,9 @@ type dialect interface {
 // through do.
 //
 // SQLite's engine is one writer connection behind a group commit (see
-// groupCommit) with a statement cache below it. A PostgreSQL engine would
-// be a plain pool running each write in its own transaction, with
-// SET LOCAL synchronous_commit = off for a lazy one.
+// groupCommit) with a statement cache below it. PostgreSQL's is a pool
+// running each write in its own serializable transaction, with
+// SET LOCAL synchronous_commit = off for a lazy one (see postgresEngine).
 type engine interface {
 	// do runs fn in a write transaction and returns once that transaction
 	// is committed (nil) or fn's changes are undone (fn's error). A lazy

@@ -276,7 +276,7 @@ func (db *DB) CompleteJob(ctx context.Context, id int64, owner string, now time.
 func (db *DB) RescheduleJob(ctx context.Context, id int64, owner string, runAt, now time.Time) (JobStatus, error) {
 	return db.settle(ctx, "reschedule", id, owner,
 		`status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'ready' END,
-		 finished_at = CASE WHEN cancel_requested = 1 THEN ? ELSE NULL END,
+		 finished_at = CASE WHEN cancel_requested = 1 THEN CAST(? AS BIGINT) ELSE NULL END,
 		 attempts = 0, run_at = ?, last_error = '', lease_owner = NULL, lease_until = NULL, updated_at = ?`,
 		now.UnixMilli(), runAt.UnixMilli(), now.UnixMilli())
 }
@@ -292,7 +292,7 @@ func (db *DB) RetryJob(ctx context.Context, id int64, owner string, runAt time.T
 	}
 	return db.settle(ctx, "retry", id, owner,
 		`status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'ready' END,
-		 finished_at = CASE WHEN cancel_requested = 1 THEN ? ELSE NULL END,
+		 finished_at = CASE WHEN cancel_requested = 1 THEN CAST(? AS BIGINT) ELSE NULL END,
 		 attempts = attempts - ?, run_at = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
 		now.UnixMilli(), refunded, runAt.UnixMilli(), reason, now.UnixMilli())
 }

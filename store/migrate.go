@@ -23,10 +23,14 @@ const createSchemaTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 
 // migrate applies, in one transaction, every step the database lacks, and
 // records each in schema_migrations. A concurrent opener serializes on the
-// write lock and then finds nothing left to do.
+// dialect's migration lock and then finds nothing left to do. A database
+// newer than the binary is refused, the transaction undone.
 func (db *DB) migrate(ctx context.Context) error {
 	steps := db.dialect.migrations()
 	return db.withTx(ctx, func(tx *sql.Tx) error {
+		if err := db.dialect.lockForMigration(ctx, tx); err != nil {
+			return fmt.Errorf("store: waiting for the migration lock: %w", err)
+		}
 		if _, err := tx.ExecContext(ctx, createSchemaTable); err != nil {
 			return fmt.Errorf("store: creating schema table: %w", err)
 		}
