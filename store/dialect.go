@@ -50,7 +50,11 @@ type dialect interface {
 // SET LOCAL synchronous_commit = off for a lazy one (see postgresEngine).
 type engine interface {
 	// do runs fn in a write transaction and returns once that transaction
-	// is committed (nil) or fn's changes are undone (fn's error). A lazy
+	// is committed (nil) or fn's changes are undone (fn's error). fn may
+	// run more than once, each run in a fresh transaction, when an engine
+	// retries one that lost a race with another (PostgreSQL's
+	// serialization failures): every variable it sets outside the
+	// transaction, it sets afresh on each run. A lazy
 	// write may be committed without waiting for it to be durable: it
 	// becomes durable with the next durable write, never later (see
 	// groupCommit for why that is what a used nonce needs).

@@ -191,6 +191,7 @@ func (db *DB) enqueueAll(ctx context.Context, tx *sql.Tx, jobs []NewJob, now tim
 func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
 	var out []Job
 	err := db.wr.queryEach(ctx, db.q(db.dialect.claimJobs(jobCols)), []any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), owner, limit},
+		func() { out = nil },
 		func(r rowScanner) error {
 			j, err := scanJob(r)
 			out = append(out, j)

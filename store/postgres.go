@@ -199,8 +199,9 @@ func (postgresDialect) uniqueViolation(err error) bool {
 
 // claimJobs locks the rows it picks FOR UPDATE SKIP LOCKED, so that
 // concurrent claimers in other pools and instances each take other jobs
-// instead of queueing behind one another; the outer WHERE repeats the
-// pick's conditions, so a row changed since is left alone.
+// instead of queueing behind one another. A row another claimer changed
+// after this transaction's snapshot is not taken twice: the serializable
+// transaction fails instead, and the engine runs the claim again.
 func (postgresDialect) claimJobs(cols string) string {
 	return `UPDATE jobs
 		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
