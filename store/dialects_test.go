@@ -12,28 +12,34 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
+// testDialect is one row of testDialects. A place is where a store
+// lives: a SQLite file, a PostgreSQL database; stores opened at one place
+// share it, as processes do.
+type testDialect struct {
+	name   string
+	place  func(t testing.TB) string
+	openAt func(ctx context.Context, place string) (*DB, error)
+}
+
+// open opens a store at a fresh, empty place.
+func (d testDialect) open(t testing.TB) *DB {
+	t.Helper()
+	db, err := d.openAt(context.Background(), d.place(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
 // testDialects is the table every store test that runs on any database
-// runs over: each opens a fresh, empty store.
-var testDialects = []struct {
-	name string
-	open func(t testing.TB) *DB
-}{
-	{"sqlite", func(t testing.TB) *DB {
-		t.Helper()
-		db, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "t.db"), SQLiteOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return db
-	}},
-	{"postgres", func(t testing.TB) *DB {
-		t.Helper()
-		db, err := OpenPostgres(context.Background(), pgtest.DSN(t), PostgresOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return db
-	}},
+// runs over.
+var testDialects = []testDialect{
+	{"sqlite",
+		func(t testing.TB) string { return filepath.Join(t.TempDir(), "t.db") },
+		func(ctx context.Context, path string) (*DB, error) { return OpenSQLite(ctx, path, SQLiteOptions{}) }},
+	{"postgres",
+		pgtest.DSN,
+		func(ctx context.Context, dsn string) (*DB, error) { return OpenPostgres(ctx, dsn, PostgresOptions{}) }},
 }
 
 // eachDialect runs body once per dialect, as subtests named after it;
@@ -44,19 +50,41 @@ func eachDialect(t *testing.T, body func(t *testing.T)) {
 	}
 }
 
-// openTest opens a fresh store of the dialect the running test is under
-// (see eachDialect); a test outside eachDialect gets SQLite.
-func openTest(t testing.TB) *DB {
-	t.Helper()
-	d := testDialects[0]
+// dialectOf is the dialect the running test is under (see eachDialect);
+// a test outside eachDialect gets SQLite.
+func dialectOf(t testing.TB) testDialect {
 	if parts := strings.Split(t.Name(), "/"); len(parts) > 1 {
-		for _, c := range testDialects {
-			if parts[1] == c.name {
-				d = c
+		for _, d := range testDialects {
+			if parts[1] == d.name {
+				return d
 			}
 		}
 	}
-	db := d.open(t)
+	return testDialects[0]
+}
+
+// openTest opens a fresh store of the running test's dialect.
+func openTest(t testing.TB) *DB {
+	t.Helper()
+	db := dialectOf(t).open(t)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// newPlace makes a fresh, empty place of the running test's dialect, for
+// openAt.
+func newPlace(t testing.TB) string {
+	t.Helper()
+	return dialectOf(t).place(t)
+}
+
+// openAt opens a store of the running test's dialect at place.
+func openAt(t testing.TB, place string) *DB {
+	t.Helper()
+	db, err := dialectOf(t).openAt(context.Background(), place)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { db.Close() })
 	return db
 }

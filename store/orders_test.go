@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -166,29 +165,28 @@ func TestAFailedChallengeInvalidatesItsAuthorizationAndOrder(t *testing.T) {
 }
 
 // Concurrent finalizes of one ready order — from one process, or from
-// several processes sharing the database file, each with a store of its
+// several processes sharing the database, each with a store of its
 // own — claim it through ClaimOrderForIssue: exactly one claim wins, and
 // the order keeps the winner's CSR.
 func TestExactlyOneOfConcurrentClaimsOfAReadyOrderWins(t *testing.T) {
+	eachDialect(t, testExactlyOneOfConcurrentClaimsOfAReadyOrderWins)
+}
+
+func testExactlyOneOfConcurrentClaimsOfAReadyOrderWins(t *testing.T) {
 	const claimers = 16
 	for _, tc := range []struct {
 		name    string
 		handles int
 	}{
 		{"through one store", 1},
-		{"through stores of several processes on one file", 4},
+		{"through stores of several processes on one database", 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			path := filepath.Join(t.TempDir(), "acme.db")
+			place := newPlace(t)
 			dbs := make([]*DB, tc.handles)
 			for i := range dbs {
-				db, err := OpenSQLite(ctx, path, SQLiteOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { db.Close() })
-				dbs[i] = db
+				dbs[i] = openAt(t, place)
 			}
 			o := newOrderWithAuthzs(t, dbs[0], 1)
 			c := challengeOf(t, dbs[0], o.AuthzIDs[0])

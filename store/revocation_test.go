@@ -5,7 +5,6 @@ import (
 
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -75,9 +74,13 @@ func TestARevocationIsRecordedOnceWithItsLedgerRowAndAuditRow(t *testing.T) {
 }
 
 func TestCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
+	eachDialect(t, testCRLNumbersOnlyGrowAndExpiredEntriesAreDropped)
+}
+
+func testCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "acme.db")
-	db, err := OpenSQLite(ctx, path, SQLiteOptions{})
+	place := newPlace(t)
+	db, err := dialectOf(t).openAt(ctx, place)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +132,7 @@ func TestCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
 	}
 	db.Close()
 
-	db, err = OpenSQLite(ctx, path, SQLiteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db = openAt(t, place)
 	if got, err := db.GetCRL(ctx, "ca"); err != nil || got.Number != 2 || string(got.DER) != "\x02" {
 		t.Fatalf("after reopening: %+v %v", got, err)
 	}
