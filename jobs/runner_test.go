@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -738,6 +739,49 @@ func TestSweepPrunesSettledJobsPastRetention(t *testing.T) {
 		sweeps, _ := q.List(ctx, store.JobFilter{Kind: SweepKind})
 		if len(sweeps) != 1 || sweeps[0].Status == store.JobFailed {
 			t.Fatalf("sweep rows: %+v; want one live periodic row", sweeps)
+		}
+	})
+}
+
+// On PostgreSQL an enqueue in another instance (another store, another
+// pool) wakes this runner at once: its hour-long poll on a fake clock
+// never fires, so only the database's announcement can start the job.
+// SQLite has no such signal; its runners poll.
+func TestAnEnqueueInAnotherInstanceWakesThePostgresRunnerWithoutAPoll(t *testing.T) {
+	t.Run("postgres", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		place := newPlace(t)
+		clk := clocktest.New(start)
+		q := NewQueue(openDB(t, place), clk)
+		other := NewQueue(openDB(t, place), clk)
+		ran := make(chan struct{}, 1)
+		h := newFuncHandler("k", func(context.Context, *Job) Outcome { ran <- struct{}{}; return Done() })
+		startRunner(t, q, RunnerOptions{Clock: clk, PollInterval: time.Hour}, h)
+
+		// The runner listens, and has looked for work after it began to.
+		raw, err := sql.Open(testDialects[testDialect(t)].raw(place))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		waitFor(t, "the runner to listen for jobs", func() bool {
+			var n int
+			err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND query LIKE 'LISTEN %' AND state = 'idle'`).Scan(&n)
+			return err == nil && n == 1
+		})
+		if at, err := clk.NextTimer(ctx); err != nil || !at.Equal(start.Add(time.Hour)) {
+			t.Fatalf("the idle runner sleeps until %v (%v), want its hour-long poll", at, err)
+		}
+
+		if _, _, err := other.Enqueue(ctx, Spec{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ran:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the job enqueued in another instance did not start")
 		}
 	})
 }

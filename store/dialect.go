@@ -38,6 +38,11 @@ type dialect interface {
 	// transaction: it makes concurrent openers of one database migrate
 	// one after the other, the first doing the work.
 	lockForMigration(ctx context.Context, tx *sql.Tx) error
+	// announceJob is the statement, run in the transaction that enqueues
+	// a ready job, that tells other instances' runners (see WatchJobs);
+	// its one argument is the job's kind. "" when the dialect has no
+	// such signal.
+	announceJob() string
 }
 
 // engine is how a dialect runs the store's writes. Reads go to the DB's
@@ -62,4 +67,9 @@ type engine interface {
 	// close finishes the writes already handed over and releases the
 	// engine's connections.
 	close() error
+	// watchJobs calls wake with the kind of each job another instance
+	// announces (see dialect.announceJob), and with "" whenever some may
+	// have been missed, until ctx ends. An engine without the signal
+	// returns at once.
+	watchJobs(ctx context.Context, wake func(kind string))
 }

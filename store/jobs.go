@@ -160,6 +160,11 @@ func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string
 	job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), payload, status, attempts, nj.MaxAttempts,
 		runAt.UnixMilli(), msOrNull(nj.Deadline), strOrNull(owner), msOrNull(leaseUntil), now.UnixMilli(), now.UnixMilli()))
 	if err == nil {
+		if announce := db.dialect.announceJob(); announce != "" && owner == "" {
+			if _, err := tx.ExecContext(ctx, db.q(announce), nj.Kind); err != nil {
+				return Job{}, false, fmt.Errorf("store: enqueue %s: announcing it: %w", nj.Kind, err)
+			}
+		}
 		return job, true, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
@@ -172,6 +177,16 @@ func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string
 		return Job{}, false, fmt.Errorf("store: enqueue %s: reading live job: %w", nj.Kind, err)
 	}
 	return job, false, nil
+}
+
+// WatchJobs calls wake with the kind of each ready job another instance
+// on this database enqueues, moments after it commits, and with "" after
+// a lapse in which some may have been missed, until ctx ends. It blocks
+// meanwhile. On SQLite, which has no such signal, it returns at once:
+// runners there find other processes' jobs by polling, as they find them
+// everywhere when the signal is lost.
+func (db *DB) WatchJobs(ctx context.Context, wake func(kind string)) {
+	db.eng.watchJobs(ctx, wake)
 }
 
 // enqueueAll stores jobs inside tx (see enqueueTx).

@@ -58,7 +58,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 		r.Close()
 		return nil, fmt.Errorf("store: connecting to %s: %w", desc, redactConnectError(err))
 	}
-	return open(ctx, r, &postgresEngine{w: w}, postgresDialect{}, desc)
+	return open(ctx, r, &postgresEngine{w: w, cfg: cfg, desc: desc}, postgresDialect{}, desc)
 }
 
 // PostgresDescription names a PostgreSQL database for messages: host and
@@ -97,7 +97,44 @@ func redactConnectError(err error) error {
 // commit flushes the WAL up to its own record, the lazy one's included.
 // That is the same argument as SQLite's lazy commits (see groupCommit).
 type postgresEngine struct {
-	w *sql.DB
+	w    *sql.DB
+	cfg  *pgx.ConnConfig // for watchJobs' connection of its own
+	desc string
+}
+
+// jobsChannel is the LISTEN/NOTIFY channel of enqueued jobs.
+const jobsChannel = "acme_proxy_jobs"
+
+// watchJobs LISTENs on a connection of its own, reconnecting after a
+// second when it is lost; after each (re)connection it wakes every kind,
+// for the announcements it may have missed.
+func (e *postgresEngine) watchJobs(ctx context.Context, wake func(kind string)) {
+	for ctx.Err() == nil {
+		e.listen(ctx, wake)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (e *postgresEngine) listen(ctx context.Context, wake func(kind string)) {
+	conn, err := pgx.ConnectConfig(ctx, e.cfg.Copy())
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `LISTEN `+jobsChannel); err != nil {
+		return
+	}
+	wake("")
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return
+		}
+		wake(n.Payload)
+	}
 }
 
 const maxSerializationRetries = 20
@@ -229,6 +266,12 @@ func (postgresDialect) reclaimStuckOrders(cols string) string {
 // after the lock sees what an opener that held it before committed (a
 // serializable snapshot would be taken by the lock's SELECT itself, before
 // the wait, and miss it).
+// announceJob notifies the jobs channel; PostgreSQL delivers it when the
+// enqueuing transaction commits, and not if it rolls back.
+func (postgresDialect) announceJob() string {
+	return `SELECT pg_notify('` + jobsChannel + `', ?)`
+}
+
 func (postgresDialect) lockForMigration(ctx context.Context, tx *sql.Tx) error {
 	if _, err := tx.ExecContext(ctx, `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
 		return err
