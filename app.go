@@ -25,6 +25,14 @@ import (
 // profiles.
 type App struct {
 	acmeproxy.AppConfig
+	// Postgres, when set, is the PostgreSQL database the store lives in
+	// instead of the SQLite file of Database (setting both is an error):
+	// a DSN as libpq takes it, postgres://user@host/db?sslmode=verify-full
+	// or host=… dbname=…, in which Caddy placeholders such as
+	// {env.PGPASSWORD} are replaced. libpq's environment (PGPASSWORD,
+	// PGSSLROOTCERT, …) applies too. The DSN is never logged: the store
+	// names itself by host and database.
+	Postgres string `json:"postgres,omitempty"`
 
 	log    *zap.Logger
 	dbKey  string
@@ -60,30 +68,36 @@ func (d dbCloser) Destruct() error { return d.Close() }
 
 // Provision opens (or shares) the store.
 func (a *App) Provision(ctx caddy.Context) error {
-	a.log = ctx.Logger()
+	return a.provision(ctx, ctx.Logger())
+}
+
+func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
+	a.log = log
 	a.profiles = map[string]*acmeproxy.Server{}
-	if a.Database == "" {
-		a.Database = filepath.Join(caddy.AppDataDir(), "acme_proxy", "acme_proxy.db")
-	}
-	path, err := filepath.Abs(a.Database)
-	if err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
+	var err error
 	if a.auditRetention, err = parseAuditRetention(a.AuditRetention); err != nil {
 		return err
 	}
-	a.dbKey = "sqlite:" + path
-	val, _, err := dbPool.LoadOrNew(a.dbKey, func() (caddy.Destructor, error) {
-		db, err := store.OpenSQLite(ctx, path, store.SQLiteOptions{})
+	key, openDB, err := a.database(ctx)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	a.dbKey = key
+	val, loaded, err := dbPool.LoadOrNew(a.dbKey, func() (caddy.Destructor, error) {
+		db, err := openDB()
 		if err != nil {
 			return nil, err
 		}
 		return dbCloser{db}, nil
 	})
 	if err != nil {
+		a.dbKey = ""
 		return fmt.Errorf("database: %w", err)
 	}
 	a.db = val.(dbCloser).DB
+	if !loaded {
+		a.log.Info("store opened", zap.String("database", a.db.String()))
+	}
 	a.queue = jobs.NewQueue(a.db, nil)
 	a.notifier = notify.NewDeliverer(notify.Options{Logger: a.log.Named("notify")})
 	a.Notify = expandNotify(a.Notify)
@@ -94,6 +108,30 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
+}
+
+// database says which store the app uses: a key naming it in dbPool (it
+// may hold the DSN's password: it is never logged) and how to open it.
+func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), error) {
+	if a.Postgres != "" {
+		if a.Database != "" {
+			return "", nil, errors.New("set either database (a SQLite file) or postgres, not both")
+		}
+		dsn := caddy.NewReplacer().ReplaceKnown(a.Postgres, "")
+		return "postgres:" + dsn, func() (*store.DB, error) {
+			return store.OpenPostgres(ctx, dsn, store.PostgresOptions{})
+		}, nil
+	}
+	if a.Database == "" {
+		a.Database = filepath.Join(caddy.AppDataDir(), "acme_proxy", "acme_proxy.db")
+	}
+	path, err := filepath.Abs(a.Database)
+	if err != nil {
+		return "", nil, err
+	}
+	return "sqlite:" + path, func() (*store.DB, error) {
+		return store.OpenSQLite(ctx, path, store.SQLiteOptions{})
+	}, nil
 }
 
 // parseAuditRetention reads audit_retention: a positive duration in

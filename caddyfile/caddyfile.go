@@ -45,6 +45,14 @@ type handlerJSON struct {
 	Signer json.RawMessage `json:"signer,omitempty"`
 }
 
+// appJSON is the JSON of the acme_proxy app: its config, and Postgres,
+// the root App's field of that name (spelled out here for the same reason
+// as handlerJSON).
+type appJSON struct {
+	acmeproxy.AppConfig
+	Postgres string `json:"postgres,omitempty"`
+}
+
 // profileName mirrors the rule acmeproxy.ProfileConfig.Validate applies at
 // Provision, so a typo fails when the Caddyfile is adapted.
 var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
@@ -52,7 +60,7 @@ var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
 // parseGlobal reads the global option:
 //
 //	acme_proxy {
-//		database <path>
+//		database [sqlite] <path> | postgres <dsn>
 //		audit_retention <duration>|keep
 //		notify webhook <url> { secret <s>; events <names...>; header <name> <value> }
 //		notify email { smtp <host:port>; tls starttls|implicit|none; from <addr>; to <addr...>; username <u>; password <p>; events <names...> }
@@ -62,7 +70,7 @@ var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
 // notify may repeat; each is one destination, with its own event filter
 // (default: every event).
 func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
-	var cfg acmeproxy.AppConfig
+	var cfg appJSON
 	if app, ok := existing.(httpcaddyfile.App); ok {
 		if err := json.Unmarshal(app.Value, &cfg); err != nil {
 			return nil, err
@@ -76,7 +84,7 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 		var err error
 		switch d.Val() {
 		case "database":
-			cfg.Database, err = OneArg(d, "database")
+			err = databaseArgs(d, &cfg)
 		case "audit_retention":
 			cfg.AuditRetention, err = retentionArg(d)
 		case "notify":
@@ -96,6 +104,33 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 		return nil, err
 	}
 	return httpcaddyfile.App{Name: "acme_proxy", Value: raw}, nil
+}
+
+// databaseArgs reads database's values: a SQLite file (optionally after
+// "sqlite"), or "postgres" and a DSN. A later database replaces an
+// earlier one, whichever its kind.
+func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
+	args := d.RemainingArgs()
+	var dialect, where string
+	switch {
+	case len(args) == 1 && args[0] == "postgres":
+		return d.Err("acme_proxy: database postgres: want a DSN, such as postgres://user@host/db?sslmode=verify-full")
+	case len(args) == 1:
+		dialect, where = "sqlite", args[0]
+	case len(args) == 2:
+		dialect, where = args[0], args[1]
+	default:
+		return d.Errf("acme_proxy: database: want <path>, sqlite <path> or postgres <dsn>, got %d values", len(args))
+	}
+	switch dialect {
+	case "sqlite":
+		cfg.Database, cfg.Postgres = where, ""
+	case "postgres":
+		cfg.Database, cfg.Postgres = "", where
+	default:
+		return d.Errf("acme_proxy: database: unknown database %q; want sqlite or postgres", dialect)
+	}
+	return nil
 }
 
 // parseHandler reads the directive into a route holding one acme_proxy

@@ -2,20 +2,79 @@ package jobs
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-func openDB(t testing.TB, path string) *store.DB {
-	t.Helper()
-	if path == "" {
-		path = filepath.Join(t.TempDir(), "jobs.db")
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// testDialects is the table of databases every runner test runs over. A
+// place is where one store lives: stores opened on one place share it,
+// as processes sharing a file or a PostgreSQL database do.
+var testDialects = []struct {
+	name  string
+	place func(t testing.TB) string
+	open  func(ctx context.Context, place string) (*store.DB, error)
+	// raw is sql.Open's arguments for a read-only look at place around
+	// the store.
+	raw func(place string) (driver, dsn string)
+}{
+	{"sqlite",
+		func(t testing.TB) string { return filepath.Join(t.TempDir(), "jobs.db") },
+		func(ctx context.Context, path string) (*store.DB, error) {
+			return store.OpenSQLite(ctx, path, store.SQLiteOptions{})
+		},
+		func(path string) (string, string) { return "sqlite", "file:" + path + "?mode=ro" }},
+	{"postgres",
+		pgtest.DSN,
+		func(ctx context.Context, dsn string) (*store.DB, error) {
+			return store.OpenPostgres(ctx, dsn, store.PostgresOptions{})
+		},
+		func(dsn string) (string, string) { return "pgx", dsn + " default_transaction_read_only=on" }},
+}
+
+// eachDialect runs body once per dialect, as subtests named after it;
+// newPlace and openDB inside body use that dialect.
+func eachDialect(t *testing.T, body func(t *testing.T)) {
+	for _, d := range testDialects {
+		t.Run(d.name, body)
 	}
-	db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+}
+
+// testDialect is the dialect the running test is under (see eachDialect);
+// a test outside eachDialect gets SQLite.
+func testDialect(t testing.TB) int {
+	if parts := strings.Split(t.Name(), "/"); len(parts) > 1 {
+		for i, d := range testDialects {
+			if parts[1] == d.name {
+				return i
+			}
+		}
+	}
+	return 0
+}
+
+// newPlace makes a fresh, empty place for stores of the test's dialect.
+func newPlace(t testing.TB) string {
+	t.Helper()
+	return testDialects[testDialect(t)].place(t)
+}
+
+// openDB opens a store on place, or on a fresh place of its own if place
+// is empty.
+func openDB(t testing.TB, place string) *store.DB {
+	t.Helper()
+	if place == "" {
+		place = newPlace(t)
+	}
+	db, err := testDialects[testDialect(t)].open(context.Background(), place)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,6 +123,9 @@ type Runner struct {
 	kinds    []string // sorted, for stable claim order
 
 	wake chan struct{}
+	// watchDone is closed when the watcher of other instances' jobs
+	// (store.WatchJobs) has returned.
+	watchDone chan struct{}
 
 	mu       sync.Mutex
 	inflight map[int64]*flight
@@ -196,6 +199,13 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.loopCancel, r.loopDone = cancel, make(chan struct{})
 	r.workCtx, r.workCancel = context.WithCancel(context.Background())
 	r.q.attach(r)
+	// Jobs other instances enqueue wake this runner too, where the
+	// database can tell (PostgreSQL); polling stays the fallback.
+	r.watchDone = make(chan struct{})
+	go func() {
+		defer close(r.watchDone)
+		r.q.db.WatchJobs(loopCtx, r.wakeKind)
+	}()
 	go r.loop(loopCtx)
 	return nil
 }
@@ -258,6 +268,7 @@ func (r *Runner) Stop() error {
 	r.mu.Unlock()
 	r.loopCancel()
 	<-r.loopDone
+	<-r.watchDone
 	r.q.detach(r)
 
 	if waitTimeout(&r.workers, r.opts.StopTimeout) {

@@ -20,53 +20,55 @@ type cappedHandler struct {
 func (h cappedHandler) Concurrency() int { return h.cap }
 
 func TestRunNowBeyondTheKindsConcurrencyCapQueuesTheJobInsteadOfRunningIt(t *testing.T) {
-	q := NewQueue(openDB(t, ""), nil)
-	var running, peak atomic.Int32
-	release := make(chan struct{})
-	h := cappedHandler{newFuncHandler("k", func(context.Context, *Job) Outcome {
-		n := running.Add(1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
+	eachDialect(t, func(t *testing.T) {
+		q := NewQueue(openDB(t, ""), nil)
+		var running, peak atomic.Int32
+		release := make(chan struct{})
+		h := cappedHandler{newFuncHandler("k", func(context.Context, *Job) Outcome {
+			n := running.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
 			}
-		}
-		<-release
-		running.Add(-1)
-		return Done()
-	}), 2}
-	startRunner(t, q, RunnerOptions{PollInterval: time.Hour}, h)
+			<-release
+			running.Add(-1)
+			return Done()
+		}), 2}
+		startRunner(t, q, RunnerOptions{PollInterval: time.Hour}, h)
 
-	const n = 20
-	ids := make([]int64, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			job, done, err := q.RunNow(context.Background(), Spec{Kind: "k", Key: fmt.Sprint(i)}, 0)
-			if err != nil || done {
-				t.Errorf("RunNow %d: done=%v err=%v", i, done, err)
-			}
-			ids[i] = job.ID
-		}()
-	}
-	wg.Wait()
-	waitFor(t, "two jobs running", func() bool { return running.Load() == 2 })
-	ready := 0
-	for _, id := range ids {
-		if j, _ := q.Get(context.Background(), id); j.Status == store.JobReady {
-			ready++
+		const n = 20
+		ids := make([]int64, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				job, done, err := q.RunNow(context.Background(), Spec{Kind: "k", Key: fmt.Sprint(i)}, 0)
+				if err != nil || done {
+					t.Errorf("RunNow %d: done=%v err=%v", i, done, err)
+				}
+				ids[i] = job.ID
+			}()
 		}
-	}
-	if ready != n-2 {
-		t.Errorf("%d of %d jobs wait in the queue while 2 run; want %d", ready, n, n-2)
-	}
-	close(release)
-	for _, id := range ids {
-		waitStatus(t, q, id, store.JobDone)
-	}
-	if p := peak.Load(); p > 2 {
-		t.Errorf("%d ran at once; the kind's cap is 2", p)
-	}
+		wg.Wait()
+		waitFor(t, "two jobs running", func() bool { return running.Load() == 2 })
+		ready := 0
+		for _, id := range ids {
+			if j, _ := q.Get(context.Background(), id); j.Status == store.JobReady {
+				ready++
+			}
+		}
+		if ready != n-2 {
+			t.Errorf("%d of %d jobs wait in the queue while 2 run; want %d", ready, n, n-2)
+		}
+		close(release)
+		for _, id := range ids {
+			waitStatus(t, q, id, store.JobDone)
+		}
+		if p := peak.Load(); p > 2 {
+			t.Errorf("%d ran at once; the kind's cap is 2", p)
+		}
+	})
 }

@@ -118,6 +118,7 @@ func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs 
 		id = NewID()
 	}
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
+		created = false // fn may run again (see engine)
 		got, err := scanAccount(tx.QueryRowContext(ctx, db.q(`INSERT INTO accounts
 			(id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at, updated_at)
 			VALUES (?, ?, ?, ?, 'valid', ?, ?, ?, ?)
@@ -296,6 +297,7 @@ func (db *DB) spendNonce(ctx context.Context, tx *sql.Tx, nonce string, expires 
 func (db *DB) UseNonceAs(ctx context.Context, nonce string, expires time.Time, profile, accountID string) (acct Account, fresh bool, err error) {
 	var missing bool
 	err = db.withLazyTx(ctx, func(tx *sql.Tx) error {
+		missing = false // fn may run again (see engine)
 		var err error
 		if fresh, err = db.spendNonce(ctx, tx, nonce, expires); err != nil || !fresh {
 			return err

@@ -34,49 +34,51 @@ func checkClipped(t *testing.T, what, orig, got string, max int) {
 }
 
 func TestAnAuditRowStoresEveryClientStringCutToItsBound(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	// The User-Agent a client sent through Caddy over HTTP/2 (16 KB), with
-	// two-byte characters placed so the bound falls inside one.
-	ua := "x" + strings.Repeat("é", 8<<10)
-	long := strings.Repeat("d", 16<<10)
-	ev := AuditEvent{At: t0, Event: "revocation_refused", Outcome: "refused", Profile: "p",
-		ActorKind: "certificate_key", ActorID: strings.Repeat("a", 300), OrderID: "o1", AccountID: strings.Repeat("c", 257),
-		Identifiers: []acme.Identifier{{Type: "dns", Value: strings.Repeat("n", 1000)}},
-		Serial:      strings.Repeat("0f", 200), ClientIP: "192.0.2.1", ClientName: strings.Repeat("h", 400) + ".example",
-		UserAgent: ua, Reason: long, Detail: long}
-	if err := db.InsertAudit(ctx, ev); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := db.SearchAudit(ctx, AuditFilter{})
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("%d rows, %v", len(rows), err)
-	}
-	got := rows[0]
-	for _, f := range []struct {
-		name, sent, stored string
-		max                int
-	}{
-		{"user_agent", ev.UserAgent, got.UserAgent, AuditFieldMax},
-		{"detail", ev.Detail, got.Detail, AuditDetailMax},
-		{"reason", ev.Reason, got.Reason, AuditFieldMax},
-		{"actor_id", ev.ActorID, got.ActorID, AuditFieldMax},
-		{"account_id", ev.AccountID, got.AccountID, AuditFieldMax},
-		{"serial", ev.Serial, got.Serial, AuditFieldMax},
-		{"client_name", ev.ClientName, got.ClientName, AuditFieldMax},
-		{"identifier", ev.Identifiers[0].Value, got.Identifiers[0].Value, AuditFieldMax},
-		{"profile", ev.Profile, got.Profile, AuditFieldMax},
-		{"client_ip", ev.ClientIP, got.ClientIP, AuditFieldMax},
-		{"order_id", ev.OrderID, got.OrderID, AuditFieldMax},
-	} {
-		checkClipped(t, f.name, f.sent, f.stored, f.max)
-	}
-	if len(got.UserAgent) == len(ev.UserAgent) {
-		t.Errorf("the 16 KB user agent was stored whole")
-	}
-	if ev.Identifiers[0].Value != strings.Repeat("n", 1000) {
-		t.Errorf("bounding the row changed the caller's identifiers")
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		// The User-Agent a client sent through Caddy over HTTP/2 (16 KB), with
+		// two-byte characters placed so the bound falls inside one.
+		ua := "x" + strings.Repeat("é", 8<<10)
+		long := strings.Repeat("d", 16<<10)
+		ev := AuditEvent{At: t0, Event: "revocation_refused", Outcome: "refused", Profile: "p",
+			ActorKind: "certificate_key", ActorID: strings.Repeat("a", 300), OrderID: "o1", AccountID: strings.Repeat("c", 257),
+			Identifiers: []acme.Identifier{{Type: "dns", Value: strings.Repeat("n", 1000)}},
+			Serial:      strings.Repeat("0f", 200), ClientIP: "192.0.2.1", ClientName: strings.Repeat("h", 400) + ".example",
+			UserAgent: ua, Reason: long, Detail: long}
+		if err := db.InsertAudit(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := db.SearchAudit(ctx, AuditFilter{})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("%d rows, %v", len(rows), err)
+		}
+		got := rows[0]
+		for _, f := range []struct {
+			name, sent, stored string
+			max                int
+		}{
+			{"user_agent", ev.UserAgent, got.UserAgent, AuditFieldMax},
+			{"detail", ev.Detail, got.Detail, AuditDetailMax},
+			{"reason", ev.Reason, got.Reason, AuditFieldMax},
+			{"actor_id", ev.ActorID, got.ActorID, AuditFieldMax},
+			{"account_id", ev.AccountID, got.AccountID, AuditFieldMax},
+			{"serial", ev.Serial, got.Serial, AuditFieldMax},
+			{"client_name", ev.ClientName, got.ClientName, AuditFieldMax},
+			{"identifier", ev.Identifiers[0].Value, got.Identifiers[0].Value, AuditFieldMax},
+			{"profile", ev.Profile, got.Profile, AuditFieldMax},
+			{"client_ip", ev.ClientIP, got.ClientIP, AuditFieldMax},
+			{"order_id", ev.OrderID, got.OrderID, AuditFieldMax},
+		} {
+			checkClipped(t, f.name, f.sent, f.stored, f.max)
+		}
+		if len(got.UserAgent) == len(ev.UserAgent) {
+			t.Errorf("the 16 KB user agent was stored whole")
+		}
+		if ev.Identifiers[0].Value != strings.Repeat("n", 1000) {
+			t.Errorf("bounding the row changed the caller's identifiers")
+		}
+	})
 }
 
 func TestClipCutsAtACharacterBoundaryAndMarksTheCut(t *testing.T) {
@@ -146,107 +148,113 @@ func auditAt(t *testing.T, db *DB, ats ...time.Time) {
 }
 
 func TestPruneAuditDeletesOnlyRowsOlderThanTheCutoffInBatchesAndRecordsItself(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	cutoff := t0.Add(30 * 24 * time.Hour)
-	var old []time.Time
-	for i := range 7 {
-		old = append(old, cutoff.Add(-time.Duration(i+1)*time.Hour))
-	}
-	old = append(old, cutoff.Add(-time.Millisecond))
-	auditAt(t, db, old...)
-	auditAt(t, db, cutoff, cutoff.Add(time.Millisecond), cutoff.Add(time.Hour))
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		cutoff := t0.Add(30 * 24 * time.Hour)
+		var old []time.Time
+		for i := range 7 {
+			old = append(old, cutoff.Add(-time.Duration(i+1)*time.Hour))
+		}
+		old = append(old, cutoff.Add(-time.Millisecond))
+		auditAt(t, db, old...)
+		auditAt(t, db, cutoff, cutoff.Add(time.Millisecond), cutoff.Add(time.Hour))
 
-	var recorded []int64
-	n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64) (AuditEvent, bool) {
-		recorded = append(recorded, deleted)
-		return AuditEvent{At: cutoff.Add(2 * time.Hour), Event: "audit_pruned", Outcome: "success", ActorKind: "admin",
-			Detail: fmt.Sprintf("deleted %d", deleted)}, true
-	})
-	if err != nil || n != int64(len(old)) {
-		t.Fatalf("PruneAudit: %d, %v; want %d deleted", n, err, len(old))
-	}
-	if len(recorded) != 1 || recorded[0] != n {
-		t.Errorf("the prune asked for its row %v; want once, with %d", recorded, n)
-	}
-	rows, err := db.SearchAudit(ctx, AuditFilter{Limit: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kept []time.Time
-	pruneRows := 0
-	for _, r := range rows {
-		if r.Event == "audit_pruned" {
-			pruneRows++
-			if r.Detail != "deleted 8" || r.ActorKind != "admin" {
-				t.Errorf("the prune's row: %+v", r)
+		var recorded []int64
+		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64) (AuditEvent, bool) {
+			recorded = append(recorded, deleted)
+			return AuditEvent{At: cutoff.Add(2 * time.Hour), Event: "audit_pruned", Outcome: "success", ActorKind: "admin",
+				Detail: fmt.Sprintf("deleted %d", deleted)}, true
+		})
+		if err != nil || n != int64(len(old)) {
+			t.Fatalf("PruneAudit: %d, %v; want %d deleted", n, err, len(old))
+		}
+		if len(recorded) != 1 || recorded[0] != n {
+			t.Errorf("the prune asked for its row %v; want once, with %d", recorded, n)
+		}
+		rows, err := db.SearchAudit(ctx, AuditFilter{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []time.Time
+		pruneRows := 0
+		for _, r := range rows {
+			if r.Event == "audit_pruned" {
+				pruneRows++
+				if r.Detail != "deleted 8" || r.ActorKind != "admin" {
+					t.Errorf("the prune's row: %+v", r)
+				}
+				continue
 			}
-			continue
+			kept = append(kept, r.At)
+			if r.At.Before(cutoff) {
+				t.Errorf("a row at %v, before the cutoff %v, survived", r.At, cutoff)
+			}
 		}
-		kept = append(kept, r.At)
-		if r.At.Before(cutoff) {
-			t.Errorf("a row at %v, before the cutoff %v, survived", r.At, cutoff)
+		if len(kept) != 3 || pruneRows != 1 {
+			t.Errorf("kept %v and %d prune rows; want the 3 rows at or after the cutoff and 1", kept, pruneRows)
 		}
-	}
-	if len(kept) != 3 || pruneRows != 1 {
-		t.Errorf("kept %v and %d prune rows; want the 3 rows at or after the cutoff and 1", kept, pruneRows)
-	}
-	var cutoffs int
-	if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_prune_cutoff`).Scan(&cutoffs); err != nil || cutoffs != 0 {
-		t.Errorf("%d cutoffs left behind (%v): a later delete would pass the trigger", cutoffs, err)
-	}
+		var cutoffs int
+		if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_prune_cutoff`).Scan(&cutoffs); err != nil || cutoffs != 0 {
+			t.Errorf("%d cutoffs left behind (%v): a later delete would pass the trigger", cutoffs, err)
+		}
 
-	// Nothing left to prune: no row deleted, and a record that declines
-	// writes none.
-	n, err = db.PruneAudit(ctx, cutoff, 3, func(int64) (AuditEvent, bool) { return AuditEvent{}, false })
-	if err != nil || n != 0 {
-		t.Errorf("a second prune: %d, %v; want 0", n, err)
-	}
-	if again, _ := db.SearchAudit(ctx, AuditFilter{Limit: 1000}); len(again) != len(rows) {
-		t.Errorf("%d rows after a prune that deleted nothing; want %d", len(again), len(rows))
-	}
+		// Nothing left to prune: no row deleted, and a record that declines
+		// writes none.
+		n, err = db.PruneAudit(ctx, cutoff, 3, func(int64) (AuditEvent, bool) { return AuditEvent{}, false })
+		if err != nil || n != 0 {
+			t.Errorf("a second prune: %d, %v; want 0", n, err)
+		}
+		if again, _ := db.SearchAudit(ctx, AuditFilter{Limit: 1000}); len(again) != len(rows) {
+			t.Errorf("%d rows after a prune that deleted nothing; want %d", len(again), len(rows))
+		}
+	})
 }
 
 func TestAuditRowsAreNeverUpdatedAndDeletedOnlyByAPrune(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	auditAt(t, db, t0, t0.Add(time.Hour))
-	refused := func(what, stmt string, args ...any) {
-		t.Helper()
-		_, err := rawW(db).ExecContext(ctx, stmt, args...)
-		if err == nil || !strings.Contains(err.Error(), "insert-only") {
-			t.Errorf("%s: %v; want refused as insert-only", what, err)
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		auditAt(t, db, t0, t0.Add(time.Hour))
+		refused := func(what, stmt string, args ...any) {
+			t.Helper()
+			_, err := rawW(db).ExecContext(ctx, stmt, args...)
+			if err == nil || !strings.Contains(err.Error(), "insert-only") {
+				t.Errorf("%s: %v; want refused as insert-only", what, err)
+			}
 		}
-	}
-	refused("an update", `UPDATE audit_events SET detail = 'rewritten'`)
-	refused("an update of one row", `UPDATE audit_events SET outcome = 'refused' WHERE at = ?`, t0.UnixMilli())
-	refused("a delete outside a prune", `DELETE FROM audit_events`)
-	// Even with a prune's cutoff in place, a row at or after it stays.
-	if _, err := rawW(db).ExecContext(ctx, `INSERT INTO audit_prune_cutoff (id, before) VALUES (1, ?)`, t0.Add(time.Minute).UnixMilli()); err != nil {
-		t.Fatal(err)
-	}
-	refused("a delete of a row after the cutoff", `DELETE FROM audit_events WHERE at = ?`, t0.Add(time.Hour).UnixMilli())
-	refused("an update during a prune", `UPDATE audit_events SET detail = 'x' WHERE at = ?`, t0.UnixMilli())
-	if _, err := rawW(db).ExecContext(ctx, `DELETE FROM audit_prune_cutoff`); err != nil {
-		t.Fatal(err)
-	}
-	rows, _ := db.SearchAudit(ctx, AuditFilter{})
-	if len(rows) != 2 || rows[0].Detail != "" || rows[1].Outcome != "success" {
-		t.Errorf("the trail changed: %+v", rows)
-	}
+		refused("an update", `UPDATE audit_events SET detail = 'rewritten'`)
+		refused("an update of one row", `UPDATE audit_events SET outcome = 'refused' WHERE at = ?`, t0.UnixMilli())
+		refused("a delete outside a prune", `DELETE FROM audit_events`)
+		// Even with a prune's cutoff in place, a row at or after it stays.
+		if _, err := rawW(db).ExecContext(ctx, `INSERT INTO audit_prune_cutoff (id, before) VALUES (1, ?)`, t0.Add(time.Minute).UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+		refused("a delete of a row after the cutoff", `DELETE FROM audit_events WHERE at = ?`, t0.Add(time.Hour).UnixMilli())
+		refused("an update during a prune", `UPDATE audit_events SET detail = 'x' WHERE at = ?`, t0.UnixMilli())
+		if _, err := rawW(db).ExecContext(ctx, `DELETE FROM audit_prune_cutoff`); err != nil {
+			t.Fatal(err)
+		}
+		rows, _ := db.SearchAudit(ctx, AuditFilter{})
+		if len(rows) != 2 || rows[0].Detail != "" || rows[1].Outcome != "success" {
+			t.Errorf("the trail changed: %+v", rows)
+		}
+	})
 }
 
 func TestARelayOrderStoresTheClientsUserAgentCutToTheBound(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	o := processingOrder(t, db)
-	ua := strings.Repeat("u", 16<<10)
-	r, _, err := db.CreateRelayOrder(ctx, NewRelayOrder{OrderID: o.ID, Profile: "p", CSR: []byte{1}, ClientAddr: "10.0.0.7", UserAgent: ua}, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkClipped(t, "user_agent", ua, r.UserAgent, AuditFieldMax)
-	if r.ClientAddr != "10.0.0.7" {
-		t.Errorf("client address %q", r.ClientAddr)
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		o := processingOrder(t, db)
+		ua := strings.Repeat("u", 16<<10)
+		r, _, err := db.CreateRelayOrder(ctx, NewRelayOrder{OrderID: o.ID, Profile: "p", CSR: []byte{1}, ClientAddr: "10.0.0.7", UserAgent: ua}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkClipped(t, "user_agent", ua, r.UserAgent, AuditFieldMax)
+		if r.ClientAddr != "10.0.0.7" {
+			t.Errorf("client address %q", r.ClientAddr)
+		}
+	})
 }

@@ -34,6 +34,15 @@ type dialect interface {
 	// arguments: now, profile, cutoff, limit, cutoff. Same locking rule as
 	// claimJobs.
 	reclaimStuckOrders(cols string) string
+	// lockForMigration is the first thing migrate does in its
+	// transaction: it makes concurrent openers of one database migrate
+	// one after the other, the first doing the work.
+	lockForMigration(ctx context.Context, tx *sql.Tx) error
+	// announceJob is the statement, run in the transaction that enqueues
+	// a ready job, that tells other instances' runners (see WatchJobs);
+	// its one argument is the job's kind. "" when the dialect has no
+	// such signal.
+	announceJob() string
 }
 
 // engine is how a dialect runs the store's writes. Reads go to the DB's
@@ -41,12 +50,16 @@ type dialect interface {
 // through do.
 //
 // SQLite's engine is one writer connection behind a group commit (see
-// groupCommit) with a statement cache below it. A PostgreSQL engine would
-// be a plain pool running each write in its own transaction, with
-// SET LOCAL synchronous_commit = off for a lazy one.
+// groupCommit) with a statement cache below it. PostgreSQL's is a pool
+// running each write in its own serializable transaction, with
+// SET LOCAL synchronous_commit = off for a lazy one (see postgresEngine).
 type engine interface {
 	// do runs fn in a write transaction and returns once that transaction
-	// is committed (nil) or fn's changes are undone (fn's error). A lazy
+	// is committed (nil) or fn's changes are undone (fn's error). fn may
+	// run more than once, each run in a fresh transaction, when an engine
+	// retries one that lost a race with another (PostgreSQL's
+	// serialization failures): every variable it sets outside the
+	// transaction, it sets afresh on each run. A lazy
 	// write may be committed without waiting for it to be durable: it
 	// becomes durable with the next durable write, never later (see
 	// groupCommit for why that is what a used nonce needs).
@@ -54,4 +67,9 @@ type engine interface {
 	// close finishes the writes already handed over and releases the
 	// engine's connections.
 	close() error
+	// watchJobs calls wake with the kind of each job another instance
+	// announces (see dialect.announceJob), and with "" whenever some may
+	// have been missed, until ctx ends. An engine without the signal
+	// returns at once.
+	watchJobs(ctx context.Context, wake func(kind string))
 }

@@ -23,7 +23,7 @@ func dnsIDs(names ...string) []acme.Identifier {
 // storedIdentifiers reads an order's identifier rows in position order.
 func storedIdentifiers(t *testing.T, db *DB, orderID string) []acme.Identifier {
 	t.Helper()
-	rows, err := db.r.Query(`SELECT type, value FROM order_identifiers WHERE order_id = ? ORDER BY position`, orderID)
+	rows, err := db.r.Query(db.q(`SELECT type, value FROM order_identifiers WHERE order_id = ? ORDER BY position`), orderID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func storedIdentifiers(t *testing.T, db *DB, orderID string) []acme.Identifier {
 // column is id, in insertion order.
 func positions(t *testing.T, db *DB, table, parent, id string) []int {
 	t.Helper()
-	rows, err := db.r.Query(`SELECT position FROM `+table+` WHERE `+parent+` = ? ORDER BY rowid`, id)
+	rows, err := db.r.Query(db.q(`SELECT position FROM `+table+` WHERE `+parent+` = ? ORDER BY `+insertionOrder(db)), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,73 +71,77 @@ func orderIDs(s []OrderSummary) []string {
 }
 
 func TestOrdersAreFoundByAnyOfTheirIdentifiersExactly(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	create := func(at time.Time, names ...string) Order {
-		o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: dnsIDs(names...), Expires: at.Add(time.Hour)}, nil, at)
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return o
-	}
-	both := create(t0, "c.example.com", "a.example.com", "b.example.com")
-	onlyB := create(t0.Add(time.Second), "b.example.com")
-	other := create(t0.Add(2*time.Second), "other.example.com")
-
-	for _, tc := range []struct {
-		name       string
-		identifier string
-		want       []string
-	}{
-		{"an identifier of one order", "a.example.com", []string{both.ID}},
-		{"an identifier of two orders, newest first", "b.example.com", []string{onlyB.ID, both.ID}},
-		{"the last identifier of an order", "other.example.com", []string{other.ID}},
-		{"part of an identifier finds nothing", "example.com", nil},
-		{"an identifier of no order", "d.example.com", nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := db.ListOrders(ctx, OrderFilter{Identifier: tc.identifier})
+		create := func(at time.Time, names ...string) Order {
+			o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: dnsIDs(names...), Expires: at.Add(time.Hour)}, nil, at)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(orderIDs(got), tc.want) {
-				t.Errorf("orders %v, want %v", orderIDs(got), tc.want)
-			}
-		})
-	}
+			return o
+		}
+		both := create(t0, "c.example.com", "a.example.com", "b.example.com")
+		onlyB := create(t0.Add(time.Second), "b.example.com")
+		other := create(t0.Add(2*time.Second), "other.example.com")
 
-	// The rows keep the order's own order of identifiers.
-	if got := storedIdentifiers(t, db, both.ID); !slices.Equal(got, both.Identifiers) {
-		t.Errorf("identifier rows %v, want %v", got, both.Identifiers)
-	}
+		for _, tc := range []struct {
+			name       string
+			identifier string
+			want       []string
+		}{
+			{"an identifier of one order", "a.example.com", []string{both.ID}},
+			{"an identifier of two orders, newest first", "b.example.com", []string{onlyB.ID, both.ID}},
+			{"the last identifier of an order", "other.example.com", []string{other.ID}},
+			{"part of an identifier finds nothing", "example.com", nil},
+			{"an identifier of no order", "d.example.com", nil},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				got, err := db.ListOrders(ctx, OrderFilter{Identifier: tc.identifier})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(orderIDs(got), tc.want) {
+					t.Errorf("orders %v, want %v", orderIDs(got), tc.want)
+				}
+			})
+		}
+
+		// The rows keep the order's own order of identifiers.
+		if got := storedIdentifiers(t, db, both.ID); !slices.Equal(got, both.Identifiers) {
+			t.Errorf("identifier rows %v, want %v", got, both.Identifiers)
+		}
+	})
 }
 
 func TestAuthorizationsAndChallengesRecordTheirPositionInCreationOrder(t *testing.T) {
-	db := openTest(t)
-	o := newOrderWithAuthzs(t, db, 3)
-	if got := positions(t, db, "authorizations", "order_id", o.ID); !slices.Equal(got, []int{0, 1, 2}) {
-		t.Errorf("authorization positions %v, want 0, 1, 2", got)
-	}
-	ctx := context.Background()
-	acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := Authz{Identifier: dnsIDs("x.example.com")[0], Expires: t0.Add(time.Hour)}
-	for _, ty := range []string{"http-01", "dns-01", "tls-alpn-01"} {
-		a.Challenges = append(a.Challenges, Challenge{Type: ty, Token: NewID()})
-	}
-	o2, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{a.Identifier}, Expires: t0.Add(time.Hour)}, []Authz{a}, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := positions(t, db, "challenges", "authz_id", o2.AuthzIDs[0]); !slices.Equal(got, []int{0, 1, 2}) {
-		t.Errorf("challenge positions %v, want 0, 1, 2", got)
-	}
+	eachDialect(t, func(t *testing.T) {
+		db := openTest(t)
+		o := newOrderWithAuthzs(t, db, 3)
+		if got := positions(t, db, "authorizations", "order_id", o.ID); !slices.Equal(got, []int{0, 1, 2}) {
+			t.Errorf("authorization positions %v, want 0, 1, 2", got)
+		}
+		ctx := context.Background()
+		acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := Authz{Identifier: dnsIDs("x.example.com")[0], Expires: t0.Add(time.Hour)}
+		for _, ty := range []string{"http-01", "dns-01", "tls-alpn-01"} {
+			a.Challenges = append(a.Challenges, Challenge{Type: ty, Token: NewID()})
+		}
+		o2, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{a.Identifier}, Expires: t0.Add(time.Hour)}, []Authz{a}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := positions(t, db, "challenges", "authz_id", o2.AuthzIDs[0]); !slices.Equal(got, []int{0, 1, 2}) {
+			t.Errorf("challenge positions %v, want 0, 1, 2", got)
+		}
+	})
 }
 
 // oldSchemaDB creates an SQLite database at path migrated up to version

@@ -160,6 +160,11 @@ func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string
 	job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), payload, status, attempts, nj.MaxAttempts,
 		runAt.UnixMilli(), msOrNull(nj.Deadline), strOrNull(owner), msOrNull(leaseUntil), now.UnixMilli(), now.UnixMilli()))
 	if err == nil {
+		if announce := db.dialect.announceJob(); announce != "" && owner == "" {
+			if _, err := tx.ExecContext(ctx, db.q(announce), nj.Kind); err != nil {
+				return Job{}, false, fmt.Errorf("store: enqueue %s: announcing it: %w", nj.Kind, err)
+			}
+		}
 		return job, true, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
@@ -172,6 +177,16 @@ func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string
 		return Job{}, false, fmt.Errorf("store: enqueue %s: reading live job: %w", nj.Kind, err)
 	}
 	return job, false, nil
+}
+
+// WatchJobs calls wake with the kind of each ready job another instance
+// on this database enqueues, moments after it commits, and with "" after
+// a lapse in which some may have been missed, until ctx ends. It blocks
+// meanwhile. On SQLite, which has no such signal, it returns at once:
+// runners there find other processes' jobs by polling, as they find them
+// everywhere when the signal is lost.
+func (db *DB) WatchJobs(ctx context.Context, wake func(kind string)) {
+	db.eng.watchJobs(ctx, wake)
 }
 
 // enqueueAll stores jobs inside tx (see enqueueTx).
@@ -191,6 +206,7 @@ func (db *DB) enqueueAll(ctx context.Context, tx *sql.Tx, jobs []NewJob, now tim
 func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
 	var out []Job
 	err := db.wr.queryEach(ctx, db.q(db.dialect.claimJobs(jobCols)), []any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), owner, limit},
+		func() { out = nil },
 		func(r rowScanner) error {
 			j, err := scanJob(r)
 			out = append(out, j)
@@ -276,7 +292,7 @@ func (db *DB) CompleteJob(ctx context.Context, id int64, owner string, now time.
 func (db *DB) RescheduleJob(ctx context.Context, id int64, owner string, runAt, now time.Time) (JobStatus, error) {
 	return db.settle(ctx, "reschedule", id, owner,
 		`status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'ready' END,
-		 finished_at = CASE WHEN cancel_requested = 1 THEN ? ELSE NULL END,
+		 finished_at = CASE WHEN cancel_requested = 1 THEN CAST(? AS BIGINT) ELSE NULL END,
 		 attempts = 0, run_at = ?, last_error = '', lease_owner = NULL, lease_until = NULL, updated_at = ?`,
 		now.UnixMilli(), runAt.UnixMilli(), now.UnixMilli())
 }
@@ -292,7 +308,7 @@ func (db *DB) RetryJob(ctx context.Context, id int64, owner string, runAt time.T
 	}
 	return db.settle(ctx, "retry", id, owner,
 		`status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'ready' END,
-		 finished_at = CASE WHEN cancel_requested = 1 THEN ? ELSE NULL END,
+		 finished_at = CASE WHEN cancel_requested = 1 THEN CAST(? AS BIGINT) ELSE NULL END,
 		 attempts = attempts - ?, run_at = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
 		now.UnixMilli(), refunded, runAt.UnixMilli(), reason, now.UnixMilli())
 }

@@ -3,168 +3,167 @@ package store
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 )
 
-func openTest(t *testing.T) *DB {
-	t.Helper()
-	db, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "t.db"), SQLiteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestEnqueueWithSameKindAndKeyReturnsTheLiveJob(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	nj := NewJob{Kind: "k", Key: "order-1", Payload: []byte(`{"a":1}`), MaxAttempts: 3}
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		nj := NewJob{Kind: "k", Key: "order-1", Payload: []byte(`{"a":1}`), MaxAttempts: 3}
 
-	first, created, err := db.EnqueueJob(ctx, nj, t0)
-	if err != nil || !created {
-		t.Fatalf("first enqueue: created=%v err=%v", created, err)
-	}
-	second, created, err := db.EnqueueJob(ctx, nj, t0)
-	if err != nil || created || second.ID != first.ID {
-		t.Fatalf("second enqueue: id=%d created=%v err=%v; want id %d, not created", second.ID, created, err, first.ID)
-	}
-	// Running is live too.
-	if _, err := db.ClaimJobs(ctx, "k", "me", t0, t0.Add(time.Minute), 1); err != nil {
-		t.Fatal(err)
-	}
-	if again, created, _ := db.EnqueueJob(ctx, nj, t0); created || again.ID != first.ID {
-		t.Fatalf("enqueue while running made a new row %d", again.ID)
-	}
-	if err := db.CompleteJob(ctx, first.ID, "me", t0); err != nil {
-		t.Fatal(err)
-	}
-	third, created, err := db.EnqueueJob(ctx, nj, t0)
-	if err != nil || !created || third.ID == first.ID {
-		t.Fatalf("enqueue after settling: id=%d created=%v err=%v; want a new row", third.ID, created, err)
-	}
-	// A different key, and no key at all, never collide.
-	for _, key := range []string{"order-2", "", ""} {
-		if _, created, err := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: key, MaxAttempts: 1}, t0); err != nil || !created {
-			t.Fatalf("enqueue key %q: created=%v err=%v", key, created, err)
+		first, created, err := db.EnqueueJob(ctx, nj, t0)
+		if err != nil || !created {
+			t.Fatalf("first enqueue: created=%v err=%v", created, err)
 		}
-	}
+		second, created, err := db.EnqueueJob(ctx, nj, t0)
+		if err != nil || created || second.ID != first.ID {
+			t.Fatalf("second enqueue: id=%d created=%v err=%v; want id %d, not created", second.ID, created, err, first.ID)
+		}
+		// Running is live too.
+		if _, err := db.ClaimJobs(ctx, "k", "me", t0, t0.Add(time.Minute), 1); err != nil {
+			t.Fatal(err)
+		}
+		if again, created, _ := db.EnqueueJob(ctx, nj, t0); created || again.ID != first.ID {
+			t.Fatalf("enqueue while running made a new row %d", again.ID)
+		}
+		if err := db.CompleteJob(ctx, first.ID, "me", t0); err != nil {
+			t.Fatal(err)
+		}
+		third, created, err := db.EnqueueJob(ctx, nj, t0)
+		if err != nil || !created || third.ID == first.ID {
+			t.Fatalf("enqueue after settling: id=%d created=%v err=%v; want a new row", third.ID, created, err)
+		}
+		// A different key, and no key at all, never collide.
+		for _, key := range []string{"order-2", "", ""} {
+			if _, created, err := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: key, MaxAttempts: 1}, t0); err != nil || !created {
+				t.Fatalf("enqueue key %q: created=%v err=%v", key, created, err)
+			}
+		}
+	})
 }
 
 func TestSettlingWritesAreGuardedOnTheLeaseOwner(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	j, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3}, t0)
-	if _, err := db.ClaimJobs(ctx, "k", "owner-a", t0, t0.Add(time.Minute), 1); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name string
-		do   func() error
-	}{
-		{"complete", func() error { return db.CompleteJob(ctx, j.ID, "owner-b", t0) }},
-		{"retry", func() error { _, err := db.RetryJob(ctx, j.ID, "owner-b", t0, "x", false, t0); return err }},
-		{"retire", func() error { return db.RetireJob(ctx, j.ID, "owner-b", JobFailed, "x", t0) }},
-		{"release", func() error { return db.ReleaseJob(ctx, j.ID, "owner-b", t0) }},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if err := tc.do(); !errors.Is(err, ErrLeaseLost) {
-				t.Fatalf("got %v, want ErrLeaseLost", err)
-			}
-		})
-	}
-	got, _ := db.GetJob(ctx, j.ID)
-	if got.Status != JobRunning || got.LeaseOwner != "owner-a" {
-		t.Fatalf("job changed by a non-owner: %+v", got)
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		j, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3}, t0)
+		if _, err := db.ClaimJobs(ctx, "k", "owner-a", t0, t0.Add(time.Minute), 1); err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			name string
+			do   func() error
+		}{
+			{"complete", func() error { return db.CompleteJob(ctx, j.ID, "owner-b", t0) }},
+			{"retry", func() error { _, err := db.RetryJob(ctx, j.ID, "owner-b", t0, "x", false, t0); return err }},
+			{"retire", func() error { return db.RetireJob(ctx, j.ID, "owner-b", JobFailed, "x", t0) }},
+			{"release", func() error { return db.ReleaseJob(ctx, j.ID, "owner-b", t0) }},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				if err := tc.do(); !errors.Is(err, ErrLeaseLost) {
+					t.Fatalf("got %v, want ErrLeaseLost", err)
+				}
+			})
+		}
+		got, _ := db.GetJob(ctx, j.ID)
+		if got.Status != JobRunning || got.LeaseOwner != "owner-a" {
+			t.Fatalf("job changed by a non-owner: %+v", got)
+		}
+	})
 }
 
 func TestClaimTakesOnlyDueJobsAndExpiredLeases(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	due, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3}, t0)
-	db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3, RunAt: t0.Add(time.Hour)}, t0)
-	db.EnqueueJob(ctx, NewJob{Kind: "other", MaxAttempts: 3}, t0)
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		due, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3}, t0)
+		db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3, RunAt: t0.Add(time.Hour)}, t0)
+		db.EnqueueJob(ctx, NewJob{Kind: "other", MaxAttempts: 3}, t0)
 
-	got, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10)
-	if err != nil || len(got) != 1 || got[0].ID != due.ID || got[0].Attempts != 1 {
-		t.Fatalf("claim: %+v, %v; want only job %d at attempt 1", got, err, due.ID)
-	}
-	if got, _ := db.ClaimJobs(ctx, "k", "b", t0.Add(59*time.Second), t0.Add(2*time.Minute), 10); len(got) != 0 {
-		t.Fatalf("claimed a job whose lease has not expired: %+v", got)
-	}
-	got, _ = db.ClaimJobs(ctx, "k", "b", t0.Add(time.Minute), t0.Add(2*time.Minute), 10)
-	if len(got) != 1 || got[0].ID != due.ID || got[0].LeaseOwner != "b" || got[0].Attempts != 2 {
-		t.Fatalf("reclaim after lease: %+v", got)
-	}
+		got, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10)
+		if err != nil || len(got) != 1 || got[0].ID != due.ID || got[0].Attempts != 1 {
+			t.Fatalf("claim: %+v, %v; want only job %d at attempt 1", got, err, due.ID)
+		}
+		if got, _ := db.ClaimJobs(ctx, "k", "b", t0.Add(59*time.Second), t0.Add(2*time.Minute), 10); len(got) != 0 {
+			t.Fatalf("claimed a job whose lease has not expired: %+v", got)
+		}
+		got, _ = db.ClaimJobs(ctx, "k", "b", t0.Add(time.Minute), t0.Add(2*time.Minute), 10)
+		if len(got) != 1 || got[0].ID != due.ID || got[0].LeaseOwner != "b" || got[0].Attempts != 2 {
+			t.Fatalf("reclaim after lease: %+v", got)
+		}
+	})
 }
 
 func TestCancelAndRetryNowFollowTheJobsState(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	j, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: "x", MaxAttempts: 3, RunAt: t0.Add(time.Hour)}, t0)
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		j, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: "x", MaxAttempts: 3, RunAt: t0.Add(time.Hour)}, t0)
 
-	c, err := db.CancelJob(ctx, j.ID, t0)
-	if err != nil || c.Status != JobCancelled {
-		t.Fatalf("cancel ready: %+v %v", c, err)
-	}
-	if _, err := db.CancelJob(ctx, j.ID, t0); !errors.Is(err, ErrWrongState) {
-		t.Fatalf("cancel twice: %v, want ErrWrongState", err)
-	}
-	if _, err := db.CancelJob(ctx, 9999, t0); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("cancel unknown: %v, want ErrNotFound", err)
-	}
-	// A new live job with the same identity blocks reviving the old one.
-	live, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: "x", MaxAttempts: 3}, t0)
-	if _, err := db.RetryJobNow(ctx, j.ID, t0); !errors.Is(err, ErrConflict) {
-		t.Fatalf("retry with a live twin: %v, want ErrConflict", err)
-	}
-	db.CancelJob(ctx, live.ID, t0)
-	r, err := db.RetryJobNow(ctx, j.ID, t0.Add(time.Second))
-	if err != nil || r.Status != JobReady || r.Attempts != 0 || !r.RunAt.Equal(t0.Add(time.Second)) || r.CancelRequested {
-		t.Fatalf("retry now: %+v %v", r, err)
-	}
-	// Cancelling a running job marks it; its retry then retires it.
-	db.ClaimJobs(ctx, "k", "a", t0.Add(time.Second), t0.Add(time.Minute), 1)
-	c, err = db.CancelJob(ctx, j.ID, t0)
-	if err != nil || c.Status != JobRunning || !c.CancelRequested {
-		t.Fatalf("cancel running: %+v %v", c, err)
-	}
-	st, err := db.RetryJob(ctx, j.ID, "a", t0.Add(time.Hour), "boom", false, t0)
-	if err != nil || st != JobCancelled {
-		t.Fatalf("retry of a cancelled running job: %v %v, want cancelled", st, err)
-	}
-	if _, err := db.RetryJobNow(ctx, 12345, t0); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("retry unknown: %v", err)
-	}
+		c, err := db.CancelJob(ctx, j.ID, t0)
+		if err != nil || c.Status != JobCancelled {
+			t.Fatalf("cancel ready: %+v %v", c, err)
+		}
+		if _, err := db.CancelJob(ctx, j.ID, t0); !errors.Is(err, ErrWrongState) {
+			t.Fatalf("cancel twice: %v, want ErrWrongState", err)
+		}
+		if _, err := db.CancelJob(ctx, 9999, t0); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("cancel unknown: %v, want ErrNotFound", err)
+		}
+		// A new live job with the same identity blocks reviving the old one.
+		live, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: "x", MaxAttempts: 3}, t0)
+		if _, err := db.RetryJobNow(ctx, j.ID, t0); !errors.Is(err, ErrConflict) {
+			t.Fatalf("retry with a live twin: %v, want ErrConflict", err)
+		}
+		db.CancelJob(ctx, live.ID, t0)
+		r, err := db.RetryJobNow(ctx, j.ID, t0.Add(time.Second))
+		if err != nil || r.Status != JobReady || r.Attempts != 0 || !r.RunAt.Equal(t0.Add(time.Second)) || r.CancelRequested {
+			t.Fatalf("retry now: %+v %v", r, err)
+		}
+		// Cancelling a running job marks it; its retry then retires it.
+		db.ClaimJobs(ctx, "k", "a", t0.Add(time.Second), t0.Add(time.Minute), 1)
+		c, err = db.CancelJob(ctx, j.ID, t0)
+		if err != nil || c.Status != JobRunning || !c.CancelRequested {
+			t.Fatalf("cancel running: %+v %v", c, err)
+		}
+		st, err := db.RetryJob(ctx, j.ID, "a", t0.Add(time.Hour), "boom", false, t0)
+		if err != nil || st != JobCancelled {
+			t.Fatalf("retry of a cancelled running job: %v %v, want cancelled", st, err)
+		}
+		if _, err := db.RetryJobNow(ctx, 12345, t0); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("retry unknown: %v", err)
+		}
+	})
 }
 
 func TestPruneDeletesOnlyOldSettledJobs(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	old, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 1}, t0)
-	db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 1)
-	db.CompleteJob(ctx, old.ID, "a", t0)
-	recent, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 1}, t0)
-	db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 1)
-	db.CompleteJob(ctx, recent.ID, "a", t0.Add(48*time.Hour))
-	waiting, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 1, RunAt: t0.Add(1000 * time.Hour)}, t0)
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		old, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 1}, t0)
+		db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 1)
+		db.CompleteJob(ctx, old.ID, "a", t0)
+		recent, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 1}, t0)
+		db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 1)
+		db.CompleteJob(ctx, recent.ID, "a", t0.Add(48*time.Hour))
+		waiting, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 1, RunAt: t0.Add(1000 * time.Hour)}, t0)
 
-	n, err := db.PruneJobs(ctx, t0.Add(24*time.Hour))
-	if err != nil || n != 1 {
-		t.Fatalf("pruned %d, %v; want 1", n, err)
-	}
-	if _, err := db.GetJob(ctx, old.ID); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("old job still there: %v", err)
-	}
-	for _, id := range []int64{recent.ID, waiting.ID} {
-		if _, err := db.GetJob(ctx, id); err != nil {
-			t.Fatalf("job %d pruned: %v", id, err)
+		n, err := db.PruneJobs(ctx, t0.Add(24*time.Hour))
+		if err != nil || n != 1 {
+			t.Fatalf("pruned %d, %v; want 1", n, err)
 		}
-	}
+		if _, err := db.GetJob(ctx, old.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("old job still there: %v", err)
+		}
+		for _, id := range []int64{recent.ID, waiting.ID} {
+			if _, err := db.GetJob(ctx, id); err != nil {
+				t.Fatalf("job %d pruned: %v", id, err)
+			}
+		}
+	})
 }

@@ -23,10 +23,20 @@ const createSchemaTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 
 // migrate applies, in one transaction, every step the database lacks, and
 // records each in schema_migrations. A concurrent opener serializes on the
-// write lock and then finds nothing left to do.
+// dialect's migration lock and then finds nothing left to do. A database
+// newer than the binary is refused, the transaction undone.
 func (db *DB) migrate(ctx context.Context) error {
 	steps := db.dialect.migrations()
+	// Up to date already: nothing to write, so a database that takes no
+	// writes now (read-only, full) still opens for reads.
+	var have sql.NullInt64
+	if err := db.r.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&have); err == nil && int(have.Int64) == len(steps) {
+		return nil
+	}
 	return db.withTx(ctx, func(tx *sql.Tx) error {
+		if err := db.dialect.lockForMigration(ctx, tx); err != nil {
+			return fmt.Errorf("store: waiting for the migration lock: %w", err)
+		}
 		if _, err := tx.ExecContext(ctx, createSchemaTable); err != nil {
 			return fmt.Errorf("store: creating schema table: %w", err)
 		}

@@ -19,55 +19,57 @@ func readyOrder(t *testing.T, db *DB) Order {
 }
 
 func TestClaimingAnOrderForIssueRecordsItsClientClippedAndReturnsItWithTheOrder(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	o := readyOrder(t, db)
-	if got, err := db.GetOrder(ctx, "p", o.ID); err != nil || got.Client != (OrderClient{}) {
-		t.Fatalf("before the claim: client %+v, %v; want none", got.Client, err)
-	}
-	longUA := strings.Repeat("u", 1000)
-	first := OrderClient{Addr: "192.0.2.7", UserAgent: longUA}
-	if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), first, t0); err != nil || !won {
-		t.Fatalf("claim: %v %v", won, err)
-	}
-	// A losing claim changes nothing.
-	if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("other"), OrderClient{Addr: "198.51.100.1", UserAgent: "late"}, t0); err != nil || won {
-		t.Fatalf("second claim: %v %v; want lost", won, err)
-	}
-	want := OrderClient{Addr: "192.0.2.7", UserAgent: Clip(longUA, AuditFieldMax)}
-	if len(want.UserAgent) > AuditFieldMax {
-		t.Fatalf("Clip left %d bytes", len(want.UserAgent))
-	}
-
-	got, err := db.GetOrder(ctx, "p", o.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	summary, err := db.OrderByID(ctx, o.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	listed, err := db.ListOrders(ctx, OrderFilter{Profile: "p"})
-	if err != nil || len(listed) != 1 {
-		t.Fatalf("list: %v %v", listed, err)
-	}
-	stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10)
-	if err != nil || len(stuck) != 1 {
-		t.Fatalf("reclaim: %v %v", stuck, err)
-	}
-	for _, tc := range []struct {
-		name string
-		got  OrderClient
-	}{
-		{"GetOrder", got.Client},
-		{"OrderByID", summary.Client},
-		{"ListOrders", listed[0].Client},
-		{"ReclaimStuckOrders", stuck[0].Client},
-	} {
-		if tc.got != want {
-			t.Errorf("%s: client %q / %d-byte user agent; want %q / %d bytes", tc.name, tc.got.Addr, len(tc.got.UserAgent), want.Addr, len(want.UserAgent))
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		o := readyOrder(t, db)
+		if got, err := db.GetOrder(ctx, "p", o.ID); err != nil || got.Client != (OrderClient{}) {
+			t.Fatalf("before the claim: client %+v, %v; want none", got.Client, err)
 		}
-	}
+		longUA := strings.Repeat("u", 1000)
+		first := OrderClient{Addr: "192.0.2.7", UserAgent: longUA}
+		if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), first, t0); err != nil || !won {
+			t.Fatalf("claim: %v %v", won, err)
+		}
+		// A losing claim changes nothing.
+		if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("other"), OrderClient{Addr: "198.51.100.1", UserAgent: "late"}, t0); err != nil || won {
+			t.Fatalf("second claim: %v %v; want lost", won, err)
+		}
+		want := OrderClient{Addr: "192.0.2.7", UserAgent: Clip(longUA, AuditFieldMax)}
+		if len(want.UserAgent) > AuditFieldMax {
+			t.Fatalf("Clip left %d bytes", len(want.UserAgent))
+		}
+
+		got, err := db.GetOrder(ctx, "p", o.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		summary, err := db.OrderByID(ctx, o.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed, err := db.ListOrders(ctx, OrderFilter{Profile: "p"})
+		if err != nil || len(listed) != 1 {
+			t.Fatalf("list: %v %v", listed, err)
+		}
+		stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10)
+		if err != nil || len(stuck) != 1 {
+			t.Fatalf("reclaim: %v %v", stuck, err)
+		}
+		for _, tc := range []struct {
+			name string
+			got  OrderClient
+		}{
+			{"GetOrder", got.Client},
+			{"OrderByID", summary.Client},
+			{"ListOrders", listed[0].Client},
+			{"ReclaimStuckOrders", stuck[0].Client},
+		} {
+			if tc.got != want {
+				t.Errorf("%s: client %q / %d-byte user agent; want %q / %d bytes", tc.name, tc.got.Addr, len(tc.got.UserAgent), want.Addr, len(want.UserAgent))
+			}
+		}
+	})
 }
 
 func TestMigratingAnOldDatabaseGivesARelayedOrderItsClient(t *testing.T) {

@@ -364,6 +364,7 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 	}
 	var res ChallengeResult
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		res = ChallengeResult{} // fn may run again (see engine)
 		var authzID string
 		err := tx.QueryRowContext(ctx, db.q(`UPDATE challenges SET status = ?, validated_at = ?, error = ?, updated_at = ?
 			WHERE id = ? AND status IN ('pending','processing') RETURNING authz_id`),
@@ -530,6 +531,7 @@ func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certifica
 func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int) ([]Order, error) {
 	var out []Order
 	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols)), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli()},
+		func() { out = nil },
 		func(r rowScanner) error {
 			o, err := scanOrder(r)
 			out = append(out, o)

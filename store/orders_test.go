@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -45,144 +44,149 @@ func challengeOf(t *testing.T, db *DB, authzID string) Challenge {
 }
 
 func TestConcurrentValidationOfTheLastTwoAuthorizationsMakesTheOrderReadyOnce(t *testing.T) {
-	ctx := context.Background()
-	for round := 0; round < 20; round++ {
-		db := openTest(t)
-		o := newOrderWithAuthzs(t, db, 2)
-		var chals []Challenge
-		for _, aid := range o.AuthzIDs {
-			c := challengeOf(t, db, aid)
-			if ok, err := db.StartChallenge(ctx, c.ID, t0); err != nil || !ok {
-				t.Fatalf("start: %v %v", ok, err)
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		for round := 0; round < 20; round++ {
+			db := openTest(t)
+			o := newOrderWithAuthzs(t, db, 2)
+			var chals []Challenge
+			for _, aid := range o.AuthzIDs {
+				c := challengeOf(t, db, aid)
+				if ok, err := db.StartChallenge(ctx, c.ID, t0); err != nil || !ok {
+					t.Fatalf("start: %v %v", ok, err)
+				}
+				chals = append(chals, c)
 			}
-			chals = append(chals, c)
+			var (
+				wg      sync.WaitGroup
+				mu      sync.Mutex
+				changed int
+			)
+			for _, c := range chals {
+				wg.Add(1)
+				go func(id string) {
+					defer wg.Done()
+					res, err := db.CompleteChallenge(ctx, id, true, nil, t0)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.OrderChanged {
+						mu.Lock()
+						changed++
+						mu.Unlock()
+					}
+				}(c.ID)
+			}
+			wg.Wait()
+			if changed != 1 {
+				t.Fatalf("round %d: the order was promoted %d times, want once", round, changed)
+			}
+			got, _ := db.GetOrder(ctx, "p", o.ID)
+			if got.Status != "ready" {
+				t.Fatalf("round %d: order is %s, want ready", round, got.Status)
+			}
 		}
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			changed int
-		)
-		for _, c := range chals {
-			wg.Add(1)
-			go func(id string) {
-				defer wg.Done()
-				res, err := db.CompleteChallenge(ctx, id, true, nil, t0)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if res.OrderChanged {
-					mu.Lock()
-					changed++
-					mu.Unlock()
-				}
-			}(c.ID)
-		}
-		wg.Wait()
-		if changed != 1 {
-			t.Fatalf("round %d: the order was promoted %d times, want once", round, changed)
-		}
-		got, _ := db.GetOrder(ctx, "p", o.ID)
-		if got.Status != "ready" {
-			t.Fatalf("round %d: order is %s, want ready", round, got.Status)
-		}
-	}
+	})
 }
 
 // RFC 8555 §7.1.6: an order becomes ready once every one of its
 // authorizations is valid, and invalid once any of them is invalid; an
 // invalid order stays invalid whatever its other authorizations do.
 func TestAnOrderIsNotReadyUntilEveryAuthorizationIsValid(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		// valid is each authorization's validation result, in the order
-		// they are completed; want the order's status after each.
-		valid []bool
-		want  []string
-	}{
-		{"two names, both valid", []bool{true, true}, []string{"pending", "ready"}},
-		{"three names, all valid", []bool{true, true, true}, []string{"pending", "pending", "ready"}},
-		{"one valid, then one invalid", []bool{true, false}, []string{"pending", "invalid"}},
-		{"one invalid, then one valid", []bool{false, true}, []string{"invalid", "invalid"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := openTest(t)
-			o := newOrderWithAuthzs(t, db, len(tc.valid))
-			before := "pending"
-			for i, valid := range tc.valid {
-				c := challengeOf(t, db, o.AuthzIDs[i])
-				if ok, err := db.StartChallenge(ctx, c.ID, t0); err != nil || !ok {
-					t.Fatalf("starting challenge %d: %v %v", i, ok, err)
+	eachDialect(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			// valid is each authorization's validation result, in the order
+			// they are completed; want the order's status after each.
+			valid []bool
+			want  []string
+		}{
+			{"two names, both valid", []bool{true, true}, []string{"pending", "ready"}},
+			{"three names, all valid", []bool{true, true, true}, []string{"pending", "pending", "ready"}},
+			{"one valid, then one invalid", []bool{true, false}, []string{"pending", "invalid"}},
+			{"one invalid, then one valid", []bool{false, true}, []string{"invalid", "invalid"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				db := openTest(t)
+				o := newOrderWithAuthzs(t, db, len(tc.valid))
+				before := "pending"
+				for i, valid := range tc.valid {
+					c := challengeOf(t, db, o.AuthzIDs[i])
+					if ok, err := db.StartChallenge(ctx, c.ID, t0); err != nil || !ok {
+						t.Fatalf("starting challenge %d: %v %v", i, ok, err)
+					}
+					var problem []byte
+					if !valid {
+						problem = []byte(`{"type":"x"}`)
+					}
+					res, err := db.CompleteChallenge(ctx, c.ID, valid, problem, t0)
+					if err != nil {
+						t.Fatalf("completing challenge %d: %v", i, err)
+					}
+					if string(res.OrderStatus) != tc.want[i] || res.OrderChanged != (tc.want[i] != before) {
+						t.Errorf("after authorization %d (valid=%v) the result is %+v, want order %s (changed: %v)",
+							i, valid, res, tc.want[i], tc.want[i] != before)
+					}
+					got, err := db.GetOrder(ctx, "p", o.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if string(got.Status) != tc.want[i] {
+						t.Errorf("after authorization %d (valid=%v) the order reads %s, want %s", i, valid, got.Status, tc.want[i])
+					}
+					before = tc.want[i]
 				}
-				var problem []byte
-				if !valid {
-					problem = []byte(`{"type":"x"}`)
-				}
-				res, err := db.CompleteChallenge(ctx, c.ID, valid, problem, t0)
-				if err != nil {
-					t.Fatalf("completing challenge %d: %v", i, err)
-				}
-				if string(res.OrderStatus) != tc.want[i] || res.OrderChanged != (tc.want[i] != before) {
-					t.Errorf("after authorization %d (valid=%v) the result is %+v, want order %s (changed: %v)",
-						i, valid, res, tc.want[i], tc.want[i] != before)
-				}
-				got, err := db.GetOrder(ctx, "p", o.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if string(got.Status) != tc.want[i] {
-					t.Errorf("after authorization %d (valid=%v) the order reads %s, want %s", i, valid, got.Status, tc.want[i])
-				}
-				before = tc.want[i]
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 func TestAFailedChallengeInvalidatesItsAuthorizationAndOrder(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	o := newOrderWithAuthzs(t, db, 2)
-	c := challengeOf(t, db, o.AuthzIDs[0])
-	db.StartChallenge(ctx, c.ID, t0)
-	res, err := db.CompleteChallenge(ctx, c.ID, false, []byte(`{"type":"x"}`), t0)
-	if err != nil || res.OrderStatus != "invalid" || !res.OrderChanged {
-		t.Fatalf("complete: %+v %v", res, err)
-	}
-	if _, err := db.CompleteChallenge(ctx, c.ID, true, nil, t0); !errors.Is(err, ErrWrongState) {
-		t.Fatalf("completing twice: %v, want ErrWrongState", err)
-	}
-	a, _ := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
-	if a.Status != "invalid" || string(a.Challenges[0].Error) != `{"type":"x"}` {
-		t.Fatalf("authz after failure: %+v", a)
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		o := newOrderWithAuthzs(t, db, 2)
+		c := challengeOf(t, db, o.AuthzIDs[0])
+		db.StartChallenge(ctx, c.ID, t0)
+		res, err := db.CompleteChallenge(ctx, c.ID, false, []byte(`{"type":"x"}`), t0)
+		if err != nil || res.OrderStatus != "invalid" || !res.OrderChanged {
+			t.Fatalf("complete: %+v %v", res, err)
+		}
+		if _, err := db.CompleteChallenge(ctx, c.ID, true, nil, t0); !errors.Is(err, ErrWrongState) {
+			t.Fatalf("completing twice: %v, want ErrWrongState", err)
+		}
+		a, _ := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
+		if a.Status != "invalid" || string(a.Challenges[0].Error) != `{"type":"x"}` {
+			t.Fatalf("authz after failure: %+v", a)
+		}
+	})
 }
 
 // Concurrent finalizes of one ready order — from one process, or from
-// several processes sharing the database file, each with a store of its
+// several processes sharing the database, each with a store of its
 // own — claim it through ClaimOrderForIssue: exactly one claim wins, and
 // the order keeps the winner's CSR.
 func TestExactlyOneOfConcurrentClaimsOfAReadyOrderWins(t *testing.T) {
+	eachDialect(t, testExactlyOneOfConcurrentClaimsOfAReadyOrderWins)
+}
+
+func testExactlyOneOfConcurrentClaimsOfAReadyOrderWins(t *testing.T) {
 	const claimers = 16
 	for _, tc := range []struct {
 		name    string
 		handles int
 	}{
 		{"through one store", 1},
-		{"through stores of several processes on one file", 4},
+		{"through stores of several processes on one database", 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			path := filepath.Join(t.TempDir(), "acme.db")
+			place := newPlace(t)
 			dbs := make([]*DB, tc.handles)
 			for i := range dbs {
-				db, err := OpenSQLite(ctx, path, SQLiteOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { db.Close() })
-				dbs[i] = db
+				dbs[i] = openAt(t, place)
 			}
 			o := newOrderWithAuthzs(t, dbs[0], 1)
 			c := challengeOf(t, dbs[0], o.AuthzIDs[0])
@@ -236,49 +240,55 @@ func TestExactlyOneOfConcurrentClaimsOfAReadyOrderWins(t *testing.T) {
 }
 
 func TestAnExpiredOrderCannotBeClaimedForIssue(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	o := newOrderWithAuthzs(t, db, 1)
-	c := challengeOf(t, db, o.AuthzIDs[0])
-	db.StartChallenge(ctx, c.ID, t0)
-	db.CompleteChallenge(ctx, c.ID, true, nil, t0)
-	if won, err := db.ClaimOrderForIssue(ctx, o.ID, nil, OrderClient{}, t0.Add(2*time.Hour)); err != nil || won {
-		t.Fatalf("claim after expiry: won=%v err=%v", won, err)
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		o := newOrderWithAuthzs(t, db, 1)
+		c := challengeOf(t, db, o.AuthzIDs[0])
+		db.StartChallenge(ctx, c.ID, t0)
+		db.CompleteChallenge(ctx, c.ID, true, nil, t0)
+		if won, err := db.ClaimOrderForIssue(ctx, o.ID, nil, OrderClient{}, t0.Add(2*time.Hour)); err != nil || won {
+			t.Fatalf("claim after expiry: won=%v err=%v", won, err)
+		}
+	})
 }
 
 func TestAccountsAreUniquePerProfileAndKey(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	a1, created, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: "k", KeyJWK: []byte(`{}`)}, t0)
-	if err != nil || !created {
-		t.Fatal(err)
-	}
-	a2, created, _ := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: "k", KeyJWK: []byte(`{}`)}, t0)
-	if created || a2.ID != a1.ID {
-		t.Fatalf("same key twice made a new account")
-	}
-	a3, created, _ := db.CreateAccount(ctx, Account{Profile: "q", Thumbprint: "k", KeyJWK: []byte(`{}`)}, t0)
-	if !created || a3.ID == a1.ID {
-		t.Fatalf("the same key in another profile must be another account")
-	}
-	if _, err := db.GetAccount(ctx, "q", a1.ID); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("account of profile p visible in profile q: %v", err)
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		a1, created, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: "k", KeyJWK: []byte(`{}`)}, t0)
+		if err != nil || !created {
+			t.Fatal(err)
+		}
+		a2, created, _ := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: "k", KeyJWK: []byte(`{}`)}, t0)
+		if created || a2.ID != a1.ID {
+			t.Fatalf("same key twice made a new account")
+		}
+		a3, created, _ := db.CreateAccount(ctx, Account{Profile: "q", Thumbprint: "k", KeyJWK: []byte(`{}`)}, t0)
+		if !created || a3.ID == a1.ID {
+			t.Fatalf("the same key in another profile must be another account")
+		}
+		if _, err := db.GetAccount(ctx, "q", a1.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("account of profile p visible in profile q: %v", err)
+		}
+	})
 }
 
 func TestANonceCanBeUsedOnce(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	if fresh, err := db.UseNonce(ctx, "n1", t0.Add(time.Hour)); err != nil || !fresh {
-		t.Fatalf("first use: %v %v", fresh, err)
-	}
-	if fresh, err := db.UseNonce(ctx, "n1", t0.Add(time.Hour)); err != nil || fresh {
-		t.Fatalf("second use: fresh=%v err=%v; want refused", fresh, err)
-	}
-	if n, err := db.PruneNonces(ctx, t0.Add(2*time.Hour)); err != nil || n != 1 {
-		t.Fatalf("prune: %d %v", n, err)
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		if fresh, err := db.UseNonce(ctx, "n1", t0.Add(time.Hour)); err != nil || !fresh {
+			t.Fatalf("first use: %v %v", fresh, err)
+		}
+		if fresh, err := db.UseNonce(ctx, "n1", t0.Add(time.Hour)); err != nil || fresh {
+			t.Fatalf("second use: fresh=%v err=%v; want refused", fresh, err)
+		}
+		if n, err := db.PruneNonces(ctx, t0.Add(2*time.Hour)); err != nil || n != 1 {
+			t.Fatalf("prune: %d %v", n, err)
+		}
+	})
 }
 
 func TestResourceIDsNeverLookLikeCommandLineFlags(t *testing.T) {
@@ -291,67 +301,69 @@ func TestResourceIDsNeverLookLikeCommandLineFlags(t *testing.T) {
 }
 
 func TestReadingAnOrderOrAuthorizationReturnsItsPartsInCreationOrder(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	types := []string{"http-01", "dns-01", "tls-alpn-01"}
-	var authzs []Authz
-	var idents []acme.Identifier
-	for _, name := range []string{"c.example.com", "a.example.com", "b.example.com"} {
-		id := acme.Identifier{Type: "dns", Value: name}
-		idents = append(idents, id)
-		a := Authz{Identifier: id, Expires: t0.Add(time.Hour)}
-		for _, ty := range types {
-			a.Challenges = append(a.Challenges, Challenge{Type: ty, Token: NewID()})
-		}
-		authzs = append(authzs, a)
-	}
-	created, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: idents, Expires: t0.Add(time.Hour)}, authzs, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	o, err := db.GetOrder(ctx, "p", created.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(o.AuthzIDs, ",") != strings.Join(created.AuthzIDs, ",") {
-		t.Errorf("authorizations %v, want %v (creation order)", o.AuthzIDs, created.AuthzIDs)
-	}
-	for i, id := range o.AuthzIDs {
-		a, err := db.GetAuthz(ctx, "p", id)
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.Identifier != idents[i] || a.OrderID != o.ID || a.AccountID != acct.ID || !a.Expires.Equal(t0.Add(time.Hour)) {
-			t.Errorf("authorization %d: %+v", i, a)
+		types := []string{"http-01", "dns-01", "tls-alpn-01"}
+		var authzs []Authz
+		var idents []acme.Identifier
+		for _, name := range []string{"c.example.com", "a.example.com", "b.example.com"} {
+			id := acme.Identifier{Type: "dns", Value: name}
+			idents = append(idents, id)
+			a := Authz{Identifier: id, Expires: t0.Add(time.Hour)}
+			for _, ty := range types {
+				a.Challenges = append(a.Challenges, Challenge{Type: ty, Token: NewID()})
+			}
+			authzs = append(authzs, a)
 		}
-		var got []string
-		for _, c := range a.Challenges {
-			got = append(got, c.Type)
-			if c.AuthzID != id || c.Status != "pending" || c.Token == "" {
-				t.Errorf("challenge %+v of authorization %s", c, id)
+		created, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: idents, Expires: t0.Add(time.Hour)}, authzs, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		o, err := db.GetOrder(ctx, "p", created.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(o.AuthzIDs, ",") != strings.Join(created.AuthzIDs, ",") {
+			t.Errorf("authorizations %v, want %v (creation order)", o.AuthzIDs, created.AuthzIDs)
+		}
+		for i, id := range o.AuthzIDs {
+			a, err := db.GetAuthz(ctx, "p", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Identifier != idents[i] || a.OrderID != o.ID || a.AccountID != acct.ID || !a.Expires.Equal(t0.Add(time.Hour)) {
+				t.Errorf("authorization %d: %+v", i, a)
+			}
+			var got []string
+			for _, c := range a.Challenges {
+				got = append(got, c.Type)
+				if c.AuthzID != id || c.Status != "pending" || c.Token == "" {
+					t.Errorf("challenge %+v of authorization %s", c, id)
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(types, ",") {
+				t.Errorf("challenges %v, want %v", got, types)
 			}
 		}
-		if strings.Join(got, ",") != strings.Join(types, ",") {
-			t.Errorf("challenges %v, want %v", got, types)
-		}
-	}
 
-	for _, tc := range []struct {
-		name string
-		read func() error
-	}{
-		{"an unknown order", func() error { _, err := db.GetOrder(ctx, "p", "nope"); return err }},
-		{"an order of another profile", func() error { _, err := db.GetOrder(ctx, "q", created.ID); return err }},
-		{"an unknown authorization", func() error { _, err := db.GetAuthz(ctx, "p", "nope"); return err }},
-		{"an authorization of another profile", func() error { _, err := db.GetAuthz(ctx, "q", o.AuthzIDs[0]); return err }},
-	} {
-		if err := tc.read(); !errors.Is(err, ErrNotFound) {
-			t.Errorf("%s: %v, want ErrNotFound", tc.name, err)
+		for _, tc := range []struct {
+			name string
+			read func() error
+		}{
+			{"an unknown order", func() error { _, err := db.GetOrder(ctx, "p", "nope"); return err }},
+			{"an order of another profile", func() error { _, err := db.GetOrder(ctx, "q", created.ID); return err }},
+			{"an unknown authorization", func() error { _, err := db.GetAuthz(ctx, "p", "nope"); return err }},
+			{"an authorization of another profile", func() error { _, err := db.GetAuthz(ctx, "q", o.AuthzIDs[0]); return err }},
+		} {
+			if err := tc.read(); !errors.Is(err, ErrNotFound) {
+				t.Errorf("%s: %v, want ErrNotFound", tc.name, err)
+			}
 		}
-	}
+	})
 }

@@ -93,6 +93,7 @@ func (db *DB) CreateRelayOrder(ctx context.Context, n NewRelayOrder, now time.Ti
 		created bool
 	)
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		created = false // fn may run again (see engine)
 		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO relay_orders
 			(order_id, profile, csr, client_addr, user_agent, status, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, 'processing', ?, ?)

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,38 +43,44 @@ func revoke(t *testing.T, db *DB, c Certificate, issuer string, reason int) (Rev
 }
 
 func TestARevocationIsRecordedOnceWithItsLedgerRowAndAuditRow(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	c := issuedCert(t, db, "0a", t0.Add(time.Hour))
-	if _, err := revoke(t, db, c, "ca", 1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := revoke(t, db, c, "ca", 4); !errors.Is(err, ErrWrongState) {
-		t.Fatalf("second revocation: %v; want ErrWrongState", err)
-	}
-	got, err := db.CertificateOfOrder(ctx, c.OrderID)
-	if err != nil || got.Reason == nil || *got.Reason != 1 || got.RevokedAt.IsZero() {
-		t.Fatalf("stamp %+v %v; want revoked with the first reason", got, err)
-	}
-	led, err := db.RevocationOf(ctx, c.ID)
-	if err != nil || led.IssuerKeyID != "ca" || *led.Reason != 1 || led.Serial != "0a" {
-		t.Fatalf("ledger %+v %v", led, err)
-	}
-	if evs, _ := db.SearchAudit(ctx, AuditFilter{Event: "certificate_revoked"}); len(evs) != 1 {
-		t.Errorf("%d certificate_revoked rows; want 1", len(evs))
-	}
-	if _, err := db.CertificateBySerial(ctx, "p", "0a"); err != nil {
-		t.Errorf("by serial: %v", err)
-	}
-	if _, err := db.CertificateBySerial(ctx, "other", "0a"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("by serial in another profile: %v; want ErrNotFound", err)
-	}
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		c := issuedCert(t, db, "0a", t0.Add(time.Hour))
+		if _, err := revoke(t, db, c, "ca", 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := revoke(t, db, c, "ca", 4); !errors.Is(err, ErrWrongState) {
+			t.Fatalf("second revocation: %v; want ErrWrongState", err)
+		}
+		got, err := db.CertificateOfOrder(ctx, c.OrderID)
+		if err != nil || got.Reason == nil || *got.Reason != 1 || got.RevokedAt.IsZero() {
+			t.Fatalf("stamp %+v %v; want revoked with the first reason", got, err)
+		}
+		led, err := db.RevocationOf(ctx, c.ID)
+		if err != nil || led.IssuerKeyID != "ca" || *led.Reason != 1 || led.Serial != "0a" {
+			t.Fatalf("ledger %+v %v", led, err)
+		}
+		if evs, _ := db.SearchAudit(ctx, AuditFilter{Event: "certificate_revoked"}); len(evs) != 1 {
+			t.Errorf("%d certificate_revoked rows; want 1", len(evs))
+		}
+		if _, err := db.CertificateBySerial(ctx, "p", "0a"); err != nil {
+			t.Errorf("by serial: %v", err)
+		}
+		if _, err := db.CertificateBySerial(ctx, "other", "0a"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("by serial in another profile: %v; want ErrNotFound", err)
+		}
+	})
 }
 
 func TestCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
+	eachDialect(t, testCRLNumbersOnlyGrowAndExpiredEntriesAreDropped)
+}
+
+func testCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "acme.db")
-	db, err := OpenSQLite(ctx, path, SQLiteOptions{})
+	place := newPlace(t)
+	db, err := dialectOf(t).openAt(ctx, place)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,11 +132,7 @@ func TestCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
 	}
 	db.Close()
 
-	db, err = OpenSQLite(ctx, path, SQLiteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db = openAt(t, place)
 	if got, err := db.GetCRL(ctx, "ca"); err != nil || got.Number != 2 || string(got.DER) != "\x02" {
 		t.Fatalf("after reopening: %+v %v", got, err)
 	}
@@ -145,132 +146,136 @@ func TestCRLNumbersOnlyGrowAndExpiredEntriesAreDropped(t *testing.T) {
 }
 
 func TestTheAuditTrailIsInsertOnlyAndSearchable(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t)
-	for i, ev := range []AuditEvent{
-		{At: t0, Event: "certificate_issued", Outcome: "success", Profile: "a", OrderID: "o1", Serial: "01"},
-		{At: t0.Add(time.Minute), Event: "revocation_refused", Outcome: "refused", Profile: "a", OrderID: "o1", AccountID: "x"},
-		{At: t0.Add(2 * time.Minute), Event: "certificate_issued", Outcome: "success", Profile: "b", OrderID: "o2",
-			Identifiers: []acme.Identifier{{Type: "dns", Value: "b.example.com"}}},
-	} {
-		if err := db.InsertAudit(ctx, ev); err != nil {
-			t.Fatalf("event %d: %v", i, err)
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		for i, ev := range []AuditEvent{
+			{At: t0, Event: "certificate_issued", Outcome: "success", Profile: "a", OrderID: "o1", Serial: "01"},
+			{At: t0.Add(time.Minute), Event: "revocation_refused", Outcome: "refused", Profile: "a", OrderID: "o1", AccountID: "x"},
+			{At: t0.Add(2 * time.Minute), Event: "certificate_issued", Outcome: "success", Profile: "b", OrderID: "o2",
+				Identifiers: []acme.Identifier{{Type: "dns", Value: "b.example.com"}}},
+		} {
+			if err := db.InsertAudit(ctx, ev); err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
 		}
-	}
-	if err := db.InsertAudit(ctx, AuditEvent{At: t0}); err == nil {
-		t.Error("an event without a name was written")
-	}
-	for name, tc := range map[string]struct {
-		f    AuditFilter
-		want int
-	}{
-		"all":            {AuditFilter{}, 3},
-		"profile":        {AuditFilter{Profile: "a"}, 2},
-		"event":          {AuditFilter{Event: "certificate_issued"}, 2},
-		"outcome":        {AuditFilter{Outcome: "refused"}, 1},
-		"order":          {AuditFilter{OrderID: "o1"}, 2},
-		"account":        {AuditFilter{AccountID: "x"}, 1},
-		"serial":         {AuditFilter{Serial: "01"}, 1},
-		"since":          {AuditFilter{Since: t0.Add(time.Minute)}, 2},
-		"until":          {AuditFilter{Until: t0.Add(time.Minute)}, 1},
-		"page":           {AuditFilter{Limit: 2}, 2},
-		"before":         {AuditFilter{BeforeID: 3}, 2},
-		"combined":       {AuditFilter{Profile: "a", Event: "certificate_issued", OrderID: "o1"}, 1},
-		"no such serial": {AuditFilter{Serial: "ff"}, 0},
-	} {
-		got, err := db.SearchAudit(ctx, tc.f)
-		if err != nil || len(got) != tc.want {
-			t.Errorf("%s: %d rows (%v); want %d", name, len(got), err, tc.want)
+		if err := db.InsertAudit(ctx, AuditEvent{At: t0}); err == nil {
+			t.Error("an event without a name was written")
 		}
-	}
-	got, _ := db.SearchAudit(ctx, AuditFilter{Profile: "b"})
-	if len(got) != 1 || len(got[0].Identifiers) != 1 || got[0].Identifiers[0].Value != "b.example.com" {
-		t.Errorf("identifiers did not round-trip: %+v", got)
-	}
-	for _, stmt := range []string{`UPDATE audit_events SET detail = 'x'`, `DELETE FROM audit_events`} {
-		if _, err := rawW(db).ExecContext(ctx, stmt); err == nil || !strings.Contains(err.Error(), "insert-only") {
-			t.Errorf("%s: %v; want refused as insert-only", stmt, err)
+		for name, tc := range map[string]struct {
+			f    AuditFilter
+			want int
+		}{
+			"all":            {AuditFilter{}, 3},
+			"profile":        {AuditFilter{Profile: "a"}, 2},
+			"event":          {AuditFilter{Event: "certificate_issued"}, 2},
+			"outcome":        {AuditFilter{Outcome: "refused"}, 1},
+			"order":          {AuditFilter{OrderID: "o1"}, 2},
+			"account":        {AuditFilter{AccountID: "x"}, 1},
+			"serial":         {AuditFilter{Serial: "01"}, 1},
+			"since":          {AuditFilter{Since: t0.Add(time.Minute)}, 2},
+			"until":          {AuditFilter{Until: t0.Add(time.Minute)}, 1},
+			"page":           {AuditFilter{Limit: 2}, 2},
+			"before":         {AuditFilter{BeforeID: 3}, 2},
+			"combined":       {AuditFilter{Profile: "a", Event: "certificate_issued", OrderID: "o1"}, 1},
+			"no such serial": {AuditFilter{Serial: "ff"}, 0},
+		} {
+			got, err := db.SearchAudit(ctx, tc.f)
+			if err != nil || len(got) != tc.want {
+				t.Errorf("%s: %d rows (%v); want %d", name, len(got), err, tc.want)
+			}
 		}
-	}
+		got, _ := db.SearchAudit(ctx, AuditFilter{Profile: "b"})
+		if len(got) != 1 || len(got[0].Identifiers) != 1 || got[0].Identifiers[0].Value != "b.example.com" {
+			t.Errorf("identifiers did not round-trip: %+v", got)
+		}
+		for _, stmt := range []string{`UPDATE audit_events SET detail = 'x'`, `DELETE FROM audit_events`} {
+			if _, err := rawW(db).ExecContext(ctx, stmt); err == nil || !strings.Contains(err.Error(), "insert-only") {
+				t.Errorf("%s: %v; want refused as insert-only", stmt, err)
+			}
+		}
+	})
 }
 
 // RFC 8555 §7.6: an account may revoke a certificate for names it holds
 // valid, unexpired authorizations for — every one of the names, in the
 // profile asked about, by that account.
 func TestAnAccountHoldsAuthorizationsOnlyWhenEveryNameIsValidlyAuthorizedToIt(t *testing.T) {
-	type grant struct {
-		account string // "alice" or "bob", both of profile p
-		name    string // "*.example.com": a wildcard authorization of example.com
-		state   string // pending, valid or deactivated
-		expires time.Duration
-	}
-	const hour = time.Hour
-	for _, tc := range []struct {
-		name    string
-		grants  []grant
-		profile string // asked about, for alice
-		names   []string
-		at      time.Duration // after t0
-		want    bool
-	}{
-		{"valid and unexpired for every name",
-			[]grant{{"alice", "a.example.com", "valid", hour}, {"alice", "b.example.com", "valid", hour}},
-			"p", []string{"a.example.com", "b.example.com"}, time.Minute, true},
-		{"only a pending authorization",
-			[]grant{{"alice", "a.example.com", "pending", hour}},
-			"p", []string{"a.example.com"}, time.Minute, false},
-		{"a deactivated authorization",
-			[]grant{{"alice", "a.example.com", "deactivated", hour}},
-			"p", []string{"a.example.com"}, time.Minute, false},
-		{"valid for the first of two names",
-			[]grant{{"alice", "a.example.com", "valid", hour}},
-			"p", []string{"a.example.com", "b.example.com"}, time.Minute, false},
-		{"valid for the second of two names",
-			[]grant{{"alice", "b.example.com", "valid", hour}},
-			"p", []string{"a.example.com", "b.example.com"}, time.Minute, false},
-		{"valid but expired",
-			[]grant{{"alice", "a.example.com", "valid", hour}},
-			"p", []string{"a.example.com"}, 2 * hour, false},
-		{"valid for another account",
-			[]grant{{"bob", "a.example.com", "valid", hour}},
-			"p", []string{"a.example.com"}, time.Minute, false},
-		{"valid, but asked about in another profile",
-			[]grant{{"alice", "a.example.com", "valid", hour}},
-			"q", []string{"a.example.com"}, time.Minute, false},
-		{"a wildcard name by a wildcard authorization",
-			[]grant{{"alice", "*.example.com", "valid", hour}},
-			"p", []string{"*.example.com"}, time.Minute, true},
-		{"a wildcard name by an authorization of the base name",
-			[]grant{{"alice", "example.com", "valid", hour}},
-			"p", []string{"*.example.com"}, time.Minute, false},
-		{"no names at all",
-			[]grant{{"alice", "a.example.com", "valid", hour}},
-			"p", nil, time.Minute, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			db := openTest(t)
-			accounts := map[string]string{}
-			for _, name := range []string{"alice", "bob"} {
-				a, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: name, KeyJWK: []byte(`{}`)}, t0)
-				if err != nil {
-					t.Fatal(err)
+	eachDialect(t, func(t *testing.T) {
+		type grant struct {
+			account string // "alice" or "bob", both of profile p
+			name    string // "*.example.com": a wildcard authorization of example.com
+			state   string // pending, valid or deactivated
+			expires time.Duration
+		}
+		const hour = time.Hour
+		for _, tc := range []struct {
+			name    string
+			grants  []grant
+			profile string // asked about, for alice
+			names   []string
+			at      time.Duration // after t0
+			want    bool
+		}{
+			{"valid and unexpired for every name",
+				[]grant{{"alice", "a.example.com", "valid", hour}, {"alice", "b.example.com", "valid", hour}},
+				"p", []string{"a.example.com", "b.example.com"}, time.Minute, true},
+			{"only a pending authorization",
+				[]grant{{"alice", "a.example.com", "pending", hour}},
+				"p", []string{"a.example.com"}, time.Minute, false},
+			{"a deactivated authorization",
+				[]grant{{"alice", "a.example.com", "deactivated", hour}},
+				"p", []string{"a.example.com"}, time.Minute, false},
+			{"valid for the first of two names",
+				[]grant{{"alice", "a.example.com", "valid", hour}},
+				"p", []string{"a.example.com", "b.example.com"}, time.Minute, false},
+			{"valid for the second of two names",
+				[]grant{{"alice", "b.example.com", "valid", hour}},
+				"p", []string{"a.example.com", "b.example.com"}, time.Minute, false},
+			{"valid but expired",
+				[]grant{{"alice", "a.example.com", "valid", hour}},
+				"p", []string{"a.example.com"}, 2 * hour, false},
+			{"valid for another account",
+				[]grant{{"bob", "a.example.com", "valid", hour}},
+				"p", []string{"a.example.com"}, time.Minute, false},
+			{"valid, but asked about in another profile",
+				[]grant{{"alice", "a.example.com", "valid", hour}},
+				"q", []string{"a.example.com"}, time.Minute, false},
+			{"a wildcard name by a wildcard authorization",
+				[]grant{{"alice", "*.example.com", "valid", hour}},
+				"p", []string{"*.example.com"}, time.Minute, true},
+			{"a wildcard name by an authorization of the base name",
+				[]grant{{"alice", "example.com", "valid", hour}},
+				"p", []string{"*.example.com"}, time.Minute, false},
+			{"no names at all",
+				[]grant{{"alice", "a.example.com", "valid", hour}},
+				"p", nil, time.Minute, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				db := openTest(t)
+				accounts := map[string]string{}
+				for _, name := range []string{"alice", "bob"} {
+					a, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: name, KeyJWK: []byte(`{}`)}, t0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					accounts[name] = a.ID
 				}
-				accounts[name] = a.ID
-			}
-			for _, g := range tc.grants {
-				holdAuthz(t, db, accounts[g.account], g.name, g.state, t0.Add(g.expires))
-			}
-			var idents []acme.Identifier
-			for _, n := range tc.names {
-				idents = append(idents, acme.Identifier{Type: "dns", Value: n})
-			}
-			got, err := db.HoldsAuthorizations(ctx, tc.profile, accounts["alice"], idents, t0.Add(tc.at))
-			if err != nil || got != tc.want {
-				t.Errorf("alice holds authorizations for %v in profile %s: %v (%v), want %v", tc.names, tc.profile, got, err, tc.want)
-			}
-		})
-	}
+				for _, g := range tc.grants {
+					holdAuthz(t, db, accounts[g.account], g.name, g.state, t0.Add(g.expires))
+				}
+				var idents []acme.Identifier
+				for _, n := range tc.names {
+					idents = append(idents, acme.Identifier{Type: "dns", Value: n})
+				}
+				got, err := db.HoldsAuthorizations(ctx, tc.profile, accounts["alice"], idents, t0.Add(tc.at))
+				if err != nil || got != tc.want {
+					t.Errorf("alice holds authorizations for %v in profile %s: %v (%v), want %v", tc.names, tc.profile, got, err, tc.want)
+				}
+			})
+		}
+	})
 }
 
 // holdAuthz stores an order of profile p by account for name, whose one

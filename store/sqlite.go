@@ -202,3 +202,13 @@ func (sqliteDialect) reclaimStuckOrders(cols string) string {
 		AND status = 'processing' AND updated_at < ?
 		RETURNING ` + cols
 }
+
+// lockForMigration needs no lock: migrate's transaction is a write, and
+// SQLite's _txlock=immediate takes the database's write lock at BEGIN.
+func (sqliteDialect) lockForMigration(context.Context, *sql.Tx) error { return nil }
+
+// announceJob: SQLite has no signal between processes; their runners
+// find each other's jobs by polling.
+func (sqliteDialect) announceJob() string { return "" }
+
+func (e *sqliteEngine) watchJobs(context.Context, func(string)) {}

@@ -51,9 +51,12 @@ func (d deferredRow) Scan(dest ...any) error {
 }
 
 // queryEach runs a statement returning rows in its own write and calls
-// each for every row before the commit.
-func (w writer) queryEach(ctx context.Context, query string, args []any, each func(rowScanner) error) error {
+// each for every row before the commit. The write may run more than once
+// (see engine): restart is called before each run, to drop what each
+// gathered from a run that was undone.
+func (w writer) queryEach(ctx context.Context, query string, args []any, restart func(), each func(rowScanner) error) error {
 	return w.withTx(ctx, func(tx *sql.Tx) error {
+		restart()
 		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return err

@@ -1,0 +1,187 @@
+// Package pgtest gives tests a throwaway PostgreSQL: one cluster per test
+// binary, started on first use (initdb and pg_ctl in a temporary directory,
+// listening only on a unix socket there), one fresh database per test, and
+// the cluster stopped and removed when the binary's tests are done (Main).
+//
+// Without PostgreSQL's binaries a test that asks for a database skips with
+// a message, and fails instead under ACMEPROXY_E2E=1, where CI must run it.
+package pgtest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+)
+
+// Main runs m's tests and then stops the cluster if one was started. A
+// package using DSN calls it from its TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+func Main(m *testing.M) int {
+	code := m.Run()
+	if c := started.Load(); c != nil {
+		if err := c.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+var (
+	once    sync.Once
+	started atomic.Pointer[cluster]
+	cl      *cluster
+	clErr   error
+	dbSeq   atomic.Int64
+)
+
+// DSN creates a fresh, empty database in the binary's cluster and returns
+// a key=value connection string for it. The database is dropped when t
+// ends.
+func DSN(t testing.TB) string {
+	t.Helper()
+	once.Do(func() { cl, clErr = start() })
+	if clErr != nil {
+		if errors.Is(clErr, errNoPostgres) && os.Getenv("ACMEPROXY_E2E") != "1" {
+			t.Skipf("pgtest: %v (install PostgreSQL to run this test; under ACMEPROXY_E2E=1 this fails)", clErr)
+		}
+		t.Fatalf("pgtest: %v", clErr)
+	}
+	name := fmt.Sprintf("t%d", dbSeq.Add(1))
+	if _, err := cl.admin.Exec(`CREATE DATABASE ` + name); err != nil {
+		t.Fatalf("pgtest: creating database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if _, err := cl.admin.Exec(`DROP DATABASE ` + name + ` WITH (FORCE)`); err != nil {
+			t.Errorf("pgtest: dropping database %s: %v", name, err)
+		}
+	})
+	return cl.dsn(name)
+}
+
+var errNoPostgres = errors.New("no PostgreSQL server binaries (initdb, pg_ctl) found")
+
+type cluster struct {
+	dir    string   // holds data/ and the socket
+	asUser []string // command prefix running PostgreSQL's tools as a non-root user
+	bin    string
+	admin  *sql.DB
+}
+
+func (c *cluster) dsn(db string) string {
+	return fmt.Sprintf("host=%s port=5432 user=postgres dbname=%s sslmode=disable", c.dir, db)
+}
+
+// binDir finds a directory holding initdb and pg_ctl: PATH first, then
+// Debian's /usr/lib/postgresql/<version>/bin, newest version first.
+func binDir() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "pg_ctl")); err == nil {
+			return dir, nil
+		}
+	}
+	vers, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	sort.Slice(vers, func(i, j int) bool { return pgVersion(vers[i]) > pgVersion(vers[j]) })
+	for _, p := range vers {
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "pg_ctl")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errNoPostgres
+}
+
+func pgVersion(initdb string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(initdb))))
+	return v
+}
+
+func start() (*cluster, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	// The socket path must stay short (unix sockets allow ~107 bytes).
+	dir, err := os.MkdirTemp("", "pgtest")
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{dir: dir, bin: bin}
+	// initdb refuses to run as root: then run the cluster as the
+	// postgres user that Debian's package creates.
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("running as root, and no postgres user to run the cluster as: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		c.asUser = []string{"runuser", "-u", "postgres", "--"}
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := c.run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	// fsync off: a test cluster need not survive a power loss, and CI's
+	// disk is slow. Everything else is PostgreSQL's default.
+	opts := "-c listen_addresses='' -c unix_socket_directories=" + dir + " -c fsync=off -c max_connections=200"
+	if out, err := c.run("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-s", "start"); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, log)
+	}
+	started.Store(c)
+	c.admin, err = sql.Open("pgx", c.dsn("postgres"))
+	if err == nil {
+		err = c.admin.PingContext(context.Background())
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("connecting to the test cluster: %w", err), c.stop())
+	}
+	return c, nil
+}
+
+func (c *cluster) run(tool string, args ...string) ([]byte, error) {
+	argv := append(append(append([]string(nil), c.asUser...), filepath.Join(c.bin, tool)), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = c.dir
+	return cmd.CombinedOutput()
+}
+
+func (c *cluster) stop() error {
+	if c.admin != nil {
+		c.admin.Close()
+	}
+	out, err := c.run("pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "-s", "stop")
+	rmErr := os.RemoveAll(c.dir)
+	if err != nil {
+		return fmt.Errorf("pg_ctl stop: %w\n%s", err, strings.TrimSpace(string(out)))
+	}
+	return rmErr
+}

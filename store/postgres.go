@@ -1,0 +1,281 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// PostgresOptions tunes a PostgreSQL store. The zero value is a safe
+// default.
+type PostgresOptions struct {
+	// MaxConns bounds the write pool; reads have a pool of the same size.
+	// Default 8.
+	MaxConns int
+}
+
+// OpenPostgres connects to the PostgreSQL database named by dsn (a URL or
+// key=value string, as libpq takes), brings its schema up to date, and
+// returns the store. A database whose schema is newer than this binary is
+// refused (ErrSchemaTooNew) and left untouched. The DSN may hold a
+// password: no message of the store repeats it, nor the DSN itself; the
+// store names itself by host and database only.
+func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		// pgx's error quotes the DSN (password masked); ours does not
+		// quote it at all.
+		return nil, errors.New("store: the postgres DSN does not parse; expected postgres://user@host/db?... or host=... dbname=...")
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 8
+	}
+	desc := PostgresDescription(cfg)
+	// Every commit is durable unless a lazy write says otherwise (see
+	// postgresEngine), whatever the server's default.
+	cfg.RuntimeParams["synchronous_commit"] = "on"
+	cfg.RuntimeParams["application_name"] = "caddy-acme-proxy"
+
+	w := stdlib.OpenDB(*cfg)
+	w.SetMaxOpenConns(opts.MaxConns)
+	w.SetMaxIdleConns(opts.MaxConns)
+	w.SetConnMaxIdleTime(5 * time.Minute)
+	r := stdlib.OpenDB(*cfg.Copy())
+	r.SetMaxOpenConns(opts.MaxConns)
+	r.SetMaxIdleConns(opts.MaxConns)
+	r.SetConnMaxIdleTime(5 * time.Minute)
+	if err := w.PingContext(ctx); err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("store: connecting to %s: %w", desc, redactConnectError(err))
+	}
+	return open(ctx, r, &postgresEngine{w: w, cfg: cfg, desc: desc}, postgresDialect{}, desc)
+}
+
+// PostgresDescription names a PostgreSQL database for messages: host and
+// database, never user, password or options.
+func PostgresDescription(cfg *pgx.ConnConfig) string {
+	host := cfg.Host
+	if strings.HasPrefix(host, "/") {
+		host = "unix:" + host
+	} else if cfg.Port != 0 && cfg.Port != 5432 {
+		host += ":" + strconv.Itoa(int(cfg.Port))
+	}
+	return "postgres " + host + "/" + cfg.Database
+}
+
+// redactConnectError keeps the reason a connection failed without the
+// connection's parameters (pgconn's ConnectError names user and
+// database; the description already names what may be named).
+func redactConnectError(err error) error {
+	if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok && ce.Unwrap() != nil {
+		return ce.Unwrap()
+	}
+	return err
+}
+
+// postgresEngine is PostgreSQL's write engine: a pool, each write its own
+// transaction. Write transactions are SERIALIZABLE, which gives the
+// store's read-then-write transactions the guarantee SQLite's single
+// writer gives them; one that loses a race to a concurrent transaction
+// (serialization failure, deadlock) is run again from the start, so fn
+// must be re-runnable, as every store write is: it only touches its tx
+// and variables it sets afresh.
+//
+// A lazy write commits with SET LOCAL synchronous_commit = off: COMMIT
+// returns before its WAL is flushed. It cannot outlive a durable write
+// that follows it: the WAL is replayed as a prefix, and the durable
+// commit flushes the WAL up to its own record, the lazy one's included.
+// That is the same argument as SQLite's lazy commits (see groupCommit).
+type postgresEngine struct {
+	w    *sql.DB
+	cfg  *pgx.ConnConfig // for watchJobs' connection of its own
+	desc string
+}
+
+// jobsChannel is the LISTEN/NOTIFY channel of enqueued jobs.
+const jobsChannel = "acme_proxy_jobs"
+
+// watchJobs LISTENs on a connection of its own, reconnecting after a
+// second when it is lost; after each (re)connection it wakes every kind,
+// for the announcements it may have missed.
+func (e *postgresEngine) watchJobs(ctx context.Context, wake func(kind string)) {
+	for ctx.Err() == nil {
+		e.listen(ctx, wake)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (e *postgresEngine) listen(ctx context.Context, wake func(kind string)) {
+	conn, err := pgx.ConnectConfig(ctx, e.cfg.Copy())
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, `LISTEN `+jobsChannel); err != nil {
+		return
+	}
+	wake("")
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return
+		}
+		wake(n.Payload)
+	}
+}
+
+const maxSerializationRetries = 20
+
+func (e *postgresEngine) do(ctx context.Context, fn func(*sql.Tx) error, lazy bool) error {
+	for attempt := 0; ; attempt++ {
+		err := e.once(ctx, fn, lazy)
+		if err == nil || !retryable(err) || attempt >= maxSerializationRetries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (e *postgresEngine) once(ctx context.Context, fn func(*sql.Tx) error, lazy bool) error {
+	tx, err := e.w.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+	if err != nil {
+		return err
+	}
+	if lazy {
+		if _, err := tx.ExecContext(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// retryable: serialization_failure and deadlock_detected, which
+// PostgreSQL asks the client to answer by running the transaction again.
+func retryable(err error) bool {
+	pe, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+func (e *postgresEngine) close() error { return e.w.Close() }
+
+type postgresDialect struct{}
+
+func (postgresDialect) name() string            { return "postgres" }
+func (postgresDialect) migrations() []migration { return postgresMigrations }
+
+// rebind numbers the ? placeholders $1, $2, …, leaving ? inside quoted
+// strings and identifiers alone.
+func (postgresDialect) rebind(stmt string) string {
+	if !strings.Contains(stmt, "?") {
+		return stmt
+	}
+	var b strings.Builder
+	b.Grow(len(stmt) + 16)
+	n := 0
+	var quote byte
+	for i := 0; i < len(stmt); i++ {
+		c := stmt[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// unavailable: class 53 (insufficient resources: disk full, out of
+// memory, too many connections), a read-only transaction (a standby, or
+// default_transaction_read_only), the server shutting down or not yet
+// accepting connections, and no connection at all.
+func (postgresDialect) unavailable(err error) bool {
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch {
+		case strings.HasPrefix(pe.Code, "53"), strings.HasPrefix(pe.Code, "08"),
+			pe.Code == "25006", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03":
+			return true
+		}
+		return false
+	}
+	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+		return true
+	}
+	return errors.Is(err, driver.ErrBadConn)
+}
+
+func (postgresDialect) uniqueViolation(err error) bool {
+	pe, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pe.Code == "23505"
+}
+
+// claimJobs locks the rows it picks FOR UPDATE SKIP LOCKED, so that
+// concurrent claimers in other pools and instances each take other jobs
+// instead of queueing behind one another. A row another claimer changed
+// after this transaction's snapshot is not taken twice: the serializable
+// transaction fails instead, and the engine runs the claim again.
+func (postgresDialect) claimJobs(cols string) string {
+	return `UPDATE jobs
+		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
+		WHERE id IN (
+			SELECT id FROM jobs
+			WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
+			ORDER BY run_at, id
+			LIMIT ?
+			FOR UPDATE SKIP LOCKED)
+		RETURNING ` + cols
+}
+
+// reclaimStuckOrders: as claimJobs, the pick skips rows another
+// transaction holds, and the outer guard re-checks the rest.
+func (postgresDialect) reclaimStuckOrders(cols string) string {
+	return `UPDATE orders SET updated_at = ?
+		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED)
+		AND status = 'processing' AND updated_at < ?
+		RETURNING ` + cols
+}
+
+// lockForMigration makes concurrent openers of one database migrate one
+// after the other: the lock is the transaction's, released at its end.
+// The transaction is first made READ COMMITTED, so that each statement
+// after the lock sees what an opener that held it before committed (a
+// serializable snapshot would be taken by the lock's SELECT itself, before
+// the wait, and miss it).
+// announceJob notifies the jobs channel; PostgreSQL delivers it when the
+// enqueuing transaction commits, and not if it rolls back.
+func (postgresDialect) announceJob() string {
+	return `SELECT pg_notify('` + jobsChannel + `', ?)`
+}
+
+func (postgresDialect) lockForMigration(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7346952815537061)`)
+	return err
+}

@@ -1,0 +1,211 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
+)
+
+func openPostgres(t *testing.T, dsn string) *DB {
+	t.Helper()
+	db, err := OpenPostgres(context.Background(), dsn, PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// publicSchema lists a database's tables and recorded migrations: what a
+// refused open must leave as it found it.
+func publicSchema(t *testing.T, dsn string) string {
+	t.Helper()
+	raw, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var tables, versions sql.NullString
+	if err := raw.QueryRow(`SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.QueryRow(`SELECT string_agg(version || ':' || name, ',' ORDER BY version) FROM schema_migrations`).Scan(&versions); err != nil {
+		t.Fatal(err)
+	}
+	return tables.String + " | " + versions.String
+}
+
+func TestPostgresStoresStartingTogetherMigrateOnce(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	const openers = 6
+	var wg sync.WaitGroup
+	errs := make([]error, openers)
+	for i := range openers {
+		wg.Go(func() {
+			db, err := OpenPostgres(context.Background(), dsn, PostgresOptions{})
+			if err == nil {
+				db.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("opener %d: %v", i, err)
+		}
+	}
+	db := openPostgres(t, dsn)
+	var n, distinct int
+	if err := db.r.QueryRow(`SELECT COUNT(*), COUNT(DISTINCT version) FROM schema_migrations`).Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(postgresMigrations) || distinct != n {
+		t.Fatalf("%d migrations recorded (%d distinct), want each of %d once", n, distinct, len(postgresMigrations))
+	}
+}
+
+func TestAPostgresDatabaseNewerThanTheBinaryIsRefusedUntouched(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	db, err := OpenPostgres(ctx, dsn, PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A newer binary ran one more migration.
+	if _, err := rawW(db).ExecContext(ctx, `CREATE TABLE from_the_future (x INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawW(db).ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'future', 0)`,
+		len(postgresMigrations)+1); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	before := publicSchema(t, dsn)
+
+	_, err = OpenPostgres(ctx, dsn, PostgresOptions{})
+	if !errors.Is(err, ErrSchemaTooNew) {
+		t.Fatalf("open: got %v, want ErrSchemaTooNew", err)
+	}
+	if want := fmt.Sprintf("schema version %d, this binary knows up to %d", len(postgresMigrations)+1, len(postgresMigrations)); !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	if after := publicSchema(t, dsn); after != before {
+		t.Fatalf("the refused database changed:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// The DSN may carry a password: neither the store's name nor its errors
+// repeat it, and the name says host and database only.
+func TestAPostgresDSNNeverAppearsInTheStoresNameOrErrors(t *testing.T) {
+	const secret = "hunter2-s3cret"
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		dsn  string
+	}{
+		{"a DSN that does not parse", "postgres://acmeuser:" + secret + "@db.example:notaport/acme"},
+		{"a server that is not there", "postgres://acmeuser:" + secret + "@127.0.0.1:1/acme?sslmode=disable&connect_timeout=5"},
+		{"a key=value DSN", "host=127.0.0.1 port=1 user=acmeuser password=" + secret + " dbname=acme sslmode=disable connect_timeout=5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := OpenPostgres(ctx, tc.dsn, PostgresOptions{})
+			if err == nil {
+				t.Fatal("open succeeded")
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "acmeuser") {
+				t.Fatalf("error %q repeats the DSN's credentials", err)
+			}
+		})
+	}
+
+	db := openPostgres(t, pgtest.DSN(t))
+	name := db.String()
+	if !strings.HasPrefix(name, "postgres unix:/") || !strings.Contains(name, "/t") || strings.Contains(name, "user") {
+		t.Fatalf("store name %q; want postgres, the host and the database", name)
+	}
+}
+
+func TestPostgresDurableWritesCommitSynchronouslyAndLazyOnesNeedNot(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	db := openPostgres(t, dsn)
+	// Even where the server's default is off, a durable write is on.
+	var dbName string
+	if err := db.r.QueryRow(`SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.r.Exec(`ALTER DATABASE ` + dbName + ` SET synchronous_commit = off`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = openPostgres(t, dsn)
+
+	for _, tc := range []struct {
+		name string
+		lazy bool
+		want string
+	}{
+		{"durable", false, "on"},
+		{"lazy", true, "off"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got string
+			if err := db.eng.do(ctx, func(tx *sql.Tx) error {
+				return tx.QueryRowContext(ctx, `SHOW synchronous_commit`).Scan(&got)
+			}, tc.lazy); err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("a %s write commits with synchronous_commit = %s, want %s", tc.name, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAReadOnlyPostgresAnswersWritesWithErrUnavailableWhileReadsGoOn(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	db := openPostgres(t, dsn)
+	if err := db.InsertAudit(ctx, AuditEvent{At: t0, Event: "before", Outcome: "success"}); err != nil {
+		t.Fatal(err)
+	}
+	var dbName string
+	if err := db.r.QueryRow(`SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.r.Exec(`ALTER DATABASE ` + dbName + ` SET default_transaction_read_only = on`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	// It opens: nothing is left to migrate, and finding that out only
+	// reads.
+	db = openPostgres(t, dsn)
+	if err := db.InsertAudit(ctx, AuditEvent{At: t0, Event: "after", Outcome: "success"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a write to a read-only database: %v; want ErrUnavailable", err)
+	}
+	if _, err := db.UseNonce(ctx, "n1", t0); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("a lazy write to a read-only database: %v; want ErrUnavailable", err)
+	}
+	if got, err := db.SearchAudit(ctx, AuditFilter{Event: "before", Limit: 1}); err != nil || len(got) != 1 {
+		t.Errorf("a read from a read-only database: %d rows, %v; want the row written before", len(got), err)
+	}
+}
+
+func TestPostgresPlaceholdersAreNumberedOutsideQuotesOnly(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`SELECT 1`, `SELECT 1`},
+		{`UPDATE t SET a = ?, b = ? WHERE c = ?`, `UPDATE t SET a = $1, b = $2 WHERE c = $3`},
+		{`SELECT '?' , ? FROM "we?ird" WHERE x = 'it''s ?' AND y = ?`, `SELECT '?' , $1 FROM "we?ird" WHERE x = 'it''s ?' AND y = $2`},
+	} {
+		if got := (postgresDialect{}).rebind(tc.in); got != tc.want {
+			t.Errorf("rebind(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
