@@ -250,6 +250,7 @@ func TestACertificateProfileConfigErrorNamesItsKey(t *testing.T) {
 			`certificate_profiles.x.lifetime: must be positive`},
 		{"fail/a negative max_identifiers", &CertificateProfileConfig{MaxIdentifiers: -1}, "",
 			`certificate_profiles.x.max_identifiers: must be positive`},
+		{"fail/a null profile", nil, "", `certificate_profiles.x: is null`},
 		{"fail/a default naming an unknown profile", &CertificateProfileConfig{}, "y",
 			`default_certificate_profile: "y" is not a configured certificate profile`},
 	}

@@ -129,6 +129,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// MarshalJSON writes a Duration as a string ParseDuration reads.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
 // parseDuration is time.ParseDuration, also taking whole days ("30d").
 func parseDuration(s string) (time.Duration, error) {
 	if n, ok := strings.CutSuffix(s, "d"); ok {
@@ -141,12 +146,9 @@ func parseDuration(s string) (time.Duration, error) {
 	return time.ParseDuration(s)
 }
 
-// validate checks one certificate profile; errors name the key below
+// Validate checks one certificate profile; errors name the key below
 // certificate_profiles.<name>.
-func (cp *CertificateProfileConfig) validate() error {
-	if cp == nil {
-		return fmt.Errorf("is empty")
-	}
+func (cp *CertificateProfileConfig) Validate() error {
 	if cp.Lifetime < 0 {
 		return fmt.Errorf("lifetime: must be positive, not %s", time.Duration(cp.Lifetime))
 	}
@@ -275,7 +277,10 @@ func (c *ProfileConfig) Validate() error {
 		if !profileName.MatchString(name) {
 			return fmt.Errorf("certificate_profiles: name %q must match [a-z0-9-]+", name)
 		}
-		if err := cp.validate(); err != nil {
+		if cp == nil {
+			return fmt.Errorf("certificate_profiles.%s: is null; {} is a certificate profile with every default", name)
+		}
+		if err := cp.Validate(); err != nil {
 			return fmt.Errorf("certificate_profiles.%s.%w", name, err)
 		}
 	}
