@@ -299,3 +299,30 @@ func TestACertificateProfileLifetimeReadsCaddysDurations(t *testing.T) {
 		})
 	}
 }
+
+// A certificate profile's lifetime that reads is written as a string that
+// reads back to the same duration, so `caddy adapt` output loads; and one
+// written without a minus sign never reads as negative (no overflow).
+func FuzzCertificateProfileLifetime(f *testing.F) {
+	for _, s := range []string{`"24h"`, `"30d"`, `"1h30m"`, `3600000000000`, `"-5s"`, `"9999999d"`, `"1.5d"`, `null`, `"d"`, `-1`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		var d Duration
+		if err := json.Unmarshal([]byte(in), &d); err != nil {
+			return
+		}
+		var str string
+		if json.Unmarshal([]byte(in), &str) == nil && !strings.HasPrefix(str, "-") && d < 0 {
+			t.Fatalf("%s read as the negative %v", in, time.Duration(d))
+		}
+		out, err := json.Marshal(d)
+		if err != nil {
+			t.Fatalf("Marshal(%v): %v", time.Duration(d), err)
+		}
+		var back Duration
+		if err := json.Unmarshal(out, &back); err != nil || back != d {
+			t.Fatalf("%s read as %v, written as %s, read back as %v (%v)", in, time.Duration(d), out, time.Duration(back), err)
+		}
+	})
+}
