@@ -181,6 +181,28 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     "crl_url: required when signer.lifetime (720h0m0s) exceeds 168h0m0s",
 		},
 		{
+			name: "certificate profile lifetime above the local CA's",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "2d"},
+				"certificate_profiles": map[string]any{"short": map[string]any{"lifetime": "1d"}, "long": map[string]any{"lifetime": "3d"}}}},
+			want: "certificate_profiles.long.lifetime: 72h0m0s exceeds the local CA's signer.lifetime (48h0m0s)",
+		},
+		{
+			name:     "certificate profile with an unknown ext_key_usage",
+			handlers: []map[string]any{{"profile": "a", "certificate_profiles": map[string]any{"c": map[string]any{"ext_key_usage": []string{"email"}}}}},
+			want:     `certificate_profiles.c.ext_key_usage: unknown extended key usage "email"`,
+		},
+		{
+			name:     "certificate profile with a bad key type",
+			handlers: []map[string]any{{"profile": "a", "certificate_profiles": map[string]any{"c": map[string]any{"key_types": []string{"rsa1024"}}}}},
+			want:     `certificate_profiles.c.key_types: unknown key type "rsa1024"`,
+		},
+		{
+			name: "default certificate profile naming an unknown one",
+			handlers: []map[string]any{{"profile": "a", "certificate_profiles": map[string]any{"c": map[string]any{}},
+				"default_certificate_profile": "d"}},
+			want: `default_certificate_profile: "d" is not a configured certificate profile`,
+		},
+		{
 			name:     "unknown signer module",
 			handlers: []map[string]any{{"profile": "a", "signer": map[string]string{"module": "vault"}}},
 			want:     "signer: loading module 'vault'",

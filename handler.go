@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -61,6 +64,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("crl_url: required when signer.lifetime (%s) exceeds %s: a longer-lived leaf must carry a CRL distribution point",
 			l.leafLifetime(), shortLived)
 	}
+	if err := checkCertificateProfileLifetimes(&h.ProfileConfig, mod); err != nil {
+		return err
+	}
 	v, err := newValidator(&h.ProfileConfig)
 	if err != nil {
 		// Validate has checked the ports and the resolvers by New's own
@@ -80,6 +86,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	return h.app.register(h.server)
+}
+
+// checkCertificateProfileLifetimes refuses a certificate profile whose
+// lifetime the local CA would not honour: it never widens its own.
+func checkCertificateProfileLifetimes(cfg *acmeproxy.ProfileConfig, mod any) error {
+	l, ok := mod.(*LocalCA)
+	if !ok {
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.CertificateProfiles)) {
+		if lt := time.Duration(cfg.CertificateProfiles[name].Lifetime); lt > l.leafLifetime() {
+			return fmt.Errorf("certificate_profiles.%s.lifetime: %s exceeds the local CA's signer.lifetime (%s)", name, lt, l.leafLifetime())
+		}
+	}
+	return nil
 }
 
 // newValidator builds the challenge validator of a profile (defaults

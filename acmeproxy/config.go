@@ -1,13 +1,18 @@
 package acmeproxy
 
 import (
+	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
 )
@@ -65,6 +70,126 @@ type ProfileConfig struct {
 	// Notify, when set, are the profile's notification destinations,
 	// replacing the app's defaults (AppConfig.Notify).
 	Notify []notify.Destination `json:"notify,omitempty"`
+	// CertificateProfiles are the certificate profiles offered
+	// (draft-ietf-acme-profiles: the directory's meta.profiles, newOrder's
+	// "profile"), by name, which is [a-z0-9-]+.
+	CertificateProfiles map[string]*CertificateProfileConfig `json:"certificate_profiles,omitempty"`
+	// DefaultCertificateProfile, when set, names the certificate profile
+	// an order that asks for none gets; unset, such an order gets the
+	// signer's plain leaf.
+	DefaultCertificateProfile string `json:"default_certificate_profile,omitempty"`
+}
+
+// CertificateProfileConfig is one certificate profile.
+type CertificateProfileConfig struct {
+	// Description is shown to clients in the directory.
+	Description string `json:"description,omitempty"`
+	// Lifetime caps the leaf's validity ("24h", "30d", or nanoseconds);
+	// it may not exceed the signer's own lifetime. Default the signer's.
+	Lifetime Duration `json:"lifetime,omitempty"`
+	// ExtKeyUsage are the leaf's extended key usages: server_auth,
+	// client_auth. Default server_auth.
+	ExtKeyUsage []string `json:"ext_key_usage,omitempty"`
+	// KeyTypes are the CSR key types taken: ec256, ec384, ed25519,
+	// rsa2048, rsa3072, rsa4096, rsa8192. Default every supported key.
+	KeyTypes []string `json:"key_types,omitempty"`
+	// MaxIdentifiers, when positive, bounds an order's identifiers.
+	MaxIdentifiers int `json:"max_identifiers,omitempty"`
+	// CommonName, when false, leaves the subject's common name out of
+	// the leaf. Default true.
+	CommonName *bool `json:"common_name,omitempty"`
+}
+
+// extKeyUsages are the ext_key_usage names.
+var extKeyUsages = map[string]x509.ExtKeyUsage{
+	"server_auth": x509.ExtKeyUsageServerAuth,
+	"client_auth": x509.ExtKeyUsageClientAuth,
+}
+
+// Duration is a duration in JSON: a string in Go's syntax or with a "d"
+// (days) suffix, or a number of nanoseconds (what caddy.Duration writes).
+type Duration time.Duration
+
+// UnmarshalJSON reads a Duration.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n int64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("a duration is a string (\"24h\", \"30d\") or a number of nanoseconds: %s", b)
+		}
+		*d = Duration(n)
+		return nil
+	}
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes a Duration as a string ParseDuration reads.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// parseDuration is time.ParseDuration, also taking whole days ("30d").
+func parseDuration(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 0 || days > 100*365 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// Validate checks one certificate profile; errors name the key below
+// certificate_profiles.<name>.
+func (cp *CertificateProfileConfig) Validate() error {
+	if cp.Lifetime < 0 {
+		return fmt.Errorf("lifetime: must be positive, not %s", time.Duration(cp.Lifetime))
+	}
+	if cp.MaxIdentifiers < 0 {
+		return fmt.Errorf("max_identifiers: must be positive, not %d", cp.MaxIdentifiers)
+	}
+	seen := map[string]bool{}
+	for _, u := range cp.ExtKeyUsage {
+		if _, ok := extKeyUsages[u]; !ok {
+			return fmt.Errorf("ext_key_usage: unknown extended key usage %q (want server_auth or client_auth)", u)
+		}
+		if seen[u] {
+			return fmt.Errorf("ext_key_usage: %q listed twice", u)
+		}
+		seen[u] = true
+	}
+	for _, k := range cp.KeyTypes {
+		if !slices.Contains(authority.KeyTypes, k) {
+			return fmt.Errorf("key_types: unknown key type %q (want one of %s)", k, strings.Join(authority.KeyTypes, ", "))
+		}
+	}
+	return nil
+}
+
+// authorityProfiles is the certificate profiles as the authority takes
+// them (validated).
+func (c *ProfileConfig) authorityProfiles() map[string]authority.CertificateProfile {
+	if len(c.CertificateProfiles) == 0 {
+		return nil
+	}
+	out := make(map[string]authority.CertificateProfile, len(c.CertificateProfiles))
+	for name, cp := range c.CertificateProfiles {
+		a := authority.CertificateProfile{Description: cp.Description, KeyTypes: cp.KeyTypes, MaxIdentifiers: cp.MaxIdentifiers}
+		a.Name, a.Lifetime = name, time.Duration(cp.Lifetime)
+		for _, u := range cp.ExtKeyUsage {
+			a.ExtKeyUsage = append(a.ExtKeyUsage, extKeyUsages[u])
+		}
+		a.OmitCommonName = cp.CommonName != nil && !*cp.CommonName
+		out[name] = a
+	}
+	return out
 }
 
 // ValidationPorts are the ports challenge validation connects to.
@@ -147,6 +272,20 @@ func (c *ProfileConfig) Validate() error {
 		if err := c.Notify[i].Validate(); err != nil {
 			return err
 		}
+	}
+	for name, cp := range c.CertificateProfiles {
+		if !profileName.MatchString(name) {
+			return fmt.Errorf("certificate_profiles: name %q must match [a-z0-9-]+", name)
+		}
+		if cp == nil {
+			return fmt.Errorf("certificate_profiles.%s: is null; {} is a certificate profile with every default", name)
+		}
+		if err := cp.Validate(); err != nil {
+			return fmt.Errorf("certificate_profiles.%s.%w", name, err)
+		}
+	}
+	if d := c.DefaultCertificateProfile; d != "" && c.CertificateProfiles[d] == nil {
+		return fmt.Errorf("default_certificate_profile: %q is not a configured certificate profile", d)
 	}
 	for key, pol := range map[string]*IdentifierPolicy{"allow": c.Allow, "deny": c.Deny} {
 		if err := pol.validate(); err != nil {

@@ -21,6 +21,7 @@ type orderJSON struct {
 	Identifiers    []acme.Identifier `json:"identifiers"`
 	NotBefore      string            `json:"notBefore,omitempty"`
 	NotAfter       string            `json:"notAfter,omitempty"`
+	Profile        string            `json:"profile,omitempty"` // its certificate profile
 	Error          json.RawMessage   `json:"error,omitempty"`
 	Authorizations []string          `json:"authorizations"`
 	Finalize       string            `json:"finalize"`
@@ -40,6 +41,7 @@ func (s *Server) orderJSON(base string, o store.Order) orderJSON {
 		Expires:        rfc3339(o.Expires),
 		NotBefore:      rfc3339(o.NotBefore),
 		NotAfter:       rfc3339(o.NotAfter),
+		Profile:        o.CertificateProfile,
 		Error:          o.Error,
 		Authorizations: make([]string, len(o.AuthzIDs)),
 		Finalize:       base + "/order/" + o.ID + "/finalize",
@@ -76,6 +78,7 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 		Identifiers []acme.Identifier `json:"identifiers"`
 		NotBefore   string            `json:"notBefore"`
 		NotAfter    string            `json:"notAfter"`
+		Profile     string            `json:"profile"` // a certificate profile (draft-ietf-acme-profiles)
 	}
 	if err := decodePayload(req.payload, &p); err != nil {
 		return err
@@ -89,7 +92,11 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter)
+	certProfile, err := s.core.ChooseCertificateProfile(p.Profile, len(idents))
+	if err != nil {
+		return err
+	}
+	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter, certProfile)
 	if err != nil {
 		return err
 	}

@@ -69,6 +69,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	}
 	core, err := authority.New(authority.Config{
 		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
+		CertificateProfiles: cfg.authorityProfiles(), DefaultCertificateProfile: cfg.DefaultCertificateProfile,
 	}, opts)
 	if err != nil {
 		return nil, err
@@ -319,6 +320,9 @@ type directoryJSON struct {
 
 type directoryMeta struct {
 	ExternalAccountRequired bool `json:"externalAccountRequired"`
+	// Profiles maps certificate profile names to descriptions
+	// (draft-ietf-acme-profiles §3).
+	Profiles map[string]string `json:"profiles,omitempty"`
 }
 
 func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
@@ -329,6 +333,7 @@ func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
 		NewOrder:   base + "/new-order",
 		RevokeCert: base + "/revoke-cert",
 		KeyChange:  base + "/key-change",
+		Meta:       directoryMeta{Profiles: s.core.CertificateProfiles()},
 	})
 	return nil
 }

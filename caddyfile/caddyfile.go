@@ -147,6 +147,15 @@ func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
 //		deny  { domains <patterns...>; ip_ranges <cidrs...> }
 //		crl_url    <http://… URL put in leaves as their CRL distribution point>
 //		notify     webhook|email|script … (as in the global option; replaces its destinations for this profile)
+//		certificate_profile <name> {
+//			description     <text>
+//			lifetime        <duration>
+//			ext_key_usage   server_auth|client_auth...
+//			key_types       ec256|ec384|ed25519|rsa2048|rsa3072|rsa4096|rsa8192...
+//			max_identifiers <n>
+//			common_name     on|off
+//		}
+//		default_certificate_profile <name>
 //	}
 func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	h.Next() // the directive name
@@ -166,6 +175,9 @@ func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	}
 	if cfg.Profile == "" {
 		return nil, h.Err("acme_proxy: profile: required")
+	}
+	if dflt := cfg.DefaultCertificateProfile; dflt != "" && cfg.CertificateProfiles[dflt] == nil {
+		return nil, h.Errf("acme_proxy: default_certificate_profile: %q is not a certificate_profile of this block", dflt)
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -210,10 +222,86 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 		if dst, err = parseNotify(d); err == nil {
 			cfg.Notify = append(cfg.Notify, dst)
 		}
+	case "certificate_profile":
+		err = parseCertificateProfile(d, &cfg.ProfileConfig)
+	case "default_certificate_profile":
+		cfg.DefaultCertificateProfile, err = OneArg(d, key)
 	default:
 		err = d.Errf("acme_proxy: unknown subdirective %q", key)
 	}
 	return err
+}
+
+// parseCertificateProfile reads `certificate_profile <name> { … }` into
+// cfg.CertificateProfiles, checked as Provision checks it.
+func parseCertificateProfile(d *caddyfile.Dispenser, cfg *acmeproxy.ProfileConfig) error {
+	name, err := OneArg(d, "certificate_profile")
+	if err != nil {
+		return err
+	}
+	if !profileName.MatchString(name) {
+		return d.Errf("acme_proxy: certificate_profile: %q must match [a-z0-9-]+", name)
+	}
+	if cfg.CertificateProfiles[name] != nil {
+		return d.Errf("acme_proxy: certificate_profile %s: defined twice", name)
+	}
+	cp := new(acmeproxy.CertificateProfileConfig)
+	for n := d.Nesting(); d.NextBlock(n); {
+		key := "certificate_profile." + name + "." + d.Val()
+		switch sub := d.Val(); sub {
+		case "description":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Errf("acme_proxy: %s: want a value", key)
+			}
+			cp.Description = strings.Join(args, " ")
+		case "lifetime":
+			v, err := DurationArg(d, key)
+			if err != nil {
+				return err
+			}
+			cp.Lifetime = acmeproxy.Duration(v)
+		case "ext_key_usage":
+			err = AppendArgs(d, key, &cp.ExtKeyUsage)
+		case "key_types":
+			err = AppendArgs(d, key, &cp.KeyTypes)
+		case "max_identifiers":
+			v, err := OneArg(d, key)
+			if err != nil {
+				return err
+			}
+			if cp.MaxIdentifiers, err = strconv.Atoi(v); err != nil || cp.MaxIdentifiers < 1 {
+				return d.Errf("acme_proxy: %s: %q is not a positive number", key, v)
+			}
+		case "common_name":
+			v, err := OneArg(d, key)
+			if err != nil {
+				return err
+			}
+			switch v {
+			case "on":
+				cp.CommonName = nil
+			case "off":
+				f := false
+				cp.CommonName = &f
+			default:
+				return d.Errf("acme_proxy: %s: want on or off, not %q", key, v)
+			}
+		default:
+			return d.Errf("acme_proxy: certificate_profile %s: unknown setting %q (want description, lifetime, ext_key_usage, key_types, max_identifiers or common_name)", name, sub)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := cp.Validate(); err != nil {
+		return d.Errf("acme_proxy: certificate_profile.%s.%w", name, err)
+	}
+	if cfg.CertificateProfiles == nil {
+		cfg.CertificateProfiles = map[string]*acmeproxy.CertificateProfileConfig{}
+	}
+	cfg.CertificateProfiles[name] = cp
+	return nil
 }
 
 // SignerNamespace is the Caddy module namespace of the signers:

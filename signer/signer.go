@@ -46,6 +46,27 @@ type IssueRequest struct {
 	// serves at <prefix>/crl/<key id>. Signers that build the leaf
 	// themselves put it in; others ignore it.
 	CRLURL string
+	// CertificateProfile is the certificate profile the order chose
+	// (draft-ietf-acme-profiles), nil when the order has none. The ACME
+	// layer has checked what is policy (key types, the number of
+	// identifiers); a signer that builds the leaf applies the rest, never
+	// widening what it would issue without it.
+	CertificateProfile *CertificateProfile
+}
+
+// CertificateProfile is what a certificate profile asks of the leaf.
+type CertificateProfile struct {
+	// Name is the profile's name, as the client chose it.
+	Name string
+	// Lifetime, when set, caps the leaf's validity (a signer may issue
+	// shorter, never longer than its own limit).
+	Lifetime time.Duration
+	// ExtKeyUsage, when set, are the leaf's only extended key usages;
+	// unset, the signer's default (server authentication).
+	ExtKeyUsage []x509.ExtKeyUsage
+	// OmitCommonName leaves the subject's common name out; the names are
+	// in the subject alternative names only.
+	OmitCommonName bool
 }
 
 // IssueOutcome is what Issue did: signed now (Chain set), or accepted the

@@ -30,6 +30,9 @@ type Order struct {
 	// Client is the client that finalized the order, recorded by
 	// ClaimOrderForIssue; zero before.
 	Client OrderClient
+	// CertificateProfile is the certificate profile the order chose at
+	// new-order (draft-ietf-acme-profiles); "" for none.
+	CertificateProfile string
 }
 
 // OrderClient describes the client that finalized an order: its address
@@ -65,7 +68,7 @@ type Challenge struct {
 
 // orderScanCols are the columns scanOrder reads, in its order.
 var orderScanCols = []string{"id", "profile", "account_id", "status", "identifiers", "not_before", "not_after", "expires_at",
-	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent"}
+	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent", "certificate_profile"}
 
 var orderCols = strings.Join(orderScanCols, ", ")
 
@@ -82,7 +85,7 @@ func scanOrder(r rowScanner) (Order, error) {
 		csr              []byte
 	)
 	if err := r.Scan(&o.ID, &o.Profile, &o.AccountID, &o.Status, &idents, &nb, &na, &expires, &problem, &csr, &certID, &created,
-		&o.Client.Addr, &o.Client.UserAgent); err != nil {
+		&o.Client.Addr, &o.Client.UserAgent, &o.CertificateProfile); err != nil {
 		return Order{}, err
 	}
 	if err := json.Unmarshal([]byte(idents), &o.Identifiers); err != nil {
@@ -148,10 +151,10 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 	o.AuthzIDs = make([]string, len(authzs))
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders
-			(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at)
-			VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)`),
+			(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at, certificate_profile)
+			VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`),
 			o.ID, o.Profile, o.AccountID, string(idents), msOrNull(o.NotBefore), msOrNull(o.NotAfter),
-			o.Expires.UnixMilli(), now.UnixMilli(), now.UnixMilli()); err != nil {
+			o.Expires.UnixMilli(), now.UnixMilli(), now.UnixMilli(), o.CertificateProfile); err != nil {
 			return err
 		}
 		for i, id := range o.Identifiers {

@@ -367,3 +367,60 @@ func TestReadingAnOrderOrAuthorizationReturnsItsPartsInCreationOrder(t *testing.
 		}
 	})
 }
+
+func TestAnOrdersCertificateProfileIsReadBackByEveryReaderOfTheOrder(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t)
+	acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := acme.Identifier{Type: "dns", Value: "a.example.com"}
+	mk := func(certProfile string) Order {
+		o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{id},
+			Expires: t0.Add(time.Hour), CertificateProfile: certProfile},
+			[]Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []Challenge{{Type: "http-01", Token: NewID()}}}}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	client, none := mk("client"), mk("")
+	for _, o := range []Order{client, none} {
+		c, err := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := db.StartChallenge(ctx, c.Challenges[0].ID, t0); err != nil || !ok {
+			t.Fatalf("start: %v %v", ok, err)
+		}
+		if _, err := db.CompleteChallenge(ctx, c.Challenges[0].ID, true, nil, t0); err != nil {
+			t.Fatal(err)
+		}
+		if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, t0); err != nil || !won {
+			t.Fatalf("claim: %v %v", won, err)
+		}
+	}
+	want := map[string]string{client.ID: "client", none.ID: ""}
+	for id, w := range want {
+		o, err := db.GetOrder(ctx, "p", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.CertificateProfile != w {
+			t.Errorf("GetOrder(%s).CertificateProfile = %q, want %q", id, o.CertificateProfile, w)
+		}
+	}
+	stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stuck) != 2 {
+		t.Fatalf("%d stuck orders reclaimed, want 2", len(stuck))
+	}
+	for _, o := range stuck {
+		if o.CertificateProfile != want[o.ID] {
+			t.Errorf("reclaimed order %s has certificate profile %q, want %q", o.ID, o.CertificateProfile, want[o.ID])
+		}
+	}
+}

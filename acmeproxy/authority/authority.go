@@ -48,6 +48,12 @@ type Config struct {
 	// Policy refuses an identifier the profile's allow and deny lists do
 	// not permit, with a subproblem for it; nil permits every identifier.
 	Policy func(acme.Identifier) *problem.Problem
+	// CertificateProfiles are the certificate profiles offered, by name
+	// (draft-ietf-acme-profiles); none, and an order can ask for none.
+	CertificateProfiles map[string]CertificateProfile
+	// DefaultCertificateProfile, when set, names the one an order that
+	// asks for none gets.
+	DefaultCertificateProfile string
 }
 
 // Options are an Authority's collaborators.
@@ -114,6 +120,11 @@ func New(cfg Config, opts Options) (*Authority, error) {
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NopMetrics{}
+	}
+	if d := cfg.DefaultCertificateProfile; d != "" {
+		if _, ok := cfg.CertificateProfiles[d]; !ok {
+			return nil, fmt.Errorf("authority: the default certificate profile %q is not configured", d)
+		}
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = func(acme.Identifier) *problem.Problem { return nil }

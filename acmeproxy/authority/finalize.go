@@ -48,7 +48,14 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 		return o, problem.BadCSRF("the CSR cannot be parsed: %v", err)
 	}
 	idents := o.Identifiers
+	cp, prob := au.orderCertificateProfile(o.CertificateProfile)
+	if prob != nil {
+		return o, prob
+	}
 	if err := CheckCSR(csr, idents, acct.KeyJWK); err != nil {
+		return o, err
+	}
+	if err := cp.checkKeyType(csr.PublicKey); err != nil {
 		return o, err
 	}
 	if prob := au.policyRefusal(idents); prob != nil {
@@ -68,6 +75,7 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 		OrderID: o.ID, Profile: au.cfg.Profile, CSR: csr, CSRDER: der,
 		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
 		ClientAddr: cl.IP, UserAgent: cl.UserAgent, CRLURL: au.crlURL(),
+		CertificateProfile: cp.signerProfile(),
 	}, false)
 }
 

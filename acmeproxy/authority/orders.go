@@ -37,11 +37,13 @@ func (au *Authority) IdentifierRefusal(id acme.Identifier, wildcard bool) *probl
 // CreateOrder stores a new order of the account for idents (checked by
 // IdentifierRefusal; wildcards[i] says whether idents[i] is a wildcard),
 // with one authorization per identifier and a challenge of each type that
-// can validate it (RFC 8555 §7.4).
-func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time) (store.Order, error) {
+// can validate it (RFC 8555 §7.4). certProfile is the certificate profile
+// ChooseCertificateProfile chose.
+func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time, certProfile string) (store.Order, error) {
 	now := au.clock.Now()
 	expires := now.Add(OrderLifetime)
-	order := store.Order{Profile: au.cfg.Profile, AccountID: accountID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires}
+	order := store.Order{Profile: au.cfg.Profile, AccountID: accountID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires,
+		CertificateProfile: certProfile}
 	authzs := make([]store.Authz, len(idents))
 	for i, id := range idents {
 		base := acme.Identifier{Type: id.Type, Value: id.Value}

@@ -45,12 +45,18 @@ func (au *Authority) ResumeStuckOrders(ctx context.Context) (int, error) {
 			au.failOrder(ctx, o, prob, "refused at resume by the profile's current policy: "+prob.Detail, Client{})
 			continue
 		}
+		cp, prob := au.orderCertificateProfile(o.CertificateProfile)
+		if prob != nil {
+			au.failOrder(ctx, o, prob, "refused at resume: "+prob.Detail, Client{})
+			continue
+		}
 		au.log.Info("resuming an order a crash left processing", zap.String("event", "order_resumed"),
 			zap.String("profile", au.cfg.Profile), zap.String("order", o.ID))
 		if _, err := au.issue(ctx, o, signer.IssueRequest{
 			OrderID: o.ID, Profile: au.cfg.Profile, CSR: csr, CSRDER: o.CSR,
 			Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter, CRLURL: au.crlURL(),
 			ClientAddr: o.Client.Addr, UserAgent: o.Client.UserAgent, // as the claim recorded them
+			CertificateProfile: cp.signerProfile(),
 		}, true); err != nil {
 			errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
 		}

@@ -189,3 +189,10 @@ func CompoundOf(top *Problem, subs []*Problem) *Problem {
 	top.Subproblems = subs
 	return top
 }
+
+// InvalidProfileF answers a new-order naming a certificate profile the
+// server does not offer, or a finalize of an order whose certificate
+// profile is no longer offered (draft-ietf-acme-profiles).
+func InvalidProfileF(format string, args ...any) *Problem {
+	return newf(acme.ErrorInvalidProfile, http.StatusBadRequest, format, args...)
+}

@@ -216,6 +216,16 @@ func (s *Signer) leaf(req signer.IssueRequest, ca *x509.Certificate) (*x509.Cert
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true, // and IsCA false
 	}
+	if cp := req.CertificateProfile; cp != nil {
+		if len(cp.ExtKeyUsage) > 0 {
+			tmpl.ExtKeyUsage = append([]x509.ExtKeyUsage(nil), cp.ExtKeyUsage...)
+		}
+		if cp.OmitCommonName {
+			// crypto/x509 then marks the SAN extension critical (RFC 5280
+			// §4.2.1.6: an empty subject).
+			tmpl.Subject = pkix.Name{}
+		}
+	}
 	for _, id := range req.Identifiers {
 		switch id.Type {
 		case "dns":
@@ -283,8 +293,12 @@ func (s *Signer) validity(req signer.IssueRequest, ca *x509.Certificate) (notBef
 			Err:    fmt.Errorf("issuing CA %q is valid from %v to %v, now is %v", ca.Subject, ca.NotBefore, ca.NotAfter, now),
 		}
 	}
+	lifetime := s.lifetime
+	if cp := req.CertificateProfile; cp != nil && cp.Lifetime > 0 && cp.Lifetime < lifetime {
+		lifetime = cp.Lifetime
+	}
 	notBefore = now.Add(-backdate)
-	notAfter = notBefore.Add(s.lifetime - time.Second)
+	notAfter = notBefore.Add(lifetime - time.Second)
 	notBefore = latest(notBefore, req.NotBefore, ca.NotBefore)
 	if !req.NotAfter.IsZero() && req.NotAfter.Before(notAfter) {
 		notAfter = req.NotAfter

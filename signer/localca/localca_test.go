@@ -106,6 +106,43 @@ func TestIssuedLeafChainsToTheCAAndNamesExactlyTheOrder(t *testing.T) {
 	}
 }
 
+func TestACertificateProfileSetsTheLeafsExtendedKeyUsagesAndCommonName(t *testing.T) {
+	ca := defaultCA(t)
+	s := newSigner(t, ca.source(), Options{})
+	serverAuth, clientAuth := x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth
+	tests := []struct {
+		name    string
+		profile *signer.CertificateProfile
+		wantEKU []x509.ExtKeyUsage
+		wantCN  string
+	}{
+		{"ok/no certificate profile: serverAuth and a common name", nil, []x509.ExtKeyUsage{serverAuth}, "www.example.com"},
+		{"ok/a profile without EKUs keeps serverAuth", &signer.CertificateProfile{Name: "plain"}, []x509.ExtKeyUsage{serverAuth}, "www.example.com"},
+		{"ok/a client_auth profile gets clientAuth only", &signer.CertificateProfile{Name: "client", ExtKeyUsage: []x509.ExtKeyUsage{clientAuth}},
+			[]x509.ExtKeyUsage{clientAuth}, "www.example.com"},
+		{"ok/both EKUs in the profile's order", &signer.CertificateProfile{Name: "both", ExtKeyUsage: []x509.ExtKeyUsage{serverAuth, clientAuth}},
+			[]x509.ExtKeyUsage{serverAuth, clientAuth}, "www.example.com"},
+		{"ok/common name off leaves the subject empty", &signer.CertificateProfile{Name: "nocn", OmitCommonName: true},
+			[]x509.ExtKeyUsage{serverAuth}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := issueRequest(t, newKey(t, "p256"), dns("www.example.com"))
+			req.CertificateProfile = tc.profile
+			leaf := issue(t, s, req)[0] // zlint-checked
+			if !slices.Equal(leaf.ExtKeyUsage, tc.wantEKU) || len(leaf.UnknownExtKeyUsage) > 0 {
+				t.Errorf("ExtKeyUsage = %v %v, want %v", leaf.ExtKeyUsage, leaf.UnknownExtKeyUsage, tc.wantEKU)
+			}
+			if leaf.Subject.CommonName != tc.wantCN {
+				t.Errorf("CN = %q, want %q", leaf.Subject.CommonName, tc.wantCN)
+			}
+			if tc.wantCN == "" && len(leaf.RawSubject) > 2 {
+				t.Errorf("subject = %v, want empty", leaf.Subject)
+			}
+		})
+	}
+}
+
 func TestCommonNameIsOneOfTheOrdersNamesOrNone(t *testing.T) {
 	ca := defaultCA(t)
 	s := newSigner(t, ca.source(), Options{})
@@ -313,6 +350,7 @@ func TestValidityIsNarrowedNeverWidened(t *testing.T) {
 		now            time.Time // default T
 		caFrom, caTo   time.Time // default T-1y, T+1y
 		lifetime       time.Duration
+		profile        time.Duration // the certificate profile's lifetime; 0 for no profile
 		reqNB, reqNA   time.Time
 		wantNB, wantNA time.Time
 		wantKind       signer.Kind
@@ -321,6 +359,12 @@ func TestValidityIsNarrowedNeverWidened(t *testing.T) {
 			wantNB: start, wantNA: defaultEnd},
 		{name: "ok/a configured lifetime replaces the default", lifetime: day,
 			wantNB: start, wantNA: start.Add(day - time.Second)},
+		{name: "ok/a certificate profile's shorter lifetime narrows the end", profile: day,
+			wantNB: start, wantNA: start.Add(day - time.Second)},
+		{name: "ok/a certificate profile's longer lifetime does not widen the signer's", lifetime: 2 * day, profile: 30 * day,
+			wantNB: start, wantNA: start.Add(2*day - time.Second)},
+		{name: "ok/a certificate profile's lifetime does not outlive the issuer", profile: day, caTo: T.Add(time.Hour),
+			wantNB: start, wantNA: T.Add(time.Hour)},
 		{name: "ok/a requested notAfter narrows the end", reqNA: T.Add(2 * day),
 			wantNB: start, wantNA: T.Add(2 * day)},
 		{name: "ok/a requested notBefore in the future narrows the start", reqNB: T.Add(time.Hour),
@@ -353,6 +397,9 @@ func TestValidityIsNarrowedNeverWidened(t *testing.T) {
 			s := newSigner(t, ca.source(), Options{Lifetime: tc.lifetime, Clock: clocktest.New(now)})
 			req := issueRequest(t, newKey(t, "p256"), dns("www.example.com"))
 			req.NotBefore, req.NotAfter = tc.reqNB, tc.reqNA
+			if tc.profile != 0 {
+				req.CertificateProfile = &signer.CertificateProfile{Name: "p", Lifetime: tc.profile}
+			}
 			if tc.wantKind != 0 {
 				_, err := s.Issue(t.Context(), req)
 				if e, ok := signer.AsError(err); !ok || e.Kind != tc.wantKind {
