@@ -293,4 +293,13 @@ var postgresMigrations = []migration{
 				FROM relay_orders r WHERE r.order_id = orders.id`,
 		},
 	},
+	{
+		version: 12,
+		name:    "certificate_profiles",
+		stmts: []string{
+			// The certificate profile (draft-ietf-acme-profiles) an order
+			// chose at new-order; '' for none.
+			`ALTER TABLE orders ADD COLUMN certificate_profile TEXT NOT NULL DEFAULT ''`,
+		},
+	},
 }

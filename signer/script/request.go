@@ -20,9 +20,10 @@ type issueRequest struct {
 	CSR       string     `json:"csr"`
 	NotBefore *time.Time `json:"not_before"` // RFC 3339; null when the client asked for none
 	NotAfter  *time.Time `json:"not_after"`
-	// CertificateProfile is the ACME profile the client asked for
-	// (draft-ietf-acme-profiles); null, as the proxy does not offer any
-	// yet.
+	// CertificateProfile is the certificate profile the order chose
+	// (draft-ietf-acme-profiles' "profile"); null for none. The script
+	// applies it as it sees fit: only the local CA applies a profile's
+	// lifetime and extended key usages itself.
 	CertificateProfile *string `json:"certificate_profile"`
 	ClientAddr         string  `json:"client_addr"`
 }
@@ -45,6 +46,10 @@ func issueRequestOf(p issuePayload) issueRequest {
 		Identifiers: p.Identifiers, CSR: base64.RawURLEncoding.EncodeToString(p.CSR), ClientAddr: p.ClientAddr}
 	if r.Identifiers == nil {
 		r.Identifiers = []acme.Identifier{}
+	}
+	if p.CertificateProfile != "" {
+		name := p.CertificateProfile
+		r.CertificateProfile = &name
 	}
 	if !p.NotBefore.IsZero() {
 		t := p.NotBefore.UTC()

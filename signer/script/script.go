@@ -180,6 +180,17 @@ type issuePayload struct {
 	NotBefore   time.Time         `json:"not_before,omitzero"`
 	NotAfter    time.Time         `json:"not_after,omitzero"`
 	ClientAddr  string            `json:"client_addr,omitempty"`
+	// CertificateProfile is the name of the order's certificate profile;
+	// "" for none.
+	CertificateProfile string `json:"certificate_profile,omitempty"`
+}
+
+// certificateProfileName is p's name, "" for none.
+func certificateProfileName(p *signer.CertificateProfile) string {
+	if p == nil {
+		return ""
+	}
+	return p.Name
 }
 
 // Issue queues the order's script_issue job; the order stays processing
@@ -201,7 +212,7 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 		Kind: IssueKind, Key: req.OrderID,
 		Payload: issuePayload{Profile: b.Profile, Order: req.OrderID, AccountID: o.AccountID,
 			Identifiers: req.Identifiers, CSR: req.CSRDER, NotBefore: req.NotBefore, NotAfter: req.NotAfter,
-			ClientAddr: req.ClientAddr},
+			ClientAddr: req.ClientAddr, CertificateProfile: certificateProfileName(req.CertificateProfile)},
 		Deadline: o.Expires, MaxAttempts: s.opts.MaxAttempts,
 	})
 	if err != nil {

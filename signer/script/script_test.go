@@ -432,3 +432,28 @@ func TestAChainThatCouldNotBeRecordedIsRecordedByTheNextAttemptWithoutSigningAga
 		t.Errorf("the program ran %d times; want once: the order is signed once", strings.Count(string(got), "run"))
 	}
 }
+
+func TestTheProgramReadsTheOrdersCertificateProfileByName(t *testing.T) {
+	ctx := context.Background()
+	in := filepath.Join(t.TempDir(), "stdin.json")
+	b := newBench(t, Options{Command: []string{program(t, "cat > "+in+"\nexit 75")}})
+	req, _ := b.finalized(t, "a.example.com")
+	req.CertificateProfile = &signer.CertificateProfile{Name: "client"}
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	b.s.RunJob(ctx, b.job(t, req.OrderID))
+	raw, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		CertificateProfile *string `json:"certificate_profile"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.CertificateProfile == nil || *got.CertificateProfile != "client" {
+		t.Errorf("certificate_profile %v in %s; want \"client\"", got.CertificateProfile, raw)
+	}
+}
