@@ -26,8 +26,6 @@ import (
 	"github.com/go-acme/lego/v5/certcrypto"
 	"github.com/go-acme/lego/v5/certificate"
 	"github.com/go-acme/lego/v5/challenge/http01"
-	"github.com/go-acme/lego/v5/lego"
-	"github.com/go-acme/lego/v5/registration"
 	jose "github.com/go-jose/go-jose/v4"
 	xacme "golang.org/x/crypto/acme"
 
@@ -79,29 +77,6 @@ func scriptProfileBlock(env *e2eEnv, httpPort int, settings string) string {
 	}`, scriptProfile, env.DNSAddr, httpPort, settings)
 }
 
-// newE2ELegoAt returns a lego client with a new account at profile,
-// answering http-01 on httpPort.
-func newE2ELegoAt(t *testing.T, env *e2eEnv, profile string, httpPort int) *lego.Client {
-	t.Helper()
-	user := &e2eLegoUser{key: e2eP256Key(t)}
-	cfg := lego.NewConfig(user)
-	cfg.CADirURL = env.directoryURL(profile)
-	cfg.HTTPClient = env.client
-	client, err := lego.NewClient(cfg)
-	if err != nil {
-		t.Fatalf("lego.NewClient: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), e2eWait)
-	defer cancel()
-	if user.reg, err = client.Registration.Register(ctx, registration.RegisterOptions{TermsOfServiceAgreed: true}); err != nil {
-		t.Fatalf("Register: %v", err)
-	}
-	if err := client.Challenge.SetHTTP01Provider(http01.NewProviderServer("127.0.0.1", strconv.Itoa(httpPort))); err != nil {
-		t.Fatal(err)
-	}
-	return client
-}
-
 func TestLegoIssuesRenewsAndRevokesThroughTheOpenSSLCAExampleScript(t *testing.T) {
 	needScriptTools(t)
 	example := absPath(t, "examples/script-signer/openssl-ca.sh")
@@ -125,7 +100,10 @@ func TestLegoIssuesRenewsAndRevokesThroughTheOpenSSLCAExampleScript(t *testing.T
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*e2eWait)
 	defer cancel()
-	client := newE2ELegoAt(t, env, scriptProfile, httpPort)
+	client := newE2ELegoAt(t, env, scriptProfile)
+	if err := client.Challenge.SetHTTP01Provider(http01.NewProviderServer("127.0.0.1", strconv.Itoa(httpPort))); err != nil {
+		t.Fatal(err)
+	}
 	names := []string{"script-lego.example.com", "www.script-lego.example.com"}
 	check := func(what string, res *certificate.Resource) *x509.Certificate {
 		t.Helper()
