@@ -155,7 +155,7 @@ func (db *DB) ListAccounts(ctx context.Context, f AccountFilter) ([]AccountSumma
 		where = append(where, "EXISTS (SELECT 1 FROM accounts p WHERE p.id = ? AND (a.created_at < p.created_at OR (a.created_at = p.created_at AND a.id < p.id)))")
 		args = append(args, f.After)
 	}
-	stmt := `SELECT a.id, a.profile, a.key_thumbprint, a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at,
+	stmt := `SELECT a.id, a.profile, a.key_thumbprint, a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at, a.eab_kid, a.eab_label,
 		(SELECT COUNT(*) FROM orders o WHERE o.account_id = a.id) FROM accounts a`
 	if len(where) > 0 {
 		stmt += ` WHERE ` + strings.Join(where, " AND ")
@@ -182,7 +182,7 @@ func (db *DB) AccountByID(ctx context.Context, id string) (AccountSummary, error
 	var s AccountSummary
 	var err error
 	s.Account, err = scanAccount(countingScanner{db.r.QueryRowContext(ctx, db.q(`SELECT a.id, a.profile, a.key_thumbprint,
-		a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at,
+		a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at, a.eab_kid, a.eab_label,
 		(SELECT COUNT(*) FROM orders o WHERE o.account_id = a.id) FROM accounts a WHERE a.id = ?`), id), &s.Orders})
 	return s, readErr(err, "account "+id)
 }
