@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
 )
@@ -65,6 +66,11 @@ type ProfileConfig struct {
 	// Notify, when set, are the profile's notification destinations,
 	// replacing the app's defaults (AppConfig.Notify).
 	Notify []notify.Destination `json:"notify,omitempty"`
+	// EAB is the profile's external account binding rule (RFC 8555
+	// §7.3.4): "required" (every new account binds a key an operator
+	// minted; the directory says externalAccountRequired), "optional" (a
+	// new account may bind one), or unset for none (a binding is ignored).
+	EAB string `json:"eab,omitempty"`
 }
 
 // ValidationPorts are the ports challenge validation connects to.
@@ -142,6 +148,11 @@ func (c *ProfileConfig) Validate() error {
 		if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil {
 			return fmt.Errorf("crl_url: %q must be an absolute http:// URL (CRLs are fetched without TLS)", c.CRLURL)
 		}
+	}
+	switch c.EAB {
+	case "", authority.EABRequired, authority.EABOptional:
+	default:
+		return fmt.Errorf("eab: %q must be required or optional", c.EAB)
 	}
 	for i := range c.Notify {
 		if err := c.Notify[i].Validate(); err != nil {

@@ -68,7 +68,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		opts.Metrics = authority.NopMetrics{}
 	}
 	core, err := authority.New(authority.Config{
-		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
+		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, EAB: cfg.EAB, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
 	}, opts)
 	if err != nil {
 		return nil, err
@@ -329,6 +329,7 @@ func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
 		NewOrder:   base + "/new-order",
 		RevokeCert: base + "/revoke-cert",
 		KeyChange:  base + "/key-change",
+		Meta:       directoryMeta{ExternalAccountRequired: s.cfg.EAB == authority.EABRequired},
 	})
 	return nil
 }
