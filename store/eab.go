@@ -178,3 +178,10 @@ func (db *DB) bindEABKey(ctx context.Context, tx *sql.Tx, profile, kid, account 
 	}
 	return nil
 }
+
+// EABKeyProfile is the profile of key kid; ErrNotFound for an unknown kid.
+func (db *DB) EABKeyProfile(ctx context.Context, kid string) (string, error) {
+	var p string
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT profile FROM eab_keys WHERE kid = ?`), kid).Scan(&p)
+	return p, readErr(err, "EAB key")
+}

@@ -259,6 +259,10 @@ type AccountView struct {
 	Thumbprint string      `json:"thumbprint"`
 	Created    time.Time   `json:"created"`
 	Orders     int         `json:"orders"`
+	// EABKID and EABLabel are the external account binding the account
+	// was created with, if any.
+	EABKID   string `json:"eab_kid,omitempty"`
+	EABLabel string `json:"eab_label,omitempty"`
 }
 
 func accountView(a store.AccountSummary) AccountView {
@@ -267,7 +271,7 @@ func accountView(a store.AccountSummary) AccountView {
 		contact = []string{}
 	}
 	return AccountView{ID: a.ID, Profile: a.Profile, Status: a.Status, Contact: contact, Thumbprint: a.Thumbprint,
-		Created: a.CreatedAt, Orders: a.Orders}
+		Created: a.CreatedAt, Orders: a.Orders, EABKID: a.EABKID, EABLabel: a.EABLabel}
 }
 
 var accountStatuses = []acme.Status{acme.StatusValid, acme.StatusDeactivated, acme.StatusRevoked}
