@@ -135,3 +135,41 @@ func TestRevokingAnEABKeyTwiceOrAnUnknownOneIsRefused(t *testing.T) {
 		t.Errorf("minting a taken kid: %v; want ErrConflict", err)
 	}
 }
+
+func TestAnOrderShowsTheLabelOfItsAccountsBinding(t *testing.T) {
+	db := openTest(t)
+	ctx := context.Background()
+	mintTestKey(t, db, "k", false, time.Time{})
+	bound, _, err := bindAccount(db, 1, "k", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.RevokeEABKey(ctx, "p", "k", t0); err != nil { // the label outlives the key
+		t.Fatal(err)
+	}
+	bare, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: "bare", KeyJWK: []byte("{}")}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for acct, label := range map[string]string{bound.ID: "label-k", bare.ID: ""} {
+		o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct, Identifiers: nil, Expires: t0.Add(time.Hour)}, nil, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[o.ID] = label
+	}
+	orders, err := db.ListOrders(ctx, OrderFilter{Profile: "p"})
+	if err != nil || len(orders) != 2 {
+		t.Fatalf("orders %d %v", len(orders), err)
+	}
+	for _, o := range orders {
+		if o.AccountEABLabel != want[o.ID] {
+			t.Errorf("order %s: label %q; want %q", o.ID, o.AccountEABLabel, want[o.ID])
+		}
+		one, err := db.OrderByID(ctx, o.ID)
+		if err != nil || one.AccountEABLabel != want[o.ID] {
+			t.Errorf("order %s by id: label %q %v; want %q", o.ID, one.AccountEABLabel, err, want[o.ID])
+		}
+	}
+}

@@ -162,6 +162,9 @@ type OrderView struct {
 	Error         json.RawMessage   `json:"error,omitempty"`
 	FailureDetail string            `json:"failure_detail,omitempty"`
 	Certificate   *CertificateView  `json:"certificate,omitempty"`
+	// AccountEABLabel is the label of the account's external account
+	// binding, if it has one.
+	AccountEABLabel string `json:"account_eab_label,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -174,7 +177,7 @@ func timePtr(t time.Time) *time.Time {
 func orderView(o store.OrderSummary) OrderView {
 	v := OrderView{ID: o.ID, Profile: o.Profile, Account: o.AccountID, Status: o.Status, Identifiers: o.Identifiers,
 		Created: o.CreatedAt, Updated: o.UpdatedAt, Expires: o.Expires, NotBefore: timePtr(o.NotBefore), NotAfter: timePtr(o.NotAfter),
-		Error: o.Error, FailureDetail: o.FailureDetail}
+		Error: o.Error, FailureDetail: o.FailureDetail, AccountEABLabel: o.AccountEABLabel}
 	if c := o.Certificate; c != nil {
 		v.Certificate = &CertificateView{ID: c.ID, Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
 			RevokedAt: timePtr(c.RevokedAt), Reason: c.Reason, ChainPEM: c.ChainPEM}
