@@ -118,6 +118,26 @@ func TestClientsRegisterWithAnOperatorMintedBindingKey(t *testing.T) {
 		t.Fatalf("accounts: %d %s; want one labelled lego-team", status, body)
 	}
 
+	// So do its audit rows.
+	var accts operator.Page[operator.AccountView]
+	if err := json.Unmarshal(body, &accts); err != nil {
+		t.Fatal(err)
+	}
+	var legoAcct string
+	for _, a := range accts.Items {
+		if a.EABLabel == "lego-team" {
+			legoAcct = a.ID
+		}
+	}
+	if out, err := b.cliRun("accounts", "deactivate", legoAcct); err != nil {
+		t.Fatalf("deactivate: %v %s", err, out)
+	}
+	status, body = b.adminCall(t, http.MethodGet, "/acme_proxy/audit?event=account_deactivated&account="+legoAcct, "")
+	var audit operator.Page[operator.AuditView]
+	if status != 200 || json.Unmarshal(body, &audit) != nil || len(audit.Items) != 1 || audit.Items[0].AccountEABLabel != "lego-team" {
+		t.Fatalf("audit of the bound account: %d %s; want its row labelled lego-team", status, body)
+	}
+
 	// Revoked by the CLI, the reusable key binds nothing new.
 	if out, err := b.cliRun("eab", "revoke", k2.KID); err != nil || !strings.Contains(out, "revoked EAB key "+k2.KID) {
 		t.Fatalf("eab revoke: %v %s", err, out)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -184,4 +185,33 @@ func (db *DB) EABKeyProfile(ctx context.Context, kid string) (string, error) {
 	var p string
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT profile FROM eab_keys WHERE kid = ?`), kid).Scan(&p)
 	return p, readErr(err, "EAB key")
+}
+
+// AccountEABLabels returns the binding labels of those of ids whose
+// account has one, by account id: for showing audit rows, which name an
+// account, with the label it was bound under.
+func (db *DB) AccountEABLabels(ctx context.Context, ids []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(ids))
+	marks := make([]string, len(ids))
+	for i, id := range ids {
+		args[i], marks[i] = id, "?"
+	}
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id, eab_label FROM accounts WHERE eab_label <> '' AND id IN (`+
+		strings.Join(marks, ", ")+`)`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: account EAB labels: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, label string
+		if err := rows.Scan(&id, &label); err != nil {
+			return nil, fmt.Errorf("store: account EAB labels: %w", err)
+		}
+		out[id] = label
+	}
+	return out, rows.Err()
 }

@@ -438,6 +438,9 @@ type AuditView struct {
 	UserAgent   string            `json:"user_agent,omitempty"`
 	Reason      string            `json:"reason,omitempty"`
 	Detail      string            `json:"detail,omitempty"`
+	// AccountEABLabel is the label of the external account binding
+	// Account was created with, if any.
+	AccountEABLabel string `json:"account_eab_label,omitempty"`
 }
 
 var auditOutcomes = []string{authority.OutcomeSuccess, authority.OutcomeFailure, authority.OutcomeRefused}
@@ -455,11 +458,22 @@ func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[
 	if err != nil {
 		return Page[AuditView]{}, err
 	}
+	var accounts []string
+	for _, e := range evs {
+		if e.AccountID != "" && !slices.Contains(accounts, e.AccountID) {
+			accounts = append(accounts, e.AccountID)
+		}
+	}
+	labels, err := op.DB.AccountEABLabels(ctx, accounts)
+	if err != nil {
+		return Page[AuditView]{}, err
+	}
 	views := make([]AuditView, len(evs))
 	for i, e := range evs {
 		views[i] = AuditView{ID: e.ID, At: e.At, Event: e.Event, Outcome: e.Outcome, Profile: e.Profile,
 			Actor: authority.Actor{Kind: e.ActorKind, ID: e.ActorID}, Order: e.OrderID, Account: e.AccountID, Identifiers: e.Identifiers,
-			Serial: e.Serial, ClientIP: e.ClientIP, ClientName: e.ClientName, UserAgent: e.UserAgent, Reason: e.Reason, Detail: e.Detail}
+			Serial: e.Serial, ClientIP: e.ClientIP, ClientName: e.ClientName, UserAgent: e.UserAgent, Reason: e.Reason, Detail: e.Detail,
+			AccountEABLabel: labels[e.AccountID]}
 	}
 	return page(views, f.Limit, func(v AuditView) string { return fmt.Sprint(v.ID) }), nil
 }
