@@ -285,3 +285,32 @@ func TestNoMACKeyAppearsInAnyLogLineOrAuditRow(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrentRegistrationsWithASingleUseKeyBindOneAccount(t *testing.T) {
+	ctx := context.Background()
+	e, _, _ := eabEnv(t, authority.EABRequired)
+	k := mint(t, e, "race", false, 0)
+	const n = 6
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := registerWith(ctx, newAccountClient(e), &k)
+			errs <- err
+		}()
+	}
+	created := 0
+	for range n {
+		if err := <-errs; err == nil {
+			created++
+		} else {
+			wantACMEProblem(t, err, vocab.ErrorUnauthorized, "binds no new account")
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d accounts registered with one single-use key; want 1", created)
+	}
+	accts, err := e.db.ListAccounts(ctx, store.AccountFilter{Profile: "test"})
+	if err != nil || len(accts) != 1 || accts[0].EABKID != k.KID {
+		t.Fatalf("accounts %d %v; want the one bound", len(accts), err)
+	}
+}
