@@ -351,9 +351,9 @@ func (c *cli) accounts(cmd *cobra.Command, _ []string) error {
 	}
 	var v operator.Page[operator.AccountView]
 	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
-		fmt.Fprintln(w, "ACCOUNT\tPROFILE\tSTATUS\tORDERS\tCONTACT\tCREATED")
+		fmt.Fprintln(w, "ACCOUNT\tPROFILE\tSTATUS\tORDERS\tCONTACT\tEAB LABEL\tCREATED")
 		for _, a := range v.Items {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Profile, a.Status, a.Orders, dash(strings.Join(a.Contact, ",")), ts(a.Created))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.ID, a.Profile, a.Status, a.Orders, dash(strings.Join(a.Contact, ",")), dash(a.EABLabel), ts(a.Created))
 		}
 		next(w, v.Next, "after")
 	})

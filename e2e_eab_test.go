@@ -118,6 +118,9 @@ func TestClientsRegisterWithAnOperatorMintedBindingKey(t *testing.T) {
 		t.Fatalf("accounts: %d %s; want one labelled lego-team", status, body)
 	}
 
+	if out, err := b.cliRun("accounts", "--profile", "bound"); err != nil || !strings.Contains(out, "lego-team") {
+		t.Fatalf("accounts table: %v\n%s; want the label lego-team", err, out)
+	}
 	// So do its audit rows.
 	var accts operator.Page[operator.AccountView]
 	if err := json.Unmarshal(body, &accts); err != nil {
