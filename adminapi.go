@@ -83,6 +83,10 @@ func (a *AdminAPI) route(rel string) (adminRoute, string, bool) {
 		// A fixed word where other routes have an id: audit rows have none.
 		return adminRoute{http.MethodPost, a.pruneAudit}, "", true
 	}
+	if kind == "eab" && id == "create" && action == "" {
+		// Likewise: minting names no key yet.
+		return adminRoute{http.MethodPost, a.createEABKey}, "", true
+	}
 	type key struct {
 		kind   string
 		hasID  bool
@@ -103,6 +107,8 @@ func (a *AdminAPI) route(rel string) (adminRoute, string, bool) {
 		{"audit", false, ""}:             {http.MethodGet, a.searchAudit},
 		{"crl", true, ""}:                {http.MethodGet, a.showCRL},
 		{"crl", true, "regenerate"}:      {http.MethodPost, a.regenerateCRL},
+		{"eab", false, ""}:               {http.MethodGet, a.listEABKeys},
+		{"eab", true, "revoke"}:          {http.MethodPost, a.revokeEABKey},
 	}
 	rt, ok := routes[key{kind, id != "", action}]
 	return rt, id, ok
@@ -454,3 +460,62 @@ var (
 	_ caddy.AdminRouter = (*AdminAPI)(nil)
 	_ caddy.Provisioner = (*AdminAPI)(nil)
 )
+
+// eabCreateRequest is the body of POST eab/create.
+type eabCreateRequest struct {
+	Profile  string `json:"profile"`
+	Label    string `json:"label"`
+	Reusable bool   `json:"reusable,omitempty"`
+	// Expires is the key's lifetime in Caddy's duration syntax ("7d",
+	// "12h"); empty for none.
+	Expires string `json:"expires,omitempty"`
+}
+
+func (a *AdminAPI) createEABKey(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	var req eabCreateRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return apiError(http.StatusBadRequest, fmt.Errorf(`the body must be {"profile": …, "label": …, "reusable": bool, "expires": "7d"}: %w`, err))
+	}
+	var ttl time.Duration
+	if req.Expires != "" {
+		var err error
+		if ttl, err = caddy.ParseDuration(req.Expires); err != nil || ttl <= 0 {
+			return apiError(http.StatusBadRequest, fmt.Errorf("expires: %q is not a positive duration such as 7d or 12h", req.Expires))
+		}
+	}
+	k, err := op.CreateEABKey(r.Context(), req.Profile, req.Label, req.Reusable, ttl, actorOf(r))
+	if err != nil {
+		return opError(err)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	return writeAdminJSON(w, http.StatusCreated, k)
+}
+
+func (a *AdminAPI) listEABKeys(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
+	q := readQuery(r, "profile")
+	profile := q.str("profile")
+	if err := q.check(); err != nil {
+		return err
+	}
+	keys, err := op.ListEABKeys(r.Context(), profile)
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, keys)
+}
+
+func (a *AdminAPI) revokeEABKey(w http.ResponseWriter, r *http.Request, op *operator.Operator, kid string) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	k, err := op.RevokeEABKey(r.Context(), kid, actorOf(r))
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, k)
+}

@@ -27,7 +27,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "acme-proxy",
-		Usage: "<profiles|orders|revoke|accounts|jobs|audit|crl> [args] [--address <admin>] [--json]",
+		Usage: "<profiles|orders|revoke|accounts|jobs|audit|crl|eab> [args] [--address <admin>] [--json]",
 		Short: "Operates the acme_proxy app through Caddy's admin API",
 		Long: `
 Reads and changes what the acme_proxy app keeps: its profiles, orders,
@@ -49,6 +49,9 @@ Output is a table for people; --json prints the admin API's JSON.
   caddy acme-proxy audit [--profile P] [--event E] [--outcome O] [--order ID] [--account ID] [--serial HEX] [--since T] [--until T] [--before ID] [--limit N]
   caddy acme-proxy audit prune --before <RFC 3339 time | age such as 90d>
   caddy acme-proxy crl show|regenerate <profile>
+  caddy acme-proxy eab create --profile P --label L [--reusable] [--expires 7d]
+  caddy acme-proxy eab list --profile P
+  caddy acme-proxy eab revoke <kid>
 
 Revocation reasons are RFC 5280 CRLReason codes: 0 unspecified,
 1 keyCompromise, 3 affiliationChanged, 4 superseded, 5 cessationOfOperation,
@@ -116,6 +119,17 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	cmd.AddCommand(crl)
 	add(crl, "show <profile>", "Shows the CRL a profile serves", cobra.ExactArgs(1), nil, c.crlOp(http.MethodGet, ""))
 	add(crl, "regenerate <profile>", "Publishes a new CRL for a profile's CA now", cobra.ExactArgs(1), nil, c.crlOp(http.MethodPost, "/regenerate"))
+
+	eab := &cobra.Command{Use: "eab", Short: "Mints, lists and revokes external account binding keys", SilenceUsage: true}
+	cmd.AddCommand(eab)
+	add(eab, "create", "Mints a key; its MAC key is shown this once", cobra.NoArgs, func(sc *cobra.Command) {
+		sc.Flags().String("profile", "", "the profile the key registers accounts in")
+		sc.Flags().String("label", "", "who the key is for (kept with the accounts it binds)")
+		sc.Flags().Bool("reusable", false, "bind any number of accounts, not one")
+		sc.Flags().String("expires", "", "lifetime, such as 7d or 12h (default: none)")
+	}, c.eabCreate)
+	add(eab, "list", "Lists a profile's keys (never their MAC keys)", cobra.NoArgs, strFlags("profile"), c.eabList)
+	add(eab, "revoke <kid>", "Revokes a key: it binds no new account", cobra.ExactArgs(1), nil, c.eabRevoke)
 }
 
 // cli runs the subcommands.
@@ -337,9 +351,9 @@ func (c *cli) accounts(cmd *cobra.Command, _ []string) error {
 	}
 	var v operator.Page[operator.AccountView]
 	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
-		fmt.Fprintln(w, "ACCOUNT\tPROFILE\tSTATUS\tORDERS\tCONTACT\tCREATED")
+		fmt.Fprintln(w, "ACCOUNT\tPROFILE\tSTATUS\tORDERS\tCONTACT\tEAB LABEL\tCREATED")
 		for _, a := range v.Items {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Profile, a.Status, a.Orders, dash(strings.Join(a.Contact, ",")), ts(a.Created))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.ID, a.Profile, a.Status, a.Orders, dash(strings.Join(a.Contact, ",")), dash(a.EABLabel), ts(a.Created))
 		}
 		next(w, v.Next, "after")
 	})
@@ -465,4 +479,48 @@ func (c *cli) crlOp(method, action string) func(*cobra.Command, []string) error 
 				v.Profile, v.Issuer, v.Number, ts(v.ThisUpdate), ts(v.NextUpdate), v.Entries)
 		})
 	}
+}
+
+func (c *cli) eabCreate(cmd *cobra.Command, _ []string) error {
+	var req eabCreateRequest
+	req.Profile, _ = cmd.Flags().GetString("profile")
+	req.Label, _ = cmd.Flags().GetString("label")
+	req.Reusable, _ = cmd.Flags().GetBool("reusable")
+	req.Expires, _ = cmd.Flags().GetString("expires")
+	body, err := c.call(cmd, http.MethodPost, adminBase+"eab/create", req)
+	if err != nil {
+		return err
+	}
+	var k operator.MintedEABKey
+	return c.show(cmd, body, &k, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "kid:\t%s\nhmac key:\t%s\nprofile:\t%s\nlabel:\t%s\nreusable:\t%v\nexpires:\t%s\n",
+			k.KID, k.HMACKey, k.Profile, k.Label, k.Reusable, tsp(k.Expires))
+		fmt.Fprintln(w, "\nThe hmac key is shown this once; hand both to the client (certbot --eab-kid --eab-hmac-key).")
+	})
+}
+
+func (c *cli) eabList(cmd *cobra.Command, _ []string) error {
+	body, err := c.call(cmd, http.MethodGet, adminBase+"eab"+filterQuery(cmd, "profile"), nil)
+	if err != nil {
+		return err
+	}
+	var keys []operator.EABKeyView
+	return c.show(cmd, body, &keys, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "KID\tLABEL\tSTATE\tREUSABLE\tBOUND ACCOUNT\tBOUND\tCREATED\tUSED\tEXPIRES")
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\t%d\t%s\t%s\t%s\n", k.KID, k.Label, k.State, k.Reusable, dash(k.BoundAccount),
+				k.BoundCount, ts(k.Created), tsp(k.Used), tsp(k.Expires))
+		}
+	})
+}
+
+func (c *cli) eabRevoke(cmd *cobra.Command, args []string) error {
+	body, err := c.call(cmd, http.MethodPost, adminBase+"eab/"+url.PathEscape(args[0])+"/revoke", nil)
+	if err != nil {
+		return err
+	}
+	var k operator.EABKeyView
+	return c.show(cmd, body, &k, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "revoked EAB key %s (%s) at %s\n", k.KID, k.Label, tsp(k.Revoked))
+	})
 }

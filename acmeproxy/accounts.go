@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -55,6 +56,8 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 		Contact              []string `json:"contact"`
 		TermsOfServiceAgreed bool     `json:"termsOfServiceAgreed"`
 		OnlyReturnExisting   bool     `json:"onlyReturnExisting"`
+		// ExternalAccountBinding is RFC 8555 §7.3.4's inner JWS.
+		ExternalAccountBinding json.RawMessage `json:"externalAccountBinding"`
 	}
 	if err := decodePayload(req.payload, &p); err != nil {
 		return err
@@ -77,13 +80,26 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 	if err := checkContacts(p.Contact); err != nil {
 		return err
 	}
+	var kid, label string
+	hasEAB := len(p.ExternalAccountBinding) > 0 && string(p.ExternalAccountBinding) != "null"
+	switch {
+	case s.cfg.EAB == "":
+		// No binding rule: a binding sent is ignored (RFC 8555 §7.3.4).
+	case hasEAB:
+		if kid, label, err = s.verifyBinding(ctx, r, req, p.ExternalAccountBinding); err != nil {
+			return err
+		}
+	case s.cfg.EAB == authority.EABRequired:
+		return problem.ExternalAccountRequiredF("this server requires an external account binding for new accounts; ask its operator for a key")
+	}
 	jwk, err := req.jwk.MarshalJSON()
 	if err != nil {
 		return err
 	}
 	acct, created, err := s.core.CreateAccount(ctx, store.Account{
 		Thumbprint: req.thumbprint, KeyJWK: jwk, Contact: p.Contact, TOSAgreed: p.TermsOfServiceAgreed,
-	}, clientIP(r))
+		EABKID: kid, EABLabel: label,
+	}, clientOf(r))
 	if err != nil {
 		return err
 	}

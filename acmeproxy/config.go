@@ -78,6 +78,11 @@ type ProfileConfig struct {
 	// an order that asks for none gets; unset, such an order gets the
 	// signer's plain leaf.
 	DefaultCertificateProfile string `json:"default_certificate_profile,omitempty"`
+	// EAB is the profile's external account binding rule (RFC 8555
+	// §7.3.4): "required" (every new account binds a key an operator
+	// minted; the directory says externalAccountRequired), "optional" (a
+	// new account may bind one), or unset for none (a binding is ignored).
+	EAB string `json:"eab,omitempty"`
 }
 
 // CertificateProfileConfig is one certificate profile.
@@ -267,6 +272,11 @@ func (c *ProfileConfig) Validate() error {
 		if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil {
 			return fmt.Errorf("crl_url: %q must be an absolute http:// URL (CRLs are fetched without TLS)", c.CRLURL)
 		}
+	}
+	switch c.EAB {
+	case "", authority.EABRequired, authority.EABOptional:
+	default:
+		return fmt.Errorf("eab: %q must be required or optional", c.EAB)
 	}
 	for i := range c.Notify {
 		if err := c.Notify[i].Validate(); err != nil {

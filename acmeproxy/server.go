@@ -68,7 +68,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		opts.Metrics = authority.NopMetrics{}
 	}
 	core, err := authority.New(authority.Config{
-		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
+		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, EAB: cfg.EAB, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
 		CertificateProfiles: cfg.authorityProfiles(), DefaultCertificateProfile: cfg.DefaultCertificateProfile,
 	}, opts)
 	if err != nil {
@@ -333,7 +333,7 @@ func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
 		NewOrder:   base + "/new-order",
 		RevokeCert: base + "/revoke-cert",
 		KeyChange:  base + "/key-change",
-		Meta:       directoryMeta{Profiles: s.core.CertificateProfiles()},
+		Meta:       directoryMeta{ExternalAccountRequired: s.cfg.EAB == authority.EABRequired, Profiles: s.core.CertificateProfiles()},
 	})
 	return nil
 }

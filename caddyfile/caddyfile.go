@@ -146,6 +146,7 @@ func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
 //		allow { domains <patterns...>; ip_ranges <cidrs...> }
 //		deny  { domains <patterns...>; ip_ranges <cidrs...> }
 //		crl_url    <http://… URL put in leaves as their CRL distribution point>
+//		eab        required|optional (external account binding, RFC 8555 §7.3.4)
 //		notify     webhook|email|script … (as in the global option; replaces its destinations for this profile)
 //		certificate_profile <name> {
 //			description     <text>
@@ -217,6 +218,10 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 		cfg.Deny, err = parsePolicy(d, key, cfg.Deny)
 	case "crl_url":
 		cfg.CRLURL, err = OneArg(d, key)
+	case "eab":
+		if cfg.EAB, err = OneArg(d, key); err == nil && cfg.EAB != "required" && cfg.EAB != "optional" {
+			err = d.Errf("acme_proxy: eab: %q must be required or optional", cfg.EAB)
+		}
 	case "notify":
 		var dst notify.Destination
 		if dst, err = parseNotify(d); err == nil {

@@ -79,6 +79,8 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 	}{
 		{"unknown subdirective", site("profile a\nfrobnicate on"), `acme_proxy: unknown subdirective "frobnicate"`},
 		{"missing profile", site("prefix /acme"), "acme_proxy: profile: required"},
+		{"eab neither required nor optional", site("profile a\neab always"), `acme_proxy: eab: "always" must be required or optional`},
+		{"eab without value", site("profile a\neab"), "acme_proxy: eab: want one value, got 0"},
 		{"empty block", "https://ca.example.test {\n\tacme_proxy\n}\n", "acme_proxy: profile: required"},
 		{"profile with a space", site(`profile "Bad Name"`), `acme_proxy: profile: "Bad Name" must match [a-z0-9-]+`},
 		{"profile in upper case", site("profile Internal"), `acme_proxy: profile: "Internal" must match`},

@@ -80,6 +80,8 @@ func FuzzAdaptCaddyfile(f *testing.F) {
 		"profile a\nallow {\ndomains *.example.com\n}\nallow {\nip_ranges ::1/128\n}",
 		"profile a\ndeny",
 		"profile a\ncrl_url http://crl.example.test/crl",
+		"profile a\neab required",
+		"profile a\neab sometimes",
 		"profile a\nresolvers 10.0.0.53 [2001:db8::53]:53\nresolvers 2001:db8::1",
 		"profile a\nresolvers ns.example.com:53",
 		"profile a\nsigner local_ca",

@@ -62,9 +62,14 @@ type Account struct {
 	Contact    []string
 	TOSAgreed  bool
 	CreatedAt  time.Time
+	// EABKID and EABLabel are the external account binding the account
+	// was created with (RFC 8555 §7.3.4): the key's id and its label;
+	// both "" without one.
+	EABKID   string
+	EABLabel string
 }
 
-const accountCols = `id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at`
+const accountCols = `id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at, eab_kid, eab_label`
 
 // accountByID reads one account of a profile.
 const accountByID = `SELECT ` + accountCols + ` FROM accounts WHERE profile = ? AND id = ?`
@@ -77,7 +82,7 @@ func scanAccount(r rowScanner) (Account, error) {
 		tos     int
 		created int64
 	)
-	if err := r.Scan(&a.ID, &a.Profile, &a.Thumbprint, &jwk, &a.Status, &contact, &tos, &created); err != nil {
+	if err := r.Scan(&a.ID, &a.Profile, &a.Thumbprint, &jwk, &a.Status, &contact, &tos, &created, &a.EABKID, &a.EABLabel); err != nil {
 		return Account{}, err
 	}
 	a.KeyJWK, a.TOSAgreed, a.CreatedAt = []byte(jwk), tos != 0, ms(created)
@@ -103,6 +108,12 @@ func readErr(err error, what string) error {
 // the same key in the profile (created=false). A new account gets a.ID when
 // set, else a fresh NewID. jobs (the notifications a new account owes) are
 // stored in the same transaction, only when the account is created.
+//
+// An account with a.EABKID set binds that external account key in the
+// same transaction (see bindEABKey): a key that binds nothing more — not
+// of the profile, revoked, expired at now, or single-use and bound — fails
+// the whole creation with ErrWrongState, so two registrations racing for a
+// single-use key bind it once.
 func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs ...NewJob) (Account, bool, error) {
 	contact, err := json.Marshal(nonNil(a.Contact))
 	if err != nil {
@@ -120,12 +131,17 @@ func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs 
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
 		created = false // fn may run again (see engine)
 		got, err := scanAccount(tx.QueryRowContext(ctx, db.q(`INSERT INTO accounts
-			(id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at, updated_at)
-			VALUES (?, ?, ?, ?, 'valid', ?, ?, ?, ?)
+			(id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at, updated_at, eab_kid, eab_label)
+			VALUES (?, ?, ?, ?, 'valid', ?, ?, ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING RETURNING `+accountCols),
-			id, a.Profile, a.Thumbprint, string(a.KeyJWK), string(contact), tos, now.UnixMilli(), now.UnixMilli()))
+			id, a.Profile, a.Thumbprint, string(a.KeyJWK), string(contact), tos, now.UnixMilli(), now.UnixMilli(), a.EABKID, a.EABLabel))
 		if err == nil {
 			a, created = got, true
+			if a.EABKID != "" {
+				if err := db.bindEABKey(ctx, tx, a.Profile, a.EABKID, a.ID, now); err != nil {
+					return err
+				}
+			}
 			return db.enqueueAll(ctx, tx, jobs, now)
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
@@ -135,6 +151,9 @@ func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs 
 			a.Profile, a.Thumbprint))
 		return err
 	})
+	if errors.Is(err, ErrWrongState) {
+		return Account{}, false, err
+	}
 	if err != nil {
 		return Account{}, false, fmt.Errorf("store: creating account: %w", err)
 	}

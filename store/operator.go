@@ -18,6 +18,9 @@ type OrderSummary struct {
 	FailureDetail string
 	UpdatedAt     time.Time
 	Certificate   *Certificate // nil until issued
+	// AccountEABLabel is the label of the external account binding the
+	// order's account was created with; "" without one.
+	AccountEABLabel string
 }
 
 // OrderFilter selects orders for operators. Zero fields do not filter.
@@ -32,9 +35,9 @@ type OrderFilter struct {
 
 const orderSummaryCols = `o.id, o.profile, o.account_id, o.status, o.identifiers, o.not_before, o.not_after, o.expires_at,
 	o.error, o.csr, o.certificate_id, o.created_at, o.client_addr, o.user_agent, o.failure_detail, o.updated_at,
-	c.id, c.serial, c.chain_pem, c.not_before, c.not_after, c.revoked_at, c.revocation_reason`
+	c.id, c.serial, c.chain_pem, c.not_before, c.not_after, c.revoked_at, c.revocation_reason, oa.eab_label`
 
-const orderSummaryFrom = ` FROM orders o LEFT JOIN certificates c ON c.order_id = o.id`
+const orderSummaryFrom = ` FROM orders o LEFT JOIN certificates c ON c.order_id = o.id LEFT JOIN accounts oa ON oa.id = o.account_id`
 
 func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
 	var (
@@ -49,9 +52,10 @@ func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
 		cChain           sql.NullString
 		cNB, cNA         sql.NullInt64
 		cRevoked, cWhy   sql.NullInt64
+		eabLabel         sql.NullString
 	)
 	if err := r.Scan(&s.ID, &s.Profile, &s.AccountID, &s.Status, &idents, &nb, &na, &expires, &problem, &s.CSR, &certID,
-		&created, &s.Client.Addr, &s.Client.UserAgent, &failed, &updated, &cID, &cSerial, &cChain, &cNB, &cNA, &cRevoked, &cWhy); err != nil {
+		&created, &s.Client.Addr, &s.Client.UserAgent, &failed, &updated, &cID, &cSerial, &cChain, &cNB, &cNA, &cRevoked, &cWhy, &eabLabel); err != nil {
 		return OrderSummary{}, err
 	}
 	o := &s.Order
@@ -63,7 +67,7 @@ func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
 		o.Error = []byte(problem.String)
 	}
 	o.CertificateID = certID.String
-	s.FailureDetail, s.UpdatedAt = failed.String, ms(updated)
+	s.FailureDetail, s.UpdatedAt, s.AccountEABLabel = failed.String, ms(updated), eabLabel.String
 	if cID.Valid {
 		c := &Certificate{ID: cID.String, OrderID: o.ID, Profile: o.Profile, AccountID: o.AccountID, Serial: cSerial.String,
 			NotBefore: nullMs(cNB), NotAfter: nullMs(cNA), RevokedAt: nullMs(cRevoked), Reason: nullInt(cWhy)}
@@ -155,7 +159,7 @@ func (db *DB) ListAccounts(ctx context.Context, f AccountFilter) ([]AccountSumma
 		where = append(where, "EXISTS (SELECT 1 FROM accounts p WHERE p.id = ? AND (a.created_at < p.created_at OR (a.created_at = p.created_at AND a.id < p.id)))")
 		args = append(args, f.After)
 	}
-	stmt := `SELECT a.id, a.profile, a.key_thumbprint, a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at,
+	stmt := `SELECT a.id, a.profile, a.key_thumbprint, a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at, a.eab_kid, a.eab_label,
 		(SELECT COUNT(*) FROM orders o WHERE o.account_id = a.id) FROM accounts a`
 	if len(where) > 0 {
 		stmt += ` WHERE ` + strings.Join(where, " AND ")
@@ -182,7 +186,7 @@ func (db *DB) AccountByID(ctx context.Context, id string) (AccountSummary, error
 	var s AccountSummary
 	var err error
 	s.Account, err = scanAccount(countingScanner{db.r.QueryRowContext(ctx, db.q(`SELECT a.id, a.profile, a.key_thumbprint,
-		a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at,
+		a.key_jwk, a.status, a.contact, a.tos_agreed, a.created_at, a.eab_kid, a.eab_label,
 		(SELECT COUNT(*) FROM orders o WHERE o.account_id = a.id) FROM accounts a WHERE a.id = ?`), id), &s.Orders})
 	return s, readErr(err, "account "+id)
 }

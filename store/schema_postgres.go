@@ -302,4 +302,28 @@ var postgresMigrations = []migration{
 			`ALTER TABLE orders ADD COLUMN certificate_profile TEXT NOT NULL DEFAULT ''`,
 		},
 	},
+	{
+		version: 13,
+		name:    "eab",
+		stmts: []string{
+			// External account binding keys (RFC 8555 §7.3.4), as in
+			// SQLite's migration 13.
+			`CREATE TABLE eab_keys (
+				kid           TEXT    PRIMARY KEY,
+				profile       TEXT    NOT NULL,
+				label         TEXT    NOT NULL,
+				hmac_key      BYTEA   NOT NULL,
+				reusable      INTEGER NOT NULL DEFAULT 0,
+				created_at    BIGINT  NOT NULL,
+				expires_at    BIGINT  NOT NULL DEFAULT 0,
+				revoked_at    BIGINT  NOT NULL DEFAULT 0,
+				used_at       BIGINT  NOT NULL DEFAULT 0,
+				bound_account TEXT    NOT NULL DEFAULT '',
+				bound_count   INTEGER NOT NULL DEFAULT 0
+			)`,
+			`CREATE INDEX eab_keys_profile ON eab_keys (profile, created_at)`,
+			`ALTER TABLE accounts ADD COLUMN eab_kid TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE accounts ADD COLUMN eab_label TEXT NOT NULL DEFAULT ''`,
+		},
+	},
 }

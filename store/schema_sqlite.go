@@ -321,15 +321,41 @@ var sqliteMigrations = []migration{
 		},
 	},
 	{
-		// Numbered 12 here only because the engine applies migrations by
-		// position (migrate.go): it follows the EAB branch's 12 at merge,
-		// as 13.
 		version: 12,
 		name:    "certificate_profiles",
 		stmts: []string{
 			// The certificate profile (draft-ietf-acme-profiles) an order
 			// chose at new-order; '' for none.
 			`ALTER TABLE orders ADD COLUMN certificate_profile TEXT NOT NULL DEFAULT ''`,
+		},
+	},
+	{
+		version: 13,
+		name:    "eab",
+		stmts: []string{
+			// External account binding keys (RFC 8555 §7.3.4), minted by an
+			// operator for one profile. hmac_key is the MAC key as handed
+			// out: it must be kept to verify a binding, and is never read
+			// back by anything but that check. Times are Unix ms, 0 for
+			// never. bound_account is the last account the key bound.
+			`CREATE TABLE eab_keys (
+				kid           TEXT    PRIMARY KEY,
+				profile       TEXT    NOT NULL,
+				label         TEXT    NOT NULL,
+				hmac_key      BLOB    NOT NULL,
+				reusable      INTEGER NOT NULL DEFAULT 0,
+				created_at    BIGINT  NOT NULL,
+				expires_at    BIGINT  NOT NULL DEFAULT 0,
+				revoked_at    BIGINT  NOT NULL DEFAULT 0,
+				used_at       BIGINT  NOT NULL DEFAULT 0,
+				bound_account TEXT    NOT NULL DEFAULT '',
+				bound_count   INTEGER NOT NULL DEFAULT 0
+			)`,
+			`CREATE INDEX eab_keys_profile ON eab_keys (profile, created_at)`,
+			// The binding an account was created with: its key id and the
+			// key's label, kept when the key is revoked.
+			`ALTER TABLE accounts ADD COLUMN eab_kid TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE accounts ADD COLUMN eab_label TEXT NOT NULL DEFAULT ''`,
 		},
 	},
 }

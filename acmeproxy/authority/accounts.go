@@ -15,19 +15,32 @@ import (
 )
 
 // CreateAccount stores a new account of the profile for a's key (RFC 8555
-// §7.3), notified as created from clientIP; created is false when the key
-// had an account already, which is returned instead.
-func (au *Authority) CreateAccount(ctx context.Context, a store.Account, clientIP string) (acct store.Account, created bool, err error) {
+// §7.3), notified as created from cl; created is false when the key had an
+// account already, which is returned instead.
+//
+// An account with a.EABKID set, verified by the caller (VerifyBinding),
+// binds that key in the same transaction; a key that binds nothing new
+// any more (revoked, expired, or single-use and bound, perhaps by a
+// registration racing this one) refuses the account, with an audit row.
+func (au *Authority) CreateAccount(ctx context.Context, a store.Account, cl Client) (acct store.Account, created bool, err error) {
 	now := au.clock.Now()
 	a.ID, a.Profile = store.NewID(), au.cfg.Profile
-	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: clientIP, Time: now})
+	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: cl.IP, Time: now})
 	acct, created, err = au.db.CreateAccount(ctx, a, now, jobs...)
+	if a.EABKID != "" && errors.Is(err, store.ErrWrongState) {
+		return acct, false, au.RefuseBinding(ctx, a.Thumbprint, a.EABKID, cl,
+			problem.UnauthorizedF("the external account binding's key %s binds no new account: it is revoked, expired or already used", a.EABKID))
+	}
 	if err != nil || !created {
 		return acct, created, err
 	}
 	au.Notified(jobs)
-	au.log.Info("account created", zap.String("event", acme.EventAccountCreated),
-		zap.String("profile", au.cfg.Profile), zap.String("account", acct.ID))
+	fields := []zap.Field{zap.String("event", acme.EventAccountCreated),
+		zap.String("profile", au.cfg.Profile), zap.String("account", acct.ID)}
+	if acct.EABKID != "" {
+		fields = append(fields, zap.String("eab_kid", acct.EABKID), zap.String("eab_label", acct.EABLabel))
+	}
+	au.log.Info("account created", fields...)
 	return acct, true, nil
 }
 

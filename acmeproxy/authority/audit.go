@@ -36,6 +36,7 @@ const (
 	ActorAdmin          = "admin"           // Caddy's admin API
 	ActorCLI            = "cli"             // caddy acme-proxy, over the admin API
 	ActorSystem         = "system"          // this server on its own (jobs)
+	ActorAccountKey     = "account_key"     // a key registering an account (id: its thumbprint)
 )
 
 // Actor is who asked for a change.

@@ -54,7 +54,17 @@ type Config struct {
 	// DefaultCertificateProfile, when set, names the one an order that
 	// asks for none gets.
 	DefaultCertificateProfile string
+	// EAB is the profile's external account binding rule (RFC 8555
+	// §7.3.4): EABRequired, EABOptional, or "" for none (a binding a
+	// client sends is then ignored).
+	EAB string
 }
+
+// The external account binding rules of a profile.
+const (
+	EABRequired = "required" // every new account binds an operator-minted key
+	EABOptional = "optional" // a new account may bind one
+)
 
 // Options are an Authority's collaborators.
 type Options struct {

@@ -162,6 +162,9 @@ type OrderView struct {
 	Error         json.RawMessage   `json:"error,omitempty"`
 	FailureDetail string            `json:"failure_detail,omitempty"`
 	Certificate   *CertificateView  `json:"certificate,omitempty"`
+	// AccountEABLabel is the label of the account's external account
+	// binding, if it has one.
+	AccountEABLabel string `json:"account_eab_label,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -174,7 +177,7 @@ func timePtr(t time.Time) *time.Time {
 func orderView(o store.OrderSummary) OrderView {
 	v := OrderView{ID: o.ID, Profile: o.Profile, Account: o.AccountID, Status: o.Status, Identifiers: o.Identifiers,
 		Created: o.CreatedAt, Updated: o.UpdatedAt, Expires: o.Expires, NotBefore: timePtr(o.NotBefore), NotAfter: timePtr(o.NotAfter),
-		Error: o.Error, FailureDetail: o.FailureDetail}
+		Error: o.Error, FailureDetail: o.FailureDetail, AccountEABLabel: o.AccountEABLabel}
 	if c := o.Certificate; c != nil {
 		v.Certificate = &CertificateView{ID: c.ID, Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
 			RevokedAt: timePtr(c.RevokedAt), Reason: c.Reason, ChainPEM: c.ChainPEM}
@@ -259,6 +262,10 @@ type AccountView struct {
 	Thumbprint string      `json:"thumbprint"`
 	Created    time.Time   `json:"created"`
 	Orders     int         `json:"orders"`
+	// EABKID and EABLabel are the external account binding the account
+	// was created with, if any.
+	EABKID   string `json:"eab_kid,omitempty"`
+	EABLabel string `json:"eab_label,omitempty"`
 }
 
 func accountView(a store.AccountSummary) AccountView {
@@ -267,7 +274,7 @@ func accountView(a store.AccountSummary) AccountView {
 		contact = []string{}
 	}
 	return AccountView{ID: a.ID, Profile: a.Profile, Status: a.Status, Contact: contact, Thumbprint: a.Thumbprint,
-		Created: a.CreatedAt, Orders: a.Orders}
+		Created: a.CreatedAt, Orders: a.Orders, EABKID: a.EABKID, EABLabel: a.EABLabel}
 }
 
 var accountStatuses = []acme.Status{acme.StatusValid, acme.StatusDeactivated, acme.StatusRevoked}
@@ -431,6 +438,9 @@ type AuditView struct {
 	UserAgent   string            `json:"user_agent,omitempty"`
 	Reason      string            `json:"reason,omitempty"`
 	Detail      string            `json:"detail,omitempty"`
+	// AccountEABLabel is the label of the external account binding
+	// Account was created with, if any.
+	AccountEABLabel string `json:"account_eab_label,omitempty"`
 }
 
 var auditOutcomes = []string{authority.OutcomeSuccess, authority.OutcomeFailure, authority.OutcomeRefused}
@@ -448,11 +458,22 @@ func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[
 	if err != nil {
 		return Page[AuditView]{}, err
 	}
+	var accounts []string
+	for _, e := range evs {
+		if e.AccountID != "" && !slices.Contains(accounts, e.AccountID) {
+			accounts = append(accounts, e.AccountID)
+		}
+	}
+	labels, err := op.DB.AccountEABLabels(ctx, accounts)
+	if err != nil {
+		return Page[AuditView]{}, err
+	}
 	views := make([]AuditView, len(evs))
 	for i, e := range evs {
 		views[i] = AuditView{ID: e.ID, At: e.At, Event: e.Event, Outcome: e.Outcome, Profile: e.Profile,
 			Actor: authority.Actor{Kind: e.ActorKind, ID: e.ActorID}, Order: e.OrderID, Account: e.AccountID, Identifiers: e.Identifiers,
-			Serial: e.Serial, ClientIP: e.ClientIP, ClientName: e.ClientName, UserAgent: e.UserAgent, Reason: e.Reason, Detail: e.Detail}
+			Serial: e.Serial, ClientIP: e.ClientIP, ClientName: e.ClientName, UserAgent: e.UserAgent, Reason: e.Reason, Detail: e.Detail,
+			AccountEABLabel: labels[e.AccountID]}
 	}
 	return page(views, f.Limit, func(v AuditView) string { return fmt.Sprint(v.ID) }), nil
 }

@@ -90,6 +90,12 @@ func BadPublicKeyF(format string, args ...any) *Problem {
 	return newf(acme.ErrorBadPublicKey, http.StatusBadRequest, format, args...)
 }
 
+// ExternalAccountRequiredF answers a newAccount without the external
+// account binding the profile requires (RFC 8555 §7.3.4).
+func ExternalAccountRequiredF(format string, args ...any) *Problem {
+	return newf(acme.ErrorExternalAccountRequired, http.StatusUnauthorized, format, args...)
+}
+
 func AccountDoesNotExistF(format string, args ...any) *Problem {
 	return newf(acme.ErrorAccountDoesNotExist, http.StatusBadRequest, format, args...)
 }

@@ -1,0 +1,137 @@
+package authority
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// External account binding keys (RFC 8555 §7.3.4): an operator mints one
+// for a profile, hands its kid and MAC key to whoever may register, and
+// the new account's request carries an inner JWS MACed with it. The MAC
+// key is shown once, at minting, and never written to a log, an error or
+// an audit row.
+
+// EABMACKeySize is the size of a minted MAC key: 256 bits, as HS256
+// wants at least (RFC 7518 §3.2).
+const EABMACKeySize = 32
+
+// eabKIDSize is the size of a minted key id's random bytes.
+const eabKIDSize = 16
+
+// EABConfig is the profile's binding rule (Config.EAB).
+func (au *Authority) EABConfig() string { return au.cfg.EAB }
+
+// MintEABKey mints a key for the profile labelled label, binding any
+// number of accounts when reusable, until ttl from now when ttl > 0. The
+// returned key carries its MAC key: the only time it is handed out.
+func (au *Authority) MintEABKey(ctx context.Context, label string, reusable bool, ttl time.Duration, actor Actor) (store.EABKey, error) {
+	if ttl < 0 {
+		return store.EABKey{}, fmt.Errorf("an EAB key's lifetime must not be negative")
+	}
+	now := au.clock.Now()
+	k := store.EABKey{KID: randomB64(eabKIDSize), Profile: au.cfg.Profile, Label: label,
+		HMACKey: make([]byte, EABMACKeySize), Reusable: reusable, Created: now}
+	if _, err := rand.Read(k.HMACKey); err != nil {
+		return store.EABKey{}, fmt.Errorf("minting an EAB key: %w", err)
+	}
+	if ttl > 0 {
+		k.Expires = now.Add(ttl)
+	}
+	if err := au.db.CreateEABKey(ctx, k); err != nil {
+		return store.EABKey{}, err
+	}
+	ev := au.event(ctx, acme.EventEABKeyCreated, OutcomeSuccess, actor, Client{})
+	ev.Reason, ev.Detail = store.Clip(label, store.AuditFieldMax), "kid "+k.KID
+	au.audit(ctx, ev)
+	au.log.Info("EAB key minted", zap.String("event", acme.EventEABKeyCreated), zap.String("profile", au.cfg.Profile),
+		zap.String("eab_kid", k.KID), zap.String("eab_label", label), zap.Bool("reusable", reusable))
+	return k, nil
+}
+
+// EABKeys lists the profile's keys, newest first, without their MAC keys.
+func (au *Authority) EABKeys(ctx context.Context) ([]store.EABKey, error) {
+	return au.db.ListEABKeys(ctx, au.cfg.Profile)
+}
+
+// RevokeEABKey revokes a key of the profile: it binds no new account.
+func (au *Authority) RevokeEABKey(ctx context.Context, kid string, actor Actor) (store.EABKey, error) {
+	k, err := au.db.RevokeEABKey(ctx, au.cfg.Profile, kid, au.clock.Now())
+	if err != nil {
+		return k, err
+	}
+	ev := au.event(ctx, acme.EventEABKeyRevoked, OutcomeSuccess, actor, Client{})
+	ev.Reason, ev.Detail = store.Clip(k.Label, store.AuditFieldMax), "kid "+k.KID
+	au.audit(ctx, ev)
+	au.log.Info("EAB key revoked", zap.String("event", acme.EventEABKeyRevoked), zap.String("profile", au.cfg.Profile),
+		zap.String("eab_kid", k.KID), zap.String("eab_label", k.Label))
+	return k, nil
+}
+
+// VerifyBinding checks an external account binding's MAC (RFC 8555
+// §7.3.4): alg is the inner JWS's (HS256, HS384 or HS512), signingInput
+// its protected header and payload as signed, sig its signature. It
+// returns the key's label; a kid unknown to the profile, another MAC
+// algorithm or a wrong MAC is refused with an audit row naming thumbprint,
+// the key registering. The MAC is compared in constant time. Whether the
+// key still binds (revoked, expired, used) is decided by CreateAccount,
+// atomically with the binding.
+func (au *Authority) VerifyBinding(ctx context.Context, thumbprint, kid, alg string, signingInput, sig []byte, cl Client) (string, error) {
+	newHash, ok := eabHashes[alg]
+	if !ok {
+		return "", au.RefuseBinding(ctx, thumbprint, kid, cl,
+			problem.MalformedF("the external account binding's alg %q is not HS256, HS384 or HS512", alg))
+	}
+	k, err := au.db.EABKeyForBinding(ctx, au.cfg.Profile, kid)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", au.RefuseBinding(ctx, thumbprint, kid, cl,
+			problem.UnauthorizedF("the external account binding's key id %q is not known to this profile", kid))
+	}
+	if err != nil {
+		return "", err
+	}
+	mac := hmac.New(newHash, k.HMACKey)
+	mac.Write(signingInput)
+	if !hmac.Equal(mac.Sum(nil), sig) {
+		return "", au.RefuseBinding(ctx, thumbprint, kid, cl,
+			problem.UnauthorizedF("the external account binding's MAC does not verify with key %s", kid))
+	}
+	return k.Label, nil
+}
+
+var eabHashes = map[string]func() hash.Hash{"HS256": sha256.New, "HS384": sha512.New384, "HS512": sha512.New}
+
+// RefuseBinding records that a newAccount's external account binding was
+// refused with p, for the key with thumbprint, naming the binding's kid
+// (which may be anything the client sent, so it is clipped), and returns
+// p. The detail of p must not quote a MAC key; none of this package's do.
+func (au *Authority) RefuseBinding(ctx context.Context, thumbprint, kid string, cl Client, p *problem.Problem) error {
+	ev := au.event(ctx, acme.EventAccountBindingRefused, OutcomeRefused, Actor{Kind: ActorAccountKey, ID: thumbprint}, cl)
+	ev.Reason, ev.Detail = store.Clip(kid, store.AuditFieldMax), store.Clip(p.Detail, store.AuditDetailMax)
+	au.audit(ctx, ev)
+	au.log.Info("account binding refused", zap.String("event", acme.EventAccountBindingRefused),
+		zap.String("profile", au.cfg.Profile), zap.String("eab_kid", store.Clip(kid, store.AuditFieldMax)),
+		zap.String("detail", p.Detail))
+	return p
+}
+
+func randomB64(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("authority: crypto/rand failed: %v", err))
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}

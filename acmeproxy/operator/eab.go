@@ -1,0 +1,118 @@
+package operator
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// EABKeyView describes an external account binding key, never with its
+// MAC key.
+type EABKeyView struct {
+	KID          string         `json:"kid"`
+	Profile      string         `json:"profile"`
+	Label        string         `json:"label"`
+	Reusable     bool           `json:"reusable"`
+	State        store.EABState `json:"state"`
+	Created      time.Time      `json:"created"`
+	Expires      *time.Time     `json:"expires,omitempty"`
+	Revoked      *time.Time     `json:"revoked,omitempty"`
+	Used         *time.Time     `json:"used,omitempty"`
+	BoundAccount string         `json:"bound_account,omitempty"`
+	BoundCount   int            `json:"bound_count"`
+}
+
+// MintedEABKey is a key just minted: the only view with its MAC key,
+// base64url as clients take it (certbot --eab-hmac-key, lego --hmac).
+type MintedEABKey struct {
+	EABKeyView
+	HMACKey string `json:"hmac_key"`
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func (op *Operator) eabView(k store.EABKey) EABKeyView {
+	return EABKeyView{KID: k.KID, Profile: k.Profile, Label: k.Label, Reusable: k.Reusable, State: k.State(op.now()),
+		Created: k.Created, Expires: optTime(k.Expires), Revoked: optTime(k.Revoked), Used: optTime(k.Used),
+		BoundAccount: k.BoundAccount, BoundCount: k.BoundCount}
+}
+
+// eabAuthority is the mounted authority of profile.
+func (op *Operator) eabAuthority(profile string) (*authority.Authority, error) {
+	if profile == "" {
+		return nil, fmt.Errorf("%w: an EAB key belongs to a profile; name it", ErrInvalid)
+	}
+	au, ok := op.Profiles.Lookup(profile)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotMounted, profile)
+	}
+	return au, nil
+}
+
+// CreateEABKey mints a key for profile labelled label, reusable or
+// single-use, expiring after ttl (0: never). The answer is the only one
+// that carries the MAC key.
+func (op *Operator) CreateEABKey(ctx context.Context, profile, label string, reusable bool, ttl time.Duration, actor authority.Actor) (MintedEABKey, error) {
+	au, err := op.eabAuthority(profile)
+	if err != nil {
+		return MintedEABKey{}, err
+	}
+	if label == "" || len(label) > store.AuditFieldMax {
+		return MintedEABKey{}, fmt.Errorf("%w: a label of 1 to %d bytes is required", ErrInvalid, store.AuditFieldMax)
+	}
+	if ttl < 0 {
+		return MintedEABKey{}, fmt.Errorf("%w: expires must not be negative", ErrInvalid)
+	}
+	k, err := au.MintEABKey(ctx, label, reusable, ttl, actor)
+	if err != nil {
+		return MintedEABKey{}, err
+	}
+	return MintedEABKey{EABKeyView: op.eabView(k), HMACKey: base64.RawURLEncoding.EncodeToString(k.HMACKey)}, nil
+}
+
+// ListEABKeys lists a profile's keys, newest first.
+func (op *Operator) ListEABKeys(ctx context.Context, profile string) ([]EABKeyView, error) {
+	if profile == "" {
+		return nil, fmt.Errorf("%w: name the profile whose EAB keys to list", ErrInvalid)
+	}
+	keys, err := op.DB.ListEABKeys(ctx, profile)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EABKeyView, len(keys))
+	for i, k := range keys {
+		out[i] = op.eabView(k)
+	}
+	return out, nil
+}
+
+// RevokeEABKey revokes key kid: it binds no new account; the accounts it
+// bound keep their binding.
+func (op *Operator) RevokeEABKey(ctx context.Context, kid string, actor authority.Actor) (EABKeyView, error) {
+	profile, err := op.DB.EABKeyProfile(ctx, kid)
+	if err != nil {
+		return EABKeyView{}, err
+	}
+	au, err := op.eabAuthority(profile)
+	if err != nil {
+		return EABKeyView{}, err
+	}
+	k, err := au.RevokeEABKey(ctx, kid, actor)
+	if errors.Is(err, store.ErrWrongState) {
+		return EABKeyView{}, fmt.Errorf("%w: EAB key %s is already revoked", ErrConflict, kid)
+	}
+	if err != nil {
+		return EABKeyView{}, err
+	}
+	return op.eabView(k), nil
+}
