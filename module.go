@@ -17,4 +17,5 @@ func init() {
 	caddy.RegisterModule(new(LocalCA))
 	caddy.RegisterModule(new(Relay))
 	caddy.RegisterModule(new(AdminAPI))
+	caddy.RegisterModule(new(UI))
 }

@@ -91,4 +91,6 @@ const (
 	EventChallengeFailed         = "challenge_failed"
 	EventRevocationRefusals      = "revocation_refusals" // a summary of refused revocations from one source
 	EventAuditPruned             = "audit_pruned"        // audit rows deleted, by an operator or the retention sweep
+	EventJobRetried              = "job_retried"         // an operator made a job run now
+	EventJobCancelled            = "job_cancelled"       // an operator cancelled a job
 )

@@ -36,6 +36,7 @@ const (
 	ActorAdmin          = "admin"           // Caddy's admin API
 	ActorCLI            = "cli"             // caddy acme-proxy, over the admin API
 	ActorSystem         = "system"          // this server on its own (jobs)
+	ActorWebUI          = "web_ui"          // the operator web page (id: the user Caddy authenticated)
 )
 
 // Actor is who asked for a change.
