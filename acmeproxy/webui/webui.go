@@ -141,7 +141,7 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rel := strings.Trim(strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(u.base, "/")), "/")
-	if rel == "static/ui.css" {
+	if rel == "static/ui.css" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		h.Set("Cache-Control", "max-age=3600")
 		http.ServeFileFS(w, r, files, "static/ui.css")
 		return

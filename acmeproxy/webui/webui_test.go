@@ -60,7 +60,7 @@ type fixture struct {
 // testUser is the user the tests' Caddy "authenticated".
 const testUser = "alice"
 
-func newFixture(t *testing.T, insecure bool) *fixture {
+func newFixture(t testing.TB, insecure bool) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
@@ -373,6 +373,11 @@ func TestTheOverviewCountsTheLastDaysOrdersAndIssuances(t *testing.T) {
 		Profile: "test", Reason: "signer refused: key too small"}); err != nil {
 		t.Fatal(err)
 	}
+	// An order of yesterday's hour before the window is not counted.
+	if _, err := f.db.CreateOrder(ctx, store.Order{Profile: "test", AccountID: f.account, Status: acme.StatusPending,
+		Identifiers: []acme.Identifier{{Type: "dns", Value: "old.example.test"}}, Expires: t0}, nil, t0.Add(-25*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	body := f.get(t, "/ops/").Body.String()
 	for _, want := range []string{`<b id="issued">2</b>`, `<b id="failed">1</b>`, "33.3% of attempts", "signer refused: key too small",
 		// order1, pending, in the pending column; the job, ready for 30 minutes.
@@ -399,4 +404,79 @@ func TestNoPageShowsAJobsPayload(t *testing.T) {
 			t.Errorf("%s shows the job's payload", path)
 		}
 	}
+}
+
+func TestAListPaginatesKeepingItsFilters(t *testing.T) {
+	f := newFixture(t, false)
+	ctx := context.Background()
+	for i := range pageLimit {
+		if _, err := f.db.CreateOrder(ctx, store.Order{Profile: "test", AccountID: f.account, Status: acme.StatusPending,
+			Identifiers: []acme.Identifier{{Type: "dns", Value: "page.example.test"}}, Expires: t0.Add(time.Hour)}, nil, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := f.get(t, "/ops/orders?status=pending").Body.String()
+	next := regexp.MustCompile(`rel="next" href="\?([^"]+)"`).FindStringSubmatch(first)
+	if next == nil {
+		t.Fatal("a full first page has no next-page link")
+	}
+	q, err := url.ParseQuery(strings.ReplaceAll(next[1], "&amp;", "&"))
+	if err != nil || q.Get("status") != "pending" || q.Get("after") == "" {
+		t.Fatalf("the next-page link %q drops the filter or the cursor", next[1])
+	}
+	second := f.get(t, "/ops/orders?"+q.Encode()).Body.String()
+	if !strings.Contains(second, f.order) || strings.Contains(second, `rel="next"`) {
+		t.Errorf("the second page does not hold the oldest order alone, or links further")
+	}
+	if strings.Contains(first, f.order) {
+		t.Errorf("the first page holds the oldest order, which is the 51st")
+	}
+}
+
+func TestTheUsersNameIsEscapedOnThePage(t *testing.T) {
+	f := newFixture(t, false)
+	r := httptest.NewRequest(http.MethodGet, "https://ops.example.test/ops/", nil)
+	r.Header.Set("X-Test-User", `<script>alert(1)</script>`)
+	w := httptest.NewRecorder()
+	f.ui.ServeHTTP(w, r)
+	if strings.Contains(w.Body.String(), "<script>") || !strings.Contains(w.Body.String(), "&lt;script&gt;") {
+		t.Errorf("the user's name is not escaped")
+	}
+}
+
+// FuzzUIPath sends GET and POST requests to any path below the prefix and
+// checks that the page never panics, never answers 5xx (a path is the
+// caller's), always sends its security headers, and that a POST without
+// the token never answers 2xx or 3xx.
+func FuzzUIPath(f *testing.F) {
+	for _, s := range []string{"", "orders", "orders/x", "orders/x/revoke", "orders/x/do-revoke", "jobs/1/do-retry", "jobs/-1", "jobs/99999999999999999999",
+		"accounts//deactivate", "audit?since=x", "orders?serial=::", "static/ui.css", "static/../webui.go", "a/b/c/d", "%2e%2e/"} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	fx := newFixture(f, false)
+	f.Fuzz(func(t *testing.T, rel string, post bool) {
+		u, err := url.Parse("https://ops.example.test/ops/" + rel)
+		if err != nil {
+			return
+		}
+		method := http.MethodGet
+		if post {
+			method = http.MethodPost
+		}
+		r := httptest.NewRequest(method, "https://ops.example.test/", nil)
+		r.URL = u
+		r.Header.Set("X-Test-User", testUser)
+		w := httptest.NewRecorder()
+		fx.ui.ServeHTTP(w, r)
+		if w.Code >= 500 {
+			t.Errorf("%s %s: %d: %s", method, rel, w.Code, w.Body)
+		}
+		if w.Header().Get("Content-Security-Policy") != csp || w.Header().Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s %s: no security headers", method, rel)
+		}
+		if post && w.Code < 400 {
+			t.Errorf("POST %s without a token: %d", rel, w.Code)
+		}
+	})
 }
