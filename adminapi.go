@@ -380,11 +380,13 @@ func (a *AdminAPI) showJob(w http.ResponseWriter, r *http.Request, op *operator.
 }
 
 func (a *AdminAPI) retryJob(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
-	return a.jobOp(w, r, id, op.RetryJob)
+	return a.jobOp(w, r, id, func(ctx context.Context, n int64) (operator.JobView, error) { return op.RetryJobAs(ctx, n, actorOf(r)) })
 }
 
 func (a *AdminAPI) cancelJob(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
-	return a.jobOp(w, r, id, op.CancelJob)
+	return a.jobOp(w, r, id, func(ctx context.Context, n int64) (operator.JobView, error) {
+		return op.CancelJobAs(ctx, n, actorOf(r))
+	})
 }
 
 func (a *AdminAPI) jobOp(w http.ResponseWriter, r *http.Request, id string,

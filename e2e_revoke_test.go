@@ -320,6 +320,7 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 	field := func(k, v string) func(map[string]any) bool {
 		return func(m map[string]any) bool { return fmt.Sprint(m[k]) == v }
 	}
+	byAdminActor := func(m map[string]any) bool { a, _ := m["actor"].(map[string]any); return a["kind"] == "admin" }
 	serialOf := func(o obtained) string { return hex.EncodeToString(o.leaf.SerialNumber.Bytes()) }
 
 	tests := []struct {
@@ -390,6 +391,8 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/cancel a cancelled job", "POST", "/acme_proxy/jobs/" + idleID + "/cancel", "", 409, nil},
 		{"ok/retry a cancelled job", "POST", "/acme_proxy/jobs/" + idleID + "/retry", "", 200, has(`"status": "ready"`)},
 		{"fail/retry an unknown job", "POST", "/acme_proxy/jobs/999999/retry", "", 404, nil},
+		{"ok/audit of the job's cancel", "GET", "/acme_proxy/audit?event=job_cancelled", "", 200, items(exactly(1), byAdminActor)},
+		{"ok/audit of the job's retry", "GET", "/acme_proxy/audit?event=job_retried", "", 200, items(exactly(1), byAdminActor)},
 
 		{"ok/audit by profile and outcome", "GET", "/acme_proxy/audit?profile=e2e&outcome=success", "", 200,
 			items(atLeast(4), field("outcome", "success"))},

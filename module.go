@@ -18,4 +18,5 @@ func init() {
 	caddy.RegisterModule(new(Relay))
 	caddy.RegisterModule(new(Script))
 	caddy.RegisterModule(new(AdminAPI))
+	caddy.RegisterModule(new(UI))
 }

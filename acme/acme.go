@@ -94,4 +94,6 @@ const (
 	EventEABKeyCreated           = "eab_key_created"         // an operator minted an external account binding key
 	EventEABKeyRevoked           = "eab_key_revoked"         // an operator revoked one
 	EventAccountBindingRefused   = "account_binding_refused" // a newAccount's external account binding refused (RFC 8555 §7.3.4)
+	EventJobRetried              = "job_retried"             // an operator made a job run now
+	EventJobCancelled            = "job_cancelled"           // an operator cancelled a job
 )

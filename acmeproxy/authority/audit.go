@@ -37,6 +37,7 @@ const (
 	ActorCLI            = "cli"             // caddy acme-proxy, over the admin API
 	ActorSystem         = "system"          // this server on its own (jobs)
 	ActorAccountKey     = "account_key"     // a key registering an account (id: its thumbprint)
+	ActorWebUI          = "web_ui"          // the operator web page (id: the user Caddy authenticated)
 )
 
 // Actor is who asked for a change.

@@ -1,0 +1,212 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// OverviewWindow is how far back the overview counts orders and issuances.
+const OverviewWindow = 24 * time.Hour
+
+// overviewFailures is how many of the last failures the overview lists.
+const overviewFailures = 10
+
+// Overview is the state of this server at a glance: what the web page's
+// first page shows.
+type Overview struct {
+	At       time.Time     `json:"at"`
+	Profiles []ProfileView `json:"profiles"`
+	// Orders counts the orders created in the window, by profile and status.
+	Orders []store.OrderCount `json:"orders"`
+	// Hours are the window's hours, oldest first, with the certificates
+	// issued and the issuances failed in each.
+	Hours  []HourCount `json:"hours"`
+	Issued int         `json:"issued"`
+	Failed int         `json:"failed"`
+	// Jobs counts the queue by kind and status; OldestWaiting is the age
+	// of the oldest ready job of its kind.
+	Jobs []JobQueueView `json:"jobs"`
+	CRLs []CRLStatus    `json:"crls"`
+	// Failures are the last audit rows with outcome failure.
+	Failures []AuditView `json:"failures"`
+}
+
+// HourCount is one hour of the overview's chart.
+type HourCount struct {
+	Hour   time.Time `json:"hour"`
+	Issued int       `json:"issued"`
+	Failed int       `json:"failed"`
+}
+
+// JobQueueView is the number of jobs of one kind in one status.
+type JobQueueView struct {
+	Kind          string        `json:"kind"`
+	Status        string        `json:"status"`
+	Count         int64         `json:"count"`
+	OldestWaiting time.Duration `json:"oldest_waiting,omitempty"` // ready jobs only
+}
+
+// CRLStatus is a profile's CRL, or why it has none to show.
+type CRLStatus struct {
+	CRLView
+	Error string `json:"error,omitempty"`
+}
+
+// FailureRate is the share of the window's issuances that failed, 0 to 1.
+func (o Overview) FailureRate() float64 {
+	if o.Issued+o.Failed == 0 {
+		return 0
+	}
+	return float64(o.Failed) / float64(o.Issued+o.Failed)
+}
+
+// IssuedPerHour is the window's mean issuance rate.
+func (o Overview) IssuedPerHour() float64 {
+	return float64(o.Issued) / OverviewWindow.Hours()
+}
+
+// Overview reads the overview.
+func (op *Operator) Overview(ctx context.Context) (Overview, error) {
+	now := op.now()
+	since := now.Add(-OverviewWindow).Truncate(time.Hour).Add(time.Hour) // 24 whole hours, the current one last
+	ov := Overview{At: now, Profiles: op.ListProfiles()}
+	var err error
+	if ov.Orders, err = op.DB.OrderCountsSince(ctx, now.Add(-OverviewWindow)); err != nil {
+		return Overview{}, err
+	}
+	hours, err := op.DB.EventsPerHour(ctx, since, acme.EventCertificateIssued, acme.EventCertificateIssueFailed)
+	if err != nil {
+		return Overview{}, err
+	}
+	for h := since; !h.After(now); h = h.Add(time.Hour) {
+		ov.Hours = append(ov.Hours, HourCount{Hour: h.UTC()})
+	}
+	for _, e := range hours {
+		i := int(e.Hour.Sub(since) / time.Hour)
+		if i < 0 || i >= len(ov.Hours) {
+			continue
+		}
+		if e.Event == acme.EventCertificateIssued {
+			ov.Hours[i].Issued += e.Count
+			ov.Issued += e.Count
+		} else {
+			ov.Hours[i].Failed += e.Count
+			ov.Failed += e.Count
+		}
+	}
+	counts, err := op.DB.CountJobs(ctx)
+	if err != nil {
+		return Overview{}, err
+	}
+	oldest, err := op.DB.OldestReadyJobs(ctx)
+	if err != nil {
+		return Overview{}, err
+	}
+	for _, c := range counts {
+		v := JobQueueView{Kind: c.Kind, Status: string(c.Status), Count: c.N}
+		if t, ok := oldest[c.Kind]; ok && c.Status == store.JobReady {
+			v.OldestWaiting = max(now.Sub(t), 0)
+		}
+		ov.Jobs = append(ov.Jobs, v)
+	}
+	for _, p := range ov.Profiles {
+		if !p.CRL {
+			continue
+		}
+		v, err := op.ShowCRL(ctx, p.Name)
+		st := CRLStatus{CRLView: v}
+		if err != nil {
+			st = CRLStatus{CRLView: CRLView{Profile: p.Name}, Error: err.Error()}
+		}
+		ov.CRLs = append(ov.CRLs, st)
+	}
+	fails, err := op.SearchAudit(ctx, store.AuditFilter{Outcome: authority.OutcomeFailure, Limit: overviewFailures})
+	if err != nil {
+		return Overview{}, err
+	}
+	ov.Failures = fails.Items
+	return ov, nil
+}
+
+// FindOrderBySerial finds the order whose certificate has serial, given
+// in hex with or without colons, in any case.
+func (op *Operator) FindOrderBySerial(ctx context.Context, serial string) (OrderView, error) {
+	s := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(serial), ":", ""))
+	if s == "" || strings.Trim(s, "0123456789abcdef") != "" {
+		return OrderView{}, fmt.Errorf("%w: serial %q is not hexadecimal", ErrInvalid, serial)
+	}
+	id, err := op.DB.OrderIDBySerial(ctx, s)
+	if err != nil {
+		return OrderView{}, err
+	}
+	return op.ShowOrder(ctx, id)
+}
+
+// RetryJobAs is RetryJob, audited with actor.
+func (op *Operator) RetryJobAs(ctx context.Context, id int64, actor authority.Actor) (JobView, error) {
+	j, err := op.RetryJob(ctx, id)
+	return op.auditJob(ctx, acme.EventJobRetried, actor, j, err)
+}
+
+// CancelJobAs is CancelJob, audited with actor.
+func (op *Operator) CancelJobAs(ctx context.Context, id int64, actor authority.Actor) (JobView, error) {
+	j, err := op.CancelJob(ctx, id)
+	return op.auditJob(ctx, acme.EventJobCancelled, actor, j, err)
+}
+
+func (op *Operator) auditJob(ctx context.Context, event string, actor authority.Actor, j JobView, err error) (JobView, error) {
+	if err != nil {
+		return j, err
+	}
+	ev := store.AuditEvent{At: op.now(), Event: event, Outcome: authority.OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID,
+		Detail: fmt.Sprintf("job %d (%s) is now %s", j.ID, j.Kind, j.Status)}
+	if err := op.DB.InsertAudit(ctx, ev); err != nil {
+		return j, fmt.Errorf("job %d: the %s audit row: %w", j.ID, event, err)
+	}
+	return j, nil
+}
+
+// AuthzView is an authorization of an order, with its challenges.
+type AuthzView struct {
+	ID         string          `json:"id"`
+	Identifier acme.Identifier `json:"identifier"`
+	Wildcard   bool            `json:"wildcard,omitempty"`
+	Status     acme.Status     `json:"status"`
+	Expires    time.Time       `json:"expires"`
+	Challenges []ChallengeView `json:"challenges"`
+}
+
+// ChallengeView is a challenge as operators see it (without its token).
+type ChallengeView struct {
+	Type      string      `json:"type"`
+	Status    acme.Status `json:"status"`
+	Validated *time.Time  `json:"validated,omitempty"`
+	Error     string      `json:"error,omitempty"` // the problem document
+}
+
+// OrderAuthorizations reads the authorizations of an order, in order.
+func (op *Operator) OrderAuthorizations(ctx context.Context, o OrderView) ([]AuthzView, error) {
+	ord, err := op.DB.GetOrder(ctx, o.Profile, o.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := []AuthzView{}
+	for _, id := range ord.AuthzIDs {
+		a, err := op.DB.GetAuthz(ctx, o.Profile, id)
+		if err != nil {
+			return nil, err
+		}
+		v := AuthzView{ID: a.ID, Identifier: a.Identifier, Wildcard: a.Wildcard, Status: a.Status, Expires: a.Expires, Challenges: []ChallengeView{}}
+		for _, c := range a.Challenges {
+			v.Challenges = append(v.Challenges, ChallengeView{Type: c.Type, Status: c.Status, Validated: timePtr(c.Validated), Error: string(c.Error)})
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

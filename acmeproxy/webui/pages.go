@@ -1,0 +1,423 @@
+package webui
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// ---- overview ----
+
+// bar is one hour of the overview's chart, laid out in SVG units.
+type bar struct {
+	X, Y, H, FY, FH float64
+	Label           string
+}
+
+// chart lays out the overview's hours as bars 10 units wide in a 240×60
+// box: issuances from the bottom, failures stacked on them.
+func chart(hours []operator.HourCount) (bars []bar, peak int) {
+	for _, h := range hours {
+		peak = max(peak, h.Issued+h.Failed)
+	}
+	scale := 0.0
+	if peak > 0 {
+		scale = 56.0 / float64(peak)
+	}
+	for i, h := range hours {
+		ih, fh := float64(h.Issued)*scale, float64(h.Failed)*scale
+		bars = append(bars, bar{X: float64(i) * 10, Y: 60 - ih, H: ih, FY: 60 - ih - fh, FH: fh,
+			Label: fmt.Sprintf("%s: %d issued, %d failed", h.Hour.Format("15:04"), h.Issued, h.Failed)})
+	}
+	return bars, peak
+}
+
+func overview(rq *request, _ string) {
+	ov, err := rq.op().Overview(rq.r.Context())
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	// Orders by profile, then status, in the statuses' order of life.
+	type row struct {
+		Profile string
+		Counts  []int
+		Total   int
+	}
+	statuses := []acme.Status{acme.StatusPending, acme.StatusReady, acme.StatusProcessing, acme.StatusValid, acme.StatusInvalid}
+	var rows []row
+	idx := map[string]int{}
+	for _, c := range ov.Orders {
+		i, ok := idx[c.Profile]
+		if !ok {
+			i = len(rows)
+			idx[c.Profile] = i
+			rows = append(rows, row{Profile: c.Profile, Counts: make([]int, len(statuses))})
+		}
+		for j, s := range statuses {
+			if s == c.Status {
+				rows[i].Counts[j] += c.Count
+			}
+		}
+		rows[i].Total += c.Count
+	}
+	bars, peak := chart(ov.Hours)
+	rq.render(http.StatusOK, "overview", "Overview", struct {
+		operator.Overview
+		Statuses  []acme.Status
+		OrderRows []row
+		Bars      []bar
+		Peak      int
+	}{ov, statuses, rows, bars, peak})
+}
+
+// ---- orders ----
+
+func listOrders(rq *request, _ string) {
+	if serial := rq.query("serial"); serial != "" {
+		o, err := rq.op().FindOrderBySerial(rq.r.Context(), serial)
+		if err != nil {
+			rq.fail(0, err)
+			return
+		}
+		rq.render(http.StatusOK, "orders", "Orders", ordersPage{Page: operator.Page[operator.OrderView]{Items: []operator.OrderView{o}},
+			Filter: rq.filters(operator.OrderFilters, "serial")})
+		return
+	}
+	f := store.OrderFilter{Profile: rq.query("profile"), Status: acme.Status(rq.query("status")), AccountID: rq.query("account"),
+		Identifier: rq.query("identifier"), After: rq.query("after"), Limit: pageLimit}
+	p, err := rq.op().ListOrders(rq.r.Context(), f)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.render(http.StatusOK, "orders", "Orders", ordersPage{Page: p, Next: rq.next("after", p.Next), Filter: rq.filters(operator.OrderFilters, "serial")})
+}
+
+type ordersPage struct {
+	operator.Page[operator.OrderView]
+	Next   string
+	Filter map[string]string
+}
+
+// filters echoes a list's filters back into its form.
+func (rq *request) filters(names []string, more ...string) map[string]string {
+	m := map[string]string{}
+	for _, n := range append(names, more...) {
+		m[n] = rq.query(n)
+	}
+	return m
+}
+
+func showOrder(rq *request, id string) {
+	ctx := rq.r.Context()
+	o, err := rq.op().ShowOrder(ctx, id)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	authzs, err := rq.op().OrderAuthorizations(ctx, o)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	audit, err := rq.op().SearchAudit(ctx, store.AuditFilter{OrderID: id, Limit: pageLimit})
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.render(http.StatusOK, "order", "Order "+id, struct {
+		Order  operator.OrderView
+		Authzs []operator.AuthzView
+		Audit  []operator.AuditView
+	}{o, authzs, audit.Items})
+}
+
+func orderChain(rq *request, id string) {
+	o, err := rq.op().ShowOrder(rq.r.Context(), id)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	if o.Certificate == nil || o.Certificate.ChainPEM == "" {
+		rq.fail(http.StatusNotFound, fmt.Errorf("order %s has no certificate", id))
+		return
+	}
+	h := rq.w.Header()
+	h.Set("Content-Type", "application/pem-certificate-chain")
+	h.Set("Content-Disposition", `attachment; filename="`+o.Certificate.Serial+`.pem"`)
+	_, _ = rq.w.Write([]byte(o.Certificate.ChainPEM))
+}
+
+// reasons are the revocation reasons an operator may pick (RFC 5280
+// §5.3.1, as RFC 8555 §7.6 and the CA/B Forum allow).
+var reasons = []struct {
+	Code int
+	Name string
+}{
+	{0, "unspecified"}, {1, "keyCompromise"}, {3, "affiliationChanged"}, {4, "superseded"}, {5, "cessationOfOperation"},
+}
+
+func confirmRevoke(rq *request, id string) {
+	o, err := rq.op().ShowOrder(rq.r.Context(), id)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.render(http.StatusOK, "revoke", "Revoke order "+id, struct {
+		Order   operator.OrderView
+		Reasons any
+	}{o, reasons})
+}
+
+func revokeOrder(rq *request, id string) {
+	var reason *int
+	if v := rq.r.PostForm.Get("reason"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			rq.fail(http.StatusBadRequest, fmt.Errorf("reason %q is not a number", v))
+			return
+		}
+		reason = &n
+	}
+	if _, err := rq.op().RevokeOrder(rq.r.Context(), id, reason, rq.actor()); err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.done("orders/"+id, "revoked")
+}
+
+// ---- accounts ----
+
+func listAccounts(rq *request, _ string) {
+	f := store.AccountFilter{Profile: rq.query("profile"), Status: acme.Status(rq.query("status")), After: rq.query("after"), Limit: pageLimit}
+	p, err := rq.op().ListAccounts(rq.r.Context(), f)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.render(http.StatusOK, "accounts", "Accounts", struct {
+		operator.Page[operator.AccountView]
+		Next   string
+		Filter map[string]string
+	}{p, rq.next("after", p.Next), rq.filters(operator.AccountFilters)})
+}
+
+func showAccount(rq *request, id string) {
+	ctx := rq.r.Context()
+	a, err := rq.op().ShowAccount(ctx, id)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	orders, err := rq.op().ListOrders(ctx, store.OrderFilter{AccountID: id, Limit: pageLimit})
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.render(http.StatusOK, "account", "Account "+id, struct {
+		Account operator.AccountView
+		Orders  []operator.OrderView
+	}{a, orders.Items})
+}
+
+// confirmation is what a confirmation page asks.
+type confirmation struct {
+	Question string
+	Action   string // the form's path below the base
+	Button   string
+	Back     string
+}
+
+func confirmDeactivate(rq *request, id string) {
+	a, err := rq.op().ShowAccount(rq.r.Context(), id)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.render(http.StatusOK, "confirm", "Deactivate account", confirmation{
+		Question: fmt.Sprintf("Deactivate account %s of profile %s? Its key will then only be able to revoke what it ordered; this cannot be undone.", a.ID, a.Profile),
+		Action:   "accounts/" + id + "/do-deactivate", Button: "Deactivate the account", Back: "accounts/" + id})
+}
+
+func deactivateAccount(rq *request, id string) {
+	if _, err := rq.op().DeactivateAccount(rq.r.Context(), id, rq.actor()); err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.done("accounts/"+id, "deactivated")
+}
+
+// ---- jobs ----
+
+func listJobs(rq *request, _ string) {
+	var before int64
+	if v := rq.query("before"); v != "" {
+		n, err := parseID(v)
+		if err != nil {
+			rq.fail(0, err)
+			return
+		}
+		before = n
+	}
+	f := store.JobFilter{Kind: rq.query("kind"), Status: store.JobStatus(rq.query("status")), Key: rq.query("key"), BeforeID: before, Limit: pageLimit}
+	p, err := rq.op().ListJobs(rq.r.Context(), f)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.render(http.StatusOK, "jobs", "Jobs", struct {
+		operator.Page[operator.JobView]
+		Next   string
+		Filter map[string]string
+	}{p, rq.next("before", p.Next), rq.filters(operator.JobFilters)})
+}
+
+func showJob(rq *request, id string) {
+	n, err := parseID(id)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	j, err := rq.op().ShowJob(rq.r.Context(), n)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.render(http.StatusOK, "job", fmt.Sprintf("Job %d", j.ID), j)
+}
+
+func confirmJob(action string) func(*request, string) {
+	return func(rq *request, id string) {
+		n, err := parseID(id)
+		if err != nil {
+			rq.fail(0, err)
+			return
+		}
+		j, err := rq.op().ShowJob(rq.r.Context(), n)
+		if err != nil {
+			rq.fail(0, err)
+			return
+		}
+		q := fmt.Sprintf("Make job %d (%s, %s) run now, with a fresh attempt budget if it had given up?", j.ID, j.Kind, j.Status)
+		if action == "cancel" {
+			q = fmt.Sprintf("Cancel job %d (%s, %s)? A running job's current attempt becomes its last.", j.ID, j.Kind, j.Status)
+		}
+		rq.render(http.StatusOK, "confirm", action+" job", confirmation{Question: q, Action: "jobs/" + id + "/do-" + action,
+			Button: map[string]string{"retry": "Retry the job now", "cancel": "Cancel the job"}[action], Back: "jobs/" + id})
+	}
+}
+
+func jobAction(action string) func(*request, string) {
+	return func(rq *request, id string) {
+		n, err := parseID(id)
+		if err != nil {
+			rq.fail(0, err)
+			return
+		}
+		do, done := rq.op().RetryJobAs, "retried"
+		if action == "cancel" {
+			do, done = rq.op().CancelJobAs, "cancelled"
+		}
+		if _, err := do(rq.r.Context(), n, rq.actor()); err != nil {
+			rq.fail(0, err)
+			return
+		}
+		rq.done("jobs/"+id, done)
+	}
+}
+
+// ---- audit ----
+
+func searchAudit(rq *request, _ string) {
+	f := store.AuditFilter{Profile: rq.query("profile"), Event: rq.query("event"), Outcome: rq.query("outcome"), OrderID: rq.query("order"),
+		AccountID: rq.query("account"), Serial: rq.query("serial"), Limit: pageLimit}
+	var err error
+	if f.Since, err = parseTime("since", rq.query("since")); err == nil {
+		f.Until, err = parseTime("until", rq.query("until"))
+	}
+	if v := rq.query("before"); err == nil && v != "" {
+		f.BeforeID, err = parseID(v)
+	}
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	p, err := rq.op().SearchAudit(rq.r.Context(), f)
+	if err != nil {
+		rq.fail(0, err)
+		return
+	}
+	rq.render(http.StatusOK, "audit", "Audit", struct {
+		operator.Page[operator.AuditView]
+		Next   string
+		Filter map[string]string
+	}{p, rq.next("before", p.Next), rq.filters(operator.AuditFilters)})
+}
+
+// ---- template functions ----
+
+var funcs = template.FuncMap{
+	"list":  func(s ...string) []string { return s },
+	"title": func(s string) string { return strings.ToUpper(s[:1]) + s[1:] },
+	"ts": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			if v.IsZero() {
+				return "—"
+			}
+			return v.UTC().Format("2006-01-02 15:04:05Z")
+		case *time.Time:
+			if v == nil || v.IsZero() {
+				return "—"
+			}
+			return v.UTC().Format("2006-01-02 15:04:05Z")
+		}
+		return fmt.Sprint(t)
+	},
+	"dur": func(d time.Duration) string {
+		if d <= 0 {
+			return "—"
+		}
+		return d.Round(time.Second).String()
+	},
+	"until": func(now, t time.Time) string {
+		d := t.Sub(now).Round(time.Second)
+		if d < 0 {
+			return "overdue by " + (-d).String()
+		}
+		return "in " + d.String()
+	},
+	"pct":   func(f float64) string { return strconv.FormatFloat(math.Round(f*1000)/10, 'f', -1, 64) + "%" },
+	"rate":  func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
+	"float": func(n int) float64 { return float64(n) },
+	"reason": func(r *int) string {
+		if r == nil {
+			return "unspecified"
+		}
+		for _, x := range reasons {
+			if x.Code == *r {
+				return x.Name
+			}
+		}
+		return strconv.Itoa(*r)
+	},
+	"idents": func(ids []acme.Identifier) string {
+		s := ""
+		for i, id := range ids {
+			if i > 0 {
+				s += ", "
+			}
+			s += id.Value
+		}
+		return s
+	},
+}

@@ -1,0 +1,191 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// uiBrowser finds Debian's chromium, or skips the test (fails it under
+// ACMEPROXY_E2E=1, where .ci/run has installed it).
+func uiBrowser(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("ACMEPROXY_E2E") == "1" {
+		t.Fatal("chromium is not on PATH; ACMEPROXY_E2E=1 requires it (apt-get install chromium)")
+	}
+	t.Skip("chromium is not on PATH (apt-get install chromium)")
+	return ""
+}
+
+// uiScreenshots is where the browser test saves its screenshots: the
+// directory ACMEPROXY_UI_SCREENSHOTS names, else the test's temporary one.
+func uiScreenshots(t *testing.T) string {
+	if d := os.Getenv("ACMEPROXY_UI_SCREENSHOTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// uiSite is the operator page on the proxy's site under /ops, behind
+// basic_auth, and the same page under /open with no authentication.
+const uiSite = `
+	route /ops* {
+		basic_auth {
+			%s %s
+		}
+		acme_proxy_ui {
+			prefix /ops
+		}
+	}
+	route /open* {
+		acme_proxy_ui {
+			prefix /open
+		}
+	}
+`
+
+func TestAnOperatorRevokesACertificateFromTheWebPageInARealBrowser(t *testing.T) {
+	browser := uiBrowser(t)
+	shots := uiScreenshots(t)
+	const user, password = "alice", "correct horse battery staple"
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newE2EEnv(t)
+	ln := e2eListen(t)
+	b := &revokeBench{env: env, srv: serveE2EHTTP01(t, ln)}
+	env.load(t, e2eConfig{ValidationHTTP: e2ePort(ln), ValidationTLS: freePort(t), ExtraProfiles: fmt.Sprintf(uiSite, user, hash)})
+	ctx, cancel := context.WithTimeout(t.Context(), 4*e2eWait)
+	defer cancel()
+	base := fmt.Sprintf("https://127.0.0.1:%d", env.HTTPSPort)
+
+	// Caddy's own authentication stands in front: no credentials, 401;
+	// the page with none in front refuses, 403.
+	for path, want := range map[string]int{"/ops/": http.StatusUnauthorized, "/open/": http.StatusForbidden} {
+		resp, err := env.client.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without credentials: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+
+	// A real client issues a certificate.
+	c := newE2EXCrypto(ctx, t, env)
+	got := b.obtain(ctx, t, c, "ui.example.com")
+	serial := fmt.Sprintf("%x", got.leaf.SerialNumber)
+
+	// The browser, logged in through basic_auth, phone-sized.
+	actx, acancel := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("ignore-certificate-errors", true), // Caddy's local CA, which this browser does not trust
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 900))
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer bcancel()
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			png, err := chromedp.FullScreenshot(100)(ctx, tg)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name), png, 0o644)
+		})
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("the text of %s: %v", sel, err)
+		}
+		return s
+	}
+	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, steps...); err != nil {
+			t.Fatalf("the browser, %s: %v", what, err)
+		}
+	}
+	// Log in through basic_auth: the first navigation carries the
+	// credentials in its URL, which the browser answers Caddy's 401
+	// challenge with and keeps for the site's later requests.
+	login := strings.Replace(base, "https://", "https://"+user+":"+url.PathEscape(password)+"@", 1)
+	step("logging in", chromedp.Navigate(login+"/ops/"), chromedp.WaitVisible(chromedp.CSS("#user")))
+	if who := text("#user"); who != user {
+		t.Fatalf("signed in as %q, want %s", who, user)
+	}
+	row := `tr[data-order="` + got.order + `"]`
+	step("opening the Orders page",
+		chromedp.Navigate(base+"/ops/orders?profile="+e2eProfile),
+		chromedp.WaitVisible(chromedp.CSS(row)))
+	ordersText := text("#orders")
+	step("revoking the certificate",
+		chromedp.Click(chromedp.CSS(row+" a")),
+		chromedp.WaitVisible(chromedp.CSS("#revoke")),
+		chromedp.EmulateViewport(390, 844),
+		shot("order-phone.png"),
+		chromedp.Click(chromedp.CSS("#revoke")),
+		chromedp.WaitVisible(chromedp.CSS("#reason")),
+		chromedp.SetValue(chromedp.CSS("#reason"), "4"),
+		chromedp.Click(chromedp.CSS("#confirm")),
+		chromedp.WaitVisible(chromedp.CSS(".done")),
+		shot("revoked-phone.png"))
+	revocation := text("#revocation")
+	step("opening the audit list",
+		chromedp.EmulateViewport(1200, 900),
+		chromedp.Navigate(base+"/ops/audit?order="+got.order),
+		chromedp.WaitVisible(chromedp.CSS("#audit")),
+		shot("audit.png"))
+	auditText := text("#audit")
+	step("opening the overview",
+		chromedp.Navigate(base+"/ops/"),
+		chromedp.WaitVisible(chromedp.CSS("#issued")),
+		shot("overview.png"))
+	issued, crlNumber := text("#issued"), text(".crl-number")
+	t.Logf("screenshots in %s", shots)
+	if !strings.Contains(ordersText, serial) || !strings.Contains(ordersText, "ui.example.com") {
+		t.Errorf("the Orders page does not show serial %s for ui.example.com:\n%s", serial, ordersText)
+	}
+	if !strings.Contains(revocation, "revoked") || !strings.Contains(revocation, "superseded") {
+		t.Errorf("the order's page after the revocation says %q; want revoked, reason superseded", revocation)
+	}
+	if !strings.Contains(auditText, "certificate_revoked") || !strings.Contains(auditText, "web_ui: "+user) {
+		t.Errorf("the audit list lacks the revocation by %s:\n%s", user, auditText)
+	}
+	if issued != "1" || crlNumber == "" {
+		t.Errorf("the overview counts %q issued, shows CRL number %q; want 1 and a number", issued, crlNumber)
+	}
+	// The CRL lists the serial.
+	b.crl(t, got.leaf.SerialNumber)
+
+	// The store agrees: revoked with reason 4, by alice through the page.
+	o, err := activeApp(t).Operator().ShowOrder(ctx, got.order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert := o.Certificate; cert == nil || cert.RevokedAt == nil || cert.Reason == nil || *cert.Reason != 4 {
+		t.Errorf("the order's certificate after the revocation: %+v", o.Certificate)
+	}
+}

@@ -1,0 +1,111 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+)
+
+// The operator page's overview counts. Each query is plain SQL that SQLite
+// and PostgreSQL read alike: GROUP BY, COUNT, MIN, CASE and integer
+// division of BIGINT milliseconds, no dialect function.
+
+// OrderCount is how many orders of a profile in one status.
+type OrderCount struct {
+	Profile string
+	Status  acme.Status
+	Count   int
+}
+
+// OrderCountsSince counts the orders created at or after since, by profile
+// and status.
+func (db *DB) OrderCountsSince(ctx context.Context, since time.Time) ([]OrderCount, error) {
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT profile, status, COUNT(*) FROM orders WHERE created_at >= ?
+		GROUP BY profile, status ORDER BY profile, status`), since.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("store: counting orders: %w", err)
+	}
+	defer rows.Close()
+	var out []OrderCount
+	for rows.Next() {
+		var c OrderCount
+		if err := rows.Scan(&c.Profile, &c.Status, &c.Count); err != nil {
+			return nil, fmt.Errorf("store: counting orders: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// OldestReadyJobs returns, for each kind with a job waiting to run
+// (ready), when the oldest of them was created. CountJobs counts them.
+func (db *DB) OldestReadyJobs(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT kind, MIN(created_at) FROM jobs WHERE status = ? GROUP BY kind`), JobReady)
+	if err != nil {
+		return nil, fmt.Errorf("store: reading the oldest waiting jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var (
+			kind   string
+			oldest int64
+		)
+		if err := rows.Scan(&kind, &oldest); err != nil {
+			return nil, fmt.Errorf("store: reading the oldest waiting jobs: %w", err)
+		}
+		out[kind] = ms(oldest)
+	}
+	return out, rows.Err()
+}
+
+// EventHour is how many audit rows of an event one hour holds.
+type EventHour struct {
+	Event string
+	Hour  time.Time // the hour's start, UTC
+	Count int
+}
+
+// EventsPerHour counts the audit rows of the given events at or after
+// since, by event and by hour (UTC), oldest hour first.
+func (db *DB) EventsPerHour(ctx context.Context, since time.Time, events ...string) ([]EventHour, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	const hour = int64(time.Hour / time.Millisecond)
+	in, args := "?", []any{events[0]}
+	for _, e := range events[1:] {
+		in += ", ?"
+		args = append(args, e)
+	}
+	args = append(args, since.UnixMilli())
+	rows, err := db.r.QueryContext(ctx, db.q(fmt.Sprintf(`SELECT event, at / %d, COUNT(*) FROM audit_events
+		WHERE event IN (%s) AND at >= ? GROUP BY event, at / %d ORDER BY at / %d, event`, hour, in, hour, hour)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: counting events: %w", err)
+	}
+	defer rows.Close()
+	var out []EventHour
+	for rows.Next() {
+		var (
+			e EventHour
+			h int64
+		)
+		if err := rows.Scan(&e.Event, &h, &e.Count); err != nil {
+			return nil, fmt.Errorf("store: counting events: %w", err)
+		}
+		e.Hour = ms(h * hour)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// OrderIDBySerial finds the order whose certificate has serial (lower-case
+// hex, as certificates.serial), in any profile.
+func (db *DB) OrderIDBySerial(ctx context.Context, serial string) (string, error) {
+	var id string
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT order_id FROM certificates WHERE serial = ?`), serial).Scan(&id)
+	return id, readErr(err, "certificate with serial "+serial)
+}

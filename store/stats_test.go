@@ -1,0 +1,70 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+)
+
+func TestEventsPerHourCountsEachEventInTheHourItHappened(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t)
+	at := []struct {
+		event string
+		at    time.Time
+	}{
+		{acme.EventCertificateIssued, t0.Add(-time.Minute)}, // before since: not counted
+		{acme.EventCertificateIssued, t0.Add(10 * time.Minute)},
+		{acme.EventCertificateIssued, t0.Add(59 * time.Minute)},
+		{acme.EventCertificateIssueFailed, t0.Add(30 * time.Minute)},
+		{acme.EventCertificateIssued, t0.Add(2*time.Hour + time.Second)},
+		{acme.EventAccountCreated, t0.Add(time.Minute)}, // not asked for
+	}
+	for _, a := range at {
+		if err := db.InsertAudit(ctx, AuditEvent{At: a.at, Event: a.event, Outcome: "success"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := db.EventsPerHour(ctx, t0, acme.EventCertificateIssued, acme.EventCertificateIssueFailed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []EventHour{
+		{acme.EventCertificateIssueFailed, t0, 1},
+		{acme.EventCertificateIssued, t0, 2},
+		{acme.EventCertificateIssued, t0.Add(2 * time.Hour), 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].Event != want[i].Event || !got[i].Hour.Equal(want[i].Hour) || got[i].Count != want[i].Count {
+			t.Errorf("row %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestOldestReadyJobsNamesTheFirstCreatedWaitingJobOfEachKind(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t)
+	for i, kind := range []string{"crl", "notify", "notify"} {
+		if _, _, err := db.EnqueueJob(ctx, NewJob{Kind: kind, RunAt: t0, MaxAttempts: 3}, t0.Add(time.Duration(i+1)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := db.OldestReadyJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{"crl": t0.Add(time.Minute), "notify": t0.Add(2 * time.Minute)}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if !got[k].Equal(w) {
+			t.Errorf("%s: oldest created %s, want %s", k, got[k], w)
+		}
+	}
+}
