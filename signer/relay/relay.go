@@ -95,9 +95,8 @@ type Signer struct {
 	http      *httpPublisher
 
 	mu       sync.Mutex
-	bound    *signer.Binding
-	log      *zap.Logger
-	coolTill time.Time // profile-wide: no upstream request before this
+	bound    signer.Bound // its profile, once bound
+	coolTill time.Time    // profile-wide: no upstream request before this
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
@@ -145,7 +144,6 @@ func New(opts Options) (*Signer, error) {
 		issuerKey: (&certmagic.ACMEIssuer{CA: opts.Directory}).IssuerKey(),
 		clock:     opts.Clock,
 		transport: opts.Transport,
-		log:       zap.NewNop(),
 	}
 	if s.transport == nil {
 		s.transport = newTransport(opts.RootCAs)
@@ -172,13 +170,7 @@ func (t observedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err == nil {
 		status = resp.StatusCode
 	}
-	t.s.mu.Lock()
-	profile := ""
-	if t.s.bound != nil {
-		profile = t.s.bound.Profile
-	}
-	t.s.mu.Unlock()
-	t.s.opts.Observe(profile, time.Since(start), status)
+	t.s.opts.Observe(t.s.bound.Profile(), time.Since(start), status)
 	return resp, err
 }
 
@@ -196,30 +188,9 @@ func newTransport(roots *x509.CertPool) http.RoundTripper {
 }
 
 // Bind gives the signer its profile's Settler, queue and store.
-func (s *Signer) Bind(b signer.Binding) error {
-	if b.Profile == "" || b.Settler == nil || b.Queue == nil || b.DB == nil {
-		return errors.New("relay: a binding needs a profile, a settler, a queue and a store")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.bound != nil {
-		return fmt.Errorf("relay: already bound to profile %q", s.bound.Profile)
-	}
-	s.bound = &b
-	if b.Logger != nil {
-		s.log = b.Logger.Named("relay")
-	}
-	return nil
-}
+func (s *Signer) Bind(b signer.Binding) error { return s.bound.Bind("relay", b) }
 
-func (s *Signer) binding() (*signer.Binding, *zap.Logger, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.bound == nil {
-		return nil, s.log, errors.New("relay: the signer is not bound to a profile")
-	}
-	return s.bound, s.log, nil
-}
+func (s *Signer) binding() (*signer.Binding, *zap.Logger, error) { return s.bound.Get("relay") }
 
 // CheckIdentifier refuses what the upstream challenge cannot prove:
 // wildcards by http-01 (RFC 8555 §7.1.3), IP addresses by dns-01 (RFC 8738

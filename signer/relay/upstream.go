@@ -394,7 +394,7 @@ func (s *Signer) account(ctx context.Context, c *acme.Client, profile string) (a
 		if err := s.storeAccount(ctx, key, rec); err != nil {
 			return acme.Account{}, err
 		}
-		s.log.Info("upstream account registered", zap.String("event", "relay_account_registered"),
+		s.bound.Logger().Info("upstream account registered", zap.String("event", "relay_account_registered"),
 			zap.String("profile", profile), zap.String("directory", s.opts.Directory), zap.String("account", acct.Location))
 	}
 	acct.PrivateKey = priv
@@ -430,7 +430,7 @@ func (s *Signer) forgetAccount(ctx context.Context, profile string) {
 	}
 	rec.Location = ""
 	if err := s.storeAccount(ctx, key, rec); err != nil {
-		s.log.Error("forgetting the upstream account", zap.String("event", "relay_account_forget_failed"), zap.Error(err))
+		s.bound.Logger().Error("forgetting the upstream account", zap.String("event", "relay_account_forget_failed"), zap.Error(err))
 	}
 }
 

@@ -86,8 +86,7 @@ type Signer struct {
 	env  []string // PATH and Env, sorted by name
 
 	mu        sync.Mutex
-	bound     *signer.Binding
-	log       *zap.Logger
+	bound     signer.Bound   // its profile, once bound
 	tempFails map[string]int // order → consecutive exit 75s, for the backoff
 	// signed holds a checked chain the Settler failed to record, so the
 	// next attempt records it instead of signing the order again.
@@ -140,34 +139,13 @@ func New(opts Options) (*Signer, error) {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	return &Signer{opts: opts, env: env, log: zap.NewNop(), tempFails: map[string]int{}, signed: map[string][][]byte{}}, nil
+	return &Signer{opts: opts, env: env, tempFails: map[string]int{}, signed: map[string][][]byte{}}, nil
 }
 
 // Bind gives the signer its profile's Settler, queue and store.
-func (s *Signer) Bind(b signer.Binding) error {
-	if b.Profile == "" || b.Settler == nil || b.Queue == nil || b.DB == nil {
-		return errors.New("script: a binding needs a profile, a settler, a queue and a store")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.bound != nil {
-		return fmt.Errorf("script: already bound to profile %q", s.bound.Profile)
-	}
-	s.bound = &b
-	if b.Logger != nil {
-		s.log = b.Logger.Named("script")
-	}
-	return nil
-}
+func (s *Signer) Bind(b signer.Binding) error { return s.bound.Bind("script", b) }
 
-func (s *Signer) binding() (*signer.Binding, *zap.Logger, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.bound == nil {
-		return nil, s.log, errors.New("script: the signer is not bound to a profile")
-	}
-	return s.bound, s.log, nil
-}
+func (s *Signer) binding() (*signer.Binding, *zap.Logger, error) { return s.bound.Get("script") }
 
 // issuePayload is a script_issue job's payload: the request as the
 // program will see it, so the job needs nothing else to run.
