@@ -106,13 +106,15 @@ func (b *issuerBook) bind(profile string) error {
 // remember records iss unless a record of its key with at least its
 // validity is known already.
 func (b *issuerBook) remember(ctx context.Context, iss Issuer) (keptIssuer, error) {
-	k := keep(iss)
+	// Every issuance asks; all but a CA's first find it known, so the
+	// check needs only the key id, not a whole record's worth of names.
 	b.mu.Lock()
-	old, ok := b.known[k.info.KeyID]
+	old, ok := b.known[signer.CAKeyID(iss.Chain[0])]
 	b.mu.Unlock()
-	if ok && !k.info.NotAfter.After(old.info.NotAfter) {
+	if ok && !iss.Chain[0].NotAfter.After(old.info.NotAfter) {
 		return old, nil
 	}
+	k := keep(iss)
 	rec, err := encodeRecord(iss)
 	if err != nil {
 		return keptIssuer{}, fmt.Errorf("localca: recording issuing CA %q: %w", k.info.Subject, err)
