@@ -48,7 +48,7 @@ type ProblemType string
 const errorNS = "urn:ietf:params:acme:error:"
 
 // The ACME error types (RFC 8555 §6.7; draft-ietf-acme-profiles for
-// invalidProfile).
+// invalidProfile; RFC 9773 §7.4 for alreadyReplaced).
 const (
 	ErrorAccountDoesNotExist     ProblemType = errorNS + "accountDoesNotExist"
 	ErrorAlreadyRevoked          ProblemType = errorNS + "alreadyRevoked"
@@ -75,6 +75,7 @@ const (
 	ErrorUnsupportedIdentifier   ProblemType = errorNS + "unsupportedIdentifier"
 	ErrorUserActionRequired      ProblemType = errorNS + "userActionRequired"
 	ErrorInvalidProfile          ProblemType = errorNS + "invalidProfile"
+	ErrorAlreadyReplaced         ProblemType = errorNS + "alreadyReplaced"
 )
 
 // The events this server audits, logs and notifies (a destination
@@ -96,4 +97,5 @@ const (
 	EventAccountBindingRefused   = "account_binding_refused" // a newAccount's external account binding refused (RFC 8555 §7.3.4)
 	EventJobRetried              = "job_retried"             // an operator made a job run now
 	EventJobCancelled            = "job_cancelled"           // an operator cancelled a job
+	EventRenewEarly              = "renew_early"             // an operator moved a certificate's renewal window to now (RFC 9773)
 )

@@ -83,6 +83,9 @@ type ProfileConfig struct {
 	// minted; the directory says externalAccountRequired), "optional" (a
 	// new account may bind one), or unset for none (a binding is ignored).
 	EAB string `json:"eab,omitempty"`
+	// RenewalInfo places the renewal windows renewalInfo suggests (RFC
+	// 9773); unset, the defaults (see RenewalInfoConfig).
+	RenewalInfo *RenewalInfoConfig `json:"renewal_info,omitempty"`
 }
 
 // CertificateProfileConfig is one certificate profile.
@@ -293,6 +296,9 @@ func (c *ProfileConfig) Validate() error {
 		if err := cp.Validate(); err != nil {
 			return fmt.Errorf("certificate_profiles.%s.%w", name, err)
 		}
+	}
+	if err := c.RenewalInfo.authority().Validate(); err != nil {
+		return fmt.Errorf("renewal_info.%w", err)
 	}
 	if d := c.DefaultCertificateProfile; d != "" && c.CertificateProfiles[d] == nil {
 		return fmt.Errorf("default_certificate_profile: %q is not a configured certificate profile", d)

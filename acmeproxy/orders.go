@@ -21,7 +21,8 @@ type orderJSON struct {
 	Identifiers    []acme.Identifier `json:"identifiers"`
 	NotBefore      string            `json:"notBefore,omitempty"`
 	NotAfter       string            `json:"notAfter,omitempty"`
-	Profile        string            `json:"profile,omitempty"` // its certificate profile
+	Profile        string            `json:"profile,omitempty"`  // its certificate profile
+	Replaces       string            `json:"replaces,omitempty"` // the certID it replaces (RFC 9773 §5)
 	Error          json.RawMessage   `json:"error,omitempty"`
 	Authorizations []string          `json:"authorizations"`
 	Finalize       string            `json:"finalize"`
@@ -42,6 +43,7 @@ func (s *Server) orderJSON(base string, o store.Order) orderJSON {
 		NotBefore:      rfc3339(o.NotBefore),
 		NotAfter:       rfc3339(o.NotAfter),
 		Profile:        o.CertificateProfile,
+		Replaces:       o.Replaces,
 		Error:          o.Error,
 		Authorizations: make([]string, len(o.AuthzIDs)),
 		Finalize:       base + "/order/" + o.ID + "/finalize",
@@ -78,7 +80,8 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 		Identifiers []acme.Identifier `json:"identifiers"`
 		NotBefore   string            `json:"notBefore"`
 		NotAfter    string            `json:"notAfter"`
-		Profile     string            `json:"profile"` // a certificate profile (draft-ietf-acme-profiles)
+		Profile     string            `json:"profile"`  // a certificate profile (draft-ietf-acme-profiles)
+		Replaces    string            `json:"replaces"` // the certID of the certificate it replaces (RFC 9773 §5)
 	}
 	if err := decodePayload(req.payload, &p); err != nil {
 		return err
@@ -96,7 +99,7 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter, certProfile)
+	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter, certProfile, p.Replaces)
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,7 @@ func TestEveryRequestIsCountedUnderItsRoutesNameNeverAResourceID(t *testing.T) {
 		{"ok/an authorization", http.MethodPost, "/authz/abc", "authz"},
 		{"ok/a challenge", http.MethodPost, "/chall/abc", "chall"},
 		{"ok/a certificate", http.MethodPost, "/cert/abc", "cert"},
+		{"ok/renewal information", http.MethodGet, "/renewal-info/abc.def", "renewal-info"},
 		{"ok/a wrong method keeps the route's name", http.MethodGet, "/order/abc/finalize", "order/finalize"},
 		{"ok/an unknown resource is other", http.MethodPost, "/order/abc/refund", "other"},
 		{"ok/a resource without an id is other", http.MethodPost, "/order/", "other"},

@@ -70,6 +70,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	core, err := authority.New(authority.Config{
 		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, EAB: cfg.EAB, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
 		CertificateProfiles: cfg.authorityProfiles(), DefaultCertificateProfile: cfg.DefaultCertificateProfile,
+		Renewal: cfg.RenewalInfo.authority(),
 	}, opts)
 	if err != nil {
 		return nil, err
@@ -227,6 +228,7 @@ func (s *Server) routes() []route {
 		{"/authz/{id}", post, "authz", withID(s.handleAuthz)},
 		{"/chall/{id}", post, "chall", withID(s.handleChallenge)},
 		{"/cert/{id}", post, "cert", withID(s.handleCertificate)},
+		{"/renewal-info/{id}", getHead, "renewal-info", withID(s.handleRenewalInfo)},
 	}
 }
 
@@ -310,12 +312,14 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // ---- directory and nonces ----
 
 type directoryJSON struct {
-	NewNonce   string        `json:"newNonce"`
-	NewAccount string        `json:"newAccount"`
-	NewOrder   string        `json:"newOrder"`
-	RevokeCert string        `json:"revokeCert"`
-	KeyChange  string        `json:"keyChange"`
-	Meta       directoryMeta `json:"meta"`
+	NewNonce   string `json:"newNonce"`
+	NewAccount string `json:"newAccount"`
+	NewOrder   string `json:"newOrder"`
+	RevokeCert string `json:"revokeCert"`
+	KeyChange  string `json:"keyChange"`
+	// RenewalInfo is the base of the renewalInfo resource (RFC 9773 §3).
+	RenewalInfo string        `json:"renewalInfo"`
+	Meta        directoryMeta `json:"meta"`
 }
 
 type directoryMeta struct {
@@ -328,12 +332,13 @@ type directoryMeta struct {
 func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
 	base := s.baseURL(r)
 	s.writeJSON(w, http.StatusOK, directoryJSON{
-		NewNonce:   base + "/new-nonce",
-		NewAccount: base + "/new-account",
-		NewOrder:   base + "/new-order",
-		RevokeCert: base + "/revoke-cert",
-		KeyChange:  base + "/key-change",
-		Meta:       directoryMeta{ExternalAccountRequired: s.cfg.EAB == authority.EABRequired, Profiles: s.core.CertificateProfiles()},
+		NewNonce:    base + "/new-nonce",
+		NewAccount:  base + "/new-account",
+		NewOrder:    base + "/new-order",
+		RevokeCert:  base + "/revoke-cert",
+		KeyChange:   base + "/key-change",
+		RenewalInfo: base + "/renewal-info",
+		Meta:        directoryMeta{ExternalAccountRequired: s.cfg.EAB == authority.EABRequired, Profiles: s.core.CertificateProfiles()},
 	})
 	return nil
 }

@@ -180,10 +180,10 @@ func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now 
 			return fmt.Errorf("%w: order %s is not processing", ErrWrongState, c.OrderID)
 		}
 		if _, err = tx.ExecContext(ctx, db.q(`INSERT INTO certificates
-			(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at, issuer_key_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			c.ID, c.OrderID, c.Profile, c.AccountID, c.Serial, c.ChainPEM, c.PublicKey,
-			c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli()); err != nil {
+			c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli(), c.IssuerKeyID); err != nil {
 			return err
 		}
 		return db.insertAudit(ctx, tx, ev)

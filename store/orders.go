@@ -33,6 +33,13 @@ type Order struct {
 	// CertificateProfile is the certificate profile the order chose at
 	// new-order (draft-ietf-acme-profiles); "" for none.
 	CertificateProfile string
+	// Replaces is newOrder's "replaces" (RFC 9773 §5), the certID of the
+	// certificate the order replaces as the client sent it; "" for none.
+	Replaces string
+	// ReplacesCertificateID is the id of that certificate. CreateOrder
+	// refuses, with ErrConflict, a second order replacing one certificate
+	// while an earlier one is not invalid.
+	ReplacesCertificateID string
 }
 
 // OrderClient describes the client that finalized an order: its address
@@ -68,7 +75,7 @@ type Challenge struct {
 
 // orderScanCols are the columns scanOrder reads, in its order.
 var orderScanCols = []string{"id", "profile", "account_id", "status", "identifiers", "not_before", "not_after", "expires_at",
-	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent", "certificate_profile"}
+	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent", "certificate_profile", "replaces", "replaces_certificate_id"}
 
 var orderCols = strings.Join(orderScanCols, ", ")
 
@@ -82,12 +89,14 @@ func scanOrder(r rowScanner) (Order, error) {
 		nb, na           sql.NullInt64
 		expires, created int64
 		problem, certID  sql.NullString
+		replacesCert     sql.NullString
 		csr              []byte
 	)
 	if err := r.Scan(&o.ID, &o.Profile, &o.AccountID, &o.Status, &idents, &nb, &na, &expires, &problem, &csr, &certID, &created,
-		&o.Client.Addr, &o.Client.UserAgent, &o.CertificateProfile); err != nil {
+		&o.Client.Addr, &o.Client.UserAgent, &o.CertificateProfile, &o.Replaces, &replacesCert); err != nil {
 		return Order{}, err
 	}
+	o.ReplacesCertificateID = replacesCert.String
 	if err := json.Unmarshal([]byte(idents), &o.Identifiers); err != nil {
 		return Order{}, fmt.Errorf("order %s identifiers: %w", o.ID, err)
 	}
@@ -150,11 +159,18 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 	o.ID, o.Status, o.CreatedAt = NewID(), acme.StatusPending, now
 	o.AuthzIDs = make([]string, len(authzs))
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
+		if o.ReplacesCertificateID != "" {
+			if err := db.checkNotReplaced(ctx, tx, o.ReplacesCertificateID, now); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders
-			(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at, certificate_profile)
-			VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`),
+			(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at, certificate_profile,
+			 replaces, replaces_certificate_id)
+			VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			o.ID, o.Profile, o.AccountID, string(idents), msOrNull(o.NotBefore), msOrNull(o.NotAfter),
-			o.Expires.UnixMilli(), now.UnixMilli(), now.UnixMilli(), o.CertificateProfile); err != nil {
+			o.Expires.UnixMilli(), now.UnixMilli(), now.UnixMilli(), o.CertificateProfile,
+			o.Replaces, strOrNull(o.ReplacesCertificateID)); err != nil {
 			return err
 		}
 		for i, id := range o.Identifiers {
@@ -186,10 +202,33 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 		}
 		return nil
 	})
+	if errors.Is(err, ErrConflict) {
+		return Order{}, err
+	}
 	if err != nil {
 		return Order{}, fmt.Errorf("store: creating order: %w", err)
 	}
 	return o, nil
+}
+
+// checkNotReplaced refuses, with ErrConflict, to let another order replace
+// certificate certID while an order replacing it is still live: not
+// invalid, and not a pending or ready order past its expiry (which is
+// invalid, whether or not a sweep has rewritten its row yet). The check
+// and the insert after it are one serializable transaction, so two
+// concurrent replacements of one certificate store one.
+func (db *DB) checkNotReplaced(ctx context.Context, tx *sql.Tx, certID string, now time.Time) error {
+	var by string
+	err := tx.QueryRowContext(ctx, db.q(`SELECT id FROM orders WHERE replaces_certificate_id = ?
+		AND status <> 'invalid' AND NOT (status IN ('pending','ready') AND expires_at <= ?) LIMIT 1`),
+		certID, now.UnixMilli()).Scan(&by)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("%w: certificate %s is already replaced by order %s", ErrConflict, certID, by)
 }
 
 // GetOrder reads an order of a profile, with its authorization ids.
@@ -490,6 +529,14 @@ type Certificate struct {
 	NotAfter  time.Time
 	RevokedAt time.Time
 	Reason    *int
+	// IssuerKeyID names the CA that signed it, as signer.LeafIssuerKeyID
+	// does; "" for certificates stored before it was recorded.
+	IssuerKeyID string
+	// RenewEarlyAt, when set, is when an operator asked for the
+	// certificate to be renewed early (RFC 9773): its renewal window
+	// moves there. ExplanationURL is the page the operator gave for why.
+	RenewEarlyAt   time.Time
+	ExplanationURL string
 }
 
 // FailOrder moves an unfinished order to invalid with the problem document
@@ -503,25 +550,14 @@ func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail s
 	return nil
 }
 
-const certCols = `id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, revoked_at, revocation_reason`
+const certCols = `id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, revoked_at, revocation_reason,
+	issuer_key_id, renew_early_at, explanation_url`
 
 // GetCertificate reads a certificate of a profile.
 func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certificate, error) {
-	var (
-		c         Certificate
-		nb, na    int64
-		revokedAt sql.NullInt64
-		reason    sql.NullInt64
-	)
-	err := db.r.QueryRowContext(ctx, db.q(`SELECT `+certCols+` FROM certificates WHERE profile = ? AND id = ?`), profile, id).
-		Scan(&c.ID, &c.OrderID, &c.Profile, &c.AccountID, &c.Serial, &c.ChainPEM, &c.PublicKey, &nb, &na, &revokedAt, &reason)
+	c, err := scanCertificate(db.r.QueryRowContext(ctx, db.q(`SELECT `+certCols+` FROM certificates WHERE profile = ? AND id = ?`), profile, id))
 	if err := readErr(err, "certificate "+id); err != nil {
 		return Certificate{}, err
-	}
-	c.NotBefore, c.NotAfter, c.RevokedAt = ms(nb), ms(na), nullMs(revokedAt)
-	if reason.Valid {
-		r := int(reason.Int64)
-		c.Reason = &r
 	}
 	return c, nil
 }

@@ -34,12 +34,13 @@ func scanCertificate(r rowScanner) (Certificate, error) {
 		nb, na    int64
 		revokedAt sql.NullInt64
 		reason    sql.NullInt64
+		early     sql.NullInt64
 	)
 	if err := r.Scan(&c.ID, &c.OrderID, &c.Profile, &c.AccountID, &c.Serial, &c.ChainPEM, &c.PublicKey,
-		&nb, &na, &revokedAt, &reason); err != nil {
+		&nb, &na, &revokedAt, &reason, &c.IssuerKeyID, &early, &c.ExplanationURL); err != nil {
 		return Certificate{}, err
 	}
-	c.NotBefore, c.NotAfter, c.RevokedAt = ms(nb), ms(na), nullMs(revokedAt)
+	c.NotBefore, c.NotAfter, c.RevokedAt, c.RenewEarlyAt = ms(nb), ms(na), nullMs(revokedAt), nullMs(early)
 	c.Reason = nullInt(reason)
 	return c, nil
 }

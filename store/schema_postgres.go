@@ -326,4 +326,18 @@ var postgresMigrations = []migration{
 			`ALTER TABLE accounts ADD COLUMN eab_label TEXT NOT NULL DEFAULT ''`,
 		},
 	},
+	{
+		version: 14,
+		name:    "renewal_info",
+		stmts: []string{
+			// Renewal information (RFC 9773), as in SQLite's migration 14.
+			`ALTER TABLE certificates ADD COLUMN issuer_key_id TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE certificates ADD COLUMN renew_early_at BIGINT`,
+			`ALTER TABLE certificates ADD COLUMN explanation_url TEXT NOT NULL DEFAULT ''`,
+			`CREATE INDEX certificates_issuer ON certificates (issuer_key_id)`,
+			`ALTER TABLE orders ADD COLUMN replaces TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE orders ADD COLUMN replaces_certificate_id TEXT`,
+			`CREATE INDEX orders_replaces ON orders (replaces_certificate_id) WHERE replaces_certificate_id IS NOT NULL`,
+		},
+	},
 }

@@ -358,4 +358,29 @@ var sqliteMigrations = []migration{
 			`ALTER TABLE accounts ADD COLUMN eab_label TEXT NOT NULL DEFAULT ''`,
 		},
 	},
+	{
+		version: 14,
+		name:    "renewal_info",
+		stmts: []string{
+			// Renewal information (RFC 9773). issuer_key_id names the CA
+			// that signed the certificate as signer.LeafIssuerKeyID does
+			// (its authority key identifier in hex), so that an operator
+			// selects a CA's certificates, and a certID is checked against
+			// it; '' for certificates issued before this migration.
+			`ALTER TABLE certificates ADD COLUMN issuer_key_id TEXT NOT NULL DEFAULT ''`,
+			// An operator's request to renew early: the time it was made
+			// (the renewal window moves there) and the page that says why.
+			// The selection is stored here, once, not recomputed from
+			// configuration on every renewalInfo request.
+			`ALTER TABLE certificates ADD COLUMN renew_early_at BIGINT`,
+			`ALTER TABLE certificates ADD COLUMN explanation_url TEXT NOT NULL DEFAULT ''`,
+			`CREATE INDEX certificates_issuer ON certificates (issuer_key_id)`,
+			// newOrder's "replaces" (RFC 9773 §5): the certID as the client
+			// sent it, echoed in the order, and the certificate it names,
+			// which at most one order that is not invalid may replace.
+			`ALTER TABLE orders ADD COLUMN replaces TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE orders ADD COLUMN replaces_certificate_id TEXT`,
+			`CREATE INDEX orders_replaces ON orders (replaces_certificate_id) WHERE replaces_certificate_id IS NOT NULL`,
+		},
+	},
 }

@@ -58,6 +58,9 @@ type Config struct {
 	// §7.3.4): EABRequired, EABOptional, or "" for none (a binding a
 	// client sends is then ignored).
 	EAB string
+	// Renewal places the renewal windows of the profile's certificates
+	// (RFC 9773); the zero value is the defaults.
+	Renewal RenewalConfig
 }
 
 // The external account binding rules of a profile.
@@ -135,6 +138,9 @@ func New(cfg Config, opts Options) (*Authority, error) {
 		if _, ok := cfg.CertificateProfiles[d]; !ok {
 			return nil, fmt.Errorf("authority: the default certificate profile %q is not configured", d)
 		}
+	}
+	if err := cfg.Renewal.Validate(); err != nil {
+		return nil, fmt.Errorf("authority: renewal_info: %w", err)
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = func(acme.Identifier) *problem.Problem { return nil }

@@ -225,6 +225,7 @@ func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]
 		OrderID: o.ID, Profile: au.cfg.Profile, AccountID: o.AccountID,
 		Serial: serial, ChainPEM: string(PEMChain(chain)),
 		PublicKey: leaf.RawSubjectPublicKeyInfo, NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,
+		IssuerKeyID: signer.LeafIssuerKeyID(leaf),
 	}, ev, ev.At)
 	if err != nil {
 		return store.Certificate{}, err

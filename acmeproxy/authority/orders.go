@@ -38,12 +38,22 @@ func (au *Authority) IdentifierRefusal(id acme.Identifier, wildcard bool) *probl
 // IdentifierRefusal; wildcards[i] says whether idents[i] is a wildcard),
 // with one authorization per identifier and a challenge of each type that
 // can validate it (RFC 8555 §7.4). certProfile is the certificate profile
-// ChooseCertificateProfile chose.
-func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time, certProfile string) (store.Order, error) {
+// ChooseCertificateProfile chose. replaces, when set, is the certID of
+// the certificate the order replaces (RFC 9773 §5): of this account,
+// sharing an identifier with the order, and replaced by no other order
+// that is not invalid (else alreadyReplaced).
+func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time, certProfile, replaces string) (store.Order, error) {
 	now := au.clock.Now()
 	expires := now.Add(OrderLifetime)
 	order := store.Order{Profile: au.cfg.Profile, AccountID: accountID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires,
 		CertificateProfile: certProfile}
+	if replaces != "" {
+		certID, err := au.replacedCertificate(ctx, accountID, replaces, idents)
+		if err != nil {
+			return store.Order{}, err
+		}
+		order.Replaces, order.ReplacesCertificateID = replaces, certID
+	}
 	authzs := make([]store.Authz, len(idents))
 	for i, id := range idents {
 		base := acme.Identifier{Type: id.Type, Value: id.Value}
@@ -56,7 +66,11 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 			authzs[i].Challenges = append(authzs[i].Challenges, store.Challenge{Type: typ, Token: newToken()})
 		}
 	}
-	return au.db.CreateOrder(ctx, order, authzs, now)
+	o, err := au.db.CreateOrder(ctx, order, authzs, now)
+	if errors.Is(err, store.ErrConflict) && replaces != "" {
+		return store.Order{}, problem.AlreadyReplacedF("certificate %s is already replaced by another order that is not invalid", replaces)
+	}
+	return o, err
 }
 
 // OwnOrder reads an order of this profile the account owns.

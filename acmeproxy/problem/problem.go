@@ -202,3 +202,9 @@ func CompoundOf(top *Problem, subs []*Problem) *Problem {
 func InvalidProfileF(format string, args ...any) *Problem {
 	return newf(acme.ErrorInvalidProfile, http.StatusBadRequest, format, args...)
 }
+
+// AlreadyReplacedF answers a newOrder whose "replaces" names a certificate
+// another order, not invalid, already replaces (RFC 9773 §5: status 409).
+func AlreadyReplacedF(format string, args ...any) *Problem {
+	return newf(acme.ErrorAlreadyReplaced, http.StatusConflict, format, args...)
+}

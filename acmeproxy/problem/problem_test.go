@@ -44,6 +44,7 @@ func TestEachErrorTypeIsTheURNRFC8555Registers(t *testing.T) {
 		{acme.ErrorUnsupportedContact, "urn:ietf:params:acme:error:unsupportedContact"},
 		{acme.ErrorUnsupportedIdentifier, "urn:ietf:params:acme:error:unsupportedIdentifier"},
 		{acme.ErrorUserActionRequired, "urn:ietf:params:acme:error:userActionRequired"},
+		{acme.ErrorAlreadyReplaced, "urn:ietf:params:acme:error:alreadyReplaced"}, // RFC 9773 §7.4
 	}
 	for _, tc := range tests {
 		if string(tc.got) != tc.want {
@@ -87,6 +88,7 @@ func TestEachConstructorGivesItsTypeStatusAndDetail(t *testing.T) {
 		{"bad revocation reason", problem.BadRevocationReasonF("reason %d", 7), acme.ErrorBadRevocationReason, 400, "reason 7"},
 		{"unavailable", problem.Unavailable("queued %s", "upstream"), acme.ErrorServerInternal, 503, "queued upstream"},
 		{"conflict", problem.ConflictF("key %s", "taken"), acme.ErrorMalformed, 409, "key taken"},
+		{"already replaced", problem.AlreadyReplacedF("certificate %s", "x.y"), acme.ErrorAlreadyReplaced, 409, "certificate x.y"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

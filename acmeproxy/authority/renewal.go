@@ -1,0 +1,301 @@
+package authority
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Renewal information (RFC 9773): the suggested window of each
+// certificate, an operator's request to renew early, and newOrder's
+// "replaces".
+
+// RenewalConfig places the renewal windows of a profile's certificates.
+type RenewalConfig struct {
+	// Point is where in a certificate's life its window is centred, as a
+	// fraction of its lifetime (0 < Point < 1). Default
+	// DefaultRenewalPoint.
+	Point float64
+	// RetryAfter is how long a renewalInfo answer holds (its Retry-After
+	// and max-age). Default DefaultRenewalRetryAfter.
+	RetryAfter time.Duration
+}
+
+const (
+	// DefaultRenewalPoint centres the window two thirds into a
+	// certificate's life: it is renewed in its last third, as Let's
+	// Encrypt's Boulder suggests.
+	DefaultRenewalPoint = 2.0 / 3
+	// DefaultRenewalRetryAfter is the Retry-After of a renewalInfo
+	// answer: a few times a day, as RFC 9773 §4.3 expects of clients.
+	DefaultRenewalRetryAfter = 6 * time.Hour
+	// renewalSpread is the share of the lifetime the window spans on each
+	// side of its point (Boulder: 1%), so a fleet issued at once does
+	// not renew at once.
+	renewalSpread = 100
+	// pastWindow is where a window that asks for renewal now lies: it
+	// opens an hour before the revocation or the operator's request and
+	// closes half an hour later (Boulder's RenewalInfoImmediate), so it is
+	// in the past when any client reads it, and the client renews at once.
+	pastWindowStart, pastWindowLength = time.Hour, 30 * time.Minute
+	// maxCertIDLen bounds a certID: a 20-octet serial and a 64-octet key
+	// identifier need far less.
+	maxCertIDLen = 256
+)
+
+// withDefaults fills the zero fields.
+func (c RenewalConfig) withDefaults() RenewalConfig {
+	if c.Point == 0 {
+		c.Point = DefaultRenewalPoint
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRenewalRetryAfter
+	}
+	return c
+}
+
+// Validate checks the configuration; zero fields are defaults.
+func (c RenewalConfig) Validate() error {
+	if c.Point < 0 || c.Point >= 1 {
+		return fmt.Errorf("point: must lie between 0 and 1 (a fraction of the lifetime), not %v", c.Point)
+	}
+	if c.RetryAfter < 0 {
+		return fmt.Errorf("retry_after: must be positive, not %s", c.RetryAfter)
+	}
+	return nil
+}
+
+// CertID is a certificate's identity in RFC 9773 §4.1: the key identifier
+// of its issuer's key (its authority key identifier) and its serial.
+type CertID struct {
+	AKI    []byte
+	Serial *big.Int
+}
+
+// String renders id as a certID: base64url(AKI) "." base64url(the DER
+// content octets of the serial).
+func (id CertID) String() string {
+	return base64.RawURLEncoding.EncodeToString(id.AKI) + "." + base64.RawURLEncoding.EncodeToString(serialOctets(id.Serial))
+}
+
+// serialOctets are the content octets of a positive INTEGER's DER: its
+// big-endian bytes, with a leading zero when the first would read as a
+// sign bit.
+func serialOctets(n *big.Int) []byte {
+	b := n.Bytes()
+	if len(b) == 0 || b[0]&0x80 != 0 {
+		b = append([]byte{0}, b...)
+	}
+	return b
+}
+
+// CertIDOf is the certID of leaf.
+func CertIDOf(leaf *x509.Certificate) CertID {
+	return CertID{AKI: leaf.AuthorityKeyId, Serial: leaf.SerialNumber}
+}
+
+// ParseCertID reads a certID (RFC 9773 §4.1). Anything that is not one —
+// a missing or extra ".", padding, characters outside base64url, bits
+// past the last byte, an empty part, a serial that is not a minimal
+// positive DER INTEGER or is longer than RFC 5280's 20 octets — is a
+// malformed problem. What it takes renders back to the same string.
+func ParseCertID(s string) (CertID, error) {
+	if len(s) > maxCertIDLen {
+		return CertID{}, problem.MalformedF("a certID is at most %d characters", maxCertIDLen)
+	}
+	// The base64 decoder skips CR and LF; a certID has none.
+	if strings.IndexFunc(s, func(r rune) bool { return !isBase64URL(r) && r != '.' }) >= 0 {
+		return CertID{}, problem.MalformedF("a certID holds only base64url characters and one \".\" (RFC 9773 §4.1)")
+	}
+	akiPart, serialPart, ok := strings.Cut(s, ".")
+	if !ok || strings.Contains(serialPart, ".") {
+		return CertID{}, problem.MalformedF("a certID is base64url(keyIdentifier) \".\" base64url(serial) (RFC 9773 §4.1)")
+	}
+	enc := base64.RawURLEncoding.Strict()
+	aki, err := enc.DecodeString(akiPart)
+	if err != nil || len(aki) == 0 {
+		return CertID{}, problem.MalformedF("the certID's key identifier is not unpadded base64url of at least one byte")
+	}
+	der, err := enc.DecodeString(serialPart)
+	if err != nil || len(der) == 0 {
+		return CertID{}, problem.MalformedF("the certID's serial is not unpadded base64url of at least one byte")
+	}
+	switch {
+	case der[0]&0x80 != 0 || (len(der) == 1 && der[0] == 0):
+		return CertID{}, problem.MalformedF("the certID's serial is not positive; serials are (RFC 5280 §4.1.2.2)")
+	case len(der) > 1 && der[0] == 0 && der[1]&0x80 == 0:
+		return CertID{}, problem.MalformedF("the certID's serial is not minimally encoded (a DER INTEGER has no needless leading zero)")
+	case len(der) > 21 || (len(der) == 21 && der[0] != 0):
+		return CertID{}, problem.MalformedF("the certID's serial is longer than 20 octets (RFC 5280 §4.1.2.2)")
+	}
+	return CertID{AKI: aki, Serial: new(big.Int).SetBytes(der)}, nil
+}
+
+func isBase64URL(r rune) bool {
+	return r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+}
+
+// certificateOf finds the certificate of this profile a certID names:
+// its serial, issued under the key the certID's key identifier names.
+// Another issuer's serial, another profile's and an unknown one are all
+// the same NotFound problem.
+func (au *Authority) certificateOf(ctx context.Context, id CertID) (store.Certificate, *x509.Certificate, [][]byte, error) {
+	notFound := problem.NotFound("certificate")
+	c, err := au.db.CertificateBySerial(ctx, au.cfg.Profile, hex.EncodeToString(id.Serial.Bytes()))
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Certificate{}, nil, nil, notFound
+	}
+	if err != nil {
+		return store.Certificate{}, nil, nil, err
+	}
+	chain, err := chainDER(c.ChainPEM)
+	if err != nil {
+		return store.Certificate{}, nil, nil, fmt.Errorf("certificate %s: %w", c.ID, err)
+	}
+	leaf, err := x509.ParseCertificate(chain[0])
+	if err != nil {
+		return store.Certificate{}, nil, nil, fmt.Errorf("certificate %s: %w", c.ID, err)
+	}
+	if !bytes.Equal(leaf.AuthorityKeyId, id.AKI) {
+		return store.Certificate{}, nil, nil, notFound
+	}
+	return c, leaf, chain, nil
+}
+
+// chainDER reads a stored PEM chain.
+func chainDER(chainPEM string) ([][]byte, error) {
+	var out [][]byte
+	rest := []byte(chainPEM)
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type == "CERTIFICATE" {
+			out = append(out, b.Bytes)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("the stored chain holds no certificate")
+	}
+	return out, nil
+}
+
+// RenewalInfo answers renewalInfo for certID (RFC 9773 §4.2): a revoked
+// certificate's window, and that of a certificate an operator asked to
+// renew early, lie in the past; otherwise the signer's window when it
+// has one (signer.RenewalInfoSource), else the window around the
+// configured point of the certificate's life. RetryAfter is always set.
+// A malformed certID is a malformed problem; one naming no certificate
+// of this profile (or another issuer's) is a NotFound problem.
+func (au *Authority) RenewalInfo(ctx context.Context, certID string) (signer.RenewalInfo, error) {
+	id, err := ParseCertID(certID)
+	if err != nil {
+		return signer.RenewalInfo{}, err
+	}
+	c, leaf, chain, err := au.certificateOf(ctx, id)
+	if err != nil {
+		return signer.RenewalInfo{}, err
+	}
+	cfg := au.cfg.Renewal.withDefaults()
+	info := au.renewalWindow(ctx, c, leaf, chain, cfg)
+	if info.RetryAfter <= 0 {
+		info.RetryAfter = cfg.RetryAfter
+	}
+	return info, nil
+}
+
+func (au *Authority) renewalWindow(ctx context.Context, c store.Certificate, leaf *x509.Certificate, chain [][]byte, cfg RenewalConfig) signer.RenewalInfo {
+	switch {
+	case !c.RevokedAt.IsZero():
+		return pastWindow(c.RevokedAt, "")
+	case !c.RenewEarlyAt.IsZero():
+		return pastWindow(c.RenewEarlyAt, c.ExplanationURL)
+	}
+	if src, ok := au.signer.(signer.RenewalInfoSource); ok {
+		info, err := src.RenewalInfo(ctx, leaf, chain)
+		switch {
+		case err == nil && info.End.After(info.Start):
+			return info
+		case err == nil:
+			au.log.Warn("the signer's renewal window ends before it starts; computing one", zap.String("event", "renewal_info_invalid"),
+				zap.String("profile", au.cfg.Profile), zap.String("serial", c.Serial))
+		case !errors.Is(err, signer.ErrNoRenewalInfo):
+			au.log.Warn("the signer has no renewal window now; computing one", zap.String("event", "renewal_info_failed"),
+				zap.String("profile", au.cfg.Profile), zap.String("serial", c.Serial), zap.Error(err))
+		}
+	}
+	return ComputedWindow(c.NotBefore, c.NotAfter, cfg.Point)
+}
+
+// pastWindow is a window that asks for renewal now, as of at.
+func pastWindow(at time.Time, explanationURL string) signer.RenewalInfo {
+	start := at.Add(-pastWindowStart).Truncate(time.Second)
+	return signer.RenewalInfo{Start: start, End: start.Add(pastWindowLength), ExplanationURL: explanationURL}
+}
+
+// ComputedWindow is the window of a certificate valid from notBefore to
+// notAfter: centred at point (a fraction) of its lifetime, spanning 1% of
+// the lifetime on either side, in whole seconds, never ending before it
+// starts.
+func ComputedWindow(notBefore, notAfter time.Time, point float64) signer.RenewalInfo {
+	if point <= 0 || point >= 1 {
+		point = DefaultRenewalPoint
+	}
+	life := notAfter.Sub(notBefore)
+	centre := notBefore.Add(time.Duration(float64(life) * point))
+	spread := life / renewalSpread
+	start := centre.Add(-spread).Truncate(time.Second)
+	end := centre.Add(spread).Truncate(time.Second)
+	if !end.After(start) {
+		end = start.Add(time.Second)
+	}
+	return signer.RenewalInfo{Start: start, End: end}
+}
+
+// replacedCertificate checks newOrder's "replaces" (RFC 9773 §5), as
+// Boulder does: a malformed certID is malformed; one naming no
+// certificate of this profile is NotFound; another account's certificate
+// is unauthorized; one sharing no identifier with the order is
+// malformed. It returns the certificate's id.
+func (au *Authority) replacedCertificate(ctx context.Context, accountID, certID string, idents []acme.Identifier) (string, error) {
+	id, err := ParseCertID(certID)
+	if err != nil {
+		return "", err
+	}
+	c, _, _, err := au.certificateOf(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if c.AccountID != accountID {
+		return "", problem.UnauthorizedF("the certificate this order replaces was issued to another account")
+	}
+	old, err := au.db.GetOrder(ctx, au.cfg.Profile, c.OrderID)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range old.Identifiers {
+		for _, b := range idents {
+			if a == b {
+				return c.ID, nil
+			}
+		}
+	}
+	return "", problem.MalformedF("the order shares no identifier with the certificate it replaces")
+}

@@ -1,0 +1,124 @@
+package operator
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math/big"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// RenewEarlyRequest selects the certificates an operator asks a fleet to
+// renew early (RFC 9773): a CA rotation (by issuer), a key compromise (by
+// serial, order or account), a policy change (by identifier pattern).
+// The fields set combine with AND; at least one besides Profile is
+// required. It is the body of POST /acme_proxy/renew-early.
+type RenewEarlyRequest struct {
+	Profile string   `json:"profile,omitempty"`
+	Serials []string `json:"serials,omitempty"` // hex, any case, colons allowed
+	Orders  []string `json:"orders,omitempty"`
+	// Identifier is an identifier of the certificate's order, with "*"
+	// for any run of characters ("*.example.com").
+	Identifier string `json:"identifier,omitempty"`
+	Account    string `json:"account,omitempty"`
+	// Issuer is the issuing CA's key id: its subject key identifier in
+	// hex, as the CRL routes and `caddy acme-proxy crl show` name it.
+	Issuer string `json:"issuer,omitempty"`
+	// ExplanationURL is the page telling the clients' operators why
+	// (RFC 9773 §4.2 explanationURL): an absolute http(s) URL.
+	ExplanationURL string `json:"explanation_url,omitempty"`
+}
+
+// RenewEarlyView answers a renew-early request: the certificates whose
+// windows moved, at At.
+type RenewEarlyView struct {
+	At             time.Time            `json:"at"`
+	ExplanationURL string               `json:"explanation_url,omitempty"`
+	Certificates   []RenewEarlyCertView `json:"certificates"`
+}
+
+// RenewEarlyCertView is one certificate asked to renew early.
+type RenewEarlyCertView struct {
+	Profile  string    `json:"profile"`
+	Serial   string    `json:"serial"`
+	Order    string    `json:"order"`
+	Account  string    `json:"account"`
+	NotAfter time.Time `json:"not_after"`
+}
+
+var (
+	issuerKeyIDRE = regexp.MustCompile(`^(name:)?[0-9a-f]{2,128}$`)
+	identPatRE    = regexp.MustCompile(`^[a-z0-9.*:_\[\]-]{1,255}$`)
+)
+
+// maxExplanationURL bounds the explanation URL stored with each
+// certificate.
+const maxExplanationURL = 1024
+
+// selection checks req and turns it into the store's selection.
+func (req RenewEarlyRequest) selection() (store.RenewEarlySelection, error) {
+	sel := store.RenewEarlySelection{Profile: req.Profile, OrderIDs: req.Orders, AccountID: req.Account,
+		Identifier: strings.ToLower(req.Identifier), IssuerKeyID: strings.ToLower(req.Issuer)}
+	for _, s := range req.Serials {
+		n, ok := new(big.Int).SetString(strings.ReplaceAll(s, ":", ""), 16)
+		if !ok || n.Sign() <= 0 {
+			return sel, fmt.Errorf("%w: serial %q is not a positive hexadecimal number", ErrInvalid, s)
+		}
+		sel.Serials = append(sel.Serials, hex.EncodeToString(n.Bytes()))
+	}
+	if sel.IssuerKeyID != "" && !issuerKeyIDRE.MatchString(sel.IssuerKeyID) {
+		return sel, fmt.Errorf("%w: issuer %q is not a CA key id (its subject key identifier in hex)", ErrInvalid, req.Issuer)
+	}
+	if sel.Identifier != "" && !identPatRE.MatchString(sel.Identifier) {
+		return sel, fmt.Errorf("%w: identifier %q is not a name, an address or a pattern of them with *", ErrInvalid, req.Identifier)
+	}
+	if sel.Empty() {
+		return sel, fmt.Errorf("%w: name the certificates to renew early: serials, orders, an identifier, an account or an issuer", ErrInvalid)
+	}
+	if len(sel.Serials) > store.MaxRenewEarlyList || len(sel.OrderIDs) > store.MaxRenewEarlyList {
+		return sel, fmt.Errorf("%w: at most %d serials and %d orders at once", ErrInvalid, store.MaxRenewEarlyList, store.MaxRenewEarlyList)
+	}
+	if u := req.ExplanationURL; u != "" {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || p.User != nil || len(u) > maxExplanationURL {
+			return sel, fmt.Errorf("%w: explanation_url %q must be an absolute http(s) URL of at most %d bytes, without credentials",
+				ErrInvalid, u, maxExplanationURL)
+		}
+	}
+	return sel, nil
+}
+
+// RenewEarly moves the renewal windows of the selected certificates to
+// now: every renewalInfo answer about them from now on, on any instance
+// sharing the store, lies in the past and carries the explanation URL.
+// The selection is stored with the certificates (not recomputed per
+// request), and each certificate's move is an audit row naming actor.
+func (op *Operator) RenewEarly(ctx context.Context, req RenewEarlyRequest, actor authority.Actor) (RenewEarlyView, error) {
+	sel, err := req.selection()
+	if err != nil {
+		return RenewEarlyView{}, err
+	}
+	now := op.now()
+	detail := "an operator asked for renewal now"
+	if req.ExplanationURL != "" {
+		detail += "; explanation " + req.ExplanationURL
+	}
+	certs, err := op.DB.RenewEarly(ctx, sel, req.ExplanationURL, store.AuditEvent{At: now, Event: acme.EventRenewEarly,
+		Outcome: authority.OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID, Reason: "operator", Detail: detail}, now)
+	if err != nil {
+		return RenewEarlyView{}, err
+	}
+	v := RenewEarlyView{At: now, ExplanationURL: req.ExplanationURL, Certificates: []RenewEarlyCertView{}}
+	for _, c := range certs {
+		v.Certificates = append(v.Certificates, RenewEarlyCertView{Profile: c.Profile, Serial: c.Serial, Order: c.OrderID,
+			Account: c.AccountID, NotAfter: c.NotAfter})
+	}
+	return v, nil
+}

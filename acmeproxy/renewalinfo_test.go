@@ -1,0 +1,355 @@
+package acmeproxy
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"math/big"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/acme"
+
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// certIDOf is RFC 9773 §4.1's certID of leaf, built here by hand: the
+// authority key identifier and the serial's DER content octets.
+func certIDOf(leaf *x509.Certificate) string {
+	serial := leaf.SerialNumber.Bytes()
+	if serial[0]&0x80 != 0 {
+		serial = append([]byte{0}, serial...)
+	}
+	return base64.RawURLEncoding.EncodeToString(leaf.AuthorityKeyId) + "." + base64.RawURLEncoding.EncodeToString(serial)
+}
+
+// renewalWindow is a renewalInfo answer, decoded.
+type renewalWindow struct {
+	SuggestedWindow struct {
+		Start time.Time `json:"start"`
+		End   time.Time `json:"end"`
+	} `json:"suggestedWindow"`
+	ExplanationURL *string `json:"explanationURL"`
+}
+
+// renewalInfo GETs the renewal information of certID.
+func (e *testEnv) renewalInfo(certID string) rawResponse {
+	e.t.Helper()
+	return e.plain(http.MethodGet, e.url("/renewal-info/"+certID))
+}
+
+// window GETs the window of leaf, requiring a cacheable 200 answer with
+// Retry-After and a window that does not end before it starts.
+func (e *testEnv) window(leaf *x509.Certificate, wantRetryAfter string) renewalWindow {
+	e.t.Helper()
+	r := e.renewalInfo(certIDOf(leaf))
+	if r.status != http.StatusOK {
+		e.t.Fatalf("renewal-info: %d %s", r.status, r.body)
+	}
+	if got := r.header.Get("Retry-After"); got != wantRetryAfter {
+		e.t.Errorf("Retry-After %q, want %q", got, wantRetryAfter)
+	}
+	if got := r.header.Get("Cache-Control"); got != "public, max-age="+wantRetryAfter {
+		e.t.Errorf("Cache-Control %q, want a public answer for as long as its Retry-After", got)
+	}
+	if r.header.Get("Replay-Nonce") != "" {
+		e.t.Error("a cacheable renewal-info answer carries a Replay-Nonce")
+	}
+	w := decodeAs[renewalWindow](e.t, r)
+	if !w.SuggestedWindow.End.After(w.SuggestedWindow.Start) {
+		e.t.Errorf("window %v – %v ends before it starts (RFC 9773 §4.2)", w.SuggestedWindow.Start, w.SuggestedWindow.End)
+	}
+	return w
+}
+
+func TestTheDirectoryNamesTheRenewalInfoResource(t *testing.T) {
+	e := newTestEnv(t, nil)
+	dir := decodeAs[map[string]any](t, e.plain(http.MethodGet, e.dirURL))
+	if got, want := dir["renewalInfo"], e.url("/renewal-info"); got != want {
+		t.Fatalf("directory renewalInfo %v, want %q", got, want)
+	}
+}
+
+func TestAFreshCertificatesWindowLiesAroundThePointOfItsLifeTheProfileNames(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name           string
+		cfg            *RenewalInfoConfig
+		point          float64 // where the window should be centred
+		wantRetryAfter string
+	}{
+		{"ok/by default in the last third, asked again in 6h", nil, 2.0 / 3, "21600"},
+		{"ok/half way, asked again in an hour", &RenewalInfoConfig{Point: 0.5, RetryAfter: Duration(time.Hour)}, 0.5, "3600"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t, func(c *ProfileConfig) { c.RenewalInfo = tc.cfg })
+			leaf := e.issue(ctx, e.client(ctx), "fresh.example.com").leaf
+			w := e.window(leaf, tc.wantRetryAfter)
+			life := leaf.NotAfter.Sub(leaf.NotBefore)
+			centre := leaf.NotBefore.Add(time.Duration(tc.point * float64(life)))
+			// 1% of the lifetime either side (a second of rounding).
+			for what, got := range map[string]time.Time{"start": w.SuggestedWindow.Start, "end": w.SuggestedWindow.End} {
+				want := centre.Add(-life / 100)
+				if what == "end" {
+					want = centre.Add(life / 100)
+				}
+				if d := got.Sub(want); d < -time.Second || d > time.Second {
+					t.Errorf("window %s %v, want %v (%v of a %v life, ±1%%)", what, got, want, tc.point, life)
+				}
+			}
+			if w.ExplanationURL != nil {
+				t.Errorf("an ordinary window has an explanationURL %q", *w.ExplanationURL)
+			}
+		})
+	}
+}
+
+func TestARevokedCertificatesWindowLiesInThePast(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, nil)
+	c := e.client(ctx)
+	crt := e.issue(ctx, c, "revoked.example.com")
+	if err := c.RevokeCert(ctx, nil, crt.der, acme.CRLReasonKeyCompromise); err != nil {
+		t.Fatal(err)
+	}
+	w := e.window(crt.leaf, "21600")
+	if now := time.Now(); !w.SuggestedWindow.End.Before(now) {
+		t.Fatalf("a revoked certificate's window ends %v, not before now (%v)", w.SuggestedWindow.End, now)
+	}
+}
+
+func TestRenewEarlyMovesTheSelectedWindowsToNowWithTheExplanationAndNoOthers(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, nil)
+	c := e.client(ctx)
+	chosen := e.issue(ctx, c, "a.fleet.example.com")
+	also := e.issue(ctx, c, "b.fleet.example.com")
+	left := e.issue(ctx, c, "elsewhere.example.com")
+	op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+	const why = "https://status.example.com/ca-rotation"
+	v, err := op.RenewEarly(ctx, operator.RenewEarlyRequest{Identifier: "*.fleet.example.com", ExplanationURL: why},
+		authority.Actor{Kind: authority.ActorCLI, ID: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Certificates) != 2 {
+		t.Fatalf("renew-early chose %d certificates, want the 2 below fleet.example.com: %+v", len(v.Certificates), v.Certificates)
+	}
+	now := time.Now()
+	for _, crt := range []issued{chosen, also} {
+		w := e.window(crt.leaf, "21600")
+		if !w.SuggestedWindow.End.Before(now) {
+			t.Errorf("%s: window ends %v, after the operator's request (%v)", crt.leaf.DNSNames[0], w.SuggestedWindow.End, now)
+		}
+		if w.ExplanationURL == nil || *w.ExplanationURL != why {
+			t.Errorf("%s: explanationURL %v, want %q", crt.leaf.DNSNames[0], w.ExplanationURL, why)
+		}
+		evs, err := e.db.SearchAudit(ctx, store.AuditFilter{Event: vocab.EventRenewEarly, OrderID: crt.order})
+		if err != nil || len(evs) != 1 || evs[0].ActorID != "ops" {
+			t.Errorf("%s: audit rows %+v (%v); want one naming the operator", crt.leaf.DNSNames[0], evs, err)
+		}
+	}
+	w := e.window(left.leaf, "21600")
+	if !w.SuggestedWindow.Start.After(now) {
+		t.Errorf("a certificate outside the selection has its window moved to %v", w.SuggestedWindow.Start)
+	}
+}
+
+// A certID that is not one is refused as malformed (RFC 9773 §4.1), one
+// naming no certificate of this profile's issuer as not found; every
+// answer says when to ask again.
+func TestRenewalInfoRefusesAMalformedCertIDAndAnUnknownOne(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, nil)
+	leaf := e.issue(ctx, e.client(ctx), "known.example.com").leaf
+	aki := base64.RawURLEncoding.EncodeToString(leaf.AuthorityKeyId)
+	serial := certIDOf(leaf)[len(aki)+1:]
+	b64 := func(b ...byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+	otherSerial := new(big.Int).Add(leaf.SerialNumber, big.NewInt(1))
+	cases := []struct {
+		name   string
+		certID string
+		status int
+	}{
+		{"fail/no dot", aki + serial, http.StatusBadRequest},
+		{"fail/two dots", aki + "." + serial + ".AQ", http.StatusBadRequest},
+		{"fail/padding", aki + "." + base64.URLEncoding.EncodeToString([]byte{1, 2}), http.StatusBadRequest},
+		{"fail/standard base64's plus", aki + ".+A", http.StatusBadRequest},
+		{"fail/bits past the last byte", aki + ".AR", http.StatusBadRequest},
+		{"fail/an empty key identifier", "." + serial, http.StatusBadRequest},
+		{"fail/an empty serial", aki + ".", http.StatusBadRequest},
+		{"fail/a negative serial", aki + "." + b64(0x80, 1), http.StatusBadRequest},
+		{"fail/a serial with a needless leading zero", aki + "." + b64(0, 1), http.StatusBadRequest},
+		{"fail/a serial longer than 20 octets", aki + "." + b64(make21()...), http.StatusBadRequest},
+		{"fail/a carriage return the base64 decoder would skip", aki + "." + serial + "%0D", http.StatusBadRequest},
+		{"fail/far too long", aki + "." + strings.Repeat("A", 300), http.StatusBadRequest},
+		{"fail/an unknown serial", aki + "." + certIDOf(&x509.Certificate{SerialNumber: otherSerial})[1:], http.StatusNotFound},
+		{"fail/another issuer's key identifier", b64(1, 2, 3, 4) + "." + serial, http.StatusNotFound},
+		{"ok/the certificate's own certID", aki + "." + serial, http.StatusOK},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.renewalInfo(tc.certID)
+			if r.status != tc.status {
+				t.Fatalf("renewal-info/%s: %d %s, want %d", tc.certID, r.status, r.body, tc.status)
+			}
+			if tc.status != http.StatusOK && (r.problem == nil || r.problem.Type != vocab.ErrorMalformed) {
+				t.Errorf("answered %s, want a malformed problem document", r.body)
+			}
+			if r.header.Get("Retry-After") != "21600" {
+				t.Errorf("Retry-After %q on a %d answer; want the profile's 21600", r.header.Get("Retry-After"), r.status)
+			}
+		})
+	}
+}
+
+// make21 is a positive 21-octet serial (with no leading zero).
+func make21() []byte {
+	b := make([]byte, 21)
+	b[0] = 0x7f
+	return b
+}
+
+func TestAnOrderReplacesACertificateOfItsAccountOnceWhileTheReplacementIsLive(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, nil)
+	c := e.client(ctx)
+	old := e.issue(ctx, c, "www.example.com", "api.example.com")
+	certID := certIDOf(old.leaf)
+	alice := e.raw(c)
+	newOrder := func(cl *rawClient, name, replaces string) rawResponse {
+		return cl.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID(name)}, "replaces": replaces}, jwsOpts{})
+	}
+
+	first := newOrder(alice, "www.example.com", certID)
+	if first.status != http.StatusCreated {
+		t.Fatalf("the first replacement: %d %s", first.status, first.body)
+	}
+	if got := decodeAs[orderJSON](t, first).Replaces; got != certID {
+		t.Errorf("the new order echoes replaces %q, want %q", got, certID)
+	}
+	if got := decodeAs[orderJSON](t, alice.read(first.header.Get("Location"))).Replaces; got != certID {
+		t.Errorf("the order read back echoes replaces %q, want %q", got, certID)
+	}
+	wantProblem(t, newOrder(alice, "api.example.com", certID), http.StatusConflict, vocab.ErrorAlreadyReplaced)
+
+	// Once the first replacement is invalid, another may replace it.
+	o := decodeAs[orderJSON](t, first)
+	if r := alice.post(o.Authorizations[0], map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
+		t.Fatalf("deactivating the first replacement's authorization: %d %s", r.status, r.body)
+	}
+	if r := newOrder(alice, "api.example.com", certID); r.status != http.StatusCreated {
+		t.Fatalf("a replacement after the first became invalid: %d %s", r.status, r.body)
+	}
+}
+
+func TestAnOrderMayReplaceOnlyACertificateOfItsAccountSharingAnIdentifier(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, nil)
+	c := e.client(ctx)
+	old := e.issue(ctx, c, "www.example.com")
+	certID := certIDOf(old.leaf)
+	aki := base64.RawURLEncoding.EncodeToString(old.leaf.AuthorityKeyId)
+	cases := []struct {
+		name     string
+		by       *rawClient
+		ident    string
+		replaces string
+		status   int
+		typ      vocab.ProblemType
+	}{
+		{"fail/another account's certificate", e.raw(e.client(ctx)), "www.example.com", certID, http.StatusForbidden, vocab.ErrorUnauthorized},
+		{"fail/no identifier in common", e.raw(c), "other.example.com", certID, http.StatusBadRequest, vocab.ErrorMalformed},
+		{"fail/a malformed certID", e.raw(c), "www.example.com", "not-a-cert-id", http.StatusBadRequest, vocab.ErrorMalformed},
+		{"fail/an unknown certificate", e.raw(c), "www.example.com", aki + ".AQ", http.StatusNotFound, vocab.ErrorMalformed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.by.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID(tc.ident)}, "replaces": tc.replaces}, jwsOpts{})
+			wantProblem(t, r, tc.status, tc.typ)
+		})
+	}
+	// None of the refusals took the certificate: its own account still
+	// replaces it.
+	r := e.raw(c).post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("www.example.com")}, "replaces": certID}, jwsOpts{})
+	if r.status != http.StatusCreated {
+		t.Fatalf("the owner's replacement after the refusals: %d %s", r.status, r.body)
+	}
+}
+
+// windowSigner is a local CA whose backend has its own renewal windows
+// (as a relay's upstream does): a fixed one, or none.
+type windowSigner struct {
+	*localca.Signer
+	info signer.RenewalInfo
+	err  error
+}
+
+func (w *windowSigner) RenewalInfo(context.Context, *x509.Certificate, [][]byte) (signer.RenewalInfo, error) {
+	return w.info, w.err
+}
+
+func TestASignersOwnWindowIsAnsweredUnlessTheCertificateIsRevokedOrTheSignerHasNone(t *testing.T) {
+	ctx := context.Background()
+	upstream := signer.RenewalInfo{Start: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), End: time.Date(2030, 1, 3, 3, 4, 5, 0, time.UTC),
+		ExplanationURL: "https://upstream.example/why", RetryAfter: 90 * time.Minute}
+	cases := []struct {
+		name    string
+		err     error
+		revoke  bool
+		want    string // "signer", "computed" or "past"
+		wantRA  string
+		wantWhy string
+	}{
+		{"ok/the signer's window and Retry-After", nil, false, "signer", "5400", upstream.ExplanationURL},
+		{"ok/a signer without a window leaves the computed one", signer.ErrNoRenewalInfo, false, "computed", "21600", ""},
+		{"ok/a failing signer leaves the computed one", errors.New("upstream down"), false, "computed", "21600", ""},
+		{"ok/a revoked certificate's window is in the past whatever the signer says", nil, true, "past", "21600", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnvWith(t, envOptions{wrap: func(s *localca.Signer) signer.Signer {
+				return &windowSigner{Signer: s, info: upstream, err: tc.err}
+			}})
+			c := e.client(ctx)
+			crt := e.issue(ctx, c, "upstream.example.com")
+			if tc.revoke {
+				if err := c.RevokeCert(ctx, nil, crt.der, acme.CRLReasonSuperseded); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w := e.window(crt.leaf, tc.wantRA)
+			start, end := w.SuggestedWindow.Start, w.SuggestedWindow.End
+			switch tc.want {
+			case "signer":
+				if !start.Equal(upstream.Start) || !end.Equal(upstream.End) {
+					t.Errorf("window %v – %v, want the signer's %v – %v", start, end, upstream.Start, upstream.End)
+				}
+			case "computed":
+				if !start.After(crt.leaf.NotBefore) || !end.Before(crt.leaf.NotAfter) {
+					t.Errorf("window %v – %v, want one within the certificate's life", start, end)
+				}
+			case "past":
+				if !end.Before(time.Now()) {
+					t.Errorf("window %v – %v, want one in the past", start, end)
+				}
+			}
+			got := ""
+			if w.ExplanationURL != nil {
+				got = *w.ExplanationURL
+			}
+			if got != tc.wantWhy {
+				t.Errorf("explanationURL %q, want %q", got, tc.wantWhy)
+			}
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+)
+
+// renewalFixture is a store with accounts and the certificates a test
+// issues to them.
+type renewalFixture struct {
+	t  *testing.T
+	db *DB
+}
+
+func (f renewalFixture) account() string {
+	f.t.Helper()
+	a, _, err := f.db.CreateAccount(context.Background(), Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return a.ID
+}
+
+// order stores a pending order of account for name, replacing the
+// certificate replaces ("" for none), expiring an hour after t0.
+func (f renewalFixture) order(account, name, replaces string) (Order, error) {
+	id := acme.Identifier{Type: "dns", Value: name}
+	o := Order{Profile: "p", AccountID: account, Identifiers: []acme.Identifier{id}, Expires: t0.Add(time.Hour)}
+	if replaces != "" {
+		o.Replaces, o.ReplacesCertificateID = "certid-"+replaces, replaces
+	}
+	return f.db.CreateOrder(context.Background(), o,
+		[]Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []Challenge{{Type: "http-01", Token: NewID()}}}}, t0)
+}
+
+// issue drives order to valid with a certificate of serial from issuer,
+// valid until notAfter.
+func (f renewalFixture) issue(o Order, serial, issuer string, notAfter time.Time) Certificate {
+	f.t.Helper()
+	ctx := context.Background()
+	c := challengeOf(f.t, f.db, o.AuthzIDs[0])
+	if _, err := f.db.CompleteChallenge(ctx, c.ID, true, nil, t0); err != nil {
+		f.t.Fatal(err)
+	}
+	if ok, err := f.db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, t0); err != nil || !ok {
+		f.t.Fatalf("claiming order %s: %v %v", o.ID, ok, err)
+	}
+	cert, err := f.db.IssueOrder(ctx, Certificate{OrderID: o.ID, Profile: "p", AccountID: o.AccountID, Serial: serial,
+		ChainPEM: "-", PublicKey: []byte{1}, NotBefore: t0, NotAfter: notAfter, IssuerKeyID: issuer},
+		AuditEvent{At: t0, Event: "certificate_issued", Outcome: "success", Profile: "p", OrderID: o.ID, Serial: serial}, t0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return cert
+}
+
+func (f renewalFixture) cert(account, name, serial, issuer string, notAfter time.Time) Certificate {
+	f.t.Helper()
+	o, err := f.order(account, name, "")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return f.issue(o, serial, issuer, notAfter)
+}
+
+func TestRenewEarlyStampsExactlyTheSelectedLiveCertificatesAndAuditsEach(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := renewalFixture{t, openTest(t)}
+		alice, bob := f.account(), f.account()
+		day := t0.Add(24 * time.Hour)
+		www := f.cert(alice, "www.example.com", "0a", "aaaa", day)
+		api := f.cert(alice, "api.example.com", "0b", "bbbb", day)
+		other := f.cert(bob, "www.example.org", "0c", "aaaa", day)
+		f.cert(bob, "a_b.example.net", "0d", "bbbb", day)
+		expired := f.cert(alice, "old.example.com", "0e", "aaaa", t0.Add(time.Minute))
+		revoked := f.cert(alice, "gone.example.com", "0f", "aaaa", day)
+		if _, err := f.db.RevokeCertificate(ctx, Revocation{CertificateID: revoked.ID, Profile: "p", OrderID: revoked.OrderID,
+			Serial: revoked.Serial, RevokedAt: t0, NotAfter: day, ActorKind: "admin"}, AuditEvent{At: t0, Event: "certificate_revoked", Outcome: "success"}); err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			name string
+			sel  RenewEarlySelection
+			want []string // serials
+		}{
+			{"ok/by serial", RenewEarlySelection{Serials: []string{"0a", "0c"}}, []string{"0a", "0c"}},
+			{"ok/by order", RenewEarlySelection{OrderIDs: []string{api.OrderID}}, []string{"0b"}},
+			{"ok/by account", RenewEarlySelection{AccountID: bob}, []string{"0c", "0d"}},
+			{"ok/by issuing CA", RenewEarlySelection{IssuerKeyID: "AAAA"}, []string{"0a", "0c"}},
+			{"ok/by identifier pattern", RenewEarlySelection{Identifier: "*.example.com"}, []string{"0a", "0b"}},
+			{"ok/by exact identifier", RenewEarlySelection{Identifier: "www.example.org"}, []string{"0c"}},
+			{"ok/an underscore in a pattern is no LIKE wildcard", RenewEarlySelection{Identifier: "a_b.*"}, []string{"0d"}},
+			{"ok/an underscore matches only itself", RenewEarlySelection{Identifier: "a_c.*"}, nil},
+			{"ok/criteria combine", RenewEarlySelection{AccountID: alice, IssuerKeyID: "aaaa"}, []string{"0a"}},
+			{"ok/another profile's selection", RenewEarlySelection{Profile: "q", AccountID: alice}, nil},
+			{"ok/expired and revoked are never chosen", RenewEarlySelection{Serials: []string{expired.Serial, revoked.Serial}}, nil},
+		}
+		for i, c := range cases {
+			at := t0.Add(time.Duration(i+1) * time.Hour)
+			url := "https://status.example.com/" + c.name
+			got, err := f.db.RenewEarly(ctx, c.sel, url, AuditEvent{At: at, Event: acme.EventRenewEarly, Outcome: "success", ActorKind: "cli"}, at)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			var serials []string
+			for _, g := range got {
+				serials = append(serials, g.Serial)
+			}
+			slices.Sort(serials)
+			if !slices.Equal(serials, c.want) {
+				t.Errorf("%s: chose %v, want %v", c.name, serials, c.want)
+			}
+			for _, s := range c.want {
+				cert, err := f.db.CertificateBySerial(ctx, "p", s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !cert.RenewEarlyAt.Equal(at) || cert.ExplanationURL != url {
+					t.Errorf("%s: %s stamped %v %q, want %v %q", c.name, s, cert.RenewEarlyAt, cert.ExplanationURL, at, url)
+				}
+				evs, err := f.db.SearchAudit(ctx, AuditFilter{Event: acme.EventRenewEarly, Serial: s, Since: at, Until: at.Add(time.Millisecond)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(evs) != 1 || evs[0].OrderID != cert.OrderID || evs[0].AccountID != cert.AccountID || evs[0].ActorKind != "cli" {
+					t.Errorf("%s: audit rows of %s: %+v; want one naming its order and account", c.name, s, evs)
+				}
+			}
+		}
+		for _, c := range []Certificate{www, other, expired, revoked} {
+			got, err := f.db.GetCertificate(ctx, "p", c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.IssuerKeyID != c.IssuerKeyID {
+				t.Errorf("certificate %s read back with issuer %q, stored %q", c.Serial, got.IssuerKeyID, c.IssuerKeyID)
+			}
+		}
+		for _, c := range []Certificate{expired, revoked} {
+			got, _ := f.db.GetCertificate(ctx, "p", c.ID)
+			if !got.RenewEarlyAt.IsZero() {
+				t.Errorf("certificate %s, expired or revoked, was stamped", c.Serial)
+			}
+		}
+	})
+}
+
+func TestRenewEarlyRefusesASelectionThatNamesNothingButAProfile(t *testing.T) {
+	db := openTest(t)
+	f := renewalFixture{t, db}
+	f.cert(f.account(), "www.example.com", "0a", "aaaa", t0.Add(time.Hour))
+	if got, err := db.RenewEarly(context.Background(), RenewEarlySelection{Profile: "p"}, "", AuditEvent{}, t0); err == nil {
+		t.Fatalf("an empty selection stamped %d certificates", len(got))
+	}
+}
+
+func TestASecondOrderReplacingACertificateIsRefusedWhileTheFirstIsLive(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := renewalFixture{t, openTest(t)}
+		acct := f.account()
+		cases := []struct {
+			name  string
+			first func(o Order) // what becomes of the first replacing order
+			ok    bool          // a second one is then accepted
+			at    time.Time
+		}{
+			{"fail/the first is pending", func(Order) {}, false, t0},
+			{"fail/the first is valid", func(o Order) { f.issue(o, NewID()[:8], "aa", t0.Add(time.Hour)) }, false, t0},
+			{"ok/the first is invalid", func(o Order) {
+				if err := f.db.FailOrder(ctx, o.ID, nil, "", t0); err != nil {
+					t.Fatal(err)
+				}
+			}, true, t0},
+			{"ok/the first is pending past its expiry", func(Order) {}, true, t0.Add(time.Hour)},
+		}
+		for i, c := range cases {
+			old := f.cert(acct, "www.example.com", string(rune('a'+i))+"0", "aa", t0.Add(time.Hour))
+			first, err := f.order(acct, "www.example.com", old.ID)
+			if err != nil {
+				t.Fatalf("%s: the first replacement: %v", c.name, err)
+			}
+			c.first(first)
+			id := acme.Identifier{Type: "dns", Value: "www.example.com"}
+			second, err := f.db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct, Identifiers: []acme.Identifier{id},
+				Expires: c.at.Add(time.Hour), Replaces: "x", ReplacesCertificateID: old.ID},
+				[]Authz{{Identifier: id, Expires: c.at.Add(time.Hour), Challenges: []Challenge{{Type: "http-01", Token: NewID()}}}}, c.at)
+			if c.ok != (err == nil) {
+				t.Errorf("%s: the second replacement: %v", c.name, err)
+			}
+			if !c.ok && !errors.Is(err, ErrConflict) {
+				t.Errorf("%s: refused with %v; want ErrConflict", c.name, err)
+			}
+			if c.ok && err == nil {
+				got, err := f.db.GetOrder(ctx, "p", second.ID)
+				if err != nil || got.Replaces != "x" || got.ReplacesCertificateID != old.ID {
+					t.Errorf("%s: the order reads back replacing %q (%q), %v", c.name, got.Replaces, got.ReplacesCertificateID, err)
+				}
+			}
+		}
+	})
+}
