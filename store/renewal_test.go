@@ -72,12 +72,13 @@ func TestRenewEarlyStampsExactlyTheSelectedLiveCertificatesAndAuditsEach(t *test
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()
 		f := renewalFixture{t, openTest(t)}
-		alice, bob := f.account(), f.account()
+		alice, bob, carol := f.account(), f.account(), f.account()
 		day := t0.Add(24 * time.Hour)
 		www := f.cert(alice, "www.example.com", "0a", "aaaa", day)
 		api := f.cert(alice, "api.example.com", "0b", "bbbb", day)
 		other := f.cert(bob, "www.example.org", "0c", "aaaa", day)
 		f.cert(bob, "a_b.example.net", "0d", "bbbb", day)
+		f.cert(carol, "axb.example.net", "10", "cccc", day)
 		expired := f.cert(alice, "old.example.com", "0e", "aaaa", t0.Add(time.Minute))
 		revoked := f.cert(alice, "gone.example.com", "0f", "aaaa", day)
 		if _, err := f.db.RevokeCertificate(ctx, Revocation{CertificateID: revoked.ID, Profile: "p", OrderID: revoked.OrderID,
@@ -96,7 +97,6 @@ func TestRenewEarlyStampsExactlyTheSelectedLiveCertificatesAndAuditsEach(t *test
 			{"ok/by identifier pattern", RenewEarlySelection{Identifier: "*.example.com"}, []string{"0a", "0b"}},
 			{"ok/by exact identifier", RenewEarlySelection{Identifier: "www.example.org"}, []string{"0c"}},
 			{"ok/an underscore in a pattern is no LIKE wildcard", RenewEarlySelection{Identifier: "a_b.*"}, []string{"0d"}},
-			{"ok/an underscore matches only itself", RenewEarlySelection{Identifier: "a_c.*"}, nil},
 			{"ok/criteria combine", RenewEarlySelection{AccountID: alice, IssuerKeyID: "aaaa"}, []string{"0a"}},
 			{"ok/another profile's selection", RenewEarlySelection{Profile: "q", AccountID: alice}, nil},
 			{"ok/expired and revoked are never chosen", RenewEarlySelection{Serials: []string{expired.Serial, revoked.Serial}}, nil},
