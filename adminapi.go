@@ -109,6 +109,7 @@ func (a *AdminAPI) route(rel string) (adminRoute, string, bool) {
 		{"crl", true, "regenerate"}:      {http.MethodPost, a.regenerateCRL},
 		{"eab", false, ""}:               {http.MethodGet, a.listEABKeys},
 		{"eab", true, "revoke"}:          {http.MethodPost, a.revokeEABKey},
+		{"renew-early", false, ""}:       {http.MethodPost, a.renewEarly},
 	}
 	rt, ok := routes[key{kind, id != "", action}]
 	return rt, id, ok

@@ -27,7 +27,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "acme-proxy",
-		Usage: "<profiles|orders|revoke|accounts|jobs|audit|crl|eab> [args] [--address <admin>] [--json]",
+		Usage: "<profiles|orders|revoke|accounts|jobs|audit|crl|eab|renew-early> [args] [--address <admin>] [--json]",
 		Short: "Operates the acme_proxy app through Caddy's admin API",
 		Long: `
 Reads and changes what the acme_proxy app keeps: its profiles, orders,
@@ -52,6 +52,7 @@ Output is a table for people; --json prints the admin API's JSON.
   caddy acme-proxy eab create --profile P --label L [--reusable] [--expires 7d]
   caddy acme-proxy eab list --profile P
   caddy acme-proxy eab revoke <kid>
+  caddy acme-proxy renew-early [--profile P] [--serial HEX]... [--order ID]... [--identifier PATTERN] [--account ID] [--issuer KEYID] [--explanation-url URL]
 
 Revocation reasons are RFC 5280 CRLReason codes: 0 unspecified,
 1 keyCompromise, 3 affiliationChanged, 4 superseded, 5 cessationOfOperation,
@@ -130,6 +131,8 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	}, c.eabCreate)
 	add(eab, "list", "Lists a profile's keys (never their MAC keys)", cobra.NoArgs, strFlags("profile"), c.eabList)
 	add(eab, "revoke <kid>", "Revokes a key: it binds no new account", cobra.ExactArgs(1), nil, c.eabRevoke)
+
+	c.addRenewEarlyCommand(cmd)
 }
 
 // cli runs the subcommands.
