@@ -353,3 +353,50 @@ func TestASignersOwnWindowIsAnsweredUnlessTheCertificateIsRevokedOrTheSignerHasN
 		})
 	}
 }
+
+// An operator's renew-early request that selects nothing, or names a
+// serial, issuer, identifier or explanation URL that cannot be one, is
+// refused before anything is stamped.
+func TestRenewEarlyRefusesARequestThatCannotSelectWhatItMeans(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, nil)
+	crt := e.issue(ctx, e.client(ctx), "kept.example.com")
+	op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+	serial := crt.leaf.SerialNumber.Text(16)
+	cases := []struct {
+		name string
+		req  operator.RenewEarlyRequest
+	}{
+		{"fail/nothing selected", operator.RenewEarlyRequest{ExplanationURL: "https://status.example.com/"}},
+		{"fail/only a profile", operator.RenewEarlyRequest{Profile: "test"}},
+		{"fail/a serial that is not hex", operator.RenewEarlyRequest{Serials: []string{serial, "xyz"}}},
+		{"fail/a zero serial", operator.RenewEarlyRequest{Serials: []string{"00"}}},
+		{"fail/an issuer that is not a key id", operator.RenewEarlyRequest{Issuer: "Caddy Local Authority"}},
+		{"fail/an identifier pattern with a space", operator.RenewEarlyRequest{Identifier: "a b.example.com"}},
+		{"fail/an explanation URL that is relative", operator.RenewEarlyRequest{Serials: []string{serial}, ExplanationURL: "/why"}},
+		{"fail/an explanation URL with credentials", operator.RenewEarlyRequest{Serials: []string{serial}, ExplanationURL: "https://u:p@status.example.com/"}},
+		{"fail/an explanation URL of another scheme", operator.RenewEarlyRequest{Serials: []string{serial}, ExplanationURL: "javascript:alert(1)"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := op.RenewEarly(ctx, tc.req, authority.Actor{Kind: authority.ActorAdmin}); !errors.Is(err, operator.ErrInvalid) {
+				t.Fatalf("RenewEarly(%+v): %v; want ErrInvalid", tc.req, err)
+			}
+		})
+	}
+	if w := e.window(crt.leaf, "21600"); !w.SuggestedWindow.Start.After(time.Now()) {
+		t.Fatalf("a refused request moved the window to %v", w.SuggestedWindow.Start)
+	}
+	// The same serial, in upper case with colons, as openssl prints it.
+	var colons []string
+	for i := 0; i < len(serial); i += 2 {
+		colons = append(colons, strings.ToUpper(serial[i:min(i+2, len(serial))]))
+	}
+	if len(serial)%2 == 1 {
+		colons = []string{strings.ToUpper(serial)}
+	}
+	v, err := op.RenewEarly(ctx, operator.RenewEarlyRequest{Serials: []string{strings.Join(colons, ":")}}, authority.Actor{Kind: authority.ActorAdmin})
+	if err != nil || len(v.Certificates) != 1 {
+		t.Fatalf("RenewEarly by %s: %+v %v; want the certificate", strings.Join(colons, ":"), v, err)
+	}
+}

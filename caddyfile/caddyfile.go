@@ -157,6 +157,7 @@ func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
 //			common_name     on|off
 //		}
 //		default_certificate_profile <name>
+//		renewal_info { point <fraction>; retry_after <duration> } (RFC 9773 windows)
 //	}
 func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	h.Next() // the directive name
@@ -231,6 +232,8 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 		err = parseCertificateProfile(d, &cfg.ProfileConfig)
 	case "default_certificate_profile":
 		cfg.DefaultCertificateProfile, err = OneArg(d, key)
+	case "renewal_info":
+		err = parseRenewalInfo(d, &cfg.ProfileConfig)
 	default:
 		err = d.Errf("acme_proxy: unknown subdirective %q", key)
 	}
