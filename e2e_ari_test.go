@@ -3,9 +3,14 @@ package caddyacmeproxy
 import (
 	"context"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"net/http"
+	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,13 +28,13 @@ import (
 
 // replacesOf is the "replaces" of the order a lego certificate resource
 // came from, as the proxy stored it.
-func replacesOf(t *testing.T, ctx context.Context, db *store.DB, res *certificate.Resource) string {
+func replacesOf(t *testing.T, ctx context.Context, db *store.DB, profile string, res *certificate.Resource) string {
 	t.Helper()
-	c, err := db.GetCertificate(ctx, e2eProfile, path.Base(res.CertURL))
+	c, err := db.GetCertificate(ctx, profile, path.Base(res.CertURL))
 	if err != nil {
 		t.Fatalf("the certificate of %s: %v", res.CertURL, err)
 	}
-	o, err := db.GetOrder(ctx, e2eProfile, c.OrderID)
+	o, err := db.GetOrder(ctx, profile, c.OrderID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +115,7 @@ func TestLegoRenewsWhenRenewalInfoSaysSoAndItsOrderReplacesTheCertificateOnce(t 
 	if err != nil {
 		t.Fatalf("lego Renew: %v", err)
 	}
-	if got := replacesOf(t, ctx, db, renewed); got != certID {
+	if got := replacesOf(t, ctx, db, e2eProfile, renewed); got != certID {
 		t.Errorf("the renewal's order replaces %q, want %q", got, certID)
 	}
 	// Renewing the same certificate again: the proxy refuses the second
@@ -119,7 +124,92 @@ func TestLegoRenewsWhenRenewalInfoSaysSoAndItsOrderReplacesTheCertificateOnce(t 
 	if err != nil {
 		t.Fatalf("lego Renew, again: %v", err)
 	}
-	if got := replacesOf(t, ctx, db, again); got != "" {
+	if got := replacesOf(t, ctx, db, e2eProfile, again); got != "" {
 		t.Errorf("a second renewal's order replaces %q; want none (the certificate was already replaced)", got)
+	}
+}
+
+// A script signer's certificates (an outside CA, here the example
+// openssl CA) get renewal information too: the window in the last third
+// of their life, found under the outside CA's key identifier; a renewal
+// replaces the certificate; once revoked, lego renews at once.
+func TestLegoReadsTheRenewalWindowOfAScriptSignedCertificateAndRenewsIt(t *testing.T) {
+	needScriptTools(t)
+	example := absPath(t, "examples/script-signer/openssl-ca.sh")
+	env := newE2EEnv(t)
+	caDir := filepath.Join(env.Dir, "ca")
+	if out, err := exec.Command(example, "init", caDir).CombinedOutput(); err != nil {
+		t.Fatalf("openssl-ca.sh init: %v\n%s", err, out)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(caDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(e2ePEMChain(t, caPEM)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("E2E_SCRIPT_CA_DIR", caDir)
+	httpPort := freePort(t)
+	env.load(t, e2eConfig{ValidationHTTP: httpPort, ValidationTLS: freePort(t),
+		ExtraProfiles: scriptProfileBlock(env, httpPort, "\t\t\tcommand "+example+"\n\t\t\ttimeout 30s\n\t\t\tenv CA_DIR {env.E2E_SCRIPT_CA_DIR}")})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*e2eWait)
+	defer cancel()
+	lego := newE2ELegoAt(t, env, scriptProfile)
+	if err := lego.Challenge.SetHTTP01Provider(http01.NewProviderServer("127.0.0.1", strconv.Itoa(httpPort))); err != nil {
+		t.Fatal(err)
+	}
+	first, err := lego.Certificate.Obtain(ctx, certificate.ObtainRequest{Domains: []string{"ari-script.example.com"}, Bundle: true, KeyType: certcrypto.EC256})
+	if err != nil {
+		t.Fatalf("lego Obtain: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(e2ePEMChain(t, first.Certificate)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := activeApp(t).db
+	stored, err := db.CertificateBySerial(ctx, scriptProfile, hex.EncodeToString(leaf.SerialNumber.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := hex.EncodeToString(ca.SubjectKeyId); stored.IssuerKeyID != want {
+		t.Errorf("the certificate is stored as issued by %q, want the outside CA's key id %q", stored.IssuerKeyID, want)
+	}
+
+	info, err := lego.Certificate.GetRenewalInfo(ctx, leaf)
+	if err != nil {
+		t.Fatalf("lego GetRenewalInfo: %v", err)
+	}
+	life := leaf.NotAfter.Sub(leaf.NotBefore)
+	lo, hi := leaf.NotBefore.Add(life*6/10), leaf.NotBefore.Add(life*7/10)
+	if w := info.SuggestedWindow; w.Start.Before(lo) || w.End.After(hi) || !w.End.After(w.Start) {
+		t.Errorf("window %v – %v; want one around two thirds of the life (%v – %v)", w.Start, w.End, lo, hi)
+	}
+	if at := info.ShouldRenewAt(time.Now(), 0); at != nil {
+		t.Errorf("lego would renew a fresh certificate at %v", at)
+	}
+
+	certID, err := api.MakeARICertID(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := lego.Certificate.Renew(ctx, *first, &certificate.RenewOptions{Bundle: true, KeyType: certcrypto.EC256, UseARICertID: true})
+	if err != nil {
+		t.Fatalf("lego Renew: %v", err)
+	}
+	if got := replacesOf(t, ctx, db, scriptProfile, renewed); got != certID {
+		t.Errorf("the renewal's order replaces %q, want %q", got, certID)
+	}
+
+	reason := uint(4)
+	if err := lego.Certificate.RevokeWithReason(ctx, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}), &reason); err != nil {
+		t.Fatalf("lego RevokeWithReason: %v", err)
+	}
+	info, err = lego.Certificate.GetRenewalInfo(ctx, leaf)
+	if err != nil {
+		t.Fatalf("lego GetRenewalInfo of the revoked certificate: %v", err)
+	}
+	if at := info.ShouldRenewAt(time.Now(), 0); at == nil || at.After(time.Now()) {
+		t.Errorf("lego would renew the revoked certificate at %v; want now (window %v – %v)", at, info.SuggestedWindow.Start, info.SuggestedWindow.End)
 	}
 }
