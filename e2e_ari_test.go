@@ -81,6 +81,16 @@ func TestLegoRenewsWhenRenewalInfoSaysSoAndItsOrderReplacesTheCertificateOnce(t 
 		t.Errorf("Retry-After %v; want the default 6h", info.RetryAfter)
 	}
 
+	// The admin API refuses a request that selects nothing or says what
+	// it does not understand, and stamps nothing.
+	for _, body := range []string{`{}`, `{"explanation_url": "https://status.example.com/"}`, `{"serial": "01"}`, `not json`} {
+		if status, out := b.adminCall(t, http.MethodPost, "/acme_proxy/renew-early", body); status != http.StatusBadRequest {
+			t.Errorf("POST renew-early %s: %d %s; want 400", body, status, out)
+		}
+	}
+	if status, _ := b.adminCall(t, http.MethodGet, "/acme_proxy/renew-early", ""); status != http.StatusMethodNotAllowed {
+		t.Errorf("GET renew-early: %d; want 405", status)
+	}
 	// The operator asks the certificates of this name to renew now.
 	const why = "https://status.example.com/rotate-intermediate"
 	serial := strings.ToUpper(leaf.SerialNumber.Text(16))

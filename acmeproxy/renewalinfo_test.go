@@ -7,7 +7,9 @@ import (
 	"errors"
 	"math/big"
 	"net/http"
+	"path"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -398,5 +400,76 @@ func TestRenewEarlyRefusesARequestThatCannotSelectWhatItMeans(t *testing.T) {
 	v, err := op.RenewEarly(ctx, operator.RenewEarlyRequest{Serials: []string{strings.Join(colons, ":")}}, authority.Actor{Kind: authority.ActorAdmin})
 	if err != nil || len(v.Certificates) != 1 {
 		t.Fatalf("RenewEarly by %s: %+v %v; want the certificate", strings.Join(colons, ":"), v, err)
+	}
+}
+
+// A CA rotation: renew-early by the issuing CA's key id (as the CRL
+// routes name it) selects every certificate that CA signed.
+func TestRenewEarlyByIssuerSelectsEveryCertificateTheCASigned(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, nil)
+	c := e.client(ctx)
+	a, b := e.issue(ctx, c, "a.example.com"), e.issue(ctx, c, "b.example.com")
+	op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+	v, err := op.RenewEarly(ctx, operator.RenewEarlyRequest{Issuer: strings.ToUpper(signer.CAKeyID(e.root))}, authority.Actor{Kind: authority.ActorAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Certificates) != 2 {
+		t.Fatalf("renew-early by the issuer chose %+v; want both certificates", v.Certificates)
+	}
+	for _, crt := range []issued{a, b} {
+		if w := e.window(crt.leaf, "21600"); !w.SuggestedWindow.End.Before(time.Now()) {
+			t.Errorf("%s: window %v – %v, not in the past", crt.leaf.DNSNames[0], w.SuggestedWindow.Start, w.SuggestedWindow.End)
+		}
+	}
+}
+
+// replacesSigner is a local CA that remembers what each issue request
+// said the order replaces.
+type replacesSigner struct {
+	*localca.Signer
+	mu  sync.Mutex
+	got map[string]string // order id → Replaces
+}
+
+func (r *replacesSigner) Issue(ctx context.Context, req signer.IssueRequest) (signer.IssueOutcome, error) {
+	r.mu.Lock()
+	r.got[req.OrderID] = req.Replaces
+	r.mu.Unlock()
+	return r.Signer.Issue(ctx, req)
+}
+
+// The signer learns which certificate an order replaces, so a backend
+// that takes it (an upstream CA) can be told.
+func TestTheSignerIsToldWhichCertificateAnOrderReplaces(t *testing.T) {
+	ctx := context.Background()
+	rs := &replacesSigner{got: map[string]string{}}
+	e := newTestEnvWith(t, envOptions{wrap: func(s *localca.Signer) signer.Signer { rs.Signer = s; return rs }})
+	c := e.client(ctx)
+	old := e.issue(ctx, c, "www.example.com")
+	certID := certIDOf(old.leaf)
+	// x/crypto/acme cannot send "replaces": a raw new-order does, and
+	// x/crypto/acme finishes it.
+	r := e.raw(c).post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("www.example.com")}, "replaces": certID}, jwsOpts{})
+	if r.status != http.StatusCreated {
+		t.Fatalf("new-order with replaces: %d %s", r.status, r.body)
+	}
+	o, err := c.GetOrder(ctx, r.header.Get("Location"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = e.authorize(ctx, c, o)
+	key := newKey(t)
+	if _, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, newCSR(t, key, "", []string{"www.example.com"}, nil), false); err != nil {
+		t.Fatal(err)
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if got := rs.got[path.Base(o.URI)]; got != certID {
+		t.Errorf("the signer was told the order replaces %q, want %q", got, certID)
+	}
+	if got := rs.got[old.order]; got != "" {
+		t.Errorf("the signer was told the first order replaces %q, want nothing", got)
 	}
 }

@@ -52,6 +52,12 @@ type IssueRequest struct {
 	// identifiers); a signer that builds the leaf applies the rest, never
 	// widening what it would issue without it.
 	CertificateProfile *CertificateProfile
+	// Replaces is the certID (RFC 9773 §4.1) of the certificate the order
+	// replaces, as newOrder's "replaces" named it and the ACME layer
+	// checked it (this account's, sharing an identifier, not already
+	// replaced); "" for none. A signer whose backend takes it (an
+	// upstream CA offering ARI) passes it on.
+	Replaces string
 }
 
 // CertificateProfile is what a certificate profile asks of the leaf.

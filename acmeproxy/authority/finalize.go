@@ -75,7 +75,7 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 		OrderID: o.ID, Profile: au.cfg.Profile, CSR: csr, CSRDER: der,
 		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
 		ClientAddr: cl.IP, UserAgent: cl.UserAgent, CRLURL: au.crlURL(),
-		CertificateProfile: cp.signerProfile(),
+		CertificateProfile: cp.signerProfile(), Replaces: o.Replaces,
 	}, false)
 }
 

@@ -56,7 +56,7 @@ func (au *Authority) ResumeStuckOrders(ctx context.Context) (int, error) {
 			OrderID: o.ID, Profile: au.cfg.Profile, CSR: csr, CSRDER: o.CSR,
 			Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter, CRLURL: au.crlURL(),
 			ClientAddr: o.Client.Addr, UserAgent: o.Client.UserAgent, // as the claim recorded them
-			CertificateProfile: cp.signerProfile(),
+			CertificateProfile: cp.signerProfile(), Replaces: o.Replaces,
 		}, true); err != nil {
 			errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
 		}
