@@ -123,3 +123,41 @@ func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanati
 	}
 	return out, nil
 }
+
+// UnnamedIssuer is a certificate stored before its issuer was recorded.
+type UnnamedIssuer struct {
+	ID       string
+	ChainPEM string
+}
+
+// CertificatesWithoutIssuer lists up to limit unexpired certificates
+// without an issuer key id, by id after the id after ("" for the first),
+// so that a caller can name their issuers (see SetCertificateIssuer)
+// page by page, skipping one it cannot name.
+func (db *DB) CertificatesWithoutIssuer(ctx context.Context, after string, now time.Time, limit int) ([]UnnamedIssuer, error) {
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id, chain_pem FROM certificates
+		WHERE issuer_key_id = '' AND not_after > ? AND id > ? ORDER BY id LIMIT ?`), now.UnixMilli(), after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: certificates without an issuer: %w", err)
+	}
+	defer rows.Close()
+	var out []UnnamedIssuer
+	for rows.Next() {
+		var u UnnamedIssuer
+		if err := rows.Scan(&u.ID, &u.ChainPEM); err != nil {
+			return nil, fmt.Errorf("store: certificates without an issuer: %w", err)
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+// SetCertificateIssuer records the issuer key id of a certificate that
+// has none yet.
+func (db *DB) SetCertificateIssuer(ctx context.Context, id, issuerKeyID string) error {
+	if _, err := db.wr.ExecContext(ctx, db.q(`UPDATE certificates SET issuer_key_id = ? WHERE id = ? AND issuer_key_id = ''`),
+		issuerKeyID, id); err != nil {
+		return fmt.Errorf("store: naming the issuer of certificate %s: %w", id, err)
+	}
+	return nil
+}

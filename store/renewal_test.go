@@ -206,3 +206,50 @@ func TestASecondOrderReplacingACertificateIsRefusedWhileTheFirstIsLive(t *testin
 		}
 	})
 }
+
+func TestCertificatesWithoutAnIssuerAreListedUntilOneIsNamedAndNamedOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := renewalFixture{t, openTest(t)}
+		acct := f.account()
+		day := t0.Add(24 * time.Hour)
+		a := f.cert(acct, "a.example.com", "0a", "", day)
+		b := f.cert(acct, "b.example.com", "0b", "", day)
+		f.cert(acct, "named.example.com", "0c", "cccc", day)
+		f.cert(acct, "expired.example.com", "0d", "", t0.Add(time.Minute))
+		list := func(after string) []string {
+			us, err := f.db.CertificatesWithoutIssuer(ctx, after, t0.Add(time.Hour), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, u := range us {
+				if u.ChainPEM == "" {
+					t.Errorf("certificate %s listed without its chain", u.ID)
+				}
+				ids = append(ids, u.ID)
+			}
+			return ids
+		}
+		want := []string{a.ID, b.ID}
+		slices.Sort(want)
+		if got := list(""); !slices.Equal(got, want) {
+			t.Fatalf("listed %v, want the unexpired ones without an issuer %v", got, want)
+		}
+		if got := list(want[0]); !slices.Equal(got, want[1:]) {
+			t.Fatalf("listed after %s: %v, want %v", want[0], got, want[1:])
+		}
+		if err := f.db.SetCertificateIssuer(ctx, a.ID, "aaaa"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.db.SetCertificateIssuer(ctx, a.ID, "ffff"); err != nil {
+			t.Fatal(err)
+		}
+		if got := list(""); !slices.Equal(got, []string{b.ID}) {
+			t.Errorf("after naming %s: listed %v, want only %s", a.ID, got, b.ID)
+		}
+		if c, err := f.db.GetCertificate(ctx, "p", a.ID); err != nil || c.IssuerKeyID != "aaaa" {
+			t.Errorf("the named certificate reads back with issuer %q (%v), want the first name aaaa", c.IssuerKeyID, err)
+		}
+	})
+}

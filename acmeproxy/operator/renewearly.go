@@ -2,7 +2,9 @@ package operator
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net/url"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -106,6 +109,11 @@ func (op *Operator) RenewEarly(ctx context.Context, req RenewEarlyRequest, actor
 		return RenewEarlyView{}, err
 	}
 	now := op.now()
+	if sel.IssuerKeyID != "" {
+		if err := op.nameIssuers(ctx, now); err != nil {
+			return RenewEarlyView{}, err
+		}
+	}
 	detail := "an operator asked for renewal now"
 	if req.ExplanationURL != "" {
 		detail += "; explanation " + req.ExplanationURL
@@ -121,4 +129,36 @@ func (op *Operator) RenewEarly(ctx context.Context, req RenewEarlyRequest, actor
 			Account: c.AccountID, NotAfter: c.NotAfter})
 	}
 	return v, nil
+}
+
+// nameIssuers records the issuer key id of the unexpired certificates
+// stored before it was recorded, so that a selection by issuer finds
+// them too. A chain that does not parse is skipped (it names no issuer
+// it could be selected by).
+func (op *Operator) nameIssuers(ctx context.Context, now time.Time) error {
+	const page = 500
+	after := ""
+	for {
+		us, err := op.DB.CertificatesWithoutIssuer(ctx, after, now, page)
+		if err != nil {
+			return err
+		}
+		for _, u := range us {
+			after = u.ID
+			b, _ := pem.Decode([]byte(u.ChainPEM))
+			if b == nil {
+				continue
+			}
+			leaf, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				continue
+			}
+			if err := op.DB.SetCertificateIssuer(ctx, u.ID, signer.LeafIssuerKeyID(leaf)); err != nil {
+				return err
+			}
+		}
+		if len(us) < page {
+			return nil
+		}
+	}
 }

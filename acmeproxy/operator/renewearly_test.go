@@ -1,0 +1,95 @@
+package operator
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"math/big"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// legacyCert stores, as a version before issuer key ids did, a
+// certificate for name signed by a CA whose subject key identifier is
+// ski, and returns its serial.
+func legacyCert(t *testing.T, db *store.DB, now time.Time, name string, ski []byte) string {
+	t.Helper()
+	ctx := context.Background()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "old CA"}, SubjectKeyId: ski,
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 64))
+	serial.Add(serial, big.NewInt(1))
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: serial, DNSNames: []string{name},
+		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)}, ca, leafKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct, _, err := db.CreateAccount(ctx, store.Account{Profile: "p", Thumbprint: store.NewID(), KeyJWK: []byte(`{}`)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := acme.Identifier{Type: "dns", Value: name}
+	o, err := db.CreateOrder(ctx, store.Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{id}, Expires: now.Add(time.Hour)},
+		[]store.Authz{{Identifier: id, Expires: now.Add(time.Hour), Challenges: []store.Challenge{{Type: "http-01", Token: store.NewID()}}}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, store.OrderClient{}, now); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	hexSerial := hex.EncodeToString(serial.Bytes())
+	if _, err := db.IssueOrder(ctx, store.Certificate{OrderID: o.ID, Profile: "p", AccountID: acct.ID, Serial: hexSerial,
+		ChainPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), PublicKey: []byte{1},
+		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)},
+		store.AuditEvent{At: now, Event: acme.EventCertificateIssued, Outcome: "success"}, now); err != nil {
+		t.Fatal(err)
+	}
+	return hexSerial
+}
+
+// A CA rotation after an upgrade: certificates stored before their
+// issuer was recorded are still found by their CA's key id.
+func TestRenewEarlyByIssuerFindsCertificatesStoredBeforeIssuersWereRecorded(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "t.db"), store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now().Truncate(time.Millisecond)
+	old := legacyCert(t, db, now, "old.example.com", []byte{0xaa, 0xbb})
+	legacyCert(t, db, now, "other.example.com", []byte{0xcc, 0xdd})
+	op := &Operator{DB: db, Clock: clocktest.New(now)}
+	v, err := op.RenewEarly(ctx, RenewEarlyRequest{Issuer: "aabb"}, authority.Actor{Kind: authority.ActorCLI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Certificates) != 1 || v.Certificates[0].Serial != old {
+		t.Fatalf("renew-early by issuer aabb chose %+v; want only %s", v.Certificates, old)
+	}
+	c, err := db.CertificateBySerial(ctx, "p", old)
+	if err != nil || c.IssuerKeyID != "aabb" || !c.RenewEarlyAt.Equal(now) {
+		t.Fatalf("the certificate reads back with issuer %q, renew early at %v (%v)", c.IssuerKeyID, c.RenewEarlyAt, err)
+	}
+}
