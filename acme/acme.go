@@ -96,4 +96,5 @@ const (
 	EventAccountBindingRefused   = "account_binding_refused" // a newAccount's external account binding refused (RFC 8555 §7.3.4)
 	EventJobRetried              = "job_retried"             // an operator made a job run now
 	EventJobCancelled            = "job_cancelled"           // an operator cancelled a job
+	EventRateLimited             = "rate_limited"            // a request refused by one of the profile's limits (once per limit and subject an interval)
 )

@@ -83,6 +83,9 @@ type ProfileConfig struct {
 	// minted; the directory says externalAccountRequired), "optional" (a
 	// new account may bind one), or unset for none (a binding is ignored).
 	EAB string `json:"eab,omitempty"`
+	// Limits are the profile's rate limits (see LimitsConfig); left out,
+	// every limit has its default.
+	Limits *LimitsConfig `json:"limits,omitempty"`
 }
 
 // CertificateProfileConfig is one certificate profile.
@@ -282,6 +285,9 @@ func (c *ProfileConfig) Validate() error {
 		if err := c.Notify[i].Validate(); err != nil {
 			return err
 		}
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("limits.%w", err)
 	}
 	for name, cp := range c.CertificateProfiles {
 		if !profileName.MatchString(name) {

@@ -58,6 +58,9 @@ type Config struct {
 	// §7.3.4): EABRequired, EABOptional, or "" for none (a binding a
 	// client sends is then ignored).
 	EAB string
+	// Limits are the profile's rate limits (see limits.go); the zero
+	// value limits nothing.
+	Limits Limits
 }
 
 // The external account binding rules of a profile.
