@@ -20,7 +20,7 @@ import (
 )
 
 func rate(n int, p time.Duration) *LimitConfig { return &LimitConfig{Count: n, Period: Duration(p)} }
-func limitCap(n int) *LimitConfig             { return &LimitConfig{Count: n} }
+func limitCap(n int) *LimitConfig              { return &LimitConfig{Count: n} }
 
 // everyLimitOff is a limits block with every limit off: a test turns on
 // the one it is about.
