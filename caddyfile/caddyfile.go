@@ -157,6 +157,7 @@ func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
 //			common_name     on|off
 //		}
 //		default_certificate_profile <name>
+//		limits { <limit> <count> [<period>] | off; override <account id | eab:label> <limit> <count> [<period>] } (see parseLimits)
 //	}
 func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	h.Next() // the directive name
@@ -231,6 +232,8 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 		err = parseCertificateProfile(d, &cfg.ProfileConfig)
 	case "default_certificate_profile":
 		cfg.DefaultCertificateProfile, err = OneArg(d, key)
+	case "limits":
+		err = parseLimits(d, &cfg.ProfileConfig)
 	default:
 		err = d.Errf("acme_proxy: unknown subdirective %q", key)
 	}
