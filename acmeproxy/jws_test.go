@@ -265,7 +265,9 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 	failing.await(failed.Authorizations[0], "invalid")
 	limitedClient() // the fifth account of this address
 	newLimitedOrder := func(c *rawClient, ids ...map[string]string) func() rawResponse {
-		return func() rawResponse { return c.post(limited.url("/new-order"), map[string]any{"identifiers": ids}, jwsOpts{}) }
+		return func() rawResponse {
+			return c.post(limited.url("/new-order"), map[string]any{"identifiers": ids}, jwsOpts{})
+		}
 	}
 
 	tests := []struct {
