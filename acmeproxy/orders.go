@@ -105,13 +105,12 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	// newOrder whose "replaces" names this account's certificate inside
 	// its renewal window is exempt from the order and duplicate limits.
 	const renewalInARIWindow = false
-	spent, err := s.core.SpendOrderLimits(ctx, *req.account, idents, wildcards, renewalInARIWindow, clientOf(r))
+	lim, err := s.core.OrderLimits(ctx, *req.account, idents, wildcards, renewalInARIWindow, clientOf(r))
 	if err != nil {
 		return err
 	}
-	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter, certProfile)
+	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter, certProfile, lim)
 	if err != nil {
-		spent.Refund(ctx) // the order the limits let through was not created
 		return err
 	}
 	s.writeOrder(w, s.baseURL(r), http.StatusCreated, order)

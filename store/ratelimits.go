@@ -73,42 +73,62 @@ func (db *DB) SpendLimits(ctx context.Context, spends []LimitSpend, now time.Tim
 		allowed bool
 	)
 	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
-		out, allowed = make([]LimitDecision, len(spends)), true
-		tats, err := readTATs(ctx, db, tx, spends)
-		if err != nil {
-			return err
-		}
-		at := now.UnixNano()
-		newTATs := make([]int64, len(spends))
-		for i, s := range spends {
-			out[i], newTATs[i] = gcra(tats[s.Key], s, at)
-			allowed = allowed && out[i].Allowed
-			if s.CheckOnly {
-				newTATs[i] = 0
-			} else {
-				// A second spend of one key in the call starts where
-				// the first left it.
-				tats[s.Key] = newTATs[i]
-			}
-		}
-		if !allowed {
-			return nil
-		}
-		for i, s := range spends {
-			if newTATs[i] == 0 {
-				continue
-			}
-			if err := writeTAT(ctx, db, tx, s.Key, tats[s.Key]); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		out, allowed, err = db.spendTx(ctx, tx, spends, now)
+		return err
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("store: spending rate limits: %w", err)
 	}
 	return out, allowed, nil
 }
+
+// spendTx is SpendLimits inside tx: it decides every spend and, when
+// each is allowed, writes them all.
+func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
+	out, allowed := make([]LimitDecision, len(spends)), true
+	if len(spends) == 0 {
+		return out, true, nil
+	}
+	tats, err := readTATs(ctx, db, tx, spends)
+	if err != nil {
+		return nil, false, err
+	}
+	at := now.UnixNano()
+	newTATs := make([]int64, len(spends))
+	for i, s := range spends {
+		out[i], newTATs[i] = gcra(tats[s.Key], s, at)
+		allowed = allowed && out[i].Allowed
+		if s.CheckOnly {
+			newTATs[i] = 0
+		} else {
+			// A second spend of one key in the call starts where the
+			// first left it.
+			tats[s.Key] = newTATs[i]
+		}
+	}
+	if !allowed {
+		return out, false, nil
+	}
+	for i, s := range spends {
+		if newTATs[i] == 0 {
+			continue
+		}
+		if err := writeTAT(ctx, db, tx, s.Key, tats[s.Key]); err != nil {
+			return nil, false, err
+		}
+	}
+	return out, true, nil
+}
+
+// LimitError is the refusal of a write that spends from rate limits (see
+// CreateOrder) because one spend did not fit: the write did nothing.
+// Decisions are those of its spends, in their order.
+type LimitError struct {
+	Decisions []LimitDecision
+}
+
+func (e *LimitError) Error() string { return "store: over a rate limit" }
 
 // RefundLimits gives back what SpendLimits took for spends (CheckOnly
 // ones are skipped): each bucket's TAT moves Cost intervals earlier, never

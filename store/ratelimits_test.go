@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -223,6 +224,40 @@ func TestPendingAuthorizationsAreCountedPerAccountUntilTheyExpireOrSettle(t *tes
 		}
 		if n, soonest, _ := db.CountPendingAuthzs(ctx, o.AccountID, t0.Add(time.Hour)); n != 0 || !soonest.IsZero() {
 			t.Fatalf("at their expiry: %d, %s; want 0 and no time", n, soonest)
+		}
+	})
+}
+
+// An order's spends are part of its own write: over a limit nothing is
+// stored, and an order that cannot be stored spends nothing.
+func TestAnOrderAndItsSpendAreOneWrite(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		db := openTest(t)
+		ctx := context.Background()
+		acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		one := LimitSpend{Key: "orders_per_account/p/" + acct.ID, Emission: time.Hour, Burst: 1, Cost: 1}
+		create := func(account string) error {
+			_, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: account, Expires: t0.Add(time.Hour)}, nil, t0, one)
+			return err
+		}
+		// An order that cannot be stored (its account does not exist)
+		// leaves the bucket as it was.
+		if err := create("no-such-account"); err == nil {
+			t.Fatal("an order of no account was stored")
+		}
+		if err := create(acct.ID); err != nil {
+			t.Fatalf("the first order: %v", err)
+		}
+		err = create(acct.ID)
+		le, ok := errors.AsType[*LimitError](err)
+		if !ok || len(le.Decisions) != 1 || le.Decisions[0].Allowed || le.Decisions[0].RetryAfter != time.Hour {
+			t.Fatalf("the second order: %v; want a LimitError denying it for an hour", err)
+		}
+		if ids, err := db.AccountOrderIDs(ctx, acct.ID, "", 10); err != nil || len(ids) != 1 {
+			t.Fatalf("the account has %d orders (%v); want the one allowed", len(ids), err)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -197,14 +198,20 @@ func (au *Authority) spendLimits(ctx context.Context, ls []limited, acct string,
 	if ok {
 		return &LimitSpent{au: au, spends: spends}, nil
 	}
+	return nil, au.deniedBy(ctx, ls, out, acct, cl)
+}
+
+// deniedBy refuses a request whose spends ls the store decided as out,
+// by the first limit that denied it.
+func (au *Authority) deniedBy(ctx context.Context, ls []limited, out []store.LimitDecision, acct string, cl Client) error {
 	for i, d := range out {
-		if !d.Allowed {
+		if !d.Allowed && i < len(ls) {
 			l := ls[i]
-			return nil, au.refuseLimited(ctx, l.name, l.spend.Key, acct, cl, problem.RateLimitedF(d.RetryAfter,
+			return au.refuseLimited(ctx, l.name, l.spend.Key, acct, cl, problem.RateLimitedF(d.RetryAfter,
 				"%s: %s is over this server's limit of %s; retry after %s", l.name, l.what, l.rate, d.RetryAfter.Round(time.Second)))
 		}
 	}
-	return nil, fmt.Errorf("authority: the store denied a rate limit spend without a denied bucket")
+	return errors.New("authority: the store denied a rate limit spend without a denied bucket")
 }
 
 // refuseLimited counts and audits a refusal by limit name and returns p.
@@ -268,21 +275,29 @@ func (au *Authority) TooManyIdentifiers(acct store.Account, n int) *problem.Prob
 	return problem.RejectedIdentifierF("%s: an order may have at most %d identifiers, not %d", LimitMaxIdentifiers, au.MaxIdentifiers(acct), n)
 }
 
-// SpendOrderLimits checks a new order of acct for idents (normalized, as
-// CreateOrder takes them) against the profile's limits and takes what it
-// costs, in one store write: a unit of orders_per_account and of
-// duplicate_certificates (its exact identifier set), a check of the
-// pending_authorizations cap and of each identifier's failed_validations
-// bucket. Over any of them, the request is refused with rateLimited and
-// nothing is taken. The caller refunds the spend (LimitSpent.Refund) when
-// the order is then not created.
+// OrderLimits are what a new order costs in the profile's limits, spent
+// by CreateOrder in the order's own write.
+type OrderLimits struct {
+	acct string
+	cl   Client
+	ls   []limited
+}
+
+// OrderLimits checks a new order of acct for idents (normalized, as
+// CreateOrder takes them) against the pending_authorizations cap, and
+// returns what the order will spend when CreateOrder stores it: a unit of
+// orders_per_account and of duplicate_certificates (its exact identifier
+// set), and a check of each identifier's failed_validations bucket. The
+// spend and the order are one store write: over any limit the request is
+// refused with rateLimited and nothing is written, and an order that
+// fails to be stored spends nothing.
 //
 // renewalInARIWindow exempts the order from orders_per_account and
 // duplicate_certificates: it is a renewal whose "replaces" (RFC 9773 §5)
 // names a certificate of this account inside its ARI renewal window — a
 // renewal the server itself asked for must never be refused. The caller
 // decides it; until the HTTP front reads "replaces", it passes false.
-func (au *Authority) SpendOrderLimits(ctx context.Context, acct store.Account, idents []acme.Identifier, wildcards []bool, renewalInARIWindow bool, cl Client) (*LimitSpent, error) {
+func (au *Authority) OrderLimits(ctx context.Context, acct store.Account, idents []acme.Identifier, wildcards []bool, renewalInARIWindow bool, cl Client) (*OrderLimits, error) {
 	lim := func(name string) Rate { return au.cfg.Limits.For(name, acct.ID, acct.EABLabel) }
 	if r := lim(LimitPendingAuthorizations); !r.Off() {
 		now := au.clock.Now()
@@ -319,7 +334,29 @@ func (au *Authority) SpendOrderLimits(ctx context.Context, acct store.Account, i
 		ls = append(ls, limited{LimitDuplicateCertificates, r, au.bucket(LimitDuplicateCertificates, r, acct.ID, identifierSetKey(idents)),
 			"this account's orders for exactly these identifiers"})
 	}
-	return au.spendLimits(ctx, ls, acct.ID, cl)
+	return &OrderLimits{acct: acct.ID, cl: cl, ls: ls}, nil
+}
+
+// spends are the store's spends of l; none for nil.
+func (l *OrderLimits) spends() []store.LimitSpend {
+	if l == nil {
+		return nil
+	}
+	out := make([]store.LimitSpend, len(l.ls))
+	for i, x := range l.ls {
+		out[i] = x.spend
+	}
+	return out
+}
+
+// refusal is the answer to a write the store refused for l's spends
+// (err a *store.LimitError), and nil for any other error.
+func (au *Authority) limitRefusal(ctx context.Context, l *OrderLimits, err error) error {
+	le, ok := errors.AsType[*store.LimitError](err)
+	if !ok || l == nil {
+		return nil
+	}
+	return au.deniedBy(ctx, l.ls, le.Decisions, l.acct, l.cl)
 }
 
 // identifierSetKey names an exact identifier set, whatever its order:

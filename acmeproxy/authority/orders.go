@@ -38,8 +38,10 @@ func (au *Authority) IdentifierRefusal(id acme.Identifier, wildcard bool) *probl
 // IdentifierRefusal; wildcards[i] says whether idents[i] is a wildcard),
 // with one authorization per identifier and a challenge of each type that
 // can validate it (RFC 8555 §7.4). certProfile is the certificate profile
-// ChooseCertificateProfile chose.
-func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time, certProfile string) (store.Order, error) {
+// ChooseCertificateProfile chose. lim, from OrderLimits (nil for none), is
+// spent in the same write; over a limit the order is refused with
+// rateLimited and nothing is stored.
+func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time, certProfile string, lim *OrderLimits) (store.Order, error) {
 	now := au.clock.Now()
 	expires := now.Add(OrderLifetime)
 	order := store.Order{Profile: au.cfg.Profile, AccountID: accountID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires,
@@ -56,7 +58,11 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 			authzs[i].Challenges = append(authzs[i].Challenges, store.Challenge{Type: typ, Token: newToken()})
 		}
 	}
-	return au.db.CreateOrder(ctx, order, authzs, now)
+	o, err := au.db.CreateOrder(ctx, order, authzs, now, lim.spends()...)
+	if refused := au.limitRefusal(ctx, lim, err); refused != nil {
+		return o, refused
+	}
+	return o, err
 }
 
 // OwnOrder reads an order of this profile the account owns.
