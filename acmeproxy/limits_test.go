@@ -17,6 +17,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
+	"golang.org/x/crypto/acme"
 )
 
 func rate(n int, p time.Duration) *LimitConfig { return &LimitConfig{Count: n, Period: Duration(p)} }
@@ -331,4 +332,58 @@ func TestAnOrderThatFailsToBeCreatedGivesItsSpendBack(t *testing.T) {
 	if r := c.post(e.url("/new-order"), map[string]any{"identifiers": idents}, jwsOpts{}); r.status != http.StatusCreated {
 		t.Fatalf("new-order after space was freed: %d %s; want 201 (the failed order's spend refunded)", r.status, r.body)
 	}
+}
+
+// An override for an EAB label lifts a limit for the accounts bound with
+// a key of that label, and for them only: for new accounts from one
+// address (before the account exists) and for an account's orders.
+func TestAnEABLabelsOverrideAppliesToTheAccountsItBinds(t *testing.T) {
+	ctx := context.Background()
+	e, _, _ := limitEnv(t, func(l *LimitsConfig) {
+		l.AccountsPerIP = rate(1, time.Hour)
+		l.OrdersPerAccount = rate(1, time.Hour)
+		l.Overrides = []LimitOverrideConfig{
+			{EABLabel: "fleet", Limit: authority.LimitAccountsPerIP, LimitConfig: LimitConfig{Count: 3}},
+			{EABLabel: "fleet", Limit: authority.LimitOrdersPerAccount, LimitConfig: LimitConfig{Count: 3}},
+		}
+	}, func(eo *envOptions) {
+		inner := eo.mutate
+		eo.mutate = func(c *ProfileConfig) { inner(c); c.EAB = authority.EABOptional }
+	})
+	fleet := mint(t, e, "fleet", true, 0)
+	other := mint(t, e, "other", true, 0)
+
+	// x/crypto/acme waits out a Retry-After; these clients must not.
+	newClient := func() *acme.Client {
+		c := newAccountClient(e)
+		c.RetryBackoff = func(int, *http.Request, *http.Response) time.Duration { return -1 }
+		return c
+	}
+	bare := newClient()
+	if _, err := registerWith(ctx, bare, nil); err != nil {
+		t.Fatalf("the address's one bare account: %v", err)
+	}
+	_, err := registerWith(ctx, newClient(), &other)
+	wantACMEProblem(t, err, vocab.ErrorRateLimited, authority.LimitAccountsPerIP)
+	// The fleet's registrations from the address have a bucket of their
+	// own, at the fleet's rate.
+	var fleetClients []*rawClient
+	for i := range 2 {
+		c := newClient()
+		a, err := registerWith(ctx, c, &fleet)
+		if err != nil {
+			t.Fatalf("fleet account %d: %v", i+1, err)
+		}
+		fleetClients = append(fleetClients, &rawClient{t: t, e: e, key: c.Key, kid: a.URI})
+	}
+	fc := fleetClients[0]
+	for i := range 3 {
+		fc.order(dnsID(fmt.Sprintf("f%d.example.com", i)))
+	}
+	wantRateLimited(t, fc.post(e.url("/new-order"), map[string]any{"identifiers": []any{dnsID("f9.example.com")}}, jwsOpts{}),
+		authority.LimitOrdersPerAccount, 20*time.Minute)
+	b := &rawClient{t: t, e: e, key: bare.Key, kid: string(bare.KID)}
+	b.order(dnsID("b0.example.com"))
+	wantRateLimited(t, b.post(e.url("/new-order"), map[string]any{"identifiers": []any{dnsID("b1.example.com")}}, jwsOpts{}),
+		authority.LimitOrdersPerAccount, time.Hour)
 }

@@ -259,7 +259,13 @@ func (au *Authority) spendAccountLimit(ctx context.Context, cl Client, eabLabel 
 		return &LimitSpent{au: au}, nil
 	}
 	src := refusalSource(cl.IP)
-	return au.spendLimits(ctx, []limited{{LimitAccountsPerIP, r, au.bucket(LimitAccountsPerIP, r, src), src}}, "", cl)
+	subject := []string{src}
+	if au.cfg.Limits.labelOverride(LimitAccountsPerIP, eabLabel) {
+		// The label's registrations from the address have a bucket of
+		// their own, at the label's rate.
+		subject = append(subject, "eab:"+eabLabel)
+	}
+	return au.spendLimits(ctx, []limited{{LimitAccountsPerIP, r, au.bucket(LimitAccountsPerIP, r, subject...), src}}, "", cl)
 }
 
 // MaxIdentifiers is how many identifiers one order of acct may have; 0
@@ -398,6 +404,17 @@ func (au *Authority) spendFailedValidation(ctx context.Context, a store.Authz) {
 func (l Limits) hasLabelOverride(name string) bool {
 	for _, o := range l.Overrides {
 		if o.Limit == name && o.EABLabel != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// labelOverride reports whether an override of limit name for the EAB
+// label exists.
+func (l Limits) labelOverride(name, label string) bool {
+	for _, o := range l.Overrides {
+		if o.Limit == name && label != "" && o.EABLabel == label {
 			return true
 		}
 	}
