@@ -110,11 +110,23 @@ func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now 
 	if !allowed {
 		return out, false, nil
 	}
+	// One statement for every bucket spent: each costs more than the
+	// arithmetic.
+	var (
+		rows []string
+		args []any
+		done = make(map[string]bool, len(spends))
+	)
 	for i, s := range spends {
-		if newTATs[i] == 0 {
+		if newTATs[i] == 0 || done[s.Key] {
 			continue
 		}
-		if err := writeTAT(ctx, db, tx, s.Key, tats[s.Key]); err != nil {
+		done[s.Key] = true
+		rows, args = append(rows, "(?, ?)"), append(args, s.Key, tats[s.Key])
+	}
+	if len(rows) > 0 {
+		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES `+strings.Join(rows, ", ")+`
+			ON CONFLICT (key) DO UPDATE SET tat_ns = excluded.tat_ns`), args...); err != nil {
 			return nil, false, err
 		}
 	}

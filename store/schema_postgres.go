@@ -341,7 +341,6 @@ var postgresMigrations = []migration{
 				key    TEXT   PRIMARY KEY,
 				tat_ns BIGINT NOT NULL
 			)`,
-			`CREATE INDEX rate_limits_tat ON rate_limits (tat_ns)`,
 			// The pending_authorizations cap counts an account's pending
 			// authorizations on each new-order.
 			`CREATE INDEX authorizations_account_pending ON authorizations (account_id, expires_at) WHERE status = 'pending'`,
