@@ -201,6 +201,18 @@ func (a *App) Start() error {
 			_, err := a.db.PruneNonces(ctx, time.Now())
 			return err
 		}},
+		// Rate limit buckets that are full again (the same as no row),
+		// in batches that each hold the writer briefly.
+		&jobs.Periodic{Name: "rate_limit_sweep", Every: 10 * time.Minute, Do: func(ctx context.Context) error {
+			const batch = 1000
+			for range 100 {
+				n, err := a.db.PruneLimits(ctx, time.Now(), batch)
+				if err != nil || n < batch || ctx.Err() != nil {
+					return err
+				}
+			}
+			return nil
+		}},
 		// Audit rows past their retention, in small batches.
 		&jobs.Periodic{Name: authority.AuditSweepKind, Every: time.Hour, Do: func(ctx context.Context) error {
 			if a.auditRetention <= 0 {

@@ -30,6 +30,7 @@ var proxyMetrics = struct {
 	revoked         *prometheus.CounterVec
 	validations     *prometheus.CounterVec
 	refusals        *prometheus.CounterVec
+	rateLimited     *prometheus.CounterVec
 	jobRuns         *prometheus.CounterVec
 	jobDuration     *prometheus.HistogramVec
 	upstream        *prometheus.HistogramVec
@@ -61,6 +62,8 @@ func initProxyMetrics() {
 			"profile", "challenge", "outcome")
 		m.refusals = counter("revocations_refused_total", "revoke-cert requests refused, by profile and reason kind "+
 			"(malformed, unknown_certificate, not_authorized, already_revoked, bad_reason).", "profile", "reason")
+		m.rateLimited = counter("rate_limited_total", "Requests refused by one of a profile's limits, by profile and limit "+
+			"(accounts_per_ip, orders_per_account, pending_authorizations, failed_validations, duplicate_certificates).", "profile", "limit")
 		m.jobRuns = counter("job_runs_total", "Job attempts by kind and outcome (done, retry, retry_after, failed, reschedule), and jobs abandoned.",
 			"kind", "outcome")
 		m.jobDuration = histogram("job_duration_seconds", "Job attempt durations by kind.", "kind")
@@ -75,7 +78,7 @@ func registerProxyMetrics(reg *prometheus.Registry, db *store.DB) error {
 	initProxyMetrics()
 	m := &proxyMetrics
 	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.issued, m.failed, m.revoked,
-		m.validations, m.refusals, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db}} {
+		m.validations, m.refusals, m.rateLimited, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db}} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -106,7 +109,14 @@ func (serverMetrics) RevocationRefused(profile, reason string) {
 	proxyMetrics.refusals.WithLabelValues(profile, reason).Inc()
 }
 
-var _ authority.Metrics = serverMetrics{}
+func (serverMetrics) RateLimited(profile, limit string) {
+	proxyMetrics.rateLimited.WithLabelValues(profile, limit).Inc()
+}
+
+var (
+	_ authority.Metrics      = serverMetrics{}
+	_ authority.LimitMetrics = serverMetrics{}
+)
 
 // observeUpstream records one request of a relay profile to its upstream
 // CA, by status class ("2xx", "4xx", …; "error" without a response).

@@ -98,4 +98,5 @@ const (
 	EventJobRetried              = "job_retried"             // an operator made a job run now
 	EventJobCancelled            = "job_cancelled"           // an operator cancelled a job
 	EventRenewEarly              = "renew_early"             // an operator moved a certificate's renewal window to now (RFC 9773)
+	EventRateLimited             = "rate_limited"            // a request refused by one of the profile's limits (once per limit and subject an interval)
 )

@@ -86,6 +86,9 @@ type ProfileConfig struct {
 	// RenewalInfo places the renewal windows renewalInfo suggests (RFC
 	// 9773); unset, the defaults (see RenewalInfoConfig).
 	RenewalInfo *RenewalInfoConfig `json:"renewal_info,omitempty"`
+	// Limits are the profile's rate limits (see LimitsConfig); left out,
+	// every limit has its default.
+	Limits *LimitsConfig `json:"limits,omitempty"`
 }
 
 // CertificateProfileConfig is one certificate profile.
@@ -285,6 +288,9 @@ func (c *ProfileConfig) Validate() error {
 		if err := c.Notify[i].Validate(); err != nil {
 			return err
 		}
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("limits.%w", err)
 	}
 	for name, cp := range c.CertificateProfiles {
 		if !profileName.MatchString(name) {

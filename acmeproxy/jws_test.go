@@ -240,6 +240,36 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 	}
 	dns := func(v string) map[string]string { return map[string]string{"type": "dns", "value": v} }
 
+	// A profile whose every limit is tight, each row's account brought
+	// to the edge of the limit the row is about (see limits_test.go).
+	limited := newTestEnv(t, func(c *ProfileConfig) {
+		c.Challenges = []string{vocab.ChallengeHTTP01}
+		c.Limits = &LimitsConfig{AccountsPerIP: rate(5, time.Hour), OrdersPerAccount: rate(2, time.Hour),
+			PendingAuthorizations: limitCap(4), FailedValidations: rate(1, time.Hour), DuplicateCertificates: rate(1, time.Hour),
+			MaxIdentifiers: limitCap(3)}
+	})
+	limitedClient := func(orders ...[]map[string]string) *rawClient {
+		c := limited.rawClient()
+		c.register()
+		for _, ids := range orders {
+			c.order(ids...)
+		}
+		return c
+	}
+	manyOrders := limitedClient([]map[string]string{dns("a.example.com")}, []map[string]string{dns("b.example.com")})
+	manyPending := limitedClient([]map[string]string{dns("a.example.com"), dns("b.example.com"), dns("c.example.com")})
+	duplicates := limitedClient([]map[string]string{dns("a.example.com"), dns("b.example.com")})
+	failing := limitedClient()
+	failed := failing.order(dns("fails.example.com"))
+	failing.answerHTTP01(failed.Authorizations[0], "a wrong answer")
+	failing.await(failed.Authorizations[0], "invalid")
+	limitedClient() // the fifth account of this address
+	newLimitedOrder := func(c *rawClient, ids ...map[string]string) func() rawResponse {
+		return func() rawResponse {
+			return c.post(limited.url("/new-order"), map[string]any{"identifiers": ids}, jwsOpts{})
+		}
+	}
+
 	tests := []struct {
 		name       string
 		do         func() rawResponse
@@ -352,6 +382,15 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 		{"fail/unknown resource", func() rawResponse {
 			return alice.post(e.url("/order/nope"), nil, jwsOpts{})
 		}, 404, vocab.ErrorMalformed},
+		{"fail/over accounts_per_ip", func() rawResponse {
+			return limited.rawClient().post(limited.url("/new-account"), map[string]any{"termsOfServiceAgreed": true}, jwsOpts{embedJWK: true})
+		}, 429, vocab.ErrorRateLimited},
+		{"fail/over orders_per_account", newLimitedOrder(manyOrders, dns("c.example.com")), 429, vocab.ErrorRateLimited},
+		{"fail/over pending_authorizations", newLimitedOrder(manyPending, dns("d.example.com"), dns("e.example.com")), 429, vocab.ErrorRateLimited},
+		{"fail/over failed_validations", newLimitedOrder(failing, dns("fails.example.com")), 429, vocab.ErrorRateLimited},
+		{"fail/over duplicate_certificates", newLimitedOrder(duplicates, dns("b.example.com"), dns("a.example.com")), 429, vocab.ErrorRateLimited},
+		{"fail/over max_identifiers", newLimitedOrder(failing, dns("a.example.com"), dns("b.example.com"), dns("c.example.com"), dns("d.example.com")),
+			400, vocab.ErrorRejectedIdentifier},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -361,6 +400,12 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 			}
 			if r.problem.Detail == "" {
 				t.Errorf("problem has no detail")
+			}
+			if limit, ok := strings.CutPrefix(tc.name, "fail/over "); ok && !strings.HasPrefix(r.problem.Detail, limit+": ") {
+				t.Errorf("detail %q does not name the limit %s", r.problem.Detail, limit)
+			}
+			if ra := r.header.Get("Retry-After"); (r.status == http.StatusTooManyRequests) != (ra != "") {
+				t.Errorf("status %d with Retry-After %q: a 429 has one, nothing else here does", r.status, ra)
 			}
 			if r.header.Get("Replay-Nonce") == "" {
 				t.Errorf("error response has no Replay-Nonce")

@@ -11,8 +11,9 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-// maxIdentifiers bounds one order; more is a client bug or abuse.
-const maxIdentifiers = 100
+// maxIdentifiers bounds one order whatever the max_identifiers limit says
+// (which is at most this, and 100 by default): it bounds the order's row.
+const maxIdentifiers = 1000
 
 // orderJSON is an order object (RFC 8555 §7.1.3).
 type orderJSON struct {
@@ -87,6 +88,9 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := s.clock.Now()
+	if max := s.core.MaxIdentifiers(*req.account); max > 0 && len(p.Identifiers) > max {
+		return s.core.TooManyIdentifiers(*req.account, len(p.Identifiers))
+	}
 	idents, wildcards, err := s.checkIdentifiers(p.Identifiers)
 	if err != nil {
 		return err
@@ -99,7 +103,16 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter, certProfile, p.Replaces)
+	// The limits come last, so that a request refused for what it is
+	// spends nothing. A newOrder whose "replaces" names this account's
+	// certificate inside its renewal window is exempt from the order and
+	// duplicate limits: a fleet renewing when asked is never refused.
+	renewalInARIWindow := p.Replaces != "" && s.core.ReplacesInsideItsWindow(ctx, req.account.ID, p.Replaces, idents)
+	lim, err := s.core.OrderLimits(ctx, *req.account, idents, wildcards, renewalInARIWindow, clientOf(r))
+	if err != nil {
+		return err
+	}
+	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter, certProfile, p.Replaces, lim)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,6 +72,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, EAB: cfg.EAB, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
 		CertificateProfiles: cfg.authorityProfiles(), DefaultCertificateProfile: cfg.DefaultCertificateProfile,
 		Renewal: cfg.RenewalInfo.authority(),
+		Limits:  cfg.Limits.Resolve(),
 	}, opts)
 	if err != nil {
 		return nil, err
@@ -302,6 +304,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if p.Status == 0 {
 		p.Status = http.StatusBadRequest
+	}
+	if p.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(problem.RetryAfterSeconds(p.RetryAfter)))
 	}
 	body, _ := json.Marshal(p)
 	w.Header().Set("Content-Type", problem.ContentType)

@@ -158,6 +158,7 @@ func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
 //		}
 //		default_certificate_profile <name>
 //		renewal_info { point <fraction>; retry_after <duration> } (RFC 9773 windows)
+//		limits { <limit> <count> [<period>] | off; override <account id | eab:label> <limit> <count> [<period>] } (see parseLimits)
 //	}
 func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	h.Next() // the directive name
@@ -234,6 +235,8 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 		cfg.DefaultCertificateProfile, err = OneArg(d, key)
 	case "renewal_info":
 		err = parseRenewalInfo(d, &cfg.ProfileConfig)
+	case "limits":
+		err = parseLimits(d, &cfg.ProfileConfig)
 	default:
 		err = d.Errf("acme_proxy: unknown subdirective %q", key)
 	}

@@ -99,6 +99,8 @@ func FuzzAdaptCaddyfile(f *testing.F) {
 		"profile a\nnotify webhook https://h.example.com {\nheader \"Bad Name\" v\n}",
 		"profile a\nnotify email {\nsmtp m.example.com:25\nfrom a@example.com\nto b@example.com\nusername u\n}",
 		"profile a\nnotify script /bin/true -v {\nevents certificate_issued\n}",
+		"profile a\nlimits {\norders_per_account 5 1h\nmax_identifiers off\noverride eab:x orders_per_account 9\n}",
+		"profile a\nlimits {\npending_authorizations 0\nfailed_validations 1 1ms\noverride a accounts_per_ip off\n}",
 	} {
 		f.Add(site(block))
 	}

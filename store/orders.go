@@ -151,18 +151,31 @@ func nullBytes(b []byte) any {
 // CreateOrder stores an order with its authorizations and their
 // challenges in one transaction, giving each an id. Challenge tokens must
 // be set by the caller.
-func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time.Time) (Order, error) {
+//
+// spends, when given, are spent from their rate limit buckets in the same
+// write (see SpendLimits): when one does not fit, nothing is written and
+// the error is a *LimitError; when the order cannot be stored, nothing is
+// spent.
+func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time.Time, spends ...LimitSpend) (Order, error) {
 	idents, err := json.Marshal(o.Identifiers)
 	if err != nil {
 		return Order{}, fmt.Errorf("store: order identifiers: %w", err)
 	}
 	o.ID, o.Status, o.CreatedAt = NewID(), acme.StatusPending, now
 	o.AuthzIDs = make([]string, len(authzs))
+	if err := checkSpends(spends); err != nil {
+		return Order{}, err
+	}
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
 		if o.ReplacesCertificateID != "" {
 			if err := db.checkNotReplaced(ctx, tx, o.ReplacesCertificateID, now); err != nil {
 				return err
 			}
+		}
+		if out, ok, err := db.spendTx(ctx, tx, spends, now); err != nil {
+			return err
+		} else if !ok {
+			return &LimitError{Decisions: out}
 		}
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders
 			(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at, certificate_profile,

@@ -340,4 +340,18 @@ var postgresMigrations = []migration{
 			`CREATE INDEX orders_replaces ON orders (replaces_certificate_id) WHERE replaces_certificate_id IS NOT NULL`,
 		},
 	},
+	{
+		version: 15,
+		name:    "rate_limits",
+		stmts: []string{
+			// The rate limit buckets, as in SQLite's migration 15.
+			`CREATE TABLE rate_limits (
+				key    TEXT   PRIMARY KEY,
+				tat_ns BIGINT NOT NULL
+			)`,
+			// The pending_authorizations cap counts an account's pending
+			// authorizations on each new-order.
+			`CREATE INDEX authorizations_account_pending ON authorizations (account_id, expires_at) WHERE status = 'pending'`,
+		},
+	},
 }

@@ -383,4 +383,22 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX orders_replaces ON orders (replaces_certificate_id) WHERE replaces_certificate_id IS NOT NULL`,
 		},
 	},
+	{
+		version: 15,
+		name:    "rate_limits",
+		stmts: []string{
+			// The rate limit buckets (see ratelimits.go): one row per
+			// bucket key with its theoretical arrival time, in Unix
+			// nanoseconds. A row whose TAT has passed is a full bucket,
+			// the same as no row, and is pruned (without an index on the
+			// TAT: every spend would rewrite it).
+			`CREATE TABLE rate_limits (
+				key    TEXT   PRIMARY KEY,
+				tat_ns BIGINT NOT NULL
+			)`,
+			// The pending_authorizations cap counts an account's pending
+			// authorizations on each new-order.
+			`CREATE INDEX authorizations_account_pending ON authorizations (account_id, expires_at) WHERE status = 'pending'`,
+		},
+	},
 }

@@ -23,10 +23,17 @@ import (
 // any more (revoked, expired, or single-use and bound, perhaps by a
 // registration racing this one) refuses the account, with an audit row.
 func (au *Authority) CreateAccount(ctx context.Context, a store.Account, cl Client) (acct store.Account, created bool, err error) {
+	spent, err := au.spendAccountLimit(ctx, cl, a.EABLabel)
+	if err != nil {
+		return store.Account{}, false, err
+	}
 	now := au.clock.Now()
 	a.ID, a.Profile = store.NewID(), au.cfg.Profile
 	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: cl.IP, Time: now})
 	acct, created, err = au.db.CreateAccount(ctx, a, now, jobs...)
+	if err != nil || !created {
+		spent.Refund(ctx) // no account was created for the unit it took
+	}
 	if a.EABKID != "" && errors.Is(err, store.ErrWrongState) {
 		return acct, false, au.RefuseBinding(ctx, a.Thumbprint, a.EABKID, cl,
 			problem.UnauthorizedF("the external account binding's key %s binds no new account: it is revoked, expired or already used", a.EABKID))

@@ -61,6 +61,9 @@ type Config struct {
 	// Renewal places the renewal windows of the profile's certificates
 	// (RFC 9773); the zero value is the defaults.
 	Renewal RenewalConfig
+	// Limits are the profile's rate limits (see limits.go); the zero
+	// value limits nothing.
+	Limits Limits
 }
 
 // The external account binding rules of a profile.

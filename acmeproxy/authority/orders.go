@@ -41,8 +41,10 @@ func (au *Authority) IdentifierRefusal(id acme.Identifier, wildcard bool) *probl
 // ChooseCertificateProfile chose. replaces, when set, is the certID of
 // the certificate the order replaces (RFC 9773 §5): of this account,
 // sharing an identifier with the order, and replaced by no other order
-// that is not invalid (else alreadyReplaced).
-func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time, certProfile, replaces string) (store.Order, error) {
+// that is not invalid (else alreadyReplaced). lim, from OrderLimits (nil
+// for none), is spent in the same write; over a limit the order is
+// refused with rateLimited and nothing is stored.
+func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time, certProfile, replaces string, lim *OrderLimits) (store.Order, error) {
 	now := au.clock.Now()
 	expires := now.Add(OrderLifetime)
 	order := store.Order{Profile: au.cfg.Profile, AccountID: accountID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires,
@@ -66,9 +68,12 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 			authzs[i].Challenges = append(authzs[i].Challenges, store.Challenge{Type: typ, Token: newToken()})
 		}
 	}
-	o, err := au.db.CreateOrder(ctx, order, authzs, now)
+	o, err := au.db.CreateOrder(ctx, order, authzs, now, lim.spends()...)
 	if errors.Is(err, store.ErrConflict) && replaces != "" {
 		return store.Order{}, problem.AlreadyReplacedF("certificate %s is already replaced by another order that is not invalid", replaces)
+	}
+	if refused := au.limitRefusal(ctx, lim, err); refused != nil {
+		return o, refused
 	}
 	return o, err
 }

@@ -299,3 +299,19 @@ func (au *Authority) replacedCertificate(ctx context.Context, accountID, certID 
 	}
 	return "", problem.MalformedF("the order shares no identifier with the certificate it replaces")
 }
+
+// ReplacesInsideItsWindow says whether certID names a certificate the
+// account may replace with an order for idents (as CreateOrder checks it)
+// whose renewal window has begun: such a renewal is what the CA asked
+// for, so the order and duplicate limits do not count it. Anything that
+// cannot be read says no; CreateOrder then answers the real problem.
+func (au *Authority) ReplacesInsideItsWindow(ctx context.Context, accountID, certID string, idents []acme.Identifier) bool {
+	if _, err := au.replacedCertificate(ctx, accountID, certID, idents); err != nil {
+		return false
+	}
+	info, err := au.RenewalInfo(ctx, certID)
+	if err != nil {
+		return false
+	}
+	return !au.clock.Now().Before(info.Start)
+}

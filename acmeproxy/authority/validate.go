@@ -238,6 +238,7 @@ func (au *Authority) recordValidation(ctx context.Context, c store.Challenge, a 
 	outcome := acme.StatusValid
 	if prob != nil {
 		outcome = acme.StatusInvalid
+		au.spendFailedValidation(ctx, a)
 	}
 	au.metrics.Validated(au.cfg.Profile, c.Type, string(outcome))
 	fields := []zap.Field{zap.String("profile", au.cfg.Profile), zap.String("order", res.OrderID),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
@@ -22,6 +23,9 @@ type Problem struct {
 	// Algorithms lists acceptable JWS algorithms on badSignatureAlgorithm
 	// (RFC 8555 §6.2).
 	Algorithms []string `json:"algorithms,omitempty"`
+	// RetryAfter, when positive, is sent as the Retry-After header (whole
+	// seconds, rounded up): when the client may try again.
+	RetryAfter time.Duration `json:"-"`
 }
 
 func (p *Problem) Error() string {
@@ -207,4 +211,19 @@ func InvalidProfileF(format string, args ...any) *Problem {
 // another order, not invalid, already replaces (RFC 9773 §5: status 409).
 func AlreadyReplacedF(format string, args ...any) *Problem {
 	return newf(acme.ErrorAlreadyReplaced, http.StatusConflict, format, args...)
+}
+
+// RateLimitedF answers a request over one of the profile's limits (RFC
+// 8555 §6.6): status 429, type rateLimited, with the Retry-After the
+// limit's bucket says. The detail names the limit.
+func RateLimitedF(retryAfter time.Duration, format string, args ...any) *Problem {
+	p := newf(acme.ErrorRateLimited, http.StatusTooManyRequests, format, args...)
+	p.RetryAfter = retryAfter
+	return p
+}
+
+// RetryAfterSeconds is d as a Retry-After value: whole seconds, rounded
+// up, at least 1.
+func RetryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
@@ -259,5 +260,23 @@ func TestAProblemIsFoundThroughWrapping(t *testing.T) {
 				t.Fatalf("As found %p, want the problem %p", got, p)
 			}
 		})
+	}
+}
+
+func TestARateLimitedProblemIs429AndItsRetryAfterRoundsUpToWholeSeconds(t *testing.T) {
+	p := problem.RateLimitedF(1500*time.Millisecond, "orders_per_account: over")
+	if p.Type != acme.ErrorRateLimited || p.Status != http.StatusTooManyRequests || p.RetryAfter != 1500*time.Millisecond {
+		t.Fatalf("got %+v; want rateLimited, 429, the wait", p)
+	}
+	if b, _ := json.Marshal(p); strings.Contains(string(b), "1500") || strings.Contains(strings.ToLower(string(b)), "retry") {
+		t.Errorf("the wait is in the document: %s; it belongs in the Retry-After header", b)
+	}
+	for _, tc := range []struct {
+		in   time.Duration
+		want int
+	}{{time.Nanosecond, 1}, {time.Second, 1}, {time.Second + time.Millisecond, 2}, {59*time.Second + 1, 60}, {time.Hour, 3600}} {
+		if got := problem.RetryAfterSeconds(tc.in); got != tc.want {
+			t.Errorf("RetryAfterSeconds(%s) = %d; want %d", tc.in, got, tc.want)
+		}
 	}
 }

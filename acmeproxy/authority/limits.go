@@ -1,0 +1,422 @@
+package authority
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// The limits of a profile, by the names the config and the problem
+// details use.
+const (
+	LimitAccountsPerIP         = "accounts_per_ip"        // new accounts per client address (IPv6 per /64)
+	LimitOrdersPerAccount      = "orders_per_account"     // new orders per account
+	LimitPendingAuthorizations = "pending_authorizations" // a cap on an account's pending authorizations
+	LimitFailedValidations     = "failed_validations"     // failed validations per account and identifier
+	LimitDuplicateCertificates = "duplicate_certificates" // orders per account for one exact identifier set
+	LimitMaxIdentifiers        = "max_identifiers"        // identifiers per order
+)
+
+// LimitNames are the limits, in the order a request is checked against
+// them.
+var LimitNames = []string{LimitAccountsPerIP, LimitOrdersPerAccount, LimitPendingAuthorizations,
+	LimitFailedValidations, LimitDuplicateCertificates, LimitMaxIdentifiers}
+
+// IsCapLimit reports whether a limit is a count with no period (a cap)
+// rather than a rate.
+func IsCapLimit(name string) bool {
+	return name == LimitPendingAuthorizations || name == LimitMaxIdentifiers
+}
+
+// Rate is one limit: Count per Period for a rate, Count alone for a cap.
+// A Count of 0 is off.
+type Rate struct {
+	Count  int
+	Period time.Duration
+}
+
+// Off reports whether the limit is disabled.
+func (r Rate) Off() bool { return r.Count <= 0 }
+
+func (r Rate) String() string {
+	if r.Off() {
+		return "off"
+	}
+	if r.Period == 0 {
+		return fmt.Sprint(r.Count)
+	}
+	return fmt.Sprintf("%d per %s", r.Count, days(r.Period))
+}
+
+// Limits are a profile's limits, checked and defaulted by the caller. The
+// zero value limits nothing.
+type Limits struct {
+	AccountsPerIP         Rate
+	OrdersPerAccount      Rate
+	PendingAuthorizations Rate // a cap: Period is 0
+	FailedValidations     Rate
+	DuplicateCertificates Rate
+	MaxIdentifiers        Rate // a cap: Period is 0
+	// Overrides replace a limit for one account, or for the accounts
+	// bound with an EAB key of one label; an account's own override
+	// wins over its label's.
+	Overrides []LimitOverride
+}
+
+// LimitOverride replaces one limit for the account Account, or for every
+// account bound with an EAB key labelled EABLabel (exactly one is set).
+type LimitOverride struct {
+	Account  string
+	EABLabel string
+	Limit    string
+	Rate     Rate
+}
+
+// DefaultLimits are the limits of a profile that configures none: generous
+// for an internal fleet (an operator's thousand machines renewing on
+// schedule never meet them), tight enough that one runaway client cannot
+// grow the database without bound.
+func DefaultLimits() Limits {
+	return Limits{
+		AccountsPerIP:         Rate{Count: 100, Period: time.Hour},
+		OrdersPerAccount:      Rate{Count: 1000, Period: time.Hour},
+		PendingAuthorizations: Rate{Count: 1000},
+		FailedValidations:     Rate{Count: 60, Period: time.Hour},
+		DuplicateCertificates: Rate{Count: 300, Period: 24 * time.Hour},
+		MaxIdentifiers:        Rate{Count: 100},
+	}
+}
+
+// Limit is the profile's setting of one limit, by name.
+func (l Limits) Limit(name string) Rate {
+	switch name {
+	case LimitAccountsPerIP:
+		return l.AccountsPerIP
+	case LimitOrdersPerAccount:
+		return l.OrdersPerAccount
+	case LimitPendingAuthorizations:
+		return l.PendingAuthorizations
+	case LimitFailedValidations:
+		return l.FailedValidations
+	case LimitDuplicateCertificates:
+		return l.DuplicateCertificates
+	case LimitMaxIdentifiers:
+		return l.MaxIdentifiers
+	}
+	return Rate{}
+}
+
+// For is the limit name as it applies to the account accountID (""
+// before it exists) bound with an EAB key labelled eabLabel ("" for none).
+func (l Limits) For(name, accountID, eabLabel string) Rate {
+	byLabel, found := Rate{}, false
+	for _, o := range l.Overrides {
+		switch {
+		case o.Limit != name:
+		case o.Account != "" && o.Account == accountID:
+			return o.Rate
+		case o.EABLabel != "" && o.EABLabel == eabLabel && !found:
+			byLabel, found = o.Rate, true
+		}
+	}
+	if found {
+		return byLabel
+	}
+	return l.Limit(name)
+}
+
+// limitAuditInterval spaces the audit rows of one limit refusing one
+// subject: a client retrying in a loop writes one row an interval, not
+// one per request.
+const limitAuditInterval = time.Hour
+
+// limitKey names a bucket: the limit, the profile and the subject.
+func (au *Authority) limitKey(name string, subject ...string) string {
+	return name + "/" + au.cfg.Profile + "/" + strings.Join(subject, "/")
+}
+
+// bucket is the store's spend of one unit from limit name's bucket for
+// subject, at rate r (a rate, not off).
+func (au *Authority) bucket(name string, r Rate, subject ...string) store.LimitSpend {
+	return store.LimitSpend{Key: au.limitKey(name, subject...), Emission: r.Period / time.Duration(r.Count),
+		Burst: int64(r.Count), Cost: 1}
+}
+
+// limited is one spend of a request and the limit it belongs to.
+type limited struct {
+	name  string
+	rate  Rate
+	spend store.LimitSpend
+	what  string // the subject, for the detail: "this account", "10.0.0.0/8"
+}
+
+// LimitSpent is what a request took from its profile's limits, for Refund.
+type LimitSpent struct {
+	au     *Authority
+	spends []store.LimitSpend
+}
+
+// Refund gives back what the request took, when what it spent for did not
+// happen. A failure is logged: the buckets refill by themselves.
+func (s *LimitSpent) Refund(ctx context.Context) {
+	if s == nil || len(s.spends) == 0 {
+		return
+	}
+	if err := s.au.db.RefundLimits(context.WithoutCancel(ctx), s.spends, s.au.clock.Now()); err != nil {
+		s.au.log.Warn("refunding rate limits", zap.String("event", "rate_limit_refund_failed"),
+			zap.String("profile", s.au.cfg.Profile), zap.Error(err))
+	}
+}
+
+// spendLimits takes every spend in one write, or none when one is over its
+// limit: then the request is refused with rateLimited naming that limit,
+// counted, and audited (once per limit and subject an interval).
+func (au *Authority) spendLimits(ctx context.Context, ls []limited, acct string, cl Client) (*LimitSpent, error) {
+	if len(ls) == 0 {
+		return &LimitSpent{au: au}, nil
+	}
+	spends := make([]store.LimitSpend, len(ls))
+	for i, l := range ls {
+		spends[i] = l.spend
+	}
+	now := au.clock.Now()
+	out, ok, err := au.db.SpendLimits(ctx, spends, now)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return &LimitSpent{au: au, spends: spends}, nil
+	}
+	return nil, au.deniedBy(ctx, ls, out, acct, cl)
+}
+
+// deniedBy refuses a request whose spends ls the store decided as out,
+// by the first limit that denied it.
+func (au *Authority) deniedBy(ctx context.Context, ls []limited, out []store.LimitDecision, acct string, cl Client) error {
+	for i, d := range out {
+		if !d.Allowed && i < len(ls) {
+			l := ls[i]
+			return au.refuseLimited(ctx, l.name, l.spend.Key, acct, cl, problem.RateLimitedF(d.RetryAfter,
+				"%s: %s is over this server's limit of %s; retry after %s", l.name, l.what, l.rate, d.RetryAfter.Round(time.Second)))
+		}
+	}
+	return errors.New("authority: the store denied a rate limit spend without a denied bucket")
+}
+
+// refuseLimited counts and audits a refusal by limit name and returns p.
+// One audit row per bucket key an interval: the audit's own bucket, in the
+// store, so instances sharing it share the spacing too.
+func (au *Authority) refuseLimited(ctx context.Context, name, key, acct string, cl Client, p *problem.Problem) error {
+	if m, ok := au.metrics.(LimitMetrics); ok {
+		m.RateLimited(au.cfg.Profile, name)
+	}
+	gate := store.LimitSpend{Key: "audit/" + key, Emission: limitAuditInterval, Burst: 1, Cost: 1}
+	_, first, err := au.db.SpendLimits(context.WithoutCancel(ctx), []store.LimitSpend{gate}, au.clock.Now())
+	if err != nil {
+		au.log.Warn("spacing rate limit audit rows", zap.String("event", "rate_limit_audit_failed"), zap.Error(err))
+		return p
+	}
+	if !first {
+		return p
+	}
+	actor := Actor{Kind: ActorAccount, ID: acct}
+	if acct == "" {
+		actor = Actor{Kind: ActorAccountKey}
+	}
+	ev := au.event(ctx, acme.EventRateLimited, OutcomeRefused, actor, cl)
+	ev.AccountID, ev.Reason = acct, name
+	ev.Detail = store.Clip(p.Detail+fmt.Sprintf(" (further refusals by this limit for this subject are not audited for %s)", limitAuditInterval), store.AuditDetailMax)
+	au.audit(ctx, ev)
+	au.log.Info("rate limited", zap.String("event", acme.EventRateLimited), zap.String("profile", au.cfg.Profile),
+		zap.String("limit", name), zap.String("account", acct))
+	return p
+}
+
+// LimitMetrics is the measurement of limits, for a Metrics that takes it.
+type LimitMetrics interface {
+	// RateLimited counts a request refused by one of the profile's
+	// limits, by limit name.
+	RateLimited(profile, limit string)
+}
+
+// spendAccountLimit takes a new account's unit of accounts_per_ip for the
+// client's address; eabLabel is the label of the key it binds, for an
+// override.
+func (au *Authority) spendAccountLimit(ctx context.Context, cl Client, eabLabel string) (*LimitSpent, error) {
+	r := au.cfg.Limits.For(LimitAccountsPerIP, "", eabLabel)
+	if r.Off() || cl.IP == "" {
+		return &LimitSpent{au: au}, nil
+	}
+	src := refusalSource(cl.IP)
+	subject := []string{src}
+	if au.cfg.Limits.labelOverride(LimitAccountsPerIP, eabLabel) {
+		// The label's registrations from the address have a bucket of
+		// their own, at the label's rate.
+		subject = append(subject, "eab:"+eabLabel)
+	}
+	return au.spendLimits(ctx, []limited{{LimitAccountsPerIP, r, au.bucket(LimitAccountsPerIP, r, subject...), src}}, "", cl)
+}
+
+// MaxIdentifiers is how many identifiers one order of acct may have; 0
+// for no bound.
+func (au *Authority) MaxIdentifiers(acct store.Account) int {
+	return au.cfg.Limits.For(LimitMaxIdentifiers, acct.ID, acct.EABLabel).Count
+}
+
+// TooManyIdentifiers is the refusal of an order with n identifiers over
+// the max_identifiers limit of acct. It is not rateLimited: no wait makes
+// such an order fit.
+func (au *Authority) TooManyIdentifiers(acct store.Account, n int) *problem.Problem {
+	return problem.RejectedIdentifierF("%s: an order may have at most %d identifiers, not %d", LimitMaxIdentifiers, au.MaxIdentifiers(acct), n)
+}
+
+// OrderLimits are what a new order costs in the profile's limits, spent
+// by CreateOrder in the order's own write.
+type OrderLimits struct {
+	acct string
+	cl   Client
+	ls   []limited
+}
+
+// OrderLimits checks a new order of acct for idents (normalized, as
+// CreateOrder takes them) against the pending_authorizations cap, and
+// returns what the order will spend when CreateOrder stores it: a unit of
+// orders_per_account and of duplicate_certificates (its exact identifier
+// set), and a check of each identifier's failed_validations bucket. The
+// spend and the order are one store write: over any limit the request is
+// refused with rateLimited and nothing is written, and an order that
+// fails to be stored spends nothing.
+//
+// renewalInARIWindow exempts the order from orders_per_account and
+// duplicate_certificates: it is a renewal whose "replaces" (RFC 9773 §5)
+// names a certificate of this account inside its ARI renewal window — a
+// renewal the server itself asked for must never be refused. The caller
+// decides it; until the HTTP front reads "replaces", it passes false.
+func (au *Authority) OrderLimits(ctx context.Context, acct store.Account, idents []acme.Identifier, wildcards []bool, renewalInARIWindow bool, cl Client) (*OrderLimits, error) {
+	lim := func(name string) Rate { return au.cfg.Limits.For(name, acct.ID, acct.EABLabel) }
+	if r := lim(LimitPendingAuthorizations); !r.Off() {
+		now := au.clock.Now()
+		n, soonest, err := au.db.CountPendingAuthzs(ctx, acct.ID, now)
+		if err != nil {
+			return nil, err
+		}
+		if n+len(idents) > r.Count {
+			wait := OrderLifetime
+			if !soonest.IsZero() {
+				wait = soonest.Sub(now)
+			}
+			return nil, au.refuseLimited(ctx, LimitPendingAuthorizations, au.limitKey(LimitPendingAuthorizations, acct.ID), acct.ID, cl,
+				problem.RateLimitedF(wait, "%s: this account has %d pending authorizations and this order would add %d, over this server's cap of %d; finish or deactivate some, or retry when the soonest expires",
+					LimitPendingAuthorizations, n, len(idents), r.Count))
+		}
+	}
+	var ls []limited
+	if r := lim(LimitOrdersPerAccount); !r.Off() && !renewalInARIWindow {
+		ls = append(ls, limited{LimitOrdersPerAccount, r, au.bucket(LimitOrdersPerAccount, r, acct.ID), "this account"})
+	}
+	if r := lim(LimitFailedValidations); !r.Off() {
+		for i, id := range idents {
+			value := id.Value
+			if i < len(wildcards) && wildcards[i] {
+				value = strings.TrimPrefix(value, "*.")
+			}
+			b := au.bucket(LimitFailedValidations, r, acct.ID, id.Type+":"+value)
+			b.CheckOnly = true
+			ls = append(ls, limited{LimitFailedValidations, r, b, "this account's validation of " + value})
+		}
+	}
+	if r := lim(LimitDuplicateCertificates); !r.Off() && !renewalInARIWindow {
+		ls = append(ls, limited{LimitDuplicateCertificates, r, au.bucket(LimitDuplicateCertificates, r, acct.ID, identifierSetKey(idents)),
+			"this account's orders for exactly these identifiers"})
+	}
+	return &OrderLimits{acct: acct.ID, cl: cl, ls: ls}, nil
+}
+
+// spends are the store's spends of l; none for nil.
+func (l *OrderLimits) spends() []store.LimitSpend {
+	if l == nil {
+		return nil
+	}
+	out := make([]store.LimitSpend, len(l.ls))
+	for i, x := range l.ls {
+		out[i] = x.spend
+	}
+	return out
+}
+
+// refusal is the answer to a write the store refused for l's spends
+// (err a *store.LimitError), and nil for any other error.
+func (au *Authority) limitRefusal(ctx context.Context, l *OrderLimits, err error) error {
+	le, ok := errors.AsType[*store.LimitError](err)
+	if !ok || l == nil {
+		return nil
+	}
+	return au.deniedBy(ctx, l.ls, le.Decisions, l.acct, l.cl)
+}
+
+// identifierSetKey names an exact identifier set, whatever its order:
+// a hash of the sorted identifiers, so a bucket key stays short.
+func identifierSetKey(idents []acme.Identifier) string {
+	s := make([]string, len(idents))
+	for i, id := range idents {
+		s[i] = id.Type + ":" + strings.ToLower(id.Value)
+	}
+	slices.Sort(s)
+	s = slices.Compact(s)
+	h := sha256.Sum256([]byte(strings.Join(s, "\n")))
+	return hex.EncodeToString(h[:16])
+}
+
+// spendFailedValidation takes a unit of failed_validations from the bucket
+// of the account and identifier whose validation failed. It is checked at
+// the next new-order naming the identifier; a failure to spend is logged.
+func (au *Authority) spendFailedValidation(ctx context.Context, a store.Authz) {
+	label := ""
+	if au.cfg.Limits.hasLabelOverride(LimitFailedValidations) {
+		if acct, err := au.db.GetAccount(ctx, au.cfg.Profile, a.AccountID); err == nil {
+			label = acct.EABLabel
+		}
+	}
+	r := au.cfg.Limits.For(LimitFailedValidations, a.AccountID, label)
+	if r.Off() {
+		return
+	}
+	b := au.bucket(LimitFailedValidations, r, a.AccountID, a.Identifier.Type+":"+a.Identifier.Value)
+	// When the bucket is empty already the spend is denied and changes
+	// nothing: the next order sees it empty either way.
+	if _, _, err := au.db.SpendLimits(context.WithoutCancel(ctx), []store.LimitSpend{b}, au.clock.Now()); err != nil {
+		au.log.Warn("spending a failed validation", zap.String("event", "rate_limit_spend_failed"),
+			zap.String("profile", au.cfg.Profile), zap.Error(err))
+	}
+}
+
+func (l Limits) hasLabelOverride(name string) bool {
+	for _, o := range l.Overrides {
+		if o.Limit == name && o.EABLabel != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// labelOverride reports whether an override of limit name for the EAB
+// label exists.
+func (l Limits) labelOverride(name, label string) bool {
+	for _, o := range l.Overrides {
+		if o.Limit == name && label != "" && o.EABLabel == label {
+			return true
+		}
+	}
+	return false
+}

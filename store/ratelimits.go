@@ -1,0 +1,278 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Rate limits are GCRA buckets (the generic cell rate algorithm, as
+// Boulder's ratelimits package keeps them): a bucket of count requests per
+// period lets one request in every emission interval (period / count) and
+// a burst of count at once. Its whole state is one time, the "theoretical
+// arrival time" (TAT): when the bucket would be full again if nothing more
+// were spent. A spend of cost moves the TAT cost intervals later; it is
+// allowed when the TAT stays within period of now. A bucket whose TAT has
+// passed is full, the same as one never used, so its row can be pruned.
+//
+// The buckets live in the store, one row per key, so that every instance
+// on one database spends from the same buckets.
+
+// LimitSpend is one bucket a request spends from (or only checks).
+type LimitSpend struct {
+	// Key names the bucket; the caller builds it (limit, profile,
+	// subject) and bounds its length.
+	Key string
+	// Emission is the interval one unit refills in: the limit's period
+	// divided by its count. Positive.
+	Emission time.Duration
+	// Burst is the limit's count: how many units a full bucket holds.
+	// Positive.
+	Burst int64
+	// Cost is how many units the request takes; usually 1.
+	Cost int64
+	// CheckOnly asks whether Cost would fit, without taking it: the
+	// bucket is spent by something that happens later.
+	CheckOnly bool
+}
+
+// LimitDecision is the answer for one LimitSpend.
+type LimitDecision struct {
+	// Allowed says whether the spend fits.
+	Allowed bool
+	// Remaining is how many more units the bucket holds after the spend
+	// (a CheckOnly one counted as spent); 0 when denied.
+	Remaining int64
+	// RetryAfter, when denied, is how long until the spend would fit; it
+	// is at most Emission × Cost (the refill of what it asks).
+	RetryAfter time.Duration
+}
+
+// maxLimitKeys bounds the buckets of one SpendLimits call.
+const maxLimitKeys = 512
+
+// SpendLimits decides every spend at now and, only when each is allowed,
+// takes them all, in one write: either every bucket is spent or none is.
+// The decisions are in the order of spends. A denied spend changes
+// nothing. The write is lazy (see engine): a bucket spent just before a
+// crash of the machine may come back full, which costs at most one
+// burst, and the write that follows a spend (the order it let through) is
+// durable and makes it so.
+//
+// On SQLite the single writer makes the read-and-update atomic; on
+// PostgreSQL the serializable transaction does, a concurrent spender of
+// the same bucket being run again after this one commits.
+func (db *DB) SpendLimits(ctx context.Context, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
+	if err := checkSpends(spends); err != nil {
+		return nil, false, err
+	}
+	var (
+		out     []LimitDecision
+		allowed bool
+	)
+	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, allowed, err = db.spendTx(ctx, tx, spends, now)
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("store: spending rate limits: %w", err)
+	}
+	return out, allowed, nil
+}
+
+// spendTx is SpendLimits inside tx: it decides every spend and, when
+// each is allowed, writes them all.
+func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
+	out, allowed := make([]LimitDecision, len(spends)), true
+	if len(spends) == 0 {
+		return out, true, nil
+	}
+	tats, err := readTATs(ctx, db, tx, spends)
+	if err != nil {
+		return nil, false, err
+	}
+	at := now.UnixNano()
+	newTATs := make([]int64, len(spends))
+	for i, s := range spends {
+		out[i], newTATs[i] = gcra(tats[s.Key], s, at)
+		allowed = allowed && out[i].Allowed
+		if s.CheckOnly {
+			newTATs[i] = 0
+		} else {
+			// A second spend of one key in the call starts where the
+			// first left it.
+			tats[s.Key] = newTATs[i]
+		}
+	}
+	if !allowed {
+		return out, false, nil
+	}
+	// One statement for every bucket spent: each costs more than the
+	// arithmetic.
+	var (
+		rows []string
+		args []any
+		done = make(map[string]bool, len(spends))
+	)
+	for i, s := range spends {
+		if newTATs[i] == 0 || done[s.Key] {
+			continue
+		}
+		done[s.Key] = true
+		rows, args = append(rows, "(?, ?)"), append(args, s.Key, tats[s.Key])
+	}
+	if len(rows) > 0 {
+		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES `+strings.Join(rows, ", ")+`
+			ON CONFLICT (key) DO UPDATE SET tat_ns = excluded.tat_ns`), args...); err != nil {
+			return nil, false, err
+		}
+	}
+	return out, true, nil
+}
+
+// LimitError is the refusal of a write that spends from rate limits (see
+// CreateOrder) because one spend did not fit: the write did nothing.
+// Decisions are those of its spends, in their order.
+type LimitError struct {
+	Decisions []LimitDecision
+}
+
+func (e *LimitError) Error() string { return "store: over a rate limit" }
+
+// RefundLimits gives back what SpendLimits took for spends (CheckOnly
+// ones are skipped): each bucket's TAT moves Cost intervals earlier, never
+// before now. It is for a request that spent and then failed to do what
+// it spent for.
+func (db *DB) RefundLimits(ctx context.Context, spends []LimitSpend, now time.Time) error {
+	if err := checkSpends(spends); err != nil {
+		return err
+	}
+	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
+		tats, err := readTATs(ctx, db, tx, spends)
+		if err != nil {
+			return err
+		}
+		at := now.UnixNano()
+		for _, s := range spends {
+			tat, ok := tats[s.Key]
+			if s.CheckOnly || !ok || tat <= at {
+				continue
+			}
+			tat = max(tat-s.Cost*int64(s.Emission), at)
+			tats[s.Key] = tat
+			if err := writeTAT(ctx, db, tx, s.Key, tat); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: refunding rate limits: %w", err)
+	}
+	return nil
+}
+
+// PruneLimits deletes up to batch buckets that are full again at now
+// (their TAT has passed: the same as no row), returning how many.
+func (db *DB) PruneLimits(ctx context.Context, now time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	res, err := db.lazyWr.ExecContext(ctx, db.q(`DELETE FROM rate_limits WHERE key IN
+		(SELECT key FROM rate_limits WHERE tat_ns <= ? LIMIT ?)`), now.UnixNano(), batch)
+	if err != nil {
+		return 0, fmt.Errorf("store: pruning rate limits: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// gcra decides spend s of a bucket whose stored TAT is tat (0: none) at
+// now, all in Unix nanoseconds, and returns the decision and the TAT the
+// spend would leave.
+func gcra(tat int64, s LimitSpend, now int64) (LimitDecision, int64) {
+	emission := int64(s.Emission)
+	tolerance := emission * s.Burst // how far ahead of now the TAT may run: the period
+	newTAT := max(tat, now) + s.Cost*emission
+	if s.Cost > s.Burst {
+		// More than a full bucket holds never fits; wait for the refill
+		// of a full bucket.
+		return LimitDecision{RetryAfter: time.Duration(tolerance)}, tat
+	}
+	if ahead := newTAT - now; ahead > tolerance {
+		return LimitDecision{RetryAfter: time.Duration(ahead - tolerance)}, tat
+	}
+	return LimitDecision{Allowed: true, Remaining: (tolerance - (newTAT - now)) / emission}, newTAT
+}
+
+func checkSpends(spends []LimitSpend) error {
+	if len(spends) > maxLimitKeys {
+		return fmt.Errorf("store: %d rate limit buckets in one spend, at most %d", len(spends), maxLimitKeys)
+	}
+	for _, s := range spends {
+		if s.Key == "" || len(s.Key) > 512 || s.Emission <= 0 || s.Burst <= 0 || s.Cost < 0 {
+			return fmt.Errorf("store: rate limit bucket %q: want a key of at most 512 bytes, a positive emission interval and burst, and a cost of at least 0", Clip(s.Key, 64))
+		}
+	}
+	return nil
+}
+
+// readTATs reads the stored TAT of each spend's bucket, by key.
+func readTATs(ctx context.Context, db *DB, tx *sql.Tx, spends []LimitSpend) (map[string]int64, error) {
+	tats := make(map[string]int64, len(spends))
+	if len(spends) == 0 {
+		return tats, nil
+	}
+	keys := make([]any, 0, len(spends))
+	seen := make(map[string]bool, len(spends))
+	for _, s := range spends {
+		if !seen[s.Key] {
+			seen[s.Key] = true
+			keys = append(keys, s.Key)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`), keys...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			k   string
+			tat int64
+		)
+		if err := rows.Scan(&k, &tat); err != nil {
+			return nil, err
+		}
+		tats[k] = tat
+	}
+	return tats, rows.Err()
+}
+
+func writeTAT(ctx context.Context, db *DB, tx *sql.Tx, key string, tat int64) error {
+	_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES (?, ?)
+		ON CONFLICT (key) DO UPDATE SET tat_ns = excluded.tat_ns`), key, tat)
+	return err
+}
+
+// CountPendingAuthzs counts the authorizations of an account that are
+// pending and not expired at now, and returns the soonest expiry among
+// them (zero when there are none): the pending_authorizations cap.
+func (db *DB) CountPendingAuthzs(ctx context.Context, accountID string, now time.Time) (int, time.Time, error) {
+	var (
+		n    int
+		soon sql.NullInt64
+	)
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT COUNT(*), MIN(expires_at) FROM authorizations
+		WHERE account_id = ? AND status = 'pending' AND expires_at > ?`), accountID, now.UnixMilli()).Scan(&n, &soon)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("store: counting pending authorizations of %s: %w", accountID, err)
+	}
+	var at time.Time
+	if soon.Valid {
+		at = time.UnixMilli(soon.Int64)
+	}
+	return n, at, nil
+}
