@@ -326,4 +326,34 @@ var postgresMigrations = []migration{
 			`ALTER TABLE accounts ADD COLUMN eab_label TEXT NOT NULL DEFAULT ''`,
 		},
 	},
+	// Versions 14 and 15 are taken by branches developed alongside this
+	// one; these empty steps hold their places so that the versions stay
+	// consecutive until the merge puts the real steps here.
+	{version: 14, name: "reserved_14"},
+	{version: 15, name: "reserved_15"},
+	{
+		version: 16,
+		name:    "relay_shared",
+		stmts: []string{
+			// The relay's upstream http-01 challenges and upstream
+			// accounts, as in SQLite's migration 16.
+			`CREATE TABLE relay_http_tokens (
+				token      TEXT   PRIMARY KEY,
+				identifier TEXT   NOT NULL,
+				key_auth   TEXT   NOT NULL,
+				expires_at BIGINT NOT NULL
+			)`,
+			`CREATE INDEX relay_http_tokens_expiry ON relay_http_tokens (expires_at)`,
+			`CREATE TABLE relay_accounts (
+				upstream   TEXT   NOT NULL,
+				profile    TEXT   NOT NULL,
+				key_pem    TEXT   NOT NULL,
+				location   TEXT   NOT NULL DEFAULT '',
+				contact    TEXT   NOT NULL DEFAULT '[]',
+				created_at BIGINT NOT NULL,
+				updated_at BIGINT NOT NULL,
+				PRIMARY KEY (upstream, profile)
+			)`,
+		},
+	},
 }
