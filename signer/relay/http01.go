@@ -7,14 +7,20 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"time"
 
 	"github.com/caddyserver/certmagic"
 	"github.com/mholt/acmez/v3/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-// httpPublisher answers upstream http-01 challenges the way Caddy answers
-// its own: it writes the challenge to Caddy storage where certmagic's
-// distributed solver keeps it, and Caddy's HTTP servers serve it.
+// httpPublisher answers upstream http-01 challenges in two places: in the
+// store, where the acme_proxy_challenges handler of every instance on the
+// database finds it (instances need not share Caddy storage), and the way
+// Caddy answers its own, in Caddy storage where certmagic's distributed
+// solver keeps it, so that a single instance answers with no handler
+// configured.
 //
 // Every Caddy HTTP server hands a request for
 // /.well-known/acme-challenge/<token> to the TLS app before any route
@@ -39,6 +45,12 @@ type httpPublisher struct {
 	storage    certmagic.Storage
 	ownKey     string
 	issuerKeys func(identifier string) []string
+	// shared, if set, is the store the challenge is published in as well;
+	// now and ttl give the row its expiry (a bound for a row that a crash
+	// left behind: CleanUp deletes it).
+	shared func() (*store.DB, error)
+	now    func() time.Time
+	ttl    time.Duration
 }
 
 // challengeTokenKey is certmagic's storage key for a distributed
@@ -82,6 +94,14 @@ func (p *httpPublisher) Present(ctx context.Context, chal acme.Challenge) error 
 		return fmt.Errorf("locking http-01 challenges for %s: %w", id, err)
 	}
 	body, err := json.Marshal(chal)
+	if err == nil && p.shared != nil {
+		var db *store.DB
+		if db, err = p.shared(); err == nil {
+			now := p.now()
+			err = db.PutRelayHTTPToken(ctx, store.RelayHTTPToken{Token: chal.Token, Identifier: id,
+				KeyAuth: chal.KeyAuthorization, Expires: now.Add(p.ttl)}, now)
+		}
+	}
 	if err == nil {
 		for _, k := range p.keys(id) {
 			if err = p.storage.Store(ctx, k, body); err != nil {
@@ -103,6 +123,15 @@ func (p *httpPublisher) CleanUp(ctx context.Context, chal acme.Challenge) error 
 	ctx = context.WithoutCancel(ctx)
 	id := chal.Identifier.Value
 	var errs []error
+	if p.shared != nil {
+		db, err := p.shared()
+		if err == nil {
+			err = db.DeleteRelayHTTPToken(ctx, chal.Token)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, k := range p.keys(id) {
 		if err := p.storage.Delete(ctx, k); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
