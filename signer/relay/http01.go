@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/http"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/certmagic"
@@ -141,4 +144,42 @@ func (p *httpPublisher) CleanUp(ctx context.Context, chal acme.Challenge) error 
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// ChallengePathPrefix is where an upstream asks for an http-01 challenge
+// (RFC 8555 §8.3).
+const ChallengePathPrefix = "/.well-known/acme-challenge/"
+
+// ServeHTTPChallenge answers r when it asks for an upstream http-01
+// challenge that a relay signer of any instance on db published for r's
+// host, and reports whether it answered. Anything else — another path, an
+// unknown or expired token, a token published for another host — is left
+// to the caller. The key authorization is the whole body, as RFC 8555
+// §8.3 asks.
+func ServeHTTPChallenge(w http.ResponseWriter, r *http.Request, db *store.DB, now time.Time) (bool, error) {
+	token, ok := strings.CutPrefix(r.URL.Path, ChallengePathPrefix)
+	if !ok || token == "" || strings.Contains(token, "/") || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		return false, nil
+	}
+	t, err := db.GetRelayHTTPToken(r.Context(), token, now)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if !strings.EqualFold(host, t.Identifier) {
+		return false, nil
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write([]byte(t.KeyAuth))
+	}
+	return true, nil
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -196,4 +197,58 @@ func testKeyPEM(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+}
+
+func TestTheChallengeHandlerAnswersOnlyATokenPublishedForTheHostAsked(t *testing.T) {
+	ctx := context.Background()
+	b := newBench(t, "https://ca.example/dir", ChallengeHTTP01)
+	now := b.clock.Now()
+	for _, tok := range []store.RelayHTTPToken{
+		{Token: "tokA", Identifier: "web.example.com", KeyAuth: "tokA.thumb", Expires: now.Add(time.Hour)},
+		{Token: "tokIP", Identifier: "2001:db8::1", KeyAuth: "tokIP.thumb", Expires: now.Add(time.Hour)},
+		{Token: "tokOld", Identifier: "web.example.com", KeyAuth: "tokOld.thumb", Expires: now.Add(-time.Second)},
+	} {
+		if err := b.db.PutRelayHTTPToken(ctx, tok, now.Add(-time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name, method, host, path string
+		answered                 bool
+		body                     string
+	}{
+		{"ok/the token for its host", http.MethodGet, "web.example.com", "/.well-known/acme-challenge/tokA", true, "tokA.thumb"},
+		{"ok/the host in another case, with a port", http.MethodGet, "WEB.example.com:80", "/.well-known/acme-challenge/tokA", true, "tokA.thumb"},
+		{"ok/an IPv6 literal host", http.MethodGet, "[2001:db8::1]:80", "/.well-known/acme-challenge/tokIP", true, "tokIP.thumb"},
+		{"ok/HEAD answers without a body", http.MethodHead, "web.example.com", "/.well-known/acme-challenge/tokA", true, ""},
+		{"pass/another host", http.MethodGet, "other.example.com", "/.well-known/acme-challenge/tokA", false, ""},
+		{"pass/an unknown token", http.MethodGet, "web.example.com", "/.well-known/acme-challenge/nope", false, ""},
+		{"pass/an expired token", http.MethodGet, "web.example.com", "/.well-known/acme-challenge/tokOld", false, ""},
+		{"pass/another path", http.MethodGet, "web.example.com", "/tokA", false, ""},
+		{"pass/a deeper path", http.MethodGet, "web.example.com", "/.well-known/acme-challenge/tokA/x", false, ""},
+		{"pass/POST", http.MethodPost, "web.example.com", "/.well-known/acme-challenge/tokA", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(tt.method, "http://"+tt.host+tt.path, nil)
+			req.Host = tt.host
+			rec := httptest.NewRecorder()
+			answered, err := ServeHTTPChallenge(rec, req, b.db, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if answered != tt.answered {
+				t.Fatalf("answered = %v; want %v", answered, tt.answered)
+			}
+			if !answered {
+				if rec.Body.Len() != 0 || len(rec.Header()) != 0 {
+					t.Errorf("wrote %q with headers %v while passing the request on", rec.Body, rec.Header())
+				}
+				return
+			}
+			if rec.Code != http.StatusOK || rec.Body.String() != tt.body || rec.Header().Get("Content-Type") != "text/plain" {
+				t.Errorf("answer %d %q (%s); want 200 %q", rec.Code, rec.Body, rec.Header().Get("Content-Type"), tt.body)
+			}
+		})
+	}
 }
