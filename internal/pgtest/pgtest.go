@@ -81,6 +81,7 @@ type cluster struct {
 	dir    string   // holds data/ and the socket
 	asUser []string // command prefix running PostgreSQL's tools as a non-root user
 	bin    string
+	opts   string // the server's -o options
 	admin  *sql.DB
 }
 
@@ -150,8 +151,8 @@ func start() (*cluster, error) {
 	}
 	// fsync off: a test cluster need not survive a power loss, and CI's
 	// disk is slow. Everything else is PostgreSQL's default.
-	opts := "-c listen_addresses='' -c unix_socket_directories=" + dir + " -c fsync=off -c max_connections=200"
-	if out, err := c.run("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-s", "start"); err != nil {
+	c.opts = "-c listen_addresses='' -c unix_socket_directories=" + dir + " -c fsync=off -c max_connections=200"
+	if out, err := c.serverStart(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, log)
@@ -165,6 +166,36 @@ func start() (*cluster, error) {
 		return nil, errors.Join(fmt.Errorf("connecting to the test cluster: %w", err), c.stop())
 	}
 	return c, nil
+}
+
+func (c *cluster) serverStart() ([]byte, error) {
+	return c.run("pg_ctl", "-D", filepath.Join(c.dir, "data"), "-o", c.opts, "-l", filepath.Join(c.dir, "log"), "-w", "-s", "start")
+}
+
+// Stop stops the binary's cluster as an operator's restart does (a fast
+// shutdown: sessions are cut, transactions in flight roll back), for a
+// test of what clients see while the database is away; Start brings it
+// back. The databases DSN made survive. Tests that stop the cluster must
+// not run in parallel with other tests of the binary using it.
+func Stop(t testing.TB) {
+	t.Helper()
+	if cl == nil {
+		t.Fatal("pgtest: Stop before DSN started the cluster")
+	}
+	if out, err := cl.run("pg_ctl", "-D", filepath.Join(cl.dir, "data"), "-m", "fast", "-w", "-s", "stop"); err != nil {
+		t.Fatalf("pgtest: pg_ctl stop: %v\n%s", err, out)
+	}
+}
+
+// Start starts the cluster that Stop stopped.
+func Start(t testing.TB) {
+	t.Helper()
+	if cl == nil {
+		t.Fatal("pgtest: Start before DSN started the cluster")
+	}
+	if out, err := cl.serverStart(); err != nil {
+		t.Fatalf("pgtest: pg_ctl start: %v\n%s", err, out)
+	}
 }
 
 func (c *cluster) run(tool string, args ...string) ([]byte, error) {
