@@ -32,15 +32,44 @@ import (
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 func Main(m *testing.M) int {
 	code := m.Run()
-	if c := started.Load(); c != nil {
-		if err := c.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "pgtest:", err)
-			if code == 0 {
-				code = 1
-			}
+	if err := Shutdown(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		if code == 0 {
+			code = 1
 		}
 	}
 	return code
+}
+
+// Shutdown stops and removes the cluster if one was started: Main's end,
+// for a TestMain that must stop what uses the cluster first.
+func Shutdown() error {
+	if c := started.Swap(nil); c != nil {
+		return c.stop()
+	}
+	return nil
+}
+
+// Durable, set before the cluster starts, keeps PostgreSQL's fsync on:
+// for a benchmark, which must pay for durability as production does.
+var Durable bool
+
+// ErrNoPostgres: this machine has no PostgreSQL server binaries.
+var ErrNoPostgres = errNoPostgres
+
+// ProcessDSN is DSN for a database that lives as long as the cluster,
+// for a fixture that outlives any one test or benchmark (Shutdown removes
+// it with the cluster). Without PostgreSQL it returns ErrNoPostgres.
+func ProcessDSN() (string, error) {
+	once.Do(func() { cl, clErr = start() })
+	if clErr != nil {
+		return "", clErr
+	}
+	name := fmt.Sprintf("p%d", dbSeq.Add(1))
+	if _, err := cl.admin.Exec(`CREATE DATABASE ` + name); err != nil {
+		return "", fmt.Errorf("pgtest: creating database %s: %w", name, err)
+	}
+	return cl.dsn(name), nil
 }
 
 var (
@@ -150,8 +179,12 @@ func start() (*cluster, error) {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
 	// fsync off: a test cluster need not survive a power loss, and CI's
-	// disk is slow. Everything else is PostgreSQL's default.
-	c.opts = "-c listen_addresses='' -c unix_socket_directories=" + dir + " -c fsync=off -c max_connections=200"
+	// disk is slow (unless Durable). Everything else is PostgreSQL's
+	// default.
+	c.opts = "-c listen_addresses='' -c unix_socket_directories=" + dir + " -c max_connections=200"
+	if !Durable {
+		c.opts += " -c fsync=off"
+	}
 	if out, err := c.serverStart(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
