@@ -623,7 +623,6 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 			err   error
 		}
 		results := make(chan result, n)
-		orders := make(chan string, n)
 		for i := range n {
 			name := fmt.Sprintf("crash-%d.example.com", i)
 			f.dns.SetAddrs(name+".", netip.MustParseAddr(B.ip))
@@ -635,7 +634,6 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 					results <- result{name: name, err: err}
 					return
 				}
-				orders <- order.URI
 				chain, _, err := c.CreateOrderCert(ctx, order.FinalizeURL, csrFor(t, name), true)
 				if err != nil {
 					// The poll was cut by the kill: ask B.
