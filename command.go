@@ -27,7 +27,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "acme-proxy",
-		Usage: "<profiles|orders|revoke|accounts|jobs|audit|crl|eab|renew-early> [args] [--address <admin>] [--json]",
+		Usage: "<profiles|orders|revoke|accounts|jobs|audit|crl|eab|renew-early|migrate-store> [args] [--address <admin>] [--json]",
 		Short: "Operates the acme_proxy app through Caddy's admin API",
 		Long: `
 Reads and changes what the acme_proxy app keeps: its profiles, orders,
@@ -37,6 +37,7 @@ other caddy commands find it: --address, else the admin address of the
 --config file, else ` + "localhost:2019" + `.
 
 Output is a table for people; --json prints the admin API's JSON.
+migrate-store is the exception: it runs offline, on the database files.
 
   caddy acme-proxy profiles
   caddy acme-proxy orders [--profile P] [--status S] [--identifier NAME] [--account ID] [--after ID] [--limit N]
@@ -53,6 +54,7 @@ Output is a table for people; --json prints the admin API's JSON.
   caddy acme-proxy eab list --profile P
   caddy acme-proxy eab revoke <kid>
   caddy acme-proxy renew-early [--profile P] [--serial HEX]... [--order ID]... [--identifier PATTERN] [--account ID] [--issuer KEYID] [--explanation-url URL]
+  caddy acme-proxy migrate-store --from <sqlite file> --to <postgres dsn>
 
 Revocation reasons are RFC 5280 CRLReason codes: 0 unspecified,
 1 keyCompromise, 3 affiliationChanged, 4 superseded, 5 cessationOfOperation,
@@ -133,6 +135,10 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	add(eab, "revoke <kid>", "Revokes a key: it binds no new account", cobra.ExactArgs(1), nil, c.eabRevoke)
 
 	c.addRenewEarlyCommand(cmd)
+	add(cmd, "migrate-store", "Copies a stopped instance's SQLite store into an empty PostgreSQL database (offline)", cobra.NoArgs, func(sc *cobra.Command) {
+		sc.Flags().String("from", "", "the SQLite file (acme_proxy.db in Caddy's data directory by default)")
+		sc.Flags().String("to", "", "the PostgreSQL DSN, as the database postgres option takes it")
+	}, c.migrateStore)
 }
 
 // cli runs the subcommands.

@@ -19,4 +19,5 @@ func init() {
 	caddy.RegisterModule(new(Script))
 	caddy.RegisterModule(new(AdminAPI))
 	caddy.RegisterModule(new(UI))
+	caddy.RegisterModule(new(Challenges))
 }

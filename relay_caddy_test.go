@@ -16,8 +16,11 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/certmagic"
 	"github.com/go-acme/lego/v5/certcrypto"
 	"github.com/go-acme/lego/v5/certificate"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // relayCaddyfile serves three relay profiles over HTTPS (Caddy's internal
@@ -190,9 +193,16 @@ func TestRelayThroughCaddyObtainsFromPebbleWithEachChallengeStrategy(t *testing.
 		if n := trusting.count(pebbleNewAccount); n != 1 {
 			t.Errorf("Pebble saw %d new accounts for the bypass profile; want 1", n)
 		}
-		keys, _ := filepath.Glob(filepath.Join(storage, "acme_proxy", "relay", "*", "*", "account.json"))
-		if len(keys) != 3 {
-			t.Errorf("upstream accounts in storage: %v; want one per profile", keys)
+		db, err := store.OpenSQLite(ctx, filepath.Join(dir, "acme_proxy.db"), store.SQLiteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for profile, directory := range map[string]string{"bypass": trusting.dir, "dns": strict.dir, "web": strict.dir} {
+			a, err := db.GetRelayAccount(ctx, (&certmagic.ACMEIssuer{CA: directory}).IssuerKey(), profile)
+			if err != nil || a.Location == "" {
+				t.Errorf("the upstream account of %s in the store: %+v, %v; want one, registered", profile, a, err)
+			}
 		}
 	})
 }

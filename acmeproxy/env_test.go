@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -31,7 +30,7 @@ import (
 )
 
 // testEnv is one profile served over real HTTPS on loopback, with a real
-// SQLite store, a real job runner, the real local CA signer and the real
+// store (of the running test's dialect: see eachDialect), a real job runner, the real local CA signer and the real
 // validators, whose connections for any name go to this machine's
 // challenge responders.
 type testEnv struct {
@@ -103,8 +102,10 @@ func newTestEnv(t *testing.T, mutate func(*ProfileConfig)) *testEnv {
 // newTestEnv's environment.
 type envOptions struct {
 	mutate func(*ProfileConfig)
-	// dbPath, when set, is the store's file: a second environment on the
-	// same file is the same service after a restart.
+	// dbPath, when set, is the store's place (newPlace: a SQLite file or
+	// a PostgreSQL database, by the running test's dialect): a second
+	// environment at the same place is the same service after a restart,
+	// or another instance.
 	dbPath string
 	// ca, when set, is the issuing CA (from newTestCA) instead of a new one.
 	ca *testCA
@@ -130,9 +131,9 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 	t.Helper()
 	ctx := context.Background()
 	if eo.dbPath == "" {
-		eo.dbPath = filepath.Join(t.TempDir(), "acme.db")
+		eo.dbPath = newPlace(t)
 	}
-	db, err := store.OpenSQLite(ctx, eo.dbPath, eo.sqlite)
+	db, err := dialectOf(t).openAt(ctx, eo.dbPath, eo.sqlite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/http"
 	"path"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -229,153 +228,161 @@ func linkWithRel(r rawResponse, rel string) string {
 // §7.4 (201 with Location for created resources), §7.3.1 (200 with the
 // same Location for an existing key).
 func TestSuccessfulResponsesCarryANonceTheIndexLinkAndNoStore(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	created := alice.registerWith(map[string]any{"termsOfServiceAgreed": true})
-	again := alice.post(e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true}, jwsOpts{embedJWK: true})
-	newOrder := alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("h.example.com")}}, jwsOpts{})
-	if newOrder.status != http.StatusCreated {
-		t.Fatalf("new-order: %d %s", newOrder.status, newOrder.body)
-	}
-	o := decodeAs[orderJSON](t, newOrder)
-	authz := alice.read(o.Authorizations[0])
-	chall := alice.read(decodeAs[authzJSON](t, authz).Challenges[0].URL)
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		created := alice.registerWith(map[string]any{"termsOfServiceAgreed": true})
+		again := alice.post(e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true}, jwsOpts{embedJWK: true})
+		newOrder := alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("h.example.com")}}, jwsOpts{})
+		if newOrder.status != http.StatusCreated {
+			t.Fatalf("new-order: %d %s", newOrder.status, newOrder.body)
+		}
+		o := decodeAs[orderJSON](t, newOrder)
+		authz := alice.read(o.Authorizations[0])
+		chall := alice.read(decodeAs[authzJSON](t, authz).Challenges[0].URL)
 
-	tests := []struct {
-		name         string
-		r            rawResponse
-		wantStatus   int
-		wantLocation string // "" for none
-	}{
-		{"directory GET answers 200", e.plain(http.MethodGet, e.dirURL), http.StatusOK, ""},
-		{"directory HEAD answers 200", e.plain(http.MethodHead, e.dirURL), http.StatusOK, ""},
-		{"new-nonce HEAD answers 200", e.plain(http.MethodHead, e.url("/new-nonce")), http.StatusOK, ""},
-		{"new-nonce GET answers 204", e.plain(http.MethodGet, e.url("/new-nonce")), http.StatusNoContent, ""},
-		{"new-account for a new key answers 201 with its Location", created, http.StatusCreated, alice.kid},
-		{"new-account for a known key answers 200 with the same Location", again, http.StatusOK, alice.kid},
-		{"account POST-as-GET answers 200", alice.read(alice.kid), http.StatusOK, ""},
-		{"account orders list answers 200", alice.read(alice.kid + "/orders"), http.StatusOK, ""},
-		{"new-order answers 201 with the order's Location", newOrder, http.StatusCreated, strings.TrimSuffix(o.Finalize, "/finalize")},
-		{"order POST-as-GET answers 200", alice.read(strings.TrimSuffix(o.Finalize, "/finalize")), http.StatusOK, ""},
-		{"authorization POST-as-GET answers 200", authz, http.StatusOK, ""},
-		{"challenge POST-as-GET answers 200", chall, http.StatusOK, ""},
-	}
-	if !strings.HasPrefix(alice.kid, e.url("/account/")) {
-		t.Fatalf("account Location %q is not an account URL", alice.kid)
-	}
-	seen := map[string]string{}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.r.status != tc.wantStatus {
-				t.Fatalf("status %d, want %d: %s", tc.r.status, tc.wantStatus, tc.r.body)
-			}
-			n := tc.r.header.Get("Replay-Nonce")
-			if n == "" {
-				t.Errorf("no Replay-Nonce")
-			} else if other, dup := seen[n]; dup {
-				t.Errorf("Replay-Nonce %q was also sent with %q", n, other)
-			}
-			seen[n] = tc.name
-			if !e.hasIndexLink(tc.r) {
-				t.Errorf("no Link <%s>;rel=\"index\": %q", e.dirURL, tc.r.header.Values("Link"))
-			}
-			if cc := tc.r.header.Get("Cache-Control"); !strings.Contains(cc, "no-store") {
-				t.Errorf("Cache-Control %q, want no-store", cc)
-			}
-			if got := tc.r.header.Get("Location"); tc.wantLocation != "" && got != tc.wantLocation {
-				t.Errorf("Location %q, want %q", got, tc.wantLocation)
-			}
-		})
-	}
+		tests := []struct {
+			name         string
+			r            rawResponse
+			wantStatus   int
+			wantLocation string // "" for none
+		}{
+			{"directory GET answers 200", e.plain(http.MethodGet, e.dirURL), http.StatusOK, ""},
+			{"directory HEAD answers 200", e.plain(http.MethodHead, e.dirURL), http.StatusOK, ""},
+			{"new-nonce HEAD answers 200", e.plain(http.MethodHead, e.url("/new-nonce")), http.StatusOK, ""},
+			{"new-nonce GET answers 204", e.plain(http.MethodGet, e.url("/new-nonce")), http.StatusNoContent, ""},
+			{"new-account for a new key answers 201 with its Location", created, http.StatusCreated, alice.kid},
+			{"new-account for a known key answers 200 with the same Location", again, http.StatusOK, alice.kid},
+			{"account POST-as-GET answers 200", alice.read(alice.kid), http.StatusOK, ""},
+			{"account orders list answers 200", alice.read(alice.kid + "/orders"), http.StatusOK, ""},
+			{"new-order answers 201 with the order's Location", newOrder, http.StatusCreated, strings.TrimSuffix(o.Finalize, "/finalize")},
+			{"order POST-as-GET answers 200", alice.read(strings.TrimSuffix(o.Finalize, "/finalize")), http.StatusOK, ""},
+			{"authorization POST-as-GET answers 200", authz, http.StatusOK, ""},
+			{"challenge POST-as-GET answers 200", chall, http.StatusOK, ""},
+		}
+		if !strings.HasPrefix(alice.kid, e.url("/account/")) {
+			t.Fatalf("account Location %q is not an account URL", alice.kid)
+		}
+		seen := map[string]string{}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.r.status != tc.wantStatus {
+					t.Fatalf("status %d, want %d: %s", tc.r.status, tc.wantStatus, tc.r.body)
+				}
+				n := tc.r.header.Get("Replay-Nonce")
+				if n == "" {
+					t.Errorf("no Replay-Nonce")
+				} else if other, dup := seen[n]; dup {
+					t.Errorf("Replay-Nonce %q was also sent with %q", n, other)
+				}
+				seen[n] = tc.name
+				if !e.hasIndexLink(tc.r) {
+					t.Errorf("no Link <%s>;rel=\"index\": %q", e.dirURL, tc.r.header.Values("Link"))
+				}
+				if cc := tc.r.header.Get("Cache-Control"); !strings.Contains(cc, "no-store") {
+					t.Errorf("Cache-Control %q, want no-store", cc)
+				}
+				if got := tc.r.header.Get("Location"); tc.wantLocation != "" && got != tc.wantLocation {
+					t.Errorf("Location %q, want %q", got, tc.wantLocation)
+				}
+			})
+		}
+	})
 }
 
 // RFC 8555 §7.1.1: the directory names newNonce, newAccount, newOrder,
 // revokeCert and keyChange, each a resource this server serves.
 func TestTheDirectoryNamesTheFiveResourcesAndEachExists(t *testing.T) {
-	e := newTestEnv(t, nil)
-	r := e.plain(http.MethodGet, e.dirURL)
-	if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
-		t.Fatalf("directory: %d %q %s", r.status, r.header.Get("Content-Type"), r.body)
-	}
-	var dir map[string]any
-	if err := json.Unmarshal(r.body, &dir); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		field, path string
-		probe       string // method that must not be a 404
-		wantStatus  int
-	}{
-		{"newNonce", "/new-nonce", http.MethodHead, http.StatusOK},
-		{"newAccount", "/new-account", http.MethodGet, http.StatusMethodNotAllowed},
-		{"newOrder", "/new-order", http.MethodGet, http.StatusMethodNotAllowed},
-		{"revokeCert", "/revoke-cert", http.MethodGet, http.StatusMethodNotAllowed},
-		{"keyChange", "/key-change", http.MethodGet, http.StatusMethodNotAllowed},
-	}
-	for _, tc := range tests {
-		t.Run(tc.field, func(t *testing.T) {
-			got, _ := dir[tc.field].(string)
-			if got != e.url(tc.path) {
-				t.Fatalf("%s = %q, want %q", tc.field, got, e.url(tc.path))
-			}
-			if p := e.plain(tc.probe, got); p.status != tc.wantStatus {
-				t.Errorf("%s %s: %d, want %d", tc.probe, got, p.status, tc.wantStatus)
-			}
-		})
-	}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		r := e.plain(http.MethodGet, e.dirURL)
+		if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+			t.Fatalf("directory: %d %q %s", r.status, r.header.Get("Content-Type"), r.body)
+		}
+		var dir map[string]any
+		if err := json.Unmarshal(r.body, &dir); err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			field, path string
+			probe       string // method that must not be a 404
+			wantStatus  int
+		}{
+			{"newNonce", "/new-nonce", http.MethodHead, http.StatusOK},
+			{"newAccount", "/new-account", http.MethodGet, http.StatusMethodNotAllowed},
+			{"newOrder", "/new-order", http.MethodGet, http.StatusMethodNotAllowed},
+			{"revokeCert", "/revoke-cert", http.MethodGet, http.StatusMethodNotAllowed},
+			{"keyChange", "/key-change", http.MethodGet, http.StatusMethodNotAllowed},
+		}
+		for _, tc := range tests {
+			t.Run(tc.field, func(t *testing.T) {
+				got, _ := dir[tc.field].(string)
+				if got != e.url(tc.path) {
+					t.Fatalf("%s = %q, want %q", tc.field, got, e.url(tc.path))
+				}
+				if p := e.plain(tc.probe, got); p.status != tc.wantStatus {
+					t.Errorf("%s %s: %d, want %d", tc.probe, got, p.status, tc.wantStatus)
+				}
+			})
+		}
+	})
 }
 
 // RFC 8555 §6.3: resources read by POST-as-GET refuse GET with 405; RFC
 // 9110 §15.5.6: a 405 lists the allowed methods in Allow.
 func TestAWrongMethodAnswers405WithAllow(t *testing.T) {
-	e := newTestEnv(t, nil)
-	tests := []struct {
-		name, method, path, wantAllow string
-	}{
-		{"GET new-account", http.MethodGet, "/new-account", "POST"},
-		{"GET new-order", http.MethodGet, "/new-order", "POST"},
-		{"GET key-change", http.MethodGet, "/key-change", "POST"},
-		{"GET revoke-cert", http.MethodGet, "/revoke-cert", "POST"},
-		{"POST directory", http.MethodPost, "/directory", "GET, HEAD"},
-		{"POST new-nonce", http.MethodPost, "/new-nonce", "GET, HEAD"},
-		{"PUT new-nonce", http.MethodPut, "/new-nonce", "GET, HEAD"},
-		{"GET an account", http.MethodGet, "/account/x", "POST"},
-		{"GET an account's orders", http.MethodGet, "/account/x/orders", "POST"},
-		{"GET an order", http.MethodGet, "/order/x", "POST"},
-		{"GET a finalize URL", http.MethodGet, "/order/x/finalize", "POST"},
-		{"GET an authorization", http.MethodGet, "/authz/x", "POST"},
-		{"GET a challenge", http.MethodGet, "/chall/x", "POST"},
-		{"GET a certificate", http.MethodGet, "/cert/x", "POST"},
-		{"DELETE an order", http.MethodDelete, "/order/x", "POST"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := e.plain(tc.method, e.url(tc.path))
-			wantProblem(t, r, http.StatusMethodNotAllowed, acme.ErrorMalformed)
-			if got := r.header.Get("Allow"); got != tc.wantAllow {
-				t.Errorf("Allow %q, want %q", got, tc.wantAllow)
-			}
-			if r.header.Get("Replay-Nonce") == "" || !e.hasIndexLink(r) {
-				t.Errorf("405 lacks Replay-Nonce or the index Link: %v", r.header)
-			}
-		})
-	}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		tests := []struct {
+			name, method, path, wantAllow string
+		}{
+			{"GET new-account", http.MethodGet, "/new-account", "POST"},
+			{"GET new-order", http.MethodGet, "/new-order", "POST"},
+			{"GET key-change", http.MethodGet, "/key-change", "POST"},
+			{"GET revoke-cert", http.MethodGet, "/revoke-cert", "POST"},
+			{"POST directory", http.MethodPost, "/directory", "GET, HEAD"},
+			{"POST new-nonce", http.MethodPost, "/new-nonce", "GET, HEAD"},
+			{"PUT new-nonce", http.MethodPut, "/new-nonce", "GET, HEAD"},
+			{"GET an account", http.MethodGet, "/account/x", "POST"},
+			{"GET an account's orders", http.MethodGet, "/account/x/orders", "POST"},
+			{"GET an order", http.MethodGet, "/order/x", "POST"},
+			{"GET a finalize URL", http.MethodGet, "/order/x/finalize", "POST"},
+			{"GET an authorization", http.MethodGet, "/authz/x", "POST"},
+			{"GET a challenge", http.MethodGet, "/chall/x", "POST"},
+			{"GET a certificate", http.MethodGet, "/cert/x", "POST"},
+			{"DELETE an order", http.MethodDelete, "/order/x", "POST"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				r := e.plain(tc.method, e.url(tc.path))
+				wantProblem(t, r, http.StatusMethodNotAllowed, acme.ErrorMalformed)
+				if got := r.header.Get("Allow"); got != tc.wantAllow {
+					t.Errorf("Allow %q, want %q", got, tc.wantAllow)
+				}
+				if r.header.Get("Replay-Nonce") == "" || !e.hasIndexLink(r) {
+					t.Errorf("405 lacks Replay-Nonce or the index Link: %v", r.header)
+				}
+			})
+		}
+	})
 }
 
 // RFC 8555 §6.7: errors are problem documents, a 404 included.
 func TestAnUnknownPathAnswers404WithAProblem(t *testing.T) {
-	e := newTestEnv(t, nil)
-	for _, path := range []string{"/nope", "/order/", "/order/x/nope", "/account/x/orders/more", "/directory/extra", "/chall/x/y"} {
-		t.Run(path, func(t *testing.T) {
-			r := e.plain(http.MethodPost, e.url(path))
-			if r.status != http.StatusNotFound || r.problem == nil || r.problem.Type == "" {
-				t.Fatalf("got %d %q %s, want a 404 problem", r.status, r.header.Get("Content-Type"), r.body)
-			}
-			if r.header.Get("Replay-Nonce") == "" || !e.hasIndexLink(r) {
-				t.Errorf("404 lacks Replay-Nonce or the index Link: %v", r.header)
-			}
-		})
-	}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		for _, path := range []string{"/nope", "/order/", "/order/x/nope", "/account/x/orders/more", "/directory/extra", "/chall/x/y"} {
+			t.Run(path, func(t *testing.T) {
+				r := e.plain(http.MethodPost, e.url(path))
+				if r.status != http.StatusNotFound || r.problem == nil || r.problem.Type == "" {
+					t.Fatalf("got %d %q %s, want a 404 problem", r.status, r.header.Get("Content-Type"), r.body)
+				}
+				if r.header.Get("Replay-Nonce") == "" || !e.hasIndexLink(r) {
+					t.Errorf("404 lacks Replay-Nonce or the index Link: %v", r.header)
+				}
+			})
+		}
+	})
 }
 
 // ---- nonces ----
@@ -384,45 +391,47 @@ func TestAnUnknownPathAnswers404WithAProblem(t *testing.T) {
 // for exactly one request; §6.5 asks that a badNonce answer carry a
 // fresh one for the retry.
 func TestEveryNonceIsAcceptedExactlyOnce(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	fromHeader := func(r rawResponse) string { return r.header.Get("Replay-Nonce") }
-	tests := []struct {
-		name   string
-		source func() string
-	}{
-		{"a nonce from new-nonce HEAD", func() string { return fromHeader(e.plain(http.MethodHead, e.url("/new-nonce"))) }},
-		{"a nonce from new-nonce GET", func() string { return fromHeader(e.plain(http.MethodGet, e.url("/new-nonce"))) }},
-		{"a nonce from the directory", func() string { return fromHeader(e.plain(http.MethodGet, e.dirURL)) }},
-		{"a nonce from a 201 new-account", func() string { return fromHeader(e.rawClient().registerWith(map[string]any{})) }},
-		{"a nonce from a 200 POST-as-GET", func() string { return fromHeader(alice.read(alice.kid)) }},
-		{"a nonce from a 404 error", func() string { return fromHeader(e.plain(http.MethodGet, e.url("/nope"))) }},
-		{"a nonce from a 405 error", func() string { return fromHeader(e.plain(http.MethodGet, e.url("/new-order"))) }},
-		{"a nonce from a 415 error", func() string {
-			return fromHeader(alice.postRaw(e.url("/new-order"), "application/json", []byte(`{}`)))
-		}},
-		{"a nonce from a malformed-JWS error", func() string {
-			return fromHeader(alice.postRaw(e.url("/new-order"), "application/jose+json", []byte(`{}`)))
-		}},
-		{"a nonce from a badNonce error", func() string {
-			r := alice.post(alice.kid, nil, jwsOpts{nonce: strp("not-a-nonce")})
-			wantProblem(t, r, http.StatusBadRequest, acme.ErrorBadNonce)
-			return fromHeader(r)
-		}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			n := tc.source()
-			if n == "" {
-				t.Fatal("no Replay-Nonce")
-			}
-			if r := alice.post(alice.kid, nil, jwsOpts{nonce: &n}); r.status != http.StatusOK {
-				t.Fatalf("first use: %d %s", r.status, r.body)
-			}
-			wantProblem(t, alice.post(alice.kid, nil, jwsOpts{nonce: &n}), http.StatusBadRequest, acme.ErrorBadNonce)
-		})
-	}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		fromHeader := func(r rawResponse) string { return r.header.Get("Replay-Nonce") }
+		tests := []struct {
+			name   string
+			source func() string
+		}{
+			{"a nonce from new-nonce HEAD", func() string { return fromHeader(e.plain(http.MethodHead, e.url("/new-nonce"))) }},
+			{"a nonce from new-nonce GET", func() string { return fromHeader(e.plain(http.MethodGet, e.url("/new-nonce"))) }},
+			{"a nonce from the directory", func() string { return fromHeader(e.plain(http.MethodGet, e.dirURL)) }},
+			{"a nonce from a 201 new-account", func() string { return fromHeader(e.rawClient().registerWith(map[string]any{})) }},
+			{"a nonce from a 200 POST-as-GET", func() string { return fromHeader(alice.read(alice.kid)) }},
+			{"a nonce from a 404 error", func() string { return fromHeader(e.plain(http.MethodGet, e.url("/nope"))) }},
+			{"a nonce from a 405 error", func() string { return fromHeader(e.plain(http.MethodGet, e.url("/new-order"))) }},
+			{"a nonce from a 415 error", func() string {
+				return fromHeader(alice.postRaw(e.url("/new-order"), "application/json", []byte(`{}`)))
+			}},
+			{"a nonce from a malformed-JWS error", func() string {
+				return fromHeader(alice.postRaw(e.url("/new-order"), "application/jose+json", []byte(`{}`)))
+			}},
+			{"a nonce from a badNonce error", func() string {
+				r := alice.post(alice.kid, nil, jwsOpts{nonce: strp("not-a-nonce")})
+				wantProblem(t, r, http.StatusBadRequest, acme.ErrorBadNonce)
+				return fromHeader(r)
+			}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				n := tc.source()
+				if n == "" {
+					t.Fatal("no Replay-Nonce")
+				}
+				if r := alice.post(alice.kid, nil, jwsOpts{nonce: &n}); r.status != http.StatusOK {
+					t.Fatalf("first use: %d %s", r.status, r.body)
+				}
+				wantProblem(t, alice.post(alice.kid, nil, jwsOpts{nonce: &n}), http.StatusBadRequest, acme.ErrorBadNonce)
+			})
+		}
+	})
 }
 
 // ---- accounts ----
@@ -430,145 +439,151 @@ func TestEveryNonceIsAcceptedExactlyOnce(t *testing.T) {
 // RFC 8555 §7.3.2: a client updates its contacts with a POST to its
 // account; the answer and later reads show the new list.
 func TestAnAccountsContactsCanBeUpdated(t *testing.T) {
-	e := newTestEnv(t, nil)
-	old := []string{"mailto:old@example.com"}
-	tests := []struct {
-		name        string
-		payload     any
-		wantContact []string
-		wantStatus  int
-		wantType    acme.ProblemType
-	}{
-		{name: "ok/the contact list is replaced", payload: map[string]any{"contact": []string{"mailto:new@example.com", "mailto:ops@example.com"}},
-			wantContact: []string{"mailto:new@example.com", "mailto:ops@example.com"}, wantStatus: 200},
-		{name: "ok/an empty list removes every contact", payload: map[string]any{"contact": []string{}}, wantContact: nil, wantStatus: 200},
-		{name: "ok/an update without contact leaves it alone", payload: map[string]any{"termsOfServiceAgreed": true}, wantContact: old, wantStatus: 200},
-		{name: "fail/a contact that is not mailto", payload: map[string]any{"contact": []string{"tel:+15555550100"}},
-			wantContact: old, wantStatus: 400, wantType: acme.ErrorUnsupportedContact},
-		{name: "fail/a mailto with two addresses", payload: map[string]any{"contact": []string{"mailto:a@example.com,b@example.com"}},
-			wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
-		{name: "fail/a mailto with header fields", payload: map[string]any{"contact": []string{"mailto:a@example.com?subject=hi"}},
-			wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
-		{name: "fail/a status other than deactivated", payload: map[string]any{"status": "revoked"},
-			wantContact: old, wantStatus: 400, wantType: acme.ErrorMalformed},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c := e.rawClient()
-			c.registerWith(map[string]any{"termsOfServiceAgreed": true, "contact": old})
-			r := c.post(c.kid, tc.payload, jwsOpts{})
-			if tc.wantType != "" {
-				wantProblem(t, r, tc.wantStatus, tc.wantType)
-			} else {
-				if r.status != tc.wantStatus {
-					t.Fatalf("update: %d %s", r.status, r.body)
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		old := []string{"mailto:old@example.com"}
+		tests := []struct {
+			name        string
+			payload     any
+			wantContact []string
+			wantStatus  int
+			wantType    acme.ProblemType
+		}{
+			{name: "ok/the contact list is replaced", payload: map[string]any{"contact": []string{"mailto:new@example.com", "mailto:ops@example.com"}},
+				wantContact: []string{"mailto:new@example.com", "mailto:ops@example.com"}, wantStatus: 200},
+			{name: "ok/an empty list removes every contact", payload: map[string]any{"contact": []string{}}, wantContact: nil, wantStatus: 200},
+			{name: "ok/an update without contact leaves it alone", payload: map[string]any{"termsOfServiceAgreed": true}, wantContact: old, wantStatus: 200},
+			{name: "fail/a contact that is not mailto", payload: map[string]any{"contact": []string{"tel:+15555550100"}},
+				wantContact: old, wantStatus: 400, wantType: acme.ErrorUnsupportedContact},
+			{name: "fail/a mailto with two addresses", payload: map[string]any{"contact": []string{"mailto:a@example.com,b@example.com"}},
+				wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
+			{name: "fail/a mailto with header fields", payload: map[string]any{"contact": []string{"mailto:a@example.com?subject=hi"}},
+				wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
+			{name: "fail/a status other than deactivated", payload: map[string]any{"status": "revoked"},
+				wantContact: old, wantStatus: 400, wantType: acme.ErrorMalformed},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				c := e.rawClient()
+				c.registerWith(map[string]any{"termsOfServiceAgreed": true, "contact": old})
+				r := c.post(c.kid, tc.payload, jwsOpts{})
+				if tc.wantType != "" {
+					wantProblem(t, r, tc.wantStatus, tc.wantType)
+				} else {
+					if r.status != tc.wantStatus {
+						t.Fatalf("update: %d %s", r.status, r.body)
+					}
+					if got := decodeAs[accountJSON](t, r).Contact; !slices.Equal(got, tc.wantContact) {
+						t.Errorf("update answered contact %q, want %q", got, tc.wantContact)
+					}
 				}
-				if got := decodeAs[accountJSON](t, r).Contact; !slices.Equal(got, tc.wantContact) {
-					t.Errorf("update answered contact %q, want %q", got, tc.wantContact)
+				read := decodeAs[accountJSON](t, c.read(c.kid))
+				if !slices.Equal(read.Contact, tc.wantContact) {
+					t.Errorf("account now has contact %q, want %q", read.Contact, tc.wantContact)
 				}
-			}
-			read := decodeAs[accountJSON](t, c.read(c.kid))
-			if !slices.Equal(read.Contact, tc.wantContact) {
-				t.Errorf("account now has contact %q, want %q", read.Contact, tc.wantContact)
-			}
-			if read.Status != "valid" {
-				t.Errorf("account is %s", read.Status)
-			}
-		})
-	}
+				if read.Status != "valid" {
+					t.Errorf("account is %s", read.Status)
+				}
+			})
+		}
+	})
 }
 
 // RFC 8555 §7.3.6: "If a server receives a POST or POST-as-GET from a
 // deactivated account, it MUST return an error response with status code
 // 401 (Unauthorized) and type urn:ietf:params:acme:error:unauthorized."
 func TestADeactivatedAccountIsRefusedWith401Unauthorized(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	o := alice.order(dnsID("d.example.com"))
-	az := alice.authz(o.Authorizations[0])
-	r := alice.post(alice.kid, map[string]string{"status": "deactivated"}, jwsOpts{})
-	if r.status != http.StatusOK || decodeAs[accountJSON](t, r).Status != "deactivated" {
-		t.Fatalf("deactivation: %d %s", r.status, r.body)
-	}
-	tests := []struct {
-		name string
-		do   func() rawResponse
-	}{
-		{"new-order", func() rawResponse {
-			return alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("x.example.com")}}, jwsOpts{})
-		}},
-		{"account POST-as-GET", func() rawResponse { return alice.read(alice.kid) }},
-		{"account update", func() rawResponse {
-			return alice.post(alice.kid, map[string]any{"contact": []string{"mailto:a@example.com"}}, jwsOpts{})
-		}},
-		{"account deactivation again", func() rawResponse {
-			return alice.post(alice.kid, map[string]string{"status": "deactivated"}, jwsOpts{})
-		}},
-		{"orders list", func() rawResponse { return alice.read(alice.kid + "/orders") }},
-		{"order POST-as-GET", func() rawResponse { return alice.read(o.url) }},
-		{"authorization POST-as-GET", func() rawResponse { return alice.read(o.Authorizations[0]) }},
-		{"challenge POST", func() rawResponse { return alice.post(az.Challenges[0].URL, map[string]any{}, jwsOpts{}) }},
-		{"key-change", func() rawResponse {
-			nk := newKey(t)
-			return alice.post(e.url("/key-change"), innerKeyChange(t, e, innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()}), jwsOpts{})
-		}},
-		{"new-account with the account's key", func() rawResponse {
-			return alice.post(e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true}, jwsOpts{embedJWK: true})
-		}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			wantProblem(t, tc.do(), http.StatusUnauthorized, acme.ErrorUnauthorized)
-		})
-	}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		o := alice.order(dnsID("d.example.com"))
+		az := alice.authz(o.Authorizations[0])
+		r := alice.post(alice.kid, map[string]string{"status": "deactivated"}, jwsOpts{})
+		if r.status != http.StatusOK || decodeAs[accountJSON](t, r).Status != "deactivated" {
+			t.Fatalf("deactivation: %d %s", r.status, r.body)
+		}
+		tests := []struct {
+			name string
+			do   func() rawResponse
+		}{
+			{"new-order", func() rawResponse {
+				return alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("x.example.com")}}, jwsOpts{})
+			}},
+			{"account POST-as-GET", func() rawResponse { return alice.read(alice.kid) }},
+			{"account update", func() rawResponse {
+				return alice.post(alice.kid, map[string]any{"contact": []string{"mailto:a@example.com"}}, jwsOpts{})
+			}},
+			{"account deactivation again", func() rawResponse {
+				return alice.post(alice.kid, map[string]string{"status": "deactivated"}, jwsOpts{})
+			}},
+			{"orders list", func() rawResponse { return alice.read(alice.kid + "/orders") }},
+			{"order POST-as-GET", func() rawResponse { return alice.read(o.url) }},
+			{"authorization POST-as-GET", func() rawResponse { return alice.read(o.Authorizations[0]) }},
+			{"challenge POST", func() rawResponse { return alice.post(az.Challenges[0].URL, map[string]any{}, jwsOpts{}) }},
+			{"key-change", func() rawResponse {
+				nk := newKey(t)
+				return alice.post(e.url("/key-change"), innerKeyChange(t, e, innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()}), jwsOpts{})
+			}},
+			{"new-account with the account's key", func() rawResponse {
+				return alice.post(e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true}, jwsOpts{embedJWK: true})
+			}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				wantProblem(t, tc.do(), http.StatusUnauthorized, acme.ErrorUnauthorized)
+			})
+		}
+	})
 }
 
 // RFC 8555 §7.1.2.1: an account's orders URL lists that account's orders,
 // and only them.
 func TestAnAccountsOrdersListNamesItsOwnOrdersOnly(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice, bob, carol := e.rawClient(), e.rawClient(), e.rawClient()
-	alice.register()
-	bob.register()
-	carol.register()
-	aliceOrders := []string{alice.order(dnsID("a1.example.com")).url, alice.order(dnsID("a2.example.com")).url}
-	bobOrders := []string{bob.order(dnsID("b1.example.com")).url}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice, bob, carol := e.rawClient(), e.rawClient(), e.rawClient()
+		alice.register()
+		bob.register()
+		carol.register()
+		aliceOrders := []string{alice.order(dnsID("a1.example.com")).url, alice.order(dnsID("a2.example.com")).url}
+		bobOrders := []string{bob.order(dnsID("b1.example.com")).url}
 
-	tests := []struct {
-		name   string
-		c      *rawClient
-		want   []string
-		status int
-	}{
-		{"alice sees her two orders", alice, aliceOrders, http.StatusOK},
-		{"bob sees his one order", bob, bobOrders, http.StatusOK},
-		{"an account without orders gets an empty array", carol, []string{}, http.StatusOK},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			acct := decodeAs[accountJSON](t, tc.c.read(tc.c.kid))
-			if acct.Orders != tc.c.kid+"/orders" {
-				t.Fatalf("account orders URL %q, want %q", acct.Orders, tc.c.kid+"/orders")
-			}
-			r := tc.c.read(acct.Orders)
-			if r.status != tc.status {
-				t.Fatalf("orders list: %d %s", r.status, r.body)
-			}
-			var list struct {
-				Orders *[]string `json:"orders"`
-			}
-			if err := json.Unmarshal(r.body, &list); err != nil || list.Orders == nil {
-				t.Fatalf("orders list %s has no orders array", r.body)
-			}
-			got, want := slices.Sorted(slices.Values(*list.Orders)), slices.Sorted(slices.Values(tc.want))
-			if !slices.Equal(got, want) {
-				t.Errorf("orders %q, want %q", got, want)
-			}
+		tests := []struct {
+			name   string
+			c      *rawClient
+			want   []string
+			status int
+		}{
+			{"alice sees her two orders", alice, aliceOrders, http.StatusOK},
+			{"bob sees his one order", bob, bobOrders, http.StatusOK},
+			{"an account without orders gets an empty array", carol, []string{}, http.StatusOK},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				acct := decodeAs[accountJSON](t, tc.c.read(tc.c.kid))
+				if acct.Orders != tc.c.kid+"/orders" {
+					t.Fatalf("account orders URL %q, want %q", acct.Orders, tc.c.kid+"/orders")
+				}
+				r := tc.c.read(acct.Orders)
+				if r.status != tc.status {
+					t.Fatalf("orders list: %d %s", r.status, r.body)
+				}
+				var list struct {
+					Orders *[]string `json:"orders"`
+				}
+				if err := json.Unmarshal(r.body, &list); err != nil || list.Orders == nil {
+					t.Fatalf("orders list %s has no orders array", r.body)
+				}
+				got, want := slices.Sorted(slices.Values(*list.Orders)), slices.Sorted(slices.Values(tc.want))
+				if !slices.Equal(got, want) {
+					t.Errorf("orders %q, want %q", got, want)
+				}
+			})
+		}
+		t.Run("alice may not read bob's list", func(t *testing.T) {
+			wantProblem(t, alice.read(bob.kid+"/orders"), http.StatusForbidden, acme.ErrorUnauthorized)
 		})
-	}
-	t.Run("alice may not read bob's list", func(t *testing.T) {
-		wantProblem(t, alice.read(bob.kid+"/orders"), http.StatusForbidden, acme.ErrorUnauthorized)
 	})
 }
 
@@ -612,36 +627,38 @@ func innerKeyChange(t testing.TB, e *testEnv, s innerSpec) []byte {
 // key (inner) moves the account to the new key; the old key stops
 // working and the new key identifies the account.
 func TestAKeyChangeMovesTheAccountToTheNewKey(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	nk := newKey(t)
-	r := alice.post(e.url("/key-change"), innerKeyChange(t, e, innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()}), jwsOpts{})
-	if r.status != http.StatusOK {
-		t.Fatalf("key-change: %d %s", r.status, r.body)
-	}
-	if loc := r.header.Get("Location"); loc != alice.kid {
-		t.Errorf("key-change Location %q, want %q", loc, alice.kid)
-	}
-	renewed := &rawClient{t: t, e: e, key: nk, kid: alice.kid}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		nk := newKey(t)
+		r := alice.post(e.url("/key-change"), innerKeyChange(t, e, innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()}), jwsOpts{})
+		if r.status != http.StatusOK {
+			t.Fatalf("key-change: %d %s", r.status, r.body)
+		}
+		if loc := r.header.Get("Location"); loc != alice.kid {
+			t.Errorf("key-change Location %q, want %q", loc, alice.kid)
+		}
+		renewed := &rawClient{t: t, e: e, key: nk, kid: alice.kid}
 
-	t.Run("the old key no longer signs for the account", func(t *testing.T) {
-		wantProblem(t, alice.read(alice.kid), http.StatusBadRequest, acme.ErrorMalformed)
-	})
-	t.Run("the new key signs for the account", func(t *testing.T) {
-		if r := renewed.read(alice.kid); r.status != http.StatusOK {
-			t.Fatalf("%d %s", r.status, r.body)
-		}
-	})
-	t.Run("new-account finds the account by its new key", func(t *testing.T) {
-		r := renewed.post(e.url("/new-account"), map[string]any{"onlyReturnExisting": true}, jwsOpts{embedJWK: true})
-		if r.status != http.StatusOK || r.header.Get("Location") != alice.kid {
-			t.Fatalf("%d %q %s", r.status, r.header.Get("Location"), r.body)
-		}
-	})
-	t.Run("new-account no longer finds it by the old key", func(t *testing.T) {
-		r := alice.post(e.url("/new-account"), map[string]any{"onlyReturnExisting": true}, jwsOpts{embedJWK: true})
-		wantProblem(t, r, http.StatusBadRequest, acme.ErrorAccountDoesNotExist)
+		t.Run("the old key no longer signs for the account", func(t *testing.T) {
+			wantProblem(t, alice.read(alice.kid), http.StatusBadRequest, acme.ErrorMalformed)
+		})
+		t.Run("the new key signs for the account", func(t *testing.T) {
+			if r := renewed.read(alice.kid); r.status != http.StatusOK {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+		})
+		t.Run("new-account finds the account by its new key", func(t *testing.T) {
+			r := renewed.post(e.url("/new-account"), map[string]any{"onlyReturnExisting": true}, jwsOpts{embedJWK: true})
+			if r.status != http.StatusOK || r.header.Get("Location") != alice.kid {
+				t.Fatalf("%d %q %s", r.status, r.header.Get("Location"), r.body)
+			}
+		})
+		t.Run("new-account no longer finds it by the old key", func(t *testing.T) {
+			r := alice.post(e.url("/new-account"), map[string]any{"onlyReturnExisting": true}, jwsOpts{embedJWK: true})
+			wantProblem(t, r, http.StatusBadRequest, acme.ErrorAccountDoesNotExist)
+		})
 	})
 }
 
@@ -650,88 +667,92 @@ func TestAKeyChangeMovesTheAccountToTheNewKey(t *testing.T) {
 // instance that verified the account's requests before (and remembers the
 // key it verified them with).
 func TestAnAccountChangeOnAnotherInstanceTakesEffectAtOnce(t *testing.T) {
-	dbPath := filepath.Join(t.TempDir(), "shared.db")
-	a := newTestEnvWith(t, envOptions{dbPath: dbPath})
-	b := newTestEnvWith(t, envOptions{dbPath: dbPath, ca: a.ca})
-	// onB is c's account as seen through instance b.
-	onB := func(c *rawClient, key crypto.Signer) *rawClient {
-		return &rawClient{t: t, e: b, key: key, kid: b.url("/account/" + path.Base(c.kid))}
-	}
+	eachDialect(t, func(t *testing.T) {
+		dbPath := newPlace(t)
+		a := newTestEnvWith(t, envOptions{dbPath: dbPath})
+		b := newTestEnvWith(t, envOptions{dbPath: dbPath, ca: a.ca})
+		// onB is c's account as seen through instance b.
+		onB := func(c *rawClient, key crypto.Signer) *rawClient {
+			return &rawClient{t: t, e: b, key: key, kid: b.url("/account/" + path.Base(c.kid))}
+		}
 
-	t.Run("a key change", func(t *testing.T) {
-		alice := a.rawClient()
-		alice.register()
-		aliceB := onB(alice, alice.key)
-		if r := aliceB.read(aliceB.kid); r.status != http.StatusOK {
-			t.Fatalf("before the key change, b answered %d %s", r.status, r.body)
-		}
-		nk := newKey(t)
-		r := alice.post(a.url("/key-change"), innerKeyChange(t, a, innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()}), jwsOpts{})
-		if r.status != http.StatusOK {
-			t.Fatalf("key-change on a: %d %s", r.status, r.body)
-		}
-		wantProblem(t, aliceB.read(aliceB.kid), http.StatusBadRequest, acme.ErrorMalformed)
-		if r := onB(alice, nk).read(aliceB.kid); r.status != http.StatusOK {
-			t.Fatalf("the new key on b: %d %s", r.status, r.body)
-		}
-	})
-	t.Run("a deactivation", func(t *testing.T) {
-		bob := a.rawClient()
-		bob.register()
-		bobB := onB(bob, bob.key)
-		if r := bobB.read(bobB.kid); r.status != http.StatusOK {
-			t.Fatalf("before the deactivation, b answered %d %s", r.status, r.body)
-		}
-		if r := bob.post(bob.kid, map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
-			t.Fatalf("deactivation on a: %d %s", r.status, r.body)
-		}
-		wantProblem(t, bobB.read(bobB.kid), http.StatusUnauthorized, acme.ErrorUnauthorized)
+		t.Run("a key change", func(t *testing.T) {
+			alice := a.rawClient()
+			alice.register()
+			aliceB := onB(alice, alice.key)
+			if r := aliceB.read(aliceB.kid); r.status != http.StatusOK {
+				t.Fatalf("before the key change, b answered %d %s", r.status, r.body)
+			}
+			nk := newKey(t)
+			r := alice.post(a.url("/key-change"), innerKeyChange(t, a, innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()}), jwsOpts{})
+			if r.status != http.StatusOK {
+				t.Fatalf("key-change on a: %d %s", r.status, r.body)
+			}
+			wantProblem(t, aliceB.read(aliceB.kid), http.StatusBadRequest, acme.ErrorMalformed)
+			if r := onB(alice, nk).read(aliceB.kid); r.status != http.StatusOK {
+				t.Fatalf("the new key on b: %d %s", r.status, r.body)
+			}
+		})
+		t.Run("a deactivation", func(t *testing.T) {
+			bob := a.rawClient()
+			bob.register()
+			bobB := onB(bob, bob.key)
+			if r := bobB.read(bobB.kid); r.status != http.StatusOK {
+				t.Fatalf("before the deactivation, b answered %d %s", r.status, r.body)
+			}
+			if r := bob.post(bob.kid, map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
+				t.Fatalf("deactivation on a: %d %s", r.status, r.body)
+			}
+			wantProblem(t, bobB.read(bobB.kid), http.StatusUnauthorized, acme.ErrorUnauthorized)
+		})
 	})
 }
 
 // RFC 8555 §7.3.5 lists what the server checks of a key change; each
 // failed check leaves the account on its old key.
 func TestAKeyChangeThatFailsACheckIsRefused(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice, bob := e.rawClient(), e.rawClient()
-	alice.register()
-	bob.register()
-	nk, stranger := newKey(t), newKey(t)
-	ok := innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()}
-	with := func(f func(*innerSpec)) innerSpec { s := ok; f(&s); return s }
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice, bob := e.rawClient(), e.rawClient()
+		alice.register()
+		bob.register()
+		nk, stranger := newKey(t), newKey(t)
+		ok := innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()}
+		with := func(f func(*innerSpec)) innerSpec { s := ok; f(&s); return s }
 
-	tests := []struct {
-		name       string
-		inner      innerSpec
-		wantStatus int
-		wantType   acme.ProblemType
-		wantLoc    string
-	}{
-		{"fail/the inner url is not the outer url", with(func(s *innerSpec) { s.url = e.url("/new-account") }), 401, acme.ErrorUnauthorized, ""},
-		{"fail/the inner JWS has a nonce", with(func(s *innerSpec) { s.nonce = alice.nonce() }), 400, acme.ErrorMalformed, ""},
-		{"fail/the inner JWS names its key by kid", with(func(s *innerSpec) { s.kid = alice.kid }), 400, acme.ErrorMalformed, ""},
-		{"fail/the inner JWS is signed by a key other than its jwk", with(func(s *innerSpec) { s.jwk = stranger.Public() }), 400, acme.ErrorMalformed, ""},
-		{"fail/oldKey is not the account's key", with(func(s *innerSpec) { s.oldKey = stranger.Public() }), 403, acme.ErrorUnauthorized, ""},
-		{"fail/the inner account is another account", with(func(s *innerSpec) { s.account = bob.kid }), 403, acme.ErrorUnauthorized, ""},
-		{"fail/the inner payload is not a key-change object", with(func(s *innerSpec) { s.payload = `["x"]` }), 400, acme.ErrorMalformed, ""},
-		{"fail/the new key is the current key", with(func(s *innerSpec) { s.signer = alice.key }), 400, acme.ErrorMalformed, ""},
-		// "If there is an existing account with the new key provided, then
-		// the server SHOULD use status code 409 (Conflict) and provide the
-		// URL of that account in the Location header field."
-		{"fail/the new key belongs to another account", with(func(s *innerSpec) { s.signer = bob.key }), 409, acme.ErrorMalformed, bob.kid},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := alice.post(e.url("/key-change"), innerKeyChange(t, e, tc.inner), jwsOpts{})
-			wantProblem(t, r, tc.wantStatus, tc.wantType)
-			if tc.wantLoc != "" && r.header.Get("Location") != tc.wantLoc {
-				t.Errorf("Location %q, want %q", r.header.Get("Location"), tc.wantLoc)
-			}
-			if r := alice.read(alice.kid); r.status != http.StatusOK {
-				t.Fatalf("the old key stopped working after a refused key change: %d %s", r.status, r.body)
-			}
-		})
-	}
+		tests := []struct {
+			name       string
+			inner      innerSpec
+			wantStatus int
+			wantType   acme.ProblemType
+			wantLoc    string
+		}{
+			{"fail/the inner url is not the outer url", with(func(s *innerSpec) { s.url = e.url("/new-account") }), 401, acme.ErrorUnauthorized, ""},
+			{"fail/the inner JWS has a nonce", with(func(s *innerSpec) { s.nonce = alice.nonce() }), 400, acme.ErrorMalformed, ""},
+			{"fail/the inner JWS names its key by kid", with(func(s *innerSpec) { s.kid = alice.kid }), 400, acme.ErrorMalformed, ""},
+			{"fail/the inner JWS is signed by a key other than its jwk", with(func(s *innerSpec) { s.jwk = stranger.Public() }), 400, acme.ErrorMalformed, ""},
+			{"fail/oldKey is not the account's key", with(func(s *innerSpec) { s.oldKey = stranger.Public() }), 403, acme.ErrorUnauthorized, ""},
+			{"fail/the inner account is another account", with(func(s *innerSpec) { s.account = bob.kid }), 403, acme.ErrorUnauthorized, ""},
+			{"fail/the inner payload is not a key-change object", with(func(s *innerSpec) { s.payload = `["x"]` }), 400, acme.ErrorMalformed, ""},
+			{"fail/the new key is the current key", with(func(s *innerSpec) { s.signer = alice.key }), 400, acme.ErrorMalformed, ""},
+			// "If there is an existing account with the new key provided, then
+			// the server SHOULD use status code 409 (Conflict) and provide the
+			// URL of that account in the Location header field."
+			{"fail/the new key belongs to another account", with(func(s *innerSpec) { s.signer = bob.key }), 409, acme.ErrorMalformed, bob.kid},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				r := alice.post(e.url("/key-change"), innerKeyChange(t, e, tc.inner), jwsOpts{})
+				wantProblem(t, r, tc.wantStatus, tc.wantType)
+				if tc.wantLoc != "" && r.header.Get("Location") != tc.wantLoc {
+					t.Errorf("Location %q, want %q", r.header.Get("Location"), tc.wantLoc)
+				}
+				if r := alice.read(alice.kid); r.status != http.StatusOK {
+					t.Fatalf("the old key stopped working after a refused key change: %d %s", r.status, r.body)
+				}
+			})
+		}
+	})
 }
 
 // ---- orders and authorizations ----
@@ -739,249 +760,261 @@ func TestAKeyChangeThatFailsACheckIsRefused(t *testing.T) {
 // RFC 8555 §7.1.3, §7.4: a new order echoes the requested notBefore and
 // notAfter; dates that are not RFC 3339 or make no sense are malformed.
 func TestANewOrderEchoesItsValidityAndRefusesABadOne(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	now := time.Now().UTC().Truncate(time.Second)
-	nb, na := now.Add(time.Hour).Format(time.RFC3339), now.Add(48*time.Hour).Format(time.RFC3339)
-	tests := []struct {
-		name      string
-		nb, na    string
-		wantError bool
-	}{
-		{name: "ok/notBefore and notAfter are echoed", nb: nb, na: na},
-		{name: "ok/notAfter alone is echoed", na: na},
-		{name: "ok/neither is sent and neither is shown"},
-		{name: "fail/notAfter is not an RFC 3339 date-time", na: "tomorrow", wantError: true},
-		{name: "fail/notBefore is a date without a time", nb: "2030-01-01", wantError: true},
-		{name: "fail/notAfter is in the past", na: now.Add(-time.Hour).Format(time.RFC3339), wantError: true},
-		{name: "fail/notAfter is before notBefore", nb: na, na: nb, wantError: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p := map[string]any{"identifiers": []map[string]string{dnsID("v.example.com")}}
-			if tc.nb != "" {
-				p["notBefore"] = tc.nb
-			}
-			if tc.na != "" {
-				p["notAfter"] = tc.na
-			}
-			r := alice.post(e.url("/new-order"), p, jwsOpts{})
-			if tc.wantError {
-				wantProblem(t, r, http.StatusBadRequest, acme.ErrorMalformed)
-				return
-			}
-			if r.status != http.StatusCreated {
-				t.Fatalf("%d %s", r.status, r.body)
-			}
-			o := decodeAs[orderJSON](t, r)
-			if o.NotBefore != tc.nb || o.NotAfter != tc.na {
-				t.Errorf("order has notBefore %q notAfter %q, want %q %q", o.NotBefore, o.NotAfter, tc.nb, tc.na)
-			}
-			if tc.nb == "" && bytes.Contains(r.body, []byte(`"notBefore"`)) {
-				t.Errorf("order shows a notBefore nobody asked for: %s", r.body)
-			}
-		})
-	}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		now := time.Now().UTC().Truncate(time.Second)
+		nb, na := now.Add(time.Hour).Format(time.RFC3339), now.Add(48*time.Hour).Format(time.RFC3339)
+		tests := []struct {
+			name      string
+			nb, na    string
+			wantError bool
+		}{
+			{name: "ok/notBefore and notAfter are echoed", nb: nb, na: na},
+			{name: "ok/notAfter alone is echoed", na: na},
+			{name: "ok/neither is sent and neither is shown"},
+			{name: "fail/notAfter is not an RFC 3339 date-time", na: "tomorrow", wantError: true},
+			{name: "fail/notBefore is a date without a time", nb: "2030-01-01", wantError: true},
+			{name: "fail/notAfter is in the past", na: now.Add(-time.Hour).Format(time.RFC3339), wantError: true},
+			{name: "fail/notAfter is before notBefore", nb: na, na: nb, wantError: true},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				p := map[string]any{"identifiers": []map[string]string{dnsID("v.example.com")}}
+				if tc.nb != "" {
+					p["notBefore"] = tc.nb
+				}
+				if tc.na != "" {
+					p["notAfter"] = tc.na
+				}
+				r := alice.post(e.url("/new-order"), p, jwsOpts{})
+				if tc.wantError {
+					wantProblem(t, r, http.StatusBadRequest, acme.ErrorMalformed)
+					return
+				}
+				if r.status != http.StatusCreated {
+					t.Fatalf("%d %s", r.status, r.body)
+				}
+				o := decodeAs[orderJSON](t, r)
+				if o.NotBefore != tc.nb || o.NotAfter != tc.na {
+					t.Errorf("order has notBefore %q notAfter %q, want %q %q", o.NotBefore, o.NotAfter, tc.nb, tc.na)
+				}
+				if tc.nb == "" && bytes.Contains(r.body, []byte(`"notBefore"`)) {
+					t.Errorf("order shows a notBefore nobody asked for: %s", r.body)
+				}
+			})
+		}
+	})
 }
 
 // RFC 8555 §7.4: one authorization per distinct identifier. Names differ
 // only in case, and an IPv4-mapped IPv6 address is its IPv4 address; a
 // wildcard and its base name are distinct.
 func TestANewOrderDeduplicatesItsIdentifiers(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	o := alice.order(dnsID("a.example.com"), dnsID("A.EXAMPLE.com"), ipID("192.0.2.1"), ipID("::ffff:192.0.2.1"),
-		dnsID("b.example.com"), dnsID("a.example.com"), dnsID("*.example.com"), dnsID("example.com"))
-	want := []string{"dns:a.example.com", "ip:192.0.2.1", "dns:b.example.com", "dns:*.example.com", "dns:example.com"}
-	var got []string
-	for _, id := range o.Identifiers {
-		got = append(got, id.Type+":"+id.Value)
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("identifiers %q, want %q", got, want)
-	}
-	if len(o.Authorizations) != len(want) {
-		t.Fatalf("%d authorizations for %d identifiers", len(o.Authorizations), len(want))
-	}
-	var authzIDs []string
-	for _, u := range o.Authorizations {
-		a := alice.authz(u)
-		id := a.Identifier.Type + ":" + a.Identifier.Value
-		if a.Wildcard {
-			id = a.Identifier.Type + ":*." + a.Identifier.Value
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		o := alice.order(dnsID("a.example.com"), dnsID("A.EXAMPLE.com"), ipID("192.0.2.1"), ipID("::ffff:192.0.2.1"),
+			dnsID("b.example.com"), dnsID("a.example.com"), dnsID("*.example.com"), dnsID("example.com"))
+		want := []string{"dns:a.example.com", "ip:192.0.2.1", "dns:b.example.com", "dns:*.example.com", "dns:example.com"}
+		var got []string
+		for _, id := range o.Identifiers {
+			got = append(got, id.Type+":"+id.Value)
 		}
-		authzIDs = append(authzIDs, id)
-	}
-	if !slices.Equal(slices.Sorted(slices.Values(authzIDs)), slices.Sorted(slices.Values(want))) {
-		t.Errorf("authorizations are for %q, want %q", authzIDs, want)
-	}
+		if !slices.Equal(got, want) {
+			t.Fatalf("identifiers %q, want %q", got, want)
+		}
+		if len(o.Authorizations) != len(want) {
+			t.Fatalf("%d authorizations for %d identifiers", len(o.Authorizations), len(want))
+		}
+		var authzIDs []string
+		for _, u := range o.Authorizations {
+			a := alice.authz(u)
+			id := a.Identifier.Type + ":" + a.Identifier.Value
+			if a.Wildcard {
+				id = a.Identifier.Type + ":*." + a.Identifier.Value
+			}
+			authzIDs = append(authzIDs, id)
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(authzIDs)), slices.Sorted(slices.Values(want))) {
+			t.Errorf("authorizations are for %q, want %q", authzIDs, want)
+		}
+	})
 }
 
 // RFC 8555 §7.1.3, §7.1.4: a wildcard order keeps "*." in its identifiers;
 // its authorization is for the base name with wildcard: true, and only
 // dns-01 can prove it (§8.4, §7.1.4: wildcard "MUST be absent" otherwise).
 func TestAWildcardOrderOffersOnlyDNS01ForTheBaseName(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	o := alice.order(dnsID("*.example.com"), dnsID("plain.example.com"))
-	if len(o.Identifiers) != 2 || o.Identifiers[0].Value != "*.example.com" {
-		t.Fatalf("order identifiers %+v", o.Identifiers)
-	}
-	for _, u := range o.Authorizations {
-		r := alice.read(u)
-		a := decodeAs[authzJSON](t, r)
-		var types []string
-		for _, ch := range a.Challenges {
-			types = append(types, ch.Type)
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		o := alice.order(dnsID("*.example.com"), dnsID("plain.example.com"))
+		if len(o.Identifiers) != 2 || o.Identifiers[0].Value != "*.example.com" {
+			t.Fatalf("order identifiers %+v", o.Identifiers)
 		}
-		switch a.Identifier.Value {
-		case "example.com":
-			if !a.Wildcard {
-				t.Errorf("the wildcard's authorization lacks wildcard: true: %s", r.body)
+		for _, u := range o.Authorizations {
+			r := alice.read(u)
+			a := decodeAs[authzJSON](t, r)
+			var types []string
+			for _, ch := range a.Challenges {
+				types = append(types, ch.Type)
 			}
-			if !slices.Equal(types, []string{acme.ChallengeDNS01}) {
-				t.Errorf("the wildcard's authorization offers %q, want only dns-01", types)
+			switch a.Identifier.Value {
+			case "example.com":
+				if !a.Wildcard {
+					t.Errorf("the wildcard's authorization lacks wildcard: true: %s", r.body)
+				}
+				if !slices.Equal(types, []string{acme.ChallengeDNS01}) {
+					t.Errorf("the wildcard's authorization offers %q, want only dns-01", types)
+				}
+			case "plain.example.com":
+				if bytes.Contains(r.body, []byte(`"wildcard"`)) {
+					t.Errorf("a non-wildcard authorization has a wildcard field: %s", r.body)
+				}
+				if !slices.Contains(types, acme.ChallengeHTTP01) {
+					t.Errorf("a plain name is offered %q", types)
+				}
+			default:
+				t.Errorf("unexpected authorization for %+v", a.Identifier)
 			}
-		case "plain.example.com":
-			if bytes.Contains(r.body, []byte(`"wildcard"`)) {
-				t.Errorf("a non-wildcard authorization has a wildcard field: %s", r.body)
-			}
-			if !slices.Contains(types, acme.ChallengeHTTP01) {
-				t.Errorf("a plain name is offered %q", types)
-			}
-		default:
-			t.Errorf("unexpected authorization for %+v", a.Identifier)
 		}
-	}
+	})
 }
 
 // RFC 8738 §3, §7: an IP identifier is authorized by http-01 or
 // tls-alpn-01, never dns-01, and shown in canonical form.
 func TestAnIPIdentifierIsNotOfferedDNS01(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	for _, tc := range []struct{ in, want string }{{"192.0.2.1", "192.0.2.1"}, {"2001:DB8:0:0::1", "2001:db8::1"}} {
-		t.Run(tc.in, func(t *testing.T) {
-			o := alice.order(ipID(tc.in))
-			a := alice.authz(o.Authorizations[0])
-			if a.Identifier.Type != acme.IdentifierIP || a.Identifier.Value != tc.want {
-				t.Errorf("authorization identifier %+v, want ip %s", a.Identifier, tc.want)
-			}
-			if len(a.Challenges) == 0 {
-				t.Fatal("no challenges offered")
-			}
-			for _, ch := range a.Challenges {
-				if ch.Type == acme.ChallengeDNS01 {
-					t.Errorf("dns-01 offered for an IP address")
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		for _, tc := range []struct{ in, want string }{{"192.0.2.1", "192.0.2.1"}, {"2001:DB8:0:0::1", "2001:db8::1"}} {
+			t.Run(tc.in, func(t *testing.T) {
+				o := alice.order(ipID(tc.in))
+				a := alice.authz(o.Authorizations[0])
+				if a.Identifier.Type != acme.IdentifierIP || a.Identifier.Value != tc.want {
+					t.Errorf("authorization identifier %+v, want ip %s", a.Identifier, tc.want)
 				}
-			}
-		})
-	}
+				if len(a.Challenges) == 0 {
+					t.Fatal("no challenges offered")
+				}
+				for _, ch := range a.Challenges {
+					if ch.Type == acme.ChallengeDNS01 {
+						t.Errorf("dns-01 offered for an IP address")
+					}
+				}
+			})
+		}
+	})
 }
 
 // RFC 8555 §6.7.1, §7.4: an order refused for some of its identifiers
 // answers with one subproblem per refused identifier, each naming it.
 func TestAPolicyRefusalHasOneSubproblemPerRefusedIdentifier(t *testing.T) {
-	e := newTestEnv(t, func(c *ProfileConfig) {
-		c.Allow = &IdentifierPolicy{Domains: []string{".example.com"}, IPRanges: []string{"192.0.2.0/24"}}
-		c.Deny = &IdentifierPolicy{Domains: []string{"secret.example.com"}}
-	})
-	alice := e.rawClient()
-	alice.register()
-	type sub struct {
-		value string
-		typ   acme.ProblemType
-	}
-	tests := []struct {
-		name string
-		ids  []map[string]string
-		want []sub // nil: accepted
-	}{
-		{"ok/allowed names and addresses", []map[string]string{dnsID("a.example.com"), ipID("192.0.2.5")}, nil},
-		{"fail/one denied name among allowed ones", []map[string]string{dnsID("ok.example.com"), dnsID("secret.example.com")},
-			[]sub{{"secret.example.com", acme.ErrorRejectedIdentifier}}},
-		{"fail/two refused names get two subproblems", []map[string]string{dnsID("a.example.com"), dnsID("secret.example.com"), dnsID("other.net")},
-			[]sub{{"secret.example.com", acme.ErrorRejectedIdentifier}, {"other.net", acme.ErrorRejectedIdentifier}}},
-		{"fail/a refused address and an unsupported type", []map[string]string{ipID("198.51.100.1"), {"type": "email", "value": "a@example.com"}},
-			[]sub{{"198.51.100.1", acme.ErrorRejectedIdentifier}, {"a@example.com", acme.ErrorUnsupportedIdentifier}}},
-		{"fail/a malformed name and a denied one", []map[string]string{dnsID("bad..example.com"), dnsID("secret.example.com")},
-			[]sub{{"bad..example.com", acme.ErrorRejectedIdentifier}, {"secret.example.com", acme.ErrorRejectedIdentifier}}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := alice.post(e.url("/new-order"), map[string]any{"identifiers": tc.ids}, jwsOpts{})
-			if tc.want == nil {
-				if r.status != http.StatusCreated {
-					t.Fatalf("%d %s", r.status, r.body)
-				}
-				return
-			}
-			if r.status != http.StatusBadRequest || r.problem == nil {
-				t.Fatalf("got %d %s, want a 400 problem", r.status, r.body)
-			}
-			var got []sub
-			for _, s := range r.problem.Subproblems {
-				if s.Identifier == nil {
-					t.Fatalf("subproblem without identifier: %s", r.body)
-				}
-				got = append(got, sub{s.Identifier.Value, s.Type})
-			}
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("subproblems %v, want %v", got, tc.want)
-			}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, func(c *ProfileConfig) {
+			c.Allow = &IdentifierPolicy{Domains: []string{".example.com"}, IPRanges: []string{"192.0.2.0/24"}}
+			c.Deny = &IdentifierPolicy{Domains: []string{"secret.example.com"}}
 		})
-	}
+		alice := e.rawClient()
+		alice.register()
+		type sub struct {
+			value string
+			typ   acme.ProblemType
+		}
+		tests := []struct {
+			name string
+			ids  []map[string]string
+			want []sub // nil: accepted
+		}{
+			{"ok/allowed names and addresses", []map[string]string{dnsID("a.example.com"), ipID("192.0.2.5")}, nil},
+			{"fail/one denied name among allowed ones", []map[string]string{dnsID("ok.example.com"), dnsID("secret.example.com")},
+				[]sub{{"secret.example.com", acme.ErrorRejectedIdentifier}}},
+			{"fail/two refused names get two subproblems", []map[string]string{dnsID("a.example.com"), dnsID("secret.example.com"), dnsID("other.net")},
+				[]sub{{"secret.example.com", acme.ErrorRejectedIdentifier}, {"other.net", acme.ErrorRejectedIdentifier}}},
+			{"fail/a refused address and an unsupported type", []map[string]string{ipID("198.51.100.1"), {"type": "email", "value": "a@example.com"}},
+				[]sub{{"198.51.100.1", acme.ErrorRejectedIdentifier}, {"a@example.com", acme.ErrorUnsupportedIdentifier}}},
+			{"fail/a malformed name and a denied one", []map[string]string{dnsID("bad..example.com"), dnsID("secret.example.com")},
+				[]sub{{"bad..example.com", acme.ErrorRejectedIdentifier}, {"secret.example.com", acme.ErrorRejectedIdentifier}}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				r := alice.post(e.url("/new-order"), map[string]any{"identifiers": tc.ids}, jwsOpts{})
+				if tc.want == nil {
+					if r.status != http.StatusCreated {
+						t.Fatalf("%d %s", r.status, r.body)
+					}
+					return
+				}
+				if r.status != http.StatusBadRequest || r.problem == nil {
+					t.Fatalf("got %d %s, want a 400 problem", r.status, r.body)
+				}
+				var got []sub
+				for _, s := range r.problem.Subproblems {
+					if s.Identifier == nil {
+						t.Fatalf("subproblem without identifier: %s", r.body)
+					}
+					got = append(got, sub{s.Identifier.Value, s.Type})
+				}
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("subproblems %v, want %v", got, tc.want)
+				}
+			})
+		}
+	})
 }
 
 // RFC 8555 §7.5.2, §7.1.6: a deactivated authorization makes its order
 // invalid, whether the order was pending or ready.
 func TestDeactivatingAnAuthorizationInvalidatesItsOrder(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice, bob := e.rawClient(), e.rawClient()
-	alice.register()
-	bob.register()
-	deactivate := map[string]string{"status": "deactivated"}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice, bob := e.rawClient(), e.rawClient()
+		alice.register()
+		bob.register()
+		deactivate := map[string]string{"status": "deactivated"}
 
-	t.Run("a pending order", func(t *testing.T) {
-		o := alice.order(dnsID("p1.example.com"), dnsID("p2.example.com"))
-		r := alice.post(o.Authorizations[0], deactivate, jwsOpts{})
-		if r.status != http.StatusOK || decodeAs[authzJSON](t, r).Status != "deactivated" {
-			t.Fatalf("deactivation: %d %s", r.status, r.body)
-		}
-		if st := decodeAs[orderJSON](t, alice.read(o.url)).Status; st != "invalid" {
-			t.Errorf("order is %s, want invalid", st)
-		}
-		if st := alice.authz(o.Authorizations[1]).Status; st != "pending" {
-			t.Errorf("the other authorization is %s, want pending", st)
-		}
-		wantProblem(t, alice.post(o.Authorizations[0], deactivate, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
-	})
-	t.Run("a ready order", func(t *testing.T) {
-		o := alice.readyOrder("r.example.com")
-		r := alice.post(o.Authorizations[0], deactivate, jwsOpts{})
-		if r.status != http.StatusOK {
-			t.Fatalf("deactivation of a valid authorization: %d %s", r.status, r.body)
-		}
-		if st := decodeAs[orderJSON](t, alice.read(o.url)).Status; st != "invalid" {
-			t.Errorf("order is %s, want invalid", st)
-		}
-		certKey := newKey(t)
-		wantProblem(t, alice.finalize(o, newCSR(t, certKey, "", []string{"r.example.com"}, nil)), http.StatusForbidden, acme.ErrorOrderNotReady)
-	})
-	t.Run("another account's authorization", func(t *testing.T) {
-		o := alice.order(dnsID("o.example.com"))
-		wantProblem(t, bob.post(o.Authorizations[0], deactivate, jwsOpts{}), http.StatusForbidden, acme.ErrorUnauthorized)
-		if st := alice.authz(o.Authorizations[0]).Status; st != "pending" {
-			t.Errorf("authorization is %s after another account's attempt", st)
-		}
-	})
-	t.Run("any other status is malformed", func(t *testing.T) {
-		o := alice.order(dnsID("m.example.com"))
-		wantProblem(t, alice.post(o.Authorizations[0], map[string]string{"status": "valid"}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
+		t.Run("a pending order", func(t *testing.T) {
+			o := alice.order(dnsID("p1.example.com"), dnsID("p2.example.com"))
+			r := alice.post(o.Authorizations[0], deactivate, jwsOpts{})
+			if r.status != http.StatusOK || decodeAs[authzJSON](t, r).Status != "deactivated" {
+				t.Fatalf("deactivation: %d %s", r.status, r.body)
+			}
+			if st := decodeAs[orderJSON](t, alice.read(o.url)).Status; st != "invalid" {
+				t.Errorf("order is %s, want invalid", st)
+			}
+			if st := alice.authz(o.Authorizations[1]).Status; st != "pending" {
+				t.Errorf("the other authorization is %s, want pending", st)
+			}
+			wantProblem(t, alice.post(o.Authorizations[0], deactivate, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
+		})
+		t.Run("a ready order", func(t *testing.T) {
+			o := alice.readyOrder("r.example.com")
+			r := alice.post(o.Authorizations[0], deactivate, jwsOpts{})
+			if r.status != http.StatusOK {
+				t.Fatalf("deactivation of a valid authorization: %d %s", r.status, r.body)
+			}
+			if st := decodeAs[orderJSON](t, alice.read(o.url)).Status; st != "invalid" {
+				t.Errorf("order is %s, want invalid", st)
+			}
+			certKey := newKey(t)
+			wantProblem(t, alice.finalize(o, newCSR(t, certKey, "", []string{"r.example.com"}, nil)), http.StatusForbidden, acme.ErrorOrderNotReady)
+		})
+		t.Run("another account's authorization", func(t *testing.T) {
+			o := alice.order(dnsID("o.example.com"))
+			wantProblem(t, bob.post(o.Authorizations[0], deactivate, jwsOpts{}), http.StatusForbidden, acme.ErrorUnauthorized)
+			if st := alice.authz(o.Authorizations[0]).Status; st != "pending" {
+				t.Errorf("authorization is %s after another account's attempt", st)
+			}
+		})
+		t.Run("any other status is malformed", func(t *testing.T) {
+			o := alice.order(dnsID("m.example.com"))
+			wantProblem(t, alice.post(o.Authorizations[0], map[string]string{"status": "valid"}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
+		})
 	})
 }
 
@@ -990,97 +1023,101 @@ func TestDeactivatingAnAuthorizationInvalidatesItsOrder(t *testing.T) {
 // its authorization; a second POST after validation answers the current
 // state.
 func TestAChallengePOSTStartsValidationAndLinksUpToItsAuthorization(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	o := alice.order(dnsID("c.example.com"))
-	az := o.Authorizations[0]
-	ch, r := alice.answerHTTP01(az, "")
-	if r.status != http.StatusOK {
-		t.Fatalf("challenge POST: %d %s", r.status, r.body)
-	}
-	got := decodeAs[challengeJSON](t, r)
-	if got.Status != "processing" && got.Status != "valid" {
-		t.Errorf("challenge POST answered status %q, want processing or valid", got.Status)
-	}
-	if got.URL != ch.URL || got.Token != ch.Token || got.Type != acme.ChallengeHTTP01 {
-		t.Errorf("challenge POST answered %+v, want the challenge %+v", got, ch)
-	}
-	if up := linkWithRel(r, "up"); up != az {
-		t.Errorf("Link rel=up %q, want %q", up, az)
-	}
-	if !e.hasIndexLink(r) {
-		t.Errorf("no index Link: %q", r.header.Values("Link"))
-	}
-	alice.await(az, "valid")
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		o := alice.order(dnsID("c.example.com"))
+		az := o.Authorizations[0]
+		ch, r := alice.answerHTTP01(az, "")
+		if r.status != http.StatusOK {
+			t.Fatalf("challenge POST: %d %s", r.status, r.body)
+		}
+		got := decodeAs[challengeJSON](t, r)
+		if got.Status != "processing" && got.Status != "valid" {
+			t.Errorf("challenge POST answered status %q, want processing or valid", got.Status)
+		}
+		if got.URL != ch.URL || got.Token != ch.Token || got.Type != acme.ChallengeHTTP01 {
+			t.Errorf("challenge POST answered %+v, want the challenge %+v", got, ch)
+		}
+		if up := linkWithRel(r, "up"); up != az {
+			t.Errorf("Link rel=up %q, want %q", up, az)
+		}
+		if !e.hasIndexLink(r) {
+			t.Errorf("no index Link: %q", r.header.Values("Link"))
+		}
+		alice.await(az, "valid")
 
-	again := alice.post(ch.URL, map[string]any{}, jwsOpts{})
-	if again.status != http.StatusOK {
-		t.Fatalf("second challenge POST: %d %s", again.status, again.body)
-	}
-	now := decodeAs[challengeJSON](t, again)
-	if now.Status != "valid" || now.Validated == "" {
-		t.Errorf("second POST answered %+v, want valid with a validated time", now)
-	}
-	if _, err := time.Parse(time.RFC3339, now.Validated); err != nil {
-		t.Errorf("validated %q is not RFC 3339", now.Validated)
-	}
-	if up := linkWithRel(again, "up"); up != az {
-		t.Errorf("second POST Link rel=up %q, want %q", up, az)
-	}
-	if st := decodeAs[orderJSON](t, alice.read(o.url)).Status; st != "ready" {
-		t.Errorf("order is %s, want ready", st)
-	}
+		again := alice.post(ch.URL, map[string]any{}, jwsOpts{})
+		if again.status != http.StatusOK {
+			t.Fatalf("second challenge POST: %d %s", again.status, again.body)
+		}
+		now := decodeAs[challengeJSON](t, again)
+		if now.Status != "valid" || now.Validated == "" {
+			t.Errorf("second POST answered %+v, want valid with a validated time", now)
+		}
+		if _, err := time.Parse(time.RFC3339, now.Validated); err != nil {
+			t.Errorf("validated %q is not RFC 3339", now.Validated)
+		}
+		if up := linkWithRel(again, "up"); up != az {
+			t.Errorf("second POST Link rel=up %q, want %q", up, az)
+		}
+		if st := decodeAs[orderJSON](t, alice.read(o.url)).Status; st != "ready" {
+			t.Errorf("order is %s, want ready", st)
+		}
+	})
 }
 
 // RFC 8555 §8.3, §7.1.6: a wrong http-01 answer makes the challenge, its
 // authorization and the order invalid, with the problem (incorrectResponse,
 // naming the identifier) recorded on the challenge.
 func TestAWrongHTTP01AnswerInvalidatesChallengeAuthorizationAndOrder(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	o := alice.order(dnsID("wrong.example.com"), dnsID("other.example.com"))
-	var az string
-	for _, u := range o.Authorizations {
-		if alice.authz(u).Identifier.Value == "wrong.example.com" {
-			az = u
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		o := alice.order(dnsID("wrong.example.com"), dnsID("other.example.com"))
+		var az string
+		for _, u := range o.Authorizations {
+			if alice.authz(u).Identifier.Value == "wrong.example.com" {
+				az = u
+			}
 		}
-	}
-	ch, r := alice.answerHTTP01(az, "this is not the key authorization")
-	if r.status != http.StatusOK {
-		t.Fatalf("challenge POST: %d %s", r.status, r.body)
-	}
-	alice.await(az, "invalid")
+		ch, r := alice.answerHTTP01(az, "this is not the key authorization")
+		if r.status != http.StatusOK {
+			t.Fatalf("challenge POST: %d %s", r.status, r.body)
+		}
+		alice.await(az, "invalid")
 
-	c := decodeAs[challengeJSON](t, alice.read(ch.URL))
-	if c.Status != "invalid" {
-		t.Errorf("challenge is %s, want invalid", c.Status)
-	}
-	if c.Validated != "" {
-		t.Errorf("an invalid challenge has validated %q", c.Validated)
-	}
-	var p problem.Problem
-	if err := json.Unmarshal(c.Error, &p); err != nil {
-		t.Fatalf("challenge error %s: %v", c.Error, err)
-	}
-	if p.Type != acme.ErrorIncorrectResponse {
-		t.Errorf("challenge error type %s, want %s", p.Type, acme.ErrorIncorrectResponse)
-	}
-	if p.Identifier == nil || p.Identifier.Type != "dns" || p.Identifier.Value != "wrong.example.com" {
-		t.Errorf("challenge error identifier %+v, want dns wrong.example.com", p.Identifier)
-	}
-	if strings.Contains(string(c.Error), "this is not the key authorization") {
-		t.Errorf("the problem echoes the fetched body: %s", c.Error)
-	}
-	order := decodeAs[orderJSON](t, alice.read(o.url))
-	if order.Status != "invalid" || len(order.Error) == 0 {
-		t.Errorf("order is %s with error %s, want invalid with an error", order.Status, order.Error)
-	}
-	// A challenge of an invalid authorization cannot be retried.
-	if r := alice.post(ch.URL, map[string]any{}, jwsOpts{}); r.status == http.StatusOK && decodeAs[challengeJSON](t, r).Status != "invalid" {
-		t.Errorf("retrying the challenge answered %s", r.body)
-	}
+		c := decodeAs[challengeJSON](t, alice.read(ch.URL))
+		if c.Status != "invalid" {
+			t.Errorf("challenge is %s, want invalid", c.Status)
+		}
+		if c.Validated != "" {
+			t.Errorf("an invalid challenge has validated %q", c.Validated)
+		}
+		var p problem.Problem
+		if err := json.Unmarshal(c.Error, &p); err != nil {
+			t.Fatalf("challenge error %s: %v", c.Error, err)
+		}
+		if p.Type != acme.ErrorIncorrectResponse {
+			t.Errorf("challenge error type %s, want %s", p.Type, acme.ErrorIncorrectResponse)
+		}
+		if p.Identifier == nil || p.Identifier.Type != "dns" || p.Identifier.Value != "wrong.example.com" {
+			t.Errorf("challenge error identifier %+v, want dns wrong.example.com", p.Identifier)
+		}
+		if strings.Contains(string(c.Error), "this is not the key authorization") {
+			t.Errorf("the problem echoes the fetched body: %s", c.Error)
+		}
+		order := decodeAs[orderJSON](t, alice.read(o.url))
+		if order.Status != "invalid" || len(order.Error) == 0 {
+			t.Errorf("order is %s with error %s, want invalid with an error", order.Status, order.Error)
+		}
+		// A challenge of an invalid authorization cannot be retried.
+		if r := alice.post(ch.URL, map[string]any{}, jwsOpts{}); r.status == http.StatusOK && decodeAs[challengeJSON](t, r).Status != "invalid" {
+			t.Errorf("retrying the challenge answered %s", r.body)
+		}
+	})
 }
 
 // ---- finalize and certificates ----
@@ -1091,73 +1128,75 @@ func TestAWrongHTTP01AnswerInvalidatesChallengeAuthorizationAndOrder(t *testing.
 // every finalize has read the order ready before any claims it: only the
 // claim's own guard can then tell the winner.
 func TestConcurrentFinalizesOfOneOrderIssueOneCertificate(t *testing.T) {
-	gate := &claimGate{Clock: clock.Real()}
-	e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Clock = gate }})
-	alice := e.rawClient()
-	alice.register()
-	const racers = 4
-	for round := range 3 {
-		o := alice.readyOrder("race.example.com")
-		keys := make([]*ecdsa.PrivateKey, racers)
-		bodies := make([][]byte, racers)
-		for i := range racers {
-			keys[i] = newKey(t)
-			bodies[i] = alice.sign(o.Finalize, marshal(t, map[string]string{"csr": b64(newCSR(t, keys[i], "", []string{"race.example.com"}, nil))}), jwsOpts{})
-		}
-		var (
-			wg    sync.WaitGroup
-			start = make(chan struct{})
-			resps = make([]*http.Response, racers)
-			errs  = make([]error, racers)
-		)
-		gate.expect(racers)
-		for i := range racers {
-			wg.Go(func() {
-				<-start
-				resps[i], errs[i] = e.ts.Client().Post(o.Finalize, "application/jose+json", bytes.NewReader(bodies[i]))
-				gate.finished()
-			})
-		}
-		close(start)
-		wg.Wait()
-		if n := gate.claimed(); n != racers {
-			t.Fatalf("round %d: %d of %d finalizes reached their claim together; the gate looks for the clock reading of the claim in authority.Finalize", round, n, racers)
-		}
-		winner := -1
-		for i := range racers {
-			if errs[i] != nil {
-				t.Fatal(errs[i])
+	eachDialect(t, func(t *testing.T) {
+		gate := &claimGate{Clock: clock.Real()}
+		e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Clock = gate }})
+		alice := e.rawClient()
+		alice.register()
+		const racers = 4
+		for round := range 3 {
+			o := alice.readyOrder("race.example.com")
+			keys := make([]*ecdsa.PrivateKey, racers)
+			bodies := make([][]byte, racers)
+			for i := range racers {
+				keys[i] = newKey(t)
+				bodies[i] = alice.sign(o.Finalize, marshal(t, map[string]string{"csr": b64(newCSR(t, keys[i], "", []string{"race.example.com"}, nil))}), jwsOpts{})
 			}
-			r := readResponse(t, resps[i])
-			switch {
-			case r.status == http.StatusOK:
-				if winner >= 0 {
-					t.Fatalf("round %d: finalizes %d and %d both succeeded", round, winner, i)
+			var (
+				wg    sync.WaitGroup
+				start = make(chan struct{})
+				resps = make([]*http.Response, racers)
+				errs  = make([]error, racers)
+			)
+			gate.expect(racers)
+			for i := range racers {
+				wg.Go(func() {
+					<-start
+					resps[i], errs[i] = e.ts.Client().Post(o.Finalize, "application/jose+json", bytes.NewReader(bodies[i]))
+					gate.finished()
+				})
+			}
+			close(start)
+			wg.Wait()
+			if n := gate.claimed(); n != racers {
+				t.Fatalf("round %d: %d of %d finalizes reached their claim together; the gate looks for the clock reading of the claim in authority.Finalize", round, n, racers)
+			}
+			winner := -1
+			for i := range racers {
+				if errs[i] != nil {
+					t.Fatal(errs[i])
 				}
-				winner = i
-				if got := decodeAs[orderJSON](t, r); got.Status != "valid" || got.Certificate == "" {
-					t.Errorf("round %d: the winning finalize answered %s", round, r.body)
+				r := readResponse(t, resps[i])
+				switch {
+				case r.status == http.StatusOK:
+					if winner >= 0 {
+						t.Fatalf("round %d: finalizes %d and %d both succeeded", round, winner, i)
+					}
+					winner = i
+					if got := decodeAs[orderJSON](t, r); got.Status != "valid" || got.Certificate == "" {
+						t.Errorf("round %d: the winning finalize answered %s", round, r.body)
+					}
+				case r.problem != nil && r.problem.Type == acme.ErrorOrderNotReady && r.status == http.StatusForbidden:
+				default:
+					t.Errorf("round %d: a losing finalize answered %d %s, want 403 orderNotReady", round, r.status, r.body)
 				}
-			case r.problem != nil && r.problem.Type == acme.ErrorOrderNotReady && r.status == http.StatusForbidden:
-			default:
-				t.Errorf("round %d: a losing finalize answered %d %s, want 403 orderNotReady", round, r.status, r.body)
+			}
+			if winner < 0 {
+				t.Fatalf("round %d: no finalize succeeded", round)
+			}
+			first := decodeAs[orderJSON](t, alice.read(o.url))
+			second := decodeAs[orderJSON](t, alice.read(o.url))
+			if first.Status != "valid" || first.Certificate == "" || first.Certificate != second.Certificate {
+				t.Fatalf("round %d: order reads %s %q then %q", round, first.Status, first.Certificate, second.Certificate)
+			}
+			chain := alice.read(first.Certificate)
+			leaf := firstCertificate(t, chain.body)
+			want, _ := x509.MarshalPKIXPublicKey(keys[winner].Public())
+			if !bytes.Equal(leaf.RawSubjectPublicKeyInfo, want) {
+				t.Errorf("round %d: the certificate is not for the winning CSR's key", round)
 			}
 		}
-		if winner < 0 {
-			t.Fatalf("round %d: no finalize succeeded", round)
-		}
-		first := decodeAs[orderJSON](t, alice.read(o.url))
-		second := decodeAs[orderJSON](t, alice.read(o.url))
-		if first.Status != "valid" || first.Certificate == "" || first.Certificate != second.Certificate {
-			t.Fatalf("round %d: order reads %s %q then %q", round, first.Status, first.Certificate, second.Certificate)
-		}
-		chain := alice.read(first.Certificate)
-		leaf := firstCertificate(t, chain.body)
-		want, _ := x509.MarshalPKIXPublicKey(keys[winner].Public())
-		if !bytes.Equal(leaf.RawSubjectPublicKeyInfo, want) {
-			t.Errorf("round %d: the certificate is not for the winning CSR's key", round)
-		}
-	}
+	})
 }
 
 // claimGate is a server clock for a race of finalizes. When
@@ -1248,91 +1287,93 @@ func firstCertificate(t testing.TB, chain []byte) *x509.Certificate {
 // §7.4.2 (certificate download: POST-as-GET, application/pem-certificate-
 // chain, end-entity first), §6.3 (reads take an empty payload).
 func TestAnIssuedOrderServesItsCertificateToItsAccountOnly(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice, bob := e.rawClient(), e.rawClient()
-	alice.register()
-	bob.register()
-	o := alice.readyOrder("cert.example.com", "www.cert.example.com")
-	certKey := newKey(t)
-	r := alice.finalize(o, newCSR(t, certKey, "", []string{"cert.example.com", "www.cert.example.com"}, nil))
-	if r.status != http.StatusOK {
-		t.Fatalf("finalize: %d %s", r.status, r.body)
-	}
-	issued := decodeAs[orderJSON](t, r)
-	if issued.Status != "valid" || !strings.HasPrefix(issued.Certificate, e.url("/cert/")) {
-		t.Fatalf("finalize answered %s", r.body)
-	}
-	if loc := r.header.Get("Location"); loc != o.url {
-		t.Errorf("finalize Location %q, want the order %q", loc, o.url)
-	}
-
-	t.Run("the chain is PEM, leaf first, and chains to the CA", func(t *testing.T) {
-		r := alice.read(issued.Certificate)
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice, bob := e.rawClient(), e.rawClient()
+		alice.register()
+		bob.register()
+		o := alice.readyOrder("cert.example.com", "www.cert.example.com")
+		certKey := newKey(t)
+		r := alice.finalize(o, newCSR(t, certKey, "", []string{"cert.example.com", "www.cert.example.com"}, nil))
 		if r.status != http.StatusOK {
-			t.Fatalf("%d %s", r.status, r.body)
+			t.Fatalf("finalize: %d %s", r.status, r.body)
 		}
-		if ct := r.header.Get("Content-Type"); ct != "application/pem-certificate-chain" {
-			t.Errorf("Content-Type %q", ct)
+		issued := decodeAs[orderJSON](t, r)
+		if issued.Status != "valid" || !strings.HasPrefix(issued.Certificate, e.url("/cert/")) {
+			t.Fatalf("finalize answered %s", r.body)
 		}
-		if r.header.Get("Replay-Nonce") == "" || !e.hasIndexLink(r) {
-			t.Errorf("no Replay-Nonce or index Link: %v", r.header)
+		if loc := r.header.Get("Location"); loc != o.url {
+			t.Errorf("finalize Location %q, want the order %q", loc, o.url)
 		}
-		var certs []*x509.Certificate
-		rest := r.body
-		for len(bytes.TrimSpace(rest)) > 0 {
-			var block *pem.Block
-			block, rest = pem.Decode(rest)
-			if block == nil || block.Type != "CERTIFICATE" {
-				t.Fatalf("the chain holds something other than CERTIFICATE blocks: %s", r.body)
+
+		t.Run("the chain is PEM, leaf first, and chains to the CA", func(t *testing.T) {
+			r := alice.read(issued.Certificate)
+			if r.status != http.StatusOK {
+				t.Fatalf("%d %s", r.status, r.body)
 			}
-			c, err := x509.ParseCertificate(block.Bytes)
-			if err != nil {
-				t.Fatal(err)
+			if ct := r.header.Get("Content-Type"); ct != "application/pem-certificate-chain" {
+				t.Errorf("Content-Type %q", ct)
 			}
-			certs = append(certs, c)
-		}
-		if len(certs) == 0 {
-			t.Fatal("empty chain")
-		}
-		leaf := certs[0]
-		if leaf.IsCA {
-			t.Errorf("the first certificate is a CA")
-		}
-		names := slices.Sorted(slices.Values(leaf.DNSNames))
-		if !slices.Equal(names, []string{"cert.example.com", "www.cert.example.com"}) {
-			t.Errorf("leaf names %q", names)
-		}
-		want, _ := x509.MarshalPKIXPublicKey(certKey.Public())
-		if !bytes.Equal(leaf.RawSubjectPublicKeyInfo, want) {
-			t.Errorf("leaf key is not the CSR's")
-		}
-		roots, inter := x509.NewCertPool(), x509.NewCertPool()
-		roots.AddCert(e.root)
-		for _, c := range certs[1:] {
-			inter.AddCert(c)
-		}
-		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: "www.cert.example.com"}); err != nil {
-			t.Errorf("leaf does not verify: %v", err)
-		}
-	})
-	t.Run("another account may not download it", func(t *testing.T) {
-		wantProblem(t, bob.read(issued.Certificate), http.StatusForbidden, acme.ErrorUnauthorized)
-	})
-	t.Run("another account may not read the order", func(t *testing.T) {
-		wantProblem(t, bob.read(o.url), http.StatusForbidden, acme.ErrorUnauthorized)
-	})
-	t.Run("a certificate read with a payload is malformed", func(t *testing.T) {
-		wantProblem(t, alice.post(issued.Certificate, map[string]any{}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
-	})
-	t.Run("an order read with a payload is malformed", func(t *testing.T) {
-		wantProblem(t, alice.post(o.url, map[string]any{}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
-	})
-	t.Run("finalizing the valid order again is orderNotReady", func(t *testing.T) {
-		r := alice.finalize(o, newCSR(t, newKey(t), "", []string{"cert.example.com", "www.cert.example.com"}, nil))
-		wantProblem(t, r, http.StatusForbidden, acme.ErrorOrderNotReady)
-		if got := decodeAs[orderJSON](t, alice.read(o.url)); got.Certificate != issued.Certificate {
-			t.Errorf("the order's certificate changed from %q to %q", issued.Certificate, got.Certificate)
-		}
+			if r.header.Get("Replay-Nonce") == "" || !e.hasIndexLink(r) {
+				t.Errorf("no Replay-Nonce or index Link: %v", r.header)
+			}
+			var certs []*x509.Certificate
+			rest := r.body
+			for len(bytes.TrimSpace(rest)) > 0 {
+				var block *pem.Block
+				block, rest = pem.Decode(rest)
+				if block == nil || block.Type != "CERTIFICATE" {
+					t.Fatalf("the chain holds something other than CERTIFICATE blocks: %s", r.body)
+				}
+				c, err := x509.ParseCertificate(block.Bytes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				certs = append(certs, c)
+			}
+			if len(certs) == 0 {
+				t.Fatal("empty chain")
+			}
+			leaf := certs[0]
+			if leaf.IsCA {
+				t.Errorf("the first certificate is a CA")
+			}
+			names := slices.Sorted(slices.Values(leaf.DNSNames))
+			if !slices.Equal(names, []string{"cert.example.com", "www.cert.example.com"}) {
+				t.Errorf("leaf names %q", names)
+			}
+			want, _ := x509.MarshalPKIXPublicKey(certKey.Public())
+			if !bytes.Equal(leaf.RawSubjectPublicKeyInfo, want) {
+				t.Errorf("leaf key is not the CSR's")
+			}
+			roots, inter := x509.NewCertPool(), x509.NewCertPool()
+			roots.AddCert(e.root)
+			for _, c := range certs[1:] {
+				inter.AddCert(c)
+			}
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: "www.cert.example.com"}); err != nil {
+				t.Errorf("leaf does not verify: %v", err)
+			}
+		})
+		t.Run("another account may not download it", func(t *testing.T) {
+			wantProblem(t, bob.read(issued.Certificate), http.StatusForbidden, acme.ErrorUnauthorized)
+		})
+		t.Run("another account may not read the order", func(t *testing.T) {
+			wantProblem(t, bob.read(o.url), http.StatusForbidden, acme.ErrorUnauthorized)
+		})
+		t.Run("a certificate read with a payload is malformed", func(t *testing.T) {
+			wantProblem(t, alice.post(issued.Certificate, map[string]any{}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
+		})
+		t.Run("an order read with a payload is malformed", func(t *testing.T) {
+			wantProblem(t, alice.post(o.url, map[string]any{}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed)
+		})
+		t.Run("finalizing the valid order again is orderNotReady", func(t *testing.T) {
+			r := alice.finalize(o, newCSR(t, newKey(t), "", []string{"cert.example.com", "www.cert.example.com"}, nil))
+			wantProblem(t, r, http.StatusForbidden, acme.ErrorOrderNotReady)
+			if got := decodeAs[orderJSON](t, alice.read(o.url)); got.Certificate != issued.Certificate {
+				t.Errorf("the order's certificate changed from %q to %q", issued.Certificate, got.Certificate)
+			}
+		})
 	})
 }
 
@@ -1341,12 +1382,14 @@ func TestAnIssuedOrderServesItsCertificateToItsAccountOnly(t *testing.T) {
 // any message, so anyone could sign with it; a CSR carrying it proves
 // nothing and must be refused (go-jose refuses it as an account key).
 func TestFinalizeRefusesAnEd25519KeyThatVerifiesEverySignature(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	o := alice.readyOrder("weak.example.com")
-	csr := newCSR(t, identityEd25519(), "", []string{"weak.example.com"}, nil)
-	wantProblem(t, alice.finalize(o, csr), http.StatusBadRequest, acme.ErrorBadCSR)
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		o := alice.readyOrder("weak.example.com")
+		csr := newCSR(t, identityEd25519(), "", []string{"weak.example.com"}, nil)
+		wantProblem(t, alice.finalize(o, csr), http.StatusBadRequest, acme.ErrorBadCSR)
+	})
 }
 
 // ---- the JWS member names ----
@@ -1358,57 +1401,61 @@ func TestFinalizeRefusesAnEd25519KeyThatVerifiesEverySignature(t *testing.T) {
 // (§6.4). Here Alice's authorization deactivation is replayed against her
 // account.
 func TestASecondProtectedMemberCannotReplaceTheSignedHeader(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	o := alice.order(dnsID("replay.example.com"))
-	captured := alice.sign(o.Authorizations[0], marshal(t, map[string]string{"status": "deactivated"}), jwsOpts{})
-	if r := alice.postRaw(o.Authorizations[0], "application/jose+json", captured); r.status != http.StatusOK {
-		t.Fatalf("the original request: %d %s", r.status, r.body)
-	}
-	smuggled := appendMember(t, captured, "Protected",
-		b64(marshal(t, map[string]any{"alg": "ES256", "kid": alice.kid, "nonce": alice.nonce(), "url": alice.kid})))
-	r := alice.postRaw(alice.kid, "application/jose+json", smuggled)
-	if r.status < 400 {
-		t.Errorf("the replayed request was accepted: %d %s", r.status, r.body)
-	}
-	if after := alice.read(alice.kid); after.status != http.StatusOK || decodeAs[accountJSON](t, after).Status != "valid" {
-		t.Errorf("Alice's account is no longer usable after a replay of her authorization deactivation: %d %s", after.status, after.body)
-	}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		o := alice.order(dnsID("replay.example.com"))
+		captured := alice.sign(o.Authorizations[0], marshal(t, map[string]string{"status": "deactivated"}), jwsOpts{})
+		if r := alice.postRaw(o.Authorizations[0], "application/jose+json", captured); r.status != http.StatusOK {
+			t.Fatalf("the original request: %d %s", r.status, r.body)
+		}
+		smuggled := appendMember(t, captured, "Protected",
+			b64(marshal(t, map[string]any{"alg": "ES256", "kid": alice.kid, "nonce": alice.nonce(), "url": alice.kid})))
+		r := alice.postRaw(alice.kid, "application/jose+json", smuggled)
+		if r.status < 400 {
+			t.Errorf("the replayed request was accepted: %d %s", r.status, r.body)
+		}
+		if after := alice.read(alice.kid); after.status != http.StatusOK || decodeAs[accountJSON](t, after).Status != "valid" {
+			t.Errorf("Alice's account is no longer usable after a replay of her authorization deactivation: %d %s", after.status, after.body)
+		}
+	})
 }
 
 // RFC 8555 §6.2 requires the protected header to carry "alg", "nonce",
 // "url" and one of "jwk"/"kid"; JOSE member names are case-sensitive
 // (RFC 7515 §4, RFC 8259 §8.3), so "URL" is not "url".
 func TestProtectedHeaderMemberNamesAreCaseSensitive(t *testing.T) {
-	e := newTestEnv(t, nil)
-	alice := e.rawClient()
-	alice.register()
-	tests := []struct {
-		name       string
-		target     string
-		hdr        func() map[string]any
-		payload    string // what an accepted request would act on
-		wantStatus int
-		wantType   acme.ProblemType
-	}{
-		{"fail/url spelled URL", alice.kid, func() map[string]any {
-			return map[string]any{"alg": "ES256", "kid": alice.kid, "nonce": alice.nonce(), "URL": alice.kid}
-		}, "", 400, acme.ErrorMalformed},
-		{"fail/nonce spelled Nonce", alice.kid, func() map[string]any {
-			return map[string]any{"alg": "ES256", "kid": alice.kid, "Nonce": alice.nonce(), "url": alice.kid}
-		}, "", 400, acme.ErrorBadNonce},
-		{"fail/kid spelled KID", alice.kid, func() map[string]any {
-			return map[string]any{"alg": "ES256", "KID": alice.kid, "nonce": alice.nonce(), "url": alice.kid}
-		}, "", 400, acme.ErrorMalformed},
-		{"fail/jwk spelled JWK", e.url("/new-account"), func() map[string]any {
-			return map[string]any{"alg": "ES256", "JWK": jwkOf(t, alice.key.Public()), "nonce": alice.nonce(), "url": e.url("/new-account")}
-		}, `{"onlyReturnExisting":true}`, 400, acme.ErrorMalformed},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			body := marshal(t, flatJWS(t, alice.key, tc.hdr(), tc.payload))
-			wantProblem(t, alice.postRaw(tc.target, "application/jose+json", body), tc.wantStatus, tc.wantType)
-		})
-	}
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		tests := []struct {
+			name       string
+			target     string
+			hdr        func() map[string]any
+			payload    string // what an accepted request would act on
+			wantStatus int
+			wantType   acme.ProblemType
+		}{
+			{"fail/url spelled URL", alice.kid, func() map[string]any {
+				return map[string]any{"alg": "ES256", "kid": alice.kid, "nonce": alice.nonce(), "URL": alice.kid}
+			}, "", 400, acme.ErrorMalformed},
+			{"fail/nonce spelled Nonce", alice.kid, func() map[string]any {
+				return map[string]any{"alg": "ES256", "kid": alice.kid, "Nonce": alice.nonce(), "url": alice.kid}
+			}, "", 400, acme.ErrorBadNonce},
+			{"fail/kid spelled KID", alice.kid, func() map[string]any {
+				return map[string]any{"alg": "ES256", "KID": alice.kid, "nonce": alice.nonce(), "url": alice.kid}
+			}, "", 400, acme.ErrorMalformed},
+			{"fail/jwk spelled JWK", e.url("/new-account"), func() map[string]any {
+				return map[string]any{"alg": "ES256", "JWK": jwkOf(t, alice.key.Public()), "nonce": alice.nonce(), "url": e.url("/new-account")}
+			}, `{"onlyReturnExisting":true}`, 400, acme.ErrorMalformed},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				body := marshal(t, flatJWS(t, alice.key, tc.hdr(), tc.payload))
+				wantProblem(t, alice.postRaw(tc.target, "application/jose+json", body), tc.wantStatus, tc.wantType)
+			})
+		}
+	})
 }

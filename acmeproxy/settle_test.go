@@ -30,58 +30,60 @@ func (s *laterSigner) Issue(_ context.Context, req signer.IssueRequest) (signer.
 }
 
 func TestAnOrderASignerSettlesLaterIsAuditedWithTheClientThatFinalizedIt(t *testing.T) {
-	ctx := context.Background()
-	var local *localca.Signer
-	later := &laterSigner{sjSigner: &sjSigner{}}
-	e := newTestEnvWith(t, envOptions{wrap: func(s *localca.Signer) signer.Signer { local = s; return later }})
-	const ua = "settle-later-client/1.0"
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		var local *localca.Signer
+		later := &laterSigner{sjSigner: &sjSigner{}}
+		e := newTestEnvWith(t, envOptions{wrap: func(s *localca.Signer) signer.Signer { local = s; return later }})
+		const ua = "settle-later-client/1.0"
 
-	for _, tc := range []struct {
-		name   string
-		settle func(t *testing.T, orderID string, req signer.IssueRequest) error
-		event  string
-	}{
-		{"issued", func(t *testing.T, orderID string, req signer.IssueRequest) error {
-			out, err := local.Issue(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return e.srv.Authority().Issued(ctx, orderID, out.Chain)
-		}, acme.EventCertificateIssued},
-		{"failed", func(t *testing.T, orderID string, _ signer.IssueRequest) error {
-			return e.srv.Authority().Failed(ctx, orderID, "the upstream CA refused")
-		}, acme.EventCertificateIssueFailed},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := e.rawClient()
-			c.register()
-			name := tc.name + ".later.example.com"
-			o := c.readyOrder(name)
-			r := c.postAs(ua, o.Finalize, marshal(t, map[string]string{"csr": b64(newCSR(t, newKey(t), "", []string{name}, nil))}), jwsOpts{})
-			if r.status != http.StatusOK {
-				t.Fatalf("finalize: %d %s", r.status, r.body)
-			}
-			orderID := path.Base(o.url)
-			later.mu.Lock()
-			req := later.reqs[len(later.reqs)-1]
-			later.mu.Unlock()
-			if req.OrderID != orderID {
-				t.Fatalf("the signer was asked for order %s, want %s", req.OrderID, orderID)
-			}
-			if err := tc.settle(t, orderID, req); err != nil {
-				t.Fatal(err)
-			}
-			evs, err := e.db.SearchAudit(ctx, store.AuditFilter{OrderID: orderID, Event: tc.event})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(evs) != 1 {
-				t.Fatalf("%d %s rows for the order, want 1", len(evs), tc.event)
-			}
-			if evs[0].ClientIP != "127.0.0.1" || evs[0].UserAgent != ua {
-				t.Errorf("audit row names client %q with user agent %q; want the finalizing client 127.0.0.1, %q",
-					evs[0].ClientIP, evs[0].UserAgent, ua)
-			}
-		})
-	}
+		for _, tc := range []struct {
+			name   string
+			settle func(t *testing.T, orderID string, req signer.IssueRequest) error
+			event  string
+		}{
+			{"issued", func(t *testing.T, orderID string, req signer.IssueRequest) error {
+				out, err := local.Issue(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return e.srv.Authority().Issued(ctx, orderID, out.Chain)
+			}, acme.EventCertificateIssued},
+			{"failed", func(t *testing.T, orderID string, _ signer.IssueRequest) error {
+				return e.srv.Authority().Failed(ctx, orderID, "the upstream CA refused")
+			}, acme.EventCertificateIssueFailed},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c := e.rawClient()
+				c.register()
+				name := tc.name + ".later.example.com"
+				o := c.readyOrder(name)
+				r := c.postAs(ua, o.Finalize, marshal(t, map[string]string{"csr": b64(newCSR(t, newKey(t), "", []string{name}, nil))}), jwsOpts{})
+				if r.status != http.StatusOK {
+					t.Fatalf("finalize: %d %s", r.status, r.body)
+				}
+				orderID := path.Base(o.url)
+				later.mu.Lock()
+				req := later.reqs[len(later.reqs)-1]
+				later.mu.Unlock()
+				if req.OrderID != orderID {
+					t.Fatalf("the signer was asked for order %s, want %s", req.OrderID, orderID)
+				}
+				if err := tc.settle(t, orderID, req); err != nil {
+					t.Fatal(err)
+				}
+				evs, err := e.db.SearchAudit(ctx, store.AuditFilter{OrderID: orderID, Event: tc.event})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(evs) != 1 {
+					t.Fatalf("%d %s rows for the order, want 1", len(evs), tc.event)
+				}
+				if evs[0].ClientIP != "127.0.0.1" || evs[0].UserAgent != ua {
+					t.Errorf("audit row names client %q with user agent %q; want the finalizing client 127.0.0.1, %q",
+						evs[0].ClientIP, evs[0].UserAgent, ua)
+				}
+			})
+		}
+	})
 }

@@ -48,6 +48,10 @@
 //     order: a fixed interval between polls (default 10ms), or "library"
 //     for x/crypto/acme's own WaitAuthorization/WaitOrder, which sleep a
 //     whole second (or Retry-After) between polls.
+//   - ACMEPROXY_BENCH_DATABASE: acme_proxy's store, "sqlite" (default) or
+//     "postgres": a PostgreSQL cluster the benchmark starts on this machine
+//     (internal/pgtest: initdb and pg_ctl, a unix socket, fsync on), so that
+//     the two stores are compared on the same machine, same disk.
 //   - ACMEPROXY_BENCH_DIR: the directory the databases and Caddy's storage
 //     go under (default: os.TempDir()); point it at a tmpfs to take the disk
 //     out of the comparison.

@@ -27,6 +27,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/acmeproxy/caddy-acme-proxy"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 )
 
 // benchZone is the DNS zone every certificate name lies under; the
@@ -114,6 +115,13 @@ func TestMain(m *testing.M) {
 	if theHarness != nil {
 		theHarness.close()
 	}
+	// After Caddy stopped: it was using the cluster.
+	if err := pgtest.Shutdown(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -191,7 +199,27 @@ func (h *harness) start() error {
 	if os.Getenv("ACMEPROXY_BENCH_LOG") == "stderr" {
 		logOutput = "stderr"
 	}
-	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), filepath.Join(h.dir, "acme_proxy.db"),
+	database := filepath.Join(h.dir, "acme_proxy.db")
+	switch db := os.Getenv("ACMEPROXY_BENCH_DATABASE"); db {
+	case "", "sqlite":
+	case "postgres":
+		// PostgreSQL on this machine, durable (fsync on), started for the
+		// benchmark; its data directory is under the system's temporary
+		// directory, as the SQLite file is by default.
+		pgtest.Durable = true
+		dsn, err := pgtest.ProcessDSN()
+		if errors.Is(err, pgtest.ErrNoPostgres) && os.Getenv("ACMEPROXY_E2E") != "1" {
+			h.skip = fmt.Sprintf("ACMEPROXY_BENCH_DATABASE=postgres: %v", err)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		database = `postgres "` + dsn + `"`
+	default:
+		return fmt.Errorf("ACMEPROXY_BENCH_DATABASE=%q: want sqlite or postgres", db)
+	}
+	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), database,
 		httpPort, httpsPort, dnsPort, logOutput)
 	cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), nil)
 	if err != nil {

@@ -98,6 +98,7 @@ func inOwnGroup(cmd *exec.Cmd) {
 
 // caddyProc is a running caddy.
 type caddyProc struct {
+	pid    int           // its process (and process group) id
 	out    *syncBuffer   // stdout and stderr
 	exited chan struct{} // closed when the process has exited
 	err    error         // Wait's answer, once exited is closed
@@ -134,6 +135,7 @@ func startCaddyIn(t *testing.T, bin, dir, file string, env []string) *caddyProc 
 		cancel()
 		t.Fatalf("start caddy: %v", err)
 	}
+	p.pid = cmd.Process.Pid
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)

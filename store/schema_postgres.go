@@ -354,4 +354,29 @@ var postgresMigrations = []migration{
 			`CREATE INDEX authorizations_account_pending ON authorizations (account_id, expires_at) WHERE status = 'pending'`,
 		},
 	},
+	{
+		version: 16,
+		name:    "relay_shared",
+		stmts: []string{
+			// The relay's upstream http-01 challenges and upstream
+			// accounts, as in SQLite's migration 16.
+			`CREATE TABLE relay_http_tokens (
+				token      TEXT   PRIMARY KEY,
+				identifier TEXT   NOT NULL,
+				key_auth   TEXT   NOT NULL,
+				expires_at BIGINT NOT NULL
+			)`,
+			`CREATE INDEX relay_http_tokens_expiry ON relay_http_tokens (expires_at)`,
+			`CREATE TABLE relay_accounts (
+				upstream   TEXT   NOT NULL,
+				profile    TEXT   NOT NULL,
+				key_pem    TEXT   NOT NULL,
+				location   TEXT   NOT NULL DEFAULT '',
+				contact    TEXT   NOT NULL DEFAULT '[]',
+				created_at BIGINT NOT NULL,
+				updated_at BIGINT NOT NULL,
+				PRIMARY KEY (upstream, profile)
+			)`,
+		},
+	},
 }

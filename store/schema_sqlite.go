@@ -401,4 +401,35 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX authorizations_account_pending ON authorizations (account_id, expires_at) WHERE status = 'pending'`,
 		},
 	},
+	{
+		version: 16,
+		name:    "relay_shared",
+		stmts: []string{
+			// The relay's upstream http-01 challenges, answered by the
+			// acme_proxy_challenges handler of whichever instance the
+			// upstream reaches. A row lives from Present to CleanUp;
+			// expires_at bounds one that a crash left behind.
+			`CREATE TABLE relay_http_tokens (
+				token      TEXT   PRIMARY KEY,
+				identifier TEXT   NOT NULL,
+				key_auth   TEXT   NOT NULL,
+				expires_at BIGINT NOT NULL
+			)`,
+			`CREATE INDEX relay_http_tokens_expiry ON relay_http_tokens (expires_at)`,
+			// The relay's upstream account per upstream (certmagic's issuer
+			// key of its directory) and profile, shared by every instance:
+			// one continues the upstream orders another placed. key_pem is
+			// the account's private key (PKCS#8 PEM).
+			`CREATE TABLE relay_accounts (
+				upstream   TEXT   NOT NULL,
+				profile    TEXT   NOT NULL,
+				key_pem    TEXT   NOT NULL,
+				location   TEXT   NOT NULL DEFAULT '',
+				contact    TEXT   NOT NULL DEFAULT '[]',
+				created_at BIGINT NOT NULL,
+				updated_at BIGINT NOT NULL,
+				PRIMARY KEY (upstream, profile)
+			)`,
+		},
+	},
 }

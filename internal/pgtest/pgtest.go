@@ -32,15 +32,44 @@ import (
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 func Main(m *testing.M) int {
 	code := m.Run()
-	if c := started.Load(); c != nil {
-		if err := c.stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "pgtest:", err)
-			if code == 0 {
-				code = 1
-			}
+	if err := Shutdown(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		if code == 0 {
+			code = 1
 		}
 	}
 	return code
+}
+
+// Shutdown stops and removes the cluster if one was started: Main's end,
+// for a TestMain that must stop what uses the cluster first.
+func Shutdown() error {
+	if c := started.Swap(nil); c != nil {
+		return c.stop()
+	}
+	return nil
+}
+
+// Durable, set before the cluster starts, keeps PostgreSQL's fsync on:
+// for a benchmark, which must pay for durability as production does.
+var Durable bool
+
+// ErrNoPostgres: this machine has no PostgreSQL server binaries.
+var ErrNoPostgres = errNoPostgres
+
+// ProcessDSN is DSN for a database that lives as long as the cluster,
+// for a fixture that outlives any one test or benchmark (Shutdown removes
+// it with the cluster). Without PostgreSQL it returns ErrNoPostgres.
+func ProcessDSN() (string, error) {
+	once.Do(func() { cl, clErr = start() })
+	if clErr != nil {
+		return "", clErr
+	}
+	name := fmt.Sprintf("p%d", dbSeq.Add(1))
+	if _, err := cl.admin.Exec(`CREATE DATABASE ` + name); err != nil {
+		return "", fmt.Errorf("pgtest: creating database %s: %w", name, err)
+	}
+	return cl.dsn(name), nil
 }
 
 var (
@@ -81,6 +110,7 @@ type cluster struct {
 	dir    string   // holds data/ and the socket
 	asUser []string // command prefix running PostgreSQL's tools as a non-root user
 	bin    string
+	opts   string // the server's -o options
 	admin  *sql.DB
 }
 
@@ -149,9 +179,13 @@ func start() (*cluster, error) {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
 	// fsync off: a test cluster need not survive a power loss, and CI's
-	// disk is slow. Everything else is PostgreSQL's default.
-	opts := "-c listen_addresses='' -c unix_socket_directories=" + dir + " -c fsync=off -c max_connections=200"
-	if out, err := c.run("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "-s", "start"); err != nil {
+	// disk is slow (unless Durable). Everything else is PostgreSQL's
+	// default.
+	c.opts = "-c listen_addresses='' -c unix_socket_directories=" + dir + " -c max_connections=200"
+	if !Durable {
+		c.opts += " -c fsync=off"
+	}
+	if out, err := c.serverStart(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, log)
@@ -165,6 +199,36 @@ func start() (*cluster, error) {
 		return nil, errors.Join(fmt.Errorf("connecting to the test cluster: %w", err), c.stop())
 	}
 	return c, nil
+}
+
+func (c *cluster) serverStart() ([]byte, error) {
+	return c.run("pg_ctl", "-D", filepath.Join(c.dir, "data"), "-o", c.opts, "-l", filepath.Join(c.dir, "log"), "-w", "-s", "start")
+}
+
+// Stop stops the binary's cluster as an operator's restart does (a fast
+// shutdown: sessions are cut, transactions in flight roll back), for a
+// test of what clients see while the database is away; Start brings it
+// back. The databases DSN made survive. Tests that stop the cluster must
+// not run in parallel with other tests of the binary using it.
+func Stop(t testing.TB) {
+	t.Helper()
+	if cl == nil {
+		t.Fatal("pgtest: Stop before DSN started the cluster")
+	}
+	if out, err := cl.run("pg_ctl", "-D", filepath.Join(cl.dir, "data"), "-m", "fast", "-w", "-s", "stop"); err != nil {
+		t.Fatalf("pgtest: pg_ctl stop: %v\n%s", err, out)
+	}
+}
+
+// Start starts the cluster that Stop stopped.
+func Start(t testing.TB) {
+	t.Helper()
+	if cl == nil {
+		t.Fatal("pgtest: Start before DSN started the cluster")
+	}
+	if out, err := cl.serverStart(); err != nil {
+		t.Fatalf("pgtest: pg_ctl start: %v\n%s", err, out)
+	}
 }
 
 func (c *cluster) run(tool string, args ...string) ([]byte, error) {

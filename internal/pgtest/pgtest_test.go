@@ -28,3 +28,23 @@ func TestEachTestGetsAnEmptyDatabaseOfItsOwn(t *testing.T) {
 		}
 	}
 }
+
+func TestADatabaseOutlivesARestartOfTheCluster(t *testing.T) {
+	db, err := sql.Open("pgx", DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE kept (x INT); INSERT INTO kept VALUES (7)`); err != nil {
+		t.Fatal(err)
+	}
+	Stop(t)
+	if err := db.Ping(); err == nil {
+		t.Error("the cluster answered while stopped")
+	}
+	Start(t)
+	var x int
+	if err := db.QueryRow(`SELECT x FROM kept`).Scan(&x); err != nil || x != 7 {
+		t.Errorf("after the restart: %d, %v; want the row written before", x, err)
+	}
+}

@@ -57,8 +57,10 @@ type Options struct {
 	Challenge string
 	// DNS solves dns-01; required with ChallengeDNS01.
 	DNS *certmagic.DNS01Solver
-	// Storage is Caddy's storage: it holds the upstream account and, for
-	// http01, the published challenges. Required.
+	// Storage is Caddy's storage: for http01 the challenges are published
+	// there too (for Caddy's own HTTP challenge handler), and an upstream
+	// account an earlier version kept there is moved into the store.
+	// Required.
 	Storage certmagic.Storage
 	// HTTPChallengeIssuerKeys returns, for a name, the issuer keys under
 	// which the HTTP challenge handler of an instance looks the name's
@@ -152,7 +154,8 @@ func New(opts Options) (*Signer, error) {
 		s.transport = observedTransport{next: s.transport, s: s}
 	}
 	if opts.Challenge == ChallengeHTTP01 {
-		s.http = &httpPublisher{storage: opts.Storage, ownKey: s.issuerKey, issuerKeys: opts.HTTPChallengeIssuerKeys}
+		s.http = &httpPublisher{storage: opts.Storage, ownKey: s.issuerKey, issuerKeys: opts.HTTPChallengeIssuerKeys,
+			shared: s.sharedStore, now: s.clock.Now, ttl: opts.AttemptTimeout}
 	}
 	return s, nil
 }
@@ -191,6 +194,15 @@ func newTransport(roots *x509.CertPool) http.RoundTripper {
 func (s *Signer) Bind(b signer.Binding) error { return s.bound.Bind("relay", b) }
 
 func (s *Signer) binding() (*signer.Binding, *zap.Logger, error) { return s.bound.Get("relay") }
+
+// sharedStore is the store of the profile the signer is bound to.
+func (s *Signer) sharedStore() (*store.DB, error) {
+	b, _, err := s.binding()
+	if err != nil {
+		return nil, err
+	}
+	return b.DB, nil
+}
 
 // CheckIdentifier refuses what the upstream challenge cannot prove:
 // wildcards by http-01 (RFC 8555 §7.1.3), IP addresses by dns-01 (RFC 8738

@@ -318,62 +318,49 @@ func challengeProblems(authz acme.Authorization) string {
 
 // ---- the upstream account ----
 
-// accountRecord is the upstream account as kept in Caddy storage: the
-// key, and where the upstream registered it.
+// accountRecord is the upstream account as earlier versions kept it in
+// Caddy storage: the key, and where the upstream registered it.
 type accountRecord struct {
 	KeyPEM   string   `json:"key_pem"`
 	Location string   `json:"location,omitempty"`
 	Contact  []string `json:"contact,omitempty"`
 }
 
-// accountKey is the storage key of a profile's upstream account.
+// accountKey is the storage key where earlier versions kept a profile's
+// upstream account.
 func (s *Signer) accountKey(profile string) string {
 	return path.Join("acme_proxy", "relay", certmagic.StorageKeys.Safe(s.issuerKey), certmagic.StorageKeys.Safe(profile), "account.json")
 }
 
 // account returns the profile's registered upstream account: from memory,
-// else from storage, else a new key registered now. The key is stored
-// before it is registered, and the storage lock spans both, so every
-// instance on the storage registers one account, once.
+// else from the store, else a new key registered now. The store is shared
+// by every instance on the database: an instance continues the upstream
+// orders another placed, with the same account. The key is stored before
+// it is registered, and a second instance creating one at the same time
+// gets the first key back (store.CreateRelayAccount), so every instance
+// uses one key; registering it again is harmless (RFC 8555 §7.3.1: the
+// upstream answers with the existing account). An account that an earlier
+// version kept in Caddy storage is moved into the store on first use.
 func (s *Signer) account(ctx context.Context, c *acme.Client, profile string) (acme.Account, error) {
 	s.acctMu.Lock()
 	defer s.acctMu.Unlock()
 	if s.acct != nil {
 		return *s.acct, nil
 	}
-	key := s.accountKey(profile)
-	lock := "acme_proxy_relay_account_" + certmagic.StorageKeys.Safe(s.issuerKey) + "_" + certmagic.StorageKeys.Safe(profile)
-	if err := s.opts.Storage.Lock(ctx, lock); err != nil {
-		return acme.Account{}, fmt.Errorf("locking the upstream account: %w", err)
+	db, err := s.sharedStore()
+	if err != nil {
+		return acme.Account{}, err
 	}
-	defer func() { _ = s.opts.Storage.Unlock(context.WithoutCancel(ctx), lock) }()
-
-	var rec accountRecord
-	raw, err := s.opts.Storage.Load(ctx, key)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return acme.Account{}, permanent("generating the upstream account key: %v", err)
-		}
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			return acme.Account{}, permanent("encoding the upstream account key: %v", err)
-		}
-		rec.KeyPEM = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
-		if err := s.storeAccount(ctx, key, rec); err != nil {
-			return acme.Account{}, err
-		}
-	case err != nil:
-		return acme.Account{}, fmt.Errorf("loading the upstream account: %w", err)
-	default:
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			return acme.Account{}, permanent("the upstream account in storage at %s does not parse: %v", key, err)
-		}
+	rec, err := db.GetRelayAccount(ctx, s.issuerKey, profile)
+	if errors.Is(err, store.ErrNotFound) {
+		rec, err = s.createAccount(ctx, db, profile)
+	}
+	if err != nil {
+		return acme.Account{}, err
 	}
 	priv, err := parseKey(rec.KeyPEM)
 	if err != nil {
-		return acme.Account{}, permanent("the upstream account key in storage at %s: %v", key, err)
+		return acme.Account{}, permanent("the upstream account key of profile %s: %v", profile, err)
 	}
 	acct := acme.Account{Location: rec.Location, PrivateKey: priv, Contact: rec.Contact}
 	if acct.Location == "" {
@@ -390,8 +377,7 @@ func (s *Signer) account(ctx context.Context, c *acme.Client, profile string) (a
 		if err != nil {
 			return acme.Account{}, fmt.Errorf("registering the upstream account: %w", err)
 		}
-		rec.Location, rec.Contact = acct.Location, acct.Contact
-		if err := s.storeAccount(ctx, key, rec); err != nil {
+		if err := db.SetRelayAccountRegistration(ctx, s.issuerKey, profile, acct.Location, acct.Contact, s.clock.Now()); err != nil {
 			return acme.Account{}, err
 		}
 		s.bound.Logger().Info("upstream account registered", zap.String("event", "relay_account_registered"),
@@ -402,15 +388,34 @@ func (s *Signer) account(ctx context.Context, c *acme.Client, profile string) (a
 	return acct, nil
 }
 
-func (s *Signer) storeAccount(ctx context.Context, key string, rec accountRecord) error {
-	raw, err := json.Marshal(rec)
-	if err != nil {
-		return err
+// createAccount stores the profile's first upstream account: the one an
+// earlier version kept in Caddy storage, else a new key. It returns the
+// account the store holds afterwards, which is another instance's when
+// that one was first.
+func (s *Signer) createAccount(ctx context.Context, db *store.DB, profile string) (store.RelayAccount, error) {
+	rec := store.RelayAccount{Upstream: s.issuerKey, Profile: profile}
+	raw, err := s.opts.Storage.Load(ctx, s.accountKey(profile))
+	switch {
+	case err == nil:
+		var old accountRecord
+		if err := json.Unmarshal(raw, &old); err != nil {
+			return store.RelayAccount{}, permanent("the upstream account in storage at %s does not parse: %v", s.accountKey(profile), err)
+		}
+		rec.KeyPEM, rec.Location, rec.Contact = old.KeyPEM, old.Location, old.Contact
+	case errors.Is(err, fs.ErrNotExist):
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return store.RelayAccount{}, permanent("generating the upstream account key: %v", err)
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			return store.RelayAccount{}, permanent("encoding the upstream account key: %v", err)
+		}
+		rec.KeyPEM = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	default:
+		return store.RelayAccount{}, fmt.Errorf("loading the upstream account from storage: %w", err)
 	}
-	if err := s.opts.Storage.Store(ctx, key, raw); err != nil {
-		return fmt.Errorf("storing the upstream account: %w", err)
-	}
-	return nil
+	return db.CreateRelayAccount(ctx, rec, s.clock.Now())
 }
 
 // forgetAccount drops the registration (not the key): the upstream said
@@ -419,17 +424,11 @@ func (s *Signer) forgetAccount(ctx context.Context, profile string) {
 	s.acctMu.Lock()
 	defer s.acctMu.Unlock()
 	s.acct = nil
-	key := s.accountKey(profile)
-	raw, err := s.opts.Storage.Load(ctx, key)
-	if err != nil {
-		return
+	db, err := s.sharedStore()
+	if err == nil {
+		err = db.SetRelayAccountRegistration(ctx, s.issuerKey, profile, "", nil, s.clock.Now())
 	}
-	var rec accountRecord
-	if json.Unmarshal(raw, &rec) != nil {
-		return
-	}
-	rec.Location = ""
-	if err := s.storeAccount(ctx, key, rec); err != nil {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.bound.Logger().Error("forgetting the upstream account", zap.String("event", "relay_account_forget_failed"), zap.Error(err))
 	}
 }

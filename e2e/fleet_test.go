@@ -1,0 +1,820 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/letsencrypt/pebble/v2/ca"
+	pebbledb "github.com/letsencrypt/pebble/v2/db"
+	"github.com/letsencrypt/pebble/v2/va"
+	"github.com/letsencrypt/pebble/v2/wfe"
+	xacme "golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
+)
+
+// The fleet: two built Caddy binaries, A on 127.0.0.1 and B on 127.0.0.2,
+// each with its own data directory and Caddy storage, on one PostgreSQL
+// database. Both serve https://ca.example.com:<port> (the same port on
+// their own address, as two machines behind a TCP round-robin would), so
+// a client's URLs are the same whichever instance it reaches; the
+// client's transport picks the instance per request.
+const (
+	fleetZone = "example.com."
+	fleetHost = "ca.example.com"
+)
+
+// fleetCaddyfile is one instance's configuration: %[1]s its address,
+// %[2]d its admin port, %[3]s its storage, %[4]d/%[5]d the HTTPS/HTTP
+// ports, %[6]s the DSN, %[7]s/%[8]s the site's certificate and key,
+// %[9]s/%[10]s the local CA's, %[11]s the test DNS server, %[12]s the
+// relay profile (or nothing).
+const fleetCaddyfile = `{
+	admin %[1]s:%[2]d
+	persist_config off
+	storage file_system %[3]s
+	skip_install_trust
+	auto_https disable_redirects
+	default_bind %[1]s
+	https_port %[4]d
+	http_port %[5]d
+	acme_proxy {
+		database postgres "%[6]s"
+	}
+}
+
+https://` + fleetHost + ` {
+	tls %[7]s %[8]s
+	acme_proxy {
+		profile internal
+		challenges dns-01
+		resolvers %[11]s
+		signer local_ca {
+			cert %[9]s
+			key  %[10]s
+		}
+	}
+%[12]s}
+
+http:// {
+	acme_proxy_challenges
+	respond "nothing here" 404
+}
+`
+
+// fleetRelayProfile is the relay profile: Pebble, answered by http-01.
+const fleetRelayProfile = `	acme_proxy {
+		profile public
+		challenges dns-01
+		resolvers %[1]s
+		signer relay {
+			directory %[2]s
+			trusted_roots %[3]s
+			challenge http01
+		}
+	}
+`
+
+type fleet struct {
+	bin            string
+	dsn            string
+	dns            *testdns.Server
+	pebble         *fleetPebble
+	port, httpPort int
+	ca             *x509.Certificate
+	caPool         *x509.CertPool
+	siteCert, siteKey,
+	caCert, caKey string
+	inst [2]*fleetInstance
+}
+
+type fleetInstance struct {
+	name      string // "A", "B"
+	ip        string
+	adminPort int
+	storage   string
+	relay     bool // mounts the relay profile
+	proc      *caddyProc
+}
+
+func (f *fleet) config(in *fleetInstance) string {
+	relay := ""
+	if in.relay {
+		relay = fmt.Sprintf(fleetRelayProfile, f.dns.Addr, f.pebble.dir, f.pebble.rootsFile)
+	}
+	return fmt.Sprintf(fleetCaddyfile, in.ip, in.adminPort, in.storage, f.port, f.httpPort, f.dsn,
+		f.siteCert, f.siteKey, f.caCert, f.caKey, f.dns.Addr, relay)
+}
+
+// start runs the instance's binary and waits until it answers.
+func (f *fleet) start(t *testing.T, in *fleetInstance) {
+	t.Helper()
+	home := filepath.Join(in.storage, "home")
+	in.proc = startCaddy(t, f.bin, f.config(in), []string{"HOME=" + home, "XDG_DATA_HOME=" + home, "XDG_CONFIG_HOME=" + home})
+	hc := f.pinned(in)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case <-in.proc.exited:
+			t.Fatalf("caddy %s exited: %v", in.name, in.proc.err)
+		default:
+		}
+		resp, err := hc.Get(f.directory("internal"))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy %s did not answer its directory within a minute: %v", in.name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// kill ends the instance's process group with SIGKILL: no shutdown runs.
+func (f *fleet) kill(t *testing.T, in *fleetInstance) {
+	t.Helper()
+	if err := syscall.Kill(-in.proc.pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 caddy %s: %v", in.name, err)
+	}
+	<-in.proc.exited
+}
+
+// reload loads the instance's current configuration through its admin
+// endpoint, as `caddy reload` does.
+func (f *fleet) reload(t *testing.T, in *fleetInstance) {
+	t.Helper()
+	url := fmt.Sprintf("http://%s:%d/load", in.ip, in.adminPort)
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(f.config(in)))
+	req.Header.Set("Content-Type", "text/caddyfile")
+	// Caddy's admin endpoint on a loopback address accepts these hosts.
+	req.Host = fmt.Sprintf("localhost:%d", in.adminPort)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Errorf("reloading caddy %s: %v", in.name, err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Errorf("reloading caddy %s: %s %s", in.name, resp.Status, body)
+	}
+}
+
+func (f *fleet) directory(profile string) string {
+	return fmt.Sprintf("https://%s:%d/acme/%s/directory", fleetHost, f.port, profile)
+}
+
+// transport reaches one instance, whatever the URL's host.
+func (f *fleet) transport(in *fleetInstance) *http.Transport {
+	addr := net.JoinHostPort(in.ip, fmt.Sprint(f.port))
+	return &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: f.caPool, ServerName: fleetHost},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+		},
+		ResponseHeaderTimeout: 30 * time.Second,
+	}
+}
+
+func (f *fleet) pinned(in *fleetInstance) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: f.transport(in)}
+}
+
+// alternating sends each request to the next instance in turn, or only to
+// one when pinned.
+type alternating struct {
+	ts     [2]*http.Transport
+	next   atomic.Int64
+	pin    atomic.Int64 // 0: alternate; 1+i: only instance i
+	served [2]atomic.Int64
+	// finalized counts finalize requests each instance answered 200.
+	finalized [2]atomic.Int64
+}
+
+func (f *fleet) alternating() *alternating {
+	a := &alternating{}
+	for i, in := range f.inst {
+		a.ts[i] = f.transport(in)
+	}
+	return a
+}
+
+func (a *alternating) RoundTrip(req *http.Request) (*http.Response, error) {
+	i := int(a.next.Add(1) % 2)
+	if p := a.pin.Load(); p > 0 {
+		i = int(p - 1)
+	}
+	resp, err := a.ts[i].RoundTrip(req)
+	if err == nil {
+		a.served[i].Add(1)
+		if strings.Contains(req.URL.Path, "/finalize") && resp.StatusCode == http.StatusOK {
+			a.finalized[i].Add(1)
+		}
+	}
+	return resp, err
+}
+
+func (a *alternating) pinTo(i int) { a.pin.Store(int64(i + 1)) }
+func (a *alternating) unpin()      { a.pin.Store(0) }
+
+// client is an ACME client of profile, registered, over rt.
+func (f *fleet) client(t *testing.T, rt http.RoundTripper, profile string) (*xacme.Client, *xacme.Account) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &xacme.Client{Key: key, DirectoryURL: f.directory(profile), UserAgent: "fleet-test",
+		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: rt}}
+	acct, err := c.Register(t.Context(), &xacme.Account{}, xacme.AcceptTOS)
+	if err != nil {
+		t.Fatalf("registering at %s: %v", profile, err)
+	}
+	return c, acct
+}
+
+// authorize places an order for names and proves them by dns-01 in the
+// test DNS server; it returns the order, ready.
+func (f *fleet) authorize(ctx context.Context, c *xacme.Client, names ...string) (*xacme.Order, error) {
+	order, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(names...))
+	if err != nil {
+		return nil, fmt.Errorf("new order: %w", err)
+	}
+	for _, u := range order.AuthzURLs {
+		z, err := c.GetAuthorization(ctx, u)
+		if err != nil {
+			return nil, fmt.Errorf("authorization: %w", err)
+		}
+		if z.Status == xacme.StatusValid {
+			continue
+		}
+		var chal *xacme.Challenge
+		for _, ch := range z.Challenges {
+			if ch.Type == "dns-01" {
+				chal = ch
+			}
+		}
+		if chal == nil {
+			return nil, fmt.Errorf("no dns-01 challenge for %s", z.Identifier.Value)
+		}
+		rec, err := c.DNS01ChallengeRecord(chal.Token)
+		if err != nil {
+			return nil, err
+		}
+		f.dns.AddTXT("_acme-challenge."+z.Identifier.Value+".", rec)
+		if _, err := c.Accept(ctx, chal); err != nil {
+			return nil, fmt.Errorf("accepting the challenge for %s: %w", z.Identifier.Value, err)
+		}
+		if _, err := c.WaitAuthorization(ctx, z.URI); err != nil {
+			return nil, fmt.Errorf("waiting for %s: %w", z.Identifier.Value, err)
+		}
+	}
+	return c.WaitOrder(ctx, order.URI)
+}
+
+func csrFor(t testing.TB, names ...string) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: names[0]}, DNSNames: names}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}
+
+// issue obtains a certificate for names.
+func (f *fleet) issue(ctx context.Context, t testing.TB, c *xacme.Client, names ...string) ([][]byte, error) {
+	order, err := f.authorize(ctx, c, names...)
+	if err != nil {
+		return nil, err
+	}
+	der, _, err := c.CreateOrderCert(ctx, order.FinalizeURL, csrFor(t, names...), true)
+	if err != nil {
+		return nil, fmt.Errorf("finalize: %w", err)
+	}
+	return der, nil
+}
+
+// verify checks that chain's leaf is for name and chains to roots.
+func verifyChain(t *testing.T, chain [][]byte, roots *x509.CertPool, name string) *x509.Certificate {
+	t.Helper()
+	if len(chain) == 0 {
+		t.Fatal("an empty chain")
+	}
+	leaf, err := x509.ParseCertificate(chain[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	inter := x509.NewCertPool()
+	for _, der := range chain[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			inter.AddCert(c)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, Intermediates: inter}); err != nil {
+		t.Errorf("the certificate for %s does not verify: %v", name, err)
+	}
+	return leaf
+}
+
+// ---- the fleet's CA, site certificate and upstream ----
+
+func writePEM(t *testing.T, file, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// makeCA writes the CA both instances sign with (the same files on each
+// machine, as the README's Several instances section asks) and a site
+// certificate for fleetHost it signed.
+func (f *fleet) makeCA(t *testing.T, dir string) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleet test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ca, _ = x509.ParseCertificate(der)
+	f.caPool = x509.NewCertPool()
+	f.caPool.AddCert(f.ca)
+	f.caCert, f.caKey = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca.key")
+	writePEM(t, f.caCert, "CERTIFICATE", der)
+	k, _ := x509.MarshalPKCS8PrivateKey(caKey)
+	writePEM(t, f.caKey, "PRIVATE KEY", k)
+
+	siteKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	site := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: fleetHost}, DNSNames: []string{fleetHost},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	if der, err = x509.CreateCertificate(rand.Reader, site, f.ca, siteKey.Public(), caKey); err != nil {
+		t.Fatal(err)
+	}
+	f.siteCert, f.siteKey = filepath.Join(dir, "site.pem"), filepath.Join(dir, "site.key")
+	writePEM(t, f.siteCert, "CERTIFICATE", der)
+	k, _ = x509.MarshalPKCS8PrivateKey(siteKey)
+	writePEM(t, f.siteKey, "PRIVATE KEY", k)
+}
+
+// fleetPebble is an in-process Pebble behind a front that counts new
+// orders and can slow finalize down, so that relays are in flight when a
+// test needs them to be.
+type fleetPebble struct {
+	srv           *httptest.Server
+	root          *x509.Certificate
+	dir           string
+	rootsFile     string
+	newOrders     atomic.Int64
+	finalizeDelay atomic.Int64 // nanoseconds
+}
+
+func startFleetPebble(t *testing.T, dnsAddr string, httpPort int) *fleetPebble {
+	t.Helper()
+	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
+	t.Setenv("PEBBLE_WFE_NONCEREJECT", "0")
+	t.Setenv("PEBBLE_AUTHZREUSE", "0")
+	t.Setenv("PEBBLE_VA_ALWAYS_VALID", "0")
+	logger := log.New(io.Discard, "", 0)
+	if os.Getenv("PEBBLE_LOG") != "" {
+		logger = log.New(os.Stderr, "pebble ", log.Lmicroseconds)
+	}
+	st := pebbledb.NewMemoryStore()
+	cai := ca.New(logger, st, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default"}})
+	vai := va.New(logger, httpPort, 1, false, dnsAddr, st)
+	wfei := wfe.New(logger, st, vai, cai, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
+	p := &fleetPebble{}
+	h := wfei.Handler()
+	p.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/order-plz" {
+			p.newOrders.Add(1)
+		}
+		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/finalize-order/") {
+			time.Sleep(time.Duration(p.finalizeDelay.Load()))
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.srv.Close)
+	p.root = cai.GetRootCert(0).Cert
+	p.dir = p.srv.URL + wfe.DirectoryPath
+	p.rootsFile = filepath.Join(t.TempDir(), "pebble-tls.pem")
+	writePEM(t, p.rootsFile, "CERTIFICATE", p.srv.Certificate().Raw)
+	return p
+}
+
+// needLoopback2 skips (or fails under ACMEPROXY_E2E=1) where 127.0.0.2
+// cannot be bound: B lives there.
+func needLoopback2(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		needEnvironment(t, fmt.Sprintf("the fleet test puts its second instance on 127.0.0.2: %v", err))
+	}
+	ln.Close()
+}
+
+// freePortOn returns a port free on both addresses a moment ago.
+func freePortOn(t *testing.T, ips ...string) int {
+	t.Helper()
+	for range 20 {
+		p := freePort(t)
+		ok := true
+		for _, ip := range ips {
+			ln, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(p)))
+			if err != nil {
+				ok = false
+				break
+			}
+			ln.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no port free on every address")
+	return 0
+}
+
+// TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay
+// runs the fleet through what a fleet is for, in order: a client whose
+// requests alternate between the instances; a relay placed through A whose
+// upstream challenge B answers; B reloaded under load; A killed with
+// relays in flight; PostgreSQL restarted under load.
+func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t *testing.T) {
+	needLoopback2(t)
+	f := &fleet{dsn: pgtest.DSN(t)}
+	dir := t.TempDir()
+	d, err := testdns.Start(fleetZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	f.dns = d
+	f.port, f.httpPort = freePortOn(t, "127.0.0.1", "127.0.0.2"), freePortOn(t, "127.0.0.1", "127.0.0.2")
+	f.pebble = startFleetPebble(t, d.Addr, f.httpPort)
+	f.makeCA(t, dir)
+	f.bin = buildCaddy(t)
+	f.inst[0] = &fleetInstance{name: "A", ip: "127.0.0.1", adminPort: freePortOn(t, "127.0.0.1"), storage: filepath.Join(dir, "a"), relay: true}
+	// B mounts no relay signer at first: then only A can run a relay, and
+	// B's answer to the upstream can only come from the database.
+	f.inst[1] = &fleetInstance{name: "B", ip: "127.0.0.2", adminPort: freePortOn(t, "127.0.0.2"), storage: filepath.Join(dir, "b")}
+	A, B := f.inst[0], f.inst[1]
+	f.start(t, A)
+	f.start(t, B)
+
+	pebbleRoots := x509.NewCertPool()
+	pebbleRoots.AddCert(f.pebble.root)
+
+	t.Run("a client alternating between the instances issues, renews and revokes", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		rt := f.alternating()
+		c, _ := f.client(t, rt, "internal")
+		const name = "alt.example.com"
+		first, err := f.issue(ctx, t, c, name)
+		if err != nil {
+			t.Fatalf("issue: %v", err)
+		}
+		leaf1 := verifyChain(t, first, f.caPool, name)
+		renewed, err := f.issue(ctx, t, c, name)
+		if err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+		leaf2 := verifyChain(t, renewed, f.caPool, name)
+		if leaf1.SerialNumber.Cmp(leaf2.SerialNumber) == 0 {
+			t.Error("the renewal returned the first certificate again")
+		}
+		if err := c.RevokeCert(ctx, nil, first[0], xacme.CRLReasonSuperseded); err != nil {
+			t.Fatalf("revoke: %v", err)
+		}
+		// Each instance's CRL lists it, whichever took the revocation.
+		for _, in := range f.inst {
+			f.waitListed(t, in, leaf1.SerialNumber)
+		}
+		for i, in := range f.inst {
+			if n := rt.served[i].Load(); n < 5 {
+				t.Errorf("caddy %s served %d requests; want about half of them", in.name, n)
+			}
+		}
+	})
+
+	t.Run("a relay placed through A has its upstream challenge answered by B", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		const name = "relay-b.example.com"
+		// Pebble validates http-01 at the name's address: B's.
+		f.dns.SetAddrs(name+".", netip.MustParseAddr(B.ip))
+		rt := f.alternating()
+		rt.pinTo(0)
+		c, _ := f.client(t, rt, "public")
+		chain, err := f.issue(ctx, t, c, name)
+		if err != nil {
+			t.Fatalf("relay: %v", err)
+		}
+		verifyChain(t, chain, pebbleRoots, name)
+	})
+
+	// Orders of the internal profile, issued by several clients at once
+	// with their requests alternating, until stop.
+	load := func(t *testing.T, clients, each int, prefix string) (done *atomic.Int64, wait func() []error) {
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			errs []error
+		)
+		done = new(atomic.Int64)
+		for i := range clients {
+			rt := f.alternating()
+			c, _ := f.client(t, rt, "internal")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range each {
+					name := fmt.Sprintf("%s-%d-%d.example.com", prefix, i, j)
+					ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+					_, err := f.issue(ctx, t, c, name)
+					cancel()
+					done.Add(1)
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("%s: %w", name, err))
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		return done, func() []error { wg.Wait(); return errs }
+	}
+
+	t.Run("a config reload of B during load loses nothing", func(t *testing.T) {
+		const clients, each = 4, 8
+		done, wait := load(t, clients, each, "reload")
+		// Mid-load, B is reloaded: it now mounts the relay profile too.
+		deadline := time.Now().Add(time.Minute)
+		for done.Load() < clients {
+			if time.Now().After(deadline) {
+				t.Fatal("the load did not get going within a minute")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		B.relay = true
+		f.reload(t, B)
+		if n := done.Load(); n >= clients*each {
+			t.Errorf("the load was over (%d issuances) when the reload returned; it must overlap", n)
+		}
+		for _, err := range wait() {
+			t.Error(err)
+		}
+		resp, err := f.pinned(B).Get(f.directory("public"))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("B's relay profile after the reload: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	})
+
+	t.Run("kill -9 of A while relays are in flight: B finishes every one, each placed upstream once", func(t *testing.T) {
+		const n = 4
+		rt := f.alternating()
+		rt.pinTo(0)
+		c, _ := f.client(t, rt, "public")
+		before := f.pebble.newOrders.Load()
+		// Slow upstream finalizes keep the relays in flight.
+		f.pebble.finalizeDelay.Store(int64(3 * time.Second))
+		defer f.pebble.finalizeDelay.Store(0)
+		type result struct {
+			name  string
+			chain [][]byte
+			err   error
+		}
+		results := make(chan result, n)
+		for i := range n {
+			name := fmt.Sprintf("crash-%d.example.com", i)
+			f.dns.SetAddrs(name+".", netip.MustParseAddr(B.ip))
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+				defer cancel()
+				order, err := f.authorize(ctx, c, name)
+				if err != nil {
+					results <- result{name: name, err: err}
+					return
+				}
+				chain, _, err := c.CreateOrderCert(ctx, order.FinalizeURL, csrFor(t, name), true)
+				if err != nil {
+					// The poll was cut by the kill: ask B.
+					var o *xacme.Order
+					if o, err = c.WaitOrder(ctx, order.URI); err == nil {
+						chain, err = c.FetchCert(ctx, o.CertURL, true)
+					}
+				}
+				results <- result{name, chain, err}
+			}()
+		}
+		// Every order finalized at A (answered processing) and the first
+		// upstream order placed: then A dies.
+		deadline := time.Now().Add(time.Minute)
+		for rt.finalized[0].Load() < n || f.pebble.newOrders.Load() == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("A finalized %d of %d orders and placed %d upstream within a minute",
+					rt.finalized[0].Load(), n, f.pebble.newOrders.Load()-before)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		rt.pinTo(1)
+		f.kill(t, A)
+		t.Logf("killed A with %d upstream orders placed", f.pebble.newOrders.Load()-before)
+		for range n {
+			r := <-results
+			if r.err != nil {
+				t.Errorf("%s: %v", r.name, r.err)
+				continue
+			}
+			verifyChain(t, r.chain, pebbleRoots, r.name)
+		}
+		if got := f.pebble.newOrders.Load() - before; got != n {
+			t.Errorf("the upstream saw %d new orders for %d relays; want each placed once", got, n)
+		}
+	})
+
+	t.Run("a PostgreSQL restart mid-load fails requests with a 5xx problem, and the instances recover", func(t *testing.T) {
+		f.start(t, A) // back after the kill, on the same database
+		rt := f.alternating()
+		c, acct := f.client(t, rt, "internal")
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		order, err := f.authorize(ctx, c, "pg.example.com")
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := c.Key
+		var (
+			stop              atomic.Bool
+			ok, failed, other atomic.Int64
+			mu                sync.Mutex
+			odd               []string
+			wg                sync.WaitGroup
+		)
+		for i := range 4 {
+			in := f.inst[i%2]
+			hc := &http.Client{Timeout: 20 * time.Second, Transport: f.transport(in)}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() {
+					status, ctype, body, err := postAsGet(hc, key, acct.URI, f.newNonceURL("internal"), order.URI)
+					switch {
+					case err == nil && status == http.StatusOK:
+						ok.Add(1)
+					case err == nil && status >= 500 && ctype == "application/problem+json" && strings.Contains(body, "urn:ietf:params:acme:error:"):
+						failed.Add(1)
+					default:
+						other.Add(1)
+						mu.Lock()
+						odd = append(odd, fmt.Sprintf("%s: %d %s %q %v", in.name, status, ctype, body, err))
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		waitFor := func(what string, cond func() bool) {
+			deadline := time.Now().Add(time.Minute)
+			for !cond() {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: not within a minute (ok %d, 5xx %d, other %d)", what, ok.Load(), failed.Load(), other.Load())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		waitFor("answers before the restart", func() bool { return ok.Load() >= 8 })
+		pgtest.Stop(t)
+		waitFor("5xx problems while PostgreSQL is down", func() bool { return failed.Load() >= 8 })
+		pgtest.Start(t)
+		after := ok.Load()
+		waitFor("answers again once PostgreSQL is back", func() bool { return ok.Load() >= after+8 })
+		stop.Store(true)
+		wg.Wait()
+		if other.Load() > 0 {
+			t.Errorf("%d answers were neither 200 nor a 5xx problem document (a hang shows as a timeout): %v", other.Load(), odd)
+		}
+		// Both instances issue again, with no restart of their own.
+		if _, err := f.issue(ctx, t, c, "after-pg.example.com"); err != nil {
+			t.Errorf("issuing after the restart: %v", err)
+		}
+	})
+}
+
+// waitListed waits until the CRL that in serves for the internal profile
+// lists serial, signed by the fleet's CA (regenerating the CRL is a job).
+func (f *fleet) waitListed(t *testing.T, in *fleetInstance, serial *big.Int) {
+	t.Helper()
+	hc := f.pinned(in)
+	url := fmt.Sprintf("https://%s:%d/acme/internal/crl", fleetHost, f.port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		listed, err := func() (bool, error) {
+			resp, err := hc.Get(url)
+			if err != nil {
+				return false, err
+			}
+			defer resp.Body.Close()
+			der, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK {
+				return false, fmt.Errorf("GET %s: %s", url, resp.Status)
+			}
+			crl, err := x509.ParseRevocationList(der)
+			if err != nil {
+				return false, err
+			}
+			if err := crl.CheckSignatureFrom(f.ca); err != nil {
+				return false, err
+			}
+			for _, e := range crl.RevokedCertificateEntries {
+				if e.SerialNumber.Cmp(serial) == 0 {
+					return true, nil
+				}
+			}
+			return false, nil
+		}()
+		if listed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the CRL caddy %s serves does not list serial %x within 30s (%v)", in.name, serial, err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (f *fleet) newNonceURL(profile string) string {
+	return fmt.Sprintf("https://%s:%d/acme/%s/new-nonce", fleetHost, f.port, profile)
+}
+
+// postAsGet sends a POST-as-GET of url (RFC 8555 §6.3) signed by the
+// account, with a nonce fetched from the same instance first, and returns
+// the answer's status, content type and body.
+func postAsGet(hc *http.Client, key crypto.Signer, kid, nonceURL, url string) (int, string, string, error) {
+	resp, err := hc.Get(nonceURL)
+	if err != nil {
+		return 0, "", "", err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	nonce := resp.Header.Get("Replay-Nonce")
+	if nonce == "" {
+		return resp.StatusCode, resp.Header.Get("Content-Type"), string(body), nil
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, &jose.SignerOptions{
+		ExtraHeaders: map[jose.HeaderKey]any{"nonce": nonce, "url": url, "kid": kid}})
+	if err != nil {
+		return 0, "", "", err
+	}
+	jws, err := signer.Sign([]byte{})
+	if err != nil {
+		return 0, "", "", err
+	}
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(jws.FullSerialize()))
+	req.Header.Set("Content-Type", "application/jose+json")
+	resp, err = hc.Do(req)
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer resp.Body.Close()
+	body, _ = io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(body), nil
+}

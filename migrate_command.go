@@ -1,0 +1,61 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/spf13/cobra"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// migrateStore is `caddy acme-proxy migrate-store --from <sqlite file>
+// --to <postgres dsn>`: it copies a stopped instance's SQLite store into
+// an empty PostgreSQL database (store.CopyStore), offline — it talks to
+// no admin API. The DSN may hold Caddy placeholders ({env.PGPASSWORD});
+// it is never printed.
+func (c *cli) migrateStore(cmd *cobra.Command, _ []string) error {
+	from, _ := cmd.Flags().GetString("from")
+	to, _ := cmd.Flags().GetString("to")
+	if from == "" || to == "" {
+		return errors.New("migrate-store: --from <sqlite file> and --to <postgres dsn> are both required")
+	}
+	if _, err := os.Stat(from); err != nil {
+		// Opening would create an empty file in its place.
+		return fmt.Errorf("migrate-store: --from: %w", err)
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	src, err := store.OpenSQLite(ctx, from, store.SQLiteOptions{})
+	if err != nil {
+		return fmt.Errorf("migrate-store: opening %s: %w", from, err)
+	}
+	defer src.Close()
+	dst, err := store.OpenPostgres(ctx, caddy.NewReplacer().ReplaceKnown(to, ""), store.PostgresOptions{})
+	if err != nil {
+		return fmt.Errorf("migrate-store: opening the target: %w", err)
+	}
+	defer dst.Close()
+	counts, err := store.CopyStore(ctx, src, dst)
+	if err != nil {
+		return fmt.Errorf("migrate-store: %w", err)
+	}
+	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TABLE\tSOURCE ROWS\tCOPIED ROWS")
+	var total int64
+	for _, t := range counts {
+		fmt.Fprintf(w, "%s\t%d\t%d\n", t.Table, t.Source, t.Dest)
+		total += t.Dest
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "copied %d rows of %d tables from %s to %s; every count matches\n", total, len(counts), src, dst)
+	return nil
+}

@@ -1,0 +1,74 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// ErrTargetNotEmpty: CopyStore's target already holds data.
+var ErrTargetNotEmpty = errors.New("store: the target database is not empty")
+
+// TableCount is the rows of one table CopyStore copied, counted on each
+// side after the copy.
+type TableCount struct {
+	Table        string
+	Source, Dest int64
+}
+
+// CopyStore copies every row of every table of src, a SQLite store, into
+// dst, a PostgreSQL store, for an operator moving a single instance onto
+// the database a fleet shares. It is an offline operation: nothing may
+// write to src meanwhile (stop Caddy first).
+//
+// Both stores are at this binary's schema version (opening them migrated
+// them). dst must be empty — no table holds a row — or ErrTargetNotEmpty
+// is returned and nothing is written. The copy is one transaction on dst:
+// a failure leaves it empty. Tables are copied parents first (foreign
+// keys), identity sequences are moved past the copied ids, and the row
+// counts of both sides are compared before the transaction commits.
+func CopyStore(ctx context.Context, src, dst *DB) ([]TableCount, error) {
+	if src.dialect.name() != "sqlite" || dst.dialect.name() != "postgres" {
+		return nil, fmt.Errorf("store: copying from %s to %s: only from SQLite to PostgreSQL", src.dialect.name(), dst.dialect.name())
+	}
+	tables, err := sqliteTablesParentsFirst(ctx, src.r)
+	if err != nil {
+		return nil, err
+	}
+	var counts []TableCount
+	err = dst.eng.do(ctx, func(tx *sql.Tx) error {
+		counts = counts[:0] // fn may run again (see engine)
+		for _, t := range tables {
+			var n int64
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+t.name).Scan(&n); err != nil {
+				return fmt.Errorf("store: counting %s in the target: %w", t.name, err)
+			}
+			if n > 0 {
+				return fmt.Errorf("%w: table %s holds %d rows", ErrTargetNotEmpty, t.name, n)
+			}
+		}
+		for _, t := range tables {
+			c, err := copyTable(ctx, src.r, tx, t)
+			if err != nil {
+				return err
+			}
+			counts = append(counts, c)
+		}
+		for _, c := range counts {
+			if c.Source != c.Dest {
+				return fmt.Errorf("store: table %s: %d rows in the source, %d in the target", c.Table, c.Source, c.Dest)
+			}
+		}
+		return nil
+	}, false)
+	if err != nil {
+		return nil, err
+	}
+	return counts, nil
+}
+
+type copyTableInfo struct {
+	name    string
+	columns []string
+}

@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
+)
+
+// filledSQLite is a SQLite store holding rows in most tables, as a single
+// instance that has issued and revoked leaves it.
+func filledSQLite(t *testing.T) *DB {
+	t.Helper()
+	ctx := context.Background()
+	db, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "src.db"), SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cert := issuedCert(t, db, "0a0b", t0.Add(48*time.Hour))
+	if _, err := revoke(t, db, cert, "issuer-1", 1); err != nil {
+		t.Fatal(err)
+	}
+	relayed := processingOrder(t, db)
+	if _, _, err := db.CreateRelayOrder(ctx, NewRelayOrder{OrderID: relayed.ID, Profile: "p", CSR: []byte{9, 8, 7}, UserAgent: "lego"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if _, _, err := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: k, Payload: []byte(`{"n":1}`), RunAt: t0, MaxAttempts: 3}, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Secret(ctx, "nonce_key", 32, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.UseNonce(ctx, "n1", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateRelayAccount(ctx, RelayAccount{Upstream: "up", Profile: "p", KeyPEM: "k", Contact: []string{"mailto:a@example.com"}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	auditAt(t, db, t0, t0.Add(time.Second))
+	return db
+}
+
+func TestMigrateStoreCopiesEveryRowOfEveryTableFromSQLiteToPostgreSQL(t *testing.T) {
+	ctx := context.Background()
+	src := filledSQLite(t)
+	dst, err := OpenPostgres(ctx, pgtest.DSN(t), PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+
+	counts, err := CopyStore(ctx, src, dst)
+	if err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	tables := map[string]int64{}
+	for _, c := range counts {
+		tables[c.Table] = c.Dest
+		if c.Source != c.Dest {
+			t.Errorf("%s: %d rows in the source, %d in the target", c.Table, c.Source, c.Dest)
+		}
+	}
+	// Every table of the schema is in the report (and none twice).
+	want := sortedStrings(t, src.r, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name <> 'schema_migrations'`)
+	if len(counts) != len(want) {
+		t.Errorf("copied %d tables; the schema has %d: %v", len(counts), len(want), want)
+	}
+	for _, n := range want {
+		if _, ok := tables[n]; !ok {
+			t.Errorf("table %s was not copied", n)
+		}
+	}
+	for _, n := range []string{"accounts", "orders", "authorizations", "challenges", "certificates", "revocations",
+		"relay_orders", "jobs", "audit_events", "secrets", "used_nonces", "relay_accounts"} {
+		if tables[n] == 0 {
+			t.Errorf("table %s: no rows copied; the test fills it", n)
+		}
+	}
+
+	// What was copied reads back through the target's own statements.
+	srcJobs, _ := src.ListJobs(ctx, JobFilter{Kind: "k"})
+	dstJobs, err := dst.ListJobs(ctx, JobFilter{Kind: "k"})
+	if err != nil || len(dstJobs) != len(srcJobs) || len(dstJobs) != 3 {
+		t.Fatalf("jobs in the target: %d (%v); want the source's %d", len(dstJobs), err, len(srcJobs))
+	}
+	for i := range dstJobs {
+		if dstJobs[i].ID != srcJobs[i].ID || string(dstJobs[i].Payload) != string(srcJobs[i].Payload) {
+			t.Errorf("job %d: %+v, source %+v", i, dstJobs[i], srcJobs[i])
+		}
+	}
+	ra, err := dst.GetRelayAccount(ctx, "up", "p")
+	if err != nil || ra.KeyPEM != "k" || len(ra.Contact) != 1 {
+		t.Errorf("relay account in the target: %+v %v", ra, err)
+	}
+	srcSecret, _ := src.Secret(ctx, "nonce_key", 32, t0)
+	dstSecret, err := dst.Secret(ctx, "nonce_key", 32, t0)
+	if err != nil || string(dstSecret) != string(srcSecret) {
+		t.Errorf("the nonce key was not carried over (%v): nonces minted before the move would be refused", err)
+	}
+	// A new row of an identity column gets an id after the copied ones.
+	j, _, err := dst.EnqueueJob(ctx, NewJob{Kind: "k", Key: "new", RunAt: t0, MaxAttempts: 1}, t0)
+	if err != nil {
+		t.Fatalf("a new job in the target: %v", err)
+	}
+	for _, old := range srcJobs {
+		if j.ID <= old.ID {
+			t.Errorf("the new job got id %d, not after the copied %d", j.ID, old.ID)
+		}
+	}
+}
+
+func TestMigrateStoreRefusesATargetThatHoldsDataAndWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	src := filledSQLite(t)
+	dst, err := OpenPostgres(ctx, pgtest.DSN(t), PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if _, _, err := dst.EnqueueJob(ctx, NewJob{Kind: "already", RunAt: t0, MaxAttempts: 1}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CopyStore(ctx, src, dst); !errors.Is(err, ErrTargetNotEmpty) {
+		t.Fatalf("copy into a used database: %v; want ErrTargetNotEmpty", err)
+	}
+	var n int
+	if err := dst.r.QueryRow(`SELECT COUNT(*) FROM accounts`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("accounts in the target after the refusal: %d (%v); want none", n, err)
+	}
+}
+
+func TestMigrateStoreGoesOnlyFromSQLiteToPostgreSQL(t *testing.T) {
+	ctx := context.Background()
+	a, b := filledSQLite(t), filledSQLite(t)
+	if _, err := CopyStore(ctx, a, b); err == nil {
+		t.Error("copied from SQLite to SQLite")
+	}
+}

@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// The PostgreSQL side of CopyStore: rows written into the target, and its
+// identity sequences moved past them.
+
+// copyTable copies the rows of t from src into the PostgreSQL tx.
+func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (TableCount, error) {
+	c := TableCount{Table: t.name}
+	// PostgreSQL's types decide how a SQLite value is passed: SQLite may
+	// hand back TEXT as bytes, and bytes for a TEXT column must be sent
+	// as a string.
+	types := map[string]string{}
+	rows, err := tx.QueryContext(ctx, `SELECT column_name, data_type FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = $1`, t.name)
+	if err != nil {
+		return c, fmt.Errorf("store: columns of %s in the target: %w", t.name, err)
+	}
+	for rows.Next() {
+		var n, typ string
+		if err := rows.Scan(&n, &typ); err != nil {
+			rows.Close()
+			return c, err
+		}
+		types[n] = typ
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return c, err
+	}
+	for _, col := range t.columns {
+		if _, ok := types[col]; !ok {
+			return c, fmt.Errorf("store: column %s.%s of the source is not in the target", t.name, col)
+		}
+	}
+
+	quoted := make([]string, len(t.columns))
+	marks := make([]string, len(t.columns))
+	for i, col := range t.columns {
+		quoted[i] = `"` + col + `"`
+		marks[i] = fmt.Sprintf("$%d", i+1)
+	}
+	insert, err := tx.PrepareContext(ctx, `INSERT INTO `+t.name+` (`+strings.Join(quoted, ", ")+`) VALUES (`+strings.Join(marks, ", ")+`)`)
+	if err != nil {
+		return c, fmt.Errorf("store: preparing the copy of %s: %w", t.name, err)
+	}
+	defer insert.Close()
+	in, err := src.QueryContext(ctx, `SELECT `+strings.Join(quoted, ", ")+` FROM `+t.name)
+	if err != nil {
+		return c, fmt.Errorf("store: reading %s: %w", t.name, err)
+	}
+	defer in.Close()
+	vals := make([]any, len(t.columns))
+	ptrs := make([]any, len(t.columns))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	for in.Next() {
+		if err := in.Scan(ptrs...); err != nil {
+			return c, fmt.Errorf("store: reading %s: %w", t.name, err)
+		}
+		for i, col := range t.columns {
+			if b, ok := vals[i].([]byte); ok && types[col] != "bytea" {
+				vals[i] = string(b)
+			}
+		}
+		if _, err := insert.ExecContext(ctx, vals...); err != nil {
+			return c, fmt.Errorf("store: copying a row of %s: %w", t.name, err)
+		}
+	}
+	if err := in.Err(); err != nil {
+		return c, fmt.Errorf("store: reading %s: %w", t.name, err)
+	}
+	// Identity columns go on from the highest id copied.
+	ids, err := queryTxStrings(ctx, tx, `SELECT column_name FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = $1 AND is_identity = 'YES'`, t.name)
+	if err != nil {
+		return c, fmt.Errorf("store: identity columns of %s: %w", t.name, err)
+	}
+	for _, col := range ids {
+		if _, err := tx.ExecContext(ctx, `SELECT setval(pg_get_serial_sequence($1, $2), COALESCE(MAX("`+col+`"), 0) + 1, false) FROM `+t.name,
+			t.name, col); err != nil {
+			return c, fmt.Errorf("store: moving the sequence of %s.%s: %w", t.name, col, err)
+		}
+	}
+	if err := src.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+t.name).Scan(&c.Source); err != nil {
+		return c, fmt.Errorf("store: counting %s in the source: %w", t.name, err)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+t.name).Scan(&c.Dest); err != nil {
+		return c, fmt.Errorf("store: counting %s in the target: %w", t.name, err)
+	}
+	return c, nil
+}
+
+func queryTxStrings(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
