@@ -108,7 +108,7 @@ func TestASignerPublicationIsReadBackAsPublishedAndReplacedWhole(t *testing.T) {
 		}
 		first := SignerPublication{Profile: "p", Signer: "local_ca", Revocation: RevocationLedger,
 			CAChainPEM: "-----BEGIN CERTIFICATE-----\n", CurrentIssuer: "aa",
-			Issuers: []PublishedIssuer{{KeyID: "aa", NameID: "subject:1", Subject: "CN=A", NotAfter: t0.Add(time.Hour)}},
+			Issuers:   []PublishedIssuer{{KeyID: "aa", NameID: "subject:1", Subject: "CN=A", NotAfter: t0.Add(time.Hour)}},
 			UpdatedAt: t0}
 		if err := db.PublishSigner(ctx, first); err != nil {
 			t.Fatal(err)
