@@ -10,10 +10,12 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"io"
 	"net/http"
 	"path"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -281,5 +283,97 @@ func TestAFrontEndQueuesABackendRevocationForTheWorker(t *testing.T) {
 	js, err := front.queue.List(ctx, store.JobFilter{Kind: authority.RevokeKind, Key: got.order})
 	if err != nil || len(js) != 1 || js[0].Lane != signer.SigningLane("test") || js[0].Status != store.JobDone {
 		t.Fatalf("signer_revoke jobs: %+v %v; want one, done, in the profile's signing lane", js, err)
+	}
+}
+
+func TestAFrontEndRefusesARevocationUntilAWorkerHasPublishedWhereItGoes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbPath := filepath.Join(t.TempDir(), "acme.db")
+	root, src := newTestCA(t)
+	ca := &testCA{root: root, src: src}
+	front := frontEnv(t, dbPath, ca)
+	// A worker that signs but has not published (it serves the signing
+	// lane only, not the refresh's, and skips the start's publication).
+	worker := newTestEnvWith(t, envOptions{dbPath: dbPath, ca: ca,
+		runner:          jobs.RunnerOptions{PollInterval: 20 * time.Millisecond, Lanes: []string{signer.SigningLane("test")}},
+		profileHandlers: issueHandlers,
+	})
+	c := front.client(ctx)
+	got := front.issue(ctx, c, "unpublished.example.com")
+
+	raw := front.raw(c)
+	revoke := func() rawResponse {
+		return raw.post(front.url("/revoke-cert"), map[string]string{"certificate": b64(got.der)}, jwsOpts{})
+	}
+	resp := revoke()
+	if resp.status != http.StatusServiceUnavailable || resp.header.Get("Retry-After") == "" {
+		t.Fatalf("revoke-cert before any publication: %d (Retry-After %q) %s; want 503 with Retry-After", resp.status, resp.header.Get("Retry-After"), resp.body)
+	}
+	if cert, _ := front.db.CertificateOfOrder(ctx, got.order); !cert.RevokedAt.IsZero() {
+		t.Fatal("the refused revocation was recorded")
+	}
+	if evs := auditRows(t, front.db, store.AuditFilter{Event: vocab.EventCertificateRevoked, OrderID: got.order}); len(evs) != 0 {
+		t.Fatalf("certificate_revoked audit rows after the refusal: %d", len(evs))
+	}
+
+	if err := worker.srv.Authority().Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The front end rereads the publication within a few seconds.
+	waitUntil(t, "the revocation to be accepted once published", func() bool {
+		return revoke().status == http.StatusOK
+	})
+	if cert, _ := front.db.CertificateOfOrder(ctx, got.order); cert.RevokedAt.IsZero() {
+		t.Fatal("the accepted revocation was not recorded")
+	}
+}
+
+// failingSigner fails every issuance on its side (not a verdict).
+type failingSigner struct{ *localca.Signer }
+
+func (failingSigner) Issue(context.Context, signer.IssueRequest) (signer.IssueOutcome, error) {
+	return signer.IssueOutcome{}, errors.New("the HSM is unplugged")
+}
+
+func TestADelegatedOrderWhoseSignerKeepsFailingFailsOnceItsAttemptsAreSpent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbPath := filepath.Join(t.TempDir(), "acme.db")
+	root, src := newTestCA(t)
+	ca := &testCA{root: root, src: src}
+	front := frontEnv(t, dbPath, ca)
+	newTestEnvWith(t, envOptions{dbPath: dbPath, ca: ca,
+		wrap: func(l *localca.Signer) signer.Signer { return failingSigner{l} },
+		runner: jobs.RunnerOptions{PollInterval: 20 * time.Millisecond, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond,
+			Lanes: []string{signer.SigningLane("test"), signer.AnySignerLane}},
+		profileHandlers: issueHandlers,
+	})
+	c := front.client(ctx)
+	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs("failing.example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = front.authorize(ctx, c, o)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	_, _, err = c.CreateOrderCert(ctx, o.FinalizeURL, newCSR(t, key, "", []string{"failing.example.com"}, nil), true)
+	if err == nil {
+		t.Fatal("the order completed although its signer always fails")
+	}
+	id := path.Base(o.URI)
+	got, err := front.db.GetOrder(ctx, "test", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != vocab.StatusInvalid || !strings.Contains(string(got.Error), string(vocab.ErrorServerInternal)) || strings.Contains(string(got.Error), "HSM") {
+		t.Fatalf("the order is %s with %s; want invalid with a generic serverInternal", got.Status, got.Error)
+	}
+	js, _ := front.queue.List(ctx, store.JobFilter{Kind: signer.IssueKind, Key: id})
+	if len(js) != 1 || js[0].Status != store.JobFailed || !strings.Contains(js[0].LastError, "HSM") {
+		t.Fatalf("the signer_issue job: %+v; want failed, naming the signer's fault for the operator", js)
+	}
+	evs := auditRows(t, front.db, store.AuditFilter{Event: vocab.EventCertificateIssueFailed, OrderID: id})
+	if len(evs) != 1 || !strings.Contains(evs[0].Detail, "abandoned") {
+		t.Fatalf("certificate_issue_failed rows: %+v; want one saying the delegated issuance was abandoned", evs)
 	}
 }
