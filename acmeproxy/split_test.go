@@ -136,13 +136,16 @@ func TestAFrontEndWithoutTheSignerLeavesOrdersProcessingUntilAWorkerSignsThem(t 
 		chain, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, newCSR(t, key, "", []string{"split.example.com"}, nil), true)
 		done <- result{chain, err}
 	}()
-	waitUntil(t, "the finalized order to be processing", func() bool {
-		got, err := front.db.GetOrder(ctx, "test", id)
-		return err == nil && got.Status == vocab.StatusProcessing
+	var js []store.Job
+	waitUntil(t, "the finalize to queue the order's signer_issue job", func() bool {
+		js, err = front.queue.List(ctx, store.JobFilter{Kind: signer.IssueKind, Key: id})
+		return err == nil && len(js) > 0
 	})
-	js, err := front.queue.List(ctx, store.JobFilter{Kind: signer.IssueKind, Key: id})
-	if err != nil || len(js) != 1 {
-		t.Fatalf("signer_issue jobs of the order: %d, %v; want 1", len(js), err)
+	if len(js) != 1 {
+		t.Fatalf("signer_issue jobs of the order: %d; want 1", len(js))
+	}
+	if got, err := front.db.GetOrder(ctx, "test", id); err != nil || got.Status != vocab.StatusProcessing {
+		t.Fatalf("the finalized order is %s (%v), want processing", got.Status, err)
 	}
 	if js[0].Lane != signer.SigningLane("test") {
 		t.Fatalf("the signer_issue job is in lane %q, want %q", js[0].Lane, signer.SigningLane("test"))
