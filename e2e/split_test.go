@@ -294,14 +294,15 @@ func checkFrontHoldsNoKey(t *testing.T, admin, storage, servingKey string) {
 		t.Fatalf("GET /acme_proxy/profiles: %d %s", code, body)
 	}
 	var profiles []struct {
-		Name   string `json:"name"`
-		Signer string `json:"signer"`
-		CRL    bool   `json:"crl"`
+		Name       string `json:"name"`
+		Signer     string `json:"signer"`
+		Revocation string `json:"revocation"`
+		CRL        bool   `json:"crl"`
 	}
 	if err := json.Unmarshal(body, &profiles); err != nil {
 		t.Fatalf("profiles: %v\n%s", err, body)
 	}
-	if len(profiles) != 1 || profiles[0].Name != splitProfile || profiles[0].Signer != "delegated" || profiles[0].CRL {
+	if len(profiles) != 1 || profiles[0].Name != splitProfile || profiles[0].Signer != "delegated" || profiles[0].Revocation != "delegated" || profiles[0].CRL {
 		t.Errorf("the front end's loaded signers: %s; want profile %s with the delegate alone", body, splitProfile)
 	}
 	err := filepath.WalkDir(storage, func(path string, d fs.DirEntry, err error) error {
