@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -233,12 +235,21 @@ func (a *App) Start() error {
 			return errors.Join(errs...)
 		}},
 	}
+	handlers = append(handlers, authority.DelegatedIssueJobs(a, a.log))
 	handlers = append(handlers, authority.SignerJobHandlers(a, a.authorities(), a.log)...)
 	handlers = append(handlers, authority.RevocationJobHandlers(a, a.authorities, a.log)...)
 	handlers = append(handlers, a.notifier)
-	r, err := jobs.NewRunner(a.queue, measured(handlers), jobs.RunnerOptions{Logger: a.log})
+	lanes := a.signingLanes()
+	r, err := jobs.NewRunner(a.queue, measured(handlers), jobs.RunnerOptions{Logger: a.log, Lanes: lanes})
 	if err != nil {
 		return err
+	}
+	if len(lanes) > 0 {
+		// What instances serving these profiles without their signer
+		// answer from; the CRL refresh keeps it current.
+		if err := authority.PublishAll(context.Background(), a.authorities()); err != nil {
+			a.log.Warn("publishing the signers for instances without them; the CRL refresh retries", zap.String("event", "signer_publish_failed"), zap.Error(err))
+		}
 	}
 	if err := r.Start(context.Background()); err != nil {
 		return err
@@ -247,6 +258,24 @@ func (a *App) Start() error {
 	a.flushStop, a.flushDone = make(chan struct{}), make(chan struct{})
 	go a.flushRefusals(refusalFlushEvery, a.flushStop, a.flushDone)
 	return nil
+}
+
+// signingLanes are the job lanes this instance's runner serves: the
+// SigningLane of every profile it mounts with its real signer, and
+// AnySignerLane when there is one. A profile mounted with signer delegated
+// adds none, so the work only its signer can do is never claimed here.
+func (a *App) signingLanes() []string {
+	var lanes []string
+	for _, au := range a.authorities() {
+		if l := au.SigningLane(); l != "" {
+			lanes = append(lanes, l)
+		}
+	}
+	if len(lanes) == 0 {
+		return nil
+	}
+	slices.Sort(lanes)
+	return append(lanes, signer.AnySignerLane)
 }
 
 // refusalFlushEvery is how often the app writes the summaries of refused

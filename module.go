@@ -17,6 +17,7 @@ func init() {
 	caddy.RegisterModule(new(LocalCA))
 	caddy.RegisterModule(new(Relay))
 	caddy.RegisterModule(new(Script))
+	caddy.RegisterModule(new(Delegated))
 	caddy.RegisterModule(new(AdminAPI))
 	caddy.RegisterModule(new(UI))
 	caddy.RegisterModule(new(Challenges))

@@ -28,6 +28,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/relay"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -133,6 +134,9 @@ func (b *relayBench) start() *relayProcess {
 	handlers = append(handlers, authority.RevocationJobHandlers(profiles, func() []*authority.Authority { return []*authority.Authority{srv.Authority()} }, nil)...)
 	opts := jobs.RunnerOptions{
 		BackoffBase: 50 * time.Millisecond, BackoffCap: 200 * time.Millisecond, PollInterval: 100 * time.Millisecond,
+		// The relay's jobs are in its profile's signing lane, which the
+		// app's runner serves where the relay is mounted.
+		Lanes: []string{signer.SigningLane(srv.Profile()), signer.AnySignerLane},
 	}
 	r, err := jobs.NewRunner(q, handlers, opts)
 	if err != nil {

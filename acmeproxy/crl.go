@@ -27,11 +27,7 @@ func (s *Server) handleCRL(w http.ResponseWriter, r *http.Request) error {
 // that CA signed, served until its certificate (and so every leaf it
 // signed) expires, also once another CA issues.
 func (s *Server) handleIssuerCRL(w http.ResponseWriter, r *http.Request, keyID string) error {
-	cs, ok := s.core.CRLSigner()
-	if !ok {
-		return problem.NotFound("CRL")
-	}
-	iss, err := cs.LookupCRLIssuer(r.Context(), keyID)
+	iss, err := s.core.LookupIssuer(r.Context(), keyID)
 	if errors.Is(err, signer.ErrIssuerUnknown) {
 		return problem.NotFound("CRL")
 	}

@@ -262,7 +262,7 @@ func TestARevocationQueuedAtABackendIsConfirmedByAskingAgain(t *testing.T) {
 	profiles := staticProfiles{e.srv.Profile(): e.srv}
 	handlers := append([]jobs.Handler{authority.ValidationJobs(profiles, e.db, e.srv.clock)},
 		authority.RevocationJobHandlers(profiles, profiles.All, nil)...)
-	runner, err := jobs.NewRunner(e.queue, handlers, jobs.RunnerOptions{})
+	runner, err := jobs.NewRunner(e.queue, handlers, jobs.RunnerOptions{Lanes: signingLanes(e.srv)})
 	if err != nil {
 		t.Fatal(err)
 	}

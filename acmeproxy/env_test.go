@@ -115,6 +115,9 @@ type envOptions struct {
 	wrap func(*localca.Signer) signer.Signer
 	// handlers are more job handlers for the runner (notify_deliver).
 	handlers []jobs.Handler
+	// profileHandlers, when set, makes more job handlers over the
+	// environment's profiles (signer_issue).
+	profileHandlers func(authority.Profiles) []jobs.Handler
 	// runner tunes the job runner (short backoffs).
 	runner jobs.RunnerOptions
 	// sqlite tunes the store (a bounded size).
@@ -185,6 +188,12 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 	handlers := append([]jobs.Handler{authority.ValidationJobs(profiles, db, srv.clock)},
 		authority.RevocationJobHandlers(profiles, func() []*authority.Authority { return []*authority.Authority{srv.Authority()} }, nil)...)
 	handlers = append(handlers, eo.handlers...)
+	if eo.profileHandlers != nil {
+		handlers = append(handlers, eo.profileHandlers(profiles)...)
+	}
+	if eo.runner.Lanes == nil {
+		eo.runner.Lanes = signingLanes(srv)
+	}
 	r, err := jobs.NewRunner(q, handlers, eo.runner)
 	if err != nil {
 		t.Fatal(err)
@@ -200,6 +209,15 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 	t.Cleanup(ts.Close)
 	return &testEnv{t: t, srv: srv, ts: ts, db: db, queue: q, root: root, runner: r, ca: eo.ca,
 		dirURL: ts.URL + srv.Prefix() + "/directory", http01: h01}
+}
+
+// signingLanes are the lanes the app's runner serves for srv's profile
+// (none when it is served without its signer).
+func signingLanes(srv *Server) []string {
+	if l := srv.Authority().SigningLane(); l != "" {
+		return []string{l, signer.AnySignerLane}
+	}
+	return []string{}
 }
 
 type staticProfiles map[string]*Server

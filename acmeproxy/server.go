@@ -23,7 +23,6 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
-	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -362,13 +361,12 @@ func (s *Server) handleNewNonce(w http.ResponseWriter, r *http.Request) error {
 // handleCAChain serves the issuing CA chain, when the signer knows it, so a
 // client can bootstrap trust.
 func (s *Server) handleCAChain(w http.ResponseWriter, r *http.Request) error {
-	c, ok := s.core.Signer().(signer.CAChainer)
-	if !ok {
-		return problem.NotFound("CA chain")
-	}
-	chain, err := c.CAChain(r.Context())
-	if err != nil {
+	chain, ok, err := s.core.CAChain(r.Context())
+	switch {
+	case err != nil:
 		return err
+	case !ok:
+		return problem.NotFound("CA chain")
 	}
 	w.Header().Set("Content-Type", "application/pem-certificate-chain")
 	w.Header().Set("Cache-Control", "public, max-age=3600")

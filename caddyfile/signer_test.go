@@ -67,7 +67,16 @@ func TestASignerOfAnyRegisteredModuleReadsItsOwnBlock(t *testing.T) {
 func TestAnUnknownSignerErrorListsTheRegisteredSigners(t *testing.T) {
 	_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(
 		"https://ca.example.test {\n\tacme_proxy {\n\t\tprofile a\n\t\tsigner vault\n\t}\n}\n"), nil)
-	const want = `acme_proxy: signer: unknown signer "vault" (want acmeproxytest, local_ca, relay, script)`
+	const want = `acme_proxy: signer: unknown signer "vault" (want acmeproxytest, delegated, local_ca, relay, script)`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v\nwant one containing %q", err, want)
+	}
+}
+
+func TestTheDelegatedSignerTakesNoSettings(t *testing.T) {
+	_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(
+		"https://ca.example.test {\n\tacme_proxy {\n\t\tprofile a\n\t\tsigner delegated {\n\t\t\tkey /etc/ca.key\n\t\t}\n\t}\n}\n"), nil)
+	const want = `acme_proxy: signer delegated: unknown setting "key" (it has none)`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %v\nwant one containing %q", err, want)
 	}

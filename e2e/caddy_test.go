@@ -102,6 +102,13 @@ type caddyProc struct {
 	out    *syncBuffer   // stdout and stderr
 	exited chan struct{} // closed when the process has exited
 	err    error         // Wait's answer, once exited is closed
+	cancel context.CancelFunc
+}
+
+// stop kills caddy's process group and waits for it to exit.
+func (p *caddyProc) stop() {
+	p.cancel()
+	<-p.exited
 }
 
 // startCaddy runs `caddy run` on the Caddyfile config with env added to
@@ -129,7 +136,7 @@ func startCaddyIn(t *testing.T, bin, dir, file string, env []string) *caddyProc 
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	inOwnGroup(cmd)
-	p := &caddyProc{out: new(syncBuffer), exited: make(chan struct{})}
+	p := &caddyProc{out: new(syncBuffer), exited: make(chan struct{}), cancel: cancel}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		cancel()

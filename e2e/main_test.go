@@ -9,6 +9,6 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 )
 
-// The fleet tests share one throwaway PostgreSQL cluster, stopped when
+// The fleet and split-roles tests share one throwaway PostgreSQL cluster, stopped when
 // the binary's tests are done.
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

@@ -14,6 +14,9 @@ type Periodic struct {
 	Name  string
 	Every time.Duration
 	Do    func(ctx context.Context) error
+	// Lane, when set, is the lane the periodic row lives in, so that only
+	// runners serving it run the work (see Spec.Lane).
+	Lane string
 }
 
 // Kind is the periodic job's name.
@@ -27,10 +30,18 @@ func (p *Periodic) Run(ctx context.Context, _ *Job) Outcome {
 	return Reschedule(p.Every)
 }
 
-// Recover makes sure the periodic row exists.
+// Recover makes sure the periodic row exists, in the handler's lane (a
+// row stored before the handler named one, or by a handler naming
+// another, is moved to it).
 func (p *Periodic) Recover(ctx context.Context, q *Queue) error {
-	if _, _, err := q.Enqueue(ctx, Spec{Kind: p.Name, Key: p.Name}); err != nil {
+	job, created, err := q.Enqueue(ctx, Spec{Kind: p.Name, Key: p.Name, Lane: p.Lane})
+	if err != nil {
 		return fmt.Errorf("scheduling %s: %w", p.Name, err)
+	}
+	if !created && job.Lane != p.Lane {
+		if _, err := q.db.MoveJobLane(ctx, p.Name, p.Name, p.Lane, q.clock.Now()); err != nil {
+			return fmt.Errorf("scheduling %s: %w", p.Name, err)
+		}
 	}
 	return nil
 }

@@ -39,7 +39,11 @@ type Spec struct {
 	// Key is the job's identity within its kind: while a job with this kind
 	// and key is ready or running, enqueueing another returns it instead.
 	// Empty means no identity.
-	Key     string
+	Key string
+	// Lane, when set, is the lane of the job: only runners that serve it
+	// (RunnerOptions.Lanes) claim the job. Empty is the default lane,
+	// which every runner serves.
+	Lane    string
 	Payload any // marshalled to JSON; nil means {}
 	// RunAt is the earliest time to run; zero means now. Delay, if set, is
 	// added to now instead.
@@ -85,7 +89,7 @@ func (q *Queue) Enqueue(ctx context.Context, s Spec) (job Job, created bool, err
 // caller goes on to rely on survives a power loss as one from Enqueue
 // does.
 func (q *Queue) RunNow(ctx context.Context, s Spec, wait time.Duration) (job Job, done bool, err error) {
-	r := q.localRunner(s.Kind)
+	r := q.localRunner(s.Kind, s.Lane)
 	var ks *kindState
 	if r != nil {
 		ks = r.handlers[s.Kind]
@@ -128,11 +132,11 @@ func (q *Queue) RunNow(ctx context.Context, s Spec, wait time.Duration) (job Job
 	return job, done, nil
 }
 
-func (q *Queue) localRunner(kind string) *Runner {
+func (q *Queue) localRunner(kind, lane string) *Runner {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, r := range q.runners {
-		if _, ok := r.handlers[kind]; ok {
+		if _, ok := r.handlers[kind]; ok && r.serves(lane) {
 			return r
 		}
 	}
@@ -156,7 +160,7 @@ func (q *Queue) newJob(s Spec) (store.NewJob, error) {
 	if s.MaxAttempts <= 0 {
 		s.MaxAttempts = DefaultMaxAttempts
 	}
-	return store.NewJob{Kind: s.Kind, Key: s.Key, Payload: payload, RunAt: runAt, Deadline: s.Deadline, MaxAttempts: s.MaxAttempts}, nil
+	return store.NewJob{Kind: s.Kind, Key: s.Key, Lane: s.Lane, Payload: payload, RunAt: runAt, Deadline: s.Deadline, MaxAttempts: s.MaxAttempts}, nil
 }
 
 // Get reads one job.

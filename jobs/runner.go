@@ -42,6 +42,11 @@ type RunnerOptions struct {
 	// StopTimeout is how long Stop waits for running handlers before it
 	// cancels them and releases their leases. 10s.
 	StopTimeout time.Duration
+	// Lanes are the lanes this runner serves besides the default one: it
+	// claims a job only when the job's lane (Spec.Lane) is "" or one of
+	// these. A job of a lane no runner serves waits, unclaimed, until one
+	// does (or its deadline passes, for the runner that then serves it).
+	Lanes []string
 }
 
 func (o *RunnerOptions) setDefaults() {
@@ -175,6 +180,11 @@ func NewRunner(q *Queue, handlers []Handler, opts RunnerOptions) (*Runner, error
 	}
 	sort.Strings(r.kinds)
 	return r, nil
+}
+
+// serves reports whether the runner claims jobs of lane.
+func (r *Runner) serves(lane string) bool {
+	return lane == "" || slices.Contains(r.opts.Lanes, lane)
 }
 
 // Owner is the name this runner puts on its leases.
@@ -417,12 +427,12 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 		}
 		now := r.opts.Clock.Now()
 		if polled {
-			due, err := r.q.db.AnyJobDue(ctx, kind, r.opts.Owner, now)
+			due, err := r.q.db.AnyJobDue(ctx, kind, r.opts.Lanes, r.opts.Owner, now)
 			if err == nil && !due {
 				continue
 			}
 		}
-		claimed, err := r.q.db.ClaimJobs(ctx, kind, r.opts.Owner, now, now.Add(ks.lease), free)
+		claimed, err := r.q.db.ClaimJobsIn(ctx, kind, r.opts.Lanes, r.opts.Owner, now, now.Add(ks.lease), free)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Error("claiming jobs", zap.String("event", "jobs_claim_failed"), zap.String("kind", kind), zap.Error(err))
@@ -492,7 +502,7 @@ func (r *Runner) nextWait(ctx context.Context, more bool) time.Duration {
 		}
 	}
 	r.mu.Unlock()
-	if next, ok, err := r.q.db.NextJobDue(ctx, open); err == nil && ok {
+	if next, ok, err := r.q.db.NextJobDue(ctx, open, r.opts.Lanes); err == nil && ok {
 		if d := next.Sub(now); d < wait {
 			wait = d
 		}

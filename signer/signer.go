@@ -135,7 +135,9 @@ type Settler interface {
 
 // Binding is what the ACME layer gives a signer that finishes later: the
 // profile it serves, the Settler to report to, and the job queue and store
-// its durable work lives in.
+// its durable work lives in. Every job the signer queues for its own work
+// goes in the profile's SigningLane (jobs.Spec.Lane), so that only
+// instances that hold this signer claim it.
 type Binding struct {
 	Profile string
 	Settler Settler

@@ -23,12 +23,13 @@ type dialect interface {
 	unavailable(err error) bool
 	// uniqueViolation reports whether err is a unique constraint's refusal.
 	uniqueViolation(err error) bool
-	// claimJobs is the statement that leases due jobs (see ClaimJobs),
-	// returning cols of each. Its arguments, in order: owner, lease until,
-	// now, kind, now, now, owner, limit. The rows it picks must be locked
+	// claimJobs is the statement that leases due jobs (see ClaimJobsIn),
+	// returning cols of each, from the lanes whose placeholders lanes
+	// lists ("?,?"). Its arguments, in order: owner, lease until, now,
+	// kind, each lane, now, now, owner, limit. The rows it picks must be locked
 	// against a concurrent claimer: SQLite's single writer does that by
 	// itself; PostgreSQL picks them FOR UPDATE SKIP LOCKED.
-	claimJobs(cols string) string
+	claimJobs(cols, lanes string) string
 	// reclaimStuckOrders is the statement that takes over orders left
 	// processing (see ReclaimStuckOrders), returning cols of each. Its
 	// arguments: now, profile, cutoff, limit, cutoff. Same locking rule as

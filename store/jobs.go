@@ -23,9 +23,12 @@ const (
 
 // Job is one row of the jobs table.
 type Job struct {
-	ID          int64
-	Kind        string
-	Key         string // "" when the job has no identity
+	ID   int64
+	Kind string
+	Key  string // "" when the job has no identity
+	// Lane is "" for a job any runner may claim, or the name of the lane
+	// a runner must serve to claim it (see ClaimJobsIn).
+	Lane        string
 	Payload     []byte // JSON
 	Status      JobStatus
 	Attempts    int // runs started, less those refunded (explicit-delay retries, releases)
@@ -47,13 +50,14 @@ type Job struct {
 type NewJob struct {
 	Kind        string
 	Key         string // "" for no identity: every enqueue makes a row
+	Lane        string // "" for any runner
 	Payload     []byte // JSON; nil means {}
 	RunAt       time.Time
 	Deadline    time.Time // zero: none
 	MaxAttempts int
 }
 
-const jobCols = `id, kind, key, payload, status, attempts, max_attempts, run_at, deadline,
+const jobCols = `id, kind, key, lane, payload, status, attempts, max_attempts, run_at, deadline,
 	lease_owner, lease_until, last_error, cancel_requested, created_at, updated_at, finished_at`
 
 type rowScanner interface{ Scan(dest ...any) error }
@@ -67,7 +71,7 @@ func scanJob(r rowScanner) (Job, error) {
 		deadline, leaseUntil, finished sql.NullInt64
 		cancel                         int
 	)
-	if err := r.Scan(&j.ID, &j.Kind, &key, &payload, &j.Status, &j.Attempts, &j.MaxAttempts, &runAt, &deadline,
+	if err := r.Scan(&j.ID, &j.Kind, &key, &j.Lane, &payload, &j.Status, &j.Attempts, &j.MaxAttempts, &runAt, &deadline,
 		&owner, &leaseUntil, &j.LastError, &cancel, &created, &updated, &finished); err != nil {
 		return Job{}, err
 	}
@@ -152,12 +156,12 @@ func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string
 	if owner != "" {
 		status, attempts = "running", 1
 	}
-	insert := db.q(`INSERT INTO jobs (kind, key, payload, status, attempts, max_attempts, run_at, deadline,
+	insert := db.q(`INSERT INTO jobs (kind, key, lane, payload, status, attempts, max_attempts, run_at, deadline,
 			lease_owner, lease_until, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT DO NOTHING
 		RETURNING ` + jobCols)
-	job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), payload, status, attempts, nj.MaxAttempts,
+	job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), nj.Lane, payload, status, attempts, nj.MaxAttempts,
 		runAt.UnixMilli(), msOrNull(nj.Deadline), strOrNull(owner), msOrNull(leaseUntil), now.UnixMilli(), now.UnixMilli()))
 	if err == nil {
 		if announce := db.dialect.announceJob(); announce != "" && owner == "" {
@@ -199,13 +203,24 @@ func (db *DB) enqueueAll(ctx context.Context, tx *sql.Tx, jobs []NewJob, now tim
 	return nil
 }
 
-// ClaimJobs leases up to limit jobs of one kind that are due (ready with
+// ClaimJobs is ClaimJobsIn for a runner that serves no lane but the
+// default one.
+func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
+	return db.ClaimJobsIn(ctx, kind, nil, owner, now, leaseUntil, limit)
+}
+
+// ClaimJobsIn leases up to limit jobs of one kind that are due (ready with
 // run_at reached) or abandoned (running with an expired lease held by
 // another owner — a job whose lease the claimer itself let lapse is still
-// running there), in one atomic statement, and counts the attempt.
-func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
+// running there), in one atomic statement, and counts the attempt. Only
+// jobs of the default lane ("") and of lanes are claimed: a job of any
+// other lane is left for a runner that serves it.
+func (db *DB) ClaimJobsIn(ctx context.Context, kind string, lanes []string, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
+	marks, laneArgs := laneList(lanes)
+	args := append([]any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind}, laneArgs...)
+	args = append(args, now.UnixMilli(), now.UnixMilli(), owner, limit)
 	var out []Job
-	err := db.wr.queryEach(ctx, db.q(db.dialect.claimJobs(jobCols)), []any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind, now.UnixMilli(), now.UnixMilli(), owner, limit},
+	err := db.wr.queryEach(ctx, db.q(db.dialect.claimJobs(jobCols, marks)), args,
 		func() { out = nil },
 		func(r rowScanner) error {
 			j, err := scanJob(r)
@@ -234,13 +249,29 @@ func collectJobs(rows *sql.Rows) ([]Job, error) {
 	return out, nil
 }
 
-// AnyJobDue reports whether ClaimJobs would find a job of kind for owner
-// now. It is a read, so a runner can poll without writing.
-func (db *DB) AnyJobDue(ctx context.Context, kind, owner string, now time.Time) (bool, error) {
+// laneList is the placeholders and arguments of the lanes a claim may
+// take jobs from: the default lane and lanes.
+func laneList(lanes []string) (string, []any) {
+	args := []any{""}
+	for _, l := range lanes {
+		if l != "" {
+			args = append(args, l)
+		}
+	}
+	return strings.TrimSuffix(strings.Repeat("?,", len(args)), ","), args
+}
+
+// AnyJobDue reports whether ClaimJobsIn would find a job of kind in
+// lanes for owner now. It is a read, so a runner can poll without
+// writing.
+func (db *DB) AnyJobDue(ctx context.Context, kind string, lanes []string, owner string, now time.Time) (bool, error) {
+	marks, laneArgs := laneList(lanes)
+	args := append([]any{kind}, laneArgs...)
+	args = append(args, now.UnixMilli(), now.UnixMilli(), owner)
 	var n int
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM (SELECT 1 FROM jobs
-		WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
-		LIMIT 1) AS due`), kind, now.UnixMilli(), now.UnixMilli(), owner).Scan(&n)
+		WHERE kind = ? AND lane IN (`+marks+`) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
+		LIMIT 1) AS due`), args...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("store: looking for due %s jobs: %w", kind, err)
 	}
@@ -471,10 +502,10 @@ func (db *DB) CountJobs(ctx context.Context) ([]JobCount, error) {
 	return out, rows.Err()
 }
 
-// NextJobDue returns the earliest time a job of one of kinds becomes
-// claimable (a ready job's run_at, or a running job's lease expiry), and
-// false when there is none.
-func (db *DB) NextJobDue(ctx context.Context, kinds []string) (time.Time, bool, error) {
+// NextJobDue returns the earliest time a job of one of kinds in lanes
+// (and the default lane) becomes claimable (a ready job's run_at, or a
+// running job's lease expiry), and false when there is none.
+func (db *DB) NextJobDue(ctx context.Context, kinds, lanes []string) (time.Time, bool, error) {
 	if len(kinds) == 0 {
 		return time.Time{}, false, nil
 	}
@@ -483,13 +514,28 @@ func (db *DB) NextJobDue(ctx context.Context, kinds []string) (time.Time, bool, 
 	for i, k := range kinds {
 		args[i] = k
 	}
+	laneMarks, laneArgs := laneList(lanes)
+	args = append(args, laneArgs...)
 	var next sql.NullInt64
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT MIN(CASE WHEN status = 'ready' THEN run_at ELSE lease_until END)
-		FROM jobs WHERE status IN ('ready','running') AND kind IN (`+marks+`)`), args...).Scan(&next)
+		FROM jobs WHERE status IN ('ready','running') AND kind IN (`+marks+`) AND lane IN (`+laneMarks+`)`), args...).Scan(&next)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("store: next due job: %w", err)
 	}
 	return nullMs(next), next.Valid, nil
+}
+
+// MoveJobLane puts the live job of kind and key in lane; a job a runner
+// holds now finishes its attempt where it runs. It reports whether a job
+// was moved.
+func (db *DB) MoveJobLane(ctx context.Context, kind, key, lane string, now time.Time) (bool, error) {
+	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE jobs SET lane = ?, updated_at = ?
+		WHERE kind = ? AND key = ? AND status IN ('ready','running') AND lane <> ?`), lane, now.UnixMilli(), kind, key, lane)
+	if err != nil {
+		return false, fmt.Errorf("store: moving %s job %q to lane %q: %w", kind, key, lane, err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 // PruneJobs deletes settled jobs that finished before cutoff.

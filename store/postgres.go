@@ -239,12 +239,12 @@ func (postgresDialect) uniqueViolation(err error) bool {
 // instead of queueing behind one another. A row another claimer changed
 // after this transaction's snapshot is not taken twice: the serializable
 // transaction fails instead, and the engine runs the claim again.
-func (postgresDialect) claimJobs(cols string) string {
+func (postgresDialect) claimJobs(cols, lanes string) string {
 	return `UPDATE jobs
 		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
 		WHERE id IN (
 			SELECT id FROM jobs
-			WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
+			WHERE kind = ? AND lane IN (` + lanes + `) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
 			ORDER BY run_at, id
 			LIMIT ?
 			FOR UPDATE SKIP LOCKED)

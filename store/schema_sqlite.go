@@ -432,4 +432,30 @@ var sqliteMigrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 17,
+		name:    "split_roles",
+		stmts: []string{
+			// The lane of a job: '' (any runner claims it) or a name a
+			// runner must serve to claim it, so that work only some
+			// instances can do (signing for a profile) is never claimed by
+			// the others.
+			`ALTER TABLE jobs ADD COLUMN lane TEXT NOT NULL DEFAULT ''`,
+			// What the instances that sign for a profile publish for the
+			// instances that serve it without its signer: the signer's
+			// module name, where revocations are recorded ('ledger' or
+			// 'job'), the issuing CA chain (PEM, '' when the signer has
+			// none), and the CAs whose CRLs are published (JSON), the one
+			// issuing now first named by current_issuer.
+			`CREATE TABLE signer_publications (
+				profile        TEXT   PRIMARY KEY,
+				signer         TEXT   NOT NULL,
+				revocation     TEXT   NOT NULL,
+				ca_chain       TEXT   NOT NULL DEFAULT '',
+				current_issuer TEXT   NOT NULL DEFAULT '',
+				issuers        TEXT   NOT NULL DEFAULT '[]',
+				updated_at     BIGINT NOT NULL
+			)`,
+		},
+	},
 }

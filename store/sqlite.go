@@ -183,12 +183,12 @@ func (sqliteDialect) uniqueViolation(err error) bool {
 
 // claimJobs needs no row locks: the group commit is the only writer, so
 // the subquery's pick and the update are one step for every claimer.
-func (sqliteDialect) claimJobs(cols string) string {
+func (sqliteDialect) claimJobs(cols, lanes string) string {
 	return `UPDATE jobs
 		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
 		WHERE id IN (
 			SELECT id FROM jobs
-			WHERE kind = ? AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
+			WHERE kind = ? AND lane IN (` + lanes + `) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
 			ORDER BY run_at, id
 			LIMIT ?)
 		RETURNING ` + cols

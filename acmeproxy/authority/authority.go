@@ -117,6 +117,7 @@ type Authority struct {
 	names      *reverseNames
 	refusals   *refusalTally // unauthenticated revoke-cert refusals (see refusals.go)
 	crls       crlCache
+	pub        publication // see delegate.go
 	notify     []notify.Destination
 	metrics    Metrics
 }

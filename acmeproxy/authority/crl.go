@@ -87,6 +87,16 @@ func (au *Authority) CRLSigner() (signer.CRLSigner, bool) {
 
 // CurrentIssuer describes the CA the profile issues from now.
 func (au *Authority) CurrentIssuer(ctx context.Context) (signer.IssuerInfo, error) {
+	if au.Delegates() {
+		p, err := au.published(ctx)
+		if errors.Is(err, errNotPublished) || err == nil && p.CurrentIssuer == "" {
+			return signer.IssuerInfo{}, problem.NotFound("CRL")
+		}
+		if err != nil {
+			return signer.IssuerInfo{}, err
+		}
+		return publishedIssuer(p, p.CurrentIssuer)
+	}
 	cs, ok := au.CRLSigner()
 	if !ok {
 		return signer.IssuerInfo{}, problem.NotFound("CRL")
@@ -156,7 +166,7 @@ func (au *Authority) queueCRL(ctx context.Context, iss signer.IssuerInfo) error 
 		return nil
 	}
 	_, _, err := au.queue.Enqueue(context.WithoutCancel(ctx), jobs.Spec{
-		Kind: CRLRegenerateKind, Key: iss.KeyID, Payload: crlPayload{Profile: au.cfg.Profile, Issuer: iss.KeyID},
+		Kind: CRLRegenerateKind, Key: iss.KeyID, Lane: signer.SigningLane(au.cfg.Profile), Payload: crlPayload{Profile: au.cfg.Profile, Issuer: iss.KeyID},
 		Deadline: iss.NotAfter, MaxAttempts: crlMaxAttempts,
 	})
 	return err

@@ -234,7 +234,10 @@ func (p crlPayload) profileName() string    { return p.Profile }
 
 // RevocationJobHandlers are the job handlers of revocation and CRL
 // publishing for a runner: signer_revoke, crl_regenerate and the periodic
-// crl_refresh. authorities lists the mounted profiles when called.
+// crl_refresh. authorities lists the mounted profiles when called. The
+// refresh runs only on instances holding a signer (signer.AnySignerLane),
+// and also republishes what their profiles publish for the instances
+// serving them without the signer (a CA renewed, a new issuer).
 func RevocationJobHandlers(profiles Profiles, authorities func() []*Authority, logger *zap.Logger) []jobs.Handler {
 	if logger == nil {
 		logger = zap.NewNop()
@@ -242,8 +245,9 @@ func RevocationJobHandlers(profiles Profiles, authorities func() []*Authority, l
 	return []jobs.Handler{
 		revokeJobs(profiles, logger),
 		crlJobs(profiles, authorities, logger),
-		&jobs.Periodic{Name: CRLRefreshKind, Every: CRLRefreshEvery, Do: func(ctx context.Context) error {
-			return RefreshCRLs(ctx, authorities())
+		&jobs.Periodic{Name: CRLRefreshKind, Every: CRLRefreshEvery, Lane: signer.AnySignerLane, Do: func(ctx context.Context) error {
+			aus := authorities()
+			return errors.Join(PublishAll(ctx, aus), RefreshCRLs(ctx, aus))
 		}},
 	}
 }

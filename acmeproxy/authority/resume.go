@@ -2,14 +2,13 @@ package authority
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 )
 
 // Finalize gives the signer signTimeout to answer; an order processing for
@@ -35,30 +34,12 @@ func (au *Authority) ResumeStuckOrders(ctx context.Context) (int, error) {
 	}
 	var errs []error
 	for _, o := range stuck {
-		csr, err := x509.ParseCertificateRequest(o.CSR)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("order %s: stored CSR: %w", o.ID, err))
-			continue
-		}
-		idents := o.Identifiers
-		if prob := au.policyRefusal(idents); prob != nil {
-			au.failOrder(ctx, o, prob, "refused at resume by the profile's current policy: "+prob.Detail, Client{})
-			continue
-		}
-		cp, prob := au.orderCertificateProfile(o.CertificateProfile)
-		if prob != nil {
-			au.failOrder(ctx, o, prob, "refused at resume: "+prob.Detail, Client{})
-			continue
-		}
 		au.log.Info("resuming an order a crash left processing", zap.String("event", "order_resumed"),
 			zap.String("profile", au.cfg.Profile), zap.String("order", o.ID))
-		if _, err := au.issue(ctx, o, signer.IssueRequest{
-			OrderID: o.ID, Profile: au.cfg.Profile, CSR: csr, CSRDER: o.CSR,
-			Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter, CRLURL: au.crlURL(),
-			ClientAddr: o.Client.Addr, UserAgent: o.Client.UserAgent, // as the claim recorded them
-			CertificateProfile: cp.signerProfile(), Replaces: o.Replaces,
-		}, true); err != nil {
-			errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
+		if err := au.signStored(ctx, o); err != nil {
+			if _, verdict := problem.As(err); !verdict {
+				errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
+			}
 		}
 	}
 	return len(stuck), errors.Join(errs...)

@@ -318,7 +318,11 @@ func (au *Authority) RevokeOrder(ctx context.Context, orderID string, reason *in
 // revoke is the tail both doors share: already revoked? → reason → the
 // signer's route (the ledger, or a job the request waits on) → audit row.
 func (au *Authority) revoke(ctx context.Context, rv revocation) (RevokeResult, error) {
-	if au.signer.RevocationRoute() == signer.RevokeByJob {
+	byJob, err := au.revokesByJob(ctx)
+	if err != nil {
+		return RevokeResult{}, err
+	}
+	if byJob {
 		return au.revokeByJob(ctx, rv)
 	}
 	if !reasonAllowed(rv.reason, rv.allowed()) {
@@ -354,8 +358,23 @@ func (au *Authority) revoke(ctx context.Context, rv revocation) (RevokeResult, e
 // signer can still sign a CRL for — the CA that issues now, or one it
 // issued from before — checked before anything is recorded: a revocation
 // answered with success must reach a CRL. Otherwise the error wraps
-// ErrUnpublishable.
+// ErrUnpublishable. A delegate asks what the instances holding the signer
+// published: a CA they have not published (yet) wraps
+// signer.ErrIssuerUnavailable, asking later may succeed.
 func (au *Authority) revocationIssuer(ctx context.Context, leaf *x509.Certificate) (iss signer.IssuerInfo, publishes bool, err error) {
+	if au.Delegates() {
+		p, err := au.published(ctx)
+		if err != nil {
+			return signer.IssuerInfo{}, false, fmt.Errorf("%w: %w", ErrUnpublishable, err)
+		}
+		if len(p.Issuers) == 0 {
+			return signer.IssuerInfo{}, false, nil
+		}
+		if iss, err = publishedIssuer(p, signer.LeafIssuerKeyID(leaf)); err != nil {
+			return signer.IssuerInfo{}, false, fmt.Errorf("%w: %w: %w", ErrUnpublishable, signer.ErrIssuerUnavailable, err)
+		}
+		return iss, true, nil
+	}
 	cs, ok := au.CRLSigner()
 	if !ok {
 		return signer.IssuerInfo{}, false, nil
@@ -482,7 +501,7 @@ func (au *Authority) revokeByJob(ctx context.Context, rv revocation) (RevokeResu
 		return RevokeResult{Certificate: rv.cert}, ErrAlreadyRevoked
 	}
 	job, created, err := au.queue.Enqueue(ctx, jobs.Spec{
-		Kind: RevokeKind, Key: rv.cert.OrderID,
+		Kind: RevokeKind, Key: rv.cert.OrderID, Lane: signer.SigningLane(au.cfg.Profile),
 		Payload: revokePayload{Profile: au.cfg.Profile, Order: rv.cert.OrderID, Certificate: rv.cert.ID, Reason: rv.reason,
 			Actor: rv.actor, ClientIP: rv.client.IP, UserAgent: rv.client.UserAgent},
 		Deadline: rv.cert.NotAfter, MaxAttempts: revokeMaxAttempts,

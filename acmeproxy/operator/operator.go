@@ -93,7 +93,7 @@ type ProfileView struct {
 	Name       string   `json:"name"`
 	Prefix     string   `json:"prefix"`
 	Signer     string   `json:"signer"`
-	Revocation string   `json:"revocation"` // ledger or job
+	Revocation string   `json:"revocation"` // ledger, job, or delegated (as the instances holding the signer published)
 	CRL        bool     `json:"crl"`
 	CRLURL     string   `json:"crl_url,omitempty"`
 	Challenges []string `json:"challenges"`
@@ -110,7 +110,10 @@ func (op *Operator) ListProfiles() []ProfileView {
 		}
 		v := ProfileView{Name: au.Profile(), Prefix: au.Prefix(), Signer: name, Revocation: "ledger",
 			CRL: crl, CRLURL: au.CRLURL(), Challenges: au.Challenges()}
-		if au.Signer().RevocationRoute() == signer.RevokeByJob {
+		switch {
+		case au.Delegates():
+			v.Revocation = "delegated"
+		case au.Signer().RevocationRoute() == signer.RevokeByJob:
 			v.Revocation = "job"
 		}
 		out = append(out, v)
@@ -341,6 +344,7 @@ type JobView struct {
 	ID              int64           `json:"id"`
 	Kind            string          `json:"kind"`
 	Key             string          `json:"key,omitempty"`
+	Lane            string          `json:"lane,omitempty"` // "" for any instance; signer:<profile> where its signer is mounted
 	Status          string          `json:"status"`
 	Attempts        int             `json:"attempts"`
 	MaxAttempts     int             `json:"max_attempts"`
@@ -355,7 +359,7 @@ type JobView struct {
 }
 
 func jobView(j jobs.Job) JobView {
-	v := JobView{ID: j.ID, Kind: j.Kind, Key: j.Key, Status: string(j.Status), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
+	v := JobView{ID: j.ID, Kind: j.Kind, Key: j.Key, Lane: j.Lane, Status: string(j.Status), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
 		RunAt: j.RunAt, Deadline: timePtr(j.Deadline), LastError: j.LastError, CancelRequested: j.CancelRequested,
 		Created: j.CreatedAt, Updated: j.UpdatedAt, Finished: timePtr(j.FinishedAt)}
 	if json.Valid(j.Payload) {

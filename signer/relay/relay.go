@@ -264,7 +264,7 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 
 func (s *Signer) enqueue(ctx context.Context, q *jobs.Queue, profile string, ro store.RelayOrder) error {
 	_, _, err := q.Enqueue(ctx, jobs.Spec{
-		Kind: IssueKind, Key: ro.OrderID,
+		Kind: IssueKind, Key: ro.OrderID, Lane: signer.SigningLane(profile),
 		Payload:  issuePayload{Profile: profile, Order: ro.OrderID},
 		Deadline: ro.Expires, MaxAttempts: s.opts.MaxAttempts,
 	})

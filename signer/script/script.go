@@ -187,7 +187,7 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 		return signer.IssueOutcome{}, err
 	}
 	job, created, err := b.Queue.Enqueue(ctx, jobs.Spec{
-		Kind: IssueKind, Key: req.OrderID,
+		Kind: IssueKind, Key: req.OrderID, Lane: signer.SigningLane(b.Profile),
 		Payload: issuePayload{Profile: b.Profile, Order: req.OrderID, AccountID: o.AccountID,
 			Identifiers: req.Identifiers, CSR: req.CSRDER, NotBefore: req.NotBefore, NotAfter: req.NotAfter,
 			ClientAddr: req.ClientAddr, CertificateProfile: certificateProfileName(req.CertificateProfile)},

@@ -1,0 +1,382 @@
+package acmeproxy
+
+import (
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"io"
+	"net/http"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/delegated"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Two instances on one store, as two processes on one database: a front
+// end serving profile "test" with signer delegated (it holds no key), and
+// a worker mounting the same profile with the local CA.
+
+// issueHandlers are the signer_issue handlers every instance runs.
+func issueHandlers(p authority.Profiles) []jobs.Handler {
+	return []jobs.Handler{authority.DelegatedIssueJobs(p, nil)}
+}
+
+// frontEnv starts the front end on dbPath.
+func frontEnv(t *testing.T, dbPath string, ca *testCA) *testEnv {
+	t.Helper()
+	return newTestEnvWith(t, envOptions{dbPath: dbPath, ca: ca,
+		opts:            func(o *Options) { o.Signer = new(delegated.Signer) },
+		runner:          jobs.RunnerOptions{PollInterval: 20 * time.Millisecond},
+		profileHandlers: issueHandlers,
+	})
+}
+
+// workerEnv starts a worker on dbPath, serving the signing lanes of the
+// profile as the app's runner does, and publishes as the app does at
+// start. wrap, when set, makes its signer from the local CA's.
+func workerEnv(t *testing.T, dbPath string, ca *testCA, wrap func(*localca.Signer) signer.Signer) *testEnv {
+	t.Helper()
+	w := newTestEnvWith(t, envOptions{dbPath: dbPath, ca: ca, wrap: wrap,
+		runner:          jobs.RunnerOptions{PollInterval: 20 * time.Millisecond, Lanes: []string{signer.SigningLane("test"), signer.AnySignerLane}},
+		profileHandlers: issueHandlers,
+	})
+	if err := w.srv.Authority().Publish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func get(t *testing.T, e *testEnv, p string) (int, []byte) {
+	t.Helper()
+	resp, err := e.ts.Client().Get(e.url(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
+
+// probeRunner proves that e's runner has claimed signer_issue jobs since
+// now: it queues one in the default lane for a profile nobody mounts and
+// waits until an attempt has run. A claim that took it would have taken
+// any other due signer_issue job it was allowed to.
+func probeRunner(t *testing.T, ctx context.Context, e *testEnv, key string) {
+	t.Helper()
+	probe, _, err := e.queue.Enqueue(ctx, jobs.Spec{Kind: signer.IssueKind, Key: key,
+		Payload: signer.IssueJob{Profile: "nowhere", Order: key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the front end's runner to claim the probe", func() bool {
+		j, err := e.queue.Get(ctx, probe.ID)
+		return err == nil && j.LastError != ""
+	})
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestAFrontEndWithoutTheSignerLeavesOrdersProcessingUntilAWorkerSignsThem(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbPath := filepath.Join(t.TempDir(), "acme.db")
+	root, src := newTestCA(t)
+	ca := &testCA{root: root, src: src}
+	front := frontEnv(t, dbPath, ca)
+
+	// Nothing published yet: the front end has no chain and no CRL to
+	// serve, and says so.
+	for _, p := range []string{"/ca.pem", "/crl"} {
+		if code, body := get(t, front, p); code != http.StatusNotFound {
+			t.Fatalf("GET %s before any worker: %d %s, want 404", p, code, body)
+		}
+	}
+
+	c := front.client(ctx)
+	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs("split.example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = front.authorize(ctx, c, o)
+	id := path.Base(o.URI)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	type result struct {
+		chain [][]byte
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Finalizes, then polls the order until it is valid.
+		chain, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, newCSR(t, key, "", []string{"split.example.com"}, nil), true)
+		done <- result{chain, err}
+	}()
+	var js []store.Job
+	waitUntil(t, "the finalize to queue the order's signer_issue job", func() bool {
+		js, err = front.queue.List(ctx, store.JobFilter{Kind: signer.IssueKind, Key: id})
+		return err == nil && len(js) > 0
+	})
+	if len(js) != 1 {
+		t.Fatalf("signer_issue jobs of the order: %d; want 1", len(js))
+	}
+	if got, err := front.db.GetOrder(ctx, "test", id); err != nil || got.Status != vocab.StatusProcessing {
+		t.Fatalf("the finalized order is %s (%v), want processing", got.Status, err)
+	}
+	if js[0].Lane != signer.SigningLane("test") {
+		t.Fatalf("the signer_issue job is in lane %q, want %q", js[0].Lane, signer.SigningLane("test"))
+	}
+	probeRunner(t, ctx, front, "probe-1")
+	if j, _ := front.queue.Get(ctx, js[0].ID); j.Status != store.JobReady || j.Attempts != 0 || j.LeaseOwner != "" || j.LastError != "" {
+		t.Fatalf("the front end touched the signing job: %s, attempts %d, lease %q, last error %q", j.Status, j.Attempts, j.LeaseOwner, j.LastError)
+	}
+	// The client is still waiting, on an order that is processing.
+	select {
+	case r := <-done:
+		t.Fatalf("the order finished with no instance holding the signer: %v", r.err)
+	default:
+	}
+	if got, err := c.GetOrder(ctx, o.URI); err != nil || got.Status != acme.StatusProcessing {
+		t.Fatalf("the order as the front end serves it: %v %v, want processing", got, err)
+	}
+
+	// The worker starts: it claims the job and signs; the client's polling
+	// ends with the certificate.
+	worker := workerEnv(t, dbPath, ca, nil)
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("the order was not completed once the worker ran")
+	}
+	if r.err != nil {
+		t.Fatalf("finalize through the front end: %v", r.err)
+	}
+	leaf, err := x509.ParseCertificate(r.chain[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(root)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "split.example.com"}); err != nil {
+		t.Fatalf("the leaf does not verify against the worker's CA: %v", err)
+	}
+	if j, _ := worker.queue.Get(ctx, js[0].ID); j.Status != store.JobDone {
+		t.Fatalf("the signer_issue job is %s, want done", j.Status)
+	}
+
+	// The chain the front end serves is what the worker published.
+	code, body := get(t, front, "/ca.pem")
+	if want := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw}); code != http.StatusOK || string(body) != string(want) {
+		t.Fatalf("GET ca.pem from the front end: %d\n%s\nwant the worker's chain\n%s", code, body, want)
+	}
+}
+
+func TestAFrontEndRecordsALocalCARevocationAtOnceAndAWorkerSignsTheCRL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbPath := filepath.Join(t.TempDir(), "acme.db")
+	root, src := newTestCA(t)
+	ca := &testCA{root: root, src: src}
+	front := frontEnv(t, dbPath, ca)
+	worker := workerEnv(t, dbPath, ca, nil)
+	c := front.client(ctx)
+	got := front.issue(ctx, c, "revoked.example.com")
+
+	// The worker stops; the revocation is recorded by the front end alone.
+	if err := worker.runner.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RevokeCert(ctx, nil, got.der, acme.CRLReasonKeyCompromise); err != nil {
+		t.Fatalf("revoke through the front end: %v", err)
+	}
+	cert, err := front.db.CertificateOfOrder(ctx, got.order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.RevokedAt.IsZero() || cert.Reason == nil || *cert.Reason != 1 {
+		t.Fatalf("the certificate after revoke-cert: revoked at %v, reason %v; want revoked for keyCompromise", cert.RevokedAt, cert.Reason)
+	}
+	if evs := auditRows(t, front.db, store.AuditFilter{Event: vocab.EventCertificateRevoked, OrderID: got.order}); len(evs) != 1 {
+		t.Fatalf("certificate_revoked audit rows: %d, want 1", len(evs))
+	}
+	crlJobs, err := front.queue.List(ctx, store.JobFilter{Kind: authority.CRLRegenerateKind})
+	if err != nil || len(crlJobs) == 0 {
+		t.Fatalf("crl_regenerate jobs: %d %v", len(crlJobs), err)
+	}
+	if crlJobs[0].Lane != signer.SigningLane("test") || crlJobs[0].Status != store.JobReady {
+		t.Fatalf("the CRL job is %s in lane %q; want ready in the profile's signing lane", crlJobs[0].Status, crlJobs[0].Lane)
+	}
+
+	// The worker is back: the CRL the front end serves lists the serial.
+	workerEnv(t, dbPath, ca, nil)
+	crl := front.crl(lists(got.leaf.SerialNumber))
+	if e, _ := entry(crl, got.leaf.SerialNumber); e.ReasonCode != 1 {
+		t.Fatalf("the CRL entry's reason is %d, want keyCompromise", e.ReasonCode)
+	}
+	// And the CRL of the CA by its key id, which the leaf's distribution
+	// point would name.
+	if code, body := get(t, front, "/crl/"+signer.LeafIssuerKeyID(got.leaf)); code != http.StatusOK {
+		t.Fatalf("GET crl/<key id> from the front end: %d %s", code, body)
+	}
+}
+
+// jobRevoker is the local CA with a backend that must be told of a
+// revocation, as a relay or a script signer is.
+type jobRevoker struct {
+	*localca.Signer
+	mu      sync.Mutex
+	revoked []string
+}
+
+func (j *jobRevoker) RevocationRoute() signer.RevocationRoute { return signer.RevokeByJob }
+
+func (j *jobRevoker) Revoke(_ context.Context, cert *x509.Certificate, _ *int) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.revoked = append(j.revoked, cert.SerialNumber.Text(16))
+	return nil
+}
+
+func TestAFrontEndQueuesABackendRevocationForTheWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbPath := filepath.Join(t.TempDir(), "acme.db")
+	root, src := newTestCA(t)
+	ca := &testCA{root: root, src: src}
+	front := frontEnv(t, dbPath, ca)
+	backend := &jobRevoker{}
+	workerEnv(t, dbPath, ca, func(l *localca.Signer) signer.Signer { backend.Signer = l; return backend })
+	c := front.client(ctx)
+	got := front.issue(ctx, c, "backend.example.com")
+
+	if err := c.RevokeCert(ctx, got.key, got.der, acme.CRLReasonUnspecified); err != nil {
+		t.Fatalf("revoke through the front end: %v", err)
+	}
+	backend.mu.Lock()
+	told := append([]string(nil), backend.revoked...)
+	backend.mu.Unlock()
+	if len(told) != 1 || told[0] != got.leaf.SerialNumber.Text(16) {
+		t.Fatalf("the worker's backend was told of %v, want the one serial", told)
+	}
+	js, err := front.queue.List(ctx, store.JobFilter{Kind: authority.RevokeKind, Key: got.order})
+	if err != nil || len(js) != 1 || js[0].Lane != signer.SigningLane("test") || js[0].Status != store.JobDone {
+		t.Fatalf("signer_revoke jobs: %+v %v; want one, done, in the profile's signing lane", js, err)
+	}
+}
+
+func TestAFrontEndRefusesARevocationUntilAWorkerHasPublishedWhereItGoes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbPath := filepath.Join(t.TempDir(), "acme.db")
+	root, src := newTestCA(t)
+	ca := &testCA{root: root, src: src}
+	front := frontEnv(t, dbPath, ca)
+	// A worker that signs but has not published (it serves the signing
+	// lane only, not the refresh's, and skips the start's publication).
+	worker := newTestEnvWith(t, envOptions{dbPath: dbPath, ca: ca,
+		runner:          jobs.RunnerOptions{PollInterval: 20 * time.Millisecond, Lanes: []string{signer.SigningLane("test")}},
+		profileHandlers: issueHandlers,
+	})
+	c := front.client(ctx)
+	got := front.issue(ctx, c, "unpublished.example.com")
+
+	raw := front.raw(c)
+	revoke := func() rawResponse {
+		return raw.post(front.url("/revoke-cert"), map[string]string{"certificate": b64(got.der)}, jwsOpts{})
+	}
+	resp := revoke()
+	if resp.status != http.StatusServiceUnavailable || resp.header.Get("Retry-After") == "" {
+		t.Fatalf("revoke-cert before any publication: %d (Retry-After %q) %s; want 503 with Retry-After", resp.status, resp.header.Get("Retry-After"), resp.body)
+	}
+	if cert, _ := front.db.CertificateOfOrder(ctx, got.order); !cert.RevokedAt.IsZero() {
+		t.Fatal("the refused revocation was recorded")
+	}
+	if evs := auditRows(t, front.db, store.AuditFilter{Event: vocab.EventCertificateRevoked, OrderID: got.order}); len(evs) != 0 {
+		t.Fatalf("certificate_revoked audit rows after the refusal: %d", len(evs))
+	}
+
+	if err := worker.srv.Authority().Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The front end rereads the publication within a few seconds.
+	waitUntil(t, "the revocation to be accepted once published", func() bool {
+		return revoke().status == http.StatusOK
+	})
+	if cert, _ := front.db.CertificateOfOrder(ctx, got.order); cert.RevokedAt.IsZero() {
+		t.Fatal("the accepted revocation was not recorded")
+	}
+}
+
+// failingSigner fails every issuance on its side (not a verdict).
+type failingSigner struct{ *localca.Signer }
+
+func (failingSigner) Issue(context.Context, signer.IssueRequest) (signer.IssueOutcome, error) {
+	return signer.IssueOutcome{}, errors.New("the HSM is unplugged")
+}
+
+func TestADelegatedOrderWhoseSignerKeepsFailingFailsOnceItsAttemptsAreSpent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbPath := filepath.Join(t.TempDir(), "acme.db")
+	root, src := newTestCA(t)
+	ca := &testCA{root: root, src: src}
+	front := frontEnv(t, dbPath, ca)
+	newTestEnvWith(t, envOptions{dbPath: dbPath, ca: ca,
+		wrap: func(l *localca.Signer) signer.Signer { return failingSigner{l} },
+		runner: jobs.RunnerOptions{PollInterval: 20 * time.Millisecond, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond,
+			Lanes: []string{signer.SigningLane("test"), signer.AnySignerLane}},
+		profileHandlers: issueHandlers,
+	})
+	c := front.client(ctx)
+	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs("failing.example.com"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = front.authorize(ctx, c, o)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	_, _, err = c.CreateOrderCert(ctx, o.FinalizeURL, newCSR(t, key, "", []string{"failing.example.com"}, nil), true)
+	if err == nil {
+		t.Fatal("the order completed although its signer always fails")
+	}
+	id := path.Base(o.URI)
+	got, err := front.db.GetOrder(ctx, "test", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != vocab.StatusInvalid || !strings.Contains(string(got.Error), string(vocab.ErrorServerInternal)) || strings.Contains(string(got.Error), "HSM") {
+		t.Fatalf("the order is %s with %s; want invalid with a generic serverInternal", got.Status, got.Error)
+	}
+	js, _ := front.queue.List(ctx, store.JobFilter{Kind: signer.IssueKind, Key: id})
+	if len(js) != 1 || js[0].Status != store.JobFailed || !strings.Contains(js[0].LastError, "HSM") {
+		t.Fatalf("the signer_issue job: %+v; want failed, naming the signer's fault for the operator", js)
+	}
+	evs := auditRows(t, front.db, store.AuditFilter{Event: vocab.EventCertificateIssueFailed, OrderID: id})
+	if len(evs) != 1 || !strings.Contains(evs[0].Detail, "abandoned") {
+		t.Fatalf("certificate_issue_failed rows: %+v; want one saying the delegated issuance was abandoned", evs)
+	}
+}
