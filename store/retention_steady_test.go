@@ -36,7 +36,7 @@ func (failNames) HTTP01(_ context.Context, _, value, _, _ string) error {
 	}
 	return nil
 }
-func (failNames) DNS01(context.Context, string, string) error               { return nil }
+func (failNames) DNS01(context.Context, string, string) error             { return nil }
 func (failNames) TLSALPN01(context.Context, string, string, string) error { return nil }
 
 // steadyCA is an issuing CA valid from start for longer than the test
