@@ -36,10 +36,11 @@ type Retention struct {
 
 // Default batch bounds of PruneRetention: each batch is one write
 // transaction, and on SQLite every other write waits for it, so a batch is
-// a few thousand rows at most, whatever the backlog.
+// about a thousand rows, whatever the backlog (see
+// BenchmarkRetentionSweepOfABacklog for what one costs).
 const (
-	RetentionBatchOrders         = 200
-	RetentionBatchAuthorizations = 400
+	RetentionBatchOrders         = 100
+	RetentionBatchAuthorizations = 200
 )
 
 // Pruned is what PruneRetention deleted.

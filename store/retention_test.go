@@ -33,7 +33,7 @@ type lived struct {
 
 // makeOrder stores an order of account acct as l says, through the
 // store's own steps.
-func makeOrder(t *testing.T, db *DB, acct string, l life) lived {
+func makeOrder(t testing.TB, db *DB, acct string, l life) lived {
 	t.Helper()
 	ctx := context.Background()
 	if l.idents == 0 {
@@ -61,7 +61,11 @@ func makeOrder(t *testing.T, db *DB, acct string, l life) lived {
 		return out
 	}
 	for i, aid := range o.AuthzIDs {
-		c := challengeOf(t, db, aid)
+		a, err := db.GetAuthz(ctx, "p", aid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := a.Challenges[0]
 		ok := l.state != "invalid"
 		if _, err := db.CompleteChallenge(ctx, c.ID, ok, nil, l.at); err != nil {
 			t.Fatal(err)
