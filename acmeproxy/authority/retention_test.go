@@ -29,7 +29,9 @@ func TestARetentionSweepThatDeletedSomethingSaysSoInTheAuditTrail(t *testing.T) 
 		t.Fatal(err)
 	}
 	r := Retention{Orders: 30 * day, Certificates: 90 * day}
-	sweeps := func() []store.AuditEvent { return auditRows(t, db, store.AuditFilter{Event: acme.EventRetentionPruned}) }
+	sweeps := func() []store.AuditEvent {
+		return auditRows(t, db, store.AuditFilter{Event: acme.EventRetentionPruned})
+	}
 
 	// 30 days after the order expired it is still there.
 	clk.Advance(31 * day)
