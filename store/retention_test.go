@@ -21,7 +21,7 @@ type life struct {
 	at        time.Time
 	authzLife time.Duration
 	idents    int
-	state     string // pending, ready, processing, invalid, valid, revoked
+	state     string // pending, ready, processing, invalid, valid, revoked; relayed, abandoned (processing, invalid, with a relay mapping)
 	notAfter  time.Time
 }
 
@@ -80,7 +80,20 @@ func makeOrder(t testing.TB, db *DB, acct string, l life) lived {
 	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, l.at); err != nil || !ok {
 		t.Fatalf("claiming order %s: %v %v", o.ID, ok, err)
 	}
-	if l.state == "processing" {
+	if l.state == "relayed" || l.state == "abandoned" {
+		if _, _, err := db.CreateRelayOrder(ctx, NewRelayOrder{OrderID: o.ID, Profile: "p", CSR: []byte{1}}, l.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.state == "abandoned" {
+		if err := db.SettleRelayOrder(ctx, o.ID, RelayInvalid, "upstream refused", l.at); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.FailOrder(ctx, o.ID, nil, "upstream refused", l.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.state == "processing" || l.state == "relayed" || l.state == "abandoned" {
 		return out
 	}
 	serial := fmt.Sprintf("%x", l.at.UnixNano()) + NewID()[:6]
@@ -150,6 +163,8 @@ func TestTheRetentionSweepPrunesOnlyWhatNothingNeedsAnyMore(t *testing.T) {
 			{"kept/an order that failed 10 days ago", life{at: now.Add(-10 * day), state: "invalid"}, false},
 			{"kept/a failed order whose authorizations are still valid", life{at: now.Add(-40 * day), authzLife: 41 * day, state: "invalid"}, false},
 			{"kept/an order processing for 100 days", life{at: now.Add(-100 * day), state: "processing"}, false},
+			{"kept/an order relayed upstream for 100 days", life{at: now.Add(-100 * day), state: "relayed"}, false},
+			{"pruned/a relayed order abandoned 40 days ago", life{at: now.Add(-40 * day), state: "abandoned"}, true},
 			{"kept/a certificate not yet expired", life{at: now.Add(-5 * day), state: "valid", notAfter: now.Add(day)}, false},
 			{"kept/a certificate expired 89 days ago", life{at: now.Add(-96 * day), state: "valid", notAfter: now.Add(-89 * day)}, false},
 			{"kept/a revoked certificate expired 89 days ago", life{at: now.Add(-96 * day), state: "revoked", notAfter: now.Add(-89 * day)}, false},
@@ -219,6 +234,11 @@ func TestTheRetentionSweepPrunesOnlyWhatNothingNeedsAnyMore(t *testing.T) {
 					t.Errorf("%s: its certificate: %v; want pruned=%v", c.name, err, c.pruned)
 				}
 			}
+			if c.life.state == "relayed" || c.life.state == "abandoned" {
+				if _, err := db.GetRelayOrder(ctx, o.ID); errors.Is(err, ErrNotFound) != c.pruned {
+					t.Errorf("%s: its relay mapping: %v; want pruned=%v", c.name, err, c.pruned)
+				}
+			}
 			if c.life.state == "revoked" {
 				if _, err := db.RevocationOf(ctx, made[i].cert.ID); errors.Is(err, ErrNotFound) != c.pruned {
 					t.Errorf("%s: its revocation row: %v; want pruned=%v", c.name, err, c.pruned)
@@ -231,12 +251,12 @@ func TestTheRetentionSweepPrunesOnlyWhatNothingNeedsAnyMore(t *testing.T) {
 			}
 		}
 		after := rowCounts(t, db)
-		// Orders of 3, 2, 2, 2 and 1 identifiers (cases) and of 1 (an
+		// Orders of 3, 2, 2, 2, 1 and 1 identifiers (cases) and of 1 (an
 		// account's), each authorization with two challenges; the two
 		// deactivated accounts left empty.
-		want := Pruned{Orders: 6, Authorizations: 11, Challenges: 22, Certificates: 2, Revocations: 1, Accounts: 2}
+		want := Pruned{Orders: 7, Authorizations: 12, Challenges: 24, Certificates: 2, Revocations: 1, Accounts: 2}
 		for table, n := range map[string]int64{"orders": want.Orders, "authorizations": want.Authorizations, "challenges": want.Challenges,
-			"order_identifiers": want.Authorizations, "certificates": want.Certificates, "revocations": want.Revocations} {
+			"order_identifiers": want.Authorizations, "certificates": want.Certificates, "revocations": want.Revocations, "relay_orders": 1} {
 			if int64(before[table]-after[table]) != n {
 				t.Errorf("%s: %d rows before, %d after; want %d pruned", table, before[table], after[table], n)
 			}
