@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
@@ -46,6 +47,9 @@ type App struct {
 	notifier *notify.Deliverer
 	// auditRetention is AuditRetention parsed; 0 keeps every row.
 	auditRetention time.Duration
+	// retention is OrderRetention and CertificateRetention parsed; 0
+	// keeps every row of its kind.
+	retention authority.Retention
 	// flushStop and flushDone stop and await the loop that writes the
 	// summaries of refused revocations (see flushRefusals).
 	flushStop, flushDone chan struct{}
@@ -77,7 +81,13 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 	a.log = log
 	a.profiles = map[string]*acmeproxy.Server{}
 	var err error
-	if a.auditRetention, err = parseAuditRetention(a.AuditRetention); err != nil {
+	if a.auditRetention, err = parseRetention("audit_retention", a.AuditRetention, acmeproxy.DefaultAuditRetention); err != nil {
+		return err
+	}
+	if a.retention.Orders, err = parseRetention("order_retention", a.OrderRetention, acmeproxy.DefaultOrderRetention); err != nil {
+		return err
+	}
+	if a.retention.Certificates, err = parseRetention("certificate_retention", a.CertificateRetention, acmeproxy.DefaultCertificateRetention); err != nil {
 		return err
 	}
 	key, openDB, err := a.database(ctx)
@@ -136,21 +146,21 @@ func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), 
 	}, nil
 }
 
-// parseAuditRetention reads audit_retention: a positive duration in
-// Caddy's syntax, "keep" (0: never sweep), or "" for the default.
-func parseAuditRetention(v string) (time.Duration, error) {
+// parseRetention reads a retention setting, key: a positive duration in
+// Caddy's syntax, "keep" (0: never sweep), or "" for def.
+func parseRetention(key, v string, def time.Duration) (time.Duration, error) {
 	switch v {
 	case "":
-		return acmeproxy.DefaultAuditRetention, nil
+		return def, nil
 	case acmeproxy.AuditRetentionKeep:
 		return 0, nil
 	}
 	d, err := caddy.ParseDuration(v)
 	if err != nil {
-		return 0, fmt.Errorf("audit_retention: %q is not a duration or %q: %w", v, acmeproxy.AuditRetentionKeep, err)
+		return 0, fmt.Errorf("%s: %q is not a duration or %q: %w", key, v, acmeproxy.AuditRetentionKeep, err)
 	}
 	if d <= 0 {
-		return 0, fmt.Errorf("audit_retention: %q must be positive", v)
+		return 0, fmt.Errorf("%s: %q must be positive", key, v)
 	}
 	return d, nil
 }
@@ -221,6 +231,17 @@ func (a *App) Start() error {
 				return nil
 			}
 			_, err := authority.SweepAudit(ctx, a.db, a.auditRetention, time.Now())
+			return err
+		}},
+		// Dead orders, long-expired certificates and the deactivated
+		// accounts they leave empty, of every profile, in small batches.
+		&jobs.Periodic{Name: authority.RetentionSweepKind, Every: time.Hour, Do: func(ctx context.Context) error {
+			p, err := authority.SweepRetention(ctx, a.db, a.retention, time.Now())
+			if p.Any() {
+				a.log.Info("retention sweep", zap.String("event", acme.EventRetentionPruned), zap.Int64("orders", p.Orders),
+					zap.Int64("certificates", p.Certificates), zap.Int64("accounts", p.Accounts),
+					zap.Int("batches", p.Batches), zap.Duration("longest_batch", p.LongestBatch))
+			}
 			return err
 		}},
 		// Orders a crash left between claim and certificate are resumed

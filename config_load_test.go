@@ -146,6 +146,18 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `audit_retention: "-1h" must be positive`,
 		},
 		{
+			name:     "order retention that is not a duration",
+			handlers: []map[string]any{{"profile": "a"}},
+			app:      map[string]any{"order_retention": "later"},
+			want:     `order_retention: "later" is not a duration or "keep"`,
+		},
+		{
+			name:     "negative certificate retention",
+			handlers: []map[string]any{{"profile": "a"}},
+			app:      map[string]any{"certificate_retention": "-90d"},
+			want:     `certificate_retention: "-90d" must be positive`,
+		},
+		{
 			name:     "unknown challenge type",
 			handlers: []map[string]any{{"profile": "a", "challenges": []string{"http-02"}}},
 			want:     `challenges: unknown challenge type "http-02"`,

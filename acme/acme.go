@@ -92,6 +92,7 @@ const (
 	EventChallengeFailed         = "challenge_failed"
 	EventRevocationRefusals      = "revocation_refusals"     // a summary of refused revocations from one source
 	EventAuditPruned             = "audit_pruned"            // audit rows deleted, by an operator or the retention sweep
+	EventRetentionPruned         = "retention_pruned"        // dead orders, long-expired certificates, empty accounts deleted by the retention sweep
 	EventEABKeyCreated           = "eab_key_created"         // an operator minted an external account binding key
 	EventEABKeyRevoked           = "eab_key_revoked"         // an operator revoked one
 	EventAccountBindingRefused   = "account_binding_refused" // a newAccount's external account binding refused (RFC 8555 §7.3.4)

@@ -29,13 +29,33 @@ type AppConfig struct {
 	// audit_sweep deletes them: a duration in Caddy's syntax ("400d",
 	// "2160h"), or "keep" to keep every row. Default DefaultAuditRetention.
 	AuditRetention string `json:"audit_retention,omitempty"`
+	// OrderRetention is how long the hourly retention_sweep keeps an
+	// order that never got a certificate once it expired or failed, and a
+	// deactivated account once it has no order left: a duration in
+	// Caddy's syntax, or "keep". Default DefaultOrderRetention.
+	OrderRetention string `json:"order_retention,omitempty"`
+	// CertificateRetention is how long the retention_sweep keeps a
+	// certificate, with its revocation row and its order, past its
+	// notAfter: a duration in Caddy's syntax, or "keep". Default
+	// DefaultCertificateRetention.
+	CertificateRetention string `json:"certificate_retention,omitempty"`
 }
+
+// Default retention of orders and certificates: a failed order stays a
+// month for the operator to look into; a certificate stays a quarter past
+// its expiry for revocation requests, the audit trail's references and
+// ARI to find it.
+const (
+	DefaultOrderRetention       = 30 * 24 * time.Hour
+	DefaultCertificateRetention = 90 * 24 * time.Hour
+)
 
 // DefaultAuditRetention is the audit retention when none is configured:
 // more than a year, so a yearly review still finds the whole year.
 const DefaultAuditRetention = 400 * 24 * time.Hour
 
-// AuditRetentionKeep, as AppConfig.AuditRetention, keeps every audit row.
+// AuditRetentionKeep, as AppConfig.AuditRetention, keeps every audit row;
+// as OrderRetention or CertificateRetention, every order or certificate.
 const AuditRetentionKeep = "keep"
 
 // ProfileConfig is the JSON of one acme_proxy handler, less its signer

@@ -62,6 +62,8 @@ var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
 //	acme_proxy {
 //		database [sqlite] <path> | postgres <dsn>
 //		audit_retention <duration>|keep
+//		order_retention <duration>|keep
+//		certificate_retention <duration>|keep
 //		notify webhook <url> { secret <s>; events <names...>; header <name> <value> }
 //		notify email { smtp <host:port>; tls starttls|implicit|none; from <addr>; to <addr...>; username <u>; password <p>; events <names...> }
 //		notify script <path> [<args...>] { events <names...> }
@@ -86,7 +88,11 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 		case "database":
 			err = databaseArgs(d, &cfg)
 		case "audit_retention":
-			cfg.AuditRetention, err = retentionArg(d)
+			cfg.AuditRetention, err = retentionArg(d, "audit_retention")
+		case "order_retention":
+			cfg.OrderRetention, err = retentionArg(d, "order_retention")
+		case "certificate_retention":
+			cfg.CertificateRetention, err = retentionArg(d, "certificate_retention")
 		case "notify":
 			var dst notify.Destination
 			if dst, err = parseNotify(d); err == nil {
@@ -541,19 +547,19 @@ func PositiveDuration(d *caddyfile.Dispenser, key, v string) (caddy.Duration, er
 	return caddy.Duration(dur), nil
 }
 
-// retentionArg reads audit_retention: a positive duration in Caddy's
-// syntax, kept as written, or "keep".
-func retentionArg(d *caddyfile.Dispenser) (string, error) {
-	v, err := OneArg(d, "audit_retention")
+// retentionArg reads a retention setting, key: a positive duration in
+// Caddy's syntax, kept as written, or "keep".
+func retentionArg(d *caddyfile.Dispenser, key string) (string, error) {
+	v, err := OneArg(d, key)
 	if err != nil || v == acmeproxy.AuditRetentionKeep {
 		return v, err
 	}
 	dur, err := caddy.ParseDuration(v)
 	if err != nil {
-		return "", d.Errf("acme_proxy: audit_retention: %q is not a duration or %q: %w", v, acmeproxy.AuditRetentionKeep, err)
+		return "", d.Errf("acme_proxy: %s: %q is not a duration or %q: %w", key, v, acmeproxy.AuditRetentionKeep, err)
 	}
 	if dur <= 0 {
-		return "", d.Errf("acme_proxy: audit_retention: %q must be positive", v)
+		return "", d.Errf("acme_proxy: %s: %q must be positive", key, v)
 	}
 	return v, nil
 }

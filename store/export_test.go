@@ -43,3 +43,12 @@ func insertionOrder(db *DB) string {
 	}
 	return "rowid"
 }
+
+// For the tests of package store_test, which drive the store through the
+// packages above it: the dialect table, a fresh store of the running
+// dialect, and the row counts of the tables retention keeps bounded.
+var (
+	EachDialect = eachDialect
+	OpenTest    = openTest
+	RowCounts   = rowCounts
+)

@@ -458,4 +458,17 @@ var sqliteMigrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 18,
+		name:    "retention_indexes",
+		stmts: []string{
+			// The retention sweep (PruneRetention) finds what it deletes by
+			// these, one small batch at a time, without scanning a table:
+			// orders without a certificate by status and expiry,
+			// certificates by expiry, deactivated accounts by their change.
+			`CREATE INDEX orders_expiry ON orders (status, expires_at)`,
+			`CREATE INDEX certificates_expiry ON certificates (not_after)`,
+			`CREATE INDEX accounts_status ON accounts (status, updated_at)`,
+		},
+	},
 }
