@@ -83,6 +83,8 @@ type ProfileConfig struct {
 	// minted; the directory says externalAccountRequired), "optional" (a
 	// new account may bind one), or unset for none (a binding is ignored).
 	EAB string `json:"eab,omitempty"`
+	// CAA, when set, turns on CAA checking (caa_config.go).
+	CAA *CAAConfig `json:"caa,omitempty"`
 }
 
 // CertificateProfileConfig is one certificate profile.
@@ -277,6 +279,9 @@ func (c *ProfileConfig) Validate() error {
 	case "", authority.EABRequired, authority.EABOptional:
 	default:
 		return fmt.Errorf("eab: %q must be required or optional", c.EAB)
+	}
+	if err := c.CAA.Validate(); err != nil {
+		return fmt.Errorf("caa.%w", err)
 	}
 	for i := range c.Notify {
 		if err := c.Notify[i].Validate(); err != nil {
