@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,21 +31,36 @@ const (
 
 // lateCAA is a CAA checker built once the test server's URL, and so its
 // account URIs, are known.
+// It remembers the names it was asked about.
 type lateCAA struct {
-	mu sync.Mutex
-	c  *validate.CAAChecker
+	mu    sync.Mutex
+	c     *validate.CAAChecker
+	asked []string
 }
 
 func (l *lateCAA) CheckCAA(ctx context.Context, domain string, wildcard bool, accountID, method string) error {
 	l.mu.Lock()
 	c := l.c
+	l.asked = append(l.asked, domain)
 	l.mu.Unlock()
 	return c.CheckCAA(ctx, domain, wildcard, accountID, method)
+}
+
+func (l *lateCAA) askedAbout(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.asked, name)
 }
 
 // caaEnv is a profile checking CAA through an in-test DNS server, its
 // account URIs being the server's own account URLs, on a fake clock.
 func caaEnv(t *testing.T) (*testEnv, *testdns.Server, *clocktest.Fake) {
+	e, d, clk, _ := caaEnvChecker(t)
+	return e, d, clk
+}
+
+// caaEnvChecker is caaEnv with its checker.
+func caaEnvChecker(t *testing.T) (*testEnv, *testdns.Server, *clocktest.Fake, *lateCAA) {
 	t.Helper()
 	d, err := testdns.Start(caaTestZone)
 	if err != nil {
@@ -68,7 +84,7 @@ func caaEnv(t *testing.T) (*testEnv, *testdns.Server, *clocktest.Fake) {
 	late.mu.Lock()
 	late.c = chk
 	late.mu.Unlock()
-	return e, d, clk
+	return e, d, clk, late
 }
 
 // An operator who pins a name to another CA with CAA expects this server
@@ -181,6 +197,29 @@ func TestFinalizeChecksCAAAgainWhenTheValidationIsOlderThanEightHours(t *testing
 		t.Fatalf("finalize after the records name this CA: %d %s", r.status, r.body)
 	}
 	alice.await(stale.url, "valid")
+}
+
+// CAA does not apply to IP addresses (RFC 8738 §7): an IP identifier
+// validates on a profile that checks CAA without its address being
+// looked up as a DNS name, and a DNS name beside it is.
+func TestAnIPIdentifierIsNotCheckedForCAA(t *testing.T) {
+	e, _, _, late := caaEnvChecker(t)
+	alice := e.rawClient()
+	alice.register()
+	o := alice.order(ipID("127.0.0.1"), dnsID("www."+caaTestZone))
+	for _, az := range o.Authorizations {
+		if _, r := alice.answerHTTP01(az, ""); r.status != http.StatusOK {
+			t.Fatalf("challenge POST: %d %s", r.status, r.body)
+		}
+		alice.await(az, "valid")
+	}
+	alice.await(o.url, "ready")
+	if late.askedAbout("127.0.0.1") {
+		t.Fatal("the CAA checker was asked about an IP address")
+	}
+	if !late.askedAbout("www." + caaTestZone) {
+		t.Fatal("the CAA checker was not asked about the DNS name of the same order")
+	}
 }
 
 // The directory tells clients which CAA identities to publish (RFC 8555

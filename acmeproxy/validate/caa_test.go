@@ -64,6 +64,7 @@ func startCAAZone(t *testing.T) *testdns.Server {
 	add("http-only", 0, "issue", caaIdentity+"; validationmethods=http-01")
 	add("http-or-dns", 0, "issue", caaIdentity+"; validationmethods=http-01,dns-01")
 	add("bad-methods", 0, "issue", caaIdentity+"; validationmethods=http-01,dns_01")
+	add("empty-method", 0, "issue", caaIdentity+"; validationmethods=http-01,,dns-01")
 	add("acct-http", 0, "issue", caaIdentity+"; accounturi="+caaAccounts+caaAccount+"; validationmethods=http-01")
 	add("acct-dns", 0, "issue", caaIdentity+"; accounturi="+caaAccounts+caaAccount+"; validationmethods=dns-01")
 	add("wrong-acct-http", 0, "issue", caaIdentity+"; accounturi="+caaOtherAcct+"; validationmethods=http-01")
@@ -153,7 +154,8 @@ func TestCAARecordsDecideWhetherThisCAMayIssue(t *testing.T) {
 		{name: "fail/accounturi, request by another account", domain: "acct-match", account: "acct999", want: acme.ErrorCAA, foundAt: "acct-match", inDetail: "another account"},
 		{name: "fail/two accounturi parameters are unsatisfiable", domain: "acct-twice", want: acme.ErrorCAA, foundAt: "acct-twice", inDetail: "more than one accounturi"},
 		{name: "fail/validationmethods lists only dns-01", domain: "dns-only", want: acme.ErrorCAA, foundAt: "dns-only", inDetail: "validationmethods=dns-01"},
-		{name: "fail/validationmethods malformed", domain: "bad-methods", method: acme.ChallengeDNS01, want: acme.ErrorCAA, foundAt: "bad-methods", inDetail: "dns_01"},
+		{name: "fail/validationmethods malformed, even listing the method", domain: "bad-methods", want: acme.ErrorCAA, foundAt: "bad-methods", inDetail: "dns_01"},
+		{name: "fail/validationmethods with an empty label", domain: "empty-method", want: acme.ErrorCAA, foundAt: "empty-method", inDetail: "http-01,,dns-01"},
 		{name: "fail/accounturi matches, validationmethods does not", domain: "acct-dns", want: acme.ErrorCAA, foundAt: "acct-dns", inDetail: "does not allow validation by http-01"},
 		{name: "fail/validationmethods matches, accounturi does not", domain: "wrong-acct-http", want: acme.ErrorCAA, foundAt: "wrong-acct-http", inDetail: "another account"},
 		{name: "fail/CNAME to a name whose records name another CA", domain: "to-other.cname", want: acme.ErrorCAA, foundAt: "to-other.cname", inDetail: "pinned-other.cname." + caaZone},
@@ -256,5 +258,42 @@ func TestNewCAACheckerRefusesABadConfiguration(t *testing.T) {
 	}
 	if _, err := NewCAAChecker(v, CAAConfig{Identities: []string{"ca.example", "CA-2.example"}, AccountURIPrefix: "https://ca.example/acme/p/account/"}); err != nil {
 		t.Fatalf("a sound configuration refused: %v", err)
+	}
+}
+
+// resolverWithoutChasing answers CAA queries as a resolver that does not
+// follow CNAMEs would: the alias's answer is the CNAME alone, and the
+// target's records come only when asked about the target.
+type resolverWithoutChasing struct{}
+
+func (resolverWithoutChasing) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	q := r.Question[0]
+	switch strings.ToLower(q.Name) {
+	case "alias.example.":
+		m.Answer = []dns.RR{cname(q.Name, "target.example.")}
+	case "target.example.":
+		m.Answer = []dns.RR{&dns.CAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCAA, Class: dns.ClassINET}, Tag: "issue", Value: "other-ca.example"}}
+	case "example.":
+	default:
+		m.Rcode = dns.RcodeNameError
+	}
+	_ = w.WriteMsg(m)
+}
+
+// A CNAME whose target the resolver's answer says nothing about is
+// followed by asking about the target: its records are the alias's
+// (RFC 8659 §3), so they cannot be skipped by a resolver that does not
+// chase.
+func TestACNAMETheResolverDidNotFollowIsFollowedForCAA(t *testing.T) {
+	c := newCAAChecker(t, startDNS(t, resolverWithoutChasing{}), caaAccounts)
+	err := c.CheckCAA(context.Background(), "alias.example", false, caaAccount, acme.ChallengeHTTP01)
+	p, ok := problem.As(err)
+	if !ok || p.Type != acme.ErrorCAA {
+		t.Fatalf("CheckCAA(alias.example) = %v, want a caa problem from the target's records", err)
+	}
+	if !strings.Contains(p.Detail, "alias.example (following a CNAME to target.example)") {
+		t.Errorf("detail %q does not say the records were found through the CNAME", p.Detail)
 	}
 }
