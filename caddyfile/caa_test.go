@@ -1,6 +1,7 @@
-package caddyfile
+package caddyfile_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -35,5 +36,30 @@ func TestABadCAABlockFailsWithAnErrorNamingTheKey(t *testing.T) {
 				t.Errorf("error %q\ndoes not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The README's CAA example is a block an operator can paste into a site:
+// it adapts, and carries its identities and prefix into the handler.
+func TestTheREADMEsCAAExampleAdapts(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n### CAA\n")
+	if !ok {
+		t.Fatal("the README has no CAA section")
+	}
+	_, block, ok := strings.Cut(section, "\n```\n")
+	block, _, closed := strings.Cut(block, "\n```\n")
+	if !ok || !closed {
+		t.Fatal("the README's CAA section shows no Caddyfile block")
+	}
+	indented := "\t" + strings.ReplaceAll(block, "\n", "\n\t") // inside the site block, as caddy fmt writes it
+	got := adapt(t, "https://ca.internal.example.com {\n"+indented+"\n}\n")
+	for _, want := range []string{`"caa": {`, `"ca.internal.example.com"`, `"account_uri_prefix": "https://ca.internal.example.com/acme/internal/account/"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the README's CAA block adapts without %s:\n%s", want, got)
+		}
 	}
 }
