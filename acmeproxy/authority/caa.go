@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -76,6 +78,8 @@ func (au *Authority) caaRecheck(ctx context.Context, o store.Order) error {
 		if a.Wildcard {
 			value = "*." + value
 		}
+		au.log.Info("finalize refused by CAA", zap.String("event", "finalize_caa_refused"), zap.String("profile", au.cfg.Profile),
+			zap.String("order", o.ID), zap.String("identifier", value), zap.String("problem", p.Detail))
 		subs = append(subs, p.For(a.Identifier.Type, value))
 	}
 	if len(subs) == 0 {
