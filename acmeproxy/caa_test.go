@@ -52,6 +52,13 @@ func (l *lateCAA) askedAbout(name string) bool {
 	return slices.Contains(l.asked, name)
 }
 
+// dnsAlwaysMet is a validator whose dns-01 challenges are always met, so
+// that a wildcard reaches its CAA check without a DNS zone for its TXT
+// records; the other challenges are checked for real.
+type dnsAlwaysMet struct{ authority.Validator }
+
+func (dnsAlwaysMet) DNS01(context.Context, string, string) error { return nil }
+
 // caaEnv is a profile checking CAA through an in-test DNS server, its
 // account URIs being the server's own account URLs, on a fake clock.
 func caaEnv(t *testing.T) (*testEnv, *testdns.Server, *clocktest.Fake) {
@@ -71,7 +78,7 @@ func caaEnvChecker(t *testing.T) (*testEnv, *testdns.Server, *clocktest.Fake, *l
 	late := &lateCAA{}
 	e := newTestEnvWith(t, envOptions{
 		mutate: func(c *ProfileConfig) { c.CAA = &CAAConfig{Identities: []string{caaTestIdentity}} },
-		opts:   func(o *Options) { o.Clock, o.CAA = clk, late },
+		opts:   func(o *Options) { o.Clock, o.CAA, o.Validator = clk, late, dnsAlwaysMet{o.Validator} },
 	})
 	v, err := validate.New(validate.Config{Resolvers: []string{d.Addr}})
 	if err != nil {
@@ -149,6 +156,67 @@ func TestACAAMismatchMakesTheChallengeAndTheAuthorizationInvalid(t *testing.T) {
 			}
 			alice.await(o.url, "invalid")
 		})
+	}
+}
+
+// A wildcard is judged by the issuewild records where there are any
+// (RFC 8659 §4.3), with dns-01 as the method: the same zone can allow
+// this CA for its names and forbid it for the wildcard, or the reverse.
+func TestAWildcardIsCheckedAgainstItsIssuewildRecords(t *testing.T) {
+	e, d, _ := caaEnv(t)
+	alice := e.rawClient()
+	alice.register()
+	d.AddCAA("wild-ok."+caaTestZone, 0, "issue", ";")
+	d.AddCAA("wild-ok."+caaTestZone, 0, "issuewild", caaTestIdentity+"; validationmethods=dns-01")
+	d.AddCAA("wild-no."+caaTestZone, 0, "issue", caaTestIdentity)
+	d.AddCAA("wild-no."+caaTestZone, 0, "issuewild", ";")
+	for _, tt := range []struct {
+		name, host string
+		want       acme.Status
+	}{
+		{"ok/issuewild names this CA though issue forbids all", "wild-ok", acme.StatusValid},
+		{"fail/issuewild forbids though issue names this CA", "wild-no", acme.StatusInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := alice.order(dnsID("*." + tt.host + "." + caaTestZone))
+			ch := challengeOf(t, alice.authz(o.Authorizations[0]), acme.ChallengeDNS01)
+			if r := alice.post(ch.URL, map[string]any{}, jwsOpts{}); r.status != http.StatusOK {
+				t.Fatalf("challenge POST: %d %s", r.status, r.body)
+			}
+			alice.await(o.Authorizations[0], string(tt.want))
+			if tt.want == acme.StatusInvalid {
+				got := decodeAs[challengeJSON](t, alice.read(ch.URL))
+				var p problem.Problem
+				if json.Unmarshal(got.Error, &p) != nil || p.Type != acme.ErrorCAA || !strings.Contains(p.Detail, `0 issuewild ";"`) {
+					t.Fatalf("challenge error %s, want a caa problem quoting the issuewild record", got.Error)
+				}
+			}
+		})
+	}
+}
+
+// When several names of an order are refused at finalize, each has its
+// subproblem, so the client learns every record to fix at once.
+func TestAFinalizeRefusedByCAAForSeveralNamesHasASubproblemForEach(t *testing.T) {
+	e, d, clk := caaEnv(t)
+	alice := e.rawClient()
+	alice.register()
+	names := []string{"a.multi." + caaTestZone, "b.multi." + caaTestZone, "c.multi." + caaTestZone}
+	o := alice.readyOrder(names...)
+	d.AddCAA("a.multi."+caaTestZone, 0, "issue", "other-ca.example")
+	d.AddCAA("c.multi."+caaTestZone, 0, "issue", ";")
+	clk.Advance(authority.CAARecheckAfter + time.Minute)
+	r := alice.finalize(o, newCSR(t, newKey(t), "", names, nil))
+	wantProblem(t, r, http.StatusForbidden, acme.ErrorCAA)
+	var got []string
+	for _, sp := range r.problem.Subproblems {
+		if sp.Identifier != nil && sp.Type == acme.ErrorCAA {
+			got = append(got, sp.Identifier.Value)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{names[0], names[2]}; !slices.Equal(got, want) {
+		t.Fatalf("subproblems for %v, want %v: %s", got, want, r.body)
 	}
 }
 
