@@ -432,7 +432,14 @@ func caaString(rr *dns.CAA) string {
 	if len(v) > 255 {
 		v = v[:255] + "…"
 	}
-	return fmt.Sprintf("%d %s %q", rr.Flag, rr.Tag, v)
+	tag := rr.Tag
+	for i := 0; i < len(tag); i++ {
+		if !isAlnum(tag[i]) {
+			tag = fmt.Sprintf("%q", tag) // a tag off the wire may hold anything
+			break
+		}
+	}
+	return fmt.Sprintf("%d %s %q", rr.Flag, tag, v)
 }
 
 // caaList quotes up to maxCAADetail records.

@@ -48,6 +48,7 @@ func startCAAZone(t *testing.T) *testdns.Server {
 	add("wild-several", 0, "issuewild", caaIdentity)
 	add("crit-unknown", 128, "tbs", "unknown")
 	add("crit-unknown-1", 1, "tbs", "unknown")
+	add("crit-odd-tag", 128, "t-b", "unknown")
 	add("noncrit-unknown", 0x7e, "tbs", "unknown")
 	add("crit-issue", 128, "issue", caaIdentity)
 	add("crit-iodef", 128, "iodef", "mailto:caa@caa.test")
@@ -147,6 +148,7 @@ func TestCAARecordsDecideWhetherThisCAMayIssue(t *testing.T) {
 		{name: "fail/issuewild ; for a wildcard", domain: "*.wild-deny", want: acme.ErrorCAA, foundAt: "wild-deny", inDetail: `0 issuewild ";"`},
 		{name: "fail/issuewild overrides an issue naming this CA", domain: "*.wild-override-deny", want: acme.ErrorCAA, foundAt: "wild-override-deny", inDetail: `0 issuewild "other-ca.example"`},
 		{name: "fail/unknown critical property", domain: "crit-unknown", want: acme.ErrorCAA, foundAt: "crit-unknown", inDetail: `128 tbs "unknown"`},
+		{name: "fail/unknown critical property with a tag off any grammar, quoted", domain: "crit-odd-tag", want: acme.ErrorCAA, foundAt: "crit-odd-tag", inDetail: `128 "t-b" "unknown"`},
 		{name: "fail/unknown property flagged 1", domain: "crit-unknown-1", want: acme.ErrorCAA, foundAt: "crit-unknown-1", inDetail: `1 tbs "unknown"`},
 		{name: "fail/issue naming this CA with a malformed tag", domain: "bad-tag", want: acme.ErrorCAA, foundAt: "bad-tag", inDetail: "a_b=123"},
 		{name: "fail/issue naming this CA with a malformed value", domain: "bad-value", want: acme.ErrorCAA, foundAt: "bad-value", inDetail: "ab=1 2 3"},
