@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -297,5 +298,24 @@ func TestACNAMETheResolverDidNotFollowIsFollowedForCAA(t *testing.T) {
 	}
 	if !strings.Contains(p.Detail, "alias.example (following a CNAME to target.example)") {
 		t.Errorf("detail %q does not say the records were found through the CNAME", p.Detail)
+	}
+}
+
+// A resolver that does not answer in time hides whatever records there
+// are: the check fails closed with a dns problem naming the name, never
+// permits.
+func TestACAALookupThatTimesOutFailsClosedWithADNSProblem(t *testing.T) {
+	v, err := New(Config{Resolvers: []string{silentResolver(t)}, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCAAChecker(v, CAAConfig{Identities: []string{caaIdentity}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.CheckCAA(context.Background(), "slow.example", false, caaAccount, acme.ChallengeHTTP01)
+	p, ok := problem.As(err)
+	if !ok || p.Type != acme.ErrorDNS || !strings.Contains(p.Detail, "slow.example") || !strings.Contains(p.Detail, "timed out") {
+		t.Fatalf("CheckCAA against a silent resolver = %v, want a dns problem saying the lookup of slow.example timed out", err)
 	}
 }
