@@ -325,8 +325,8 @@ func TestTheDirectoryListsTheCAAIdentitiesOfAProfileThatChecksCAA(t *testing.T) 
 	}
 }
 
-// A profile configured with caa gets a checker from its own validator
-// (its resolvers): NewServer builds it, and refuses a validator that
+// A profile configured with caa gets a checker from its own validator,
+// asking its resolvers: NewServer builds it, and refuses a validator that
 // cannot look up DNS records rather than silently checking nothing.
 func TestAProfileWithCAANeedsAValidatorThatCanLookUpCAA(t *testing.T) {
 	cfg := ProfileConfig{Profile: "p", CAA: &CAAConfig{Identities: []string{"ca.example"}}}
@@ -335,13 +335,24 @@ func TestAProfileWithCAANeedsAValidatorThatCanLookUpCAA(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "caa:") {
 		t.Fatalf("caaChecker with a validator that cannot look up CAA = %v, want an error naming caa", err)
 	}
-	v, err := validate.New(validate.Config{Resolvers: []string{"127.0.0.1"}})
+	// The checker built asks the validator's resolvers: the profile's.
+	d, err := testdns.Start(caaTestZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	d.AddCAA("pinned."+caaTestZone, 0, "issue", "other-ca.example")
+	v, err := validate.New(validate.Config{Resolvers: []string{d.Addr}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts = Options{Validator: v}
 	if err := cfg.caaChecker(&opts); err != nil || opts.CAA == nil {
 		t.Fatalf("caaChecker with the project's validator: %v, checker %v", err, opts.CAA)
+	}
+	err = opts.CAA.CheckCAA(context.Background(), "pinned."+caaTestZone, false, "acct", acme.ChallengeHTTP01)
+	if p, ok := problem.As(err); !ok || p.Type != acme.ErrorCAA {
+		t.Fatalf("the built checker on the profile's resolver = %v, want the record there refusing", err)
 	}
 	cfg.CAA = nil
 	opts = Options{Validator: v}
