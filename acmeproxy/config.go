@@ -109,6 +109,8 @@ type ProfileConfig struct {
 	// Limits are the profile's rate limits (see LimitsConfig); left out,
 	// every limit has its default.
 	Limits *LimitsConfig `json:"limits,omitempty"`
+	// CAA, when set, turns on CAA checking (caa_config.go).
+	CAA *CAAConfig `json:"caa,omitempty"`
 }
 
 // CertificateProfileConfig is one certificate profile.
@@ -303,6 +305,9 @@ func (c *ProfileConfig) Validate() error {
 	case "", authority.EABRequired, authority.EABOptional:
 	default:
 		return fmt.Errorf("eab: %q must be required or optional", c.EAB)
+	}
+	if err := c.CAA.Validate(); err != nil {
+		return fmt.Errorf("caa.%w", err)
 	}
 	for i := range c.Notify {
 		if err := c.Notify[i].Validate(); err != nil {

@@ -67,6 +67,9 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	if opts.Metrics == nil {
 		opts.Metrics = authority.NopMetrics{}
 	}
+	if err := cfg.caaChecker(&opts); err != nil {
+		return nil, err
+	}
 	core, err := authority.New(authority.Config{
 		Profile: cfg.Profile, Prefix: cfg.Prefix, Challenges: cfg.Challenges, CRLURL: cfg.CRLURL, EAB: cfg.EAB, Policy: newPolicy(cfg.Allow, cfg.Deny).check,
 		CertificateProfiles: cfg.authorityProfiles(), DefaultCertificateProfile: cfg.DefaultCertificateProfile,
@@ -327,7 +330,10 @@ type directoryJSON struct {
 }
 
 type directoryMeta struct {
-	ExternalAccountRequired bool `json:"externalAccountRequired"`
+	// CAAIdentities are the issuer domain names CAA records name this
+	// profile by (RFC 8555 §7.1.1), when it checks CAA.
+	CAAIdentities           []string `json:"caaIdentities,omitempty"`
+	ExternalAccountRequired bool     `json:"externalAccountRequired"`
 	// Profiles maps certificate profile names to descriptions
 	// (draft-ietf-acme-profiles §3).
 	Profiles map[string]string `json:"profiles,omitempty"`
@@ -342,7 +348,7 @@ func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
 		RevokeCert:  base + "/revoke-cert",
 		KeyChange:   base + "/key-change",
 		RenewalInfo: base + "/renewal-info",
-		Meta:        directoryMeta{ExternalAccountRequired: s.cfg.EAB == authority.EABRequired, Profiles: s.core.CertificateProfiles()},
+		Meta:        directoryMeta{ExternalAccountRequired: s.cfg.EAB == authority.EABRequired, Profiles: s.core.CertificateProfiles(), CAAIdentities: s.cfg.caaIdentities()},
 	})
 	return nil
 }

@@ -153,6 +153,7 @@ func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
 //		deny  { domains <patterns...>; ip_ranges <cidrs...> }
 //		crl_url    <http://… URL put in leaves as their CRL distribution point>
 //		eab        required|optional (external account binding, RFC 8555 §7.3.4)
+//		caa { identities <issuer domain names...>; account_uri_prefix <https://…/account/> } (CAA checks, RFC 8659/8657)
 //		notify     webhook|email|script … (as in the global option; replaces its destinations for this profile)
 //		certificate_profile <name> {
 //			description     <text>
@@ -230,6 +231,8 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 		if cfg.EAB, err = OneArg(d, key); err == nil && cfg.EAB != "required" && cfg.EAB != "optional" {
 			err = d.Errf("acme_proxy: eab: %q must be required or optional", cfg.EAB)
 		}
+	case "caa":
+		cfg.CAA, err = parseCAA(d, cfg.CAA)
 	case "notify":
 		var dst notify.Destination
 		if dst, err = parseNotify(d); err == nil {

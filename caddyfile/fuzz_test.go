@@ -82,6 +82,8 @@ func FuzzAdaptCaddyfile(f *testing.F) {
 		"profile a\ncrl_url http://crl.example.test/crl",
 		"profile a\neab required",
 		"profile a\neab sometimes",
+		"profile a\ncaa {\nidentities ca.example ca2.example\naccount_uri_prefix https://ca.example/acme/a/account/\n}\ncaa {\nidentities ca3.example\n}",
+		"profile a\ncaa {\nidentities -bad.example\naccount_uri_prefix ca.example/account\n}",
 		"profile a\nresolvers 10.0.0.53 [2001:db8::53]:53\nresolvers 2001:db8::1",
 		"profile a\nresolvers ns.example.com:53",
 		"profile a\nsigner local_ca",

@@ -96,6 +96,10 @@ type Options struct {
 	Notify []notify.Destination
 	// Metrics receives measurements; default none.
 	Metrics Metrics
+	// CAA, when set, checks the CAA records of every DNS identifier when
+	// its authorization validates, and again at finalize when that was
+	// more than CAARecheckAfter ago; nil checks none.
+	CAA CAAChecker
 }
 
 // Authority is the ACME core of one profile.
@@ -105,6 +109,7 @@ type Authority struct {
 	queue     *jobs.Queue
 	signer    signer.Signer
 	validator Validator
+	caa       CAAChecker // nil: no CAA checks
 	clock     clock.Clock
 	log       *zap.Logger
 
@@ -155,7 +160,7 @@ func New(cfg Config, opts Options) (*Authority, error) {
 		}
 	}
 	au := &Authority{
-		cfg: cfg, db: opts.DB, queue: opts.Queue, signer: opts.Signer, validator: opts.Validator,
+		cfg: cfg, db: opts.DB, queue: opts.Queue, signer: opts.Signer, validator: opts.Validator, caa: opts.CAA,
 		clock: opts.Clock, log: opts.Logger,
 		inline: make(chan struct{}, maxInlineValidations),
 

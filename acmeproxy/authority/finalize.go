@@ -61,6 +61,9 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 	if prob := au.policyRefusal(idents); prob != nil {
 		return o, prob
 	}
+	if err := au.caaRecheck(ctx, o); err != nil {
+		return o, err
+	}
 
 	won, err := au.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{Addr: cl.IP, UserAgent: cl.UserAgent}, au.clock.Now())
 	if err != nil {

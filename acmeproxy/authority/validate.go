@@ -280,13 +280,21 @@ const validationTimeout = 30 * time.Second
 func (au *Authority) runValidator(ctx context.Context, c store.Challenge, a store.Authz, keyAuth string) error {
 	ctx, cancel := context.WithTimeout(ctx, validationTimeout)
 	defer cancel()
+	var err error
 	switch c.Type {
 	case acme.ChallengeHTTP01:
-		return au.validator.HTTP01(ctx, a.Identifier.Type, a.Identifier.Value, c.Token, keyAuth)
+		err = au.validator.HTTP01(ctx, a.Identifier.Type, a.Identifier.Value, c.Token, keyAuth)
 	case acme.ChallengeDNS01:
-		return au.validator.DNS01(ctx, a.Identifier.Value, keyAuth)
+		err = au.validator.DNS01(ctx, a.Identifier.Value, keyAuth)
 	case acme.ChallengeTLSALPN01:
-		return au.validator.TLSALPN01(ctx, a.Identifier.Type, a.Identifier.Value, keyAuth)
+		err = au.validator.TLSALPN01(ctx, a.Identifier.Type, a.Identifier.Value, keyAuth)
+	default:
+		return problem.MalformedF("challenge type %q is not supported", c.Type)
 	}
-	return problem.MalformedF("challenge type %q is not supported", c.Type)
+	if err != nil {
+		return err
+	}
+	// Control is proved; the name's CAA records must let this CA issue
+	// for it too, or the challenge fails with their caa problem.
+	return au.checkCAA(ctx, a, c.Type)
 }

@@ -188,6 +188,13 @@ func TLSF(format string, args ...any) *Problem {
 	return &Problem{Type: acme.ErrorTLS, Detail: fmt.Sprintf(format, args...)}
 }
 
+// CAAF is a refusal by the identifier's CAA records (RFC 8555 §6.7, RFC
+// 8659): recorded on a challenge it carries no status; at finalize the
+// caller sets 403.
+func CAAF(format string, args ...any) *Problem {
+	return &Problem{Type: acme.ErrorCAA, Detail: fmt.Sprintf(format, args...)}
+}
+
 // Internal answers a server fault. The detail is deliberately generic: the
 // cause belongs in the operator's log, not in the client's answer.
 func Internal() *Problem {

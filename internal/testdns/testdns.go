@@ -7,7 +7,9 @@
 // it (or, for a name given addresses by SetAddrs, A and AAAA records of
 // those), TXT records the test sets, and an SOA at the apex (also in the
 // authority section of empty answers); names outside the zone are
-// NXDOMAIN. It serves UDP and TCP on one port (Pebble's validation
+// NXDOMAIN. For CAA checks it also answers CAA records, CNAMEs (chased
+// within the zone, as a recursive resolver would) and a chosen RCODE for
+// a name (caa.go). It serves UDP and TCP on one port (Pebble's validation
 // authority asks over TCP only).
 package testdns
 
@@ -31,14 +33,18 @@ type Server struct {
 	servers []*dns.Server
 	done    chan error
 
-	mu    sync.Mutex
-	txt   map[string][]string     // lower-case FQDN → values
-	addrs map[string][]netip.Addr // lower-case FQDN → its A and AAAA records, if not 127.0.0.1
+	mu     sync.Mutex
+	txt    map[string][]string     // lower-case FQDN → values
+	addrs  map[string][]netip.Addr // lower-case FQDN → its A and AAAA records, if not 127.0.0.1
+	caa    map[string][]*dns.CAA   // lower-case FQDN → its CAA records (see caa.go)
+	cname  map[string]string       // lower-case FQDN → the FQDN it is an alias of
+	rcodes map[string]int          // lower-case FQDN → the RCODE every query about it gets
 }
 
 // Start serves zone (e.g. "example.com") until Close.
 func Start(zone string) (*Server, error) {
-	s := &Server{zone: strings.ToLower(dns.Fqdn(zone)), txt: map[string][]string{}, addrs: map[string][]netip.Addr{}}
+	s := &Server{zone: strings.ToLower(dns.Fqdn(zone)), txt: map[string][]string{}, addrs: map[string][]netip.Addr{},
+		caa: map[string][]*dns.CAA{}, cname: map[string]string{}, rcodes: map[string]int{}}
 	// The UDP port is picked first; its TCP twin may be taken, so try a
 	// few times.
 	var (
@@ -135,6 +141,10 @@ func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg) {
 	soa := &dns.SOA{
 		Hdr: dns.RR_Header{Name: s.zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET},
 		Ns:  "ns." + s.zone, Mbox: "hostmaster." + s.zone, Serial: 1, Refresh: 60, Retry: 60, Expire: 60, Minttl: 0,
+	}
+	if s.answerSpecial(m, q) {
+		_ = w.WriteMsg(m)
+		return
 	}
 	s.mu.Lock()
 	addrs, custom := s.addrs[name]

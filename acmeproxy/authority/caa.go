@@ -1,0 +1,98 @@
+package authority
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// CAAChecker checks a DNS identifier's CAA records (RFC 8659, RFC 8657)
+// before the profile issues for it: domain is the name without the "*."
+// of a wildcard (which wildcard says), accountID the requesting account,
+// method the challenge type that proved control. It answers like a
+// Validator: nil (permitted), a *problem.Problem (refused by the records,
+// or a DNS failure that hides them), any other error for a fault on our
+// side.
+type CAAChecker interface {
+	CheckCAA(ctx context.Context, domain string, wildcard bool, accountID, method string) error
+}
+
+// CAARecheckAfter is how old an authorization's validation may be at
+// finalize before its CAA records are checked again (the CA/Browser
+// Forum's Baseline Requirements §3.2.2.8 allow a CAA check to be reused
+// for 8 hours).
+const CAARecheckAfter = 8 * time.Hour
+
+// checkCAA checks the CAA records of the identifier of a, whose
+// challenge of type method has just been met; nil when the profile checks
+// no CAA, for an IP address (RFC 8738 §7: CAA does not apply), and when
+// the records permit.
+func (au *Authority) checkCAA(ctx context.Context, a store.Authz, method string) error {
+	if au.caa == nil || a.Identifier.Type != acme.IdentifierDNS {
+		return nil
+	}
+	return au.caa.CheckCAA(ctx, a.Identifier.Value, a.Wildcard, a.AccountID, method)
+}
+
+// caaRecheck checks again, at finalize, the CAA records of each of the
+// order's authorizations validated more than CAARecheckAfter ago. It
+// returns nil, the problem refusing the order (a subproblem per refused
+// identifier; 403 for records that forbid, 400 for a lookup that failed),
+// or a fault.
+func (au *Authority) caaRecheck(ctx context.Context, o store.Order) error {
+	if au.caa == nil {
+		return nil
+	}
+	now := au.clock.Now()
+	var subs []*problem.Problem
+	for _, id := range o.AuthzIDs {
+		a, err := au.db.GetAuthz(ctx, au.cfg.Profile, id)
+		if err != nil {
+			return err
+		}
+		var valid *store.Challenge
+		for i := range a.Challenges {
+			if a.Challenges[i].Status == acme.StatusValid {
+				valid = &a.Challenges[i]
+			}
+		}
+		if valid == nil || now.Sub(valid.Validated) <= CAARecheckAfter {
+			continue // not ours to judge here (a ready order's are all valid), or fresh
+		}
+		err = au.checkCAA(ctx, a, valid.Type)
+		if err == nil {
+			continue
+		}
+		p, ok := problem.As(err)
+		if !ok {
+			return fmt.Errorf("re-checking CAA of %s: %w", a.Identifier.Value, err)
+		}
+		value := a.Identifier.Value
+		if a.Wildcard {
+			value = "*." + value
+		}
+		au.log.Info("finalize refused by CAA", zap.String("event", "finalize_caa_refused"), zap.String("profile", au.cfg.Profile),
+			zap.String("order", o.ID), zap.String("identifier", value), zap.String("problem", p.Detail))
+		subs = append(subs, p.For(a.Identifier.Type, value))
+	}
+	if len(subs) == 0 {
+		return nil
+	}
+	top := *subs[0]
+	top.Identifier, top.Status = nil, http.StatusForbidden
+	if top.Type != acme.ErrorCAA {
+		top.Status = http.StatusBadRequest
+	}
+	if len(subs) > 1 {
+		top.Detail = fmt.Sprintf("the CAA records of %d identifiers, checked again since their validation is older than %s, refuse issuance (see the subproblems)",
+			len(subs), CAARecheckAfter)
+	}
+	return problem.CompoundOf(&top, subs)
+}
