@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,7 +94,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 
 // newOrder places the upstream order for ro and records its URL. If an
 // earlier attempt recorded one meanwhile, that one wins and is used.
-func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (acme.Order, error) {
+func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (_ acme.Order, err error) {
 	want := acme.Order{Identifiers: identifiersOf(ro.Identifiers)}
 	if !ro.NotBefore.IsZero() {
 		nb := ro.NotBefore
@@ -101,6 +103,9 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 	if !ro.NotAfter.IsZero() {
 		na := ro.NotAfter
 		want.NotAfter = &na
+	}
+	if want.Profile, err = s.upstreamProfile(ctx, c, b, ro); err != nil {
+		return acme.Order{}, err
 	}
 	order, err := c.NewOrder(ctx, acct, want)
 	if err != nil {
@@ -119,6 +124,37 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 		return c.GetOrder(ctx, acct, acme.Order{Location: recorded})
 	}
 	return order, nil
+}
+
+// upstreamProfile is the upstream certificate profile the order of ro
+// asks for: its certificate profile's upstream_profile, as the profile
+// offers it now; "" for the upstream's default. A name the upstream's
+// directory does not offer is the operator's mistake, which no retry
+// mends: the relay fails, naming the setting.
+func (s *Signer) upstreamProfile(ctx context.Context, c *acme.Client, b *signer.Binding, ro store.RelayOrder) (string, error) {
+	if ro.CertificateProfile == "" || b.CertificateProfile == nil {
+		return "", nil
+	}
+	cp, ok := b.CertificateProfile(ro.CertificateProfile)
+	if !ok {
+		return "", permanent("the order's certificate profile %q is no longer offered", ro.CertificateProfile)
+	}
+	if cp.UpstreamProfile == "" {
+		return "", nil
+	}
+	dir, err := c.GetDirectory(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading the upstream directory: %w", err)
+	}
+	var offered []string
+	if dir.Meta != nil {
+		offered = slices.Sorted(maps.Keys(dir.Meta.Profiles))
+	}
+	if !slices.Contains(offered, cp.UpstreamProfile) {
+		return "", permanent("certificate_profiles.%s.upstream_profile: the upstream does not offer the profile %q (it offers: %s)",
+			ro.CertificateProfile, cp.UpstreamProfile, orNone(strings.Join(offered, ", ")))
+	}
+	return cp.UpstreamProfile, nil
 }
 
 // maxProcessingWait is the longest an attempt waits in place for an
