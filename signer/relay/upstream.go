@@ -51,31 +51,37 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	if err != nil {
 		return nil, err
 	}
-	for range maxSteps {
+	poll := s.poller(maxProcessingWait)
+	for steps := 0; steps < maxSteps; steps++ {
 		switch order.Status {
 		case acme.StatusPending:
-			if err := s.authorize(ctx, c, acct, order); err != nil {
+			if err := s.authorize(ctx, c, rec, acct, order); err != nil {
 				return nil, err
 			}
 		case acme.StatusReady:
+			// acmez does not wait here (PollTimeout, see client): it
+			// returns the order as the finalize left it, and an order
+			// still processing is waited for below, with backoff.
 			order, err = c.FinalizeOrder(ctx, acct, order, ro.CSR)
 			if err != nil && order.Status == acme.StatusInvalid {
 				return nil, permanent("the upstream order %s became invalid at finalize: %s", order.Location, problemText(order.Error))
 			}
-			if err != nil {
+			if err != nil && order.Status != acme.StatusProcessing && order.Status != acme.StatusValid {
 				return nil, fmt.Errorf("finalizing the upstream order: %w", err)
 			}
 			continue
 		case acme.StatusProcessing:
-			// Wait as the upstream asks; a long wait ends the attempt, and
-			// classify turns the recorded Retry-After into the job's delay.
-			d := rec.lastResponse().retryAfter
-			if d > maxProcessingWait {
-				return nil, fmt.Errorf("the upstream order %s is processing; the upstream asks to come back in %s", order.Location, d)
+			// Wait as the upstream asks, or with backoff when it does not
+			// say; a long wait ends the attempt, and classify turns the
+			// recorded Retry-After into the job's delay.
+			d, err := poll.wait(rec.lastResponse().retryAfter)
+			if err != nil {
+				return nil, fmt.Errorf("the upstream order %s is processing: %w", order.Location, err)
 			}
-			if err := s.pause(ctx, d); err != nil {
+			if err := pause(ctx, d); err != nil {
 				return nil, err
 			}
+			steps-- // waiting is bounded by the poller, not the steps
 		case acme.StatusValid:
 			return s.download(ctx, c, acct, order, ro)
 		case acme.StatusInvalid:
@@ -158,32 +164,17 @@ func (s *Signer) upstreamProfile(ctx context.Context, c *acme.Client, b *signer.
 }
 
 // maxProcessingWait is the longest an attempt waits in place for an
-// upstream order that is processing.
-const maxProcessingWait = time.Minute
-
-// pause waits d (the upstream's Retry-After), or the poll interval when it
-// said nothing, before the upstream order is read again.
-func (s *Signer) pause(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		d = s.opts.PollInterval
-	}
-	if d <= 0 {
-		d = time.Second
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// upstream order that is processing, maxValidationWait for an upstream
+// authorization being validated (acmez's default).
+const (
+	maxProcessingWait = time.Minute
+	maxValidationWait = 5 * time.Minute
+)
 
 // authorize solves every authorization of order that is still pending;
 // valid ones (from an earlier attempt, or reused by the upstream) are
 // skipped.
-func (s *Signer) authorize(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order) error {
+func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, order acme.Order) error {
 	for _, u := range order.Authorizations {
 		authz, err := c.GetAuthorization(ctx, acct, u)
 		if err != nil {
@@ -196,7 +187,7 @@ func (s *Signer) authorize(ctx context.Context, c *acme.Client, acct acme.Accoun
 		default:
 			return permanent("the upstream authorization for %s is %s: %s", authz.IdentifierValue(), authz.Status, challengeProblems(authz))
 		}
-		if err := s.solve(ctx, c, acct, authz); err != nil {
+		if err := s.solve(ctx, c, rec, acct, authz); err != nil {
 			return err
 		}
 	}
@@ -205,7 +196,7 @@ func (s *Signer) authorize(ctx context.Context, c *acme.Client, acct acme.Accoun
 
 // solve answers one pending authorization with the profile's strategy
 // and waits for the upstream's verdict.
-func (s *Signer) solve(ctx context.Context, c *acme.Client, acct acme.Account, authz acme.Authorization) error {
+func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, authz acme.Authorization) error {
 	chal, err := s.pick(authz)
 	if err != nil {
 		return err
@@ -235,14 +226,32 @@ func (s *Signer) solve(ctx context.Context, c *acme.Client, acct acme.Account, a
 			return fmt.Errorf("triggering the %s challenge for %s: %w", chal.Type, authz.IdentifierValue(), err)
 		}
 	}
-	authz, err = c.PollAuthorization(ctx, acct, authz)
-	if err != nil {
-		if authz.Status == acme.StatusInvalid {
-			return permanent("the upstream could not validate %s by %s: %s", authz.IdentifierValue(), chal.Type, challengeProblems(authz))
+	// Read the authorization until the upstream has decided, as it asks
+	// or with backoff ("The client SHOULD NOT begin polling until it has
+	// seen the validation request", RFC 8555 §7.5.1: the first wait is
+	// the signer's PollInterval).
+	poll := s.poller(maxValidationWait)
+	for authz.Status == acme.StatusPending || authz.Status == acme.StatusProcessing || authz.Status == "" {
+		d, err := poll.wait(rec.lastResponse().retryAfter)
+		if err != nil {
+			return fmt.Errorf("waiting for the upstream to validate %s: %w", authz.IdentifierValue(), err)
 		}
-		return fmt.Errorf("waiting for the upstream to validate %s: %w", authz.IdentifierValue(), err)
+		if err := pause(ctx, d); err != nil {
+			return err
+		}
+		location := authz.Location
+		if authz, err = c.GetAuthorization(ctx, acct, location); err != nil {
+			return fmt.Errorf("waiting for the upstream to validate %s: %w", authz.IdentifierValue(), err)
+		}
+		authz.Location = location
 	}
-	return nil
+	switch authz.Status {
+	case acme.StatusValid:
+		return nil
+	case acme.StatusInvalid:
+		return permanent("the upstream could not validate %s by %s: %s", authz.IdentifierValue(), chal.Type, challengeProblems(authz))
+	}
+	return permanent("the upstream authorization for %s became %s", authz.IdentifierValue(), authz.Status)
 }
 
 // pick chooses the challenge the strategy answers.
