@@ -116,6 +116,15 @@ type CAChainer interface {
 	CAChain(ctx context.Context) ([][]byte, error)
 }
 
+// WaitEstimator is implemented by signers that finish later and can tell
+// how long an order's certificate is still expected to take, which the
+// ACME layer tells a client polling the processing order (Retry-After).
+type WaitEstimator interface {
+	// ExpectedWait is how long from now the signer expects to settle the
+	// order; ok is false when it has no estimate.
+	ExpectedWait(ctx context.Context, orderID string) (d time.Duration, ok bool)
+}
+
 // Settler is how a signer that answered Pending reports the end of the
 // work. It is given to the signer when it is built.
 type Settler interface {

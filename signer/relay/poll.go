@@ -17,10 +17,14 @@ type poller struct {
 	next, max time.Duration
 	budget    time.Duration
 	waited    time.Duration
+	// note, if set, is told each wait (for the client's Retry-After).
+	note func(time.Duration)
 }
 
-func (s *Signer) poller(budget time.Duration) *poller {
-	return &poller{next: s.opts.PollInterval, max: s.opts.MaxPoll, budget: budget}
+// poller paces the reads of a resource of the relay of order orderID.
+func (s *Signer) poller(budget time.Duration, orderID string) *poller {
+	return &poller{next: s.opts.PollInterval, max: s.opts.MaxPoll, budget: budget,
+		note: func(d time.Duration) { s.noteLook(orderID, d) }}
 }
 
 // wait returns how long to wait before the next read, given the
@@ -36,6 +40,9 @@ func (p *poller) wait(retryAfter time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("still in progress after %s; the upstream asks to come back in %s", p.waited.Round(time.Millisecond), d)
 	}
 	p.waited += d
+	if p.note != nil {
+		p.note(d)
+	}
 	return d, nil
 }
 

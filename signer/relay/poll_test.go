@@ -24,7 +24,8 @@ func TestUpstreamPollingStartsFastBacksOffAndHonoursRetryAfter(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Signer{opts: Options{PollInterval: 5 * ms, MaxPoll: 100 * ms}}
-			p := s.poller(time.Second)
+			p := s.poller(time.Second, "o")
+			p.note = nil
 			for i, ra := range tc.retryAfters {
 				d, err := p.wait(ra)
 				if i == tc.wantErrAt {

@@ -115,6 +115,9 @@ type Signer struct {
 	mu       sync.Mutex
 	bound    signer.Bound // its profile, once bound
 	coolTill time.Time    // profile-wide: no upstream request before this
+	// nextLook is, per order an attempt here is relaying, when it next
+	// reads the upstream (see ExpectedWait).
+	nextLook map[string]time.Time
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
@@ -360,6 +363,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 
 	actx, cancel := context.WithTimeout(ctx, s.opts.AttemptTimeout)
 	defer cancel()
+	defer s.forgetLook(ro.OrderID)
 	rec := &recorder{base: s.transport, now: s.clock.Now}
 	c := s.client(rec)
 	chain, err := s.relay(actx, c, rec, b, log, ro)
@@ -507,4 +511,5 @@ var (
 	_ signer.Binder            = (*Signer)(nil)
 	_ signer.JobWorker         = (*Signer)(nil)
 	_ signer.IdentifierChecker = (*Signer)(nil)
+	_ signer.WaitEstimator     = (*Signer)(nil)
 )

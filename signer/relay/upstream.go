@@ -51,11 +51,11 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	if err != nil {
 		return nil, err
 	}
-	poll := s.poller(maxProcessingWait)
+	poll := s.poller(maxProcessingWait, ro.OrderID)
 	for steps := 0; steps < maxSteps; steps++ {
 		switch order.Status {
 		case acme.StatusPending:
-			if err := s.authorize(ctx, c, rec, acct, order); err != nil {
+			if err := s.authorize(ctx, c, rec, acct, order, ro.OrderID); err != nil {
 				return nil, err
 			}
 		case acme.StatusReady:
@@ -174,7 +174,7 @@ const (
 // authorize solves every authorization of order that is still pending;
 // valid ones (from an earlier attempt, or reused by the upstream) are
 // skipped.
-func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, order acme.Order) error {
+func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, order acme.Order, orderID string) error {
 	for _, u := range order.Authorizations {
 		authz, err := c.GetAuthorization(ctx, acct, u)
 		if err != nil {
@@ -187,7 +187,7 @@ func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, a
 		default:
 			return permanent("the upstream authorization for %s is %s: %s", authz.IdentifierValue(), authz.Status, challengeProblems(authz))
 		}
-		if err := s.solve(ctx, c, rec, acct, authz); err != nil {
+		if err := s.solve(ctx, c, rec, acct, authz, orderID); err != nil {
 			return err
 		}
 	}
@@ -196,7 +196,7 @@ func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, a
 
 // solve answers one pending authorization with the profile's strategy
 // and waits for the upstream's verdict.
-func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, authz acme.Authorization) error {
+func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, authz acme.Authorization, orderID string) error {
 	chal, err := s.pick(authz)
 	if err != nil {
 		return err
@@ -230,7 +230,7 @@ func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct 
 	// or with backoff ("The client SHOULD NOT begin polling until it has
 	// seen the validation request", RFC 8555 §7.5.1: the first wait is
 	// the signer's PollInterval).
-	poll := s.poller(maxValidationWait)
+	poll := s.poller(maxValidationWait, orderID)
 	for authz.Status == acme.StatusPending || authz.Status == acme.StatusProcessing || authz.Status == "" {
 		d, err := poll.wait(rec.lastResponse().retryAfter)
 		if err != nil {
