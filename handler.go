@@ -67,6 +67,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := checkCertificateProfileLifetimes(&h.ProfileConfig, mod); err != nil {
 		return err
 	}
+	if err := checkUpstreamProfiles(&h.ProfileConfig, mod); err != nil {
+		return err
+	}
 	v, err := newValidator(&h.ProfileConfig)
 	if err != nil {
 		// Validate has checked the ports and the resolvers by New's own
@@ -98,6 +101,21 @@ func checkCertificateProfileLifetimes(cfg *acmeproxy.ProfileConfig, mod any) err
 	for _, name := range slices.Sorted(maps.Keys(cfg.CertificateProfiles)) {
 		if lt := time.Duration(cfg.CertificateProfiles[name].Lifetime); lt > l.leafLifetime() {
 			return fmt.Errorf("certificate_profiles.%s.lifetime: %s exceeds the local CA's signer.lifetime (%s)", name, lt, l.leafLifetime())
+		}
+	}
+	return nil
+}
+
+// checkUpstreamProfiles refuses an upstream_profile where there is no
+// upstream: only the relay signer obtains its leaves from another CA.
+func checkUpstreamProfiles(cfg *acmeproxy.ProfileConfig, mod any) error {
+	if _, ok := mod.(*Relay); ok {
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.CertificateProfiles)) {
+		if cfg.CertificateProfiles[name].UpstreamProfile != "" {
+			return fmt.Errorf("certificate_profiles.%s.upstream_profile: only a relay signer has an upstream CA to ask for a profile; this profile's signer is %s",
+				name, caddy.GetModuleName(mod))
 		}
 	}
 	return nil

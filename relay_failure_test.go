@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/letsencrypt/pebble/v2/ca"
 	"golang.org/x/crypto/acme"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
@@ -75,16 +76,25 @@ type relayBench struct {
 	current atomic.Pointer[acmeproxy.Server]
 	// revokeWait is the processes' acmeproxy.Options.RevokeWait.
 	revokeWait time.Duration
+	// configure, if set, adjusts the profile's configuration.
+	configure func(*acmeproxy.ProfileConfig)
 }
 
 func newRelayBench(t *testing.T) *relayBench {
+	t.Helper()
+	return newRelayBenchWithPebbleProfiles(t, map[string]ca.Profile{"default": {Description: "default"}})
+}
+
+// newRelayBenchWithPebbleProfiles is newRelayBench with a Pebble offering
+// the given certificate profiles.
+func newRelayBenchWithPebbleProfiles(t *testing.T, profiles map[string]ca.Profile) *relayBench {
 	t.Helper()
 	d := startRelayDNS(t)
 	relayDNSServers.Store(t.Name(), d)
 	t.Cleanup(func() { relayDNSServers.Delete(t.Name()) })
 	dir := t.TempDir()
 	b := &relayBench{
-		t: t, dns: d, pebble: startRelayPebble(t, d.Addr, 1, false),
+		t: t, dns: d, pebble: startRelayPebbleWithProfiles(t, d.Addr, 1, false, profiles),
 		dbPath: filepath.Join(dir, "acme.db"), storage: &certmagic.FileStorage{Path: filepath.Join(dir, "storage")},
 	}
 	b.front = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -123,7 +133,11 @@ func (b *relayBench) start() *relayProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := acmeproxy.NewServer(ctx, acmeproxy.ProfileConfig{Profile: "relay", Challenges: []string{vocab.ChallengeDNS01}},
+	cfg := acmeproxy.ProfileConfig{Profile: "relay", Challenges: []string{vocab.ChallengeDNS01}}
+	if b.configure != nil {
+		b.configure(&cfg)
+	}
+	srv, err := acmeproxy.NewServer(ctx, cfg,
 		acmeproxy.Options{DB: db, Queue: q, Signer: sgn, Validator: v, RevokeWait: b.revokeWait})
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +183,13 @@ func (b *relayBench) readyOrder(t *testing.T, ctx context.Context, c *acme.Clien
 	if err != nil {
 		t.Fatalf("new order: %v", err)
 	}
+	return b.proveOrder(t, ctx, c, o)
+}
+
+// proveOrder proves the names of order o by dns-01 and waits until it is
+// ready.
+func (b *relayBench) proveOrder(t *testing.T, ctx context.Context, c *acme.Client, o *acme.Order) *acme.Order {
+	t.Helper()
 	for _, u := range o.AuthzURLs {
 		z, err := c.GetAuthorization(ctx, u)
 		if err != nil {
@@ -191,7 +212,7 @@ func (b *relayBench) readyOrder(t *testing.T, ctx context.Context, c *acme.Clien
 			t.Fatalf("authorization: %v", err)
 		}
 	}
-	o, err = c.WaitOrder(ctx, o.URI)
+	o, err := c.WaitOrder(ctx, o.URI)
 	if err != nil {
 		t.Fatalf("order: %v", err)
 	}

@@ -1,12 +1,15 @@
 package caddyacmeproxy
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
@@ -16,6 +19,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,11 +137,21 @@ type relayPebble struct {
 
 	mu     sync.Mutex
 	counts map[string]int
+	// orderProfiles are the "profile" members of the newOrder payloads
+	// Pebble received, in order ("" for none).
+	orderProfiles []string
 }
 
 // startRelayPebble runs Pebble validating http-01 on httpPort and dns-01
 // through dnsAddr; alwaysValid makes it accept every challenge untried.
 func startRelayPebble(t *testing.T, dnsAddr string, httpPort int, alwaysValid bool) *relayPebble {
+	t.Helper()
+	return startRelayPebbleWithProfiles(t, dnsAddr, httpPort, alwaysValid, map[string]ca.Profile{"default": {Description: "default"}})
+}
+
+// startRelayPebbleWithProfiles is startRelayPebble offering the given
+// certificate profiles (an order that names none gets one at random).
+func startRelayPebbleWithProfiles(t *testing.T, dnsAddr string, httpPort int, alwaysValid bool, profiles map[string]ca.Profile) *relayPebble {
 	t.Helper()
 	// Pebble reads these in va.New and wfe.New.
 	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
@@ -153,7 +167,7 @@ func startRelayPebble(t *testing.T, dnsAddr string, httpPort int, alwaysValid bo
 		logger = log.New(os.Stderr, "pebble ", log.Lmicroseconds)
 	}
 	p := &relayPebble{store: pebbledb.NewMemoryStore(), counts: map[string]int{}}
-	cai := ca.New(logger, p.store, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default"}})
+	cai := ca.New(logger, p.store, "", "ecdsa", 0, 1, profiles)
 	vai := va.New(logger, httpPort, 1, false, dnsAddr, p.store)
 	wfei := wfe.New(logger, p.store, vai, cai, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
 	p.srv = httptest.NewTLSServer(p.front(wfei.Handler()))
@@ -202,8 +216,33 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 			p.counts[kind]++
 			p.mu.Unlock()
 		}
+		if kind == pebbleNewOrder && r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var jws struct {
+				Payload string `json:"payload"`
+			}
+			var order struct {
+				Profile string `json:"profile"`
+			}
+			if json.Unmarshal(body, &jws) == nil {
+				if payload, err := base64.RawURLEncoding.DecodeString(jws.Payload); err == nil {
+					_ = json.Unmarshal(payload, &order)
+				}
+			}
+			p.mu.Lock()
+			p.orderProfiles = append(p.orderProfiles, order.Profile)
+			p.mu.Unlock()
+		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// newOrderProfiles are the profiles the newOrders Pebble received asked for.
+func (p *relayPebble) newOrderProfiles() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.orderProfiles)
 }
 
 func (p *relayPebble) count(kind string) int {

@@ -131,6 +131,11 @@ type CertificateProfileConfig struct {
 	// CommonName, when false, leaves the subject's common name out of
 	// the leaf. Default true.
 	CommonName *bool `json:"common_name,omitempty"`
+	// UpstreamProfile, with a relay signer, is the upstream CA's
+	// certificate profile its orders for this one ask for (the upstream
+	// directory's meta.profiles: "shortlived", "tlsserver"…). Unset, the
+	// upstream's default.
+	UpstreamProfile string `json:"upstream_profile,omitempty"`
 }
 
 // extKeyUsages are the ext_key_usage names.
@@ -203,8 +208,15 @@ func (cp *CertificateProfileConfig) Validate() error {
 			return fmt.Errorf("key_types: unknown key type %q (want one of %s)", k, strings.Join(authority.KeyTypes, ", "))
 		}
 	}
+	if u := cp.UpstreamProfile; u != "" && !upstreamProfileName.MatchString(u) {
+		return fmt.Errorf("upstream_profile: %q is not a profile name (up to 64 letters, digits, '-', '_' or '.')", u)
+	}
 	return nil
 }
+
+// upstreamProfileName bounds what is sent upstream as a profile name: the
+// draft leaves names to the CA; these are what CAs use.
+var upstreamProfileName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // authorityProfiles is the certificate profiles as the authority takes
 // them (validated).
@@ -220,6 +232,7 @@ func (c *ProfileConfig) authorityProfiles() map[string]authority.CertificateProf
 			a.ExtKeyUsage = append(a.ExtKeyUsage, extKeyUsages[u])
 		}
 		a.OmitCommonName = cp.CommonName != nil && !*cp.CommonName
+		a.UpstreamProfile = cp.UpstreamProfile
 		out[name] = a
 	}
 	return out

@@ -30,6 +30,6 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 	if err != nil {
 		return err
 	}
-	s.writeOrder(w, s.baseURL(r), http.StatusOK, o)
+	s.writeOrder(r.Context(), w, s.baseURL(r), http.StatusOK, o)
 	return nil
 }

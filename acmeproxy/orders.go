@@ -1,6 +1,7 @@
 package acmeproxy
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -60,10 +61,10 @@ func (s *Server) orderJSON(base string, o store.Order) orderJSON {
 }
 
 // writeOrder answers with an order, telling a polling client when to come
-// back while it is processing.
-func (s *Server) writeOrder(w http.ResponseWriter, base string, status int, o store.Order) {
+// back while it is processing: when its signer expects to be done.
+func (s *Server) writeOrder(ctx context.Context, w http.ResponseWriter, base string, status int, o store.Order) {
 	if o.Status == acme.StatusProcessing {
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
+		w.Header().Set("Retry-After", strconv.Itoa(int(s.core.ProcessingRetryAfter(ctx, o)/time.Second)))
 	}
 	w.Header().Set("Location", base+"/order/"+o.ID)
 	s.writeJSON(w, status, s.orderJSON(base, o))
@@ -116,7 +117,7 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.writeOrder(w, s.baseURL(r), http.StatusCreated, order)
+	s.writeOrder(ctx, w, s.baseURL(r), http.StatusCreated, order)
 	return nil
 }
 
@@ -198,7 +199,7 @@ func (s *Server) handleOrder(w http.ResponseWriter, r *http.Request, id string) 
 	if err != nil {
 		return err
 	}
-	s.writeOrder(w, s.baseURL(r), http.StatusOK, o)
+	s.writeOrder(r.Context(), w, s.baseURL(r), http.StatusOK, o)
 	return nil
 }
 

@@ -29,6 +29,14 @@
 // Every certificate is verified: chain to the local root, exactly the name
 // asked for, serverAuth, the CSR's key.
 //
+// BenchmarkRelay/clients={1,8}/server={pebble,relay} measures the relay
+// signer's overhead: the same clients get certificates from an in-process
+// Pebble that validates nothing (PEBBLE_VA_ALWAYS_VALID=1), once talking
+// to it directly and once through an acme_proxy relay profile
+// (/proxy/relay, challenge bypass upstream) in front of it. Pebble's
+// finalize answers processing without a Location, which x/crypto/acme
+// cannot poll, so the direct clients' transport adds it.
+//
 // Run it (as root: Caddy's acme_server validates http-01 on port 80 only,
 // so the benchmark's challenge responder must listen on 127.0.0.1:80; the
 // benchmark skips with a message when it cannot):

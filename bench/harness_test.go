@@ -87,7 +87,7 @@ https://127.0.0.1:%[4]d {
 			http 80
 		}
 	}
-}
+%[7]s}
 `
 
 // harness is the process-wide fixture of the benchmarks: Caddy is
@@ -97,6 +97,11 @@ type harness struct {
 	dir     string
 	roots   *x509.CertPool
 	dirURLs map[string]string // server name → directory URL
+	// chainRoots are the roots a server's certificates chain to, where
+	// they are not Caddy's local root (Pebble's, directly or relayed).
+	chainRoots map[string]*x509.CertPool
+	// pebbleTLS is the TLS certificate of the relay benchmark's Pebble.
+	pebbleTLS *x509.Certificate
 	// tokens maps an http-01 token to its *http01Answer.
 	tokens sync.Map
 
@@ -130,7 +135,7 @@ func TestMain(m *testing.M) {
 func getHarness(b *testing.B) *harness {
 	b.Helper()
 	harnessOnce.Do(func() {
-		theHarness = &harness{dirURLs: map[string]string{}}
+		theHarness = &harness{dirURLs: map[string]string{}, chainRoots: map[string]*x509.CertPool{}}
 		if err := theHarness.start(); err != nil && theHarness.skip == "" {
 			theHarness.err = err
 		}
@@ -219,8 +224,12 @@ func (h *harness) start() error {
 	default:
 		return fmt.Errorf("ACMEPROXY_BENCH_DATABASE=%q: want sqlite or postgres", db)
 	}
+	relayBlock, err := h.startPebble(dnsPort)
+	if err != nil {
+		return fmt.Errorf("starting the relay benchmark's Pebble: %w", err)
+	}
 	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), database,
-		httpPort, httpsPort, dnsPort, logOutput)
+		httpPort, httpsPort, dnsPort, logOutput, relayBlock)
 	cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), nil)
 	if err != nil {
 		return fmt.Errorf("adapting the Caddyfile: %w", err)
@@ -245,9 +254,11 @@ func (h *harness) start() error {
 	if !h.roots.AppendCertsFromPEM(root) {
 		return errors.New("root.crt holds no certificate")
 	}
+	h.roots.AddCert(h.pebbleTLS) // the clients talking to Pebble directly trust it
 	site := fmt.Sprintf("https://127.0.0.1:%d", httpsPort)
 	h.dirURLs[acmeProxy] = site + proxyPrefix + "/directory"
 	h.dirURLs[acmeServer] = site + serverPrefix + "/directory"
+	h.dirURLs[relayed] = site + relayPrefix + "/directory"
 	for _, u := range h.dirURLs {
 		if err := h.waitForDirectory(u); err != nil {
 			return err

@@ -140,11 +140,15 @@ func (h *harness) newClient(dirURL string, key *ecdsa.PrivateKey, counts *status
 	if retry <= 0 {
 		retry = 10 * time.Millisecond
 	}
+	var rt http.RoundTripper = tr
+	if dirURL == h.dirURLs[pebbleDirect] {
+		rt = pebbleFinalizeLocation{tr}
+	}
 	return &acme.Client{
 		Key:          key,
 		DirectoryURL: dirURL,
 		UserAgent:    "caddy-acme-proxy-bench",
-		HTTPClient:   &http.Client{Transport: countingTransport{rt: tr, counts: counts}, Timeout: time.Minute},
+		HTTPClient:   &http.Client{Transport: countingTransport{rt: rt, counts: counts}, Timeout: time.Minute},
 		RetryBackoff: func(n int, _ *http.Request, _ *http.Response) time.Duration {
 			if n > 10 {
 				return 0 // give up
@@ -414,7 +418,7 @@ func (h *harness) issue(ctx context.Context, c *acme.Client, name string, poll t
 		return fmt.Errorf("finalize: %w", err)
 	}
 	lap(phaseFinalize)
-	err = h.verify(ders, name, certKey)
+	err = h.verify(ders, name, certKey, h.rootsOf(c.DirectoryURL))
 	lap(phaseVerify)
 	return err
 }
@@ -481,11 +485,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// verify checks what a server returned: a chain from the leaf to Caddy's
-// local root, for exactly the name asked for, server auth, with the key
+// verify checks what a server returned: a chain from the leaf to roots
+// (Caddy's local root, or Pebble's), for exactly the name asked for, server auth, with the key
 // of the CSR. A server that answers fast with a wrong certificate fails
 // the benchmark.
-func (h *harness) verify(ders [][]byte, name string, key *ecdsa.PrivateKey) error {
+func (h *harness) verify(ders [][]byte, name string, key *ecdsa.PrivateKey, roots *x509.CertPool) error {
 	if len(ders) == 0 {
 		return errors.New("empty certificate chain")
 	}
@@ -502,7 +506,7 @@ func (h *harness) verify(ders [][]byte, name string, key *ecdsa.PrivateKey) erro
 		inter.AddCert(c)
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{
-		DNSName: name, Roots: h.roots, Intermediates: inter,
+		DNSName: name, Roots: roots, Intermediates: inter,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}); err != nil {
 		return fmt.Errorf("verifying the chain: %w", err)
@@ -514,6 +518,17 @@ func (h *harness) verify(ders [][]byte, name string, key *ecdsa.PrivateKey) erro
 		return errors.New("the leaf's key is not the CSR's")
 	}
 	return nil
+}
+
+// rootsOf is what the certificates of the server at a directory URL chain
+// to: Caddy's local root, or the server's own.
+func (h *harness) rootsOf(dirURL string) *x509.CertPool {
+	for srv, u := range h.dirURLs {
+		if u == dirURL && h.chainRoots[srv] != nil {
+			return h.chainRoots[srv]
+		}
+	}
+	return h.roots
 }
 
 func percentile(sorted []time.Duration, p float64) time.Duration {

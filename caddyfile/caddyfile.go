@@ -162,6 +162,7 @@ func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
 //			key_types       ec256|ec384|ed25519|rsa2048|rsa3072|rsa4096|rsa8192...
 //			max_identifiers <n>
 //			common_name     on|off
+//			upstream_profile <name> (signer relay: the upstream CA's profile to ask for)
 //		}
 //		default_certificate_profile <name>
 //		renewal_info { point <fraction>; retry_after <duration> } (RFC 9773 windows)
@@ -307,8 +308,10 @@ func parseCertificateProfile(d *caddyfile.Dispenser, cfg *acmeproxy.ProfileConfi
 			default:
 				return d.Errf("acme_proxy: %s: want on or off, not %q", key, v)
 			}
+		case "upstream_profile":
+			cp.UpstreamProfile, err = OneArg(d, key)
 		default:
-			return d.Errf("acme_proxy: certificate_profile %s: unknown setting %q (want description, lifetime, ext_key_usage, key_types, max_identifiers or common_name)", name, sub)
+			return d.Errf("acme_proxy: certificate_profile %s: unknown setting %q (want description, lifetime, ext_key_usage, key_types, max_identifiers, common_name or upstream_profile)", name, sub)
 		}
 		if err != nil {
 			return err

@@ -153,6 +153,8 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 			`acme_proxy: certificate_profile.c.max_identifiers: "0" is not a positive number`},
 		{"certificate profile with common_name maybe", site("profile a\ncertificate_profile c {\ncommon_name maybe\n}"),
 			`acme_proxy: certificate_profile.c.common_name: want on or off, not "maybe"`},
+		{"certificate profile with two upstream profiles", site("profile a\ncertificate_profile c {\nupstream_profile short lived\n}"),
+			`acme_proxy: certificate_profile.c.upstream_profile: want one value, got 2`},
 		{"certificate profile with an unknown setting", site("profile a\ncertificate_profile c {\neku client_auth\n}"),
 			`acme_proxy: certificate_profile c: unknown setting "eku"`},
 		{"certificate profile defined twice", site("profile a\ncertificate_profile c\ncertificate_profile c"),

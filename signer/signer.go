@@ -73,6 +73,10 @@ type CertificateProfile struct {
 	// OmitCommonName leaves the subject's common name out; the names are
 	// in the subject alternative names only.
 	OmitCommonName bool
+	// UpstreamProfile, when set, is the certificate profile a signer that
+	// obtains the leaf from another ACME CA (relay) asks that CA for in
+	// its newOrder (draft-ietf-acme-profiles). Only such a signer takes it.
+	UpstreamProfile string
 }
 
 // IssueOutcome is what Issue did: signed now (Chain set), or accepted the
@@ -118,6 +122,15 @@ type CAChainer interface {
 	CAChain(ctx context.Context) ([][]byte, error)
 }
 
+// WaitEstimator is implemented by signers that finish later and can tell
+// how long an order's certificate is still expected to take, which the
+// ACME layer tells a client polling the processing order (Retry-After).
+type WaitEstimator interface {
+	// ExpectedWait is how long from now the signer expects to settle the
+	// order; ok is false when it has no estimate.
+	ExpectedWait(ctx context.Context, orderID string) (d time.Duration, ok bool)
+}
+
 // Settler is how a signer that answered Pending reports the end of the
 // work. It is given to the signer when it is built.
 type Settler interface {
@@ -144,6 +157,12 @@ type Binding struct {
 	Queue   *jobs.Queue
 	DB      *store.DB
 	Logger  *zap.Logger
+	// CertificateProfile, when set, looks up a certificate profile the
+	// profile offers now, by name: for a signer whose durable work applies
+	// an order's certificate profile later, in a job that may run in
+	// another process or after a reload. ok is false for one no longer
+	// offered.
+	CertificateProfile func(name string) (cp *CertificateProfile, ok bool)
 }
 
 // Binder is implemented by signers that need a Binding. The ACME layer

@@ -44,6 +44,9 @@ type RelayOrder struct {
 	NotAfter      time.Time
 	Expires       time.Time
 	FailureDetail string // orders.failure_detail
+	// CertificateProfile is the certificate profile the order chose; ""
+	// for none.
+	CertificateProfile string
 }
 
 // NewRelayOrder is the mapping the relay signer stores at finalize. Its
@@ -58,7 +61,8 @@ type NewRelayOrder struct {
 }
 
 const relayCols = `r.order_id, r.profile, r.upstream_order_url, r.csr, r.client_addr, r.user_agent, r.status, r.detail,
-	r.created_at, r.updated_at, o.status, o.identifiers, o.not_before, o.not_after, o.expires_at, o.failure_detail`
+	r.created_at, r.updated_at, o.status, o.identifiers, o.not_before, o.not_after, o.expires_at, o.failure_detail,
+	o.certificate_profile`
 
 const relayFrom = ` FROM relay_orders r JOIN orders o ON o.id = r.order_id`
 
@@ -72,7 +76,7 @@ func scanRelayOrder(row rowScanner) (RelayOrder, error) {
 		expires          int64
 	)
 	if err := row.Scan(&r.OrderID, &r.Profile, &upstream, &r.CSR, &r.ClientAddr, &r.UserAgent, &r.Status, &r.Detail,
-		&created, &updated, &r.OrderStatus, &idents, &nb, &na, &expires, &failed); err != nil {
+		&created, &updated, &r.OrderStatus, &idents, &nb, &na, &expires, &failed, &r.CertificateProfile); err != nil {
 		return RelayOrder{}, err
 	}
 	if err := json.Unmarshal([]byte(idents), &r.Identifiers); err != nil {

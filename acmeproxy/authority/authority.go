@@ -175,7 +175,8 @@ func New(cfg Config, opts Options) (*Authority, error) {
 		au.revokeWait = DefaultRevokeWait
 	}
 	if b, ok := opts.Signer.(signer.Binder); ok {
-		if err := b.Bind(signer.Binding{Profile: cfg.Profile, Settler: au, Queue: opts.Queue, DB: opts.DB, Logger: opts.Logger}); err != nil {
+		if err := b.Bind(signer.Binding{Profile: cfg.Profile, Settler: au, Queue: opts.Queue, DB: opts.DB, Logger: opts.Logger,
+			CertificateProfile: au.signerCertificateProfile}); err != nil {
 			return nil, fmt.Errorf("signer: %w", err)
 		}
 	}

@@ -106,6 +106,16 @@ func (au *Authority) orderCertificateProfile(name string) (*CertificateProfile, 
 	return &cp, nil
 }
 
+// signerCertificateProfile is signer.Binding.CertificateProfile: what of
+// the certificate profile name, as offered now, the signer applies.
+func (au *Authority) signerCertificateProfile(name string) (*signer.CertificateProfile, bool) {
+	cp, prob := au.orderCertificateProfile(name)
+	if prob != nil || cp == nil {
+		return nil, false
+	}
+	return cp.signerProfile(), true
+}
+
 // checkKeyType refuses a CSR key the certificate profile does not take.
 func (cp *CertificateProfile) checkKeyType(key crypto.PublicKey) error {
 	if cp == nil || len(cp.KeyTypes) == 0 {

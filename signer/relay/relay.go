@@ -43,6 +43,17 @@ const IssueKind = "relay_issue"
 const (
 	DefaultMaxAttempts    = 12
 	DefaultAttemptTimeout = 10 * time.Minute
+	// DefaultPollInterval is the first wait before an upstream resource
+	// is read again; each further wait doubles, up to DefaultMaxPoll. An
+	// internal upstream (step-ca, Pebble) settles within milliseconds, a
+	// public one within seconds, so the first looks come quickly and the
+	// slow case costs a handful of requests more.
+	DefaultPollInterval = 2 * time.Millisecond
+	DefaultMaxPoll      = 5 * time.Second
+	// DefaultFinalizeWait is how long a finalize waits in its request for
+	// the relay's first attempt, so that a quick upstream's certificate is
+	// in the finalize's answer (valid) rather than a poll later.
+	DefaultFinalizeWait = 3 * time.Second
 )
 
 // Options configure a Signer.
@@ -77,9 +88,16 @@ type Options struct {
 	// response) of every request to the upstream, with the profile the
 	// signer is bound to (for metrics).
 	Observe func(profile string, d time.Duration, status int)
-	// PollInterval is how often an upstream resource is polled when the
-	// upstream says nothing (acmez's default: 250ms).
+	// PollInterval is the first wait before an upstream authorization or
+	// order still in progress is read again, when the upstream does not
+	// say (Retry-After); each further wait doubles up to MaxPoll.
+	// Defaults DefaultPollInterval and DefaultMaxPoll.
 	PollInterval time.Duration
+	MaxPoll      time.Duration
+	// FinalizeWait bounds how long Issue waits for the relay's first
+	// attempt, which it starts at once in this process when it can
+	// (DefaultFinalizeWait; negative: never wait, only queue).
+	FinalizeWait time.Duration
 	// MaxAttempts is a relay's attempt budget (DefaultMaxAttempts).
 	MaxAttempts int
 	// AttemptTimeout bounds one attempt (DefaultAttemptTimeout).
@@ -99,6 +117,9 @@ type Signer struct {
 	mu       sync.Mutex
 	bound    signer.Bound // its profile, once bound
 	coolTill time.Time    // profile-wide: no upstream request before this
+	// nextLook is, per order an attempt here is relaying, when it next
+	// reads the upstream (see ExpectedWait).
+	nextLook map[string]time.Time
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
@@ -137,6 +158,16 @@ func New(opts Options) (*Signer, error) {
 	}
 	if opts.AttemptTimeout <= 0 {
 		opts.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.MaxPoll <= 0 {
+		opts.MaxPoll = DefaultMaxPoll
+	}
+	opts.MaxPoll = max(opts.MaxPoll, opts.PollInterval)
+	if opts.FinalizeWait == 0 {
+		opts.FinalizeWait = DefaultFinalizeWait
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real()
@@ -184,6 +215,10 @@ func newTransport(roots *x509.CertPool) http.RoundTripper {
 	t.DialContext = (&net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 15 * time.Second
 	t.ResponseHeaderTimeout = time.Minute
+	// Relays run concurrently (a runner's relay_issue jobs, finalizes
+	// waiting inline); with the default two idle connections per host,
+	// the others would each open a new TLS connection to the upstream.
+	t.MaxIdleConnsPerHost = 32
 	if roots != nil {
 		t.TLSClientConfig.RootCAs = roots
 	}
@@ -226,9 +261,12 @@ type issuePayload struct {
 }
 
 // Issue stores the order's mapping and queues its relay_issue job; the
-// order stays processing until the job reports. A repeat for the same
-// order (a finalize resumed after a crash) finds the mapping and the live
-// job and changes nothing.
+// order stays processing until the job reports. The job's first attempt
+// starts at once in this process when a runner here has room, and Issue
+// waits up to FinalizeWait for it, so that the finalize of a quick
+// upstream answers with the certificate. A repeat for the same order (a
+// finalize resumed after a crash) finds the mapping and the live job and
+// changes nothing.
 func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.IssueOutcome, error) {
 	b, log, err := s.binding()
 	if err != nil {
@@ -252,22 +290,33 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	if ro.Status == store.RelayInvalid {
 		return signer.IssueOutcome{}, fmt.Errorf("relay: order %s already failed: %s", ro.OrderID, ro.Detail)
 	}
-	if err := s.enqueue(ctx, b.Queue, b.Profile, ro); err != nil {
-		return signer.IssueOutcome{}, err
-	}
 	if created {
+		// Logged before the job starts: its own lines follow this one.
 		log.Info("relay queued", zap.String("event", "relay_queued"), zap.String("profile", b.Profile),
 			zap.String("order", ro.OrderID), zap.String("client", ro.ClientAddr))
+	}
+	if s.opts.FinalizeWait < 0 {
+		return signer.IssueOutcome{Pending: true}, s.enqueue(ctx, b.Queue, b.Profile, ro)
+	}
+	// The mapping is durable already (CreateRelayOrder), so a job lost
+	// to a crash before RunNow makes it durable is re-queued at start
+	// (RecoverJobs) like any relay in flight.
+	if _, _, err := b.Queue.RunNow(ctx, s.spec(b.Profile, ro), s.opts.FinalizeWait); err != nil {
+		return signer.IssueOutcome{}, err
 	}
 	return signer.IssueOutcome{Pending: true}, nil
 }
 
-func (s *Signer) enqueue(ctx context.Context, q *jobs.Queue, profile string, ro store.RelayOrder) error {
-	_, _, err := q.Enqueue(ctx, jobs.Spec{
+func (s *Signer) spec(profile string, ro store.RelayOrder) jobs.Spec {
+	return jobs.Spec{
 		Kind: IssueKind, Key: ro.OrderID, Lane: signer.SigningLane(profile),
 		Payload:  issuePayload{Profile: profile, Order: ro.OrderID},
 		Deadline: ro.Expires, MaxAttempts: s.opts.MaxAttempts,
-	})
+	}
+}
+
+func (s *Signer) enqueue(ctx context.Context, q *jobs.Queue, profile string, ro store.RelayOrder) error {
+	_, _, err := q.Enqueue(ctx, s.spec(profile, ro))
 	return err
 }
 
@@ -326,6 +375,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 
 	actx, cancel := context.WithTimeout(ctx, s.opts.AttemptTimeout)
 	defer cancel()
+	defer s.forgetLook(ro.OrderID)
 	rec := &recorder{base: s.transport, now: s.clock.Now}
 	c := s.client(rec)
 	chain, err := s.relay(actx, c, rec, b, log, ro)
@@ -419,10 +469,12 @@ func (s *Signer) coolDown(d time.Duration) {
 // client returns an ACME client for one attempt, its requests seen by rec.
 func (s *Signer) client(rec *recorder) *acme.Client {
 	return &acme.Client{
-		Directory:    s.opts.Directory,
-		HTTPClient:   &http.Client{Transport: rec, Timeout: 2 * time.Minute},
-		UserAgent:    "caddy-acme-proxy",
-		PollInterval: s.opts.PollInterval,
+		Directory:  s.opts.Directory,
+		HTTPClient: &http.Client{Transport: rec, Timeout: 2 * time.Minute},
+		UserAgent:  "caddy-acme-proxy",
+		// The relay polls itself, with backoff (see poller): acmez's
+		// FinalizeOrder then returns the order as the finalize left it.
+		PollTimeout: time.Nanosecond,
 	}
 }
 
@@ -471,4 +523,5 @@ var (
 	_ signer.Binder            = (*Signer)(nil)
 	_ signer.JobWorker         = (*Signer)(nil)
 	_ signer.IdentifierChecker = (*Signer)(nil)
+	_ signer.WaitEstimator     = (*Signer)(nil)
 )

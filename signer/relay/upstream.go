@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,31 +51,37 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	if err != nil {
 		return nil, err
 	}
-	for range maxSteps {
+	poll := s.poller(maxProcessingWait, ro.OrderID)
+	for steps := 0; steps < maxSteps; steps++ {
 		switch order.Status {
 		case acme.StatusPending:
-			if err := s.authorize(ctx, c, acct, order); err != nil {
+			if err := s.authorize(ctx, c, rec, acct, order, ro.OrderID); err != nil {
 				return nil, err
 			}
 		case acme.StatusReady:
+			// acmez does not wait here (PollTimeout, see client): it
+			// returns the order as the finalize left it, and an order
+			// still processing is waited for below, with backoff.
 			order, err = c.FinalizeOrder(ctx, acct, order, ro.CSR)
 			if err != nil && order.Status == acme.StatusInvalid {
 				return nil, permanent("the upstream order %s became invalid at finalize: %s", order.Location, problemText(order.Error))
 			}
-			if err != nil {
+			if err != nil && order.Status != acme.StatusProcessing && order.Status != acme.StatusValid {
 				return nil, fmt.Errorf("finalizing the upstream order: %w", err)
 			}
 			continue
 		case acme.StatusProcessing:
-			// Wait as the upstream asks; a long wait ends the attempt, and
-			// classify turns the recorded Retry-After into the job's delay.
-			d := rec.lastResponse().retryAfter
-			if d > maxProcessingWait {
-				return nil, fmt.Errorf("the upstream order %s is processing; the upstream asks to come back in %s", order.Location, d)
+			// Wait as the upstream asks, or with backoff when it does not
+			// say; a long wait ends the attempt, and classify turns the
+			// recorded Retry-After into the job's delay.
+			d, err := poll.wait(rec.lastResponse().retryAfter)
+			if err != nil {
+				return nil, fmt.Errorf("the upstream order %s is processing: %w", order.Location, err)
 			}
-			if err := s.pause(ctx, d); err != nil {
+			if err := pause(ctx, d); err != nil {
 				return nil, err
 			}
+			steps-- // waiting is bounded by the poller, not the steps
 		case acme.StatusValid:
 			return s.download(ctx, c, acct, order, ro)
 		case acme.StatusInvalid:
@@ -92,7 +100,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 
 // newOrder places the upstream order for ro and records its URL. If an
 // earlier attempt recorded one meanwhile, that one wins and is used.
-func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (acme.Order, error) {
+func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (_ acme.Order, err error) {
 	want := acme.Order{Identifiers: identifiersOf(ro.Identifiers)}
 	if !ro.NotBefore.IsZero() {
 		nb := ro.NotBefore
@@ -101,6 +109,9 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 	if !ro.NotAfter.IsZero() {
 		na := ro.NotAfter
 		want.NotAfter = &na
+	}
+	if want.Profile, err = s.upstreamProfile(ctx, c, b, ro); err != nil {
+		return acme.Order{}, err
 	}
 	order, err := c.NewOrder(ctx, acct, want)
 	if err != nil {
@@ -121,33 +132,49 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 	return order, nil
 }
 
-// maxProcessingWait is the longest an attempt waits in place for an
-// upstream order that is processing.
-const maxProcessingWait = time.Minute
-
-// pause waits d (the upstream's Retry-After), or the poll interval when it
-// said nothing, before the upstream order is read again.
-func (s *Signer) pause(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		d = s.opts.PollInterval
+// upstreamProfile is the upstream certificate profile the order of ro
+// asks for: its certificate profile's upstream_profile, as the profile
+// offers it now; "" for the upstream's default. A name the upstream's
+// directory does not offer is the operator's mistake, which no retry
+// mends: the relay fails, naming the setting.
+func (s *Signer) upstreamProfile(ctx context.Context, c *acme.Client, b *signer.Binding, ro store.RelayOrder) (string, error) {
+	if ro.CertificateProfile == "" || b.CertificateProfile == nil {
+		return "", nil
 	}
-	if d <= 0 {
-		d = time.Second
+	cp, ok := b.CertificateProfile(ro.CertificateProfile)
+	if !ok {
+		return "", permanent("the order's certificate profile %q is no longer offered", ro.CertificateProfile)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	if cp.UpstreamProfile == "" {
+		return "", nil
 	}
+	dir, err := c.GetDirectory(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading the upstream directory: %w", err)
+	}
+	var offered []string
+	if dir.Meta != nil {
+		offered = slices.Sorted(maps.Keys(dir.Meta.Profiles))
+	}
+	if !slices.Contains(offered, cp.UpstreamProfile) {
+		return "", permanent("certificate_profiles.%s.upstream_profile: the upstream does not offer the profile %q (it offers: %s)",
+			ro.CertificateProfile, cp.UpstreamProfile, orNone(strings.Join(offered, ", ")))
+	}
+	return cp.UpstreamProfile, nil
 }
+
+// maxProcessingWait is the longest an attempt waits in place for an
+// upstream order that is processing, maxValidationWait for an upstream
+// authorization being validated (acmez's default).
+const (
+	maxProcessingWait = time.Minute
+	maxValidationWait = 5 * time.Minute
+)
 
 // authorize solves every authorization of order that is still pending;
 // valid ones (from an earlier attempt, or reused by the upstream) are
 // skipped.
-func (s *Signer) authorize(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order) error {
+func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, order acme.Order, orderID string) error {
 	for _, u := range order.Authorizations {
 		authz, err := c.GetAuthorization(ctx, acct, u)
 		if err != nil {
@@ -160,7 +187,7 @@ func (s *Signer) authorize(ctx context.Context, c *acme.Client, acct acme.Accoun
 		default:
 			return permanent("the upstream authorization for %s is %s: %s", authz.IdentifierValue(), authz.Status, challengeProblems(authz))
 		}
-		if err := s.solve(ctx, c, acct, authz); err != nil {
+		if err := s.solve(ctx, c, rec, acct, authz, orderID); err != nil {
 			return err
 		}
 	}
@@ -169,7 +196,7 @@ func (s *Signer) authorize(ctx context.Context, c *acme.Client, acct acme.Accoun
 
 // solve answers one pending authorization with the profile's strategy
 // and waits for the upstream's verdict.
-func (s *Signer) solve(ctx context.Context, c *acme.Client, acct acme.Account, authz acme.Authorization) error {
+func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, authz acme.Authorization, orderID string) error {
 	chal, err := s.pick(authz)
 	if err != nil {
 		return err
@@ -199,14 +226,32 @@ func (s *Signer) solve(ctx context.Context, c *acme.Client, acct acme.Account, a
 			return fmt.Errorf("triggering the %s challenge for %s: %w", chal.Type, authz.IdentifierValue(), err)
 		}
 	}
-	authz, err = c.PollAuthorization(ctx, acct, authz)
-	if err != nil {
-		if authz.Status == acme.StatusInvalid {
-			return permanent("the upstream could not validate %s by %s: %s", authz.IdentifierValue(), chal.Type, challengeProblems(authz))
+	// Read the authorization until the upstream has decided, as it asks
+	// or with backoff ("The client SHOULD NOT begin polling until it has
+	// seen the validation request", RFC 8555 §7.5.1: the first wait is
+	// the signer's PollInterval).
+	poll := s.poller(maxValidationWait, orderID)
+	for authz.Status == acme.StatusPending || authz.Status == acme.StatusProcessing || authz.Status == "" {
+		d, err := poll.wait(rec.lastResponse().retryAfter)
+		if err != nil {
+			return fmt.Errorf("waiting for the upstream to validate %s: %w", authz.IdentifierValue(), err)
 		}
-		return fmt.Errorf("waiting for the upstream to validate %s: %w", authz.IdentifierValue(), err)
+		if err := pause(ctx, d); err != nil {
+			return err
+		}
+		location := authz.Location
+		if authz, err = c.GetAuthorization(ctx, acct, location); err != nil {
+			return fmt.Errorf("waiting for the upstream to validate %s: %w", authz.IdentifierValue(), err)
+		}
+		authz.Location = location
 	}
-	return nil
+	switch authz.Status {
+	case acme.StatusValid:
+		return nil
+	case acme.StatusInvalid:
+		return permanent("the upstream could not validate %s by %s: %s", authz.IdentifierValue(), chal.Type, challengeProblems(authz))
+	}
+	return permanent("the upstream authorization for %s became %s", authz.IdentifierValue(), authz.Status)
 }
 
 // pick chooses the challenge the strategy answers.

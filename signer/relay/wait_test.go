@@ -1,0 +1,91 @@
+package relay
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+func TestTheExpectedWaitIsTheWaitOfTheAttemptOrElseOfTheJob(t *testing.T) {
+	ctx := context.Background()
+	var (
+		up    *httptest.Server
+		reads atomic.Int32
+	)
+	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/account":
+			w.Header().Set("Location", up.URL+"/acct/1")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"status":"valid"}`))
+		case "/order", "/order/1":
+			// Processing: come back in a second; then in five minutes,
+			// which ends the attempt.
+			w.Header().Set("Location", up.URL+"/order/1")
+			if reads.Add(1) == 1 {
+				w.Header().Set("Retry-After", "1")
+			} else {
+				w.Header().Set("Retry-After", "300")
+			}
+			_, _ = w.Write([]byte(`{"status":"processing","identifiers":[{"type":"dns","value":"wait.example.com"}],"finalize":"` + up.URL + `/finalize/1"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	b := newBench(t, up.URL+"/dir", ChallengeBypass)
+	req := b.finalized(t, "wait.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil { // no runner here: queued only
+		t.Fatal(err)
+	}
+	if d, ok := b.s.ExpectedWait(ctx, req.OrderID); ok {
+		t.Errorf("a job due now: expected wait %s; want no estimate", d)
+	}
+
+	// An attempt waiting as the upstream asked: that wait.
+	done := make(chan string)
+	go func() { done <- b.s.RunJob(ctx, b.job(t, req.OrderID)).String() }()
+	var got time.Duration
+	deadline := time.Now().Add(10 * time.Second)
+	for ok := false; !ok; got, ok = b.s.ExpectedWait(ctx, req.OrderID) {
+		if time.Now().After(deadline) {
+			t.Fatal("no estimate while the attempt waited for the upstream")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got != time.Second {
+		t.Errorf("during the upstream's Retry-After: 1: expected wait %s; want 1s", got)
+	}
+	<-done
+	if d, ok := b.s.ExpectedWait(ctx, req.OrderID); ok {
+		t.Errorf("after the attempt: expected wait %s; want none until the job is rescheduled", d)
+	}
+
+	// The job waiting for its next attempt: until then.
+	now := b.clock.Now()
+	js, err := b.db.ClaimJobs(ctx, IssueKind, "test", now, now.Add(time.Minute), 1)
+	if err != nil || len(js) != 1 {
+		t.Fatalf("claim: %v %d", err, len(js))
+	}
+	if _, err := b.db.RetryJob(ctx, js[0].ID, "test", now.Add(5*time.Minute), "upstream processing", true, now); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Minute)
+	// Until the job's run_at as stored (to the millisecond): 4 minutes.
+	want := b.job(t, req.OrderID).RunAt.Sub(b.clock.Now())
+	if d, ok := b.s.ExpectedWait(ctx, req.OrderID); !ok || d != want || want.Round(time.Second) != 4*time.Minute {
+		t.Errorf("a job due in 4 minutes: expected wait %s (%v); want %s", d, ok, want)
+	}
+	b.clock.Advance(5 * time.Minute)
+	if d, ok := b.s.ExpectedWait(ctx, req.OrderID); ok {
+		t.Errorf("a job overdue: expected wait %s; want no estimate", d)
+	}
+	if j := b.job(t, req.OrderID); j.Status != store.JobReady {
+		t.Errorf("job is %s", j.Status)
+	}
+}
