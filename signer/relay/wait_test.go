@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -68,7 +69,7 @@ func TestTheExpectedWaitIsTheWaitOfTheAttemptOrElseOfTheJob(t *testing.T) {
 
 	// The job waiting for its next attempt: until then.
 	now := b.clock.Now()
-	js, err := b.db.ClaimJobs(ctx, IssueKind, "test", now, now.Add(time.Minute), 1)
+	js, err := b.db.ClaimJobsIn(ctx, IssueKind, []string{signer.SigningLane("p")}, "test", now, now.Add(time.Minute), 1)
 	if err != nil || len(js) != 1 {
 		t.Fatalf("claim: %v %d", err, len(js))
 	}
