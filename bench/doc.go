@@ -59,6 +59,17 @@
 //   - ACMEPROXY_BENCH_LOG: "stderr" shows Caddy's logs; by default they are
 //     encoded at level INFO and discarded, so logging costs what it costs
 //     in production without flooding the benchmark's output.
+//   - ACMEPROXY_BENCH_PROCESS=1 runs Caddy as its own process (this test
+//     binary started again as `caddy run` on the benchmark's Caddyfile,
+//     with the same modules), as a deployment runs it, and reports
+//     caddy-CPU-ms/cert — that process's user+system CPU from
+//     /proc/<pid>/stat over the timed part, per certificate: the server's
+//     whole CPU, garbage collector and kernel included, without the load
+//     generator's — and caddy-peak-RSS-MiB (VmHWM, reset before each
+//     sub-benchmark). proc-CPU-ms/cert, B/cert and allocs/cert are then
+//     the load generator's alone. Caddy's admin endpoint (the acme_proxy
+//     admin API, /debug/pprof) listens on 127.0.0.1 in both modes; a
+//     sub-benchmark logs its address with ACMEPROXY_BENCH_LOG=stderr.
 //   - ACMEPROXY_BENCH_SERVER_CPU=1 profiles each timed part and reports
 //     server-CPU-ms/cert: the process's CPU times the share of profile
 //     samples not labelled role=client or role=responder — the servers'

@@ -50,7 +50,7 @@ const (
 // side, both signing with Caddy's local CA, both resolving names through
 // the benchmark's DNS server, both validating http-01 on port 80.
 const caddyfile = `{
-	admin off
+	admin 127.0.0.1:%[7]d
 	persist_config off
 	storage file_system %[1]s
 	skip_install_trust
@@ -93,7 +93,13 @@ https://127.0.0.1:%[4]d {
 // process-global state, so it is loaded once, on the first benchmark that
 // needs it, and stopped by TestMain.
 type harness struct {
-	dir     string
+	dir string
+	// admin is the base URL of Caddy's admin endpoint (the acme_proxy
+	// admin API, /debug/pprof).
+	admin string
+	// caddy is Caddy as its own process (ACMEPROXY_BENCH_PROCESS=1); nil
+	// when Caddy runs in this process.
+	caddy   *caddyProcess
 	roots   *x509.CertPool
 	dirURLs map[string]string // server name → directory URL
 	// tokens maps an http-01 token to its *http01Answer.
@@ -110,6 +116,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChildCaddy())
+	}
 	code := m.Run()
 	if theHarness != nil {
 		theHarness.close()
@@ -191,25 +200,37 @@ func (h *harness) start() error {
 	if os.Getenv("ACMEPROXY_BENCH_LOG") == "stderr" {
 		logOutput = "stderr"
 	}
-	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), filepath.Join(h.dir, "acme_proxy.db"),
-		httpPort, httpsPort, dnsPort, logOutput)
-	cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), nil)
+	adminPort, err := freePort()
 	if err != nil {
-		return fmt.Errorf("adapting the Caddyfile: %w", err)
+		return err
 	}
-	for _, w := range warnings {
-		fmt.Fprintf(os.Stderr, "bench: Caddyfile warning: line %d: %s\n", w.Line, w.Message)
-	}
-	if err := caddy.Load(cfgJSON, true); err != nil {
-		return fmt.Errorf("caddy.Load: %w", err)
-	}
-	h.cleanup = append(h.cleanup, func() {
-		if err := caddy.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: caddy.Stop: %v\n", err)
+	h.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), filepath.Join(h.dir, "acme_proxy.db"),
+		httpPort, httpsPort, dnsPort, logOutput, adminPort)
+	if os.Getenv("ACMEPROXY_BENCH_PROCESS") == "1" {
+		if h.caddy, err = startCaddyProcess(h.dir, cfgFile, dnsAddr); err != nil {
+			return err
 		}
-	})
+		h.cleanup = append(h.cleanup, h.caddy.stop)
+	} else {
+		cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), nil)
+		if err != nil {
+			return fmt.Errorf("adapting the Caddyfile: %w", err)
+		}
+		for _, w := range warnings {
+			fmt.Fprintf(os.Stderr, "bench: Caddyfile warning: line %d: %s\n", w.Line, w.Message)
+		}
+		if err := caddy.Load(cfgJSON, true); err != nil {
+			return fmt.Errorf("caddy.Load: %w", err)
+		}
+		h.cleanup = append(h.cleanup, func() {
+			if err := caddy.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: caddy.Stop: %v\n", err)
+			}
+		})
+	}
 
-	root, err := os.ReadFile(filepath.Join(h.dir, "storage", "pki", "authorities", "local", "root.crt"))
+	root, err := h.waitForFile(filepath.Join(h.dir, "storage", "pki", "authorities", "local", "root.crt"))
 	if err != nil {
 		return fmt.Errorf("the pki app wrote no root: %w", err)
 	}
@@ -226,6 +247,22 @@ func (h *harness) start() error {
 		}
 	}
 	return nil
+}
+
+// waitForFile reads a file Caddy writes as it starts (at once when Caddy
+// runs in this process: caddy.Load returns after provisioning).
+func (h *harness) waitForFile(path string) ([]byte, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil || h.caddy == nil || time.Now().After(deadline) {
+			return b, err
+		}
+		if err := h.caddy.exited(); err != nil {
+			return nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // setenv sets an environment variable until the fixture closes.
