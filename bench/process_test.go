@@ -157,4 +157,3 @@ func (p *caddyProcess) peakRSS() (int64, error) {
 func (p *caddyProcess) resetPeakRSS() error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.cmd.Process.Pid), []byte("5"), 0)
 }
-
