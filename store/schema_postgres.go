@@ -326,4 +326,29 @@ var postgresMigrations = []migration{
 			`ALTER TABLE accounts ADD COLUMN eab_label TEXT NOT NULL DEFAULT ''`,
 		},
 	},
+	// Steps 14 to 18 belong to branches developed alongside this one;
+	// these empty stand-ins keep the history contiguous on this branch
+	// alone, and the merge replaces them with the real steps.
+	{version: 14, name: "reserved_14"},
+	{version: 15, name: "reserved_15"},
+	{version: 16, name: "reserved_16"},
+	{version: 17, name: "reserved_17"},
+	{version: 18, name: "reserved_18"},
+	{
+		version: 19,
+		name:    "order_search",
+		stmts: []string{
+			// The operator's order search (ListOrders) newest first, by
+			// none, status, profile or account, reads an index in the
+			// listing's order (created_at DESC, id DESC) and stops at the
+			// page's end, instead of sorting every order: 0.36 s at
+			// 200,000 orders without. By identifier and by serial it starts
+			// from order_identifiers_value and the certificates' serial.
+			`CREATE INDEX orders_created ON orders (created_at, id)`,
+			`CREATE INDEX orders_status_created ON orders (status, created_at, id)`,
+			`CREATE INDEX orders_profile_created ON orders (profile, created_at, id)`,
+			`DROP INDEX orders_account`,
+			`CREATE INDEX orders_account ON orders (account_id, created_at, id)`,
+		},
+	},
 }

@@ -115,3 +115,67 @@ func (db *DB) SeedIssued(ctx context.Context, orders []SeededOrder) ([]Order, er
 	}
 	return out, nil
 }
+
+// SeedAccounts writes valid accounts (ID, Profile, Thumbprint, KeyJWK,
+// Contact as given) in one write, as SeedIssued writes orders.
+func (db *DB) SeedAccounts(ctx context.Context, accounts []Account, now time.Time) error {
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, db.q(`INSERT INTO accounts
+			(id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at, updated_at)
+			VALUES (?, ?, ?, ?, 'valid', ?, 1, ?, ?)`))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, a := range accounts {
+			contact, err := json.Marshal(nonNil(a.Contact))
+			if err != nil {
+				return err
+			}
+			if _, err := st.ExecContext(ctx, a.ID, a.Profile, a.Thumbprint, string(a.KeyJWK), string(contact),
+				now.UnixMilli(), now.UnixMilli()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: seeding %d accounts: %w", len(accounts), err)
+	}
+	return nil
+}
+
+// SeedRevocations records revocations of seeded certificates — the
+// certificate's stamp and the ledger row, as RevokeCertificate writes
+// them, without audit rows — in one write.
+func (db *DB) SeedRevocations(ctx context.Context, revs []Revocation) error {
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		stamp, err := tx.PrepareContext(ctx, db.q(`UPDATE certificates SET revoked_at = ?, revocation_reason = ?
+			WHERE id = ? AND revoked_at IS NULL`))
+		if err != nil {
+			return err
+		}
+		defer stamp.Close()
+		ledger, err := tx.PrepareContext(ctx, db.q(`INSERT INTO revocations
+			(certificate_id, profile, order_id, serial, issuer_key_id, reason, revoked_at, not_after, actor_kind, actor_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`))
+		if err != nil {
+			return err
+		}
+		defer ledger.Close()
+		for _, r := range revs {
+			if _, err := stamp.ExecContext(ctx, r.RevokedAt.UnixMilli(), intOrNull(r.Reason), r.CertificateID); err != nil {
+				return err
+			}
+			if _, err := ledger.ExecContext(ctx, r.CertificateID, r.Profile, r.OrderID, r.Serial, strOrNull(r.IssuerKeyID),
+				intOrNull(r.Reason), r.RevokedAt.UnixMilli(), r.NotAfter.UnixMilli(), r.ActorKind, r.ActorID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: seeding %d revocations: %w", len(revs), err)
+	}
+	return nil
+}
