@@ -83,7 +83,7 @@ https://127.0.0.1:%[4]d {
 		}
 		resolvers 127.0.0.1:%[5]d
 		validation_ports {
-			http 80
+			http %[8]d
 		}
 	}
 }
@@ -100,6 +100,8 @@ type harness struct {
 	// caddy is Caddy as its own process (ACMEPROXY_BENCH_PROCESS=1); nil
 	// when Caddy runs in this process.
 	caddy   *caddyProcess
+	// http01Port is where the http-01 responder listens (80).
+	http01Port int
 	roots   *x509.CertPool
 	dirURLs map[string]string // server name → directory URL
 	// tokens maps an http-01 token to its *http01Answer.
@@ -156,7 +158,16 @@ func (h *harness) close() {
 func (h *harness) start() error {
 	// The responder first: without port 80 there is no comparison, since
 	// acme_server cannot be told another port.
-	ln, err := net.Listen("tcp", "127.0.0.1:80")
+	// ACMEPROXY_BENCH_HTTP01_PORT moves it, for the benchmarks of
+	// acme_proxy alone (BenchmarkScale) while port 80 is taken.
+	var err error
+	h.http01Port = 80
+	if v := os.Getenv("ACMEPROXY_BENCH_HTTP01_PORT"); v != "" {
+		if h.http01Port, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("ACMEPROXY_BENCH_HTTP01_PORT=%q: %w", v, err)
+		}
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(h.http01Port)))
 	if err != nil {
 		h.skip = fmt.Sprintf("the http-01 responder needs 127.0.0.1:80, because Caddy's acme_server validates http-01 on port 80 only (run as root, with port 80 free): %v", err)
 		return err
@@ -206,7 +217,7 @@ func (h *harness) start() error {
 	}
 	h.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), filepath.Join(h.dir, "acme_proxy.db"),
-		httpPort, httpsPort, dnsPort, logOutput, adminPort)
+		httpPort, httpsPort, dnsPort, logOutput, adminPort, h.http01Port)
 	if os.Getenv("ACMEPROXY_BENCH_PROCESS") == "1" {
 		if h.caddy, err = startCaddyProcess(h.dir, cfgFile, dnsAddr); err != nil {
 			return err
