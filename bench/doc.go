@@ -70,6 +70,12 @@
 //     the load generator's alone. Caddy's admin endpoint (the acme_proxy
 //     admin API, /debug/pprof) listens on 127.0.0.1 in both modes; a
 //     sub-benchmark logs its address with ACMEPROXY_BENCH_LOG=stderr.
+//   - ACMEPROXY_BENCH_HTTP01_PORT moves the http-01 responder off port 80
+//     (acme_server then cannot validate: for BenchmarkScale, which runs
+//     acme_proxy alone, while another run holds port 80).
+//   - ACMEPROXY_BENCH_ORDERS, ACMEPROXY_BENCH_REVOKED: the size of
+//     BenchmarkScale's seeded database (default 200000 orders, 100000 of
+//     them revoked); see BenchmarkScale for what it measures.
 //   - ACMEPROXY_BENCH_SERVER_CPU=1 profiles each timed part and reports
 //     server-CPU-ms/cert: the process's CPU times the share of profile
 //     samples not labelled role=client or role=responder — the servers'
