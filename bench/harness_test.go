@@ -99,11 +99,11 @@ type harness struct {
 	admin string
 	// caddy is Caddy as its own process (ACMEPROXY_BENCH_PROCESS=1); nil
 	// when Caddy runs in this process.
-	caddy   *caddyProcess
+	caddy *caddyProcess
 	// http01Port is where the http-01 responder listens (80).
 	http01Port int
-	roots   *x509.CertPool
-	dirURLs map[string]string // server name → directory URL
+	roots      *x509.CertPool
+	dirURLs    map[string]string // server name → directory URL
 	// tokens maps an http-01 token to its *http01Answer.
 	tokens sync.Map
 
