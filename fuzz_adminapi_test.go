@@ -33,7 +33,7 @@ var adminListRoutes = []struct {
 	params []string
 }{
 	{"profiles", nil},
-	{"orders", []string{"profile", "status", "identifier", "account", "after", "limit"}},
+	{"orders", []string{"profile", "status", "identifier", "account", "serial", "after", "limit"}},
 	{"accounts", []string{"profile", "status", "after", "limit"}},
 	{"jobs", []string{"kind", "status", "key", "before", "limit"}},
 	{"audit", []string{"profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"}},

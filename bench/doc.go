@@ -71,6 +71,23 @@
 //   - ACMEPROXY_BENCH_LOG: "stderr" shows Caddy's logs; by default they are
 //     encoded at level INFO and discarded, so logging costs what it costs
 //     in production without flooding the benchmark's output.
+//   - ACMEPROXY_BENCH_PROCESS=1 runs Caddy as its own process (this test
+//     binary started again as `caddy run` on the benchmark's Caddyfile,
+//     with the same modules), as a deployment runs it, and reports
+//     caddy-CPU-ms/cert — that process's user+system CPU from
+//     /proc/<pid>/stat over the timed part, per certificate: the server's
+//     whole CPU, garbage collector and kernel included, without the load
+//     generator's — and caddy-peak-RSS-MiB (VmHWM, reset before each
+//     sub-benchmark). proc-CPU-ms/cert, B/cert and allocs/cert are then
+//     the load generator's alone. Caddy's admin endpoint (the acme_proxy
+//     admin API, /debug/pprof) listens on 127.0.0.1 in both modes; a
+//     sub-benchmark logs its address with ACMEPROXY_BENCH_LOG=stderr.
+//   - ACMEPROXY_BENCH_HTTP01_PORT moves the http-01 responder off port 80
+//     (acme_server then cannot validate: for BenchmarkScale, which runs
+//     acme_proxy alone, while another run holds port 80).
+//   - ACMEPROXY_BENCH_ORDERS, ACMEPROXY_BENCH_REVOKED: the size of
+//     BenchmarkScale's seeded database (default 200000 orders, 100000 of
+//     them revoked); see BenchmarkScale for what it measures.
 //   - ACMEPROXY_BENCH_SERVER_CPU=1 profiles each timed part and reports
 //     server-CPU-ms/cert: the process's CPU times the share of profile
 //     samples not labelled role=client or role=responder — the servers'

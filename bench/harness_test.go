@@ -51,7 +51,7 @@ const (
 // side, both signing with Caddy's local CA, both resolving names through
 // the benchmark's DNS server, both validating http-01 on port 80.
 const caddyfile = `{
-	admin off
+	admin 127.0.0.1:%[7]d
 	persist_config off
 	storage file_system %[1]s
 	skip_install_trust
@@ -84,19 +84,27 @@ https://127.0.0.1:%[4]d {
 		}
 		resolvers 127.0.0.1:%[5]d
 		validation_ports {
-			http 80
+			http %[8]d
 		}
 	}
-%[7]s}
+%[9]s}
 `
 
 // harness is the process-wide fixture of the benchmarks: Caddy is
 // process-global state, so it is loaded once, on the first benchmark that
 // needs it, and stopped by TestMain.
 type harness struct {
-	dir     string
-	roots   *x509.CertPool
-	dirURLs map[string]string // server name → directory URL
+	dir string
+	// admin is the base URL of Caddy's admin endpoint (the acme_proxy
+	// admin API, /debug/pprof).
+	admin string
+	// caddy is Caddy as its own process (ACMEPROXY_BENCH_PROCESS=1); nil
+	// when Caddy runs in this process.
+	caddy *caddyProcess
+	// http01Port is where the http-01 responder listens (80).
+	http01Port int
+	roots      *x509.CertPool
+	dirURLs    map[string]string // server name → directory URL
 	// chainRoots are the roots a server's certificates chain to, where
 	// they are not Caddy's local root (Pebble's, directly or relayed).
 	chainRoots map[string]*x509.CertPool
@@ -116,6 +124,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChildCaddy())
+	}
 	code := m.Run()
 	if theHarness != nil {
 		theHarness.close()
@@ -160,7 +171,16 @@ func (h *harness) close() {
 func (h *harness) start() error {
 	// The responder first: without port 80 there is no comparison, since
 	// acme_server cannot be told another port.
-	ln, err := net.Listen("tcp", "127.0.0.1:80")
+	// ACMEPROXY_BENCH_HTTP01_PORT moves it, for the benchmarks of
+	// acme_proxy alone (BenchmarkScale) while port 80 is taken.
+	var err error
+	h.http01Port = 80
+	if v := os.Getenv("ACMEPROXY_BENCH_HTTP01_PORT"); v != "" {
+		if h.http01Port, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("ACMEPROXY_BENCH_HTTP01_PORT=%q: %w", v, err)
+		}
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(h.http01Port)))
 	if err != nil {
 		h.skip = fmt.Sprintf("the http-01 responder needs 127.0.0.1:80, because Caddy's acme_server validates http-01 on port 80 only (run as root, with port 80 free): %v", err)
 		return err
@@ -228,25 +248,37 @@ func (h *harness) start() error {
 	if err != nil {
 		return fmt.Errorf("starting the relay benchmark's Pebble: %w", err)
 	}
-	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), database,
-		httpPort, httpsPort, dnsPort, logOutput, relayBlock)
-	cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), nil)
+	adminPort, err := freePort()
 	if err != nil {
-		return fmt.Errorf("adapting the Caddyfile: %w", err)
+		return err
 	}
-	for _, w := range warnings {
-		fmt.Fprintf(os.Stderr, "bench: Caddyfile warning: line %d: %s\n", w.Line, w.Message)
-	}
-	if err := caddy.Load(cfgJSON, true); err != nil {
-		return fmt.Errorf("caddy.Load: %w", err)
-	}
-	h.cleanup = append(h.cleanup, func() {
-		if err := caddy.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: caddy.Stop: %v\n", err)
+	h.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), database,
+		httpPort, httpsPort, dnsPort, logOutput, adminPort, h.http01Port, relayBlock)
+	if os.Getenv("ACMEPROXY_BENCH_PROCESS") == "1" {
+		if h.caddy, err = startCaddyProcess(h.dir, cfgFile, dnsAddr); err != nil {
+			return err
 		}
-	})
+		h.cleanup = append(h.cleanup, h.caddy.stop)
+	} else {
+		cfgJSON, warnings, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), nil)
+		if err != nil {
+			return fmt.Errorf("adapting the Caddyfile: %w", err)
+		}
+		for _, w := range warnings {
+			fmt.Fprintf(os.Stderr, "bench: Caddyfile warning: line %d: %s\n", w.Line, w.Message)
+		}
+		if err := caddy.Load(cfgJSON, true); err != nil {
+			return fmt.Errorf("caddy.Load: %w", err)
+		}
+		h.cleanup = append(h.cleanup, func() {
+			if err := caddy.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: caddy.Stop: %v\n", err)
+			}
+		})
+	}
 
-	root, err := os.ReadFile(filepath.Join(h.dir, "storage", "pki", "authorities", "local", "root.crt"))
+	root, err := h.waitForFile(filepath.Join(h.dir, "storage", "pki", "authorities", "local", "root.crt"))
 	if err != nil {
 		return fmt.Errorf("the pki app wrote no root: %w", err)
 	}
@@ -265,6 +297,22 @@ func (h *harness) start() error {
 		}
 	}
 	return nil
+}
+
+// waitForFile reads a file Caddy writes as it starts (at once when Caddy
+// runs in this process: caddy.Load returns after provisioning).
+func (h *harness) waitForFile(path string) ([]byte, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil || h.caddy == nil || time.Now().After(deadline) {
+			return b, err
+		}
+		if err := h.caddy.exited(); err != nil {
+			return nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // setenv sets an environment variable until the fixture closes.

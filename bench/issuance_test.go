@@ -237,11 +237,15 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 		errOnce.Do(func() { firstErr = err; cancel() })
 	}
 
+	if h.caddy != nil {
+		_ = h.caddy.resetPeakRSS()
+	}
 	runtime.GC()
 	var memBefore, memAfter runtime.MemStats
 	runtime.ReadMemStats(&memBefore)
 	prof := startServerCPUProfile(b)
 	cpuBefore := processCPU()
+	caddyBefore := h.caddyCPU(b)
 	countsBefore := counts.snapshot()
 	b.ResetTimer()
 	start := time.Now()
@@ -270,6 +274,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpu := processCPU() - cpuBefore
+	caddyCPU := h.caddyCPU(b) - caddyBefore
 	serverShare := prof.stop(b)
 	runtime.ReadMemStats(&memAfter)
 	got := counts.snapshot()
@@ -286,6 +291,12 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	b.ReportMetric(float64(memAfter.TotalAlloc-memBefore.TotalAlloc)/n, "B/cert")
 	b.ReportMetric(float64(memAfter.Mallocs-memBefore.Mallocs)/n, "allocs/cert")
 	b.ReportMetric(ms(cpu)/n, "proc-CPU-ms/cert")
+	if h.caddy != nil {
+		b.ReportMetric(ms(caddyCPU)/n, "caddy-CPU-ms/cert")
+		if rss, err := h.caddy.peakRSS(); err == nil {
+			b.ReportMetric(float64(rss)/(1<<20), "caddy-peak-RSS-MiB")
+		}
+	}
 	if serverShare > 0 {
 		b.ReportMetric(ms(cpu)/n*serverShare, "server-CPU-ms/cert")
 	}
@@ -550,6 +561,19 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// caddyCPU is the CPU Caddy's own process has used so far; 0 when Caddy
+// runs in this process.
+func (h *harness) caddyCPU(b *testing.B) time.Duration {
+	if h.caddy == nil {
+		return 0
+	}
+	d, err := h.caddy.cpu()
+	if err != nil {
+		b.Fatalf("reading Caddy's CPU: %v", err)
+	}
+	return d
 }
 
 // serverCPUProfile is a CPU profile of a timed part, for the share of the

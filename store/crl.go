@@ -53,10 +53,21 @@ func (db *DB) GetCRL(ctx context.Context, issuerKeyID string) (CRL, error) {
 	return c, readErr(err, "CRL of issuer "+issuerKeyID)
 }
 
-// PublishCRL builds and stores a new CRL for an issuer in one transaction:
-// it reads the issuer's unexpired ledger entries (a certificate past its
-// notAfter at now is dropped), takes the next cRLNumber, has build sign
-// the CRL, and stores it as the issuer's latest.
+// PublishCRL builds and stores a new CRL for an issuer: it reads the
+// issuer's unexpired ledger entries (a certificate past its notAfter at
+// now is dropped) and the next cRLNumber from one read snapshot, has build
+// sign the CRL outside any write, and stores it as the issuer's latest in
+// a short write that takes the number.
+//
+// Building and signing a CRL of many entries takes a while (a tenth of a
+// second per 10,000 entries or more), and the store has one writer: done
+// inside the write, it would stall every issuance behind it. So the write
+// only checks that the number read is still the next one — no other CRL
+// of the name or the key was stored meanwhile — and, if one was, the CRL
+// is built again with a new number, a few times before giving up. A
+// revocation committed while the CRL was built is not on it, and the CRL's
+// LedgerSeq says so: StaleCRLIssuers lists the issuer until another CRL
+// is published.
 //
 // The issuer is its key (issuerKeyID: the ledger and the CRL are per key)
 // and its name (issuerName: RFC 5280 §5.2.3 wants cRLNumber to increase
@@ -65,85 +76,153 @@ func (db *DB) GetCRL(ctx context.Context, issuerKeyID string) (CRL, error) {
 // above both the name's and the key's counters — the key's counter
 // carries a sequence begun before names were counted — and both are set to
 // it, committed with the CRL that carries it, so cRLNumber strictly
-// increases per name across restarts, keys and instances.
+// increases per name across restarts, keys and instances. A failed build
+// takes no number.
 func (db *DB) PublishCRL(ctx context.Context, issuerKeyID, issuerName string, now time.Time, build CRLBuild) (CRL, error) {
 	if issuerKeyID == "" || issuerName == "" {
 		return CRL{}, errors.New("store: publishing a CRL needs an issuer's key id and name")
 	}
-	var out CRL
-	err := db.withTx(ctx, func(tx *sql.Tx) error {
-		var seq sql.NullInt64
-		if err := tx.QueryRowContext(ctx, db.q(`SELECT MAX(id) FROM revocations WHERE issuer_key_id = ?`), issuerKeyID).
-			Scan(&seq); err != nil {
-			return err
+	const attempts = 4
+	for attempt := 1; ; attempt++ {
+		snap, err := db.crlSnapshot(ctx, issuerKeyID, issuerName, now)
+		if err != nil {
+			return CRL{}, fmt.Errorf("store: reading the ledger of issuer %s: %w", issuerKeyID, err)
 		}
-		rows, err := tx.QueryContext(ctx, db.q(`SELECT serial, revoked_at, reason FROM revocations
-			WHERE issuer_key_id = ? AND not_after >= ? ORDER BY id`), issuerKeyID, now.UnixMilli())
+		der, this, next, err := build(snap.number, snap.entries)
+		if err != nil {
+			return CRL{}, err
+		}
+		out := CRL{IssuerKeyID: issuerKeyID, Number: snap.number, ThisUpdate: this, NextUpdate: next,
+			LedgerSeq: snap.seq, Entries: len(snap.entries), DER: der, UpdatedAt: now}
+		err = db.storeCRL(ctx, issuerName, out)
+		if errors.Is(err, errCRLNumberTaken) && attempt < attempts {
+			continue
+		}
+		if err != nil {
+			return CRL{}, fmt.Errorf("store: publishing the CRL of issuer %s: %w", issuerKeyID, err)
+		}
+		return out, nil
+	}
+}
+
+// errCRLNumberTaken: another CRL of the issuer's name or key was stored
+// while one was being built.
+var errCRLNumberTaken = errors.New("another CRL took its cRLNumber while it was built")
+
+// crlSnapshot is what a CRL is built from, read at one moment.
+type crlSnapshot struct {
+	seq     int64 // the last ledger row of the issuer
+	number  int64 // the cRLNumber the CRL will carry
+	entries []CRLEntry
+}
+
+// crlSnapshot reads, in one read-only transaction (one snapshot), the
+// issuer's last ledger row, its unexpired entries up to it, and the next
+// cRLNumber of its name and key.
+func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, now time.Time) (crlSnapshot, error) {
+	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return crlSnapshot{}, err
+	}
+	defer tx.Rollback()
+	var (
+		s   crlSnapshot
+		seq sql.NullInt64
+	)
+	if err := tx.QueryRowContext(ctx, db.q(`SELECT MAX(id) FROM revocations WHERE issuer_key_id = ?`), issuerKeyID).
+		Scan(&seq); err != nil {
+		return crlSnapshot{}, err
+	}
+	s.seq = seq.Int64
+	var n int64
+	if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM revocations WHERE issuer_key_id = ? AND not_after >= ? AND id <= ?`),
+		issuerKeyID, now.UnixMilli(), s.seq).Scan(&n); err != nil {
+		return crlSnapshot{}, err
+	}
+	s.entries = make([]CRLEntry, 0, n)
+	rows, err := tx.QueryContext(ctx, db.q(`SELECT serial, revoked_at, reason FROM revocations
+		WHERE issuer_key_id = ? AND not_after >= ? AND id <= ? ORDER BY id`), issuerKeyID, now.UnixMilli(), s.seq)
+	if err != nil {
+		return crlSnapshot{}, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			e      CRLEntry
+			at     int64
+			reason sql.NullInt64
+		)
+		if err := rows.Scan(&e.Serial, &at, &reason); err != nil {
+			return crlSnapshot{}, err
+		}
+		e.RevokedAt, e.Reason = ms(at), nullInt(reason)
+		s.entries = append(s.entries, e)
+	}
+	if err := rows.Err(); err != nil {
+		return crlSnapshot{}, err
+	}
+	last, err := crlLastNumber(ctx, tx, db, issuerKeyID, issuerName)
+	if err != nil {
+		return crlSnapshot{}, err
+	}
+	s.number = last + 1
+	return s, nil
+}
+
+// queryRower is a *sql.Tx as crlLastNumber needs it.
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// crlLastNumber is the last cRLNumber taken by issuerName or issuerKeyID.
+func crlLastNumber(ctx context.Context, q queryRower, db *DB, issuerKeyID, issuerName string) (int64, error) {
+	var last int64
+	err := q.QueryRowContext(ctx, db.q(`SELECT MAX(last) FROM (
+			SELECT COALESCE(MAX(last), 0) AS last FROM crl_numbers WHERE issuer_key_id = ?
+			UNION ALL SELECT COALESCE(MAX(last), 0) FROM crl_name_numbers WHERE issuer_name = ?) t`),
+		issuerKeyID, issuerName).Scan(&last)
+	return last, err
+}
+
+// storeCRL stores crl as its issuer's latest, with its number as the
+// last of the issuer's name and key, unless another CRL took a number at
+// or above it meanwhile (errCRLNumberTaken).
+func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL) error {
+	return db.withTx(ctx, func(tx *sql.Tx) error {
+		last, err := crlLastNumber(ctx, tx, db, crl.IssuerKeyID, issuerName)
 		if err != nil {
 			return err
 		}
-		var entries []CRLEntry
-		for rows.Next() {
-			var (
-				e      CRLEntry
-				at     int64
-				reason sql.NullInt64
-			)
-			if err := rows.Scan(&e.Serial, &at, &reason); err != nil {
-				rows.Close()
-				return err
-			}
-			e.RevokedAt, e.Reason = ms(at), nullInt(reason)
-			entries = append(entries, e)
+		if last >= crl.Number {
+			return errCRLNumberTaken
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		var keyLast, number int64
-		if err := tx.QueryRowContext(ctx, db.q(`SELECT COALESCE(MAX(last), 0) FROM crl_numbers WHERE issuer_key_id = ?`),
-			issuerKeyID).Scan(&keyLast); err != nil {
-			return err
-		}
-		if err := tx.QueryRowContext(ctx, db.q(`INSERT INTO crl_name_numbers (issuer_name, last) VALUES (?, ?)
-			ON CONFLICT (issuer_name) DO UPDATE SET last = CASE WHEN crl_name_numbers.last >= excluded.last
-				THEN crl_name_numbers.last + 1 ELSE excluded.last END
-			RETURNING last`), issuerName, keyLast+1).Scan(&number); err != nil {
+		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO crl_name_numbers (issuer_name, last) VALUES (?, ?)
+			ON CONFLICT (issuer_name) DO UPDATE SET last = excluded.last`), issuerName, crl.Number); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO crl_numbers (issuer_key_id, last) VALUES (?, ?)
-			ON CONFLICT (issuer_key_id) DO UPDATE SET last = excluded.last`), issuerKeyID, number); err != nil {
+			ON CONFLICT (issuer_key_id) DO UPDATE SET last = excluded.last`), crl.IssuerKeyID, crl.Number); err != nil {
 			return err
 		}
-		der, this, next, err := build(number, entries)
-		if err != nil {
-			return buildError{err}
-		}
-		out = CRL{IssuerKeyID: issuerKeyID, Number: number, ThisUpdate: this, NextUpdate: next,
-			LedgerSeq: seq.Int64, Entries: len(entries), DER: der, UpdatedAt: now}
 		_, err = tx.ExecContext(ctx, db.q(`INSERT INTO crls (`+crlCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (issuer_key_id) DO UPDATE SET number = excluded.number, this_update = excluded.this_update,
 				next_update = excluded.next_update, ledger_seq = excluded.ledger_seq, entries = excluded.entries,
 				der = excluded.der, updated_at = excluded.updated_at
 			WHERE excluded.number > crls.number`),
-			issuerKeyID, number, this.UnixMilli(), next.UnixMilli(), out.LedgerSeq, out.Entries, der, now.UnixMilli())
+			crl.IssuerKeyID, crl.Number, crl.ThisUpdate.UnixMilli(), crl.NextUpdate.UnixMilli(), crl.LedgerSeq, crl.Entries,
+			crl.DER, crl.UpdatedAt.UnixMilli())
 		return err
 	})
-	if be, ok := errors.AsType[buildError](err); ok {
-		return CRL{}, be.err
-	}
-	if err != nil {
-		return CRL{}, fmt.Errorf("store: publishing the CRL of issuer %s: %w", issuerKeyID, err)
-	}
-	return out, nil
 }
 
-// buildError carries a failure of the caller's build function out of the
-// transaction, to be returned as is.
-type buildError struct{ err error }
-
-func (e buildError) Error() string { return e.err.Error() }
-func (e buildError) Unwrap() error { return e.err }
+// CRLNumber is the cRLNumber of an issuer's latest stored CRL: what a
+// server serving a CRL from memory asks to learn whether another instance
+// published a newer one, without reading the CRL itself.
+func (db *DB) CRLNumber(ctx context.Context, issuerKeyID string) (int64, error) {
+	var n int64
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT number FROM crls WHERE issuer_key_id = ?`), issuerKeyID).Scan(&n)
+	return n, readErr(err, "CRL of issuer "+issuerKeyID)
+}
 
 // StaleCRLIssuers lists the issuers whose ledger has revocations their
 // latest CRL does not reflect (or that have no CRL at all): what a crash

@@ -29,6 +29,7 @@ type OrderFilter struct {
 	Status     acme.Status
 	AccountID  string
 	Identifier string // an identifier value, exactly as stored (normalized)
+	Serial     string // a certificate serial, lower-case hex as stored
 	After      string // page: orders listed after this order id
 	Limit      int    // default 100, at most 1000
 }
@@ -80,34 +81,18 @@ func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
 }
 
 // ListOrders returns orders newest first.
+//
+// Each filter is written so that the index made for it (migration
+// order_search) is used and the page is read in order, not sorted from
+// every match: by identifier or serial the few orders found through their
+// own index; otherwise an index on (…, created_at, id) read backwards from
+// the page's start. The other filters then narrow what those give: after
+// an identifier or a serial they compare "column || ”", which keeps
+// SQLite's planner, which has no statistics, from preferring the index of
+// the profile, status or account (every order of it) to the identifier's.
 func (db *DB) ListOrders(ctx context.Context, f OrderFilter) ([]OrderSummary, error) {
-	var (
-		where []string
-		args  []any
-	)
-	add := func(cond string, v any) { where, args = append(where, cond), append(args, v) }
-	if f.Profile != "" {
-		add("o.profile = ?", f.Profile)
-	}
-	if f.Status != "" {
-		add("o.status = ?", f.Status)
-	}
-	if f.AccountID != "" {
-		add("o.account_id = ?", f.AccountID)
-	}
-	if f.Identifier != "" {
-		add("EXISTS (SELECT 1 FROM order_identifiers i WHERE i.order_id = o.id AND i.value = ?)", f.Identifier)
-	}
-	if f.After != "" {
-		where = append(where, "EXISTS (SELECT 1 FROM orders p WHERE p.id = ? AND (o.created_at < p.created_at OR (o.created_at = p.created_at AND o.id < p.id)))")
-		args = append(args, f.After)
-	}
-	stmt := `SELECT ` + orderSummaryCols + orderSummaryFrom
-	if len(where) > 0 {
-		stmt += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	stmt += ` ORDER BY o.created_at DESC, o.id DESC LIMIT ?`
-	rows, err := db.r.QueryContext(ctx, db.q(stmt), append(args, PageLimit(f.Limit))...)
+	stmt, args := listOrdersQuery(f)
+	rows, err := db.r.QueryContext(ctx, db.q(stmt), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: listing orders: %w", err)
 	}
@@ -121,6 +106,51 @@ func (db *DB) ListOrders(ctx context.Context, f OrderFilter) ([]OrderSummary, er
 		out = append(out, s)
 	}
 	return out, rows.Err()
+}
+
+// listOrdersQuery is ListOrders' statement for f, and its arguments.
+func listOrdersQuery(f OrderFilter) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, v any) { where, args = append(where, cond), append(args, v) }
+	selective := f.Identifier != "" || f.Serial != ""
+	if f.Identifier != "" {
+		add("o.id IN (SELECT i.order_id FROM order_identifiers i WHERE i.value = ?)", f.Identifier)
+	}
+	if f.Serial != "" {
+		add("o.id IN (SELECT s.order_id FROM certificates s WHERE s.serial = ?)", f.Serial)
+	}
+	// col is a column to compare; after a selective filter, as an
+	// expression no index serves.
+	col := func(c string) string {
+		if selective {
+			return c + " || ''"
+		}
+		return c
+	}
+	if f.Profile != "" {
+		add(col("o.profile")+" = ?", f.Profile)
+	}
+	if f.Status != "" {
+		add(col("o.status")+" = ?", f.Status)
+	}
+	if f.AccountID != "" {
+		add(col("o.account_id")+" = ?", f.AccountID)
+	}
+	if f.After != "" {
+		// A row value, so that the page starts with a seek in the index
+		// rather than a test of every row; no rows when the order named
+		// does not exist.
+		add("(o.created_at, o.id) < (SELECT p.created_at, p.id FROM orders p WHERE p.id = ?)", f.After)
+	}
+	stmt := `SELECT ` + orderSummaryCols + orderSummaryFrom
+	if len(where) > 0 {
+		stmt += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	stmt += ` ORDER BY o.created_at DESC, o.id DESC LIMIT ?`
+	return stmt, append(args, PageLimit(f.Limit))
 }
 
 // OrderByID reads an order of any profile with its certificate chain.

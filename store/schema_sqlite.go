@@ -471,4 +471,21 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX accounts_status ON accounts (status, updated_at)`,
 		},
 	},
+	{
+		version: 19,
+		name:    "order_search",
+		stmts: []string{
+			// The operator's order search (ListOrders) newest first, by
+			// none, status, profile or account, reads an index in the
+			// listing's order (created_at DESC, id DESC) and stops at the
+			// page's end, instead of sorting every order: 0.36 s at
+			// 200,000 orders without. By identifier and by serial it starts
+			// from order_identifiers_value and the certificates' serial.
+			`CREATE INDEX orders_created ON orders (created_at, id)`,
+			`CREATE INDEX orders_status_created ON orders (status, created_at, id)`,
+			`CREATE INDEX orders_profile_created ON orders (profile, created_at, id)`,
+			`DROP INDEX orders_account`,
+			`CREATE INDEX orders_account ON orders (account_id, created_at, id)`,
+		},
+	},
 }

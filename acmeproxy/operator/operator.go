@@ -63,7 +63,7 @@ func (op *Operator) now() time.Time {
 // flags of the CLI that sets them, one set for both. Each list's names are
 // those of its store filter's fields.
 var (
-	OrderFilters   = []string{"profile", "status", "identifier", "account", "after", "limit"}
+	OrderFilters   = []string{"profile", "status", "identifier", "account", "serial", "after", "limit"}
 	AccountFilters = []string{"profile", "status", "after", "limit"}
 	JobFilters     = []string{"kind", "status", "key", "before", "limit"}
 	AuditFilters   = []string{"profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"}
@@ -206,6 +206,13 @@ func (op *Operator) ListOrders(ctx context.Context, f store.OrderFilter) (Page[O
 	}
 	if f.Identifier != "" {
 		f.Identifier = strings.ToLower(strings.TrimSuffix(f.Identifier, "."))
+	}
+	if f.Serial != "" {
+		serial, err := normalSerial(f.Serial)
+		if err != nil {
+			return Page[OrderView]{}, err
+		}
+		f.Serial = serial
 	}
 	rows, err := op.DB.ListOrders(ctx, f)
 	if err != nil {

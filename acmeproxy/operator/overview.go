@@ -137,15 +137,25 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 // FindOrderBySerial finds the order whose certificate has serial, given
 // in hex with or without colons, in any case.
 func (op *Operator) FindOrderBySerial(ctx context.Context, serial string) (OrderView, error) {
-	s := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(serial), ":", ""))
-	if s == "" || strings.Trim(s, "0123456789abcdef") != "" {
-		return OrderView{}, fmt.Errorf("%w: serial %q is not hexadecimal", ErrInvalid, serial)
+	s, err := normalSerial(serial)
+	if err != nil {
+		return OrderView{}, err
 	}
 	id, err := op.DB.OrderIDBySerial(ctx, s)
 	if err != nil {
 		return OrderView{}, err
 	}
 	return op.ShowOrder(ctx, id)
+}
+
+// normalSerial is a serial given in hex with or without colons, in any
+// case, as the store keeps it.
+func normalSerial(serial string) (string, error) {
+	s := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(serial), ":", ""))
+	if s == "" || strings.Trim(s, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("%w: serial %q is not hexadecimal", ErrInvalid, serial)
+	}
+	return s, nil
 }
 
 // RetryJobAs is RetryJob, audited with actor.

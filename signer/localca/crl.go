@@ -94,7 +94,7 @@ func (s *Signer) SignCRL(ctx context.Context, issuerKeyID string, tmpl *x509.Rev
 		return nil, fmt.Errorf("%w: CA %q (key id %s) expired at %v, and so has every leaf it signed",
 			signer.ErrIssuerRetired, ca.Subject, issuerKeyID, ca.NotAfter)
 	}
-	der, err := x509.CreateRevocationList(rand.Reader, tmpl, ca, k.iss.Key)
+	der, err := createCRL(rand.Reader, tmpl, ca, k.iss.Key)
 	if err != nil {
 		return nil, fmt.Errorf("localca: signing the CRL of %q: %w", ca.Subject, err)
 	}

@@ -1,0 +1,255 @@
+//go:build unix
+
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/seed"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// BenchmarkScale measures what a large database costs, in one run and in
+// this order (the sub-benchmarks share the one database):
+//
+//   - issuance/db=empty: acme_proxy at 8 clients before anything is seeded;
+//
+//   - seed: ACMEPROXY_BENCH_ORDERS issued orders (default 200,000; see
+//     internal/seed for what each holds), ACMEPROXY_BENCH_REVOKED of them
+//     revoked (default 100,000) on the CRL of the CA acme_proxy issues
+//     from, written into Caddy's database while it runs;
+//
+//   - issuance/db=seeded: the same issuance again;
+//
+//   - search/by=…: the admin API's order search (GET /acme_proxy/orders,
+//     limit 50) by identifier, account, serial, status, and unfiltered,
+//     one request per op;
+//
+//   - crl/regenerate: POST /acme_proxy/crl/bench/regenerate, reported as
+//     s/regen (at most 10 of them, whatever b.N) with the CRL's size, and
+//     a conditional GET of the CRL answered 304;
+//
+//   - issuance/db=seeded/crl=regenerating: issuance while the CRL is
+//     regenerated once a second (back to back when a regeneration takes
+//     longer), as a burst of revocations makes it.
+//
+//     go test -run '^$' -bench '^BenchmarkScale$' -benchtime 300x -timeout 60m ./bench/
+func BenchmarkScale(b *testing.B) {
+	h := getHarness(b)
+	const clients = 8
+	b.Run("issuance/db=empty", func(b *testing.B) { h.run(b, acmeProxy, clients, false) })
+	var s *scaleSeed
+	b.Run("seed", func(b *testing.B) {
+		s = h.seedScale(b)
+		// The seeded revocations leave the CRL stale: the refresh would
+		// regenerate it within a minute, in the middle of the next
+		// sub-benchmark. Regenerate it now, outside any timed part.
+		h.regenerateCRL(b)
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(float64(s.orders)/s.took.Seconds(), "orders/s")
+	})
+	if s == nil || s.err != nil {
+		b.Fatal("no seeded database")
+	}
+	b.Run("issuance/db=seeded", func(b *testing.B) { h.run(b, acmeProxy, clients, false) })
+	for _, q := range []struct{ by, query string }{
+		{"identifier", "identifier=" + url.QueryEscape(s.sample.Identifier)},
+		{"account", "account=" + url.QueryEscape(s.sample.AccountID)},
+		{"serial", "serial=" + url.QueryEscape(s.sample.Serial)},
+		{"status", "status=valid"},
+		{"none", ""},
+	} {
+		b.Run("search/by="+q.by, func(b *testing.B) {
+			for b.Loop() {
+				if n := h.searchOrders(b, q.query+"&limit=50"); n == 0 {
+					b.Fatalf("the search %s found no order", q.query)
+				}
+			}
+		})
+	}
+	b.Run("crl/regenerate", func(b *testing.B) {
+		n := min(b.N, 10)
+		var took time.Duration
+		var size int
+		for range n {
+			t0 := time.Now()
+			h.regenerateCRL(b)
+			took += time.Since(t0)
+		}
+		size = h.checkCRLConditional(b, s.revoked)
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(took.Seconds()/float64(n), "s/regen")
+		b.ReportMetric(float64(size)/(1<<20), "CRL-MiB")
+	})
+	b.Run("issuance/db=seeded/crl=regenerating", func(b *testing.B) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var regens int
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				h.regenerateCRL(b)
+				regens++
+				if d := time.Second - time.Since(t0); d > 0 {
+					_ = sleep(ctx, d)
+				}
+			}
+		})
+		h.run(b, acmeProxy, clients, false)
+		cancel()
+		wg.Wait()
+		b.ReportMetric(float64(regens), "regens")
+	})
+}
+
+// scaleSeed is what seedScale wrote.
+type scaleSeed struct {
+	orders, revoked int
+	sample          seed.Sample
+	took            time.Duration
+	err             error
+}
+
+var (
+	scaleOnce sync.Once
+	theScale  scaleSeed
+)
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		b.Fatalf("%s=%q: want a whole number", name, v)
+	}
+	return n
+}
+
+// seedScale fills acme_proxy's database once (see BenchmarkScale).
+func (h *harness) seedScale(b *testing.B) *scaleSeed {
+	scaleOnce.Do(func() {
+		s := &theScale
+		s.orders = envInt(b, "ACMEPROXY_BENCH_ORDERS", 200000)
+		s.revoked = min(envInt(b, "ACMEPROXY_BENCH_REVOKED", 100000), s.orders)
+		issuer, err := h.issuerKeyID()
+		if err != nil {
+			s.err = err
+			return
+		}
+		ctx := context.Background()
+		db, err := store.OpenSQLite(ctx, filepath.Join(h.dir, "acme_proxy.db"), store.SQLiteOptions{})
+		if err != nil {
+			s.err = err
+			return
+		}
+		defer db.Close()
+		t0 := time.Now()
+		s.sample, s.err = seed.Run(ctx, db, seed.Options{Profile: "bench", Orders: s.orders, Revoked: s.revoked,
+			IssuerKeyID: issuer, Zone: "seed." + benchZone})
+		s.took = time.Since(t0)
+	})
+	if theScale.err != nil {
+		b.Fatalf("seeding: %v", theScale.err)
+	}
+	return &theScale
+}
+
+// issuerKeyID is the key id (subject key identifier, hex) of the CA
+// acme_proxy issues from: Caddy's local intermediate.
+func (h *harness) issuerKeyID() (string, error) {
+	p, err := os.ReadFile(filepath.Join(h.dir, "storage", "pki", "authorities", "local", "intermediate.crt"))
+	if err != nil {
+		return "", err
+	}
+	blk, _ := pem.Decode(p)
+	if blk == nil {
+		return "", fmt.Errorf("intermediate.crt holds no PEM")
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(c.SubjectKeyId), nil
+}
+
+// admin calls Caddy's admin endpoint.
+func (h *harness) adminCall(b *testing.B, method, path string) []byte {
+	req, _ := http.NewRequest(method, h.admin+path, nil)
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, body)
+	}
+	return body
+}
+
+// searchOrders runs one order search and returns how many orders it found.
+func (h *harness) searchOrders(b *testing.B, query string) int {
+	var page struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(h.adminCall(b, http.MethodGet, "/acme_proxy/orders?"+query), &page); err != nil {
+		b.Fatalf("order search: %v", err)
+	}
+	return len(page.Items)
+}
+
+func (h *harness) regenerateCRL(b *testing.B) {
+	h.adminCall(b, http.MethodPost, "/acme_proxy/crl/bench/regenerate")
+}
+
+// checkCRLConditional fetches the CRL, checks it lists at least want
+// entries, asks again with its ETag and wants 304, and returns its size.
+func (h *harness) checkCRLConditional(b *testing.B, want int) int {
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: h.roots}}}
+	defer c.CloseIdleConnections()
+	u := h.dirURLs[acmeProxy][:len(h.dirURLs[acmeProxy])-len("/directory")] + "/crl"
+	resp, err := c.Get(u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	der, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	crl, err := x509.ParseRevocationList(der)
+	if resp.StatusCode != http.StatusOK || err != nil {
+		b.Fatalf("GET %s: %d, %v", u, resp.StatusCode, err)
+	}
+	if len(crl.RevokedCertificateEntries) < want {
+		b.Fatalf("the CRL lists %d entries; want at least %d", len(crl.RevokedCertificateEntries), want)
+	}
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
+	req.Header.Set("If-None-Match", resp.Header.Get("ETag"))
+	resp, err = c.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotModified {
+		b.Fatalf("conditional GET of the CRL: %d; want 304", resp.StatusCode)
+	}
+	return len(der)
+}
