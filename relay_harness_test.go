@@ -15,6 +15,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -138,8 +139,13 @@ type relayPebble struct {
 	mu     sync.Mutex
 	counts map[string]int
 	// orderProfiles are the "profile" members of the newOrder payloads
-	// Pebble received, in order ("" for none).
+	// Pebble received, in order ("" for none); orderReplaces their
+	// "replaces".
 	orderProfiles []string
+	orderReplaces []string
+	// noARI hides renewalInfo from Pebble's directory: an upstream
+	// without renewal information.
+	noARI atomic.Bool
 }
 
 // startRelayPebble runs Pebble validating http-01 on httpPort and dns-01
@@ -223,7 +229,8 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 				Payload string `json:"payload"`
 			}
 			var order struct {
-				Profile string `json:"profile"`
+				Profile  string `json:"profile"`
+				Replaces string `json:"replaces"`
 			}
 			if json.Unmarshal(body, &jws) == nil {
 				if payload, err := base64.RawURLEncoding.DecodeString(jws.Payload); err == nil {
@@ -232,10 +239,33 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 			}
 			p.mu.Lock()
 			p.orderProfiles = append(p.orderProfiles, order.Profile)
+			p.orderReplaces = append(p.orderReplaces, order.Replaces)
 			p.mu.Unlock()
+		}
+		if r.URL.Path == wfe.DirectoryPath && p.noARI.Load() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			var dir map[string]any
+			if err := json.Unmarshal(rec.Body.Bytes(), &dir); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			delete(dir, "renewalInfo")
+			maps.Copy(w.Header(), rec.Header())
+			w.Header().Del("Content-Length")
+			w.WriteHeader(rec.Code)
+			_ = json.NewEncoder(w).Encode(dir)
+			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// newOrderReplaces are the "replaces" of the newOrders Pebble received.
+func (p *relayPebble) newOrderReplaces() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.orderReplaces)
 }
 
 // newOrderProfiles are the profiles the newOrders Pebble received asked for.

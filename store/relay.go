@@ -47,6 +47,9 @@ type RelayOrder struct {
 	// CertificateProfile is the certificate profile the order chose; ""
 	// for none.
 	CertificateProfile string
+	// Replaces is the certID (RFC 9773 §4.1) of the certificate the order
+	// replaces (orders.replaces); "" for none.
+	Replaces string
 }
 
 // NewRelayOrder is the mapping the relay signer stores at finalize. Its
@@ -62,7 +65,7 @@ type NewRelayOrder struct {
 
 const relayCols = `r.order_id, r.profile, r.upstream_order_url, r.csr, r.client_addr, r.user_agent, r.status, r.detail,
 	r.created_at, r.updated_at, o.status, o.identifiers, o.not_before, o.not_after, o.expires_at, o.failure_detail,
-	o.certificate_profile`
+	o.certificate_profile, o.replaces`
 
 const relayFrom = ` FROM relay_orders r JOIN orders o ON o.id = r.order_id`
 
@@ -76,7 +79,7 @@ func scanRelayOrder(row rowScanner) (RelayOrder, error) {
 		expires          int64
 	)
 	if err := row.Scan(&r.OrderID, &r.Profile, &upstream, &r.CSR, &r.ClientAddr, &r.UserAgent, &r.Status, &r.Detail,
-		&created, &updated, &r.OrderStatus, &idents, &nb, &na, &expires, &failed, &r.CertificateProfile); err != nil {
+		&created, &updated, &r.OrderStatus, &idents, &nb, &na, &expires, &failed, &r.CertificateProfile, &r.Replaces); err != nil {
 		return RelayOrder{}, err
 	}
 	if err := json.Unmarshal([]byte(idents), &r.Identifiers); err != nil {

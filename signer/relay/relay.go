@@ -123,6 +123,8 @@ type Signer struct {
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
+
+	ari ariCache // the upstream's renewal windows (renewal.go)
 }
 
 // New checks opts and returns a Signer. It does not contact the upstream:

@@ -113,7 +113,20 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 	if want.Profile, err = s.upstreamProfile(ctx, c, b, ro); err != nil {
 		return acme.Order{}, err
 	}
+	if want.Replaces, err = s.upstreamReplaces(ctx, c, ro); err != nil {
+		return acme.Order{}, err
+	}
 	order, err := c.NewOrder(ctx, acct, want)
+	var p acme.Problem
+	if err != nil && want.Replaces != "" && errors.As(err, &p) && p.Type == acme.ProblemTypeAlreadyReplaced {
+		// The upstream counts a replacement we do not (an earlier local
+		// order that failed after its upstream order was placed): the
+		// certificate is renewed all the same, without the hint.
+		log.Info("the upstream refused replaces; ordering without it", zap.String("event", "relay_replaces_refused"),
+			zap.String("profile", b.Profile), zap.String("order", ro.OrderID), zap.String("replaces", want.Replaces))
+		want.Replaces = ""
+		order, err = c.NewOrder(ctx, acct, want)
+	}
 	if err != nil {
 		return order, fmt.Errorf("creating the upstream order: %w", err)
 	}
@@ -130,6 +143,25 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 		return c.GetOrder(ctx, acct, acme.Order{Location: recorded})
 	}
 	return order, nil
+}
+
+// upstreamReplaces is the "replaces" of the upstream order for ro (RFC
+// 9773 §5): the certID of the certificate the local order replaces, when
+// the upstream offers renewal information; "" otherwise. The relayed
+// certificate was issued by the upstream, so the certID the client
+// computed from its AKI and serial names it upstream too.
+func (s *Signer) upstreamReplaces(ctx context.Context, c *acme.Client, ro store.RelayOrder) (string, error) {
+	if ro.Replaces == "" {
+		return "", nil
+	}
+	dir, err := c.GetDirectory(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading the upstream directory: %w", err)
+	}
+	if dir.RenewalInfo == "" {
+		return "", nil
+	}
+	return ro.Replaces, nil
 }
 
 // upstreamProfile is the upstream certificate profile the order of ro

@@ -1,0 +1,130 @@
+package relay
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mholt/acmez/v3/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+)
+
+// Renewal information (RFC 9773) of relayed certificates: the upstream
+// decides when they should be renewed, so its window is theirs.
+
+const (
+	// ariTimeout bounds one upstream renewalInfo read (acmez tries a
+	// failing or malformed answer three times, seconds apart): it runs
+	// inside a client's GET.
+	ariTimeout = 15 * time.Second
+	// ariDefaultHold is how long an upstream window is kept when the
+	// upstream sends no Retry-After (RFC 9773 §4.3's few times a day).
+	ariDefaultHold = 6 * time.Hour
+	// ariUnsupportedHold is how long an upstream without renewalInfo in
+	// its directory is not asked again; ariFailureHold, one that failed.
+	ariUnsupportedHold = time.Hour
+	ariFailureHold     = time.Minute
+	// ariPruneAt is the cache size from which a store drops the expired
+	// entries.
+	ariPruneAt = 256
+)
+
+// ariCache holds the upstream's answers per certID until they expire.
+type ariCache struct {
+	mu      sync.Mutex
+	entries map[string]ariEntry
+}
+
+// ariEntry is one upstream answer: a window or an error, held until.
+type ariEntry struct {
+	info  signer.RenewalInfo
+	err   error
+	until time.Time
+}
+
+func (c *ariCache) get(certID string, now time.Time) (ariEntry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[certID]
+	if !ok || !now.Before(e.until) {
+		return ariEntry{}, false
+	}
+	return e, true
+}
+
+func (c *ariCache) put(certID string, e ariEntry, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]ariEntry{}
+	}
+	if len(c.entries) >= ariPruneAt {
+		for k, old := range c.entries {
+			if !now.Before(old.until) {
+				delete(c.entries, k)
+			}
+		}
+	}
+	c.entries[certID] = e
+}
+
+// RenewalInfo implements signer.RenewalInfoSource: the upstream's window
+// for leaf, which the upstream issued, read through acmez and kept until
+// the upstream's Retry-After. The answer's RetryAfter is what is left of
+// that. An upstream whose directory has no renewalInfo answers
+// signer.ErrNoRenewalInfo.
+func (s *Signer) RenewalInfo(ctx context.Context, leaf *x509.Certificate, _ [][]byte) (signer.RenewalInfo, error) {
+	// The certID the upstream knows the certificate by, from its AKI
+	// and serial: the same one the client asked about.
+	certID, err := acme.ARIUniqueIdentifier(leaf)
+	if err != nil {
+		return signer.RenewalInfo{}, fmt.Errorf("relay: the certificate's certID: %w", err)
+	}
+	e, ok := s.ari.get(certID, s.clock.Now())
+	if !ok {
+		e = s.upstreamRenewalInfo(ctx, leaf)
+		if e.err != nil && ctx.Err() != nil {
+			// The client went away: nothing learnt about the upstream.
+			return signer.RenewalInfo{}, e.err
+		}
+		s.ari.put(certID, e, s.clock.Now())
+	}
+	if e.err != nil {
+		return signer.RenewalInfo{}, e.err
+	}
+	info := e.info
+	info.RetryAfter = max(e.until.Sub(s.clock.Now()), time.Second)
+	return info, nil
+}
+
+// upstreamRenewalInfo asks the upstream for leaf's window.
+func (s *Signer) upstreamRenewalInfo(ctx context.Context, leaf *x509.Certificate) ariEntry {
+	ctx, cancel := context.WithTimeout(ctx, ariTimeout)
+	defer cancel()
+	c := s.client(&recorder{base: s.transport, now: s.clock.Now})
+	ari, err := c.GetRenewalInfo(ctx, leaf)
+	now := s.clock.Now()
+	switch {
+	case errors.Is(err, acme.ErrUnsupported):
+		return ariEntry{err: signer.ErrNoRenewalInfo, until: now.Add(ariUnsupportedHold)}
+	case err != nil:
+		return ariEntry{err: fmt.Errorf("relay: renewal information from %s: %w", s.opts.Directory, err), until: now.Add(ariFailureHold)}
+	}
+	hold := ariDefaultHold
+	if ari.RetryAfter != nil {
+		// acmez reads Retry-After against the wall clock.
+		hold = max(time.Until(*ari.RetryAfter), time.Second)
+	}
+	return ariEntry{
+		info: signer.RenewalInfo{Start: ari.SuggestedWindow.Start, End: ari.SuggestedWindow.End, ExplanationURL: ari.ExplanationURL},
+		// The answer holds from when it was asked for, the clock the
+		// cache reads.
+		until: now.Add(hold),
+	}
+}
+
+var _ signer.RenewalInfoSource = (*Signer)(nil)
