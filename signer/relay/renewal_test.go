@@ -1,0 +1,141 @@
+package relay
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"errors"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+)
+
+// ariUpstream is an upstream whose directory offers renewalInfo (unless
+// told not to) and answers every certID with window, asking to be read
+// again after retryAfter; it counts the renewalInfo requests.
+type ariUpstream struct {
+	srv        *httptest.Server
+	start, end atomic.Pointer[time.Time]
+	reads      atomic.Int32
+}
+
+func newARIUpstream(t *testing.T, offer bool, retryAfter string) *ariUpstream {
+	t.Helper()
+	u := &ariUpstream{}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/dir":
+			dir := map[string]string{"newNonce": u.srv.URL + "/nonce", "newAccount": u.srv.URL + "/account", "newOrder": u.srv.URL + "/order"}
+			if offer {
+				dir["renewalInfo"] = u.srv.URL + "/ari"
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(dir)
+		case strings.HasPrefix(r.URL.Path, "/ari/"):
+			u.reads.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", retryAfter)
+			_ = json.NewEncoder(w).Encode(map[string]any{"suggestedWindow": map[string]time.Time{"start": *u.start.Load(), "end": *u.end.Load()}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *ariUpstream) setWindow(start, end time.Time) { u.start.Store(&start); u.end.Store(&end) }
+
+// issuedLeaf is a leaf with an authority key identifier, as an upstream
+// issues.
+func issuedLeaf(t *testing.T) *x509.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upstream"}, NotBefore: now, NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, SubjectKeyId: []byte{1, 2, 3, 4}}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(0x1234567), NotBefore: now, NotAfter: now.Add(time.Hour),
+		DNSNames: []string{"a.example.com"}}, ca, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+func TestTheUpstreamsWindowIsKeptUntilItsRetryAfterAndThenReadAgain(t *testing.T) {
+	up := newARIUpstream(t, true, "3600")
+	b := newBench(t, up.srv.URL+"/dir", ChallengeBypass)
+	ctx := context.Background()
+	leaf := issuedLeaf(t)
+	start := b.clock.Now().Add(48 * time.Hour).UTC().Truncate(time.Second)
+	up.setWindow(start, start.Add(time.Hour))
+
+	info, err := b.s.RenewalInfo(ctx, leaf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Start.Equal(start) || !info.End.Equal(start.Add(time.Hour)) {
+		t.Errorf("window %v – %v; want the upstream's %v – %v", info.Start, info.End, start, start.Add(time.Hour))
+	}
+	if info.RetryAfter > time.Hour || info.RetryAfter < time.Hour-time.Minute {
+		t.Errorf("RetryAfter %v; want the upstream's hour", info.RetryAfter)
+	}
+
+	// Half an hour on, the upstream has moved the window: the kept one
+	// is answered, with what is left of the hour.
+	up.setWindow(start.Add(time.Hour), start.Add(2*time.Hour))
+	b.clock.Advance(30 * time.Minute)
+	info, err = b.s.RenewalInfo(ctx, leaf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Start.Equal(start) || up.reads.Load() != 1 {
+		t.Errorf("within Retry-After: window from %v after %d upstream reads; want the kept %v after 1", info.Start, up.reads.Load(), start)
+	}
+	if info.RetryAfter > 30*time.Minute || info.RetryAfter < 29*time.Minute {
+		t.Errorf("RetryAfter %v half an hour on; want what is left of the hour", info.RetryAfter)
+	}
+
+	// Once the hour is over, the upstream is asked again.
+	b.clock.Advance(31 * time.Minute)
+	info, err = b.s.RenewalInfo(ctx, leaf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Start.Equal(start.Add(time.Hour)) || up.reads.Load() != 2 {
+		t.Errorf("after Retry-After: window from %v after %d upstream reads; want the moved %v after 2", info.Start, up.reads.Load(), start.Add(time.Hour))
+	}
+}
+
+func TestAnUpstreamWithoutRenewalInfoAnswersNoRenewalInfo(t *testing.T) {
+	up := newARIUpstream(t, false, "3600")
+	b := newBench(t, up.srv.URL+"/dir", ChallengeBypass)
+	up.setWindow(time.Now(), time.Now().Add(time.Hour))
+	for i := range 2 {
+		if _, err := b.s.RenewalInfo(context.Background(), issuedLeaf(t), nil); !errors.Is(err, signer.ErrNoRenewalInfo) {
+			t.Errorf("read %d: %v; want signer.ErrNoRenewalInfo", i, err)
+		}
+	}
+	if n := up.reads.Load(); n != 0 {
+		t.Errorf("the upstream's renewalInfo was read %d times; it offers none", n)
+	}
+}
