@@ -7,17 +7,25 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mholt/acmez/v3/acme"
+
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // ariUpstream is an upstream whose directory offers renewalInfo (unless
@@ -137,5 +145,86 @@ func TestAnUpstreamWithoutRenewalInfoAnswersNoRenewalInfo(t *testing.T) {
 	}
 	if n := up.reads.Load(); n != 0 {
 		t.Errorf("the upstream's renewalInfo was read %d times; it offers none", n)
+	}
+}
+
+// An upstream that already counts the replaced certificate as replaced
+// (a local order that failed after its upstream order was placed) answers
+// alreadyReplaced: the relay orders again without "replaces", and the
+// certificate is renewed all the same.
+func TestAnUpstreamRefusingReplacesGetsTheOrderWithoutIt(t *testing.T) {
+	var (
+		srv      *httptest.Server
+		mu       sync.Mutex
+		replaces []string
+	)
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Replay-Nonce", fmt.Sprintf("nonce-%d", time.Now().UnixNano()))
+		switch r.URL.Path {
+		case "/dir":
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]string{"newNonce": srv.URL + "/nonce", "newAccount": srv.URL + "/account",
+				"newOrder": srv.URL + "/order", "renewalInfo": srv.URL + "/ari"})
+		case "/nonce":
+		case "/order":
+			var jws struct {
+				Payload string `json:"payload"`
+			}
+			var order struct {
+				Replaces string `json:"replaces"`
+			}
+			body, _ := io.ReadAll(r.Body)
+			if json.Unmarshal(body, &jws) == nil {
+				if p, err := base64.RawURLEncoding.DecodeString(jws.Payload); err == nil {
+					_ = json.Unmarshal(p, &order)
+				}
+			}
+			mu.Lock()
+			replaces = append(replaces, order.Replaces)
+			mu.Unlock()
+			if order.Replaces != "" {
+				problemAnswer(http.StatusConflict, acme.ProblemTypeAlreadyReplaced, "already replaced")(w, r)
+				return
+			}
+			w.Header().Set("Location", srv.URL+"/order/1")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_ = json.NewEncoder(w).Encode(map[string]any{"status": "pending", "identifiers": []any{}, "authorizations": []string{}, "finalize": srv.URL + "/finalize/1"})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	b := newBench(t, srv.URL+"/dir", ChallengeBypass)
+	ctx := context.Background()
+	req := b.finalized(t, "renew.example.com")
+	ro, _, err := b.db.CreateRelayOrder(ctx, store.NewRelayOrder{OrderID: req.OrderID, Profile: "p", CSR: req.CSRDER}, b.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro.Replaces = "AQIDBA.ASNFZw"
+	bd, log, err := b.s.binding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	acct := acme.Account{Location: srv.URL + "/account/1", PrivateKey: key}
+	c := b.s.client(&recorder{base: b.s.transport, now: b.clock.Now})
+	order, err := b.s.newOrder(ctx, c, acct, bd, log, ro)
+	if err != nil {
+		t.Fatalf("newOrder: %v", err)
+	}
+	mu.Lock()
+	got := slices.Clone(replaces)
+	mu.Unlock()
+	if !slices.Equal(got, []string{"AQIDBA.ASNFZw", ""}) {
+		t.Errorf("the upstream newOrders replace %q; want the certID, then none", got)
+	}
+	stored, err := b.db.GetRelayOrder(ctx, ro.OrderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if order.Location != srv.URL+"/order/1" || stored.UpstreamOrderURL != order.Location {
+		t.Errorf("upstream order %q, recorded %q; want %s/order/1 recorded", order.Location, stored.UpstreamOrderURL, srv.URL)
 	}
 }
