@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -219,6 +220,8 @@ type alternating struct {
 	served [2]atomic.Int64
 	// finalized counts finalize requests each instance answered 200.
 	finalized [2]atomic.Int64
+	// resend: see resendingAfterReload.
+	resend bool
 }
 
 func (f *fleet) alternating() *alternating {
@@ -229,19 +232,17 @@ func (f *fleet) alternating() *alternating {
 	return a
 }
 
-// withoutKeepAlives makes every request of a open its own connection.
-// A server that closes an idle keep-alive connection (as a reloading
-// Caddy does) races a request the client sends on it, and RFC 9112
-// §9.3.1 leaves that request's retry to the client; x/crypto/acme does
-// not retry a POST that failed in transport. The reload test is about
-// what the server keeps, so its clients do not reuse connections: each
-// request still overlaps the reload, none is lost to that race.
-func (a *alternating) withoutKeepAlives() *alternating {
-	for i, t := range a.ts {
-		t = t.Clone()
-		t.DisableKeepAlives = true
-		a.ts[i] = t
-	}
+// resendingAfterReload makes a resend, once, each request that died in
+// transport before any answer (EOF, a reset). A server that closes a
+// connection while a request is on its way (as a reloading Caddy does
+// with the connections of its old configuration) leaves it to the client
+// whether to send again (RFC 9112 §9.3.1). For ACME that is always safe:
+// a resent JWS that the server did process carries a used nonce and is
+// refused with badNonce, which the client answers by signing again with
+// a fresh one. x/crypto/acme does not resend on its own, so the reload
+// test's transport does: the test is about what the server keeps.
+func (a *alternating) resendingAfterReload() *alternating {
+	a.resend = true
 	return a
 }
 
@@ -251,6 +252,17 @@ func (a *alternating) RoundTrip(req *http.Request) (*http.Response, error) {
 		i = int(p - 1)
 	}
 	resp, err := a.ts[i].RoundTrip(req)
+	if err != nil && a.resend && req.Context().Err() == nil && (req.Body == nil || req.GetBody != nil) {
+		again := req.Clone(req.Context())
+		if req.GetBody != nil {
+			body, berr := req.GetBody()
+			if berr != nil {
+				return nil, errors.Join(err, berr)
+			}
+			again.Body = body
+		}
+		resp, err = a.ts[i].RoundTrip(again)
+	}
 	if err == nil {
 		a.served[i].Add(1)
 		if strings.Contains(req.URL.Path, "/finalize") && resp.StatusCode == http.StatusOK {
@@ -576,7 +588,7 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 		)
 		done = new(atomic.Int64)
 		for i := range clients {
-			rt := f.alternating().withoutKeepAlives()
+			rt := f.alternating().resendingAfterReload()
 			c, _ := f.client(t, rt, "internal")
 			wg.Add(1)
 			go func() {
