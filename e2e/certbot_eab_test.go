@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,66 +25,12 @@ func TestCertbotRegistersOnlyWithAnOperatorMintedBinding(t *testing.T) {
 	caddy := buildCaddy(t)
 
 	const name = "eab.example.com"
-	dnsAddr := startDNS(t, "example.com")
-	var (
-		admin       = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		httpPort    = freePort(t)
-		httpsPort   = freePort(t)
-		certbotPort = freePort(t)
-		home        = t.TempDir()
-		storage     = t.TempDir()
-		database    = filepath.Join(t.TempDir(), "acme.db")
-	)
-	config := fmt.Sprintf(`{
-	admin %s
-	default_bind 127.0.0.1
-	http_port %d
-	https_port %d
-	local_certs
-	skip_install_trust
-	storage file_system %q
-	log {
-		level DEBUG
-	}
-	acme_proxy {
-		database %q
-	}
-}
-
-https://localhost:%d {
-	acme_proxy {
-		profile bound
-		eab required
-		validation_ports {
-			http %d
-		}
-		resolvers %s
-	}
-}
-`, admin, httpPort, httpsPort, storage, database, httpsPort, certbotPort, dnsAddr)
-	env := []string{
-		"HOME=" + home,
-		"XDG_DATA_HOME=" + filepath.Join(home, "data"),
-		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
-	}
-	proc := startCaddy(t, caddy, config, env)
-	server := fmt.Sprintf("https://localhost:%d/acme/bound/directory", httpsPort)
-	rootFile := filepath.Join(storage, "pki", "authorities", "local", "root.crt")
-	root := waitDirectory(t, proc, server, rootFile, 15*time.Second)
-
-	cb := certbotRun{
-		bin:       certbot,
-		env:       slices.Concat(env, []string{"REQUESTS_CA_BUNDLE=" + rootFile}),
-		configDir: t.TempDir(),
-		workDir:   t.TempDir(),
-		logsDir:   t.TempDir(),
-		common: []string{
-			"--non-interactive",
-			"--server", server,
-			"--http-01-port", fmt.Sprint(certbotPort),
-			"--http-01-address", "127.0.0.1",
-		},
-	}
+	s := startCertbotServer(t, caddy, certbot, certbotSite{
+		profile: "bound",
+		global:  "\tlog {\n\t\tlevel DEBUG\n\t}",
+		body:    "\t\teab required",
+	})
+	admin, proc, root, cb := s.admin, s.proc, s.root, s.cb
 	obtain := []string{"certonly", "--standalone", "--agree-tos", "--register-unsafely-without-email", "-d", name}
 
 	// Without a binding: the directory says externalAccountRequired, and

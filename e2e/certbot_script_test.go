@@ -3,14 +3,12 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestCertbotIssuesRenewsAndRevokesThroughTheOpenSSLCAExampleScript has
@@ -32,71 +30,17 @@ func TestCertbotIssuesRenewsAndRevokesThroughTheOpenSSLCAExampleScript(t *testin
 	caddy := buildCaddy(t)
 
 	const name = "cb-script.example.com"
-	dnsAddr := startDNS(t, "example.com")
-	var (
-		httpPort    = freePort(t)
-		httpsPort   = freePort(t)
-		certbotPort = freePort(t)
-		home        = t.TempDir()
-		storage     = t.TempDir()
-		database    = filepath.Join(t.TempDir(), "acme.db")
-	)
-	config := fmt.Sprintf(`{
-	admin off
-	default_bind 127.0.0.1
-	http_port %d
-	https_port %d
-	local_certs
-	skip_install_trust
-	storage file_system %q
-	acme_proxy {
-		database %q
-	}
-}
-
-https://localhost:%d {
-	acme_proxy {
-		profile script
-		validation_ports {
-			http %d
-		}
-		resolvers %s
-		signer script {
-			command %s
-			timeout 30s
-			env CA_DIR {env.SCRIPT_CA_DIR}
-		}
-	}
-}
-`, httpPort, httpsPort, storage, database, httpsPort, certbotPort, dnsAddr, example)
-	env := []string{
-		"HOME=" + home,
-		"XDG_DATA_HOME=" + filepath.Join(home, "data"),
-		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
-		"SCRIPT_CA_DIR=" + caDir,
-	}
-	proc := startCaddy(t, caddy, config, env)
-	server := fmt.Sprintf("https://localhost:%d/acme/script/directory", httpsPort)
-	rootFile := filepath.Join(storage, "pki", "authorities", "local", "root.crt")
-	waitDirectory(t, proc, server, rootFile, 15*time.Second)
+	s := startCertbotServer(t, caddy, certbot, certbotSite{
+		profile: "script",
+		body:    "\t\tsigner script {\n\t\t\tcommand " + example + "\n\t\t\ttimeout 30s\n\t\t\tenv CA_DIR {env.SCRIPT_CA_DIR}\n\t\t}",
+		env:     []string{"SCRIPT_CA_DIR=" + caDir},
+	})
+	cb := s.cb
 	ca, err := readCerts(filepath.Join(caDir, "ca.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	cb := certbotRun{
-		bin:       certbot,
-		env:       []string{"REQUESTS_CA_BUNDLE=" + rootFile},
-		configDir: t.TempDir(),
-		workDir:   t.TempDir(),
-		logsDir:   t.TempDir(),
-		common: []string{
-			"--non-interactive",
-			"--server", server,
-			"--http-01-port", fmt.Sprint(certbotPort),
-			"--http-01-address", "127.0.0.1",
-		},
-	}
 	live := filepath.Join(cb.configDir, "live", name)
 	cb.run(t, "certonly", "--standalone", "--agree-tos", "--register-unsafely-without-email", "-d", name)
 	first := checkCertbotCert(t, live, ca[0], name)

@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -30,65 +29,8 @@ func TestCertbot(t *testing.T) {
 	caddy := buildCaddy(t)
 
 	const name = "cb.example.com"
-	dnsAddr := startDNS(t, "example.com")
-	var (
-		admin       = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		httpPort    = freePort(t)
-		httpsPort   = freePort(t)
-		certbotPort = freePort(t)
-		home        = t.TempDir()
-		storage     = t.TempDir()
-		database    = filepath.Join(t.TempDir(), "acme.db")
-	)
-	config := fmt.Sprintf(`{
-	admin %s
-	default_bind 127.0.0.1
-	http_port %d
-	https_port %d
-	local_certs
-	skip_install_trust
-	storage file_system %q
-	acme_proxy {
-		database %q
-	}
-}
-
-https://localhost:%d {
-	acme_proxy {
-		profile certbot
-		validation_ports {
-			http %d
-		}
-		resolvers %s
-	}
-}
-`, admin, httpPort, httpsPort, storage, database, httpsPort, certbotPort, dnsAddr)
-	env := []string{
-		"HOME=" + home,
-		"XDG_DATA_HOME=" + filepath.Join(home, "data"),
-		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
-	}
-
-	start := time.Now()
-	proc := startCaddy(t, caddy, config, env)
-	server := fmt.Sprintf("https://localhost:%d/acme/certbot/directory", httpsPort)
-	rootFile := filepath.Join(storage, "pki", "authorities", "local", "root.crt")
-	root := waitDirectory(t, proc, server, rootFile, 15*time.Second)
-	t.Logf("caddy answered %s after %s", server, time.Since(start).Round(time.Millisecond))
-
-	cb := certbotRun{
-		bin:       certbot,
-		env:       slices.Concat(env, []string{"REQUESTS_CA_BUNDLE=" + rootFile}),
-		configDir: t.TempDir(),
-		workDir:   t.TempDir(),
-		logsDir:   t.TempDir(),
-		common: []string{
-			"--non-interactive",
-			"--server", server,
-			"--http-01-port", fmt.Sprint(certbotPort),
-			"--http-01-address", "127.0.0.1",
-		},
-	}
+	s := startCertbotServer(t, caddy, certbot, certbotSite{profile: "certbot"})
+	admin, server, rootFile, root, cb := s.admin, s.server, s.rootFile, s.root, s.cb
 	live := filepath.Join(cb.configDir, "live", name)
 
 	cb.run(t, "certonly", "--standalone", "--agree-tos", "--register-unsafely-without-email", "-d", name)
