@@ -419,43 +419,58 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 		}
 		seen[kind] = true
 		ks := r.handlers[kind]
+		// The free slots are taken before the claim, not after it: a
+		// RunNow between the two would otherwise find them free too and
+		// run a job beyond the kind's cap.
 		r.mu.Lock()
 		free := ks.concurrency - ks.running
+		if free > 0 {
+			ks.running += free
+		}
 		r.mu.Unlock()
 		if free <= 0 {
 			continue
 		}
-		now := r.opts.Clock.Now()
-		if polled {
-			due, err := r.q.db.AnyJobDue(ctx, kind, r.opts.Lanes, r.opts.Owner, now)
-			if err == nil && !due {
-				continue
-			}
+		claimed, err := r.claimInto(ctx, kind, ks, free, polled)
+		r.mu.Lock()
+		ks.running -= free - len(claimed)
+		if err == nil {
+			ks.backlog = len(claimed) == free
 		}
-		claimed, err := r.q.db.ClaimJobsIn(ctx, kind, r.opts.Lanes, r.opts.Owner, now, now.Add(ks.lease), free)
+		for i := range claimed {
+			r.inflight[claimed[i].ID] = &flight{ks: ks}
+		}
+		r.mu.Unlock()
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Error("claiming jobs", zap.String("event", "jobs_claim_failed"), zap.String("kind", kind), zap.Error(err))
 			}
 			continue
 		}
-		r.mu.Lock()
-		ks.backlog = len(claimed) == free
-		r.mu.Unlock()
 		if len(claimed) == free {
 			more = append(more, kind)
 		}
 		for i := range claimed {
 			job := claimed[i]
-			r.mu.Lock()
-			ks.running++
-			r.inflight[job.ID] = &flight{ks: ks}
-			r.mu.Unlock()
 			r.workers.Add(1)
 			go r.work(ks, &job)
 		}
 	}
 	return more
+}
+
+// claimInto claims up to n due jobs of kind for slots already taken.
+// After a poll it first asks a reader whether anything is due, so an idle
+// runner polls with reads, not writes.
+func (r *Runner) claimInto(ctx context.Context, kind string, ks *kindState, n int, polled bool) ([]Job, error) {
+	now := r.opts.Clock.Now()
+	if polled {
+		due, err := r.q.db.AnyJobDue(ctx, kind, r.opts.Lanes, r.opts.Owner, now)
+		if err == nil && !due {
+			return nil, nil
+		}
+	}
+	return r.q.db.ClaimJobsIn(ctx, kind, r.opts.Lanes, r.opts.Owner, now, now.Add(ks.lease), n)
 }
 
 // renewLeases extends the leases of kinds with work in flight once a third
