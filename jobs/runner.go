@@ -103,7 +103,7 @@ type kindState struct {
 	lease       time.Duration
 	concurrency int
 	running     int       // guarded by Runner.mu
-	backlog     bool      // the last claim filled every slot; guarded by Runner.mu
+	backlog     bool      // jobs may wait for a slot of this kind; guarded by Runner.mu
 	renewedAt   time.Time // loop goroutine only
 }
 
@@ -419,34 +419,40 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 		}
 		seen[kind] = true
 		ks := r.handlers[kind]
-		// The free slots are taken before the claim, not after it: a
-		// RunNow between the two would otherwise find them free too and
-		// run a job beyond the kind's cap.
 		r.mu.Lock()
 		free := ks.concurrency - ks.running
-		if free > 0 {
-			ks.running += free
+		if free <= 0 {
+			// Woken or polling with every slot taken: what woke it waits
+			// for the next slot to free.
+			ks.backlog = true
 		}
 		r.mu.Unlock()
 		if free <= 0 {
 			continue
 		}
 		claimed, err := r.claimInto(ctx, kind, ks, free, polled)
-		r.mu.Lock()
-		ks.running -= free - len(claimed)
-		if err == nil {
-			ks.backlog = len(claimed) == free
-		}
-		for i := range claimed {
-			r.inflight[claimed[i].ID] = &flight{ks: ks}
-		}
-		r.mu.Unlock()
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Error("claiming jobs", zap.String("event", "jobs_claim_failed"), zap.String("kind", kind), zap.Error(err))
 			}
 			continue
 		}
+		// RunNow may have taken slots while the claim was in the store;
+		// what no longer fits under the cap goes back to the queue, and the
+		// next slot to free wakes the loop to claim it again.
+		r.mu.Lock()
+		room := max(ks.concurrency-ks.running, 0)
+		var excess []Job
+		if len(claimed) > room {
+			claimed, excess = claimed[:room], claimed[room:]
+		}
+		ks.running += len(claimed)
+		ks.backlog = len(excess) > 0 || len(claimed) == free
+		for i := range claimed {
+			r.inflight[claimed[i].ID] = &flight{ks: ks}
+		}
+		r.mu.Unlock()
+		r.giveBack(ctx, excess)
 		if len(claimed) == free {
 			more = append(more, kind)
 		}
@@ -459,7 +465,7 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 	return more
 }
 
-// claimInto claims up to n due jobs of kind for slots already taken.
+// claimInto claims up to n due jobs of kind, n being its free slots.
 // After a poll it first asks a reader whether anything is due, so an idle
 // runner polls with reads, not writes.
 func (r *Runner) claimInto(ctx context.Context, kind string, ks *kindState, n int, polled bool) ([]Job, error) {
@@ -471,6 +477,19 @@ func (r *Runner) claimInto(ctx context.Context, kind string, ks *kindState, n in
 		}
 	}
 	return r.q.db.ClaimJobsIn(ctx, kind, r.opts.Lanes, r.opts.Owner, now, now.Add(ks.lease), n)
+}
+
+// giveBack releases claimed jobs this runner has no slot for, uncounted
+// as attempts. A release that fails leaves the lease to expire, after
+// which any runner takes the job.
+func (r *Runner) giveBack(ctx context.Context, jobs []Job) {
+	for _, job := range jobs {
+		err := r.q.db.ReleaseJob(ctx, job.ID, r.opts.Owner, r.opts.Clock.Now())
+		if err != nil && !errors.Is(err, store.ErrLeaseLost) && ctx.Err() == nil {
+			r.log.Warn("giving back a job beyond the kind's cap", zap.String("event", "jobs_release_failed"),
+				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Error(err))
+		}
+	}
 }
 
 // renewLeases extends the leases of kinds with work in flight once a third
