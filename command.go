@@ -319,6 +319,9 @@ func (c *cli) order(cmd *cobra.Command, args []string) error {
 		if len(o.Error) > 0 {
 			fmt.Fprintf(w, "error:\t%s\n", o.Error)
 		}
+		if o.Replaces != "" {
+			fmt.Fprintf(w, "replaces:\t%s\n", o.Replaces)
+		}
 		if o.FailureDetail != "" {
 			fmt.Fprintf(w, "failure detail:\t%s\n", o.FailureDetail)
 		}

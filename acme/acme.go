@@ -100,4 +100,5 @@ const (
 	EventJobCancelled            = "job_cancelled"           // an operator cancelled a job
 	EventRenewEarly              = "renew_early"             // an operator moved a certificate's renewal window to now (RFC 9773)
 	EventRateLimited             = "rate_limited"            // a request refused by one of the profile's limits (once per limit and subject an interval)
+	EventFinalizeRefused         = "finalize_refused"        // a finalize refused before signing: the CAA records, checked again, forbid it (one row per identifier)
 )

@@ -144,7 +144,7 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 		switch p.Status {
 		case "", acme.StatusValid:
 		case acme.StatusDeactivated:
-			if acct, err = s.core.DeactivateAccount(ctx, id, clientIP(r)); err != nil {
+			if acct, err = s.core.DeactivateAccount(ctx, id, clientOf(r)); err != nil {
 				return err
 			}
 		default:

@@ -250,9 +250,15 @@ func (s *Server) newMux() *http.ServeMux {
 				mux.Handle(m+" "+path, s.serveRoute(rt.name, rt.handle))
 			}
 		}
-		allowed := strings.Join(rt.methods, ", ")
+		allowed, name := strings.Join(rt.methods, ", "), rt.name
 		mux.Handle(path, s.serveRoute(rt.name, func(w http.ResponseWriter, r *http.Request) error {
 			w.Header().Set("Allow", allowed)
+			if name == "renewal-info" {
+				// Every renewalInfo answer says when to ask again (RFC
+				// 9773 §4.3), a refused method's too: a client that
+				// POSTs (as a draft had it) then waits as for a refusal.
+				w.Header().Set("Retry-After", strconv.Itoa(int(s.renewalRetryAfter()/time.Second)))
+			}
 			return problem.MethodNotAllowed()
 		}))
 	}

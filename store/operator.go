@@ -36,7 +36,7 @@ type OrderFilter struct {
 
 const orderSummaryCols = `o.id, o.profile, o.account_id, o.status, o.identifiers, o.not_before, o.not_after, o.expires_at,
 	o.error, o.csr, o.certificate_id, o.created_at, o.client_addr, o.user_agent, o.failure_detail, o.updated_at,
-	c.id, c.serial, c.chain_pem, c.not_before, c.not_after, c.revoked_at, c.revocation_reason, oa.eab_label`
+	c.id, c.serial, c.chain_pem, c.not_before, c.not_after, c.revoked_at, c.revocation_reason, oa.eab_label, o.replaces`
 
 const orderSummaryFrom = ` FROM orders o LEFT JOIN certificates c ON c.order_id = o.id LEFT JOIN accounts oa ON oa.id = o.account_id`
 
@@ -56,7 +56,7 @@ func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
 		eabLabel         sql.NullString
 	)
 	if err := r.Scan(&s.ID, &s.Profile, &s.AccountID, &s.Status, &idents, &nb, &na, &expires, &problem, &s.CSR, &certID,
-		&created, &s.Client.Addr, &s.Client.UserAgent, &failed, &updated, &cID, &cSerial, &cChain, &cNB, &cNA, &cRevoked, &cWhy, &eabLabel); err != nil {
+		&created, &s.Client.Addr, &s.Client.UserAgent, &failed, &updated, &cID, &cSerial, &cChain, &cNB, &cNA, &cRevoked, &cWhy, &eabLabel, &s.Replaces); err != nil {
 		return OrderSummary{}, err
 	}
 	o := &s.Order

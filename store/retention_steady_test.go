@@ -162,7 +162,7 @@ func TestASteadyStateOfOrdersKeepsEveryTableBoundedFor200Days(t *testing.T) {
 			}
 			order(acct, fmt.Sprintf("never%d.example.com", d))
 			if d >= 7 {
-				if _, err := au.DeactivateAccount(ctx, accounts[d-7].ID, ""); err != nil {
+				if _, err := au.DeactivateAccount(ctx, accounts[d-7].ID, authority.Client{}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -52,15 +52,18 @@ func (au *Authority) CreateAccount(ctx context.Context, a store.Account, cl Clie
 }
 
 // DeactivateAccount deactivates an account at its own request (RFC 8555
-// §7.3.6), notified as deactivated from clientIP.
-func (au *Authority) DeactivateAccount(ctx context.Context, id, clientIP string) (store.Account, error) {
-	now := au.clock.Now()
-	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountDeactivated, Account: id, ClientAddress: clientIP, Time: now})
-	acct, err := au.db.DeactivateAccount(ctx, id, now, jobs...)
+// §7.3.6) from cl: an account_deactivated audit row by the account, as an
+// operator's deactivation is one by the operator, stored with the change
+// and with its notifications.
+func (au *Authority) DeactivateAccount(ctx context.Context, id string, cl Client) (store.Account, error) {
+	ev := au.event(ctx, acme.EventAccountDeactivated, OutcomeSuccess, Actor{Kind: ActorAccount, ID: id}, cl)
+	ev.AccountID = id
+	ev.Jobs = au.AuditNotifyJobs(ev)
+	acct, err := au.db.DeactivateAccountAudited(ctx, id, ev, ev.At)
 	if err != nil {
 		return acct, err
 	}
-	au.Notified(jobs)
+	au.Notified(ev.Jobs)
 	au.log.Info("account deactivated", zap.String("event", acme.EventAccountDeactivated),
 		zap.String("profile", au.cfg.Profile), zap.String("account", id))
 	return acct, nil

@@ -46,12 +46,20 @@ func (au *Authority) checkCAA(ctx context.Context, a store.Authz, method string)
 // returns nil, the problem refusing the order (a subproblem per refused
 // identifier; 403 for records that forbid, 400 for a lookup that failed),
 // or a fault.
-func (au *Authority) caaRecheck(ctx context.Context, o store.Order) error {
+//
+// Each refused identifier is a finalize_refused audit row of the order's
+// account from cl, with the problem type as its reason and its detail,
+// which names where the records were found and quotes them (their
+// issuers; DNS data, no secret).
+func (au *Authority) caaRecheck(ctx context.Context, o store.Order, cl Client) error {
 	if au.caa == nil {
 		return nil
 	}
 	now := au.clock.Now()
-	var subs []*problem.Problem
+	var (
+		subs []*problem.Problem
+		evs  []store.AuditEvent
+	)
 	for _, id := range o.AuthzIDs {
 		a, err := au.db.GetAuthz(ctx, au.cfg.Profile, id)
 		if err != nil {
@@ -81,9 +89,18 @@ func (au *Authority) caaRecheck(ctx context.Context, o store.Order) error {
 		au.log.Info("finalize refused by CAA", zap.String("event", "finalize_caa_refused"), zap.String("profile", au.cfg.Profile),
 			zap.String("order", o.ID), zap.String("identifier", value), zap.String("problem", p.Detail))
 		subs = append(subs, p.For(a.Identifier.Type, value))
+		ev := au.event(ctx, acme.EventFinalizeRefused, OutcomeRefused, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+		ev.OrderID, ev.AccountID, ev.Reason, ev.Detail = o.ID, o.AccountID, string(p.Type), p.Detail
+		ev.Identifiers = []acme.Identifier{{Type: a.Identifier.Type, Value: value}}
+		evs = append(evs, ev)
 	}
 	if len(subs) == 0 {
 		return nil
+	}
+	if err := au.db.InsertAudits(context.WithoutCancel(ctx), evs); err != nil {
+		// The refusal stands without its rows (see audit).
+		au.log.Error("writing an audit row", zap.String("event", "audit_write_failed"),
+			zap.String("audit_event", acme.EventFinalizeRefused), zap.String("order", o.ID), zap.Error(err))
 	}
 	top := *subs[0]
 	top.Identifier, top.Status = nil, http.StatusForbidden

@@ -61,7 +61,7 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 	if prob := au.policyRefusal(idents); prob != nil {
 		return o, prob
 	}
-	if err := au.caaRecheck(ctx, o); err != nil {
+	if err := au.caaRecheck(ctx, o, cl); err != nil {
 		return o, err
 	}
 

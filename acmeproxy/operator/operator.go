@@ -168,6 +168,9 @@ type OrderView struct {
 	// AccountEABLabel is the label of the account's external account
 	// binding, if it has one.
 	AccountEABLabel string `json:"account_eab_label,omitempty"`
+	// Replaces is the certID (RFC 9773 §4.1) of the certificate the
+	// order renews, as its newOrder named it (RFC 9773 §5).
+	Replaces string `json:"replaces,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -180,7 +183,7 @@ func timePtr(t time.Time) *time.Time {
 func orderView(o store.OrderSummary) OrderView {
 	v := OrderView{ID: o.ID, Profile: o.Profile, Account: o.AccountID, Status: o.Status, Identifiers: o.Identifiers,
 		Created: o.CreatedAt, Updated: o.UpdatedAt, Expires: o.Expires, NotBefore: timePtr(o.NotBefore), NotAfter: timePtr(o.NotAfter),
-		Error: o.Error, FailureDetail: o.FailureDetail, AccountEABLabel: o.AccountEABLabel}
+		Error: o.Error, FailureDetail: o.FailureDetail, AccountEABLabel: o.AccountEABLabel, Replaces: o.Replaces}
 	if c := o.Certificate; c != nil {
 		v.Certificate = &CertificateView{ID: c.ID, Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
 			RevokedAt: timePtr(c.RevokedAt), Reason: c.Reason, ChainPEM: c.ChainPEM}

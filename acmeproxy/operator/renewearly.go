@@ -102,7 +102,8 @@ func (req RenewEarlyRequest) selection() (store.RenewEarlySelection, error) {
 // now: every renewalInfo answer about them from now on, on any instance
 // sharing the store, lies in the past and carries the explanation URL.
 // The selection is stored with the certificates (not recomputed per
-// request), and each certificate's move is an audit row naming actor.
+// request), and each certificate's move is an audit row naming actor; a
+// selection that matches nothing is one row saying what it asked for.
 func (op *Operator) RenewEarly(ctx context.Context, req RenewEarlyRequest, actor authority.Actor) (RenewEarlyView, error) {
 	sel, err := req.selection()
 	if err != nil {
@@ -118,10 +119,21 @@ func (op *Operator) RenewEarly(ctx context.Context, req RenewEarlyRequest, actor
 	if req.ExplanationURL != "" {
 		detail += "; explanation " + req.ExplanationURL
 	}
-	certs, err := op.DB.RenewEarly(ctx, sel, req.ExplanationURL, store.AuditEvent{At: now, Event: acme.EventRenewEarly,
-		Outcome: authority.OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID, Reason: "operator", Detail: detail}, now)
+	ev := store.AuditEvent{At: now, Event: acme.EventRenewEarly,
+		Outcome: authority.OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID, Reason: "operator", Detail: detail}
+	certs, err := op.DB.RenewEarly(ctx, sel, req.ExplanationURL, ev, now)
 	if err != nil {
 		return RenewEarlyView{}, err
+	}
+	if len(certs) == 0 {
+		// The attempt is the operator's act even when it moved nothing
+		// (as a prune that deleted nothing is recorded): one row saying
+		// what was asked for, so that the trail shows it was tried.
+		ev.Profile = sel.Profile
+		ev.Detail = detail + "; it matched no certificate (unexpired and not revoked) by " + describeSelection(sel)
+		if err := op.DB.InsertAudit(ctx, ev); err != nil {
+			return RenewEarlyView{}, fmt.Errorf("renew early: the audit row of a selection that matched nothing: %w", err)
+		}
 	}
 	v := RenewEarlyView{At: now, ExplanationURL: req.ExplanationURL, Certificates: []RenewEarlyCertView{}}
 	for _, c := range certs {
@@ -129,6 +141,33 @@ func (op *Operator) RenewEarly(ctx context.Context, req RenewEarlyRequest, actor
 			Account: c.AccountID, NotAfter: c.NotAfter})
 	}
 	return v, nil
+}
+
+// describeSelection says what sel selects by, for an audit row: each
+// criterion it sets (they combine with AND), a list by its first few
+// entries.
+func describeSelection(sel store.RenewEarlySelection) string {
+	var parts []string
+	list := func(what string, vs []string) {
+		if len(vs) == 0 {
+			return
+		}
+		const shown = 4
+		s := what + " " + strings.Join(vs[:min(len(vs), shown)], ", ")
+		if len(vs) > shown {
+			s += fmt.Sprintf(" (and %d more)", len(vs)-shown)
+		}
+		parts = append(parts, s)
+	}
+	list("serial", sel.Serials)
+	list("order", sel.OrderIDs)
+	for _, c := range []struct{ what, v string }{{"identifier", sel.Identifier}, {"account", sel.AccountID},
+		{"issuer", sel.IssuerKeyID}, {"profile", sel.Profile}} {
+		if c.v != "" {
+			parts = append(parts, c.what+" "+c.v)
+		}
+	}
+	return strings.Join(parts, " and ")
 }
 
 // nameIssuers records the issuer key id of the unexpired certificates

@@ -1,0 +1,35 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DeactivateAccountAudited moves a valid account to deactivated (RFC 8555
+// §7.3.6) and records ev, for the account id, in the same transaction,
+// with ev.Jobs (the notifications the change owes): the new state, its
+// audit row and its notifications are stored together or not at all.
+// ErrWrongState if the account is not valid.
+func (db *DB) DeactivateAccountAudited(ctx context.Context, id string, ev AuditEvent, now time.Time) (Account, error) {
+	ev.AccountID = id
+	var a Account
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		a, err = scanAccount(tx.QueryRowContext(ctx, db.q(`UPDATE accounts SET status = 'deactivated', updated_at = ?
+			WHERE id = ? AND status = 'valid' RETURNING `+accountCols), now.UnixMilli(), id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: account %s is not valid", ErrWrongState, id)
+		}
+		if err != nil {
+			return err
+		}
+		return db.insertAudit(ctx, tx, ev)
+	})
+	if err != nil && !errors.Is(err, ErrWrongState) {
+		err = fmt.Errorf("store: deactivating account %s: %w", id, err)
+	}
+	return a, err
+}
