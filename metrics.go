@@ -93,9 +93,35 @@ func registerProxyMetrics(reg *prometheus.Registry, db *store.DB) error {
 type serverMetrics struct{}
 
 func (serverMetrics) Request(profile, route string, status int, d time.Duration) {
-	proxyMetrics.requests.WithLabelValues(profile, route, strconv.Itoa(status)).Inc()
-	proxyMetrics.requestDuration.WithLabelValues(profile, route).Observe(d.Seconds())
+	k := requestKey{profile, route, status}
+	m, ok := requestMetrics.Load(k)
+	if !ok {
+		m, _ = requestMetrics.LoadOrStore(k, requestSeries{
+			count:    proxyMetrics.requests.WithLabelValues(profile, route, strconv.Itoa(status)),
+			duration: proxyMetrics.requestDuration.WithLabelValues(profile, route),
+		})
+	}
+	rs := m.(requestSeries)
+	rs.count.Inc()
+	rs.duration.Observe(d.Seconds())
 }
+
+// requestMetrics holds the series of each (profile, route, status) seen,
+// looked up once instead of by their label values on every request. The
+// labels are bounded (see proxyMetrics), and so is this map; the series
+// are the collectors' own, which live as long as the process.
+var requestMetrics sync.Map // requestKey → requestSeries
+
+type requestKey struct {
+	profile, route string
+	status         int
+}
+
+type requestSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
 func (serverMetrics) Issued(profile string) { proxyMetrics.issued.WithLabelValues(profile).Inc() }
 func (serverMetrics) IssueFailed(profile, reason string) {
 	proxyMetrics.failed.WithLabelValues(profile, reason).Inc()

@@ -227,7 +227,9 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	if req.account != nil && req.account.Status != acme.StatusValid {
 		return nil, problem.DeactivatedAccountF("account %s is %s", req.account.ID, req.account.Status)
 	}
-	if req.thumbprint, err = thumbprint(key); err != nil {
+	if kr != nil && kr.key == key {
+		req.thumbprint = kr.thumbprint
+	} else if req.thumbprint, err = thumbprint(key); err != nil {
 		return nil, problem.BadPublicKeyF("the key's thumbprint cannot be computed")
 	}
 	req.payload, req.postAsGet = payload, len(payload) == 0
@@ -300,9 +302,10 @@ type kidRequest struct {
 	fj  *flattenedJWS
 	id  string
 	// Set by verify.
-	key     *jose.JSONWebKey
-	payload []byte
-	account *store.Account // as read (or as remembered) before the nonce is spent
+	key        *jose.JSONWebKey
+	thumbprint string // key's
+	payload    []byte
+	account    *store.Account // as read (or as remembered) before the nonce is spent
 }
 
 // verify checks the signature against the account's key: the one this
@@ -330,15 +333,15 @@ func (k *kidRequest) verify(ctx context.Context, fresh bool) error {
 
 // check verifies the signature with acct's key and keeps the result.
 func (k *kidRequest) check(acct store.Account) error {
-	key, err := accountKey(acct.KeyJWK)
+	pk, err := accountKey(acct.KeyJWK)
 	if err != nil {
 		return fmt.Errorf("stored key of account %s: %w", acct.ID, err)
 	}
-	payload, err := verifyWith(k.hdr, k.fj, key)
+	payload, err := verifyWith(k.hdr, k.fj, pk.key)
 	if err != nil {
 		return err
 	}
-	k.key, k.payload, k.account = key, payload, &acct
+	k.key, k.thumbprint, k.payload, k.account = pk.key, pk.thumbprint, payload, &acct
 	return nil
 }
 
@@ -407,26 +410,39 @@ func thumbprint(k *jose.JSONWebKey) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(tp), nil
 }
 
-// accountKeys caches parsed account keys by their stored JWK text. The
-// text is the key, so an entry can never be stale: a key change stores a
-// new text. Parsing a JWK on every signed request was a measurable share
-// of a request's CPU.
-var accountKeys boundedCache[*jose.JSONWebKey]
+// accountKeys caches parsed account keys, with their thumbprints, by
+// their stored JWK text. The text is the key, so an entry can never be
+// stale: a key change stores a new text. Parsing a JWK on every signed
+// request was a measurable share of a request's CPU.
+var accountKeys boundedCache[parsedKey]
+
+// parsedKey is a stored account key, parsed and checked, and its RFC 7638
+// thumbprint.
+type parsedKey struct {
+	key        *jose.JSONWebKey
+	thumbprint string
+}
 
 // maxCachedAccountKeys bounds those caches; past it a cache starts over.
 const maxCachedAccountKeys = 10000
 
-// accountKey returns the parsed, checked key of a stored account JWK.
-func accountKey(stored []byte) (*jose.JSONWebKey, error) {
-	if k, ok := accountKeys.get(string(stored)); ok {
-		return k, nil
+// accountKey returns the parsed, checked key of a stored account JWK and
+// its thumbprint.
+func accountKey(stored []byte) (parsedKey, error) {
+	if pk, ok := accountKeys.get(string(stored)); ok {
+		return pk, nil
 	}
 	k, err := parsePublicJWK(stored)
 	if err != nil {
-		return nil, err
+		return parsedKey{}, err
 	}
-	accountKeys.put(string(stored), k)
-	return k, nil
+	tp, err := thumbprint(k)
+	if err != nil {
+		return parsedKey{}, problem.BadPublicKeyF("the key's thumbprint cannot be computed")
+	}
+	pk := parsedKey{key: k, thumbprint: tp}
+	accountKeys.put(string(stored), pk)
+	return pk, nil
 }
 
 // verifySignature checks a flattened JWS's signature over its signing input

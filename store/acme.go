@@ -86,7 +86,11 @@ func scanAccount(r rowScanner) (Account, error) {
 		return Account{}, err
 	}
 	a.KeyJWK, a.TOSAgreed, a.CreatedAt = []byte(jwk), tos != 0, ms(created)
-	if err := json.Unmarshal([]byte(contact), &a.Contact); err != nil {
+	if contact == "[]" {
+		// Most accounts have none: what Unmarshal would give, without it
+		// (an account is read with every signed request).
+		a.Contact = []string{}
+	} else if err := json.Unmarshal([]byte(contact), &a.Contact); err != nil {
 		return Account{}, fmt.Errorf("store: account %s contact: %w", a.ID, err)
 	}
 	return a, nil
