@@ -113,6 +113,11 @@ type Signer struct {
 	clock     clock.Clock
 	transport http.RoundTripper
 	http      *httpPublisher
+	// upstream is the ACME client every relay attempt shares: one
+	// connection pool and one pool of the upstream's nonces, so that an
+	// attempt needs no nonce request of its own. Its requests are noted
+	// by the recorder of the attempt's context (withRecorder).
+	upstream *acme.Client
 
 	mu       sync.Mutex
 	bound    signer.Bound // its profile, once bound
@@ -186,6 +191,7 @@ func New(opts Options) (*Signer, error) {
 	if opts.Observe != nil {
 		s.transport = observedTransport{next: s.transport, s: s}
 	}
+	s.upstream = s.newClient(contextRecording{base: s.transport})
 	if opts.Challenge == ChallengeHTTP01 {
 		s.http = &httpPublisher{storage: opts.Storage, ownKey: s.issuerKey, issuerKeys: opts.HTTPChallengeIssuerKeys,
 			shared: s.sharedStore, now: s.clock.Now, ttl: opts.AttemptTimeout}
@@ -379,8 +385,8 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	defer cancel()
 	defer s.forgetLook(ro.OrderID)
 	rec := &recorder{base: s.transport, now: s.clock.Now}
-	c := s.client(rec)
-	chain, err := s.relay(actx, c, rec, b, log, ro)
+	actx = withRecorder(actx, rec)
+	chain, err := s.relay(actx, s.upstream, rec, b, log, ro)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The runner is stopping; this attempt was not the upstream's
@@ -468,11 +474,13 @@ func (s *Signer) coolDown(d time.Duration) {
 	}
 }
 
-// client returns an ACME client for one attempt, its requests seen by rec.
-func (s *Signer) client(rec *recorder) *acme.Client {
+// client returns an ACME client of its own, its requests seen by rec.
+func (s *Signer) client(rec *recorder) *acme.Client { return s.newClient(rec) }
+
+func (s *Signer) newClient(rt http.RoundTripper) *acme.Client {
 	return &acme.Client{
 		Directory:  s.opts.Directory,
-		HTTPClient: &http.Client{Transport: rec, Timeout: 2 * time.Minute},
+		HTTPClient: &http.Client{Transport: rt, Timeout: 2 * time.Minute},
 		UserAgent:  "caddy-acme-proxy",
 		// The relay polls itself, with backoff (see poller): acmez's
 		// FinalizeOrder then returns the order as the finalize left it.
