@@ -33,9 +33,9 @@ const relayPrefix = "/proxy/relay"
 // BenchmarkRelay issues b.N certificates per sub-benchmark from an
 // in-process Pebble that validates nothing (PEBBLE_VA_ALWAYS_VALID=1), once
 // with the client talking to Pebble directly and once through an
-// acme_proxy relay profile in front of it (challenge bypass upstream; the
-// client still proves its names to acme_proxy by http-01), with 1 and 8
-// clients. The difference is the relay's overhead: its own ACME flow, the
+// acme_proxy relay profile in front of it (challenge bypass upstream,
+// prepare_upstream on; the client still proves its names to acme_proxy by
+// http-01), with 1 and 8 clients. The difference is the relay's overhead: its own ACME flow, the
 // durable relay_issue job and the upstream flow it drives.
 //
 //	go test -run '^$' -bench 'Relay' -benchtime 100x -count 1 ./bench/
@@ -91,6 +91,7 @@ func (h *harness) startPebble(dnsPort int) (string, error) {
 			directory %s
 			trusted_roots %s
 			challenge bypass
+			prepare_upstream on
 		}
 		resolvers 127.0.0.1:%d
 		validation_ports {

@@ -61,6 +61,10 @@ type NewRelayOrder struct {
 	CSR        []byte
 	ClientAddr string
 	UserAgent  string
+	// UpstreamOrderURL, if set, is an upstream order already placed for
+	// the local order (prepared while its client proved its names); the
+	// relay carries on with it instead of placing one.
+	UpstreamOrderURL string
 }
 
 const relayCols = `r.order_id, r.profile, r.upstream_order_url, r.csr, r.client_addr, r.user_agent, r.status, r.detail,
@@ -102,10 +106,10 @@ func (db *DB) CreateRelayOrder(ctx context.Context, n NewRelayOrder, now time.Ti
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		created = false // fn may run again (see engine)
 		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO relay_orders
-			(order_id, profile, csr, client_addr, user_agent, status, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, 'processing', ?, ?)
+			(order_id, profile, upstream_order_url, csr, client_addr, user_agent, status, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, 'processing', ?, ?)
 			ON CONFLICT DO NOTHING`),
-			n.OrderID, n.Profile, n.CSR, Clip(n.ClientAddr, AuditFieldMax), Clip(n.UserAgent, AuditFieldMax), now.UnixMilli(), now.UnixMilli())
+			n.OrderID, n.Profile, sql.NullString{String: n.UpstreamOrderURL, Valid: n.UpstreamOrderURL != ""}, n.CSR, Clip(n.ClientAddr, AuditFieldMax), Clip(n.UserAgent, AuditFieldMax), now.UnixMilli(), now.UnixMilli())
 		if err != nil {
 			return err
 		}

@@ -104,6 +104,11 @@ type Options struct {
 	AttemptTimeout time.Duration
 	// Clock tells the time; default the wall clock.
 	Clock clock.Clock
+	// PrepareUpstream places the upstream order and answers its
+	// challenges as soon as the local order is created, while the client
+	// proves its names here, so that a finalize only has the CSR and the
+	// certificate left to relay (see prepare.go).
+	PrepareUpstream bool
 }
 
 // Signer is the relay signer of one profile.
@@ -125,6 +130,9 @@ type Signer struct {
 	// nextLook is, per order an attempt here is relaying, when it next
 	// reads the upstream (see ExpectedWait).
 	nextLook map[string]time.Time
+	// preparing holds, per order whose preparation this process is
+	// starting, a channel closed once its first attempt is over.
+	preparing map[string]chan struct{}
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
@@ -288,9 +296,16 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	if len(req.CSRDER) == 0 {
 		return signer.IssueOutcome{}, errors.New("relay: issue request without a CSR")
 	}
+	// An upstream order prepared for this order is relayed instead of a
+	// new one; a preparation still running here is worth a short wait.
+	s.awaitPreparation(ctx, req.OrderID, s.opts.FinalizeWait)
+	prepared, err := s.preparedUpstream(ctx, b.Queue, req.OrderID)
+	if err != nil {
+		return signer.IssueOutcome{}, err
+	}
 	ro, created, err := b.DB.CreateRelayOrder(ctx, store.NewRelayOrder{
 		OrderID: req.OrderID, Profile: b.Profile, CSR: req.CSRDER,
-		ClientAddr: req.ClientAddr, UserAgent: req.UserAgent,
+		ClientAddr: req.ClientAddr, UserAgent: req.UserAgent, UpstreamOrderURL: prepared,
 	}, s.clock.Now())
 	if err != nil {
 		return signer.IssueOutcome{}, err
@@ -329,7 +344,7 @@ func (s *Signer) enqueue(ctx context.Context, q *jobs.Queue, profile string, ro 
 }
 
 // JobKinds implements signer.JobWorker.
-func (s *Signer) JobKinds() []string { return []string{IssueKind} }
+func (s *Signer) JobKinds() []string { return []string{IssueKind, PrepareKind, PreparedKind} }
 
 // RecoverJobs re-queues the relays of this profile still in flight; the
 // job's kind+key identity makes it a no-op for those whose job is alive.
@@ -356,7 +371,13 @@ func (s *Signer) RecoverJobs(ctx context.Context, q *jobs.Queue) error {
 
 // RunJob does one attempt of a relay.
 func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
-	if job.Kind != IssueKind {
+	switch job.Kind {
+	case IssueKind:
+	case PrepareKind:
+		return s.runPrepare(ctx, job)
+	case PreparedKind:
+		return s.runPrepared(ctx, job)
+	default:
 		return jobs.Failed("relay: unknown job kind " + job.Kind)
 	}
 	var p issuePayload
@@ -444,6 +465,14 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 	}
 	b, log, err := s.binding()
 	if err != nil {
+		return
+	}
+	if job.Kind != IssueKind {
+		// A preparation costs the order nothing: its finalize relays
+		// without it. A prepared upstream order left active expires
+		// upstream, never finalized.
+		log.Warn("relay preparation abandoned", zap.String("event", "relay_prepare_abandoned"), zap.String("kind", job.Kind),
+			zap.String("profile", b.Profile), zap.String("order", p.Order), zap.String("reason", reason))
 		return
 	}
 	detail := "relay failed: " + reason
@@ -534,4 +563,5 @@ var (
 	_ signer.JobWorker         = (*Signer)(nil)
 	_ signer.IdentifierChecker = (*Signer)(nil)
 	_ signer.WaitEstimator     = (*Signer)(nil)
+	_ signer.OrderPreparer     = (*Signer)(nil)
 )
