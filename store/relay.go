@@ -150,12 +150,15 @@ func (db *DB) SetRelayUpstreamOrder(ctx context.Context, orderID, url string, no
 }
 
 // SettleRelayOrder moves a processing relay to valid or invalid, keeping
-// detail for the operator. A relay already settled is left as it is.
+// detail for the operator. A relay already settled is left as it is. It
+// is a lazy write (see engine): it follows the local order's own settling
+// write, which is durable, and a mapping left processing beside a settled
+// order is never resumed (ProcessingRelayOrders).
 func (db *DB) SettleRelayOrder(ctx context.Context, orderID, status, detail string, now time.Time) error {
 	if status != RelayValid && status != RelayInvalid {
 		return fmt.Errorf("store: cannot settle relay order %s as %q", orderID, status)
 	}
-	if _, err := db.wr.ExecContext(ctx, db.q(`UPDATE relay_orders SET status = ?, detail = ?, updated_at = ?
+	if _, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE relay_orders SET status = ?, detail = ?, updated_at = ?
 		WHERE order_id = ? AND status = 'processing'`), status, detail, now.UnixMilli(), orderID); err != nil {
 		return fmt.Errorf("store: settling relay order %s: %w", orderID, err)
 	}
