@@ -16,23 +16,24 @@ import (
 
 // Preparing the upstream order (Options.PrepareUpstream).
 //
-// With it on, a new local order starts a relay_prepare job at once: it
-// places the upstream order and answers the upstream's challenges while
-// the client proves its names here, so that the finalize only posts the
-// CSR upstream and fetches the certificate. It never finalizes upstream:
-// only the relay_issue job does, after the client's order is ready and
-// its CSR checked (Issue). As soon as the upstream order exists, a
-// durable relay_prepared job records its URL, due when the local order
-// expires: the finalize's Issue hands that URL to the relay, and the job,
-// when it comes due, deactivates the upstream authorizations of an upstream
-// order no finalize took (RFC 8555 §7.5.2), so that nothing can be issued
-// from it. An upstream order placed by an attempt that died before its
-// relay_prepared job was stored is never finalized either; it expires
-// upstream.
-const (
-	PrepareKind  = "relay_prepare"
-	PreparedKind = "relay_prepared"
-)
+// With it on, a new local order starts its preparation at once, in the
+// background: it places the upstream order and answers the upstream's
+// challenges while the client proves its names here, so that the finalize
+// only posts the CSR upstream and fetches the certificate. It never
+// finalizes upstream: only the relay_issue job does, after the client's
+// order is ready and its CSR checked (Issue). As soon as the upstream
+// order exists, a durable relay_prepared job records its URL, due when
+// the local order expires: the finalize's Issue hands that URL to the
+// relay, and the job, when it comes due, deactivates the upstream
+// authorizations of an upstream order no finalize took (RFC 8555 §7.5.2),
+// so that nothing can be issued from it.
+//
+// The preparation itself is no job: a preparation that fails, finds no
+// free slot, or dies with its process costs the order nothing, since its
+// finalize relays whatever is not prepared (an upstream order placed by a
+// preparation that died before its relay_prepared job was stored is never
+// finalized; it expires upstream).
+const PreparedKind = "relay_prepared"
 
 // preparedPayload is a relay_prepared job's payload.
 type preparedPayload struct {
@@ -43,11 +44,9 @@ type preparedPayload struct {
 
 // Bounds of the preparation.
 const (
-	// prepareWait is how long PrepareOrder's goroutine waits for the
-	// first attempt of the preparation, which a finalize of the same order
-	// in this process waits for (up to FinalizeWait) so that it relays the
-	// prepared upstream order rather than placing another.
-	prepareWait = time.Minute
+	// maxPreparing bounds the preparations one signer runs at once; a new
+	// order beyond it is not prepared.
+	maxPreparing = 16
 	// preparedGrace is how long after the local order's expiry the
 	// relay_prepared job may still deactivate the upstream order.
 	preparedGrace = time.Hour
@@ -58,10 +57,11 @@ const (
 )
 
 // PrepareOrder implements signer.OrderPreparer: with PrepareUpstream on,
-// it starts the order's relay_prepare job, in this process when a runner
-// here has room, without waiting for it.
+// it starts preparing the order's upstream order in the background,
+// unless maxPreparing preparations are under way or the upstream asked
+// this profile to wait.
 func (s *Signer) PrepareOrder(ctx context.Context, orderID string, expires time.Time) {
-	if !s.opts.PrepareUpstream {
+	if !s.opts.PrepareUpstream || s.coolingDown() > 0 {
 		return
 	}
 	b, log, err := s.binding()
@@ -70,28 +70,25 @@ func (s *Signer) PrepareOrder(ctx context.Context, orderID string, expires time.
 	}
 	done := make(chan struct{})
 	s.mu.Lock()
+	if len(s.preparing) >= maxPreparing {
+		s.mu.Unlock()
+		return
+	}
 	if s.preparing == nil {
 		s.preparing = map[string]chan struct{}{}
 	}
 	s.preparing[orderID] = done
 	s.mu.Unlock()
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.AttemptTimeout)
 	go func() {
 		defer func() {
+			cancel()
 			s.mu.Lock()
 			delete(s.preparing, orderID)
 			s.mu.Unlock()
 			close(done)
 		}()
-		spec := jobs.Spec{
-			Kind: PrepareKind, Key: orderID, Lane: signer.SigningLane(b.Profile),
-			Payload:  issuePayload{Profile: b.Profile, Order: orderID},
-			Deadline: expires, MaxAttempts: s.opts.MaxAttempts,
-		}
-		if _, _, err := b.Queue.RunNow(ctx, spec, prepareWait); err != nil {
-			log.Warn("preparing the upstream order", zap.String("event", "relay_prepare_failed"),
-				zap.String("profile", b.Profile), zap.String("order", orderID), zap.Error(err))
-		}
+		s.runPrepare(ctx, b, log, orderID)
 	}()
 }
 
@@ -115,52 +112,31 @@ func (s *Signer) awaitPreparation(ctx context.Context, orderID string, d time.Du
 
 // preparedUpstream is the upstream order prepared for orderID, "" for none.
 func (s *Signer) preparedUpstream(ctx context.Context, q *jobs.Queue, orderID string) (string, error) {
-	js, err := q.List(ctx, store.JobFilter{Kind: PreparedKind, Key: orderID, Limit: 1})
-	if err != nil || len(js) == 0 || js[0].Status != store.JobReady {
+	job, err := q.Live(ctx, PreparedKind, orderID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
 		return "", err
 	}
 	var p preparedPayload
-	if err := jobs.Decode(&js[0], &p); err != nil {
+	if err := jobs.Decode(&job, &p); err != nil {
 		return "", err
 	}
 	return p.Upstream, nil
 }
 
-// runPrepare does one attempt of a relay_prepare job: place the upstream
-// order (once: its relay_prepared job is stored before anything else
-// happens) and answer its challenges. It stops at a ready upstream order.
-func (s *Signer) runPrepare(ctx context.Context, job *jobs.Job) jobs.Outcome {
-	var p issuePayload
-	if err := jobs.Decode(job, &p); err != nil {
-		return jobs.Failed(err.Error())
+// runPrepare prepares the upstream order of a local order still pending
+// or ready: it places it (once: its relay_prepared job is stored before
+// anything else happens) and answers its challenges, up to a ready
+// upstream order. A failure is logged; the finalize relays without it.
+func (s *Signer) runPrepare(ctx context.Context, b *signer.Binding, log *zap.Logger, orderID string) {
+	o, err := b.DB.GetOrder(ctx, b.Profile, orderID)
+	if err != nil || (o.Status != acme.StatusPending && o.Status != acme.StatusReady) || !s.clock.Now().Before(o.Expires) {
+		return // gone, finalized already, or over: nothing to prepare
 	}
-	b, log, err := s.binding()
-	if err != nil {
-		return jobs.RetryAfter(err.Error(), 30*time.Second)
-	}
-	if wait := s.coolingDown(); wait > 0 {
-		return jobs.RetryAfter(fmt.Sprintf("the upstream rate-limited this profile; waiting %s", wait.Round(time.Second)), wait)
-	}
-	o, err := b.DB.GetOrder(ctx, b.Profile, p.Order)
-	if errors.Is(err, store.ErrNotFound) {
-		return jobs.Done()
-	}
-	if err != nil {
-		return jobs.Retry(err.Error())
-	}
-	if (o.Status != acme.StatusPending && o.Status != acme.StatusReady) || !s.clock.Now().Before(o.Expires) {
-		// Finalized (the relay carries on from here) or over: nothing to
-		// prepare.
-		return jobs.Done()
-	}
-	actx, cancel := context.WithTimeout(ctx, s.opts.AttemptTimeout)
-	defer cancel()
 	rec := &recorder{base: s.transport, now: s.clock.Now}
-	actx = withRecorder(actx, rec)
-	if err := s.prepare(actx, b, log, o); err != nil {
-		if ctx.Err() != nil {
-			return jobs.RetryAfter("interrupted: "+err.Error(), 0)
-		}
+	if err := s.prepare(withRecorder(ctx, rec), b, log, o); err != nil {
 		f := classify(err, rec.lastResponse())
 		if f.forgetAccount {
 			s.forgetAccount(ctx, b.Profile)
@@ -168,14 +144,10 @@ func (s *Signer) runPrepare(ctx context.Context, job *jobs.Job) jobs.Outcome {
 		if f.verdict == coolDown {
 			s.coolDown(f.after)
 		}
-		log.Warn("preparing the upstream order failed", zap.String("event", "relay_prepare_attempt_failed"),
+		log.Warn("preparing the upstream order failed; its finalize relays without it", zap.String("event", "relay_prepare_failed"),
 			zap.String("profile", b.Profile), zap.String("order", o.ID), zap.Stringer("verdict", f.verdict),
 			zap.String("reason", f.reason))
-		// The finalize relays without what is not prepared: a failure
-		// here costs the order nothing.
-		return outcomeFor(f, "upstream "+s.opts.Directory+": "+f.reason)
 	}
-	return jobs.Done()
 }
 
 func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger, o store.Order) error {
@@ -184,35 +156,27 @@ func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger
 	if err != nil {
 		return err
 	}
-	url, err := s.preparedUpstream(ctx, b.Queue, o.ID)
+	ro := store.RelayOrder{OrderID: o.ID, Identifiers: o.Identifiers, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
+		CertificateProfile: o.CertificateProfile, Replaces: o.Replaces}
+	want, err := s.orderRequest(ctx, c, b, ro)
 	if err != nil {
 		return err
 	}
-	var order acme.Order
-	if url == "" {
-		ro := store.RelayOrder{OrderID: o.ID, Identifiers: o.Identifiers, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
-			CertificateProfile: o.CertificateProfile, Replaces: o.Replaces}
-		want, err := s.orderRequest(ctx, c, b, ro)
-		if err != nil {
-			return err
-		}
-		if order, err = s.placeOrder(ctx, c, acct, b, log, ro, want); err != nil {
-			return err
-		}
-		// Recorded durably before anything else: from here the upstream
-		// order is either relayed or deactivated.
-		if _, _, err := b.Queue.Enqueue(ctx, jobs.Spec{
-			Kind: PreparedKind, Key: o.ID, Lane: signer.SigningLane(b.Profile),
-			Payload: preparedPayload{Profile: b.Profile, Order: o.ID, Upstream: order.Location},
-			RunAt:   o.Expires, Deadline: o.Expires.Add(preparedGrace), MaxAttempts: s.opts.MaxAttempts,
-		}); err != nil {
-			return fmt.Errorf("recording the prepared upstream order: %w", err)
-		}
-		log.Info("upstream order prepared", zap.String("event", "relay_upstream_prepared"), zap.String("profile", b.Profile),
-			zap.String("order", o.ID), zap.String("upstream_order", order.Location))
-	} else if order, err = c.GetOrder(ctx, acct, acme.Order{Location: url}); err != nil {
+	order, err := s.placeOrder(ctx, c, acct, b, log, ro, want)
+	if err != nil {
 		return err
 	}
+	// Recorded durably before anything else: from here the upstream
+	// order is either relayed or deactivated.
+	if _, _, err := b.Queue.Enqueue(ctx, jobs.Spec{
+		Kind: PreparedKind, Key: o.ID, Lane: signer.SigningLane(b.Profile),
+		Payload: preparedPayload{Profile: b.Profile, Order: o.ID, Upstream: order.Location},
+		RunAt:   o.Expires, Deadline: o.Expires.Add(preparedGrace), MaxAttempts: s.opts.MaxAttempts,
+	}); err != nil {
+		return fmt.Errorf("recording the prepared upstream order: %w", err)
+	}
+	log.Info("upstream order prepared", zap.String("event", "relay_upstream_prepared"), zap.String("profile", b.Profile),
+		zap.String("order", o.ID), zap.String("upstream_order", order.Location))
 	switch order.Status {
 	case acme.StatusPending:
 		return s.authorize(ctx, c, recorderOf(ctx), acct, order, o.ID)

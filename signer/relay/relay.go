@@ -130,8 +130,8 @@ type Signer struct {
 	// nextLook is, per order an attempt here is relaying, when it next
 	// reads the upstream (see ExpectedWait).
 	nextLook map[string]time.Time
-	// preparing holds, per order whose preparation this process is
-	// starting, a channel closed once its first attempt is over.
+	// preparing holds, per order this process is preparing, a channel
+	// closed once the preparation is over.
 	preparing map[string]chan struct{}
 
 	acctMu sync.Mutex
@@ -344,7 +344,7 @@ func (s *Signer) enqueue(ctx context.Context, q *jobs.Queue, profile string, ro 
 }
 
 // JobKinds implements signer.JobWorker.
-func (s *Signer) JobKinds() []string { return []string{IssueKind, PrepareKind, PreparedKind} }
+func (s *Signer) JobKinds() []string { return []string{IssueKind, PreparedKind} }
 
 // RecoverJobs re-queues the relays of this profile still in flight; the
 // job's kind+key identity makes it a no-op for those whose job is alive.
@@ -373,8 +373,6 @@ func (s *Signer) RecoverJobs(ctx context.Context, q *jobs.Queue) error {
 func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	switch job.Kind {
 	case IssueKind:
-	case PrepareKind:
-		return s.runPrepare(ctx, job)
 	case PreparedKind:
 		return s.runPrepared(ctx, job)
 	default:
@@ -467,11 +465,10 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 	if err != nil {
 		return
 	}
-	if job.Kind != IssueKind {
-		// A preparation costs the order nothing: its finalize relays
-		// without it. A prepared upstream order left active expires
-		// upstream, never finalized.
-		log.Warn("relay preparation abandoned", zap.String("event", "relay_prepare_abandoned"), zap.String("kind", job.Kind),
+	if job.Kind == PreparedKind {
+		// A prepared upstream order left active was never finalized: it
+		// expires upstream.
+		log.Warn("a prepared upstream order was not deactivated", zap.String("event", "relay_prepared_left"),
 			zap.String("profile", b.Profile), zap.String("order", p.Order), zap.String("reason", reason))
 		return
 	}
