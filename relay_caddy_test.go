@@ -240,6 +240,7 @@ func TestLoadingABadRelayConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 		{"missing trusted roots", map[string]any{"directory": dir, "challenge": "bypass", "trusted_roots": "/nonexistent/roots.pem"}, "signer.trusted_roots: open /nonexistent/roots.pem"},
 		{"bad eab key", map[string]any{"directory": dir, "challenge": "bypass", "eab": map[string]string{"key_id": "k", "mac_key": "not base64!"}}, "eab hmac key must be base64url"},
 		{"negative propagation delay", map[string]any{"directory": dir, "propagation_delay": -1}, "signer.propagation_delay: must not be negative"},
+		{"prepare_upstream neither on nor off", map[string]any{"directory": dir, "challenge": "bypass", "prepare_upstream": "yes"}, `signer.prepare_upstream: "yes" must be on or off`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -78,6 +78,8 @@ type relayBench struct {
 	revokeWait time.Duration
 	// configure, if set, adjusts the profile's configuration.
 	configure func(*acmeproxy.ProfileConfig)
+	// prepareUpstream is the signer's PrepareUpstream.
+	prepareUpstream bool
 }
 
 func newRelayBench(t *testing.T) *relayBench {
@@ -125,6 +127,7 @@ func (b *relayBench) start() *relayProcess {
 			DNSProvider: &relayDNSProvider{Server: t.Name()}, PropagationTimeout: -1, Resolvers: []string{b.dns.Addr},
 		}},
 		Storage: b.storage, RootCAs: b.pebble.tlsRoots(), PollInterval: 50 * time.Millisecond,
+		PrepareUpstream: b.prepareUpstream,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,7 @@ func (*Relay) CaddyModule() caddy.ModuleInfo {
 //		propagation_timeout <duration>|-1
 //		propagation_delay   <duration>
 //		resolvers           <dns servers...>
+//		prepare_upstream    on|off
 //	}
 //
 // Which settings go together (dns with dns01) is Provision's call; this
@@ -95,6 +96,12 @@ func (r *Relay) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			r.PropagationDelay, err = apcaddyfile.DurationArg(d, "signer.propagation_delay")
 		case "resolvers":
 			err = apcaddyfile.AppendArgs(d, "signer.resolvers", &r.Resolvers)
+		case "prepare_upstream":
+			if r.PrepareUpstream, err = apcaddyfile.OneArg(d, "signer.prepare_upstream"); err == nil {
+				if _, perr := prepareUpstream(r.PrepareUpstream); perr != nil {
+					err = d.Errf("acme_proxy: %v", perr)
+				}
+			}
 		default:
 			err = d.Errf("acme_proxy: signer relay: unknown setting %q", key)
 		}
@@ -175,6 +182,10 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("signer.trusted_roots: %q holds no PEM certificate", r.TrustedRoots)
 		}
 	}
+	var err error
+	if opts.PrepareUpstream, err = prepareUpstream(r.PrepareUpstream); err != nil {
+		return err
+	}
 	if opts.Challenge == relay.ChallengeHTTP01 {
 		tlsApp, err := ctx.App("tls")
 		if err != nil {
@@ -183,7 +194,6 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 		opts.HTTPChallengeIssuerKeys = httpChallengeIssuerKeys(tlsApp.(*caddytls.TLS))
 	}
 	opts.Observe = observeUpstream
-	var err error
 	if r.Signer, err = relay.New(opts); err != nil {
 		return fmt.Errorf("signer: %w", err)
 	}
@@ -193,6 +203,17 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 // acmeCapable is how caddytls recognizes the issuers it asks to answer an
 // HTTP challenge (caddytls.TLS.HandleHTTPChallenge).
 type acmeCapable interface{ GetACMEIssuer() *caddytls.ACMEIssuer }
+
+// prepareUpstream reads signer.prepare_upstream: on, off, or unset (off).
+func prepareUpstream(v string) (bool, error) {
+	switch v {
+	case "on":
+		return true, nil
+	case "off", "":
+		return false, nil
+	}
+	return false, fmt.Errorf("signer.prepare_upstream: %q must be on or off", v)
+}
 
 // httpChallengeIssuerKeys returns, for a name, the issuer keys under
 // which this instance's TLS app looks up an http-01 challenge for it in

@@ -291,6 +291,7 @@ func (h *harness) start() error {
 	h.dirURLs[acmeProxy] = site + proxyPrefix + "/directory"
 	h.dirURLs[acmeServer] = site + serverPrefix + "/directory"
 	h.dirURLs[relayed] = site + relayPrefix + "/directory"
+	h.dirURLs[relayedPrepared] = site + relayPreparedPrefix + "/directory"
 	for _, u := range h.dirURLs {
 		if err := h.waitForDirectory(u); err != nil {
 			return err

@@ -23,19 +23,24 @@ import (
 
 // Server names of the relay comparison.
 const (
-	pebbleDirect = "pebble" // the client talks to Pebble itself
-	relayed      = "relay"  // the client talks to acme_proxy, which relays to that Pebble
+	pebbleDirect    = "pebble"         // the client talks to Pebble itself
+	relayed         = "relay"          // the client talks to acme_proxy, which relays to that Pebble
+	relayedPrepared = "relay_prepared" // the same with prepare_upstream on
 )
 
-// relayPrefix is where acme_proxy serves the relay profile.
-const relayPrefix = "/proxy/relay"
+// relayPrefix is where acme_proxy serves the relay profile,
+// relayPreparedPrefix the one with prepare_upstream on.
+const (
+	relayPrefix         = "/proxy/relay"
+	relayPreparedPrefix = "/proxy/relayprep"
+)
 
 // BenchmarkRelay issues b.N certificates per sub-benchmark from an
-// in-process Pebble that validates nothing (PEBBLE_VA_ALWAYS_VALID=1), once
-// with the client talking to Pebble directly and once through an
-// acme_proxy relay profile in front of it (challenge bypass upstream; the
-// client still proves its names to acme_proxy by http-01), with 1 and 8
-// clients. The difference is the relay's overhead: its own ACME flow, the
+// in-process Pebble that validates nothing (PEBBLE_VA_ALWAYS_VALID=1): with
+// the client talking to Pebble directly, through an acme_proxy relay
+// profile in front of it (challenge bypass upstream; the client still
+// proves its names to acme_proxy by http-01), and through a second one
+// with prepare_upstream on, with 1 and 8 clients. The difference is the relay's overhead: its own ACME flow, the
 // durable relay_issue job and the upstream flow it drives.
 //
 //	go test -run '^$' -bench 'Relay' -benchtime 100x -count 1 ./bench/
@@ -43,7 +48,7 @@ func BenchmarkRelay(b *testing.B) {
 	h := getHarness(b)
 	for _, n := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-			for _, srv := range []string{pebbleDirect, relayed} {
+			for _, srv := range []string{pebbleDirect, relayed, relayedPrepared} {
 				b.Run("server="+srv, func(b *testing.B) {
 					h.run(b, srv, n, false)
 				})
@@ -82,22 +87,27 @@ func (h *harness) startPebble(dnsPort int) (string, error) {
 	issued.AddCert(cai.GetRootCert(0).Cert)
 	h.chainRoots[pebbleDirect] = issued
 	h.chainRoots[relayed] = issued
+	h.chainRoots[relayedPrepared] = issued
 	h.dirURLs[pebbleDirect] = srv.URL + wfe.DirectoryPath
-	return fmt.Sprintf(`
+	block := func(profile, prefix, prepare string) string {
+		return fmt.Sprintf(`
 	acme_proxy {
-		profile relay
+		profile %s
 		prefix %s
 		signer relay {
 			directory %s
 			trusted_roots %s
 			challenge bypass
+			prepare_upstream %s
 		}
 		resolvers 127.0.0.1:%d
 		validation_ports {
 			http 80
 		}
 	}
-`, relayPrefix, srv.URL+wfe.DirectoryPath, tlsFile, dnsPort), nil
+`, profile, prefix, srv.URL+wfe.DirectoryPath, tlsFile, prepare, dnsPort)
+	}
+	return block("relay", relayPrefix, "off") + block("relayprep", relayPreparedPrefix, "on"), nil
 }
 
 // pebbleFinalizeLocation gives Pebble's finalize answers the Location of

@@ -53,6 +53,8 @@ func TestBadRelaySignerSettingsFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"negative propagation delay", site(dir + "propagation_delay -5s"), `acme_proxy: signer.propagation_delay: "-5s" must be positive`},
 		{"resolvers without values", site(dir + "resolvers"), "acme_proxy: signer.resolvers: want at least one value"},
 		{"unknown setting", site(dir + "ca local"), `acme_proxy: signer relay: unknown setting "ca"`},
+		{"prepare_upstream neither on nor off", site(dir + "prepare_upstream true"), `acme_proxy: signer.prepare_upstream: "true" must be on or off`},
+		{"prepare_upstream without a value", site(dir + "prepare_upstream"), "acme_proxy: signer.prepare_upstream: want one value, got 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

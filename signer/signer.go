@@ -191,6 +191,18 @@ type JobWorker interface {
 	RecoverJobs(ctx context.Context, q *jobs.Queue) error
 }
 
+// OrderPreparer is implemented by signers that can start on an order's
+// certificate before it is finalized (a relay placing the upstream order
+// and answering its challenges while the client proves its names here).
+// The ACME layer calls PrepareOrder once the new order is stored; it must
+// not block the new-order request, and must never obtain a certificate:
+// that waits for Issue, after the client's proof and the CSR's check.
+// Work prepared for an order that is never finalized is the signer's to
+// abandon; expires is when the order can no longer be finalized.
+type OrderPreparer interface {
+	PrepareOrder(ctx context.Context, orderID string, expires time.Time)
+}
+
 // IdentifierChecker is implemented by signers that cannot issue for some
 // identifiers whatever the profile's policy allows (a relay solving
 // http-01 upstream cannot obtain a wildcard). The ACME layer asks at

@@ -61,6 +61,10 @@ type NewRelayOrder struct {
 	CSR        []byte
 	ClientAddr string
 	UserAgent  string
+	// UpstreamOrderURL, if set, is an upstream order already placed for
+	// the local order (prepared while its client proved its names); the
+	// relay carries on with it instead of placing one.
+	UpstreamOrderURL string
 }
 
 const relayCols = `r.order_id, r.profile, r.upstream_order_url, r.csr, r.client_addr, r.user_agent, r.status, r.detail,
@@ -102,10 +106,10 @@ func (db *DB) CreateRelayOrder(ctx context.Context, n NewRelayOrder, now time.Ti
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		created = false // fn may run again (see engine)
 		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO relay_orders
-			(order_id, profile, csr, client_addr, user_agent, status, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, 'processing', ?, ?)
+			(order_id, profile, upstream_order_url, csr, client_addr, user_agent, status, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, 'processing', ?, ?)
 			ON CONFLICT DO NOTHING`),
-			n.OrderID, n.Profile, n.CSR, Clip(n.ClientAddr, AuditFieldMax), Clip(n.UserAgent, AuditFieldMax), now.UnixMilli(), now.UnixMilli())
+			n.OrderID, n.Profile, sql.NullString{String: n.UpstreamOrderURL, Valid: n.UpstreamOrderURL != ""}, n.CSR, Clip(n.ClientAddr, AuditFieldMax), Clip(n.UserAgent, AuditFieldMax), now.UnixMilli(), now.UnixMilli())
 		if err != nil {
 			return err
 		}
@@ -146,12 +150,15 @@ func (db *DB) SetRelayUpstreamOrder(ctx context.Context, orderID, url string, no
 }
 
 // SettleRelayOrder moves a processing relay to valid or invalid, keeping
-// detail for the operator. A relay already settled is left as it is.
+// detail for the operator. A relay already settled is left as it is. It
+// is a lazy write (see engine): it follows the local order's own settling
+// write, which is durable, and a mapping left processing beside a settled
+// order is never resumed (ProcessingRelayOrders).
 func (db *DB) SettleRelayOrder(ctx context.Context, orderID, status, detail string, now time.Time) error {
 	if status != RelayValid && status != RelayInvalid {
 		return fmt.Errorf("store: cannot settle relay order %s as %q", orderID, status)
 	}
-	if _, err := db.wr.ExecContext(ctx, db.q(`UPDATE relay_orders SET status = ?, detail = ?, updated_at = ?
+	if _, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE relay_orders SET status = ?, detail = ?, updated_at = ?
 		WHERE order_id = ? AND status = 'processing'`), status, detail, now.UnixMilli(), orderID); err != nil {
 		return fmt.Errorf("store: settling relay order %s: %w", orderID, err)
 	}

@@ -73,6 +73,23 @@ func TestTheFirstUpstreamOrderRecordedWins(t *testing.T) {
 	})
 }
 
+func TestARelayMappedWithAPreparedUpstreamOrderCarriesItAndKeepsIt(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		o := processingOrder(t, db)
+		r, created, err := db.CreateRelayOrder(ctx, NewRelayOrder{OrderID: o.ID, Profile: "p", CSR: []byte{1},
+			UpstreamOrderURL: "https://ca/order/prepared"}, t0)
+		if err != nil || !created || r.UpstreamOrderURL != "https://ca/order/prepared" {
+			t.Fatalf("mapping: %+v created=%v err=%v; want the prepared upstream order", r, created, err)
+		}
+		got, err := db.SetRelayUpstreamOrder(ctx, o.ID, "https://ca/order/other", t0)
+		if err != nil || got != "https://ca/order/prepared" {
+			t.Errorf("recording another upstream order: %q %v; want the prepared one kept", got, err)
+		}
+	})
+}
+
 func TestRelaysInFlightAreThoseStillProcessingOnBothSides(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -74,6 +75,9 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 	}
 	if refused := au.limitRefusal(ctx, lim, err); refused != nil {
 		return o, refused
+	}
+	if p, ok := au.signer.(signer.OrderPreparer); ok && err == nil {
+		p.PrepareOrder(ctx, o.ID, o.Expires)
 	}
 	return o, err
 }

@@ -137,14 +137,41 @@ type recorder struct {
 
 func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := r.base.RoundTrip(req)
+	r.note(resp, err)
+	return resp, err
+}
+
+// note remembers one request's answer.
+func (r *recorder) note(resp *http.Response, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
 		r.last = response{}
-		return resp, err
+		return
 	}
 	r.last = response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), r.now())}
-	return resp, nil
+}
+
+type recorderKey struct{}
+
+// withRecorder returns ctx carrying rec: the requests the signer's shared
+// client makes with it are noted by rec (see contextRecording).
+func withRecorder(ctx context.Context, rec *recorder) context.Context {
+	return context.WithValue(ctx, recorderKey{}, rec)
+}
+
+// contextRecording is the transport of the signer's shared client: each
+// request's answer is noted by the recorder its context carries, so that
+// one client (one connection pool, one pool of upstream nonces) serves
+// every attempt while each attempt still sees its own last answer.
+type contextRecording struct{ base http.RoundTripper }
+
+func (t contextRecording) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if rec, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
+		rec.note(resp, err)
+	}
+	return resp, err
 }
 
 func (r *recorder) lastResponse() response {

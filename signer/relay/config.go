@@ -46,6 +46,10 @@ type Config struct {
 	// Resolvers are the DNS servers used to find a name's zone and check
 	// propagation; default the system's.
 	Resolvers []string `json:"resolvers,omitempty"`
+	// PrepareUpstream is "on" to place the upstream order and answer its
+	// challenges while the client proves its names, before it finalizes
+	// (Options.PrepareUpstream); "off" (the default) waits for finalize.
+	PrepareUpstream string `json:"prepare_upstream,omitempty"`
 }
 
 // EAB is an external account binding's key id and base64url HMAC key.

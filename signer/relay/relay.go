@@ -104,6 +104,11 @@ type Options struct {
 	AttemptTimeout time.Duration
 	// Clock tells the time; default the wall clock.
 	Clock clock.Clock
+	// PrepareUpstream places the upstream order and answers its
+	// challenges as soon as the local order is created, while the client
+	// proves its names here, so that a finalize only has the CSR and the
+	// certificate left to relay (see prepare.go).
+	PrepareUpstream bool
 }
 
 // Signer is the relay signer of one profile.
@@ -113,6 +118,11 @@ type Signer struct {
 	clock     clock.Clock
 	transport http.RoundTripper
 	http      *httpPublisher
+	// upstream is the ACME client every relay attempt shares: one
+	// connection pool and one pool of the upstream's nonces, so that an
+	// attempt needs no nonce request of its own. Its requests are noted
+	// by the recorder of the attempt's context (withRecorder).
+	upstream *acme.Client
 
 	mu       sync.Mutex
 	bound    signer.Bound // its profile, once bound
@@ -120,6 +130,9 @@ type Signer struct {
 	// nextLook is, per order an attempt here is relaying, when it next
 	// reads the upstream (see ExpectedWait).
 	nextLook map[string]time.Time
+	// preparing holds, per order this process is preparing, a channel
+	// closed once the preparation is over.
+	preparing map[string]chan struct{}
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
@@ -186,6 +199,7 @@ func New(opts Options) (*Signer, error) {
 	if opts.Observe != nil {
 		s.transport = observedTransport{next: s.transport, s: s}
 	}
+	s.upstream = s.newClient(contextRecording{base: s.transport})
 	if opts.Challenge == ChallengeHTTP01 {
 		s.http = &httpPublisher{storage: opts.Storage, ownKey: s.issuerKey, issuerKeys: opts.HTTPChallengeIssuerKeys,
 			shared: s.sharedStore, now: s.clock.Now, ttl: opts.AttemptTimeout}
@@ -282,9 +296,16 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	if len(req.CSRDER) == 0 {
 		return signer.IssueOutcome{}, errors.New("relay: issue request without a CSR")
 	}
+	// An upstream order prepared for this order is relayed instead of a
+	// new one; a preparation still running here is worth a short wait.
+	s.awaitPreparation(ctx, req.OrderID, s.opts.FinalizeWait)
+	prepared, err := s.preparedUpstream(ctx, b.Queue, req.OrderID)
+	if err != nil {
+		return signer.IssueOutcome{}, err
+	}
 	ro, created, err := b.DB.CreateRelayOrder(ctx, store.NewRelayOrder{
 		OrderID: req.OrderID, Profile: b.Profile, CSR: req.CSRDER,
-		ClientAddr: req.ClientAddr, UserAgent: req.UserAgent,
+		ClientAddr: req.ClientAddr, UserAgent: req.UserAgent, UpstreamOrderURL: prepared,
 	}, s.clock.Now())
 	if err != nil {
 		return signer.IssueOutcome{}, err
@@ -323,7 +344,7 @@ func (s *Signer) enqueue(ctx context.Context, q *jobs.Queue, profile string, ro 
 }
 
 // JobKinds implements signer.JobWorker.
-func (s *Signer) JobKinds() []string { return []string{IssueKind} }
+func (s *Signer) JobKinds() []string { return []string{IssueKind, PreparedKind} }
 
 // RecoverJobs re-queues the relays of this profile still in flight; the
 // job's kind+key identity makes it a no-op for those whose job is alive.
@@ -350,7 +371,11 @@ func (s *Signer) RecoverJobs(ctx context.Context, q *jobs.Queue) error {
 
 // RunJob does one attempt of a relay.
 func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
-	if job.Kind != IssueKind {
+	switch job.Kind {
+	case IssueKind:
+	case PreparedKind:
+		return s.runPrepared(ctx, job)
+	default:
 		return jobs.Failed("relay: unknown job kind " + job.Kind)
 	}
 	var p issuePayload
@@ -379,8 +404,8 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	defer cancel()
 	defer s.forgetLook(ro.OrderID)
 	rec := &recorder{base: s.transport, now: s.clock.Now}
-	c := s.client(rec)
-	chain, err := s.relay(actx, c, rec, b, log, ro)
+	actx = withRecorder(actx, rec)
+	chain, err := s.relay(actx, s.upstream, rec, b, log, ro)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The runner is stopping; this attempt was not the upstream's
@@ -440,6 +465,13 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 	if err != nil {
 		return
 	}
+	if job.Kind == PreparedKind {
+		// A prepared upstream order left active was never finalized: it
+		// expires upstream.
+		log.Warn("a prepared upstream order was not deactivated", zap.String("event", "relay_prepared_left"),
+			zap.String("profile", b.Profile), zap.String("order", p.Order), zap.String("reason", reason))
+		return
+	}
 	detail := "relay failed: " + reason
 	if !strings.Contains(reason, s.opts.Directory) {
 		detail = "relay to " + s.opts.Directory + " failed: " + reason
@@ -468,11 +500,13 @@ func (s *Signer) coolDown(d time.Duration) {
 	}
 }
 
-// client returns an ACME client for one attempt, its requests seen by rec.
-func (s *Signer) client(rec *recorder) *acme.Client {
+// client returns an ACME client of its own, its requests seen by rec.
+func (s *Signer) client(rec *recorder) *acme.Client { return s.newClient(rec) }
+
+func (s *Signer) newClient(rt http.RoundTripper) *acme.Client {
 	return &acme.Client{
 		Directory:  s.opts.Directory,
-		HTTPClient: &http.Client{Transport: rec, Timeout: 2 * time.Minute},
+		HTTPClient: &http.Client{Transport: rt, Timeout: 2 * time.Minute},
 		UserAgent:  "caddy-acme-proxy",
 		// The relay polls itself, with backoff (see poller): acmez's
 		// FinalizeOrder then returns the order as the finalize left it.
@@ -526,4 +560,5 @@ var (
 	_ signer.JobWorker         = (*Signer)(nil)
 	_ signer.IdentifierChecker = (*Signer)(nil)
 	_ signer.WaitEstimator     = (*Signer)(nil)
+	_ signer.OrderPreparer     = (*Signer)(nil)
 )

@@ -100,8 +100,30 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 
 // newOrder places the upstream order for ro and records its URL. If an
 // earlier attempt recorded one meanwhile, that one wins and is used.
-func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (_ acme.Order, err error) {
-	want := acme.Order{Identifiers: identifiersOf(ro.Identifiers)}
+func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (acme.Order, error) {
+	want, err := s.orderRequest(ctx, c, b, ro)
+	if err != nil {
+		return acme.Order{}, err
+	}
+	order, err := s.placeOrder(ctx, c, acct, b, log, ro, want)
+	if err != nil {
+		return order, err
+	}
+	recorded, err := b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, order.Location, s.clock.Now())
+	if err != nil {
+		return order, err
+	}
+	log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
+		zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
+	if recorded != order.Location {
+		return c.GetOrder(ctx, acct, acme.Order{Location: recorded})
+	}
+	return order, nil
+}
+
+// orderRequest is the upstream newOrder for the local order of ro.
+func (s *Signer) orderRequest(ctx context.Context, c *acme.Client, b *signer.Binding, ro store.RelayOrder) (want acme.Order, err error) {
+	want = acme.Order{Identifiers: identifiersOf(ro.Identifiers)}
 	if !ro.NotBefore.IsZero() {
 		nb := ro.NotBefore
 		want.NotBefore = &nb
@@ -116,6 +138,11 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 	if want.Replaces, err = s.upstreamReplaces(ctx, c, ro); err != nil {
 		return acme.Order{}, err
 	}
+	return want, nil
+}
+
+// placeOrder places want upstream; it does not record it.
+func (s *Signer) placeOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder, want acme.Order) (acme.Order, error) {
 	order, err := c.NewOrder(ctx, acct, want)
 	var p acme.Problem
 	if err != nil && want.Replaces != "" && errors.As(err, &p) && p.Type == acme.ProblemTypeAlreadyReplaced {
@@ -132,15 +159,6 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 	}
 	if order.Location == "" {
 		return order, errors.New("the upstream created an order without a Location")
-	}
-	recorded, err := b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, order.Location, s.clock.Now())
-	if err != nil {
-		return order, err
-	}
-	log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
-		zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
-	if recorded != order.Location {
-		return c.GetOrder(ctx, acct, acme.Order{Location: recorded})
 	}
 	return order, nil
 }

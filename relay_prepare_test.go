@@ -1,0 +1,214 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"path"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	acmez "github.com/mholt/acmez/v3/acme"
+	"golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/relay"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// These tests run a relay profile with prepare_upstream on against the
+// in-process Pebble (validating dns-01 for real through the test DNS).
+
+// preparedUpstream waits for the relay_prepared job of a local order and
+// returns it with the upstream order it records.
+func preparedUpstream(t *testing.T, q *jobs.Queue, orderID string) (store.Job, string) {
+	t.Helper()
+	var job store.Job
+	relayWaitFor(t, 20*time.Second, "the prepared upstream order of "+orderID, func() bool {
+		js, err := q.List(context.Background(), store.JobFilter{Kind: relay.PreparedKind, Key: orderID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(js) == 0 {
+			return false
+		}
+		job = js[0]
+		return true
+	})
+	var p struct {
+		Upstream string `json:"upstream_order"`
+	}
+	if err := jobs.Decode(&job, &p); err != nil || p.Upstream == "" {
+		t.Fatalf("relay_prepared payload %s: %v", job.Payload, err)
+	}
+	return job, p.Upstream
+}
+
+// upstreamView reads upstream orders and authorizations as the relay's
+// upstream account, the way the account's owner sees them.
+type upstreamView struct {
+	c    *acmez.Client
+	acct acmez.Account
+}
+
+func (b *relayBench) upstreamView(t *testing.T, ctx context.Context, db *store.DB) upstreamView {
+	t.Helper()
+	ra, err := db.GetRelayAccount(ctx, (&certmagic.ACMEIssuer{CA: b.pebble.dir}).IssuerKey(), "relay")
+	if err != nil {
+		t.Fatalf("the relay's upstream account: %v", err)
+	}
+	block, _ := pem.Decode([]byte(ra.KeyPEM))
+	if block == nil {
+		t.Fatal("the upstream account key is not PEM")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.pebble.tlsRoots()}}}
+	t.Cleanup(hc.CloseIdleConnections)
+	return upstreamView{
+		c:    &acmez.Client{Directory: b.pebble.dir, HTTPClient: hc},
+		acct: acmez.Account{Location: ra.Location, PrivateKey: k.(crypto.Signer)},
+	}
+}
+
+func (v upstreamView) order(t *testing.T, ctx context.Context, url string) acmez.Order {
+	t.Helper()
+	o, err := v.c.GetOrder(ctx, v.acct, acmez.Order{Location: url})
+	if err != nil {
+		t.Fatalf("reading the upstream order %s: %v", url, err)
+	}
+	return o
+}
+
+func (v upstreamView) authzStatuses(t *testing.T, ctx context.Context, o acmez.Order) []string {
+	t.Helper()
+	var out []string
+	for _, u := range o.Authorizations {
+		z, err := v.c.GetAuthorization(ctx, v.acct, u)
+		if err != nil {
+			t.Fatalf("reading the upstream authorization %s: %v", u, err)
+		}
+		out = append(out, z.Status)
+	}
+	return out
+}
+
+func TestAPreparedRelayFinalizesWithTheUpstreamOrderPlacedWhileTheClientProvedItsNames(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	b := newRelayBench(t)
+	b.prepareUpstream = true
+	p := b.start()
+	c := p.client(t, ctx)
+	const name = "early.example.com"
+	o := b.readyOrder(t, ctx, c, name)
+	id := path.Base(o.URI)
+
+	_, up := preparedUpstream(t, p.queue, id)
+	view := b.upstreamView(t, ctx, p.db)
+	relayWaitFor(t, 20*time.Second, "the prepared upstream order to be ready", func() bool {
+		return view.order(t, ctx, up).Status == acmez.StatusReady
+	})
+	// Prepared, not issued: the upstream finalize waits for the client's.
+	if n := b.pebble.count(pebbleFinalize); n != 0 {
+		t.Fatalf("Pebble saw %d finalizes before the client finalized; want none", n)
+	}
+
+	ders, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, relayCSR(t, name), true)
+	if err != nil {
+		t.Fatalf("finalize: %v", err)
+	}
+	b.pebble.checkChainEndsAtRoot(t, pemOf(ders), name)
+	if n := b.pebble.count(pebbleNewOrder); n != 1 {
+		t.Errorf("Pebble saw %d new orders; want 1, the prepared one relayed", n)
+	}
+	if st := view.order(t, ctx, up).Status; st != acmez.StatusValid {
+		t.Errorf("the prepared upstream order is %s; want valid, the one the certificate came from", st)
+	}
+}
+
+func TestAPreparedRelayLosesNothingToARestartBeforeTheFinalize(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	b := newRelayBench(t)
+	b.prepareUpstream = true
+	first := b.start()
+	c := first.client(t, ctx)
+	const name = "restarted.example.com"
+	o := b.readyOrder(t, ctx, c, name)
+	id := path.Base(o.URI)
+	_, up := preparedUpstream(t, first.queue, id)
+	view := b.upstreamView(t, ctx, first.db)
+	relayWaitFor(t, 20*time.Second, "the prepared upstream order to be ready", func() bool {
+		return view.order(t, ctx, up).Status == acmez.StatusReady
+	})
+	if err := first.runner.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new process, which has only the database to go on.
+	b.start()
+	ders, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, relayCSR(t, name), true)
+	if err != nil {
+		t.Fatalf("finalize after the restart: %v", err)
+	}
+	b.pebble.checkChainEndsAtRoot(t, pemOf(ders), name)
+	if n := b.pebble.count(pebbleNewOrder); n != 1 {
+		t.Errorf("Pebble saw %d new orders; want 1, the order prepared before the restart relayed after it", n)
+	}
+}
+
+func TestAPreparedUpstreamOrderWhoseClientNeverFinalizesIsDeactivatedWithoutACertificate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	b := newRelayBench(t)
+	b.prepareUpstream = true
+	p := b.start()
+	c := p.client(t, ctx)
+	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs("abandoned.example.com"))
+	if err != nil {
+		t.Fatalf("new order: %v", err)
+	}
+	id := path.Base(o.URI)
+	job, up := preparedUpstream(t, p.queue, id)
+	view := b.upstreamView(t, ctx, p.db)
+	relayWaitFor(t, 20*time.Second, "the prepared upstream order to be ready", func() bool {
+		return view.order(t, ctx, up).Status == acmez.StatusReady
+	})
+	if !job.RunAt.After(time.Now().Add(time.Hour)) {
+		t.Errorf("the relay_prepared job is due at %v; want at the local order's expiry, a day away", job.RunAt)
+	}
+
+	// The client gives up on the order, which is then invalid and can
+	// never be finalized; its relay_prepared job comes due (as at the
+	// order's expiry, here at once).
+	if err := c.RevokeAuthorization(ctx, o.AuthzURLs[0]); err != nil {
+		t.Fatalf("deactivating the authorization: %v", err)
+	}
+	if _, err := p.queue.RetryNow(ctx, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	relayWaitFor(t, 20*time.Second, "the relay_prepared job to finish", func() bool {
+		got, err := p.queue.Get(ctx, job.ID)
+		return err == nil && got.Status == store.JobDone
+	})
+
+	got := view.order(t, ctx, up)
+	if got.Status != acmez.StatusInvalid {
+		t.Errorf("the abandoned upstream order is %s; want invalid, nothing left to issue from", got.Status)
+	}
+	for _, st := range view.authzStatuses(t, ctx, got) {
+		if st != acmez.StatusDeactivated {
+			t.Errorf("an upstream authorization of the abandoned order is %s; want deactivated", st)
+		}
+	}
+	if n := b.pebble.count(pebbleFinalize); n != 0 {
+		t.Errorf("Pebble saw %d finalizes; want none for an order its client never finalized", n)
+	}
+}

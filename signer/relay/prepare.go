@@ -1,0 +1,274 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mholt/acmez/v3/acme"
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// Preparing the upstream order (Options.PrepareUpstream).
+//
+// With it on, a new local order starts its preparation at once, in the
+// background: it places the upstream order and answers the upstream's
+// challenges while the client proves its names here, so that the finalize
+// only posts the CSR upstream and fetches the certificate. It never
+// finalizes upstream: only the relay_issue job does, after the client's
+// order is ready and its CSR checked (Issue). As soon as the upstream
+// order exists, a durable relay_prepared job records its URL, due when
+// the local order expires: the finalize's Issue hands that URL to the
+// relay, and the job, when it comes due, deactivates the upstream
+// authorizations of an upstream order no finalize took (RFC 8555 §7.5.2),
+// so that nothing can be issued from it.
+//
+// The preparation itself is no job: a preparation that fails, finds no
+// free slot, or dies with its process costs the order nothing, since its
+// finalize relays whatever is not prepared (an upstream order placed by a
+// preparation that died before its relay_prepared job was stored is never
+// finalized; it expires upstream).
+const PreparedKind = "relay_prepared"
+
+// preparedPayload is a relay_prepared job's payload.
+type preparedPayload struct {
+	Profile  string `json:"profile"`
+	Order    string `json:"order"`
+	Upstream string `json:"upstream_order"`
+}
+
+// Bounds of the preparation.
+const (
+	// maxPreparing bounds the preparations one signer runs at once; a new
+	// order beyond it is not prepared.
+	maxPreparing = 16
+	// preparedGrace is how long after the local order's expiry the
+	// relay_prepared job may still deactivate the upstream order.
+	preparedGrace = time.Hour
+	// finalizeRace is how long the relay_prepared job waits again when
+	// it finds the local order claimed by a finalize whose relay is not
+	// mapped yet.
+	finalizeRace = time.Minute
+)
+
+// PrepareOrder implements signer.OrderPreparer: with PrepareUpstream on,
+// it starts preparing the order's upstream order in the background,
+// unless maxPreparing preparations are under way or the upstream asked
+// this profile to wait.
+func (s *Signer) PrepareOrder(ctx context.Context, orderID string, expires time.Time) {
+	if !s.opts.PrepareUpstream || s.coolingDown() > 0 {
+		return
+	}
+	b, log, err := s.binding()
+	if err != nil {
+		return
+	}
+	done := make(chan struct{})
+	s.mu.Lock()
+	if len(s.preparing) >= maxPreparing {
+		s.mu.Unlock()
+		return
+	}
+	if s.preparing == nil {
+		s.preparing = map[string]chan struct{}{}
+	}
+	s.preparing[orderID] = done
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.AttemptTimeout)
+	go func() {
+		defer func() {
+			cancel()
+			s.mu.Lock()
+			delete(s.preparing, orderID)
+			s.mu.Unlock()
+			close(done)
+		}()
+		s.runPrepare(ctx, b, log, orderID)
+	}()
+}
+
+// awaitPreparation waits, up to d, for this process's preparation of
+// orderID, if one is under way.
+func (s *Signer) awaitPreparation(ctx context.Context, orderID string, d time.Duration) {
+	s.mu.Lock()
+	done, ok := s.preparing[orderID]
+	s.mu.Unlock()
+	if !ok || d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// preparedUpstream is the upstream order prepared for orderID, "" for none.
+func (s *Signer) preparedUpstream(ctx context.Context, q *jobs.Queue, orderID string) (string, error) {
+	job, err := q.Live(ctx, PreparedKind, orderID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var p preparedPayload
+	if err := jobs.Decode(&job, &p); err != nil {
+		return "", err
+	}
+	return p.Upstream, nil
+}
+
+// runPrepare prepares the upstream order of a local order still pending
+// or ready: it places it (once: its relay_prepared job is stored before
+// anything else happens) and answers its challenges, up to a ready
+// upstream order. A failure is logged; the finalize relays without it.
+func (s *Signer) runPrepare(ctx context.Context, b *signer.Binding, log *zap.Logger, orderID string) {
+	o, err := b.DB.GetOrder(ctx, b.Profile, orderID)
+	if err != nil || (o.Status != acme.StatusPending && o.Status != acme.StatusReady) || !s.clock.Now().Before(o.Expires) {
+		return // gone, finalized already, or over: nothing to prepare
+	}
+	rec := &recorder{base: s.transport, now: s.clock.Now}
+	if err := s.prepare(withRecorder(ctx, rec), b, log, o); err != nil {
+		f := classify(err, rec.lastResponse())
+		if f.forgetAccount {
+			s.forgetAccount(ctx, b.Profile)
+		}
+		if f.verdict == coolDown {
+			s.coolDown(f.after)
+		}
+		log.Warn("preparing the upstream order failed; its finalize relays without it", zap.String("event", "relay_prepare_failed"),
+			zap.String("profile", b.Profile), zap.String("order", o.ID), zap.Stringer("verdict", f.verdict),
+			zap.String("reason", f.reason))
+	}
+}
+
+func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger, o store.Order) error {
+	c := s.upstream
+	acct, err := s.account(ctx, c, b.Profile)
+	if err != nil {
+		return err
+	}
+	ro := store.RelayOrder{OrderID: o.ID, Identifiers: o.Identifiers, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
+		CertificateProfile: o.CertificateProfile, Replaces: o.Replaces}
+	want, err := s.orderRequest(ctx, c, b, ro)
+	if err != nil {
+		return err
+	}
+	order, err := s.placeOrder(ctx, c, acct, b, log, ro, want)
+	if err != nil {
+		return err
+	}
+	// Recorded durably before anything else: from here the upstream
+	// order is either relayed or deactivated.
+	if _, _, err := b.Queue.Enqueue(ctx, jobs.Spec{
+		Kind: PreparedKind, Key: o.ID, Lane: signer.SigningLane(b.Profile),
+		Payload: preparedPayload{Profile: b.Profile, Order: o.ID, Upstream: order.Location},
+		RunAt:   o.Expires, Deadline: o.Expires.Add(preparedGrace), MaxAttempts: s.opts.MaxAttempts,
+	}); err != nil {
+		return fmt.Errorf("recording the prepared upstream order: %w", err)
+	}
+	log.Info("upstream order prepared", zap.String("event", "relay_upstream_prepared"), zap.String("profile", b.Profile),
+		zap.String("order", o.ID), zap.String("upstream_order", order.Location))
+	switch order.Status {
+	case acme.StatusPending:
+		return s.authorize(ctx, c, recorderOf(ctx), acct, order, o.ID)
+	case acme.StatusReady, acme.StatusProcessing, acme.StatusValid:
+		return nil
+	}
+	return permanent("the prepared upstream order %s is %s", order.Location, order.Status)
+}
+
+// runPrepared does one attempt of a relay_prepared job, due when the
+// local order expires: an upstream order that no finalize took is
+// deactivated.
+func (s *Signer) runPrepared(ctx context.Context, job *jobs.Job) jobs.Outcome {
+	var p preparedPayload
+	if err := jobs.Decode(job, &p); err != nil {
+		return jobs.Failed(err.Error())
+	}
+	b, log, err := s.binding()
+	if err != nil {
+		return jobs.RetryAfter(err.Error(), 30*time.Second)
+	}
+	ro, err := b.DB.GetRelayOrder(ctx, p.Order)
+	switch {
+	case err == nil && ro.UpstreamOrderURL == p.Upstream:
+		return jobs.Done() // relayed: the upstream order is the relay's
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return jobs.Retry(err.Error())
+	}
+	o, err := b.DB.GetOrder(ctx, b.Profile, p.Order)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// The local order is gone (retention): nothing will relay it.
+	case err != nil:
+		return jobs.Retry(err.Error())
+	case o.Status == acme.StatusProcessing && ro.OrderID == "":
+		// Claimed by a finalize that has not mapped its relay yet.
+		return jobs.RetryAfter("the order is being finalized", finalizeRace)
+	case (o.Status == acme.StatusPending || o.Status == acme.StatusReady) && s.clock.Now().Before(o.Expires):
+		return jobs.RetryAfter("the order may still be finalized", o.Expires.Sub(s.clock.Now()))
+	}
+	actx, cancel := context.WithTimeout(ctx, s.opts.AttemptTimeout)
+	defer cancel()
+	rec := &recorder{base: s.transport, now: s.clock.Now}
+	actx = withRecorder(actx, rec)
+	n, err := s.deactivate(actx, b, p.Upstream)
+	if err != nil {
+		if ctx.Err() != nil {
+			return jobs.RetryAfter("interrupted: "+err.Error(), 0)
+		}
+		f := classify(err, rec.lastResponse())
+		return outcomeFor(f, "upstream "+s.opts.Directory+": deactivating "+p.Upstream+": "+f.reason)
+	}
+	log.Info("prepared upstream order abandoned", zap.String("event", "relay_prepared_abandoned"),
+		zap.String("profile", b.Profile), zap.String("order", p.Order), zap.String("upstream_order", p.Upstream),
+		zap.Int("deactivated", n))
+	return jobs.Done()
+}
+
+// deactivate deactivates every authorization of the upstream order at url
+// that could still serve it (pending or valid), and returns how many.
+func (s *Signer) deactivate(ctx context.Context, b *signer.Binding, url string) (int, error) {
+	c := s.upstream
+	acct, err := s.account(ctx, c, b.Profile)
+	if err != nil {
+		return 0, err
+	}
+	order, err := c.GetOrder(ctx, acct, acme.Order{Location: url})
+	if err != nil {
+		return 0, err
+	}
+	if order.Status == acme.StatusInvalid || order.Status == acme.StatusValid || order.Status == acme.StatusProcessing {
+		return 0, nil
+	}
+	n := 0
+	for _, u := range order.Authorizations {
+		authz, err := c.GetAuthorization(ctx, acct, u)
+		if err != nil {
+			return n, fmt.Errorf("reading an upstream authorization: %w", err)
+		}
+		if authz.Status != acme.StatusPending && authz.Status != acme.StatusValid {
+			continue
+		}
+		if _, err := c.DeactivateAuthorization(ctx, acct, u); err != nil {
+			return n, fmt.Errorf("deactivating the upstream authorization for %s: %w", authz.IdentifierValue(), err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// recorderOf is the recorder an attempt's context carries.
+func recorderOf(ctx context.Context) *recorder {
+	rec, _ := ctx.Value(recorderKey{}).(*recorder)
+	return rec
+}
