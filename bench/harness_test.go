@@ -103,8 +103,12 @@ type harness struct {
 	caddy *caddyProcess
 	// http01Port is where the http-01 responder listens (80).
 	http01Port int
-	roots      *x509.CertPool
-	dirURLs    map[string]string // server name → directory URL
+	// dnsAddr is the benchmark's DNS server (host:port).
+	dnsAddr string
+	// fleet is BenchmarkIssuanceTwoInstances' pair of instances.
+	fleet   *benchFleet
+	roots   *x509.CertPool
+	dirURLs map[string]string // server name → directory URL
 	// chainRoots are the roots a server's certificates chain to, where
 	// they are not Caddy's local root (Pebble's, directly or relayed).
 	chainRoots map[string]*x509.CertPool
@@ -191,6 +195,7 @@ func (h *harness) start() error {
 	if err != nil {
 		return err
 	}
+	h.dnsAddr = dnsAddr
 	_, p, _ := net.SplitHostPort(dnsAddr)
 	dnsPort, _ := strconv.Atoi(p)
 	h.useDNSForDefaultResolver(dnsAddr)

@@ -141,8 +141,11 @@ func (h *harness) newClient(dirURL string, key *ecdsa.PrivateKey, counts *status
 		retry = 10 * time.Millisecond
 	}
 	var rt http.RoundTripper = tr
-	if dirURL == h.dirURLs[pebbleDirect] {
+	switch dirURL {
+	case h.dirURLs[pebbleDirect]:
 		rt = pebbleFinalizeLocation{tr}
+	case h.dirURLs[twoInstances]:
+		rt = h.fleet.clientTransport(tr)
 	}
 	return &acme.Client{
 		Key:          key,
@@ -291,7 +294,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	b.ReportMetric(float64(memAfter.TotalAlloc-memBefore.TotalAlloc)/n, "B/cert")
 	b.ReportMetric(float64(memAfter.Mallocs-memBefore.Mallocs)/n, "allocs/cert")
 	b.ReportMetric(ms(cpu)/n, "proc-CPU-ms/cert")
-	if h.caddy != nil {
+	if h.caddy != nil && server != twoInstances { // that Caddy does not serve them
 		b.ReportMetric(ms(caddyCPU)/n, "caddy-CPU-ms/cert")
 		if rss, err := h.caddy.peakRSS(); err == nil {
 			b.ReportMetric(float64(rss)/(1<<20), "caddy-peak-RSS-MiB")

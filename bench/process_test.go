@@ -53,7 +53,9 @@ type caddyProcess struct {
 	err  error // once done
 }
 
-func startCaddyProcess(dir, cfgFile, dnsAddr string) (*caddyProcess, error) {
+// startCaddyProcess starts Caddy on cfgFile, with its Caddyfile and log in
+// dir; env is added to the child's environment.
+func startCaddyProcess(dir, cfgFile, dnsAddr string, env ...string) (*caddyProcess, error) {
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(cfgFile), 0o600); err != nil {
 		return nil, err
@@ -63,7 +65,7 @@ func startCaddyProcess(dir, cfgFile, dnsAddr string) (*caddyProcess, error) {
 		return nil, err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), childEnv+"="+path, childDNSEnv+"="+dnsAddr)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+path, childDNSEnv+"="+dnsAddr), env...)
 	logFile, err := os.Create(filepath.Join(dir, "caddy.log"))
 	if err != nil {
 		return nil, err

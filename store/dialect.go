@@ -53,7 +53,7 @@ type dialect interface {
 // SQLite's engine is one writer connection behind a group commit (see
 // groupCommit) with a statement cache below it. PostgreSQL's is a pool
 // running each write in its own serializable transaction, with
-// SET LOCAL synchronous_commit = off for a lazy one (see postgresEngine).
+// synchronous_commit = off for a lazy one (see postgresEngine).
 type engine interface {
 	// do runs fn in a write transaction and returns once that transaction
 	// is committed (nil) or fn's changes are undone (fn's error). fn may

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -44,21 +45,29 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 	// postgresEngine), whatever the server's default.
 	cfg.RuntimeParams["synchronous_commit"] = "on"
 	cfg.RuntimeParams["application_name"] = "caddy-acme-proxy"
-
-	w := stdlib.OpenDB(*cfg)
-	w.SetMaxOpenConns(opts.MaxConns)
-	w.SetMaxIdleConns(opts.MaxConns)
-	w.SetConnMaxIdleTime(5 * time.Minute)
-	r := stdlib.OpenDB(*cfg.Copy())
-	r.SetMaxOpenConns(opts.MaxConns)
-	r.SetMaxIdleConns(opts.MaxConns)
-	r.SetConnMaxIdleTime(5 * time.Minute)
+	pool := func(cfg *pgx.ConnConfig) *sql.DB {
+		p := stdlib.OpenDB(*cfg)
+		p.SetMaxOpenConns(opts.MaxConns)
+		p.SetMaxIdleConns(opts.MaxConns)
+		p.SetConnMaxIdleTime(5 * time.Minute)
+		return p
+	}
+	// The write pools' sessions: every transaction serializable, so that
+	// a statement that is a write of its own needs no BEGIN around it;
+	// the lazy pool's commits are lazy by default, so that a lazy write
+	// needs no SET LOCAL (each a round trip fewer).
+	wcfg := cfg.Copy()
+	wcfg.RuntimeParams["default_transaction_isolation"] = "serializable"
+	lcfg := wcfg.Copy()
+	lcfg.RuntimeParams["synchronous_commit"] = "off"
+	w, lw, r := pool(wcfg), pool(lcfg), pool(cfg.Copy())
 	if err := w.PingContext(ctx); err != nil {
 		w.Close()
+		lw.Close()
 		r.Close()
 		return nil, fmt.Errorf("store: connecting to %s: %w", desc, redactConnectError(err))
 	}
-	return open(ctx, r, &postgresEngine{w: w, cfg: cfg, desc: desc}, postgresDialect{}, desc)
+	return open(ctx, r, &postgresEngine{w: w, lazy: lw, cfg: cfg, desc: desc}, postgresDialect{}, desc)
 }
 
 // PostgresDescription names a PostgreSQL database for messages: host and
@@ -91,15 +100,22 @@ func redactConnectError(err error) error {
 // must be re-runnable, as every store write is: it only touches its tx
 // and variables it sets afresh.
 //
-// A lazy write commits with SET LOCAL synchronous_commit = off: COMMIT
-// returns before its WAL is flushed. It cannot outlive a durable write
+// A lazy write commits with synchronous_commit = off (its pool's
+// session setting): COMMIT returns before its WAL is flushed. It cannot outlive a durable write
 // that follows it: the WAL is replayed as a prefix, and the durable
 // commit flushes the WAL up to its own record, the lazy one's included.
 // That is the same argument as SQLite's lazy commits (see groupCommit).
 type postgresEngine struct {
-	w    *sql.DB
-	cfg  *pgx.ConnConfig // for watchJobs' connection of its own
-	desc string
+	w, lazy *sql.DB         // durable and lazy writes
+	cfg     *pgx.ConnConfig // for watchJobs' connection of its own
+	desc    string
+}
+
+func (e *postgresEngine) pool(lazy bool) *sql.DB {
+	if lazy {
+		return e.lazy
+	}
+	return e.w
 }
 
 // jobsChannel is the LISTEN/NOTIFY channel of enqueued jobs.
@@ -137,27 +153,74 @@ func (e *postgresEngine) listen(ctx context.Context, wake func(kind string)) {
 	}
 }
 
-const maxSerializationRetries = 20
+// A write that lost a race is run again after a random pause that grows
+// with each attempt, up to retryPauseMax, for as long as retryFor (or
+// until its context ends). Run again at once, the losers of one race meet
+// again; and while a table is small its rows share a few index pages, on
+// which PostgreSQL keeps its serializable read locks, so concurrent
+// writes of unrelated rows conflict: with eight clients issuing at once,
+// twenty immediate runs of a challenge's result were seen to lose every
+// time (the request got a 500), and forty paused ones, under the load of
+// the whole store suite, still did now and then.
+const (
+	retryFor      = 10 * time.Second
+	retryPauseMin = 200 * time.Microsecond
+	retryPauseMax = 50 * time.Millisecond
+)
 
 func (e *postgresEngine) do(ctx context.Context, fn func(*sql.Tx) error, lazy bool) error {
+	return retrying(ctx, func() error { return e.once(ctx, fn, lazy) })
+}
+
+// exec runs one statement as a write of its own, without a transaction
+// around it: PostgreSQL runs it as one, serializable (see OpenPostgres),
+// in one round trip instead of three. It is retried as do retries.
+func (e *postgresEngine) exec(ctx context.Context, lazy bool, query string, args []any) (res sql.Result, err error) {
+	err = retrying(ctx, func() error {
+		res, err = e.pool(lazy).ExecContext(ctx, query, args...)
+		return err
+	})
+	return res, err
+}
+
+// queryRow is exec for a statement returning one row, scanned into dest.
+func (e *postgresEngine) queryRow(ctx context.Context, lazy bool, query string, args []any, dest ...any) error {
+	return retrying(ctx, func() error {
+		return e.pool(lazy).QueryRowContext(ctx, query, args...).Scan(dest...)
+	})
+}
+
+// retrying runs a write (run) until it does not lose a race, as long as
+// retryFor allows.
+func retrying(ctx context.Context, run func() error) error {
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
-		err := e.once(ctx, fn, lazy)
-		if err == nil || !retryable(err) || attempt >= maxSerializationRetries || ctx.Err() != nil {
+		err := run()
+		if err == nil || !retryable(err) || time.Since(start) >= retryFor || ctx.Err() != nil {
 			return err
+		}
+		t := time.NewTimer(retryPause(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
 		}
 	}
 }
 
+// retryPause is the pause before run attempt+2 of a write: uniform in
+// (0, d], d doubling from retryPauseMin to retryPauseMax, so that the
+// losers of one race spread out.
+func retryPause(attempt int) time.Duration {
+	d := min(retryPauseMin<<min(attempt, 16), retryPauseMax)
+	return rand.N(d) + 1
+}
+
 func (e *postgresEngine) once(ctx context.Context, fn func(*sql.Tx) error, lazy bool) error {
-	tx, err := e.w.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+	tx, err := e.pool(lazy).BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
 	if err != nil {
 		return err
-	}
-	if lazy {
-		if _, err := tx.ExecContext(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-			tx.Rollback()
-			return err
-		}
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
@@ -173,7 +236,7 @@ func retryable(err error) bool {
 	return ok && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
-func (e *postgresEngine) close() error { return e.w.Close() }
+func (e *postgresEngine) close() error { return errors.Join(e.w.Close(), e.lazy.Close()) }
 
 type postgresDialect struct{}
 
