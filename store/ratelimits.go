@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -75,21 +76,135 @@ func (db *DB) SpendLimits(ctx context.Context, spends []LimitSpend, now time.Tim
 	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		out, allowed, err = db.spendTx(ctx, tx, spends, now)
+		if err == nil && !allowed {
+			return errLimitDenied
+		}
 		return err
 	})
+	if errors.Is(err, errLimitDenied) {
+		return out, false, nil
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("store: spending rate limits: %w", err)
 	}
 	return out, allowed, nil
 }
 
+// errLimitDenied undoes the write of a SpendLimits whose spend did not
+// fit: spendTx may have spent the buckets before it knew.
+var errLimitDenied = errors.New("store: over a rate limit")
+
 // spendTx is SpendLimits inside tx: it decides every spend and, when
-// each is allowed, writes them all.
+// each is allowed, writes them all. When one is denied it may have
+// written already: the caller must then undo tx (return an error from it).
+//
+// Spending is one statement for every bucket spent: an upsert that moves
+// each TAT and returns it, the decision following from the new TAT alone
+// (it is allowed when it stays within the period of now), and one read of
+// the buckets only checked. A call whose spends share a key, or that asks
+// more than a burst, is decided from a read first (spendTxRead).
 func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
-	out, allowed := make([]LimitDecision, len(spends)), true
 	if len(spends) == 0 {
-		return out, true, nil
+		return []LimitDecision{}, true, nil
 	}
+	var spent, checked int
+	for i, s := range spends {
+		if s.Cost > s.Burst {
+			return db.spendTxRead(ctx, tx, spends, now)
+		}
+		for _, o := range spends[:i] {
+			// A key twice is decided in order, the second spend starting
+			// where the first left it: that takes a read.
+			if o.Key == s.Key && !(o.CheckOnly && s.CheckOnly) {
+				return db.spendTxRead(ctx, tx, spends, now)
+			}
+		}
+		if s.CheckOnly {
+			checked++
+		} else {
+			spent++
+		}
+	}
+	at := now.UnixNano()
+	tats := make(map[string]int64, len(spends))
+	if spent > 0 {
+		// A new row's TAT is now + cost×emission, an existing one's
+		// max(TAT, now) + cost×emission: the excluded row carries
+		// now + cost×emission.
+		var (
+			b    strings.Builder
+			args = make([]any, 0, 2*spent+3)
+		)
+		b.WriteString(`INSERT INTO rate_limits (key, tat_ns) VALUES `)
+		for _, s := range spends {
+			if s.CheckOnly {
+				continue
+			}
+			if len(args) > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?)")
+			args = append(args, s.Key, at+s.Cost*int64(s.Emission))
+		}
+		b.WriteString(` ON CONFLICT (key) DO UPDATE SET tat_ns =
+			CASE WHEN rate_limits.tat_ns > ? THEN rate_limits.tat_ns ELSE ? END + excluded.tat_ns - ?
+			RETURNING key, tat_ns`)
+		args = append(args, at, at, at)
+		if err := scanTATs(ctx, tx, db.q(b.String()), args, tats); err != nil {
+			return nil, false, err
+		}
+	}
+	if checked > 0 {
+		keys := make([]any, 0, checked)
+		for _, s := range spends {
+			if s.CheckOnly {
+				keys = append(keys, s.Key)
+			}
+		}
+		if err := scanTATs(ctx, tx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`), keys, tats); err != nil {
+			return nil, false, err
+		}
+	}
+	out, allowed := make([]LimitDecision, len(spends)), true
+	for i, s := range spends {
+		tat, ok := tats[s.Key]
+		switch {
+		case s.CheckOnly:
+			out[i], _ = gcra(tat, s, at)
+		case !ok:
+			return nil, false, fmt.Errorf("store: rate limit bucket %q: the spend returned no row", Clip(s.Key, 64))
+		default:
+			out[i] = decide(tat, s, at)
+		}
+		allowed = allowed && out[i].Allowed
+	}
+	return out, allowed, nil
+}
+
+// scanTATs runs query, which returns (key, tat_ns) rows, into tats.
+func scanTATs(ctx context.Context, tx *sql.Tx, query string, args []any, tats map[string]int64) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			k   string
+			tat int64
+		)
+		if err := rows.Scan(&k, &tat); err != nil {
+			return err
+		}
+		tats[k] = tat
+	}
+	return rows.Err()
+}
+
+// spendTxRead is spendTx deciding from a read of every bucket and writing
+// only what it allows, for calls spendTx does not take in one upsert.
+func (db *DB) spendTxRead(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
+	out, allowed := make([]LimitDecision, len(spends)), true
 	tats, err := readTATs(ctx, db, tx, spends)
 	if err != nil {
 		return nil, false, err
@@ -201,10 +316,23 @@ func gcra(tat int64, s LimitSpend, now int64) (LimitDecision, int64) {
 		// of a full bucket.
 		return LimitDecision{RetryAfter: time.Duration(tolerance)}, tat
 	}
-	if ahead := newTAT - now; ahead > tolerance {
-		return LimitDecision{RetryAfter: time.Duration(ahead - tolerance)}, tat
+	d := decide(newTAT, s, now)
+	if !d.Allowed {
+		return d, tat
 	}
-	return LimitDecision{Allowed: true, Remaining: (tolerance - (newTAT - now)) / emission}, newTAT
+	return d, newTAT
+}
+
+// decide is the decision of spend s (at most a burst) that moves its
+// bucket's TAT to newTAT at now: allowed when newTAT stays within the
+// period (emission × burst) of now.
+func decide(newTAT int64, s LimitSpend, now int64) LimitDecision {
+	emission := int64(s.Emission)
+	tolerance := emission * s.Burst
+	if ahead := newTAT - now; ahead > tolerance {
+		return LimitDecision{RetryAfter: time.Duration(ahead - tolerance)}
+	}
+	return LimitDecision{Allowed: true, Remaining: (tolerance - (newTAT - now)) / emission}
 }
 
 func checkSpends(spends []LimitSpend) error {
