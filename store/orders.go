@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -166,15 +167,36 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 	if err := checkSpends(spends); err != nil {
 		return Order{}, err
 	}
+	capAt, err := pendingCapOf(o, spends)
+	if err != nil {
+		return Order{}, err
+	}
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
-		if o.ReplacesCertificateID != "" {
+		// The pending authorizations cap first, then the replaced
+		// certificate, then the rate limits: the order in which a
+		// new-order's refusals are answered.
+		capped := LimitDecision{Allowed: true}
+		if capAt >= 0 {
+			var err error
+			if capped, err = db.pendingCapTx(ctx, tx, o, spends[capAt], authzs, now); err != nil {
+				return err
+			}
+		} else if err := db.forgetPendingBound(ctx, tx, o); err != nil {
+			return err
+		}
+		if o.ReplacesCertificateID != "" && capped.Allowed {
 			if err := db.checkNotReplaced(ctx, tx, o.ReplacesCertificateID, now); err != nil {
 				return err
 			}
 		}
-		if out, ok, err := db.spendTx(ctx, tx, spends, now); err != nil {
+		out, ok, err := db.spendTx(ctx, tx, without(spends, capAt), now)
+		if err != nil {
 			return err
-		} else if !ok {
+		}
+		if capAt >= 0 {
+			out = slices.Insert(out, capAt, capped)
+		}
+		if !ok || !capped.Allowed {
 			return &LimitError{Decisions: out}
 		}
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders

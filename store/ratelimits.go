@@ -37,6 +37,12 @@ type LimitSpend struct {
 	// CheckOnly asks whether Cost would fit, without taking it: the
 	// bucket is spent by something that happens later.
 	CheckOnly bool
+	// PendingAuthzs makes the spend the cap on the pending authorizations
+	// of the account of the order CreateOrder stores (and of no other
+	// call): Burst is the cap, Cost the authorizations the order adds,
+	// Key pendingBoundKey's for the order; Emission is unused. See
+	// pendingCapTx.
+	PendingAuthzs bool
 }
 
 // LimitDecision is the answer for one LimitSpend.
@@ -47,8 +53,13 @@ type LimitDecision struct {
 	// (a CheckOnly one counted as spent); 0 when denied.
 	Remaining int64
 	// RetryAfter, when denied, is how long until the spend would fit; it
-	// is at most Emission × Cost (the refill of what it asks).
+	// is at most Emission × Cost (the refill of what it asks). For a
+	// PendingAuthzs spend, until the soonest pending authorization
+	// expires (0 when none is pending).
 	RetryAfter time.Duration
+	// Held, for a denied PendingAuthzs spend, is how many authorizations
+	// of the account were pending.
+	Held int64
 }
 
 // maxLimitKeys bounds the buckets of one SpendLimits call.
@@ -68,6 +79,11 @@ const maxLimitKeys = 512
 func (db *DB) SpendLimits(ctx context.Context, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
 	if err := checkSpends(spends); err != nil {
 		return nil, false, err
+	}
+	for _, s := range spends {
+		if s.PendingAuthzs {
+			return nil, false, fmt.Errorf("store: the pending authorizations cap is spent by CreateOrder only")
+		}
 	}
 	var (
 		out     []LimitDecision
@@ -273,7 +289,7 @@ func (db *DB) RefundLimits(ctx context.Context, spends []LimitSpend, now time.Ti
 		at := now.UnixNano()
 		for _, s := range spends {
 			tat, ok := tats[s.Key]
-			if s.CheckOnly || !ok || tat <= at {
+			if s.CheckOnly || s.PendingAuthzs || !ok || tat <= at {
 				continue
 			}
 			tat = max(tat-s.Cost*int64(s.Emission), at)
@@ -340,6 +356,12 @@ func checkSpends(spends []LimitSpend) error {
 		return fmt.Errorf("store: %d rate limit buckets in one spend, at most %d", len(spends), maxLimitKeys)
 	}
 	for _, s := range spends {
+		if s.PendingAuthzs && (s.Key == "" || s.Burst <= 0 || s.Burst > boundCountMask || s.Cost < 0) {
+			return fmt.Errorf("store: pending authorizations cap %q: want a key, a cap between 1 and %d, and a cost of at least 0", Clip(s.Key, 64), boundCountMask)
+		}
+		if s.PendingAuthzs {
+			continue
+		}
 		if s.Key == "" || len(s.Key) > 512 || s.Emission <= 0 || s.Burst <= 0 || s.Cost < 0 {
 			return fmt.Errorf("store: rate limit bucket %q: want a key of at most 512 bytes, a positive emission interval and burst, and a cost of at least 0", Clip(s.Key, 64))
 		}
