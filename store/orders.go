@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -172,31 +171,24 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 		return Order{}, err
 	}
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
-		// The pending authorizations cap first, then the replaced
-		// certificate, then the rate limits: the order in which a
-		// new-order's refusals are answered.
-		capped := LimitDecision{Allowed: true}
-		if capAt >= 0 {
-			var err error
-			if capped, err = db.pendingCapTx(ctx, tx, o, spends[capAt], authzs, now); err != nil {
+		if capAt < 0 {
+			if err := db.forgetPendingBound(ctx, tx, o); err != nil {
 				return err
 			}
-		} else if err := db.forgetPendingBound(ctx, tx, o); err != nil {
+		}
+		out, ok, err := db.spendOrderTx(ctx, tx, spends, now, &orderCap{o: o, authzs: authzs})
+		if err != nil {
 			return err
 		}
-		if o.ReplacesCertificateID != "" && capped.Allowed {
+		// Over the pending authorizations cap the order is refused for
+		// that, before its replaced certificate is looked at; otherwise
+		// a certificate replaced already is refused before the limits.
+		if o.ReplacesCertificateID != "" && (capAt < 0 || out[capAt].Allowed) {
 			if err := db.checkNotReplaced(ctx, tx, o.ReplacesCertificateID, now); err != nil {
 				return err
 			}
 		}
-		out, ok, err := db.spendTx(ctx, tx, without(spends, capAt), now)
-		if err != nil {
-			return err
-		}
-		if capAt >= 0 {
-			out = slices.Insert(out, capAt, capped)
-		}
-		if !ok || !capped.Allowed {
+		if !ok {
 			return &LimitError{Decisions: out}
 		}
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -120,19 +121,38 @@ var errLimitDenied = errors.New("store: over a rate limit")
 // the buckets only checked. A call whose spends share a key, or that asks
 // more than a burst, is decided from a read first (spendTxRead).
 func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
+	return db.spendOrderTx(ctx, tx, spends, now, nil)
+}
+
+// orderCap is the order whose write spends a PendingAuthzs spend.
+type orderCap struct {
+	o      Order
+	authzs []Authz
+}
+
+// spendOrderTx is spendTx for spends that may hold the PendingAuthzs cap
+// of the order oc (nil for none): its bound (see pendingCapTx) moves in
+// the same upsert as the buckets, and is counted only when that upsert
+// does not take it.
+func (db *DB) spendOrderTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time, oc *orderCap) ([]LimitDecision, bool, error) {
 	if len(spends) == 0 {
 		return []LimitDecision{}, true, nil
 	}
 	var spent, checked int
+	capAt := -1
 	for i, s := range spends {
+		if s.PendingAuthzs {
+			capAt = i
+			continue
+		}
 		if s.Cost > s.Burst {
-			return db.spendTxRead(ctx, tx, spends, now)
+			return db.spendTxReadCap(ctx, tx, spends, now, oc, capAt)
 		}
 		for _, o := range spends[:i] {
 			// A key twice is decided in order, the second spend starting
 			// where the first left it: that takes a read.
 			if o.Key == s.Key && !(o.CheckOnly && s.CheckOnly) {
-				return db.spendTxRead(ctx, tx, spends, now)
+				return db.spendTxReadCap(ctx, tx, spends, now, oc, capAt)
 			}
 		}
 		if s.CheckOnly {
@@ -143,13 +163,20 @@ func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now 
 	}
 	at := now.UnixNano()
 	tats := make(map[string]int64, len(spends))
-	if spent > 0 {
-		// A new row's TAT is now + cost×emission, an existing one's
+	var capExpires int64
+	if capAt >= 0 {
+		capExpires = oc.expires()
+	}
+	if spent > 0 || capAt >= 0 {
+		// A new bucket's TAT is now + cost×emission, an existing one's
 		// max(TAT, now) + cost×emission: the excluded row carries
-		// now + cost×emission.
+		// now + cost×emission. The cap's bound row is the one excluded
+		// with a negative value: when it exists and the order fits under
+		// it, it moves (see pendingCapTx); when it does not, it is
+		// inserted as -1, which only pendingCapTx's count then replaces.
 		var (
 			b    strings.Builder
-			args = make([]any, 0, 2*spent+3)
+			args = make([]any, 0, 2*spent+12)
 		)
 		b.WriteString(`INSERT INTO rate_limits (key, tat_ns) VALUES `)
 		for _, s := range spends {
@@ -160,12 +187,25 @@ func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now 
 				b.WriteString(", ")
 			}
 			b.WriteString("(?, ?)")
-			args = append(args, s.Key, at+s.Cost*int64(s.Emission))
+			if s.PendingAuthzs {
+				args = append(args, s.Key, int64(-1))
+			} else {
+				args = append(args, s.Key, at+s.Cost*int64(s.Emission))
+			}
 		}
-		b.WriteString(` ON CONFLICT (key) DO UPDATE SET tat_ns =
-			CASE WHEN rate_limits.tat_ns > ? THEN rate_limits.tat_ns ELSE ? END + excluded.tat_ns - ?
-			RETURNING key, tat_ns`)
-		args = append(args, at, at, at)
+		gcraSet := `CASE WHEN rate_limits.tat_ns > ? THEN rate_limits.tat_ns ELSE ? END + excluded.tat_ns - ?`
+		if capAt < 0 {
+			b.WriteString(` ON CONFLICT (key) DO UPDATE SET tat_ns = ` + gcraSet)
+			args = append(args, at, at, at)
+		} else {
+			c := spends[capAt]
+			b.WriteString(` ON CONFLICT (key) DO UPDATE SET tat_ns = CASE WHEN excluded.tat_ns >= 0 THEN ` + gcraSet + `
+				ELSE (CASE WHEN (rate_limits.tat_ns & -1073741824) > ? THEN (rate_limits.tat_ns & -1073741824) ELSE ? END)
+					| ((rate_limits.tat_ns & 1073741823) + ?) END
+				WHERE excluded.tat_ns >= 0 OR (rate_limits.tat_ns > ? AND (rate_limits.tat_ns & 1073741823) + ? <= ?)`)
+			args = append(args, at, at, at, capExpires, capExpires, c.Cost, at, c.Cost, c.Burst)
+		}
+		b.WriteString(` RETURNING key, tat_ns`)
 		if err := scanTATs(ctx, tx, db.q(b.String()), args, tats); err != nil {
 			return nil, false, err
 		}
@@ -185,6 +225,15 @@ func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now 
 	for i, s := range spends {
 		tat, ok := tats[s.Key]
 		switch {
+		case s.PendingAuthzs && ok && tat >= 0:
+			out[i] = LimitDecision{Allowed: true, Remaining: s.Burst - tat&boundCountMask}
+		case s.PendingAuthzs:
+			// No bound, or not low enough: count.
+			d, err := db.pendingCount(ctx, tx, oc, s, capExpires, now)
+			if err != nil {
+				return nil, false, err
+			}
+			out[i] = d
 		case s.CheckOnly:
 			out[i], _ = gcra(tat, s, at)
 		case !ok:
@@ -195,6 +244,28 @@ func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now 
 		allowed = allowed && out[i].Allowed
 	}
 	return out, allowed, nil
+}
+
+// spendTxReadCap is spendTxRead for spends that may hold the order's cap
+// at capAt (-1 for none), decided apart.
+func (db *DB) spendTxReadCap(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time, oc *orderCap, capAt int) ([]LimitDecision, bool, error) {
+	for i := capAt + 1; capAt < 0 && i < len(spends); i++ {
+		if spends[i].PendingAuthzs {
+			capAt = i
+		}
+	}
+	if capAt < 0 {
+		return db.spendTxRead(ctx, tx, spends, now)
+	}
+	capped, err := db.pendingCapTx(ctx, tx, oc, spends[capAt], now)
+	if err != nil {
+		return nil, false, err
+	}
+	out, ok, err := db.spendTxRead(ctx, tx, without(spends, capAt), now)
+	if err != nil {
+		return nil, false, err
+	}
+	return slices.Insert(out, capAt, capped), ok && capped.Allowed, nil
 }
 
 // scanTATs runs query, which returns (key, tat_ns) rows, into tats.

@@ -81,37 +81,49 @@ func without(spends []LimitSpend, i int) []LimitSpend {
 	return slices.Delete(slices.Clone(spends), i, i+1)
 }
 
-// pendingCapTx decides, inside the order's transaction tx, whether the
-// order o adding authzs fits under cap spend s, and moves the account's
-// bound when it does (see above). A denied order changes nothing here.
-func (db *DB) pendingCapTx(ctx context.Context, tx *sql.Tx, o Order, s LimitSpend, authzs []Authz, now time.Time) (LimitDecision, error) {
-	key, k, at := s.Key, s.Cost, now.UnixNano()
-	var expires int64 // when the order's authorizations have all expired
-	for _, a := range authzs {
-		expires = max(expires, a.Expires.UnixNano())
+// expires is when the order's authorizations have all expired, as a
+// bound row's time (rounded up).
+func (oc *orderCap) expires() int64 {
+	var e int64
+	for _, a := range oc.authzs {
+		e = max(e, a.Expires.UnixNano())
 	}
-	expires = packBound(expires, 0)
+	return packBound(e, 0)
+}
+
+// pendingCapTx decides, inside the order's transaction tx, whether the
+// order of oc fits under cap spend s, and moves the account's bound when
+// it does (see above). A denied order changes nothing here.
+func (db *DB) pendingCapTx(ctx context.Context, tx *sql.Tx, oc *orderCap, s LimitSpend, now time.Time) (LimitDecision, error) {
+	expires := oc.expires()
 	var bound int64
 	err := tx.QueryRowContext(ctx, db.q(`UPDATE rate_limits SET tat_ns =
 			(CASE WHEN (tat_ns & -1073741824) > ? THEN (tat_ns & -1073741824) ELSE ? END) | ((tat_ns & 1073741823) + ?)
 		WHERE key = ? AND tat_ns > ? AND (tat_ns & 1073741823) + ? <= ?
-		RETURNING tat_ns & 1073741823`), expires, expires, k, key, at, k, s.Burst).Scan(&bound)
+		RETURNING tat_ns & 1073741823`), expires, expires, s.Cost, s.Key, now.UnixNano(), s.Cost, s.Burst).Scan(&bound)
 	switch {
 	case err == nil:
 		return LimitDecision{Allowed: true, Remaining: s.Burst - bound}, nil
 	case err != sql.ErrNoRows:
-		return LimitDecision{}, fmt.Errorf("store: the pending authorizations bound of %s: %w", o.AccountID, err)
+		return LimitDecision{}, fmt.Errorf("store: the pending authorizations bound of %s: %w", oc.o.AccountID, err)
 	}
-	// No bound, or not low enough: count.
+	return db.pendingCount(ctx, tx, oc, s, expires, now)
+}
+
+// pendingCount decides cap spend s of the order of oc, whose
+// authorizations have all expired by expires (a bound row's time), by
+// counting the account's pending authorizations, and sets the bound to
+// that count plus the order's when it fits.
+func (db *DB) pendingCount(ctx context.Context, tx *sql.Tx, oc *orderCap, s LimitSpend, expires int64, now time.Time) (LimitDecision, error) {
 	var (
 		n                int64
 		soonest, longest sql.NullInt64
 	)
 	if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*), MIN(expires_at), MAX(expires_at) FROM authorizations
-		WHERE account_id = ? AND status = 'pending' AND expires_at > ?`), o.AccountID, now.UnixMilli()).Scan(&n, &soonest, &longest); err != nil {
-		return LimitDecision{}, fmt.Errorf("store: counting pending authorizations of %s: %w", o.AccountID, err)
+		WHERE account_id = ? AND status = 'pending' AND expires_at > ?`), oc.o.AccountID, now.UnixMilli()).Scan(&n, &soonest, &longest); err != nil {
+		return LimitDecision{}, fmt.Errorf("store: counting pending authorizations of %s: %w", oc.o.AccountID, err)
 	}
-	if n+k > s.Burst {
+	if n+s.Cost > s.Burst {
 		d := LimitDecision{Held: n}
 		if soonest.Valid {
 			d.RetryAfter = time.UnixMilli(soonest.Int64).Sub(now)
@@ -122,10 +134,10 @@ func (db *DB) pendingCapTx(ctx context.Context, tx *sql.Tx, o Order, s LimitSpen
 		expires = max(expires, packBound(time.UnixMilli(longest.Int64).UnixNano(), 0))
 	}
 	if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES (?, ?)
-		ON CONFLICT (key) DO UPDATE SET tat_ns = excluded.tat_ns`), key, expires|(n+k)); err != nil {
-		return LimitDecision{}, fmt.Errorf("store: the pending authorizations bound of %s: %w", o.AccountID, err)
+		ON CONFLICT (key) DO UPDATE SET tat_ns = excluded.tat_ns`), s.Key, expires|(n+s.Cost)); err != nil {
+		return LimitDecision{}, fmt.Errorf("store: the pending authorizations bound of %s: %w", oc.o.AccountID, err)
 	}
-	return LimitDecision{Allowed: true, Remaining: s.Burst - n - k}, nil
+	return LimitDecision{Allowed: true, Remaining: s.Burst - n - s.Cost}, nil
 }
 
 // forgetPendingBound deletes the bound of o's account, for an order stored
