@@ -360,7 +360,7 @@ func BenchmarkOrderLimits(b *testing.B) {
 				au := f.srv.Authority()
 				for i := range pending {
 					ids := []acme.Identifier{{Type: acme.IdentifierDNS, Value: fmt.Sprintf("p%d.bench.example.com", i)}}
-					if _, err := au.CreateOrder(ctx, f.acct.ID, ids, []bool{false}, time.Time{}, time.Time{}, "", "", nil); err != nil {
+					if _, err := au.CreateOrder(ctx, f.acct.ID, ids, []bool{false}, time.Time{}, time.Time{}, "", nil, nil); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -381,7 +381,7 @@ func BenchmarkOrderLimits(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					if _, err := au.CreateOrder(ctx, f.acct.ID, ids, []bool{false}, time.Time{}, time.Time{}, "", "", lim); err != nil {
+					if _, err := au.CreateOrder(ctx, f.acct.ID, ids, []bool{false}, time.Time{}, time.Time{}, "", nil, lim); err != nil {
 						b.Fatal(err)
 					}
 				}
