@@ -25,6 +25,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
@@ -63,11 +64,18 @@ func newBenchFixture(b *testing.B, synchronous string) *benchFixture {
 // newBenchFixtureWith is newBenchFixture with the profile's limits.
 func newBenchFixtureWith(b *testing.B, synchronous string, limits *LimitsConfig) *benchFixture {
 	b.Helper()
-	ctx := context.Background()
-	db, err := store.OpenSQLite(ctx, filepath.Join(b.TempDir(), "bench.db"), store.SQLiteOptions{Synchronous: synchronous})
+	db, err := store.OpenSQLite(context.Background(), filepath.Join(b.TempDir(), "bench.db"), store.SQLiteOptions{Synchronous: synchronous})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return newBenchFixtureOn(b, db, limits)
+}
+
+// newBenchFixtureOn is newBenchFixtureWith on the store db, which it
+// closes when the benchmark ends.
+func newBenchFixtureOn(b *testing.B, db *store.DB, limits *LimitsConfig) *benchFixture {
+	b.Helper()
+	ctx := context.Background()
 	b.Cleanup(func() { db.Close() })
 	sgn, err := localca.New(benchCA(b), localca.Options{Lifetime: 12 * time.Hour})
 	if err != nil {
@@ -305,15 +313,31 @@ func BenchmarkFinalizeCheckAndSign(b *testing.B) {
 // The orders are spread over accounts of at most 500 orders each, under
 // the default orders_per_account, so that no request is refused and an
 // account's pending authorizations reach half the default cap.
+//
+// The last variants run on PostgreSQL (internal/pgtest's server), the
+// limits' buckets shared by every instance on it.
 func BenchmarkNewOrderLimits(b *testing.B) {
 	const perAccount = 500
+	stores := []string{"postgres"}
 	for _, sync := range benchSyncModes {
+		stores = append([]string{"synchronous=" + sync}, stores...)
+	}
+	for _, where := range stores {
 		for _, lim := range []struct {
 			name   string
 			limits *LimitsConfig
 		}{{"off", everyLimitOff()}, {"default", nil}} {
-			b.Run("limits="+lim.name+"/synchronous="+sync, func(b *testing.B) {
-				f := newBenchFixtureWith(b, sync, lim.limits)
+			b.Run("limits="+lim.name+"/"+where, func(b *testing.B) {
+				var f *benchFixture
+				if sync, ok := strings.CutPrefix(where, "synchronous="); ok {
+					f = newBenchFixtureWith(b, sync, lim.limits)
+				} else {
+					db, err := store.OpenPostgres(context.Background(), pgtest.DSN(b), store.PostgresOptions{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					f = newBenchFixtureOn(b, db, lim.limits)
+				}
 				url := f.base + "/new-order"
 				bodies := make([][]byte, b.N)
 				for i := range bodies {
@@ -360,7 +384,7 @@ func BenchmarkOrderLimits(b *testing.B) {
 				au := f.srv.Authority()
 				for i := range pending {
 					ids := []acme.Identifier{{Type: acme.IdentifierDNS, Value: fmt.Sprintf("p%d.bench.example.com", i)}}
-					if _, err := au.CreateOrder(ctx, f.acct.ID, ids, []bool{false}, time.Time{}, time.Time{}, "", "", nil); err != nil {
+					if _, err := au.CreateOrder(ctx, f.acct.ID, ids, []bool{false}, time.Time{}, time.Time{}, "", nil, nil); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -381,7 +405,7 @@ func BenchmarkOrderLimits(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					if _, err := au.CreateOrder(ctx, f.acct.ID, ids, []bool{false}, time.Time{}, time.Time{}, "", "", lim); err != nil {
+					if _, err := au.CreateOrder(ctx, f.acct.ID, ids, []bool{false}, time.Time{}, time.Time{}, "", nil, lim); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -108,12 +108,13 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	// spends nothing. A newOrder whose "replaces" names this account's
 	// certificate inside its renewal window is exempt from the order and
 	// duplicate limits: a fleet renewing when asked is never refused.
-	renewalInARIWindow := p.Replaces != "" && s.core.ReplacesInsideItsWindow(ctx, req.account.ID, p.Replaces, idents)
-	lim, err := s.core.OrderLimits(ctx, *req.account, idents, wildcards, renewalInARIWindow, clientOf(r))
+	// The replaced certificate is read once, for both.
+	replaces := s.core.Replaces(ctx, req.account.ID, p.Replaces, idents)
+	lim, err := s.core.OrderLimits(ctx, *req.account, idents, wildcards, replaces.InsideItsWindow(), clientOf(r))
 	if err != nil {
 		return err
 	}
-	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter, certProfile, p.Replaces, lim)
+	order, err := s.core.CreateOrder(ctx, req.account.ID, idents, wildcards, notBefore, notAfter, certProfile, replaces, lim)
 	if err != nil {
 		return err
 	}

@@ -166,15 +166,29 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 	if err := checkSpends(spends); err != nil {
 		return Order{}, err
 	}
+	capAt, err := pendingCapOf(o, spends)
+	if err != nil {
+		return Order{}, err
+	}
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
-		if o.ReplacesCertificateID != "" {
+		if capAt < 0 {
+			if err := db.forgetPendingBound(ctx, tx, o); err != nil {
+				return err
+			}
+		}
+		out, ok, err := db.spendOrderTx(ctx, tx, spends, now, &orderCap{o: o, authzs: authzs})
+		if err != nil {
+			return err
+		}
+		// Over the pending authorizations cap the order is refused for
+		// that, before its replaced certificate is looked at; otherwise
+		// a certificate replaced already is refused before the limits.
+		if o.ReplacesCertificateID != "" && (capAt < 0 || out[capAt].Allowed) {
 			if err := db.checkNotReplaced(ctx, tx, o.ReplacesCertificateID, now); err != nil {
 				return err
 			}
 		}
-		if out, ok, err := db.spendTx(ctx, tx, spends, now); err != nil {
-			return err
-		} else if !ok {
+		if !ok {
 			return &LimitError{Decisions: out}
 		}
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -36,6 +38,12 @@ type LimitSpend struct {
 	// CheckOnly asks whether Cost would fit, without taking it: the
 	// bucket is spent by something that happens later.
 	CheckOnly bool
+	// PendingAuthzs makes the spend the cap on the pending authorizations
+	// of the account of the order CreateOrder stores (and of no other
+	// call): Burst is the cap, Cost the authorizations the order adds,
+	// Key pendingBoundKey's for the order; Emission is unused. See
+	// pendingCapTx.
+	PendingAuthzs bool
 }
 
 // LimitDecision is the answer for one LimitSpend.
@@ -46,8 +54,13 @@ type LimitDecision struct {
 	// (a CheckOnly one counted as spent); 0 when denied.
 	Remaining int64
 	// RetryAfter, when denied, is how long until the spend would fit; it
-	// is at most Emission × Cost (the refill of what it asks).
+	// is at most Emission × Cost (the refill of what it asks). For a
+	// PendingAuthzs spend, until the soonest pending authorization
+	// expires (0 when none is pending).
 	RetryAfter time.Duration
+	// Held, for a denied PendingAuthzs spend, is how many authorizations
+	// of the account were pending.
+	Held int64
 }
 
 // maxLimitKeys bounds the buckets of one SpendLimits call.
@@ -68,6 +81,11 @@ func (db *DB) SpendLimits(ctx context.Context, spends []LimitSpend, now time.Tim
 	if err := checkSpends(spends); err != nil {
 		return nil, false, err
 	}
+	for _, s := range spends {
+		if s.PendingAuthzs {
+			return nil, false, fmt.Errorf("store: the pending authorizations cap is spent by CreateOrder only")
+		}
+	}
 	var (
 		out     []LimitDecision
 		allowed bool
@@ -75,21 +93,205 @@ func (db *DB) SpendLimits(ctx context.Context, spends []LimitSpend, now time.Tim
 	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
 		var err error
 		out, allowed, err = db.spendTx(ctx, tx, spends, now)
+		if err == nil && !allowed {
+			return errLimitDenied
+		}
 		return err
 	})
+	if errors.Is(err, errLimitDenied) {
+		return out, false, nil
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("store: spending rate limits: %w", err)
 	}
 	return out, allowed, nil
 }
 
+// errLimitDenied undoes the write of a SpendLimits whose spend did not
+// fit: spendTx may have spent the buckets before it knew.
+var errLimitDenied = errors.New("store: over a rate limit")
+
 // spendTx is SpendLimits inside tx: it decides every spend and, when
-// each is allowed, writes them all.
+// each is allowed, writes them all. When one is denied it may have
+// written already: the caller must then undo tx (return an error from it).
+//
+// Spending is one statement for every bucket spent: an upsert that moves
+// each TAT and returns it, the decision following from the new TAT alone
+// (it is allowed when it stays within the period of now), and one read of
+// the buckets only checked. A call whose spends share a key, or that asks
+// more than a burst, is decided from a read first (spendTxRead).
 func (db *DB) spendTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
-	out, allowed := make([]LimitDecision, len(spends)), true
+	return db.spendOrderTx(ctx, tx, spends, now, nil)
+}
+
+// orderCap is the order whose write spends a PendingAuthzs spend.
+type orderCap struct {
+	o      Order
+	authzs []Authz
+}
+
+// spendOrderTx is spendTx for spends that may hold the PendingAuthzs cap
+// of the order oc (nil for none): its bound (see pendingCapTx) moves in
+// the same upsert as the buckets, and is counted only when that upsert
+// does not take it.
+func (db *DB) spendOrderTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time, oc *orderCap) ([]LimitDecision, bool, error) {
 	if len(spends) == 0 {
-		return out, true, nil
+		return []LimitDecision{}, true, nil
 	}
+	var spent, checked int
+	capAt := -1
+	for i, s := range spends {
+		if s.PendingAuthzs {
+			capAt = i
+			continue
+		}
+		if s.Cost > s.Burst {
+			return db.spendTxReadCap(ctx, tx, spends, now, oc, capAt)
+		}
+		for _, o := range spends[:i] {
+			// A key twice is decided in order, the second spend starting
+			// where the first left it: that takes a read.
+			if o.Key == s.Key && !(o.CheckOnly && s.CheckOnly) {
+				return db.spendTxReadCap(ctx, tx, spends, now, oc, capAt)
+			}
+		}
+		if s.CheckOnly {
+			checked++
+		} else {
+			spent++
+		}
+	}
+	at := now.UnixNano()
+	tats := make(map[string]int64, len(spends))
+	var capExpires int64
+	if capAt >= 0 {
+		capExpires = oc.expires()
+	}
+	if spent > 0 || capAt >= 0 {
+		// A new bucket's TAT is now + cost×emission, an existing one's
+		// max(TAT, now) + cost×emission: the excluded row carries
+		// now + cost×emission. The cap's bound row is the one excluded
+		// with a negative value: when it exists and the order fits under
+		// it, it moves (see pendingCapTx); when it does not, it is
+		// inserted as -1, which only pendingCapTx's count then replaces.
+		var (
+			b    strings.Builder
+			args = make([]any, 0, 2*spent+12)
+		)
+		b.WriteString(`INSERT INTO rate_limits (key, tat_ns) VALUES `)
+		for _, s := range spends {
+			if s.CheckOnly {
+				continue
+			}
+			if len(args) > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?)")
+			if s.PendingAuthzs {
+				args = append(args, s.Key, int64(-1))
+			} else {
+				args = append(args, s.Key, at+s.Cost*int64(s.Emission))
+			}
+		}
+		gcraSet := `CASE WHEN rate_limits.tat_ns > ? THEN rate_limits.tat_ns ELSE ? END + excluded.tat_ns - ?`
+		if capAt < 0 {
+			b.WriteString(` ON CONFLICT (key) DO UPDATE SET tat_ns = ` + gcraSet)
+			args = append(args, at, at, at)
+		} else {
+			c := spends[capAt]
+			b.WriteString(` ON CONFLICT (key) DO UPDATE SET tat_ns = CASE WHEN excluded.tat_ns >= 0 THEN ` + gcraSet + `
+				ELSE (CASE WHEN (rate_limits.tat_ns & -1073741824) > ? THEN (rate_limits.tat_ns & -1073741824) ELSE ? END)
+					| ((rate_limits.tat_ns & 1073741823) + ?) END
+				WHERE excluded.tat_ns >= 0 OR (rate_limits.tat_ns > ? AND (rate_limits.tat_ns & 1073741823) + ? <= ?)`)
+			args = append(args, at, at, at, capExpires, capExpires, c.Cost, at, c.Cost, c.Burst)
+		}
+		b.WriteString(` RETURNING key, tat_ns`)
+		if err := scanTATs(ctx, tx, db.q(b.String()), args, tats); err != nil {
+			return nil, false, err
+		}
+	}
+	if checked > 0 {
+		keys := make([]any, 0, checked)
+		for _, s := range spends {
+			if s.CheckOnly {
+				keys = append(keys, s.Key)
+			}
+		}
+		if err := scanTATs(ctx, tx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`), keys, tats); err != nil {
+			return nil, false, err
+		}
+	}
+	out, allowed := make([]LimitDecision, len(spends)), true
+	for i, s := range spends {
+		tat, ok := tats[s.Key]
+		switch {
+		case s.PendingAuthzs && ok && tat >= 0:
+			out[i] = LimitDecision{Allowed: true, Remaining: s.Burst - tat&boundCountMask}
+		case s.PendingAuthzs:
+			// No bound, or not low enough: count.
+			d, err := db.pendingCount(ctx, tx, oc, s, capExpires, now)
+			if err != nil {
+				return nil, false, err
+			}
+			out[i] = d
+		case s.CheckOnly:
+			out[i], _ = gcra(tat, s, at)
+		case !ok:
+			return nil, false, fmt.Errorf("store: rate limit bucket %q: the spend returned no row", Clip(s.Key, 64))
+		default:
+			out[i] = decide(tat, s, at)
+		}
+		allowed = allowed && out[i].Allowed
+	}
+	return out, allowed, nil
+}
+
+// spendTxReadCap is spendTxRead for spends that may hold the order's cap
+// at capAt (-1 for none), decided apart.
+func (db *DB) spendTxReadCap(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time, oc *orderCap, capAt int) ([]LimitDecision, bool, error) {
+	for i := capAt + 1; capAt < 0 && i < len(spends); i++ {
+		if spends[i].PendingAuthzs {
+			capAt = i
+		}
+	}
+	if capAt < 0 {
+		return db.spendTxRead(ctx, tx, spends, now)
+	}
+	capped, err := db.pendingCapTx(ctx, tx, oc, spends[capAt], now)
+	if err != nil {
+		return nil, false, err
+	}
+	out, ok, err := db.spendTxRead(ctx, tx, without(spends, capAt), now)
+	if err != nil {
+		return nil, false, err
+	}
+	return slices.Insert(out, capAt, capped), ok && capped.Allowed, nil
+}
+
+// scanTATs runs query, which returns (key, tat_ns) rows, into tats.
+func scanTATs(ctx context.Context, tx *sql.Tx, query string, args []any, tats map[string]int64) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			k   string
+			tat int64
+		)
+		if err := rows.Scan(&k, &tat); err != nil {
+			return err
+		}
+		tats[k] = tat
+	}
+	return rows.Err()
+}
+
+// spendTxRead is spendTx deciding from a read of every bucket and writing
+// only what it allows, for calls spendTx does not take in one upsert.
+func (db *DB) spendTxRead(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
+	out, allowed := make([]LimitDecision, len(spends)), true
 	tats, err := readTATs(ctx, db, tx, spends)
 	if err != nil {
 		return nil, false, err
@@ -158,7 +360,7 @@ func (db *DB) RefundLimits(ctx context.Context, spends []LimitSpend, now time.Ti
 		at := now.UnixNano()
 		for _, s := range spends {
 			tat, ok := tats[s.Key]
-			if s.CheckOnly || !ok || tat <= at {
+			if s.CheckOnly || s.PendingAuthzs || !ok || tat <= at {
 				continue
 			}
 			tat = max(tat-s.Cost*int64(s.Emission), at)
@@ -201,10 +403,23 @@ func gcra(tat int64, s LimitSpend, now int64) (LimitDecision, int64) {
 		// of a full bucket.
 		return LimitDecision{RetryAfter: time.Duration(tolerance)}, tat
 	}
-	if ahead := newTAT - now; ahead > tolerance {
-		return LimitDecision{RetryAfter: time.Duration(ahead - tolerance)}, tat
+	d := decide(newTAT, s, now)
+	if !d.Allowed {
+		return d, tat
 	}
-	return LimitDecision{Allowed: true, Remaining: (tolerance - (newTAT - now)) / emission}, newTAT
+	return d, newTAT
+}
+
+// decide is the decision of spend s (at most a burst) that moves its
+// bucket's TAT to newTAT at now: allowed when newTAT stays within the
+// period (emission × burst) of now.
+func decide(newTAT int64, s LimitSpend, now int64) LimitDecision {
+	emission := int64(s.Emission)
+	tolerance := emission * s.Burst
+	if ahead := newTAT - now; ahead > tolerance {
+		return LimitDecision{RetryAfter: time.Duration(ahead - tolerance)}
+	}
+	return LimitDecision{Allowed: true, Remaining: (tolerance - (newTAT - now)) / emission}
 }
 
 func checkSpends(spends []LimitSpend) error {
@@ -212,6 +427,12 @@ func checkSpends(spends []LimitSpend) error {
 		return fmt.Errorf("store: %d rate limit buckets in one spend, at most %d", len(spends), maxLimitKeys)
 	}
 	for _, s := range spends {
+		if s.PendingAuthzs && (s.Key == "" || s.Burst <= 0 || s.Burst > boundCountMask || s.Cost < 0) {
+			return fmt.Errorf("store: pending authorizations cap %q: want a key, a cap between 1 and %d, and a cost of at least 0", Clip(s.Key, 64), boundCountMask)
+		}
+		if s.PendingAuthzs {
+			continue
+		}
 		if s.Key == "" || len(s.Key) > 512 || s.Emission <= 0 || s.Burst <= 0 || s.Cost < 0 {
 			return fmt.Errorf("store: rate limit bucket %q: want a key of at most 512 bytes, a positive emission interval and burst, and a cost of at least 0", Clip(s.Key, 64))
 		}

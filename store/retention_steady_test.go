@@ -99,7 +99,7 @@ func TestASteadyStateOfOrdersKeepsEveryTableBoundedFor200Days(t *testing.T) {
 			for i, n := range names {
 				idents[i] = acme.Identifier{Type: acme.IdentifierDNS, Value: n}
 			}
-			o, err := au.CreateOrder(ctx, acct.ID, idents, make([]bool, len(names)), time.Time{}, time.Time{}, "", "", nil)
+			o, err := au.CreateOrder(ctx, acct.ID, idents, make([]bool, len(names)), time.Time{}, time.Time{}, "", nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -207,6 +207,15 @@ func (au *Authority) deniedBy(ctx context.Context, ls []limited, out []store.Lim
 	for i, d := range out {
 		if !d.Allowed && i < len(ls) {
 			l := ls[i]
+			if l.spend.PendingAuthzs {
+				wait := d.RetryAfter
+				if wait <= 0 {
+					wait = OrderLifetime
+				}
+				return au.refuseLimited(ctx, l.name, l.spend.Key, acct, cl,
+					problem.RateLimitedF(wait, "%s: this account has %d pending authorizations and this order would add %d, over this server's cap of %d; finish or deactivate some, or retry when the soonest expires",
+						l.name, d.Held, l.spend.Cost, l.rate.Count))
+			}
 			return au.refuseLimited(ctx, l.name, l.spend.Key, acct, cl, problem.RateLimitedF(d.RetryAfter,
 				"%s: %s is over this server's limit of %s; retry after %s", l.name, l.what, l.rate, d.RetryAfter.Round(time.Second)))
 		}
@@ -289,9 +298,9 @@ type OrderLimits struct {
 	ls   []limited
 }
 
-// OrderLimits checks a new order of acct for idents (normalized, as
-// CreateOrder takes them) against the pending_authorizations cap, and
-// returns what the order will spend when CreateOrder stores it: a unit of
+// OrderLimits returns what a new order of acct for idents (normalized, as
+// CreateOrder takes them) will spend when CreateOrder stores it: its
+// authorizations under the pending_authorizations cap, a unit of
 // orders_per_account and of duplicate_certificates (its exact identifier
 // set), and a check of each identifier's failed_validations bucket. The
 // spend and the order are one store write: over any limit the request is
@@ -305,23 +314,14 @@ type OrderLimits struct {
 // decides it; until the HTTP front reads "replaces", it passes false.
 func (au *Authority) OrderLimits(ctx context.Context, acct store.Account, idents []acme.Identifier, wildcards []bool, renewalInARIWindow bool, cl Client) (*OrderLimits, error) {
 	lim := func(name string) Rate { return au.cfg.Limits.For(name, acct.ID, acct.EABLabel) }
-	if r := lim(LimitPendingAuthorizations); !r.Off() {
-		now := au.clock.Now()
-		n, soonest, err := au.db.CountPendingAuthzs(ctx, acct.ID, now)
-		if err != nil {
-			return nil, err
-		}
-		if n+len(idents) > r.Count {
-			wait := OrderLifetime
-			if !soonest.IsZero() {
-				wait = soonest.Sub(now)
-			}
-			return nil, au.refuseLimited(ctx, LimitPendingAuthorizations, au.limitKey(LimitPendingAuthorizations, acct.ID), acct.ID, cl,
-				problem.RateLimitedF(wait, "%s: this account has %d pending authorizations and this order would add %d, over this server's cap of %d; finish or deactivate some, or retry when the soonest expires",
-					LimitPendingAuthorizations, n, len(idents), r.Count))
-		}
-	}
 	var ls []limited
+	if r := lim(LimitPendingAuthorizations); !r.Off() {
+		// Decided by CreateOrder in the order's write, against a bound
+		// it keeps of the account's pending authorizations (see
+		// store.LimitSpend.PendingAuthzs).
+		ls = append(ls, limited{LimitPendingAuthorizations, r, store.LimitSpend{Key: au.limitKey(LimitPendingAuthorizations, acct.ID),
+			Burst: int64(r.Count), Cost: int64(len(idents)), PendingAuthzs: true}, "this account"})
+	}
 	if r := lim(LimitOrdersPerAccount); !r.Off() && !renewalInARIWindow {
 		ls = append(ls, limited{LimitOrdersPerAccount, r, au.bucket(LimitOrdersPerAccount, r, acct.ID), "this account"})
 	}

@@ -39,23 +39,23 @@ func (au *Authority) IdentifierRefusal(id acme.Identifier, wildcard bool) *probl
 // IdentifierRefusal; wildcards[i] says whether idents[i] is a wildcard),
 // with one authorization per identifier and a challenge of each type that
 // can validate it (RFC 8555 §7.4). certProfile is the certificate profile
-// ChooseCertificateProfile chose. replaces, when set, is the certID of
-// the certificate the order replaces (RFC 9773 §5): of this account,
-// sharing an identifier with the order, and replaced by no other order
-// that is not invalid (else alreadyReplaced). lim, from OrderLimits (nil
+// ChooseCertificateProfile chose. replaces, from Replaces (nil for
+// none), is the certificate the order replaces (RFC 9773 §5): of this
+// account, sharing an identifier with the order (else the problem
+// Replaces found), and replaced by no other order that is not invalid
+// (else alreadyReplaced). lim, from OrderLimits (nil
 // for none), is spent in the same write; over a limit the order is
 // refused with rateLimited and nothing is stored.
-func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time, certProfile, replaces string, lim *OrderLimits) (store.Order, error) {
+func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents []acme.Identifier, wildcards []bool, notBefore, notAfter time.Time, certProfile string, replaces *Replacement, lim *OrderLimits) (store.Order, error) {
 	now := au.clock.Now()
 	expires := now.Add(OrderLifetime)
 	order := store.Order{Profile: au.cfg.Profile, AccountID: accountID, NotBefore: notBefore, NotAfter: notAfter, Expires: expires,
 		CertificateProfile: certProfile}
-	if replaces != "" {
-		certID, err := au.replacedCertificate(ctx, accountID, replaces, idents)
-		if err != nil {
-			return store.Order{}, err
+	if replaces != nil {
+		if replaces.err != nil {
+			return store.Order{}, replaces.err
 		}
-		order.Replaces, order.ReplacesCertificateID = replaces, certID
+		order.Replaces, order.ReplacesCertificateID = replaces.certID, replaces.storedID
 	}
 	authzs := make([]store.Authz, len(idents))
 	for i, id := range idents {
@@ -70,8 +70,8 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 		}
 	}
 	o, err := au.db.CreateOrder(ctx, order, authzs, now, lim.spends()...)
-	if errors.Is(err, store.ErrConflict) && replaces != "" {
-		return store.Order{}, problem.AlreadyReplacedF("certificate %s is already replaced by another order that is not invalid", replaces)
+	if errors.Is(err, store.ErrConflict) && replaces != nil {
+		return store.Order{}, problem.AlreadyReplacedF("certificate %s is already replaced by another order that is not invalid", replaces.certID)
 	}
 	if refused := au.limitRefusal(ctx, lim, err); refused != nil {
 		return o, refused

@@ -273,45 +273,60 @@ func ComputedWindow(notBefore, notAfter time.Time, point float64) signer.Renewal
 // Boulder does: a malformed certID is malformed; one naming no
 // certificate of this profile is NotFound; another account's certificate
 // is unauthorized; one sharing no identifier with the order is
-// malformed. It returns the certificate's id.
-func (au *Authority) replacedCertificate(ctx context.Context, accountID, certID string, idents []acme.Identifier) (string, error) {
+// malformed. It returns the certificate, its leaf and its chain.
+func (au *Authority) replacedCertificate(ctx context.Context, accountID, certID string, idents []acme.Identifier) (store.Certificate, *x509.Certificate, [][]byte, error) {
 	id, err := ParseCertID(certID)
 	if err != nil {
-		return "", err
+		return store.Certificate{}, nil, nil, err
 	}
-	c, _, _, err := au.certificateOf(ctx, id)
+	c, leaf, chain, err := au.certificateOf(ctx, id)
 	if err != nil {
-		return "", err
+		return store.Certificate{}, nil, nil, err
 	}
 	if c.AccountID != accountID {
-		return "", problem.UnauthorizedF("the certificate this order replaces was issued to another account")
+		return store.Certificate{}, nil, nil, problem.UnauthorizedF("the certificate this order replaces was issued to another account")
 	}
 	old, err := au.db.GetOrder(ctx, au.cfg.Profile, c.OrderID)
 	if err != nil {
-		return "", err
+		return store.Certificate{}, nil, nil, err
 	}
 	for _, a := range old.Identifiers {
 		for _, b := range idents {
 			if a == b {
-				return c.ID, nil
+				return c, leaf, chain, nil
 			}
 		}
 	}
-	return "", problem.MalformedF("the order shares no identifier with the certificate it replaces")
+	return store.Certificate{}, nil, nil, problem.MalformedF("the order shares no identifier with the certificate it replaces")
 }
 
-// ReplacesInsideItsWindow says whether certID names a certificate the
-// account may replace with an order for idents (as CreateOrder checks it)
-// whose renewal window has begun: such a renewal is what the CA asked
-// for, so the order and duplicate limits do not count it. Anything that
-// cannot be read says no; CreateOrder then answers the real problem.
-func (au *Authority) ReplacesInsideItsWindow(ctx context.Context, accountID, certID string, idents []acme.Identifier) bool {
-	if _, err := au.replacedCertificate(ctx, accountID, certID, idents); err != nil {
-		return false
-	}
-	info, err := au.RenewalInfo(ctx, certID)
-	if err != nil {
-		return false
-	}
-	return !au.clock.Now().Before(info.Start)
+// Replacement is newOrder's "replaces" as the authority read it, once per
+// request: the certificate it names, whether the order may replace it
+// (as CreateOrder checks it), and whether its renewal window has begun.
+type Replacement struct {
+	certID   string // the certID the client sent
+	storedID string // the certificate's id in the store
+	inWindow bool
+	err      error // why the order may not replace it; CreateOrder answers it
 }
+
+// Replaces reads the certificate certID of newOrder's "replaces" for an
+// order of the account for idents; nil for none.
+func (au *Authority) Replaces(ctx context.Context, accountID, certID string, idents []acme.Identifier) *Replacement {
+	if certID == "" {
+		return nil
+	}
+	c, leaf, chain, err := au.replacedCertificate(ctx, accountID, certID, idents)
+	if err != nil {
+		return &Replacement{certID: certID, err: err}
+	}
+	info := au.renewalWindow(ctx, c, leaf, chain, au.cfg.Renewal.withDefaults())
+	return &Replacement{certID: certID, storedID: c.ID, inWindow: !au.clock.Now().Before(info.Start)}
+}
+
+// InsideItsWindow says whether r names a certificate the account may
+// replace with the order whose renewal window has begun: such a renewal
+// is what the CA asked for, so the order and duplicate limits do not
+// count it. Anything that could not be read says no; CreateOrder then
+// answers the real problem.
+func (r *Replacement) InsideItsWindow() bool { return r != nil && r.err == nil && r.inWindow }

@@ -21,7 +21,7 @@ func TestARetentionSweepThatDeletedSomethingSaysSoInTheAuditTrail(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := au.CreateOrder(ctx, acct.ID, []acme.Identifier{{Type: acme.IdentifierDNS, Value: "a.example.com"}}, []bool{false}, time.Time{}, time.Time{}, "", "", nil)
+	o, err := au.CreateOrder(ctx, acct.ID, []acme.Identifier{{Type: acme.IdentifierDNS, Value: "a.example.com"}}, []bool{false}, time.Time{}, time.Time{}, "", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

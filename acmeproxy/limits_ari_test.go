@@ -1,0 +1,46 @@
+package acmeproxy
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+)
+
+// A renewal whose "replaces" names the account's certificate inside its
+// ARI window is what the CA asked for: orders_per_account and
+// duplicate_certificates do not count it. Before the window it is an
+// order like any other, and an order without "replaces" stays limited.
+func TestARenewalInsideItsARIWindowIsNotCountedByTheOrderAndDuplicateLimits(t *testing.T) {
+	long := 1000 * 24 * time.Hour // no refill while the test moves the clock
+	e, clk, _ := limitEnv(t, func(l *LimitsConfig) {
+		l.OrdersPerAccount = rate(1, long)
+		l.DuplicateCertificates = rate(1, long)
+	})
+	ctx := context.Background()
+	c := e.client(ctx)
+	old := e.issue(ctx, c, "www.example.com") // the account's one order
+	certID := certIDOf(old.leaf)
+	alice := e.raw(c)
+	newOrder := func(name, replaces string) rawResponse {
+		p := map[string]any{"identifiers": []map[string]string{dnsID(name)}}
+		if replaces != "" {
+			p["replaces"] = replaces
+		}
+		return alice.post(e.url("/new-order"), p, jwsOpts{})
+	}
+	wantRateLimited(t, newOrder("www.example.com", certID), authority.LimitOrdersPerAccount, long)
+
+	r := e.renewalInfo(certID)
+	if r.status != http.StatusOK {
+		t.Fatalf("renewal-info: %d %s", r.status, r.body)
+	}
+	w := decodeAs[renewalWindow](t, r)
+	clk.Advance(w.SuggestedWindow.Start.Sub(clk.Now()) + time.Second)
+	if r := newOrder("www.example.com", certID); r.status != http.StatusCreated {
+		t.Fatalf("a renewal inside its window: %d %s; want it created", r.status, r.body)
+	}
+	wantRateLimited(t, newOrder("api.example.com", ""), authority.LimitOrdersPerAccount, long)
+}
