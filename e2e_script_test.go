@@ -29,6 +29,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	xacme "golang.org/x/crypto/acme"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/script"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -344,7 +345,12 @@ func scriptRevoke(t *testing.T, env *e2eEnv, c *xacme.Client, der []byte, reason
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err = env.client.Post(url, "application/jose+json", strings.NewReader(jws.FullSerialize()))
+	// The server holds a revocation for up to DefaultRevokeWait (10 s)
+	// before it answers 503, as long as env.client's whole timeout: give
+	// the request room past that wait.
+	patient := *env.client
+	patient.Timeout = authority.DefaultRevokeWait + e2eWait
+	resp, err = patient.Post(url, "application/jose+json", strings.NewReader(jws.FullSerialize()))
 	if err != nil {
 		t.Fatal(err)
 	}
