@@ -88,6 +88,11 @@
 //   - ACMEPROXY_BENCH_ORDERS, ACMEPROXY_BENCH_REVOKED: the size of
 //     BenchmarkScale's seeded database (default 200000 orders, 100000 of
 //     them revoked); see BenchmarkScale for what it measures.
+//   - ACMEPROXY_BENCH_PPROF=<dir>: BenchmarkScale's issuance parts fetch a
+//     CPU profile of Caddy from its admin endpoint (/debug/pprof/profile,
+//     the first ACMEPROXY_BENCH_PPROF_SECONDS of the timed part, default 5)
+//     into <dir>/<sub-benchmark>.pprof; with ACMEPROXY_BENCH_PROCESS=1 it
+//     is the server process's alone.
 //   - ACMEPROXY_BENCH_SERVER_CPU=1 profiles each timed part and reports
 //     server-CPU-ms/cert: the process's CPU times the share of profile
 //     samples not labelled role=client or role=responder — the servers'

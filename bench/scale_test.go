@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ import (
 func BenchmarkScale(b *testing.B) {
 	h := getHarness(b)
 	const clients = 8
-	b.Run("issuance/db=empty", func(b *testing.B) { h.run(b, acmeProxy, clients, false) })
+	b.Run("issuance/db=empty", func(b *testing.B) { h.profiled(b, func() { h.run(b, acmeProxy, clients, false) }) })
 	var s *scaleSeed
 	b.Run("seed", func(b *testing.B) {
 		s = h.seedScale(b)
@@ -66,7 +67,7 @@ func BenchmarkScale(b *testing.B) {
 	if s == nil || s.err != nil {
 		b.Fatal("no seeded database")
 	}
-	b.Run("issuance/db=seeded", func(b *testing.B) { h.run(b, acmeProxy, clients, false) })
+	b.Run("issuance/db=seeded", func(b *testing.B) { h.profiled(b, func() { h.run(b, acmeProxy, clients, false) }) })
 	for _, q := range []struct{ by, query string }{
 		{"identifier", "identifier=" + url.QueryEscape(s.sample.Identifier)},
 		{"account", "account=" + url.QueryEscape(s.sample.AccountID)},
@@ -115,6 +116,41 @@ func BenchmarkScale(b *testing.B) {
 		wg.Wait()
 		b.ReportMetric(float64(regens), "regens")
 	})
+}
+
+// profiled runs fn while, with ACMEPROXY_BENCH_PPROF=<dir>, Caddy's admin
+// endpoint records a CPU profile of its first ACMEPROXY_BENCH_PPROF_SECONDS
+// (default 5), written to <dir>/<sub-benchmark>.pprof: Caddy's own process
+// with ACMEPROXY_BENCH_PROCESS=1. Give fn more work than that (-benchtime).
+func (h *harness) profiled(b *testing.B, fn func()) {
+	dir := os.Getenv("ACMEPROXY_BENCH_PPROF")
+	if dir == "" || b.N == 1 { // not the framework's b.N=1 probe
+		fn()
+		return
+	}
+	secs := envInt(b, "ACMEPROXY_BENCH_PPROF_SECONDS", 5)
+	name := filepath.Join(dir, strings.NewReplacer("/", "_", "=", "-").Replace(b.Name())+".pprof")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", h.admin, secs))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		p, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", resp.Status, p)
+		}
+		if err == nil {
+			err = os.WriteFile(name, p, 0o600)
+		}
+		done <- err
+	}()
+	fn()
+	if err := <-done; err != nil {
+		b.Fatalf("CPU profile of Caddy: %v", err)
+	}
 }
 
 // scaleSeed is what seedScale wrote.

@@ -270,7 +270,7 @@ func (db *DB) AnyJobDue(ctx context.Context, kind string, lanes []string, owner 
 	args = append(args, now.UnixMilli(), now.UnixMilli(), owner)
 	var n int
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM (SELECT 1 FROM jobs
-		WHERE kind = ? AND lane IN (`+marks+`) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
+		WHERE kind = ? AND status IN ('ready','running') AND lane IN (`+marks+`) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
 		LIMIT 1) AS due`), args...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("store: looking for due %s jobs: %w", kind, err)

@@ -172,7 +172,7 @@ func TestASecondOrderReplacingACertificateIsRefusedWhileTheFirstIsLive(t *testin
 			at    time.Time
 		}{
 			{"fail/the first is pending", func(Order) {}, false, t0},
-			{"fail/the first is valid", func(o Order) { f.issue(o, NewID()[:8], "aa", t0.Add(time.Hour)) }, false, t0},
+			{"fail/the first is valid", func(o Order) { f.issue(o, NewID()[18:], "aa", t0.Add(time.Hour)) }, false, t0},
 			{"ok/the first is invalid", func(o Order) {
 				if err := f.db.FailOrder(ctx, o.ID, nil, "", t0); err != nil {
 					t.Fatal(err)

@@ -96,7 +96,7 @@ func makeOrder(t testing.TB, db *DB, acct string, l life) lived {
 	if l.state == "processing" || l.state == "relayed" || l.state == "abandoned" {
 		return out
 	}
-	serial := fmt.Sprintf("%x", l.at.UnixNano()) + NewID()[:6]
+	serial := fmt.Sprintf("%x", l.at.UnixNano()) + NewID()[20:]
 	out.cert, err = db.IssueOrder(ctx, Certificate{OrderID: o.ID, Profile: "p", AccountID: acct, Serial: serial,
 		ChainPEM: "-", PublicKey: []byte{1}, NotBefore: l.at, NotAfter: l.notAfter},
 		AuditEvent{At: l.at, Event: "certificate_issued", Outcome: "success", Profile: "p", OrderID: o.ID, Serial: serial}, l.at)

@@ -488,4 +488,18 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX orders_account ON orders (account_id, created_at, id)`,
 		},
 	},
+	{
+		version: 20,
+		name:    "children_in_position",
+		stmts: []string{
+			// An order's authorizations and an authorization's challenges
+			// are read in their position (GetOrder, GetAuthz, on every
+			// poll): with the position in the index the rows come in that
+			// order, and no statement on the issuance path sorts.
+			`DROP INDEX authorizations_order`,
+			`CREATE INDEX authorizations_order ON authorizations (order_id, position)`,
+			`DROP INDEX challenges_authz`,
+			`CREATE INDEX challenges_authz ON challenges (authz_id, position)`,
+		},
+	},
 }

@@ -32,6 +32,10 @@ type SQLiteOptions struct {
 	// (PRAGMA max_page_count; pages are 4 KiB): past it, writes fail as on
 	// a full disk (ErrUnavailable) while reads go on. Zero: no bound.
 	MaxPages int
+
+	// observe is told every statement the store's connections run (see
+	// cachingConnector); for tests.
+	observe func(query string)
 }
 
 // OpenSQLite opens (creating if needed) the SQLite database at path, brings
@@ -69,7 +73,7 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 	// Writes: one connection. Writers serialize on the database lock
 	// anyway, and one connection turns lock contention inside this process
 	// into a queue (the group commit's) instead of SQLITE_BUSY retries.
-	wc, err := newCachingConnector(sqliteDSN(path, opts, false))
+	wc, err := newCachingConnector(sqliteDSN(path, opts, false), opts.observe)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +83,7 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 
-	rc, err := newCachingConnector(sqliteDSN(path, opts, true))
+	rc, err := newCachingConnector(sqliteDSN(path, opts, true), opts.observe)
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -188,7 +192,7 @@ func (sqliteDialect) claimJobs(cols, lanes string) string {
 		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
 		WHERE id IN (
 			SELECT id FROM jobs
-			WHERE kind = ? AND lane IN (` + lanes + `) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
+			WHERE kind = ? AND status IN ('ready','running') AND lane IN (` + lanes + `) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
 			ORDER BY run_at, id
 			LIMIT ?)
 		RETURNING ` + cols

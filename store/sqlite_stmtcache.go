@@ -20,16 +20,20 @@ const maxCachedStmts = 256
 type cachingConnector struct {
 	dsn string
 	drv driver.Driver
+	// observe, when set (by tests, through SQLiteOptions), is told the
+	// text of every statement a connection prepares or runs uncached:
+	// each distinct statement the store runs, at least once.
+	observe func(query string)
 }
 
-func newCachingConnector(dsn string) (driver.Connector, error) {
+func newCachingConnector(dsn string, observe func(string)) (driver.Connector, error) {
 	probe, err := sql.Open("sqlite", "")
 	if err != nil {
 		return nil, fmt.Errorf("store: sqlite driver: %w", err)
 	}
 	drv := probe.Driver()
 	_ = probe.Close()
-	return cachingConnector{dsn: dsn, drv: drv}, nil
+	return cachingConnector{dsn: dsn, drv: drv, observe: observe}, nil
 }
 
 func (c cachingConnector) Connect(context.Context) (driver.Conn, error) {
@@ -37,7 +41,7 @@ func (c cachingConnector) Connect(context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cachingConn{Conn: conn, stmts: map[string]*cachedStmt{}}, nil
+	return &cachingConn{Conn: conn, stmts: map[string]*cachedStmt{}, observe: c.observe}, nil
 }
 
 func (c cachingConnector) Driver() driver.Driver { return c.drv }
@@ -46,7 +50,8 @@ func (c cachingConnector) Driver() driver.Driver { return c.drv }
 // driver connections), so its cache needs no lock.
 type cachingConn struct {
 	driver.Conn
-	stmts map[string]*cachedStmt
+	stmts   map[string]*cachedStmt
+	observe func(string)
 }
 
 // cachedStmt is a prepared statement and whether rows from it are open; a
@@ -64,6 +69,9 @@ func (c *cachingConn) cached(ctx context.Context, query string) (*cachedStmt, er
 			return nil, nil
 		}
 		return cs, nil
+	}
+	if c.observe != nil {
+		c.observe(query)
 	}
 	if len(c.stmts) >= maxCachedStmts {
 		return nil, nil
@@ -130,6 +138,9 @@ func (r *releasingRows) Close() error {
 }
 
 func (c *cachingConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if c.observe != nil {
+		c.observe(query)
+	}
 	return c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
 }
 
