@@ -128,7 +128,7 @@ func TestEveryStatementOnTheIssuancePathReadsAFewRowsByIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := au.CreateOrder(ctx, acct.ID, names, []bool{false, false}, time.Time{}, time.Time{}, "", "", lim)
+	o, err := au.CreateOrder(ctx, acct.ID, names, []bool{false, false}, time.Time{}, time.Time{}, "", nil, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
