@@ -206,7 +206,24 @@ func (db *DB) spendOrderTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend,
 			args = append(args, at, at, at, capExpires, capExpires, c.Cost, at, c.Cost, c.Burst)
 		}
 		b.WriteString(` RETURNING key, tat_ns`)
-		if err := scanTATs(ctx, tx, db.q(b.String()), args, tats); err != nil {
+		// The buckets only checked are read by the same statement when a
+		// row is sure to come back (a bucket spent, not only the cap):
+		// one uncorrelated subquery per key, the same on every returned
+		// row. Their keys are none of those upserted (see above), so the
+		// read sees them as they were.
+		var checks []string
+		if spent > 0 && checked > 0 {
+			checks = make([]string, 0, checked)
+			for _, s := range spends {
+				if s.CheckOnly {
+					b.WriteString(`, (SELECT c.tat_ns FROM rate_limits c WHERE c.key = ?)`)
+					args = append(args, s.Key)
+					checks = append(checks, s.Key)
+				}
+			}
+			checked = 0
+		}
+		if err := scanTATs(ctx, tx, db.q(b.String()), args, tats, checks); err != nil {
 			return nil, false, err
 		}
 	}
@@ -217,7 +234,7 @@ func (db *DB) spendOrderTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend,
 				keys = append(keys, s.Key)
 			}
 		}
-		if err := scanTATs(ctx, tx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`), keys, tats); err != nil {
+		if err := scanTATs(ctx, tx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`), keys, tats, nil); err != nil {
 			return nil, false, err
 		}
 	}
@@ -268,24 +285,47 @@ func (db *DB) spendTxReadCap(ctx context.Context, tx *sql.Tx, spends []LimitSpen
 	return slices.Insert(out, capAt, capped), ok && capped.Allowed, nil
 }
 
-// scanTATs runs query, which returns (key, tat_ns) rows, into tats.
-func scanTATs(ctx context.Context, tx *sql.Tx, query string, args []any, tats map[string]int64) error {
+// scanTATs runs query, which returns (key, tat_ns) rows, into tats. When
+// checks is not empty each row has one more column per key of checks,
+// that key's TAT (NULL for no row), the same on every row.
+func scanTATs(ctx context.Context, tx *sql.Tx, query string, args []any, tats map[string]int64, checks []string) error {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
+	var (
+		k     string
+		tat   int64
+		dest  = make([]any, 2+len(checks))
+		cols  = make([]sql.NullInt64, len(checks))
+		first = true
+	)
+	dest[0], dest[1] = &k, &tat
+	for i := range cols {
+		dest[2+i] = &cols[i]
+	}
 	for rows.Next() {
-		var (
-			k   string
-			tat int64
-		)
-		if err := rows.Scan(&k, &tat); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
 		tats[k] = tat
+		if first {
+			first = false
+			for i, c := range cols {
+				if c.Valid {
+					tats[checks[i]] = c.Int64
+				}
+			}
+		}
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if first && len(checks) > 0 {
+		return fmt.Errorf("store: rate limit buckets %q: the spend returned no row", Clip(checks[0], 64))
+	}
+	return nil
 }
 
 // spendTxRead is spendTx deciding from a read of every bucket and writing
