@@ -221,30 +221,11 @@ func (db *DB) UpdateAccountContact(ctx context.Context, id string, contact []str
 	return db.accountUpdate(ctx, id, `contact = ?, updated_at = ?`, string(c), now.UnixMilli())
 }
 
-// DeactivateAccount moves a valid account to deactivated (RFC 8555 §7.3.6).
-// jobs (the notifications the change owes) are stored in the same
-// transaction.
-func (db *DB) DeactivateAccount(ctx context.Context, id string, now time.Time, jobs ...NewJob) (Account, error) {
-	if len(jobs) == 0 {
-		return db.accountUpdate(ctx, id, `status = 'deactivated', updated_at = ?`, now.UnixMilli())
-	}
-	var a Account
-	err := db.withTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		a, err = scanAccount(tx.QueryRowContext(ctx, db.q(`UPDATE accounts SET status = 'deactivated', updated_at = ?
-			WHERE id = ? AND status = 'valid' RETURNING `+accountCols), now.UnixMilli(), id))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: account %s is not valid", ErrWrongState, id)
-		}
-		if err != nil {
-			return err
-		}
-		return db.enqueueAll(ctx, tx, jobs, now)
-	})
-	if err != nil && !errors.Is(err, ErrWrongState) {
-		err = fmt.Errorf("store: updating account %s: %w", id, err)
-	}
-	return a, err
+// DeactivateAccount moves a valid account to deactivated (RFC 8555 §7.3.6)
+// without an audit row; requests and operators go through
+// DeactivateAccountAudited.
+func (db *DB) DeactivateAccount(ctx context.Context, id string, now time.Time) (Account, error) {
+	return db.accountUpdate(ctx, id, `status = 'deactivated', updated_at = ?`, now.UnixMilli())
 }
 
 // accountUpdate changes a valid account; ErrWrongState if it is not valid.

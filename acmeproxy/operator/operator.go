@@ -320,23 +320,21 @@ func (op *Operator) ShowAccount(ctx context.Context, id string) (AccountView, er
 // DeactivateAccount deactivates a valid account (its key can then only
 // revoke what it ordered), and audits it.
 func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor authority.Actor) (AccountView, error) {
-	if _, err := op.DB.AccountByID(ctx, id); err != nil {
-		return AccountView{}, err
-	}
-	a, err := op.DB.DeactivateAccount(ctx, id, op.now())
-	if errors.Is(err, store.ErrWrongState) {
-		return AccountView{}, fmt.Errorf("%w: account %s is not valid", ErrConflict, id)
-	}
+	before, err := op.DB.AccountByID(ctx, id)
 	if err != nil {
 		return AccountView{}, err
 	}
 	ev := store.AuditEvent{At: op.now(), Event: acme.EventAccountDeactivated, Outcome: authority.OutcomeSuccess,
-		Profile: a.Profile, ActorKind: actor.Kind, ActorID: actor.ID, AccountID: a.ID}
-	au, mounted := op.Profiles.Lookup(a.Profile)
+		Profile: before.Profile, ActorKind: actor.Kind, ActorID: actor.ID, AccountID: id}
+	au, mounted := op.Profiles.Lookup(before.Profile)
 	if mounted {
 		ev.Jobs = au.AuditNotifyJobs(ev)
 	}
-	if err := op.DB.InsertAudit(ctx, ev); err != nil {
+	a, err := op.DB.DeactivateAccountAudited(ctx, id, ev, ev.At)
+	if errors.Is(err, store.ErrWrongState) {
+		return AccountView{}, fmt.Errorf("%w: account %s is not valid", ErrConflict, id)
+	}
+	if err != nil {
 		return AccountView{}, err
 	}
 	if mounted {
