@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 )
 
@@ -135,17 +134,19 @@ func (g *groupCommit) commit(batch []*writeReq) {
 		finish(fmt.Errorf("store: begin: %w", err))
 		return
 	}
+	failed := false
 	for i, r := range batch {
 		if errs[i] = runWrite(r, tx); errs[i] != nil {
+			failed = true
 			break
 		}
 	}
-	if failed := slices.ContainsFunc(errs, func(err error) bool { return err != nil }); failed && len(batch) == 1 {
+	if failed {
 		_ = tx.Rollback()
-		finish(nil)
-		return
-	} else if failed {
-		_ = tx.Rollback()
+		if len(batch) == 1 {
+			finish(nil) // the write failed alone already
+			return
+		}
 		clear(errs)
 		if tx, err = g.db.BeginTx(context.Background(), nil); err != nil {
 			finish(fmt.Errorf("store: begin: %w", err))
