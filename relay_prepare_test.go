@@ -48,6 +48,19 @@ func preparedUpstream(t *testing.T, q *jobs.Queue, orderID string) (store.Job, s
 	return job, p.Upstream
 }
 
+// readyPreparedUpstream waits for the upstream order prepared for the
+// local order orderID and for it to be ready, and returns the
+// relay_prepared job, the upstream order's URL and a view to read it.
+func (b *relayBench) readyPreparedUpstream(t *testing.T, ctx context.Context, q *jobs.Queue, db *store.DB, orderID string) (store.Job, string, upstreamView) {
+	t.Helper()
+	job, up := preparedUpstream(t, q, orderID)
+	view := b.upstreamView(t, ctx, db)
+	relayWaitFor(t, 20*time.Second, "the prepared upstream order to be ready", func() bool {
+		return view.order(t, ctx, up).Status == acmez.StatusReady
+	})
+	return job, up, view
+}
+
 // upstreamView reads upstream orders and authorizations as the relay's
 // upstream account, the way the account's owner sees them.
 type upstreamView struct {
@@ -110,11 +123,7 @@ func TestAPreparedRelayFinalizesWithTheUpstreamOrderPlacedWhileTheClientProvedIt
 	o := b.readyOrder(t, ctx, c, name)
 	id := path.Base(o.URI)
 
-	_, up := preparedUpstream(t, p.queue, id)
-	view := b.upstreamView(t, ctx, p.db)
-	relayWaitFor(t, 20*time.Second, "the prepared upstream order to be ready", func() bool {
-		return view.order(t, ctx, up).Status == acmez.StatusReady
-	})
+	_, up, view := b.readyPreparedUpstream(t, ctx, p.queue, p.db, id)
 	// Prepared, not issued: the upstream finalize waits for the client's.
 	if n := b.pebble.count(pebbleFinalize); n != 0 {
 		t.Fatalf("Pebble saw %d finalizes before the client finalized; want none", n)
@@ -143,11 +152,7 @@ func TestAPreparedRelayLosesNothingToARestartBeforeTheFinalize(t *testing.T) {
 	const name = "restarted.example.com"
 	o := b.readyOrder(t, ctx, c, name)
 	id := path.Base(o.URI)
-	_, up := preparedUpstream(t, first.queue, id)
-	view := b.upstreamView(t, ctx, first.db)
-	relayWaitFor(t, 20*time.Second, "the prepared upstream order to be ready", func() bool {
-		return view.order(t, ctx, up).Status == acmez.StatusReady
-	})
+	b.readyPreparedUpstream(t, ctx, first.queue, first.db, id)
 	if err := first.runner.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -176,11 +181,7 @@ func TestAPreparedUpstreamOrderWhoseClientNeverFinalizesIsDeactivatedWithoutACer
 		t.Fatalf("new order: %v", err)
 	}
 	id := path.Base(o.URI)
-	job, up := preparedUpstream(t, p.queue, id)
-	view := b.upstreamView(t, ctx, p.db)
-	relayWaitFor(t, 20*time.Second, "the prepared upstream order to be ready", func() bool {
-		return view.order(t, ctx, up).Status == acmez.StatusReady
-	})
+	job, up, view := b.readyPreparedUpstream(t, ctx, p.queue, p.db, id)
 	if !job.RunAt.After(time.Now().Add(time.Hour)) {
 		t.Errorf("the relay_prepared job is due at %v; want at the local order's expiry, a day away", job.RunAt)
 	}
