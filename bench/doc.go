@@ -88,7 +88,7 @@
 //   - ACMEPROXY_BENCH_ORDERS, ACMEPROXY_BENCH_REVOKED: the size of
 //     BenchmarkScale's seeded database (default 200000 orders, 100000 of
 //     them revoked); see BenchmarkScale for what it measures.
-//   - ACMEPROXY_BENCH_PPROF=<dir>: BenchmarkScale's issuance parts fetch a
+//   - ACMEPROXY_BENCH_PPROF=<dir>: the issuance benchmarks fetch a
 //     CPU profile of Caddy from its admin endpoint (/debug/pprof/profile,
 //     the first ACMEPROXY_BENCH_PPROF_SECONDS of the timed part, default 5)
 //     into <dir>/<sub-benchmark>.pprof; with ACMEPROXY_BENCH_PROCESS=1 it

@@ -252,28 +252,30 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	countsBefore := counts.snapshot()
 	b.ResetTimer()
 	start := time.Now()
-	for i := range cs {
-		wg.Add(1)
-		go pprof.Do(ctx, labels, func(ctx context.Context) {
-			defer wg.Done()
-			for {
-				k := next.Add(1)
-				if k > int64(b.N) || ctx.Err() != nil {
-					return
+	h.profiled(b, func() {
+		for i := range cs {
+			wg.Add(1)
+			go pprof.Do(ctx, labels, func(ctx context.Context) {
+				defer wg.Done()
+				for {
+					k := next.Add(1)
+					if k > int64(b.N) || ctx.Err() != nil {
+						return
+					}
+					name := fmt.Sprintf("c%d-%s.%s", k, namePrefix, benchZone)
+					t0 := time.Now()
+					var ph [numPhases]time.Duration
+					if err := h.issue(ctx, cs[i], name, poll, &polls, &ph); err != nil {
+						fail(fmt.Errorf("%s: certificate %d (%s): %w", server, k, name, err))
+						return
+					}
+					latencies[i] = append(latencies[i], time.Since(t0))
+					phases.add(&ph)
 				}
-				name := fmt.Sprintf("c%d-%s.%s", k, namePrefix, benchZone)
-				t0 := time.Now()
-				var ph [numPhases]time.Duration
-				if err := h.issue(ctx, cs[i], name, poll, &polls, &ph); err != nil {
-					fail(fmt.Errorf("%s: certificate %d (%s): %w", server, k, name, err))
-					return
-				}
-				latencies[i] = append(latencies[i], time.Since(t0))
-				phases.add(&ph)
-			}
-		})
-	}
-	wg.Wait()
+			})
+		}
+		wg.Wait()
+	})
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpu := processCPU() - cpuBefore

@@ -53,7 +53,7 @@ import (
 func BenchmarkScale(b *testing.B) {
 	h := getHarness(b)
 	const clients = 8
-	b.Run("issuance/db=empty", func(b *testing.B) { h.profiled(b, func() { h.run(b, acmeProxy, clients, false) }) })
+	b.Run("issuance/db=empty", func(b *testing.B) { h.run(b, acmeProxy, clients, false) })
 	var s *scaleSeed
 	b.Run("seed", func(b *testing.B) {
 		s = h.seedScale(b)
@@ -67,7 +67,7 @@ func BenchmarkScale(b *testing.B) {
 	if s == nil || s.err != nil {
 		b.Fatal("no seeded database")
 	}
-	b.Run("issuance/db=seeded", func(b *testing.B) { h.profiled(b, func() { h.run(b, acmeProxy, clients, false) }) })
+	b.Run("issuance/db=seeded", func(b *testing.B) { h.run(b, acmeProxy, clients, false) })
 	for _, q := range []struct{ by, query string }{
 		{"identifier", "identifier=" + url.QueryEscape(s.sample.Identifier)},
 		{"account", "account=" + url.QueryEscape(s.sample.AccountID)},
