@@ -27,6 +27,10 @@ type CRLEntry struct {
 	Serial    string // lower-case hex
 	RevokedAt time.Time
 	Reason    *int
+	// ID is the entry's ledger row; NotAfter is the certificate's, past
+	// which CRLs drop the entry.
+	ID       int64
+	NotAfter time.Time
 }
 
 // CRLBuild signs a CRL numbered number listing entries, and returns its
@@ -67,7 +71,8 @@ func (db *DB) GetCRL(ctx context.Context, issuerKeyID string) (CRL, error) {
 // is built again with a new number, a few times before giving up. A
 // revocation committed while the CRL was built is not on it, and the CRL's
 // LedgerSeq says so: StaleCRLIssuers lists the issuer until another CRL
-// is published.
+// is published. So does a revocation reason changed while it was built
+// (ChangeRevocationReason): the stored CRL keeps the mark of the change.
 //
 // The issuer is its key (issuerKeyID: the ledger and the CRL are per key)
 // and its name (issuerName: RFC 5280 §5.2.3 wants cRLNumber to increase
@@ -79,22 +84,72 @@ func (db *DB) GetCRL(ctx context.Context, issuerKeyID string) (CRL, error) {
 // increases per name across restarts, keys and instances. A failed build
 // takes no number.
 func (db *DB) PublishCRL(ctx context.Context, issuerKeyID, issuerName string, now time.Time, build CRLBuild) (CRL, error) {
+	return db.PublishCRLFrom(ctx, issuerKeyID, issuerName, now, nil, func(r CRLRead) ([]byte, time.Time, time.Time, error) {
+		return build(r.Number, r.Entries)
+	})
+}
+
+// CRLBase is what a publisher keeps of the last CRL it published of an
+// issuer, so that the next one reads only the ledger rows after it
+// (PublishCRLFrom).
+type CRLBase struct {
+	Number int64 // the cRLNumber it was published as
+	Seq    int64 // its LedgerSeq: the last ledger row it read
+	// Count is the number of its entries still unexpired at the now
+	// given to PublishCRLFrom, and IDSum the sum of their ledger ids.
+	Count, IDSum int64
+}
+
+// CRLRead is what a CRL is built from, read in one snapshot.
+type CRLRead struct {
+	Number int64 // the cRLNumber the CRL will carry
+	Seq    int64 // the last ledger row of the issuer: the CRL's LedgerSeq
+	// Delta says that Entries holds only the unexpired ledger rows after
+	// the base's Seq, to be listed after the base's unexpired entries;
+	// otherwise Entries is every unexpired entry up to Seq. Both are in
+	// ledger order.
+	Delta   bool
+	Entries []CRLEntry
+}
+
+// CRLBuildFrom signs the CRL of r, and returns its DER, thisUpdate and
+// nextUpdate.
+type CRLBuildFrom func(r CRLRead) (der []byte, thisUpdate, nextUpdate time.Time, err error)
+
+// PublishCRLFrom is PublishCRL for a publisher that keeps what its last
+// CRL of the issuer listed (base, nil for none): when the ledger up to
+// base.Seq still holds exactly what base holds, build gets only the rows
+// after it (a Delta read), and every unexpired entry otherwise.
+//
+// A ledger row's id is taken when it is inserted, not when it commits:
+// on PostgreSQL a row with a lower id can commit after one with a higher
+// id that a CRL already read, and a read of the rows after that CRL's
+// seq would miss it for good. So the rows up to base.Seq are counted and
+// their ids summed in the same snapshot, and any difference from base's
+// (a row committed late, or one deleted) means a full read; so does a
+// stored latest CRL that is not base's (another publisher stored one, or
+// a revocation reason changed since, which marks it).
+func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string, now time.Time, base *CRLBase, build CRLBuildFrom) (CRL, error) {
 	if issuerKeyID == "" || issuerName == "" {
 		return CRL{}, errors.New("store: publishing a CRL needs an issuer's key id and name")
 	}
 	const attempts = 4
 	for attempt := 1; ; attempt++ {
-		snap, err := db.crlSnapshot(ctx, issuerKeyID, issuerName, now)
+		snap, err := db.crlSnapshot(ctx, issuerKeyID, issuerName, now, base)
 		if err != nil {
 			return CRL{}, fmt.Errorf("store: reading the ledger of issuer %s: %w", issuerKeyID, err)
 		}
-		der, this, next, err := build(snap.number, snap.entries)
+		der, this, next, err := build(snap.CRLRead)
 		if err != nil {
 			return CRL{}, err
 		}
-		out := CRL{IssuerKeyID: issuerKeyID, Number: snap.number, ThisUpdate: this, NextUpdate: next,
-			LedgerSeq: snap.seq, Entries: len(snap.entries), DER: der, UpdatedAt: now}
-		err = db.storeCRL(ctx, issuerName, out)
+		entries := len(snap.Entries)
+		if snap.Delta {
+			entries += int(base.Count)
+		}
+		out := CRL{IssuerKeyID: issuerKeyID, Number: snap.Number, ThisUpdate: this, NextUpdate: next,
+			LedgerSeq: snap.Seq, Entries: entries, DER: der, UpdatedAt: now}
+		out.LedgerSeq, err = db.storeCRL(ctx, issuerName, out, snap.storedSeq)
 		if errors.Is(err, errCRLNumberTaken) && attempt < attempts {
 			continue
 		}
@@ -111,15 +166,18 @@ var errCRLNumberTaken = errors.New("another CRL took its cRLNumber while it was 
 
 // crlSnapshot is what a CRL is built from, read at one moment.
 type crlSnapshot struct {
-	seq     int64 // the last ledger row of the issuer
-	number  int64 // the cRLNumber the CRL will carry
-	entries []CRLEntry
+	CRLRead
+	// storedSeq is the ledger_seq of the issuer's stored CRL (0 for
+	// none): a change of it before the new CRL is stored is a
+	// revocation reason changed meanwhile.
+	storedSeq int64
 }
 
 // crlSnapshot reads, in one read-only transaction (one snapshot), the
-// issuer's last ledger row, its unexpired entries up to it, and the next
+// issuer's last ledger row, its unexpired entries up to it (only those
+// after base.Seq when the rows up to it are still base's), and the next
 // cRLNumber of its name and key.
-func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, now time.Time) (crlSnapshot, error) {
+func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, now time.Time, base *CRLBase) (crlSnapshot, error) {
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
 	if err != nil {
 		return crlSnapshot{}, err
@@ -133,30 +191,58 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 		Scan(&seq); err != nil {
 		return crlSnapshot{}, err
 	}
-	s.seq = seq.Int64
-	var n int64
-	if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM revocations WHERE issuer_key_id = ? AND not_after >= ? AND id <= ?`),
-		issuerKeyID, now.UnixMilli(), s.seq).Scan(&n); err != nil {
+	s.Seq = seq.Int64
+	var storedNumber int64
+	err = tx.QueryRowContext(ctx, db.q(`SELECT number, ledger_seq FROM crls WHERE issuer_key_id = ?`), issuerKeyID).
+		Scan(&storedNumber, &s.storedSeq)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return crlSnapshot{}, err
 	}
-	s.entries = make([]CRLEntry, 0, n)
-	rows, err := tx.QueryContext(ctx, db.q(`SELECT serial, revoked_at, reason FROM revocations
-		WHERE issuer_key_id = ? AND not_after >= ? AND id <= ? ORDER BY id`), issuerKeyID, now.UnixMilli(), s.seq)
+	stored := err == nil
+	if base != nil && stored && storedNumber == base.Number && s.storedSeq == base.Seq && base.Seq <= s.Seq {
+		var count, sum int64
+		if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*), CAST(COALESCE(SUM(id), 0) AS BIGINT) FROM revocations
+			WHERE issuer_key_id = ? AND not_after >= ? AND id <= ?`), issuerKeyID, now.UnixMilli(), base.Seq).
+			Scan(&count, &sum); err != nil {
+			return crlSnapshot{}, err
+		}
+		s.Delta = count == base.Count && sum == base.IDSum
+	}
+	var rows *sql.Rows
+	if s.Delta {
+		// The rows after base.Seq by their ids, the issuer's picked here:
+		// by the issuer's index this would walk every unexpired entry.
+		rows, err = tx.QueryContext(ctx, db.q(`SELECT id, serial, revoked_at, reason, not_after, issuer_key_id FROM revocations
+			WHERE id > ? AND id <= ? ORDER BY id`), base.Seq, s.Seq)
+	} else {
+		var n int64
+		if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM revocations WHERE issuer_key_id = ? AND not_after >= ? AND id <= ?`),
+			issuerKeyID, now.UnixMilli(), s.Seq).Scan(&n); err != nil {
+			return crlSnapshot{}, err
+		}
+		s.Entries = make([]CRLEntry, 0, n)
+		rows, err = tx.QueryContext(ctx, db.q(`SELECT id, serial, revoked_at, reason, not_after, issuer_key_id FROM revocations
+			WHERE issuer_key_id = ? AND not_after >= ? AND id <= ? ORDER BY id`), issuerKeyID, now.UnixMilli(), s.Seq)
+	}
 	if err != nil {
 		return crlSnapshot{}, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			e      CRLEntry
-			at     int64
-			reason sql.NullInt64
+			e            CRLEntry
+			at, notAfter int64
+			reason       sql.NullInt64
+			issuer       sql.NullString
 		)
-		if err := rows.Scan(&e.Serial, &at, &reason); err != nil {
+		if err := rows.Scan(&e.ID, &e.Serial, &at, &reason, &notAfter, &issuer); err != nil {
 			return crlSnapshot{}, err
 		}
-		e.RevokedAt, e.Reason = ms(at), nullInt(reason)
-		s.entries = append(s.entries, e)
+		if issuer.String != issuerKeyID || notAfter < now.UnixMilli() {
+			continue
+		}
+		e.RevokedAt, e.Reason, e.NotAfter = ms(at), nullInt(reason), ms(notAfter)
+		s.Entries = append(s.Entries, e)
 	}
 	if err := rows.Err(); err != nil {
 		return crlSnapshot{}, err
@@ -165,7 +251,7 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 	if err != nil {
 		return crlSnapshot{}, err
 	}
-	s.number = last + 1
+	s.Number = last + 1
 	return s, nil
 }
 
@@ -186,9 +272,14 @@ func crlLastNumber(ctx context.Context, q queryRower, db *DB, issuerKeyID, issue
 
 // storeCRL stores crl as its issuer's latest, with its number as the
 // last of the issuer's name and key, unless another CRL took a number at
-// or above it meanwhile (errCRLNumberTaken).
-func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL) error {
-	return db.withTx(ctx, func(tx *sql.Tx) error {
+// or above it meanwhile (errCRLNumberTaken). storedSeq is the ledger_seq
+// of the stored CRL when crl's ledger was read: if it changed since, a
+// revocation reason changed while crl was built, and the stored CRL keeps
+// that mark (its ledger_seq, returned) instead of crl's.
+func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64) (int64, error) {
+	seq := crl.LedgerSeq
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		seq = crl.LedgerSeq
 		last, err := crlLastNumber(ctx, tx, db, crl.IssuerKeyID, issuerName)
 		if err != nil {
 			return err
@@ -204,15 +295,25 @@ func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL) error {
 			ON CONFLICT (issuer_key_id) DO UPDATE SET last = excluded.last`), crl.IssuerKeyID, crl.Number); err != nil {
 			return err
 		}
+		var current int64
+		err = tx.QueryRowContext(ctx, db.q(`SELECT ledger_seq FROM crls WHERE issuer_key_id = ?`), crl.IssuerKeyID).Scan(&current)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		case current != storedSeq:
+			seq = current
+		}
 		_, err = tx.ExecContext(ctx, db.q(`INSERT INTO crls (`+crlCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (issuer_key_id) DO UPDATE SET number = excluded.number, this_update = excluded.this_update,
 				next_update = excluded.next_update, ledger_seq = excluded.ledger_seq, entries = excluded.entries,
 				der = excluded.der, updated_at = excluded.updated_at
 			WHERE excluded.number > crls.number`),
-			crl.IssuerKeyID, crl.Number, crl.ThisUpdate.UnixMilli(), crl.NextUpdate.UnixMilli(), crl.LedgerSeq, crl.Entries,
+			crl.IssuerKeyID, crl.Number, crl.ThisUpdate.UnixMilli(), crl.NextUpdate.UnixMilli(), seq, crl.Entries,
 			crl.DER, crl.UpdatedAt.UnixMilli())
 		return err
 	})
+	return seq, err
 }
 
 // CRLNumber is the cRLNumber of an issuer's latest stored CRL: what a

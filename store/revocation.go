@@ -177,7 +177,9 @@ func (db *DB) ChangeRevocationReason(ctx context.Context, certificateID string, 
 			reason, certificateID); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, db.q(`UPDATE crls SET ledger_seq = 0 WHERE issuer_key_id =
+		// A mark no ledger row reaches, and another at each change, so
+		// that a CRL built meanwhile sees it changed (storeCRL).
+		if _, err := tx.ExecContext(ctx, db.q(`UPDATE crls SET ledger_seq = CASE WHEN ledger_seq > 0 THEN 0 ELSE ledger_seq - 1 END WHERE issuer_key_id =
 			(SELECT issuer_key_id FROM revocations WHERE certificate_id = ?)`), certificateID); err != nil {
 			return err
 		}

@@ -61,6 +61,7 @@ type crlCache struct {
 	mu      sync.Mutex
 	m       map[string]cachedCRL
 	started map[string]time.Time
+	built   map[string]*keptCRL
 }
 
 // begin notes that a build of issuer's CRL starts at now.
@@ -246,7 +247,9 @@ func (au *Authority) RegenerateCRL(ctx context.Context) (store.CRL, error) {
 
 // publishCRL builds, signs and stores a new CRL of iss from the ledger,
 // numbered in the sequence of the CA's name. The store builds it outside
-// its write path (store.PublishCRL), so issuance goes on meanwhile.
+// its write path (store.PublishCRL), so issuance goes on meanwhile. A
+// signer that takes encoded entries gets those this server kept of its
+// last CRL of iss and those revoked since (publishKeptCRL).
 func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo) (store.CRL, error) {
 	cs, ok := au.CRLSigner()
 	if !ok {
@@ -254,33 +257,62 @@ func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo) (sto
 	}
 	now := au.clock.Now()
 	au.crls.begin(iss.KeyID, now)
-	crl, err := au.db.PublishCRL(ctx, iss.KeyID, iss.NameID, now, func(number int64, entries []store.CRLEntry) ([]byte, time.Time, time.Time, error) {
-		this := now.UTC().Truncate(time.Second)
-		next := this.Add(CRLValidity)
-		tmpl := &x509.RevocationList{Number: big.NewInt(number), ThisUpdate: this, NextUpdate: next,
-			RevokedCertificateEntries: make([]x509.RevocationListEntry, 0, len(entries))}
-		for _, e := range entries {
-			n, ok := new(big.Int).SetString(e.Serial, 16)
-			if !ok {
-				return nil, this, next, fmt.Errorf("ledger serial %q is not hex", e.Serial)
-			}
-			entry := x509.RevocationListEntry{SerialNumber: n, RevocationTime: e.RevokedAt.UTC().Truncate(time.Second)}
-			// unspecified (0) is left out, as RFC 5280 §5.3.1 asks, and
-			// so is removeFromCRL (see crlReason).
-			entry.ReasonCode = crlReason(e.Reason)
-			tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries, entry)
-		}
-		der, err := cs.SignCRL(ctx, iss.KeyID, tmpl)
-		return der, this, next, err
-	})
+	var (
+		crl   store.CRL
+		delta bool
+		err   error = errors.ErrUnsupported
+	)
+	if ecs, ok := cs.(signer.EncodedCRLSigner); ok {
+		crl, delta, err = au.publishKeptCRL(ctx, ecs, iss, now)
+	}
+	if errors.Is(err, errors.ErrUnsupported) {
+		crl, err = au.publishTemplateCRL(ctx, cs, iss, now)
+	}
 	if err != nil {
 		return store.CRL{}, err
 	}
 	au.crls.put(crl, now)
 	au.log.Info("CRL published", zap.String("event", "crl_published"), zap.String("profile", au.cfg.Profile),
 		zap.String("issuer", iss.KeyID), zap.String("issuer_name", iss.Subject), zap.Int64("number", crl.Number),
-		zap.Int("entries", crl.Entries), zap.Time("next_update", crl.NextUpdate))
+		zap.Int("entries", crl.Entries), zap.Bool("incremental", delta), zap.Time("next_update", crl.NextUpdate))
 	return crl, nil
+}
+
+// publishTemplateCRL publishes the CRL of iss from every unexpired entry
+// of the ledger, signed as an x509 template.
+func (au *Authority) publishTemplateCRL(ctx context.Context, cs signer.CRLSigner, iss signer.IssuerInfo, now time.Time) (store.CRL, error) {
+	return au.db.PublishCRL(ctx, iss.KeyID, iss.NameID, now, func(number int64, entries []store.CRLEntry) ([]byte, time.Time, time.Time, error) {
+		this, next := crlTimes(now)
+		tmpl := &x509.RevocationList{Number: big.NewInt(number), ThisUpdate: this, NextUpdate: next,
+			RevokedCertificateEntries: make([]x509.RevocationListEntry, 0, len(entries))}
+		for _, e := range entries {
+			entry, err := crlEntry(e)
+			if err != nil {
+				return nil, this, next, err
+			}
+			tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries, entry)
+		}
+		der, err := cs.SignCRL(ctx, iss.KeyID, tmpl)
+		return der, this, next, err
+	})
+}
+
+// crlTimes are the thisUpdate and nextUpdate of a CRL built at now.
+func crlTimes(now time.Time) (this, next time.Time) {
+	this = now.UTC().Truncate(time.Second)
+	return this, this.Add(CRLValidity)
+}
+
+// crlEntry is the CRL entry of a ledger row.
+func crlEntry(e store.CRLEntry) (x509.RevocationListEntry, error) {
+	n, ok := new(big.Int).SetString(e.Serial, 16)
+	if !ok {
+		return x509.RevocationListEntry{}, fmt.Errorf("ledger serial %q is not hex", e.Serial)
+	}
+	// unspecified (0) is left out, as RFC 5280 §5.3.1 asks, and so is
+	// removeFromCRL (see crlReason).
+	return x509.RevocationListEntry{SerialNumber: n, RevocationTime: e.RevokedAt.UTC().Truncate(time.Second),
+		ReasonCode: crlReason(e.Reason)}, nil
 }
 
 // knownIssuer describes the CA with key id keyID if the profile's signer

@@ -85,20 +85,46 @@ func (s *Signer) issuerFor(ctx context.Context, keyID string) (keptIssuer, error
 // be allowed to sign CRLs (keyUsage cRLSign) and carry a subject key
 // identifier, which the CRL's authority key identifier repeats.
 func (s *Signer) SignCRL(ctx context.Context, issuerKeyID string, tmpl *x509.RevocationList) ([]byte, error) {
-	k, err := s.issuerFor(ctx, issuerKeyID)
+	k, err := s.crlSigner(ctx, issuerKeyID)
 	if err != nil {
 		return nil, err
 	}
 	ca := k.iss.Chain[0]
-	if now := s.clock.Now(); !now.Before(ca.NotAfter) {
-		return nil, fmt.Errorf("%w: CA %q (key id %s) expired at %v, and so has every leaf it signed",
-			signer.ErrIssuerRetired, ca.Subject, issuerKeyID, ca.NotAfter)
-	}
 	der, err := createCRL(rand.Reader, tmpl, ca, k.iss.Key)
 	if err != nil {
 		return nil, fmt.Errorf("localca: signing the CRL of %q: %w", ca.Subject, err)
 	}
 	return der, nil
+}
+
+// SignEncodedCRL signs tmpl listing entries, encoded by
+// signer.AppendCRLEntry, with the CA SignCRL would sign it with: the CRL
+// SignCRL signs for tmpl with those entries.
+func (s *Signer) SignEncodedCRL(ctx context.Context, issuerKeyID string, tmpl *x509.RevocationList, entries [][]byte) ([]byte, error) {
+	k, err := s.crlSigner(ctx, issuerKeyID)
+	if err != nil {
+		return nil, err
+	}
+	ca := k.iss.Chain[0]
+	der, err := createEncodedCRL(rand.Reader, tmpl, entries, ca, k.iss.Key)
+	if err != nil {
+		return nil, fmt.Errorf("localca: signing the CRL of %q: %w", ca.Subject, err)
+	}
+	return der, nil
+}
+
+// crlSigner is the CA with key id issuerKeyID, unless it has expired.
+func (s *Signer) crlSigner(ctx context.Context, issuerKeyID string) (keptIssuer, error) {
+	k, err := s.issuerFor(ctx, issuerKeyID)
+	if err != nil {
+		return keptIssuer{}, err
+	}
+	ca := k.iss.Chain[0]
+	if now := s.clock.Now(); !now.Before(ca.NotAfter) {
+		return keptIssuer{}, fmt.Errorf("%w: CA %q (key id %s) expired at %v, and so has every leaf it signed",
+			signer.ErrIssuerRetired, ca.Subject, issuerKeyID, ca.NotAfter)
+	}
+	return k, nil
 }
 
 // Bind scopes the CAs this signer remembers to its profile. It is called

@@ -8,10 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
 // createCRL is x509.CreateRevocationList for a template that has only
@@ -29,13 +30,54 @@ func createCRL(rnd io.Reader, tmpl *x509.RevocationList, issuer *x509.Certificat
 		return x509.CreateRevocationList(rnd, tmpl, issuer, key)
 	}
 	for _, e := range tmpl.RevokedCertificateEntries {
-		if len(e.Extensions) > 0 || len(e.ExtraExtensions) > 0 || e.SerialNumber == nil || e.RevocationTime.IsZero() {
+		if !signer.CRLEntryEncodable(e) {
 			return x509.CreateRevocationList(rnd, tmpl, issuer, key)
 		}
 	}
 	header := *tmpl
 	header.RevokedCertificateEntries = nil
-	empty, err := x509.CreateRevocationList(rnd, &header, issuer, key)
+	der, err := assembleCRL(rnd, &header, issuer, key, len(tmpl.RevokedCertificateEntries), 48*len(tmpl.RevokedCertificateEntries),
+		func(b *cryptobyte.Builder) {
+			for _, e := range tmpl.RevokedCertificateEntries {
+				signer.AddCRLEntry(b, e)
+			}
+		})
+	if errors.Is(err, errUnknownSignature) {
+		return x509.CreateRevocationList(rnd, tmpl, issuer, key)
+	}
+	return der, err
+}
+
+// createEncodedCRL is createCRL for a template without entries and the
+// entries already encoded (signer.AppendCRLEntry), in their order: the
+// CRL createCRL writes for the template with those entries. A signature
+// algorithm createCRL leaves to x509 is refused with an error wrapping
+// errors.ErrUnsupported.
+func createEncodedCRL(rnd io.Reader, tmpl *x509.RevocationList, entries [][]byte, issuer *x509.Certificate, key crypto.Signer) ([]byte, error) {
+	if len(tmpl.RevokedCertificates) > 0 || len(tmpl.RevokedCertificateEntries) > 0 {
+		return nil, errors.New("localca: a CRL template with entries of its own besides encoded ones")
+	}
+	size := 0
+	for _, e := range entries {
+		size += len(e)
+	}
+	return assembleCRL(rnd, tmpl, issuer, key, len(entries), size, func(b *cryptobyte.Builder) {
+		for _, e := range entries {
+			b.AddBytes(e)
+		}
+	})
+}
+
+// errUnknownSignature: assembleCRL does not know how to sign with the
+// signature algorithm x509 chose.
+var errUnknownSignature = fmt.Errorf("localca: a CRL signature algorithm this does not sign itself: %w", errors.ErrUnsupported)
+
+// assembleCRL signs the CRL of header (without entries) listing the n
+// entries writeEntries writes (about size bytes), into the header x509
+// builds for the template without entries.
+func assembleCRL(rnd io.Reader, header *x509.RevocationList, issuer *x509.Certificate, key crypto.Signer, n, size int,
+	writeEntries func(*cryptobyte.Builder)) ([]byte, error) {
+	empty, err := x509.CreateRevocationList(rnd, header, issuer, key)
 	if err != nil {
 		return nil, err
 	}
@@ -48,9 +90,9 @@ func createCRL(rnd io.Reader, tmpl *x509.RevocationList, issuer *x509.Certificat
 	if !in.ReadASN1(&in, cbasn1.SEQUENCE) || !in.ReadASN1Element(&tbs, cbasn1.SEQUENCE) || !in.ReadASN1Element(&algID, cbasn1.SEQUENCE) {
 		return nil, errors.New("localca: x509 built a CRL this cannot read")
 	}
-	var hashOf crypto.Hash
-	if hashOf, err = crlHash(algID); err != nil {
-		return x509.CreateRevocationList(rnd, tmpl, issuer, key)
+	hashOf, err := crlHash(algID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnknownSignature, err)
 	}
 	if !tbs.ReadASN1(&tbs, cbasn1.SEQUENCE) ||
 		!tbs.ReadASN1Element(&version, cbasn1.INTEGER) ||
@@ -62,19 +104,17 @@ func createCRL(rnd io.Reader, tmpl *x509.RevocationList, issuer *x509.Certificat
 	}
 	rest := tbs // the extensions, [0] EXPLICIT
 
-	var b cryptobyte.Builder
+	// Room for the whole CRL at once: a CRL of 100,000 entries is 5 MB,
+	// and the builder would copy it at every doubling.
+	b := cryptobyte.NewBuilder(make([]byte, 0, size+len(empty)+16))
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 		b.AddBytes(version)
 		b.AddBytes(sigAlg)
 		b.AddBytes(issuerName)
 		b.AddBytes(thisUpdate)
 		b.AddBytes(nextUpdate)
-		if len(tmpl.RevokedCertificateEntries) > 0 {
-			b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-				for _, e := range tmpl.RevokedCertificateEntries {
-					addCRLEntry(b, e)
-				}
-			})
+		if n > 0 {
+			b.AddASN1(cbasn1.SEQUENCE, writeEntries)
 		}
 		b.AddBytes(rest)
 	})
@@ -95,44 +135,13 @@ func createCRL(rnd io.Reader, tmpl *x509.RevocationList, issuer *x509.Certificat
 	if err != nil {
 		return nil, fmt.Errorf("localca: signing the CRL: %w", err)
 	}
-	var out cryptobyte.Builder
+	out := cryptobyte.NewBuilder(make([]byte, 0, len(tbsDER)+len(algID)+len(sig)+16))
 	out.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 		b.AddBytes(tbsDER)
 		b.AddBytes(algID)
 		b.AddASN1BitString(sig)
 	})
 	return out.Bytes()
-}
-
-var oidReasonCode = asn1.ObjectIdentifier{2, 5, 29, 21}
-
-// addCRLEntry writes one revokedCertificates entry as encoding/asn1
-// writes x509's pkix.RevokedCertificate: serial, revocation time (UTC;
-// UTCTime from 1950 to 2049, GeneralizedTime otherwise), and the reason
-// code extension unless the reason is 0.
-func addCRLEntry(b *cryptobyte.Builder, e x509.RevocationListEntry) {
-	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		b.AddASN1BigInt(e.SerialNumber)
-		addTime(b, e.RevocationTime.UTC())
-		if e.ReasonCode != 0 {
-			b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-				b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-					b.AddASN1ObjectIdentifier(oidReasonCode)
-					b.AddASN1(cbasn1.OCTET_STRING, func(b *cryptobyte.Builder) {
-						b.AddASN1Enum(int64(e.ReasonCode))
-					})
-				})
-			})
-		}
-	})
-}
-
-func addTime(b *cryptobyte.Builder, t time.Time) {
-	if t.Year() < 1950 || t.Year() >= 2050 {
-		b.AddASN1GeneralizedTime(t)
-		return
-	}
-	b.AddASN1UTCTime(t)
 }
 
 // crlHash is the hash the signature algorithm algID signs (0 for

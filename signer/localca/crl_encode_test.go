@@ -10,10 +10,13 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"io"
 	"math/big"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
 func crlTestCA(t testing.TB, key crypto.Signer) *x509.Certificate {
@@ -64,27 +67,66 @@ func TestTheCRLEncoderMatchesTheStandardLibrarysByteForByte(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: x509: %v", c.name, err)
 		}
-		got, err := createCRL(rand.Reader, tmpl, ca, c.key)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
 		wantCRL, _ := x509.ParseRevocationList(want)
-		gotCRL, err := x509.ParseRevocationList(got)
-		if err != nil {
-			t.Fatalf("%s: the CRL does not parse: %v", c.name, err)
+		// The entries written with the CRL, and the same entries encoded
+		// beforehand, as a caller keeping them between CRLs has them.
+		header := *tmpl
+		header.RevokedCertificateEntries = nil
+		var encoded [][]byte
+		for _, e := range c.entries {
+			der, err := signer.AppendCRLEntry(nil, e)
+			if err != nil {
+				t.Fatalf("%s: encoding an entry: %v", c.name, err)
+			}
+			encoded = append(encoded, der)
 		}
-		if !bytes.Equal(gotCRL.RawTBSRevocationList, wantCRL.RawTBSRevocationList) {
-			t.Errorf("%s: the to-be-signed CRL differs from x509's\n got %x\nwant %x", c.name, gotCRL.RawTBSRevocationList, wantCRL.RawTBSRevocationList)
+		for _, way := range []struct {
+			name string
+			sign func() ([]byte, error)
+		}{
+			{"written with the CRL", func() ([]byte, error) { return createCRL(rand.Reader, tmpl, ca, c.key) }},
+			{"encoded beforehand", func() ([]byte, error) { return createEncodedCRL(rand.Reader, &header, encoded, ca, c.key) }},
+		} {
+			got, err := way.sign()
+			if err != nil {
+				t.Fatalf("%s, %s: %v", c.name, way.name, err)
+			}
+			gotCRL, err := x509.ParseRevocationList(got)
+			if err != nil {
+				t.Fatalf("%s, %s: the CRL does not parse: %v", c.name, way.name, err)
+			}
+			if !bytes.Equal(gotCRL.RawTBSRevocationList, wantCRL.RawTBSRevocationList) {
+				t.Errorf("%s, %s: the to-be-signed CRL differs from x509's\n got %x\nwant %x", c.name, way.name, gotCRL.RawTBSRevocationList, wantCRL.RawTBSRevocationList)
+			}
+			if err := gotCRL.CheckSignatureFrom(ca); err != nil {
+				t.Errorf("%s, %s: the signature does not verify: %v", c.name, way.name, err)
+			}
+			if gotCRL.SignatureAlgorithm != wantCRL.SignatureAlgorithm {
+				t.Errorf("%s, %s: signature algorithm %v; want %v", c.name, way.name, gotCRL.SignatureAlgorithm, wantCRL.SignatureAlgorithm)
+			}
+			if ed, ok := c.key.(ed25519.PrivateKey); ok && !bytes.Equal(got, want) {
+				// Ed25519 signatures are deterministic: the whole CRL is x509's.
+				t.Errorf("%s, %s: the CRL differs from x509's (%T)", c.name, way.name, ed)
+			}
 		}
-		if err := gotCRL.CheckSignatureFrom(ca); err != nil {
-			t.Errorf("%s: the signature does not verify: %v", c.name, err)
-		}
-		if gotCRL.SignatureAlgorithm != wantCRL.SignatureAlgorithm {
-			t.Errorf("%s: signature algorithm %v; want %v", c.name, gotCRL.SignatureAlgorithm, wantCRL.SignatureAlgorithm)
-		}
-		if ed, ok := c.key.(ed25519.PrivateKey); ok && !bytes.Equal(got, want) {
-			// Ed25519 signatures are deterministic: the whole CRL is x509's.
-			t.Errorf("%s: the CRL differs from x509's (%T)", c.name, ed)
+	}
+}
+
+// An entry the encoder cannot write as x509 does (one with extensions of
+// its own) is refused, not written differently.
+func TestAnEntryWithExtensionsIsNotEncodedAhead(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name  string
+		entry x509.RevocationListEntry
+	}{
+		{"refused/an extension", x509.RevocationListEntry{SerialNumber: big.NewInt(1), RevocationTime: at,
+			ExtraExtensions: []pkix.Extension{{Id: []int{2, 5, 29, 24}, Value: []byte{0x18, 0}}}}},
+		{"refused/no serial", x509.RevocationListEntry{RevocationTime: at}},
+		{"refused/no time", x509.RevocationListEntry{SerialNumber: big.NewInt(1)}},
+	} {
+		if got, err := signer.AppendCRLEntry([]byte{7}, c.entry); !errors.Is(err, signer.ErrCRLEntryNotEncodable) || !bytes.Equal(got, []byte{7}) {
+			t.Errorf("%s: %x, %v; want the buffer untouched and ErrCRLEntryNotEncodable", c.name, got, err)
 		}
 	}
 }
@@ -101,10 +143,20 @@ func BenchmarkCRLOf100000Entries(b *testing.B) {
 	}
 	tmpl := &x509.RevocationList{Number: big.NewInt(1), ThisUpdate: time.Now(), NextUpdate: time.Now().Add(time.Hour),
 		RevokedCertificateEntries: entries}
+	// The same entries encoded beforehand, as the authority keeps those of
+	// its last CRL: what a regeneration that adds none signs.
+	header := *tmpl
+	header.RevokedCertificateEntries = nil
+	encoded := make([][]byte, len(entries))
+	for i, e := range entries {
+		encoded[i], _ = signer.AppendCRLEntry(nil, e)
+	}
 	for _, c := range []struct {
 		name string
 		f    func(io.Reader, *x509.RevocationList, *x509.Certificate, crypto.Signer) ([]byte, error)
-	}{{"x509", x509.CreateRevocationList}, {"localca", createCRL}} {
+	}{{"x509", x509.CreateRevocationList}, {"localca", createCRL}, {"localca/encoded", func(rnd io.Reader, tmpl *x509.RevocationList, ca *x509.Certificate, key crypto.Signer) ([]byte, error) {
+		return createEncodedCRL(rnd, &header, encoded, ca, key)
+	}}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				if _, err := c.f(rand.Reader, tmpl, ca, key); err != nil {

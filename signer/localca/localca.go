@@ -418,7 +418,8 @@ func selfSigned(c *x509.Certificate) bool {
 var selfSignedCache sync.Map
 
 var (
-	_ signer.Signer    = (*Signer)(nil)
-	_ signer.CAChainer = (*Signer)(nil)
-	_ signer.CRLSigner = (*Signer)(nil)
+	_ signer.Signer           = (*Signer)(nil)
+	_ signer.CAChainer        = (*Signer)(nil)
+	_ signer.CRLSigner        = (*Signer)(nil)
+	_ signer.EncodedCRLSigner = (*Signer)(nil)
 )

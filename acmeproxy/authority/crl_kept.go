@@ -1,0 +1,163 @@
+package authority
+
+import (
+	"context"
+	"crypto/x509"
+	"math/big"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// crlFullEvery is how long the entries kept of the CRLs this server built
+// (keptCRL) serve the next ones before the ledger is read in full again.
+// The store's checks (store.PublishCRLFrom) find a ledger row that
+// committed late or was deleted, and a stored CRL that is not this
+// server's; this bounds how long anything they could not see lasts.
+const crlFullEvery = time.Hour
+
+// keptCRL is what this server's last CRL of one CA listed, each entry
+// encoded, so that the next CRL reads and encodes only the revocations
+// after it: a CRL of 100,000 entries is 5 MB, and reading and encoding
+// its entries again each time is most of a regeneration. It is not
+// changed once kept (builds that run at once share it).
+type keptCRL struct {
+	number int64 // the cRLNumber it was published as
+	seq    int64 // the last ledger row it read
+	readAt time.Time
+	// delta: it was built from the one before and the ledger rows
+	// after that one's seq; readAt is when the ledger was last read in
+	// full.
+	delta   bool
+	entries []keptEntry // in ledger order
+}
+
+// keptEntry is one entry of a kept CRL.
+type keptEntry struct {
+	id       int64 // its ledger row
+	notAfter int64 // the certificate's, in Unix ms: past it the entry leaves the CRL
+	der      []byte
+}
+
+// unexpired is the kept entries still on a CRL at now (as the store
+// drops them: not_after before now), and the sum of their ledger ids.
+func (k *keptCRL) unexpired(now time.Time) ([]keptEntry, int64) {
+	at := now.UnixMilli()
+	var (
+		sum  int64
+		kept = k.entries
+	)
+	for i, e := range k.entries {
+		if e.notAfter < at {
+			kept = make([]keptEntry, i, len(k.entries))
+			copy(kept, k.entries[:i])
+			for _, e := range k.entries[i:] {
+				if e.notAfter >= at {
+					kept = append(kept, e)
+				}
+			}
+			break
+		}
+	}
+	for _, e := range kept {
+		sum += e.id
+	}
+	return kept, sum
+}
+
+// lastBuilt is the kept CRL of issuer, or nil.
+func (c *crlCache) lastBuilt(issuer string) *keptCRL {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.built[issuer]
+}
+
+// keepBuilt keeps k as the last CRL built of issuer, unless one with a
+// higher number is kept already.
+func (c *crlCache) keepBuilt(issuer string, k *keptCRL) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.built == nil {
+		c.built = map[string]*keptCRL{}
+	}
+	if old, ok := c.built[issuer]; ok && old.number > k.number {
+		return
+	}
+	c.built[issuer] = k
+}
+
+// publishKeptCRL publishes the CRL of iss from the entries kept of this
+// server's last one and the ledger rows after it, or, when the store
+// finds the ledger changed below it, when none is kept (a new CA, a
+// restart) or when it was last read in full crlFullEvery ago, from every
+// unexpired entry of the ledger. delta says which. An error wrapping
+// errors.ErrUnsupported says cs cannot sign the CRL so.
+func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSigner, iss signer.IssuerInfo, now time.Time) (crl store.CRL, delta bool, err error) {
+	prev := au.crls.lastBuilt(iss.KeyID)
+	var (
+		base *store.CRLBase
+		kept []keptEntry
+	)
+	if prev != nil && now.Sub(prev.readAt) < crlFullEvery {
+		var sum int64
+		kept, sum = prev.unexpired(now)
+		base = &store.CRLBase{Number: prev.number, Seq: prev.seq, Count: int64(len(kept)), IDSum: sum}
+	}
+	var built *keptCRL
+	crl, err = au.db.PublishCRLFrom(ctx, iss.KeyID, iss.NameID, now, base, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
+		this, next := crlTimes(now)
+		added, err := encodeCRLEntries(r.Entries)
+		if err != nil {
+			return nil, this, next, err
+		}
+		k := &keptCRL{seq: r.Seq, readAt: now, delta: r.Delta, entries: added}
+		if r.Delta {
+			k.readAt = prev.readAt
+			k.entries = append(kept[:len(kept):len(kept)], added...)
+		}
+		ders := make([][]byte, len(k.entries))
+		for i, e := range k.entries {
+			ders[i] = e.der
+		}
+		der, err := cs.SignEncodedCRL(ctx, iss.KeyID, &x509.RevocationList{Number: big.NewInt(r.Number), ThisUpdate: this, NextUpdate: next}, ders)
+		built = k
+		return der, this, next, err
+	})
+	if err != nil {
+		return store.CRL{}, false, err
+	}
+	built.number = crl.Number
+	au.crls.keepBuilt(iss.KeyID, built)
+	return crl, built.delta, nil
+}
+
+// encodeCRLEntries encodes the CRL entries of ledger rows, into one
+// buffer.
+func encodeCRLEntries(rows []store.CRLEntry) ([]keptEntry, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	var (
+		buf  = make([]byte, 0, 48*len(rows))
+		ends = make([]int, len(rows))
+		err  error
+	)
+	for i, r := range rows {
+		e, cerr := crlEntry(r)
+		if cerr != nil {
+			return nil, cerr
+		}
+		if buf, err = signer.AppendCRLEntry(buf, e); err != nil {
+			return nil, err
+		}
+		ends[i] = len(buf)
+	}
+	out := make([]keptEntry, len(rows))
+	start := 0
+	for i, r := range rows {
+		out[i] = keptEntry{id: r.ID, notAfter: r.NotAfter.UnixMilli(), der: buf[start:ends[i]:ends[i]]}
+		start = ends[i]
+	}
+	return out, nil
+}
