@@ -73,6 +73,8 @@ func TestACRLBuiltFromTheLastOneGetsOnlyTheRevocationsRecordedAfterIt(t *testing
 		a := issuedCert(t, db, "0a", t0.Add(time.Hour))
 		b := issuedCert(t, db, "0b", t0.Add(48*time.Hour))
 		c := issuedCert(t, db, "0c", t0.Add(48*time.Hour))
+		other := issuedCert(t, db, "0d", t0.Add(48*time.Hour))
+		gone := issuedCert(t, db, "0e", t0.Add(time.Minute))
 		for _, cert := range []Certificate{a, b} {
 			if _, err := revoke(t, db, cert, "ca", 4); err != nil {
 				t.Fatal(err)
@@ -83,6 +85,14 @@ func TestACRLBuiltFromTheLastOneGetsOnlyTheRevocationsRecordedAfterIt(t *testing
 			t.Fatalf("the first CRL read %v (delta %v); want 0a and 0b in full", serialsOf(read.Entries), read.Delta)
 		}
 		listed := read.Entries
+		// After it: a revocation of another CA's certificate, one of a
+		// certificate already expired when the next CRL is built, and c.
+		if _, err := revoke(t, db, other, "other-ca", 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := revoke(t, db, gone, "ca", 1); err != nil {
+			t.Fatal(err)
+		}
 		revC, err := revoke(t, db, c, "ca", 1)
 		if err != nil {
 			t.Fatal(err)
@@ -90,7 +100,8 @@ func TestACRLBuiltFromTheLastOneGetsOnlyTheRevocationsRecordedAfterIt(t *testing
 		second, read := publishFrom(t, db, t0.Add(2*time.Minute), baseOf(first, listed))
 		if !read.Delta || !slices.Equal(serialsOf(read.Entries), []string{"0c"}) || read.Entries[0].ID != revC.ID ||
 			read.Entries[0].Reason == nil || *read.Entries[0].Reason != 1 || !read.Entries[0].NotAfter.Equal(c.NotAfter) {
-			t.Fatalf("the second CRL read %+v (delta %v); want only 0c, row %d, reason 1, with its notAfter", read.Entries, read.Delta, revC.ID)
+			t.Fatalf("the second CRL read %+v (delta %v); want only 0c (not another CA's 0d, nor the expired 0e), row %d, reason 1, with its notAfter",
+				read.Entries, read.Delta, revC.ID)
 		}
 		if second.Number != first.Number+1 || second.Entries != 3 || second.LedgerSeq != revC.ID {
 			t.Errorf("the second CRL is #%d with %d entries up to row %d; want #%d with 3 up to %d",

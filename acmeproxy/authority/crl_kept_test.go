@@ -64,8 +64,7 @@ func newCRLScene(t testing.TB, notAfter []time.Duration) *crlScene {
 	for i, d := range notAfter {
 		serial := make([]byte, 16)
 		_, _ = rand.Read(serial)
-		serial[0] &= 0x7f
-		serial[0] |= 0x01
+		serial[0] = serial[0]&0x7f | 0x10 // positive, and no leading zero to drop
 		name := fmt.Sprintf("crl-%d.example.com", i)
 		seeds[i] = store.SeededOrder{Profile: "test", AccountID: "acct", Created: clk.Now(),
 			Identifiers: []acme.Identifier{{Type: acme.IdentifierDNS, Value: name}}, Challenges: []string{acme.ChallengeHTTP01},
