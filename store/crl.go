@@ -184,22 +184,16 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 	}
 	defer tx.Rollback()
 	var (
-		s   crlSnapshot
-		seq sql.NullInt64
+		s            crlSnapshot
+		storedNumber int64
 	)
-	if err := tx.QueryRowContext(ctx, db.q(`SELECT MAX(id) FROM revocations WHERE issuer_key_id = ?`), issuerKeyID).
-		Scan(&seq); err != nil {
-		return crlSnapshot{}, err
-	}
-	s.Seq = seq.Int64
-	var storedNumber int64
 	err = tx.QueryRowContext(ctx, db.q(`SELECT number, ledger_seq FROM crls WHERE issuer_key_id = ?`), issuerKeyID).
 		Scan(&storedNumber, &s.storedSeq)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return crlSnapshot{}, err
 	}
 	stored := err == nil
-	if base != nil && stored && storedNumber == base.Number && s.storedSeq == base.Seq && base.Seq <= s.Seq {
+	if base != nil && stored && storedNumber == base.Number && s.storedSeq == base.Seq {
 		var count, sum int64
 		if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*), CAST(COALESCE(SUM(id), 0) AS BIGINT) FROM revocations
 			WHERE issuer_key_id = ? AND not_after >= ? AND id <= ?`), issuerKeyID, now.UnixMilli(), base.Seq).
@@ -210,11 +204,19 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 	}
 	var rows *sql.Rows
 	if s.Delta {
-		// The rows after base.Seq by their ids, the issuer's picked here:
-		// by the issuer's index this would walk every unexpired entry.
+		// The rows after base.Seq by their ids, the issuer's picked here
+		// (the last of them is the new seq): by the issuer's index this
+		// would walk every unexpired entry, and so would its MAX(id).
+		s.Seq = base.Seq
 		rows, err = tx.QueryContext(ctx, db.q(`SELECT id, serial, revoked_at, reason, not_after, issuer_key_id FROM revocations
-			WHERE id > ? AND id <= ? ORDER BY id`), base.Seq, s.Seq)
+			WHERE id > ? ORDER BY id`), base.Seq)
 	} else {
+		var seq sql.NullInt64
+		if err := tx.QueryRowContext(ctx, db.q(`SELECT MAX(id) FROM revocations WHERE issuer_key_id = ?`), issuerKeyID).
+			Scan(&seq); err != nil {
+			return crlSnapshot{}, err
+		}
+		s.Seq = seq.Int64
 		var n int64
 		if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM revocations WHERE issuer_key_id = ? AND not_after >= ? AND id <= ?`),
 			issuerKeyID, now.UnixMilli(), s.Seq).Scan(&n); err != nil {
@@ -238,7 +240,11 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 		if err := rows.Scan(&e.ID, &e.Serial, &at, &reason, &notAfter, &issuer); err != nil {
 			return crlSnapshot{}, err
 		}
-		if issuer.String != issuerKeyID || notAfter < now.UnixMilli() {
+		if issuer.String != issuerKeyID {
+			continue
+		}
+		s.Seq = max(s.Seq, e.ID)
+		if notAfter < now.UnixMilli() {
 			continue
 		}
 		e.RevokedAt, e.Reason, e.NotAfter = ms(at), nullInt(reason), ms(notAfter)

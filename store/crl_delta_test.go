@@ -85,16 +85,17 @@ func TestACRLBuiltFromTheLastOneGetsOnlyTheRevocationsRecordedAfterIt(t *testing
 			t.Fatalf("the first CRL read %v (delta %v); want 0a and 0b in full", serialsOf(read.Entries), read.Delta)
 		}
 		listed := read.Entries
-		// After it: a revocation of another CA's certificate, one of a
-		// certificate already expired when the next CRL is built, and c.
-		if _, err := revoke(t, db, other, "other-ca", 1); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := revoke(t, db, gone, "ca", 1); err != nil {
-			t.Fatal(err)
-		}
+		// After it: c, a certificate already expired when the next CRL is
+		// built (the CA's last ledger row), and another CA's certificate.
 		revC, err := revoke(t, db, c, "ca", 1)
 		if err != nil {
+			t.Fatal(err)
+		}
+		revGone, err := revoke(t, db, gone, "ca", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := revoke(t, db, other, "other-ca", 1); err != nil {
 			t.Fatal(err)
 		}
 		second, read := publishFrom(t, db, t0.Add(2*time.Minute), baseOf(first, listed))
@@ -103,9 +104,12 @@ func TestACRLBuiltFromTheLastOneGetsOnlyTheRevocationsRecordedAfterIt(t *testing
 			t.Fatalf("the second CRL read %+v (delta %v); want only 0c (not another CA's 0d, nor the expired 0e), row %d, reason 1, with its notAfter",
 				read.Entries, read.Delta, revC.ID)
 		}
-		if second.Number != first.Number+1 || second.Entries != 3 || second.LedgerSeq != revC.ID {
-			t.Errorf("the second CRL is #%d with %d entries up to row %d; want #%d with 3 up to %d",
-				second.Number, second.Entries, second.LedgerSeq, first.Number+1, revC.ID)
+		if second.Number != first.Number+1 || second.Entries != 3 || second.LedgerSeq != revGone.ID {
+			t.Errorf("the second CRL is #%d with %d entries up to row %d; want #%d with 3 up to the CA's last row %d",
+				second.Number, second.Entries, second.LedgerSeq, first.Number+1, revGone.ID)
+		}
+		if stale, err := db.StaleCRLIssuers(context.Background()); err != nil || !slices.Equal(stale, []string{"other-ca"}) {
+			t.Errorf("stale issuers %v (%v); want only other-ca, which has no CRL", stale, err)
 		}
 		listed = append(listed, read.Entries...)
 		full, err := db.crlSnapshot(context.Background(), "ca", "CN=ca", t0.Add(2*time.Minute), nil)
