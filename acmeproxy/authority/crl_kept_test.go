@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"math/big"
 	"path/filepath"
@@ -31,9 +32,11 @@ type crlScene struct {
 	clk    *clocktest.Fake
 	ca     *x509.Certificate
 	signer *localca.Signer
-	path   string
-	certs  []store.Order
-	serial []string
+	// signer2, when set, is the signer the authority gets instead.
+	signer2 signer.Signer
+	path    string
+	certs   []store.Order
+	serial  []string
 }
 
 var crlSceneStart = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -88,7 +91,11 @@ func (s *crlScene) open(t testing.TB) {
 	}
 	t.Cleanup(func() { db.Close() })
 	s.db = db
-	s.au, err = New(Config{Profile: "test"}, Options{DB: db, Queue: jobs.NewQueue(db, nil), Signer: s.signer, Validator: stubValidator{},
+	var sg signer.Signer = s.signer
+	if s.signer2 != nil {
+		sg = s.signer2
+	}
+	s.au, err = New(Config{Profile: "test"}, Options{DB: db, Queue: jobs.NewQueue(db, nil), Signer: sg, Validator: stubValidator{},
 		Clock: s.clk, LookupAddr: func(context.Context, string) ([]string, error) { return nil, nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -318,5 +325,38 @@ func BenchmarkCRLRegenerationOf100000Entries(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// unencodedSigner is the local CA, but one that cannot sign a CRL from
+// encoded entries (as a signer would for a template it leaves to x509).
+type unencodedSigner struct{ *localca.Signer }
+
+func (unencodedSigner) SignEncodedCRL(context.Context, string, *x509.RevocationList, [][]byte) ([]byte, error) {
+	return nil, fmt.Errorf("test: %w", errors.ErrUnsupported)
+}
+
+// A signer that cannot take encoded entries still gets its CRL: from
+// an x509 template of every unexpired entry, each time.
+func TestASignerThatCannotSignEncodedEntriesStillPublishesTheCRL(t *testing.T) {
+	s := newCRLScene(t, []time.Duration{48 * time.Hour, 48 * time.Hour})
+	s.signer2 = unencodedSigner{s.signer}
+	s.open(t)
+	s.revoke(t, 4, 0)
+	for i, want := range []map[string]int{s.want(4, 0), s.want(4, 0, 1)} {
+		if i == 1 {
+			s.revoke(t, 4, 1)
+		}
+		crl, err := s.au.RegenerateCRL(context.Background())
+		if err != nil {
+			t.Fatalf("CRL %d: %v", i, err)
+		}
+		parsed, err := x509.ParseRevocationList(crl.DER)
+		if err != nil {
+			t.Fatalf("CRL %d does not parse: %v", i, err)
+		}
+		if err := parsed.CheckSignatureFrom(s.ca); err != nil || !sameListing(listed(parsed), want) {
+			t.Errorf("CRL %d lists %v (signature: %v); want %v", i, listed(parsed), err, want)
+		}
 	}
 }
