@@ -139,6 +139,8 @@ func (db *DB) insertAudit(ctx context.Context, tx *sql.Tx, ev AuditEvent) error 
 }
 
 // InsertAudit appends one event to the audit trail.
+//
+// It only inserts (and enqueues, see EnqueueJob).
 func (db *DB) InsertAudit(ctx context.Context, ev AuditEvent) error {
 	if err := db.withTx(ctx, func(tx *sql.Tx) error { return db.insertAudit(ctx, tx, ev) }); err != nil {
 		return fmt.Errorf("store: writing audit event %s: %w", ev.Event, err)
@@ -147,6 +149,8 @@ func (db *DB) InsertAudit(ctx context.Context, ev AuditEvent) error {
 }
 
 // InsertAudits appends several events in one transaction: all or none.
+//
+// It only inserts (and enqueues, see EnqueueJob).
 func (db *DB) InsertAudits(ctx context.Context, evs []AuditEvent) error {
 	if len(evs) == 0 {
 		return nil
@@ -168,6 +172,10 @@ func (db *DB) InsertAudits(ctx context.Context, evs []AuditEvent) error {
 // IssueOrder stores the certificate, moves the order from processing to
 // valid, and writes the issuance's audit row, in one transaction: an
 // issued certificate always has its row, and the issuance costs one commit.
+//
+// The guarded update of the order comes first, so of concurrent issuances
+// of an order one stores a certificate (the others find it valid and
+// change nothing).
 func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now time.Time) (Certificate, error) {
 	c.ID = NewID()
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -264,6 +272,9 @@ const AuditPruneBatch = 500
 // not nil, is asked in the transaction of the last batch for the row that
 // records the prune, given the total deleted; ok=false writes none. Between
 // batches the prune stops when ctx ends, returning what it deleted so far.
+//
+// The cutoff row has a fixed key: a concurrent prune's insert of it waits
+// for this batch, which has deleted it again by its commit.
 func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 	record func(deleted int64) (ev AuditEvent, ok bool)) (int64, error) {
 	if batch <= 0 {

@@ -187,6 +187,14 @@ func crlLastNumber(ctx context.Context, q queryRower, db *DB, issuerKeyID, issue
 // storeCRL stores crl as its issuer's latest, with its number as the
 // last of the issuer's name and key, unless another CRL took a number at
 // or above it meanwhile (errCRLNumberTaken).
+//
+// Each counter moves in a guarded upsert (only upwards), and one that does
+// not move refuses the number: on PostgreSQL (READ COMMITTED) two CRLs of
+// one name built at once, under two keys, both read the same last number
+// before either commits; the second's upsert waits for the first and then
+// finds the name's counter at its number. (The read first refuses a
+// number taken already without writing; SQLite's single writer needs
+// nothing more.)
 func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL) error {
 	return db.withTx(ctx, func(tx *sql.Tx) error {
 		last, err := crlLastNumber(ctx, tx, db, crl.IssuerKeyID, issuerName)
@@ -196,13 +204,21 @@ func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL) error {
 		if last >= crl.Number {
 			return errCRLNumberTaken
 		}
-		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO crl_name_numbers (issuer_name, last) VALUES (?, ?)
-			ON CONFLICT (issuer_name) DO UPDATE SET last = excluded.last`), issuerName, crl.Number); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO crl_numbers (issuer_key_id, last) VALUES (?, ?)
-			ON CONFLICT (issuer_key_id) DO UPDATE SET last = excluded.last`), crl.IssuerKeyID, crl.Number); err != nil {
-			return err
+		for _, counter := range []struct{ stmt, key string }{
+			{`INSERT INTO crl_name_numbers (issuer_name, last) VALUES (?, ?)
+				ON CONFLICT (issuer_name) DO UPDATE SET last = excluded.last WHERE crl_name_numbers.last < excluded.last`, issuerName},
+			{`INSERT INTO crl_numbers (issuer_key_id, last) VALUES (?, ?)
+				ON CONFLICT (issuer_key_id) DO UPDATE SET last = excluded.last WHERE crl_numbers.last < excluded.last`, crl.IssuerKeyID},
+		} {
+			res, err := tx.ExecContext(ctx, db.q(counter.stmt), counter.key, crl.Number)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n != 1 {
+				return errCRLNumberTaken
+			}
 		}
 		_, err = tx.ExecContext(ctx, db.q(`INSERT INTO crls (`+crlCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (issuer_key_id) DO UPDATE SET number = excluded.number, this_update = excluded.this_update,

@@ -44,6 +44,13 @@ type dialect interface {
 	// its one argument is the job's kind. "" when the dialect has no
 	// such signal.
 	announceJob() string
+	// rowLock is the clause a SELECT inside a write ends with to lock the
+	// rows it reads until the transaction ends, for a write that decides
+	// from them while other writes run at once (PostgreSQL's READ
+	// COMMITTED writes; see postgresEngine); "" when writes run one at a
+	// time (SQLite's single writer), and then a statement sent only to
+	// lock rows is not sent at all (see DB.lockRows).
+	rowLock() string
 }
 
 // engine is how a dialect runs the store's writes. Reads go to the DB's
@@ -52,14 +59,14 @@ type dialect interface {
 //
 // SQLite's engine is one writer connection behind a group commit (see
 // groupCommit) with a statement cache below it. PostgreSQL's is a pool
-// running each write in its own serializable transaction, with
+// running each write in its own READ COMMITTED transaction, with
 // synchronous_commit = off for a lazy one (see postgresEngine).
 type engine interface {
 	// do runs fn in a write transaction and returns once that transaction
 	// is committed (nil) or fn's changes are undone (fn's error). fn may
 	// run more than once, each run in a fresh transaction, when an engine
-	// retries one that lost a race with another (PostgreSQL's
-	// serialization failures): every variable it sets outside the
+	// retries one that lost a race with another (PostgreSQL's deadlocks):
+	// every variable it sets outside the
 	// transaction, it sets afresh on each run. A lazy
 	// write may be committed without waiting for it to be durable: it
 	// becomes durable with the next durable write, never later (see

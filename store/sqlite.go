@@ -215,4 +215,8 @@ func (sqliteDialect) lockForMigration(context.Context, *sql.Tx) error { return n
 // find each other's jobs by polling.
 func (sqliteDialect) announceJob() string { return "" }
 
+// rowLock: none, the group commit being the only writer; the statements
+// that only lock rows are not sent.
+func (sqliteDialect) rowLock() string { return "" }
+
 func (e *sqliteEngine) watchJobs(context.Context, func(string)) {}

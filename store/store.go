@@ -59,6 +59,8 @@ func (db *DB) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
 // Flush makes every write committed so far durable, lazy ones included:
 // it is a durable write of its own (see engine), for a caller that
 // wrote lazily and is about to rely on it surviving a power loss.
+//
+// One upsert of a fixed row.
 func (db *DB) Flush(ctx context.Context) error {
 	_, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO flushes (id, n) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = flushes.n + 1`))
 	if err != nil {
@@ -72,6 +74,20 @@ func (db *DB) Flush(ctx context.Context) error {
 // from the next durable commit on (see engine).
 func (db *DB) withLazyTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return db.unavailable(db.eng.do(ctx, fn, true))
+}
+
+// lockRows runs query, a SELECT inside write tx, with the dialect's row
+// lock (see dialect.rowLock): the rows it reads stay locked until tx ends,
+// and the statements tx sends after it see what every writer that held
+// them before committed. Where writes run one at a time (SQLite) it sends
+// nothing.
+func (db *DB) lockRows(ctx context.Context, tx *sql.Tx, query string, args ...any) error {
+	lock := db.dialect.rowLock()
+	if lock == "" {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, db.q(query+lock), args...)
+	return err
 }
 
 // q rewrites a statement written with ? placeholders for the dialect.
