@@ -49,8 +49,28 @@ type dialect interface {
 	// from them while other writes run at once (PostgreSQL's READ
 	// COMMITTED writes; see postgresEngine); "" when writes run one at a
 	// time (SQLite's single writer), and then a statement sent only to
-	// lock rows is not sent at all (see DB.lockRows).
+	// lock rows is not sent at all.
 	rowLock() string
+	// spendNonceAs is one statement that spends a nonce and reads an
+	// account (see UseNonceAs), or "" to do both in a transaction of two
+	// statements. Its arguments: the nonce's key, the account's profile
+	// and id. Its one row: the account's columns as scanAccount reads
+	// them (placeholder values when it does not exist), whether the
+	// nonce was fresh, and whether the account exists.
+	spendNonceAs() string
+	// issueOrder is one statement that does IssueOrder's three writes (the
+	// order to valid, guarded on processing; the certificate; its audit
+	// row), or "" to run them as a transaction. Its arguments: certificate
+	// id, now, order id; the certificate's id, profile, account, serial,
+	// chain, public key, notBefore, notAfter, now, issuer key id; the audit
+	// row's values (auditRow). Its one row: how many orders it moved (0
+	// or 1), the other writes done only when 1.
+	issueOrder() string
+	// insertsInWith reports whether one statement may insert into several
+	// tables through data-modifying WITH clauses, its foreign keys checked
+	// at the statement's end (PostgreSQL): a write of many rows is then
+	// one round trip (see insertOrderAtOnce).
+	insertsInWith() bool
 }
 
 // engine is how a dialect runs the store's writes. Reads go to the DB's

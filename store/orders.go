@@ -198,6 +198,11 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 		if !ok {
 			return &LimitError{Decisions: out}
 		}
+		if db.dialect.insertsInWith() {
+			if done, err := db.insertOrderAtOnce(ctx, tx, &o, string(idents), authzs, now); done || err != nil {
+				return err
+			}
+		}
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders
 			(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at, certificate_profile,
 			 replaces, replaces_certificate_id)
@@ -243,6 +248,84 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 		return Order{}, fmt.Errorf("store: creating order: %w", err)
 	}
 	return o, nil
+}
+
+// insertOrderAtOnce is CreateOrder's inserts — the order, its
+// identifiers, authorizations and challenges — as one statement of
+// data-modifying WITH clauses (see dialect.insertsInWith): one round trip
+// instead of one per row. The foreign keys between them are checked at the
+// statement's end, every row inserted. It sets o.AuthzIDs. done is false,
+// nothing sent, for an order whose rows take more placeholders than a
+// statement holds; the caller then inserts them one by one.
+func (db *DB) insertOrderAtOnce(ctx context.Context, tx *sql.Tx, o *Order, idents string, authzs []Authz, now time.Time) (done bool, err error) {
+	n := 13 + 4*len(o.Identifiers) + 10*len(authzs)
+	for _, a := range authzs {
+		n += 6 * len(a.Challenges)
+	}
+	if n > 65535 {
+		return false, nil
+	}
+	var (
+		b    strings.Builder
+		args = make([]any, 0, n)
+	)
+	b.WriteString(`WITH o AS (INSERT INTO orders
+		(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at, certificate_profile,
+		 replaces, replaces_certificate_id)
+		VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?))`)
+	args = append(args, o.ID, o.Profile, o.AccountID, idents, msOrNull(o.NotBefore), msOrNull(o.NotAfter),
+		o.Expires.UnixMilli(), now.UnixMilli(), now.UnixMilli(), o.CertificateProfile, o.Replaces, strOrNull(o.ReplacesCertificateID))
+	rows := func(i int, head, row string) {
+		if i == 0 {
+			b.WriteString(head)
+		} else {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	for i, id := range o.Identifiers {
+		rows(i, `, i AS (INSERT INTO order_identifiers (order_id, position, type, value) VALUES `, `(?, ?, ?, ?)`)
+		args = append(args, o.ID, i, id.Type, id.Value)
+	}
+	if len(o.Identifiers) > 0 {
+		b.WriteString(`)`)
+	}
+	type challengeRow struct {
+		authz string
+		j     int
+		c     Challenge
+	}
+	var challenges []challengeRow
+	for i, a := range authzs {
+		a.ID = NewID()
+		o.AuthzIDs[i] = a.ID
+		wildcard := 0
+		if a.Wildcard {
+			wildcard = 1
+		}
+		rows(i, `, a AS (INSERT INTO authorizations
+			(id, order_id, position, account_id, identifier_type, identifier_value, wildcard, status, expires_at, created_at, updated_at)
+			VALUES `, `(?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)`)
+		args = append(args, a.ID, o.ID, i, o.AccountID, a.Identifier.Type, a.Identifier.Value, wildcard, a.Expires.UnixMilli(),
+			now.UnixMilli(), now.UnixMilli())
+		for j, c := range a.Challenges {
+			challenges = append(challenges, challengeRow{a.ID, j, c})
+		}
+	}
+	if len(authzs) > 0 {
+		b.WriteString(`)`)
+	}
+	for k, c := range challenges {
+		rows(k, `, c AS (INSERT INTO challenges (id, authz_id, position, type, token, status, updated_at) VALUES `,
+			`(?, ?, ?, ?, ?, 'pending', ?)`)
+		args = append(args, NewID(), c.authz, c.j, c.c.Type, c.c.Token, now.UnixMilli())
+	}
+	if len(challenges) > 0 {
+		b.WriteString(`)`)
+	}
+	b.WriteString(` SELECT 1`)
+	_, err = tx.ExecContext(ctx, db.q(b.String()), args...)
+	return true, err
 }
 
 // checkNotReplaced refuses, with ErrConflict, to let another order replace
@@ -482,10 +565,19 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 		if err != nil {
 			return err
 		}
-		var moved sql.Result
+		var (
+			moved  sql.Result
+			locked bool // res.OrderStatus read with the order's row locked
+		)
 		if valid {
-			if err := db.lockRows(ctx, tx, `SELECT 1 FROM orders WHERE id = ?`, res.OrderID); err != nil {
-				return err
+			if lock := db.dialect.rowLock(); lock != "" {
+				// The lock's read is the order's status after the update
+				// below unless the update moves it: no one else changes
+				// the row meanwhile.
+				if err := tx.QueryRowContext(ctx, db.q(`SELECT status FROM orders WHERE id = ?`+lock), res.OrderID).Scan(&res.OrderStatus); err != nil {
+					return err
+				}
+				locked = true
 			}
 			moved, err = tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'ready', updated_at = ?
 				WHERE id = ? AND status = 'pending'
@@ -500,6 +592,12 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 		}
 		if n, err := moved.RowsAffected(); err == nil && n == 1 {
 			res.OrderChanged = true
+		}
+		if locked {
+			if res.OrderChanged {
+				res.OrderStatus = acme.StatusReady
+			}
+			return nil
 		}
 		return tx.QueryRowContext(ctx, db.q(`SELECT status FROM orders WHERE id = ?`), res.OrderID).Scan(&res.OrderStatus)
 	})

@@ -22,6 +22,9 @@ type PostgresOptions struct {
 	// MaxConns bounds the write pool; reads have a pool of the same size.
 	// Default 8.
 	MaxConns int
+
+	// tracer, for the package's tests, sees every statement of every pool.
+	tracer pgx.QueryTracer
 }
 
 // OpenPostgres connects to the PostgreSQL database named by dsn (a URL or
@@ -41,6 +44,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 		opts.MaxConns = 8
 	}
 	desc := PostgresDescription(cfg)
+	cfg.Tracer = opts.tracer
 	// Every commit is durable unless a lazy write says otherwise (see
 	// postgresEngine), whatever the server's default.
 	cfg.RuntimeParams["synchronous_commit"] = "on"
@@ -354,6 +358,39 @@ func (postgresDialect) announceJob() string {
 // writer of the row (or locker) waits for it, and a locker that waited
 // takes the row's newest version.
 func (postgresDialect) rowLock() string { return ` FOR UPDATE` }
+
+// spendNonceAs spends the nonce in a data-modifying WITH and reads the
+// account in the statement around it (one snapshot; the insert's
+// conflict with a used key is decided as in a statement of its own).
+func (postgresDialect) spendNonceAs() string {
+	return `WITH spent AS (` + spendNonce + ` RETURNING 1)
+		SELECT COALESCE(a.id, ''), COALESCE(a.profile, ''), COALESCE(a.key_thumbprint, ''), COALESCE(a.key_jwk, ''),
+			COALESCE(a.status, ''), COALESCE(a.contact, '[]'), COALESCE(a.tos_agreed, 0), COALESCE(a.created_at, 0),
+			COALESCE(a.eab_kid, ''), COALESCE(a.eab_label, ''),
+			EXISTS (SELECT 1 FROM spent), a.id IS NOT NULL
+		FROM (SELECT 1) AS one LEFT JOIN accounts a ON a.profile = ? AND a.id = ?`
+}
+
+// issueOrder moves the order in a data-modifying WITH, and writes the
+// certificate and the audit row from its RETURNING row, so that both are
+// written only when the order moved. The parameters of an INSERT … SELECT
+// take no type from its columns: each is cast to its column's.
+func (postgresDialect) issueOrder() string {
+	return `WITH o AS (
+			UPDATE orders SET status = 'valid', certificate_id = ?, updated_at = ? WHERE id = ? AND status = 'processing' RETURNING id),
+		c AS (
+			INSERT INTO certificates
+				(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at, issuer_key_id)
+			SELECT ?::text, o.id, ?::text, ?::text, ?::text, ?::text, ?::bytea, ?::bigint, ?::bigint, ?::bigint, ?::text FROM o),
+		a AS (
+			INSERT INTO audit_events (` + auditInsertCols + `)
+			SELECT ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,
+				?::text, ?::text, ?::text, ?::text, ?::text FROM o)
+		SELECT COUNT(*) FROM o`
+}
+
+// insertsInWith: yes (see insertOrderAtOnce).
+func (postgresDialect) insertsInWith() bool { return true }
 
 // lockForMigration makes concurrent openers of one database migrate one
 // after the other: the lock is the transaction's, released at its end.

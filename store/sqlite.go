@@ -219,4 +219,15 @@ func (sqliteDialect) announceJob() string { return "" }
 // that only lock rows are not sent.
 func (sqliteDialect) rowLock() string { return "" }
 
+// spendNonceAs: none (SQLite has no INSERT in a WITH); the group commit
+// runs the transaction of two statements in the writer's process anyway.
+func (sqliteDialect) spendNonceAs() string { return "" }
+
+// issueOrder: none, as spendNonceAs.
+func (sqliteDialect) issueOrder() string { return "" }
+
+// insertsInWith: no, as spendNonceAs; in the writer's own process a
+// statement per row costs no round trip.
+func (sqliteDialect) insertsInWith() bool { return false }
+
 func (e *sqliteEngine) watchJobs(context.Context, func(string)) {}

@@ -76,19 +76,5 @@ func (db *DB) withLazyTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return db.unavailable(db.eng.do(ctx, fn, true))
 }
 
-// lockRows runs query, a SELECT inside write tx, with the dialect's row
-// lock (see dialect.rowLock): the rows it reads stay locked until tx ends,
-// and the statements tx sends after it see what every writer that held
-// them before committed. Where writes run one at a time (SQLite) it sends
-// nothing.
-func (db *DB) lockRows(ctx context.Context, tx *sql.Tx, query string, args ...any) error {
-	lock := db.dialect.rowLock()
-	if lock == "" {
-		return nil
-	}
-	_, err := tx.ExecContext(ctx, db.q(query+lock), args...)
-	return err
-}
-
 // q rewrites a statement written with ? placeholders for the dialect.
 func (db *DB) q(stmt string) string { return db.dialect.rebind(stmt) }
