@@ -59,7 +59,10 @@
 //   - ACMEPROXY_BENCH_DATABASE: acme_proxy's store, "sqlite" (default) or
 //     "postgres": a PostgreSQL cluster the benchmark starts on this machine
 //     (internal/pgtest: initdb and pg_ctl, a unix socket, fsync on), so that
-//     the two stores are compared on the same machine, same disk.
+//     the two stores are compared on the same machine, same disk. The
+//     servers that use it then also report pg-CPU-ms/cert: the cluster's
+//     user+system CPU over the timed part (postmaster, backends and
+//     background processes, from /proc), per certificate.
 //   - ACMEPROXY_BENCH_DIR: the directory the databases and Caddy's storage
 //     go under (default: os.TempDir()); point it at a tmpfs to take the disk
 //     out of the comparison.

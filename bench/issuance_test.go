@@ -28,6 +28,8 @@ import (
 
 	"github.com/google/pprof/profile"
 	"golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 )
 
 // clientCounts are the concurrency levels of the comparison.
@@ -249,6 +251,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	prof := startServerCPUProfile(b)
 	cpuBefore := processCPU()
 	caddyBefore := h.caddyCPU(b)
+	pgBefore := h.postgresCPU(b, server)
 	countsBefore := counts.snapshot()
 	b.ResetTimer()
 	start := time.Now()
@@ -280,6 +283,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	b.StopTimer()
 	cpu := processCPU() - cpuBefore
 	caddyCPU := h.caddyCPU(b) - caddyBefore
+	pgCPU := h.postgresCPU(b, server) - pgBefore
 	serverShare := prof.stop(b)
 	runtime.ReadMemStats(&memAfter)
 	got := counts.snapshot()
@@ -304,6 +308,9 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	}
 	if serverShare > 0 {
 		b.ReportMetric(ms(cpu)/n*serverShare, "server-CPU-ms/cert")
+	}
+	if usesPostgres(server) {
+		b.ReportMetric(ms(pgCPU)/n, "pg-CPU-ms/cert")
 	}
 	b.ReportMetric(float64(got.requests-countsBefore.requests)/n, "req/cert")
 	b.ReportMetric(float64(polls.Load())/n, "polls/cert")
@@ -577,6 +584,26 @@ func (h *harness) caddyCPU(b *testing.B) time.Duration {
 	d, err := h.caddy.cpu()
 	if err != nil {
 		b.Fatalf("reading Caddy's CPU: %v", err)
+	}
+	return d
+}
+
+// usesPostgres reports whether server keeps its store in the benchmark's
+// PostgreSQL cluster (ACMEPROXY_BENCH_DATABASE=postgres): acme_proxy, one
+// instance or two; acme_server keeps its own files.
+func usesPostgres(server string) bool {
+	return os.Getenv("ACMEPROXY_BENCH_DATABASE") == "postgres" && server != acmeServer
+}
+
+// postgresCPU is the CPU the PostgreSQL cluster has used so far (see
+// pgtest.ServerCPU), for a server that uses it; 0 for one that does not.
+func (h *harness) postgresCPU(b *testing.B, server string) time.Duration {
+	if !usesPostgres(server) {
+		return 0
+	}
+	d, err := pgtest.ServerCPU()
+	if err != nil {
+		b.Fatalf("reading PostgreSQL's CPU: %v", err)
 	}
 	return d
 }

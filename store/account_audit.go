@@ -13,6 +13,10 @@ import (
 // with ev.Jobs (the notifications the change owes): the new state, its
 // audit row and its notifications are stored together or not at all.
 // ErrWrongState if the account is not valid.
+//
+// At READ COMMITTED the guarded update comes first: of concurrent
+// deactivations one changes the row and writes the audit row, the others
+// find it deactivated.
 func (db *DB) DeactivateAccountAudited(ctx context.Context, id string, ev AuditEvent, now time.Time) (Account, error) {
 	ev.AccountID = id
 	var a Account

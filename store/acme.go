@@ -60,6 +60,10 @@ var idClockOffset = func() uint64 {
 
 // Secret returns the named server secret, creating it with size random
 // bytes the first time. Every instance on the database gets the same value.
+//
+// At READ COMMITTED: the insert of a missing secret waits for a concurrent
+// one of the same name and then does nothing, and the read after it sees
+// the row that won.
 func (db *DB) Secret(ctx context.Context, name string, size int, now time.Time) ([]byte, error) {
 	fresh := make([]byte, size)
 	if _, err := rand.Read(fresh); err != nil {
@@ -147,6 +151,11 @@ func readErr(err error, what string) error {
 // of the profile, revoked, expired at now, or single-use and bound — fails
 // the whole creation with ErrWrongState, so two registrations racing for a
 // single-use key bind it once.
+//
+// At READ COMMITTED: the insert is guarded by the unique key (a concurrent
+// creation with the same key waits, then conflicts), the EAB binding is a
+// guarded update (see bindEABKey), and the read of an existing account
+// comes after the insert that found it.
 func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs ...NewJob) (Account, bool, error) {
 	contact, err := json.Marshal(nonNil(a.Contact))
 	if err != nil {
@@ -229,6 +238,9 @@ func (db *DB) DeactivateAccount(ctx context.Context, id string, now time.Time) (
 }
 
 // accountUpdate changes a valid account; ErrWrongState if it is not valid.
+//
+// One guarded statement: PostgreSQL re-checks status on the account's
+// newest row.
 func (db *DB) accountUpdate(ctx context.Context, id, set string, args ...any) (Account, error) {
 	a, err := scanAccount(db.wr.QueryRowContext(ctx, db.q(`UPDATE accounts SET `+set+` WHERE id = ? AND status = 'valid' RETURNING `+accountCols),
 		append(args, id)...))
@@ -244,6 +256,9 @@ func (db *DB) accountUpdate(ctx context.Context, id, set string, args ...any) (A
 // ChangeAccountKey replaces a valid account's key (RFC 8555 §7.3.5),
 // guarded on the old key. ErrConflict if the new key already belongs to an
 // account of the profile.
+//
+// One guarded statement, the unique key refusing a key another account
+// took at once.
 func (db *DB) ChangeAccountKey(ctx context.Context, id, oldThumb, newThumb string, newJWK []byte, now time.Time) (Account, error) {
 	a, err := scanAccount(db.wr.QueryRowContext(ctx, db.q(`UPDATE accounts SET key_thumbprint = ?, key_jwk = ?, updated_at = ?
 		WHERE id = ? AND key_thumbprint = ? AND status = 'valid' RETURNING `+accountCols),
@@ -295,22 +310,30 @@ func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, limi
 // request it came with writes next. A power loss can forget only the
 // nonces of requests whose effects it forgets too, so a replay can never
 // repeat an effect that is on disk.
+//
+// The unique key makes a nonce spent once, whatever the isolation: a
+// concurrent spender of it waits and then conflicts.
 func (db *DB) UseNonce(ctx context.Context, nonce string, expires time.Time) (fresh bool, err error) {
-	err = db.withLazyTx(ctx, func(tx *sql.Tx) (err error) {
-		fresh, err = db.spendNonce(ctx, tx, nonce, expires)
-		return err
-	})
+	// One statement, a lazy write of its own: on PostgreSQL one round trip.
+	res, err := db.lazyWr.ExecContext(ctx, db.q(spendNonce), nonceKey(expires, nonce))
 	if err != nil {
 		return false, fmt.Errorf("store: using nonce: %w", err)
 	}
-	return fresh, nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("store: using nonce: %w", err)
+	}
+	return n == 1, nil
 }
+
+// spendNonce records a nonce's key as used; it affects no row when the
+// key is there already.
+const spendNonce = `INSERT INTO used_nonces (k) VALUES (?) ON CONFLICT DO NOTHING`
 
 // spendNonce records a nonce as used in tx and reports whether it was
 // fresh.
 func (db *DB) spendNonce(ctx context.Context, tx *sql.Tx, nonce string, expires time.Time) (bool, error) {
-	res, err := tx.ExecContext(ctx, db.q(`INSERT INTO used_nonces (k) VALUES (?) ON CONFLICT DO NOTHING`),
-		nonceKey(expires, nonce))
+	res, err := tx.ExecContext(ctx, db.q(spendNonce), nonceKey(expires, nonce))
 	if err != nil {
 		return false, err
 	}
@@ -327,8 +350,31 @@ func (db *DB) spendNonce(ctx context.Context, tx *sql.Tx, nonce string, expires 
 // account no longer has is caught here, however the caller came by that
 // key. ErrNotFound when the account does not exist (the nonce is spent
 // all the same); fresh is false, with no account, for a used nonce.
+//
+// The account read after the nonce is the row as committed when the read
+// runs; a later change of the account (its key, its status) is read by the
+// request's next one.
+//
+// Where the dialect has one statement for both (spendNonceAs: PostgreSQL,
+// one round trip instead of a transaction's four) it is sent as a lazy
+// write of its own; it reads the account also for a used nonce, and
+// drops it.
 func (db *DB) UseNonceAs(ctx context.Context, nonce string, expires time.Time, profile, accountID string) (acct Account, fresh bool, err error) {
 	var missing bool
+	if stmt := db.dialect.spendNonceAs(); stmt != "" {
+		var found bool
+		acct, err = scanAccount(appendDest{db.lazyWr.QueryRowContext(ctx, db.q(stmt), nonceKey(expires, nonce), profile, accountID),
+			[]any{&fresh, &found}})
+		switch {
+		case err != nil:
+			return Account{}, false, fmt.Errorf("store: using nonce: %w", err)
+		case !fresh:
+			return Account{}, false, nil
+		case !found:
+			return Account{}, true, fmt.Errorf("%w: account %s", ErrNotFound, accountID)
+		}
+		return acct, true, nil
+	}
 	err = db.withLazyTx(ctx, func(tx *sql.Tx) error {
 		missing = false // fn may run again (see engine)
 		var err error
@@ -362,6 +408,8 @@ func nonceKey(expires time.Time, nonce string) []byte {
 
 // PruneNonces forgets used nonces that have expired anyway: every key
 // below now's expiry prefix.
+//
+// One statement deleting expired keys, which nothing writes again.
 func (db *DB) PruneNonces(ctx context.Context, now time.Time) (int64, error) {
 	res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM used_nonces WHERE k < ?`), nonceKey(now, ""))
 	if err != nil {

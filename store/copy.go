@@ -27,7 +27,10 @@ type TableCount struct {
 // is returned and nothing is written. The copy is one transaction on dst:
 // a failure leaves it empty. Tables are copied parents first (foreign
 // keys), identity sequences are moved past the copied ids, and the row
-// counts of both sides are compared before the transaction commits.
+// counts of both sides are compared before the transaction commits. (The
+// emptiness check does not lock the tables: of two copies into one
+// target at once, READ COMMITTED, the second fails on the rows' primary
+// keys and is undone, leaving the first's copy.)
 func CopyStore(ctx context.Context, src, dst *DB) ([]TableCount, error) {
 	if src.dialect.name() != "sqlite" || dst.dialect.name() != "postgres" {
 		return nil, fmt.Errorf("store: copying from %s to %s: only from SQLite to PostgreSQL", src.dialect.name(), dst.dialect.name())

@@ -282,6 +282,15 @@ func crlLastNumber(ctx context.Context, q queryRower, db *DB, issuerKeyID, issue
 // of the stored CRL when crl's ledger was read: if it changed since, a
 // revocation reason changed while crl was built, and the stored CRL keeps
 // that mark (its ledger_seq, returned) instead of crl's.
+//
+// Each counter moves in a guarded upsert (only upwards), and one that does
+// not move refuses the number: on PostgreSQL (READ COMMITTED) two CRLs of
+// one name built at once, under two keys, both read the same last number
+// before either commits; the second's upsert waits for the first and then
+// finds the name's counter at its number. (The read first refuses a
+// number taken already without writing; SQLite's single writer needs
+// nothing more.) The stored CRL's mark is read locked, so that a reason
+// change committing meanwhile waits and is not overwritten.
 func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64) (int64, error) {
 	seq := crl.LedgerSeq
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -293,16 +302,24 @@ func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSe
 		if last >= crl.Number {
 			return errCRLNumberTaken
 		}
-		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO crl_name_numbers (issuer_name, last) VALUES (?, ?)
-			ON CONFLICT (issuer_name) DO UPDATE SET last = excluded.last`), issuerName, crl.Number); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO crl_numbers (issuer_key_id, last) VALUES (?, ?)
-			ON CONFLICT (issuer_key_id) DO UPDATE SET last = excluded.last`), crl.IssuerKeyID, crl.Number); err != nil {
-			return err
+		for _, counter := range []struct{ stmt, key string }{
+			{`INSERT INTO crl_name_numbers (issuer_name, last) VALUES (?, ?)
+				ON CONFLICT (issuer_name) DO UPDATE SET last = excluded.last WHERE crl_name_numbers.last < excluded.last`, issuerName},
+			{`INSERT INTO crl_numbers (issuer_key_id, last) VALUES (?, ?)
+				ON CONFLICT (issuer_key_id) DO UPDATE SET last = excluded.last WHERE crl_numbers.last < excluded.last`, crl.IssuerKeyID},
+		} {
+			res, err := tx.ExecContext(ctx, db.q(counter.stmt), counter.key, crl.Number)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n != 1 {
+				return errCRLNumberTaken
+			}
 		}
 		var current int64
-		err = tx.QueryRowContext(ctx, db.q(`SELECT ledger_seq FROM crls WHERE issuer_key_id = ?`), crl.IssuerKeyID).Scan(&current)
+		err = tx.QueryRowContext(ctx, db.q(`SELECT ledger_seq FROM crls WHERE issuer_key_id = ?`+db.dialect.rowLock()), crl.IssuerKeyID).Scan(&current)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:

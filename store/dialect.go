@@ -44,6 +44,33 @@ type dialect interface {
 	// its one argument is the job's kind. "" when the dialect has no
 	// such signal.
 	announceJob() string
+	// rowLock is the clause a SELECT inside a write ends with to lock the
+	// rows it reads until the transaction ends, for a write that decides
+	// from them while other writes run at once (PostgreSQL's READ
+	// COMMITTED writes; see postgresEngine); "" when writes run one at a
+	// time (SQLite's single writer), and then a statement sent only to
+	// lock rows is not sent at all.
+	rowLock() string
+	// spendNonceAs is one statement that spends a nonce and reads an
+	// account (see UseNonceAs), or "" to do both in a transaction of two
+	// statements. Its arguments: the nonce's key, the account's profile
+	// and id. Its one row: the account's columns as scanAccount reads
+	// them (placeholder values when it does not exist), whether the
+	// nonce was fresh, and whether the account exists.
+	spendNonceAs() string
+	// issueOrder is one statement that does IssueOrder's three writes (the
+	// order to valid, guarded on processing; the certificate; its audit
+	// row), or "" to run them as a transaction. Its arguments: certificate
+	// id, now, order id; the certificate's id, profile, account, serial,
+	// chain, public key, notBefore, notAfter, now, issuer key id; the audit
+	// row's values (auditRow). Its one row: how many orders it moved (0
+	// or 1), the other writes done only when 1.
+	issueOrder() string
+	// insertsInWith reports whether one statement may insert into several
+	// tables through data-modifying WITH clauses, its foreign keys checked
+	// at the statement's end (PostgreSQL): a write of many rows is then
+	// one round trip (see insertOrderAtOnce).
+	insertsInWith() bool
 }
 
 // engine is how a dialect runs the store's writes. Reads go to the DB's
@@ -52,14 +79,14 @@ type dialect interface {
 //
 // SQLite's engine is one writer connection behind a group commit (see
 // groupCommit) with a statement cache below it. PostgreSQL's is a pool
-// running each write in its own serializable transaction, with
+// running each write in its own READ COMMITTED transaction, with
 // synchronous_commit = off for a lazy one (see postgresEngine).
 type engine interface {
 	// do runs fn in a write transaction and returns once that transaction
 	// is committed (nil) or fn's changes are undone (fn's error). fn may
 	// run more than once, each run in a fresh transaction, when an engine
-	// retries one that lost a race with another (PostgreSQL's
-	// serialization failures): every variable it sets outside the
+	// retries one that lost a race with another (PostgreSQL's deadlocks):
+	// every variable it sets outside the
 	// transaction, it sets afresh on each run. A lazy
 	// write may be committed without waiting for it to be durable: it
 	// becomes durable with the next durable write, never later (see

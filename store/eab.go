@@ -91,6 +91,8 @@ func msOrNever(t time.Time) int64 {
 
 // CreateEABKey stores a newly minted key. A kid already taken is
 // ErrConflict.
+//
+// One insert, the primary key refusing a taken id.
 func (db *DB) CreateEABKey(ctx context.Context, k EABKey) error {
 	reusable := 0
 	if k.Reusable {
@@ -144,6 +146,8 @@ func (db *DB) ListEABKeys(ctx context.Context, profile string) ([]EABKey, error)
 // RevokeEABKey revokes a key of a profile at now: it binds no new account;
 // accounts it bound keep their binding. ErrNotFound for an unknown kid,
 // ErrWrongState for one already revoked.
+//
+// One guarded statement; the read after a refusal only explains it.
 func (db *DB) RevokeEABKey(ctx context.Context, profile, kid string, now time.Time) (EABKey, error) {
 	k, err := scanEABKey(db.wr.QueryRowContext(ctx, db.q(`UPDATE eab_keys SET revoked_at = ?
 		WHERE profile = ? AND kid = ? AND revoked_at = 0 RETURNING `+eabCols), now.UnixMilli(), profile, kid))
@@ -164,6 +168,10 @@ func (db *DB) RevokeEABKey(ctx context.Context, profile, kid string, now time.Ti
 // nothing new (revoked, expired, or single-use and bound), or is not the
 // profile's. The condition and the update are one statement, so a
 // single-use key is bound once however many registrations race for it.
+//
+// One guarded statement: PostgreSQL re-checks bound_count on the key's
+// newest row, so two registrations racing for a single-use key bind it
+// once.
 func (db *DB) bindEABKey(ctx context.Context, tx *sql.Tx, profile, kid, account string, now time.Time) error {
 	res, err := tx.ExecContext(ctx, db.q(`UPDATE eab_keys SET used_at = ?, bound_account = ?, bound_count = bound_count + 1
 		WHERE profile = ? AND kid = ? AND revoked_at = 0 AND (expires_at = 0 OR expires_at > ?)

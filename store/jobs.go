@@ -107,6 +107,10 @@ func strOrNull(s string) any {
 
 // EnqueueJob inserts a ready job, unless a live (ready or running) job with
 // the same kind and key exists: then it returns that one and created=false.
+// The live job's uniqueness is the jobs table's partial unique index, which
+// PostgreSQL enforces across concurrent transactions at any isolation (an
+// insert waits for a concurrent one of the same kind and key, and then
+// conflicts with it or not); see enqueueTx for a live job settled at once.
 func (db *DB) EnqueueJob(ctx context.Context, nj NewJob, now time.Time) (job Job, created bool, err error) {
 	return db.enqueueJob(ctx, nj, "", time.Time{}, now, false)
 }
@@ -161,27 +165,39 @@ func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT DO NOTHING
 		RETURNING ` + jobCols)
-	job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), nj.Lane, payload, status, attempts, nj.MaxAttempts,
-		runAt.UnixMilli(), msOrNull(nj.Deadline), strOrNull(owner), msOrNull(leaseUntil), now.UnixMilli(), now.UnixMilli()))
-	if err == nil {
-		if announce := db.dialect.announceJob(); announce != "" && owner == "" {
-			if _, err := tx.ExecContext(ctx, db.q(announce), nj.Kind); err != nil {
-				return Job{}, false, fmt.Errorf("store: enqueue %s: announcing it: %w", nj.Kind, err)
-			}
-		}
-		return job, true, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return Job{}, false, fmt.Errorf("store: enqueue %s: %w", nj.Kind, err)
-	}
-	// The insert conflicted with the live job for this kind and key; the
-	// transaction holds the write lock, so it is still there.
 	live := db.q(`SELECT ` + jobCols + ` FROM jobs WHERE kind = ? AND key = ? AND status IN ('ready','running')`)
-	if job, err = scanJob(tx.QueryRowContext(ctx, live, nj.Kind, nj.Key)); err != nil {
-		return Job{}, false, fmt.Errorf("store: enqueue %s: reading live job: %w", nj.Kind, err)
+	for range enqueueTries {
+		job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), nj.Lane, payload, status, attempts, nj.MaxAttempts,
+			runAt.UnixMilli(), msOrNull(nj.Deadline), strOrNull(owner), msOrNull(leaseUntil), now.UnixMilli(), now.UnixMilli()))
+		if err == nil {
+			if announce := db.dialect.announceJob(); announce != "" && owner == "" {
+				if _, err := tx.ExecContext(ctx, db.q(announce), nj.Kind); err != nil {
+					return Job{}, false, fmt.Errorf("store: enqueue %s: announcing it: %w", nj.Kind, err)
+				}
+			}
+			return job, true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return Job{}, false, fmt.Errorf("store: enqueue %s: %w", nj.Kind, err)
+		}
+		// The insert conflicted with the live job for this kind and key.
+		// SQLite's writer is alone, so it is still there; on PostgreSQL
+		// (READ COMMITTED) its runner may have settled it since, and then
+		// the insert is tried again, the conflicting row no longer live.
+		job, err = scanJob(tx.QueryRowContext(ctx, live, nj.Kind, nj.Key))
+		if err == nil {
+			return job, false, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return Job{}, false, fmt.Errorf("store: enqueue %s: reading live job: %w", nj.Kind, err)
+		}
 	}
-	return job, false, nil
+	return Job{}, false, fmt.Errorf("store: enqueue %s: the live job of key %q settled %d times while it was enqueued", nj.Kind, Clip(nj.Key, 64), enqueueTries)
 }
+
+// enqueueTries bounds the inserts of an enqueue whose live job keeps
+// settling between its insert and its read.
+const enqueueTries = 8
 
 // WatchJobs calls wake with the kind of each ready job another instance
 // on this database enqueues, moments after it commits, and with "" after
@@ -215,6 +231,10 @@ func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil
 // running there), in one atomic statement, and counts the attempt. Only
 // jobs of the default lane ("") and of lanes are claimed: a job of any
 // other lane is left for a runner that serves it.
+//
+// On PostgreSQL the rows are picked FOR UPDATE SKIP LOCKED (see
+// postgresDialect.claimJobs), so concurrent claimers never take one job
+// twice.
 func (db *DB) ClaimJobsIn(ctx context.Context, kind string, lanes []string, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
 	marks, laneArgs := laneList(lanes)
 	args := append([]any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind}, laneArgs...)
@@ -280,6 +300,8 @@ func (db *DB) AnyJobDue(ctx context.Context, kind string, lanes []string, owner 
 
 // ExtendJobLeases pushes out the leases of every running job of kind held
 // by owner; a runner calls it while handlers are still working.
+//
+// One statement guarded on the lease owner and status.
 func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUntil, now time.Time) error {
 	_, err := db.wr.ExecContext(ctx, db.q(`UPDATE jobs SET lease_until = ?, updated_at = ?
 		WHERE kind = ? AND lease_owner = ? AND status = 'running'`), leaseUntil.UnixMilli(), now.UnixMilli(), kind, owner)
@@ -290,7 +312,9 @@ func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUnti
 }
 
 // settle runs a guarded write on a job the caller holds the lease of and
-// returns the job's new status. ErrLeaseLost when the lease is gone.
+// returns the job's new status. ErrLeaseLost when the lease is gone. It is
+// one statement, whose guard PostgreSQL re-checks on the job's newest row
+// (READ COMMITTED): a lease another runner took over meanwhile fails it.
 //
 // Settling is a lazy write (see engine): should a power loss forget
 // it, the job is back to running under a lease that lapses, and runs again
@@ -367,7 +391,9 @@ func (db *DB) ReleaseJob(ctx context.Context, id int64, owner string, now time.T
 // CancelJob cancels a job for an operator. A ready job is settled as
 // cancelled at once (returned with Status cancelled); a running one is
 // marked so that its current attempt is its last. A settled job is
-// ErrWrongState.
+// ErrWrongState. The change is one guarded statement (its CASEs, too, are
+// evaluated on the job's newest row); the read that explains a refusal
+// only names the status the job was found in.
 func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, error) {
 	var job Job
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -388,8 +414,9 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 
 // RetryJobNow makes a job ready to run now for an operator: a waiting job
 // skips its backoff, a failed or cancelled one is revived with a fresh
-// attempt budget. ErrConflict if another live job has its kind and key;
-// ErrWrongState if it is running or done.
+// attempt budget. ErrConflict if another live job has its kind and key
+// (the partial unique index refuses it, a concurrent enqueue included);
+// ErrWrongState if it is running or done. Guarded as CancelJob is.
 func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, error) {
 	var job Job
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -528,6 +555,8 @@ func (db *DB) NextJobDue(ctx context.Context, kinds, lanes []string) (time.Time,
 // MoveJobLane puts the live job of kind and key in lane; a job a runner
 // holds now finishes its attempt where it runs. It reports whether a job
 // was moved.
+//
+// One guarded statement.
 func (db *DB) MoveJobLane(ctx context.Context, kind, key, lane string, now time.Time) (bool, error) {
 	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE jobs SET lane = ?, updated_at = ?
 		WHERE kind = ? AND key = ? AND status IN ('ready','running') AND lane <> ?`), lane, now.UnixMilli(), kind, key, lane)
@@ -539,6 +568,8 @@ func (db *DB) MoveJobLane(ctx context.Context, kind, key, lane string, now time.
 }
 
 // PruneJobs deletes settled jobs that finished before cutoff.
+//
+// One statement deleting settled rows, which nothing changes again.
 func (db *DB) PruneJobs(ctx context.Context, cutoff time.Time) (int64, error) {
 	res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled')`), cutoff.UnixMilli())
 	if err != nil {

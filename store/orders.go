@@ -156,6 +156,13 @@ func nullBytes(b []byte) any {
 // write (see SpendLimits): when one does not fit, nothing is written and
 // the error is a *LimitError; when the order cannot be stored, nothing is
 // spent.
+//
+// At READ COMMITTED: its rows are new (fresh ids); the rate limit buckets
+// move in an upsert on their newest rows, or after locking them (see
+// spendTxRead); the pending authorizations bound is counted with its row
+// locked (see pendingCount), and an order without the cap locks that row
+// all the same (see forgetPendingBound), which also makes a replacement's
+// check for an earlier one safe (see checkNotReplaced).
 func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time.Time, spends ...LimitSpend) (Order, error) {
 	idents, err := json.Marshal(o.Identifiers)
 	if err != nil {
@@ -190,6 +197,11 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 		}
 		if !ok {
 			return &LimitError{Decisions: out}
+		}
+		if db.dialect.insertsInWith() {
+			if done, err := db.insertOrderAtOnce(ctx, tx, &o, string(idents), authzs, now); done || err != nil {
+				return err
+			}
 		}
 		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO orders
 			(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at, certificate_profile,
@@ -238,12 +250,96 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 	return o, nil
 }
 
+// insertOrderAtOnce is CreateOrder's inserts — the order, its
+// identifiers, authorizations and challenges — as one statement of
+// data-modifying WITH clauses (see dialect.insertsInWith): one round trip
+// instead of one per row. The foreign keys between them are checked at the
+// statement's end, every row inserted. It sets o.AuthzIDs. done is false,
+// nothing sent, for an order whose rows take more placeholders than a
+// statement holds; the caller then inserts them one by one.
+func (db *DB) insertOrderAtOnce(ctx context.Context, tx *sql.Tx, o *Order, idents string, authzs []Authz, now time.Time) (done bool, err error) {
+	n := 13 + 4*len(o.Identifiers) + 10*len(authzs)
+	for _, a := range authzs {
+		n += 6 * len(a.Challenges)
+	}
+	if n > 65535 {
+		return false, nil
+	}
+	var (
+		b    strings.Builder
+		args = make([]any, 0, n)
+	)
+	b.WriteString(`WITH o AS (INSERT INTO orders
+		(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at, certificate_profile,
+		 replaces, replaces_certificate_id)
+		VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?))`)
+	args = append(args, o.ID, o.Profile, o.AccountID, idents, msOrNull(o.NotBefore), msOrNull(o.NotAfter),
+		o.Expires.UnixMilli(), now.UnixMilli(), now.UnixMilli(), o.CertificateProfile, o.Replaces, strOrNull(o.ReplacesCertificateID))
+	rows := func(i int, head, row string) {
+		if i == 0 {
+			b.WriteString(head)
+		} else {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	for i, id := range o.Identifiers {
+		rows(i, `, i AS (INSERT INTO order_identifiers (order_id, position, type, value) VALUES `, `(?, ?, ?, ?)`)
+		args = append(args, o.ID, i, id.Type, id.Value)
+	}
+	if len(o.Identifiers) > 0 {
+		b.WriteString(`)`)
+	}
+	type challengeRow struct {
+		authz string
+		j     int
+		c     Challenge
+	}
+	var challenges []challengeRow
+	for i, a := range authzs {
+		a.ID = NewID()
+		o.AuthzIDs[i] = a.ID
+		wildcard := 0
+		if a.Wildcard {
+			wildcard = 1
+		}
+		rows(i, `, a AS (INSERT INTO authorizations
+			(id, order_id, position, account_id, identifier_type, identifier_value, wildcard, status, expires_at, created_at, updated_at)
+			VALUES `, `(?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)`)
+		args = append(args, a.ID, o.ID, i, o.AccountID, a.Identifier.Type, a.Identifier.Value, wildcard, a.Expires.UnixMilli(),
+			now.UnixMilli(), now.UnixMilli())
+		for j, c := range a.Challenges {
+			challenges = append(challenges, challengeRow{a.ID, j, c})
+		}
+	}
+	if len(authzs) > 0 {
+		b.WriteString(`)`)
+	}
+	for k, c := range challenges {
+		rows(k, `, c AS (INSERT INTO challenges (id, authz_id, position, type, token, status, updated_at) VALUES `,
+			`(?, ?, ?, ?, ?, 'pending', ?)`)
+		args = append(args, NewID(), c.authz, c.j, c.c.Type, c.c.Token, now.UnixMilli())
+	}
+	if len(challenges) > 0 {
+		b.WriteString(`)`)
+	}
+	b.WriteString(` SELECT 1`)
+	_, err = tx.ExecContext(ctx, db.q(b.String()), args...)
+	return true, err
+}
+
 // checkNotReplaced refuses, with ErrConflict, to let another order replace
 // certificate certID while an order replacing it is still live: not
 // invalid, and not a pending or ready order past its expiry (which is
 // invalid, whether or not a sweep has rewritten its row yet). The check
-// and the insert after it are one serializable transaction, so two
-// concurrent replacements of one certificate store one.
+// and the insert after it are one transaction, so two concurrent
+// replacements of one certificate store one: on SQLite the writer is
+// alone; on PostgreSQL (READ COMMITTED) the replacing orders are of the
+// certificate's account (the authority refuses any other), and every
+// order of an account has locked the row of its pending authorizations
+// bound before this check (the cap's upsert, pendingCount, or
+// forgetPendingBound), so the second to take that lock sees the first's
+// order.
 func (db *DB) checkNotReplaced(ctx context.Context, tx *sql.Tx, certID string, now time.Time) error {
 	var by string
 	err := tx.QueryRowContext(ctx, db.q(`SELECT id FROM orders WHERE replaces_certificate_id = ?
@@ -396,6 +492,11 @@ func (db *DB) GetChallenge(ctx context.Context, profile, id string) (Challenge, 
 // StartChallenge moves a pending challenge of a pending authorization to
 // processing. It reports false (and no error) when the challenge had
 // already left pending: a repeated POST is answered with its state.
+//
+// One guarded statement. Its check of the authorization is the
+// authorization as committed when it runs: one deactivated at that moment
+// leaves the challenge processing, and its result then changes nothing
+// (CompleteChallenge's update of the authorization is guarded).
 func (db *DB) StartChallenge(ctx context.Context, id string, now time.Time) (bool, error) {
 	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE challenges SET status = 'processing', updated_at = ?
 		WHERE id = ? AND status = 'pending'
@@ -421,7 +522,14 @@ type ChallengeResult struct {
 // valid/invalid), and the order (pending → ready once every authorization
 // is valid; pending → invalid on failure). Each step is a guarded write,
 // so concurrent validations of an order's last authorizations promote it
-// once. A challenge still pending is settled directly: its validation ran
+// once; and on PostgreSQL (READ COMMITTED, see postgresEngine) the order's
+// row is locked before the promotion reads its authorizations, so that of
+// two validations settling an order's last two authorizations at once the
+// second to take the lock sees the first's authorization valid (without
+// the lock, each would see the other's still pending, and the order would
+// stay pending with every authorization valid). The locks are taken
+// challenge, authorization, order, as DeactivateAuthz takes its own. A
+// challenge still pending is settled directly: its validation ran
 // before anything marked it processing (a challenge POST starts the
 // validation first). ErrWrongState if the challenge is already settled. jobs (the
 // notifications the result owes) are stored in the same transaction, when
@@ -457,8 +565,20 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 		if err != nil {
 			return err
 		}
-		var moved sql.Result
+		var (
+			moved  sql.Result
+			locked bool // res.OrderStatus read with the order's row locked
+		)
 		if valid {
+			if lock := db.dialect.rowLock(); lock != "" {
+				// The lock's read is the order's status after the update
+				// below unless the update moves it: no one else changes
+				// the row meanwhile.
+				if err := tx.QueryRowContext(ctx, db.q(`SELECT status FROM orders WHERE id = ?`+lock), res.OrderID).Scan(&res.OrderStatus); err != nil {
+					return err
+				}
+				locked = true
+			}
 			moved, err = tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'ready', updated_at = ?
 				WHERE id = ? AND status = 'pending'
 				AND NOT EXISTS (SELECT 1 FROM authorizations WHERE order_id = ? AND status <> 'valid')`),
@@ -472,6 +592,12 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 		}
 		if n, err := moved.RowsAffected(); err == nil && n == 1 {
 			res.OrderChanged = true
+		}
+		if locked {
+			if res.OrderChanged {
+				res.OrderStatus = acme.StatusReady
+			}
+			return nil
 		}
 		return tx.QueryRowContext(ctx, db.q(`SELECT status FROM orders WHERE id = ?`), res.OrderID).Scan(&res.OrderStatus)
 	})
@@ -510,6 +636,10 @@ func (db *DB) ProcessingChallenges(ctx context.Context) ([]ProcessingChallenge, 
 
 // DeactivateAuthz moves a pending or valid authorization to deactivated
 // (RFC 8555 §7.5.2) and a pending or ready order that needed it to invalid.
+// Both are guarded writes, which need no lock at READ COMMITTED: the
+// order's guard is re-checked on its newest row, so a concurrent promotion
+// to ready (CompleteChallenge) is either seen and undone, or finds the
+// order invalid.
 func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) error {
 	return db.withTx(ctx, func(tx *sql.Tx) error {
 		var orderID string
@@ -532,6 +662,9 @@ func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) err
 // ClaimOrderForIssue moves an unexpired ready order to processing and
 // records its CSR and the client finalizing it (clipped to AuditFieldMax).
 // Only one caller wins; the others get false.
+//
+// One guarded statement: PostgreSQL re-checks status on the order's newest
+// row, so one claimer wins.
 func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, client OrderClient, now time.Time) (bool, error) {
 	res, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, client_addr = ?, user_agent = ?, updated_at = ?
 		WHERE id = ? AND status = 'ready' AND expires_at > ?`), csr, Clip(client.Addr, AuditFieldMax), Clip(client.UserAgent, AuditFieldMax),
@@ -568,6 +701,8 @@ type Certificate struct {
 
 // FailOrder moves an unfinished order to invalid with the problem document
 // the client sees and the detail only an operator reads.
+//
+// One guarded statement.
 func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail string, now time.Time) error {
 	_, err := db.wr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
 		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(detail), now.UnixMilli(), id)
@@ -594,6 +729,9 @@ func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certifica
 // claiming the order and recording the certificate — by touching them in
 // a guarded write, so that one caller resumes each. It returns them with
 // their CSR.
+//
+// On PostgreSQL the orders are picked FOR UPDATE SKIP LOCKED and the guard
+// repeated on the update, so one caller takes each.
 func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int) ([]Order, error) {
 	var out []Order
 	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols)), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli()},

@@ -46,8 +46,13 @@ func challengeOf(t *testing.T, db *DB, authzID string) Challenge {
 func TestConcurrentValidationOfTheLastTwoAuthorizationsMakesTheOrderReadyOnce(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()
+		db := openTest(t)
+		// Two connections open already, so that neither validation waits
+		// for one while the other commits.
+		if errs := concurrently(4, func(int) error { _, err := db.UseNonce(ctx, NewID(), t0); return err }); errors.Join(errs...) != nil {
+			t.Fatal(errors.Join(errs...))
+		}
 		for round := 0; round < 20; round++ {
-			db := openTest(t)
 			o := newOrderWithAuthzs(t, db, 2)
 			var chals []Challenge
 			for _, aid := range o.AuthzIDs {
@@ -61,11 +66,13 @@ func TestConcurrentValidationOfTheLastTwoAuthorizationsMakesTheOrderReadyOnce(t 
 				wg      sync.WaitGroup
 				mu      sync.Mutex
 				changed int
+				start   = make(chan struct{})
 			)
 			for _, c := range chals {
 				wg.Add(1)
 				go func(id string) {
 					defer wg.Done()
+					<-start
 					res, err := db.CompleteChallenge(ctx, id, true, nil, t0)
 					if err != nil {
 						t.Error(err)
@@ -78,6 +85,7 @@ func TestConcurrentValidationOfTheLastTwoAuthorizationsMakesTheOrderReadyOnce(t 
 					}
 				}(c.ID)
 			}
+			close(start)
 			wg.Wait()
 			if changed != 1 {
 				t.Fatalf("round %d: the order was promoted %d times, want once", round, changed)

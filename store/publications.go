@@ -48,6 +48,8 @@ const (
 
 // PublishSigner stores what a signing instance publishes for its profile,
 // replacing what was published before.
+//
+// One upsert, the last publication winning.
 func (db *DB) PublishSigner(ctx context.Context, p SignerPublication) error {
 	if p.Profile == "" || p.Signer == "" || (p.Revocation != RevocationLedger && p.Revocation != RevocationJob) {
 		return fmt.Errorf("store: a signer publication needs a profile, a signer and a revocation route, got %q %q %q",

@@ -74,9 +74,11 @@ const maxLimitKeys = 512
 // burst, and the write that follows a spend (the order it let through) is
 // durable and makes it so.
 //
-// On SQLite the single writer makes the read-and-update atomic; on
-// PostgreSQL the serializable transaction does, a concurrent spender of
-// the same bucket being run again after this one commits.
+// On SQLite the single writer makes the read-and-update atomic. On
+// PostgreSQL (READ COMMITTED) the spend is one upsert that moves each
+// bucket on its newest row, a concurrent spender of the bucket waiting
+// for this one to commit or roll back; the calls decided from a read
+// first lock the buckets they spend (see readSpentTATs).
 func (db *DB) SpendLimits(ctx context.Context, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
 	if err := checkSpends(spends); err != nil {
 		return nil, false, err
@@ -329,10 +331,11 @@ func scanTATs(ctx context.Context, tx *sql.Tx, query string, args []any, tats ma
 }
 
 // spendTxRead is spendTx deciding from a read of every bucket and writing
-// only what it allows, for calls spendTx does not take in one upsert.
+// only what it allows, for calls spendTx does not take in one upsert. The
+// read locks the buckets it spends from (see readSpentTATs).
 func (db *DB) spendTxRead(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time) ([]LimitDecision, bool, error) {
 	out, allowed := make([]LimitDecision, len(spends)), true
-	tats, err := readTATs(ctx, db, tx, spends)
+	tats, err := db.readSpentTATs(ctx, tx, spends)
 	if err != nil {
 		return nil, false, err
 	}
@@ -387,13 +390,15 @@ func (e *LimitError) Error() string { return "store: over a rate limit" }
 // RefundLimits gives back what SpendLimits took for spends (CheckOnly
 // ones are skipped): each bucket's TAT moves Cost intervals earlier, never
 // before now. It is for a request that spent and then failed to do what
-// it spent for.
+// it spent for. It reads the buckets locked (on PostgreSQL; a bucket with
+// no row has nothing to give back), so that a spend committed between the
+// read and the write is not undone.
 func (db *DB) RefundLimits(ctx context.Context, spends []LimitSpend, now time.Time) error {
 	if err := checkSpends(spends); err != nil {
 		return err
 	}
 	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
-		tats, err := readTATs(ctx, db, tx, spends)
+		tats, err := readTATs(ctx, db, tx, spends, db.dialect.rowLock())
 		if err != nil {
 			return err
 		}
@@ -419,6 +424,11 @@ func (db *DB) RefundLimits(ctx context.Context, spends []LimitSpend, now time.Ti
 
 // PruneLimits deletes up to batch buckets that are full again at now
 // (their TAT has passed: the same as no row), returning how many.
+//
+// A bucket spent again after the pick was read is deleted all the same: a
+// missing row is a full bucket, so a concurrent spend is forgotten at most
+// (the cost of at most one burst, as a lost lazy write), and a pending
+// authorizations bound only recounted.
 func (db *DB) PruneLimits(ctx context.Context, now time.Time, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
@@ -480,8 +490,9 @@ func checkSpends(spends []LimitSpend) error {
 	return nil
 }
 
-// readTATs reads the stored TAT of each spend's bucket, by key.
-func readTATs(ctx context.Context, db *DB, tx *sql.Tx, spends []LimitSpend) (map[string]int64, error) {
+// readTATs reads the stored TAT of each spend's bucket, by key; lock is
+// "" or the dialect's row lock, to keep the rows read locked.
+func readTATs(ctx context.Context, db *DB, tx *sql.Tx, spends []LimitSpend, lock string) (map[string]int64, error) {
 	tats := make(map[string]int64, len(spends))
 	if len(spends) == 0 {
 		return tats, nil
@@ -494,7 +505,7 @@ func readTATs(ctx context.Context, db *DB, tx *sql.Tx, spends []LimitSpend) (map
 			keys = append(keys, s.Key)
 		}
 	}
-	rows, err := tx.QueryContext(ctx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`), keys...)
+	rows, err := tx.QueryContext(ctx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`+lock), keys...)
 	if err != nil {
 		return nil, err
 	}
@@ -510,6 +521,47 @@ func readTATs(ctx context.Context, db *DB, tx *sql.Tx, spends []LimitSpend) (map
 		tats[k] = tat
 	}
 	return tats, rows.Err()
+}
+
+// readSpentTATs is readTATs for a write that decides its spends from the
+// TATs it reads. Where writes run one at a time (SQLite) that is a plain
+// read. On PostgreSQL the buckets spent from are locked first, in the
+// order of their keys (so that two such writes never wait for each other
+// in a circle), by an upsert that leaves an existing row as it is and
+// creates a missing one full (TAT 0, what no row means): a concurrent
+// spender of the bucket then waits for this write, and two spenders of a
+// bucket nobody has spent yet cannot both find it full. The upsert's rows
+// are the TATs; the buckets only checked are read as readTATs reads them.
+func (db *DB) readSpentTATs(ctx context.Context, tx *sql.Tx, spends []LimitSpend) (map[string]int64, error) {
+	if db.dialect.rowLock() == "" {
+		return readTATs(ctx, db, tx, spends, "")
+	}
+	var spent []string
+	seen := make(map[string]bool, len(spends))
+	for _, s := range spends {
+		if !s.CheckOnly && !seen[s.Key] {
+			seen[s.Key] = true
+			spent = append(spent, s.Key)
+		}
+	}
+	var checked []LimitSpend
+	for _, s := range spends {
+		if !seen[s.Key] {
+			checked = append(checked, s)
+		}
+	}
+	tats, err := readTATs(ctx, db, tx, checked, "")
+	if err != nil || len(spent) == 0 {
+		return tats, err
+	}
+	slices.Sort(spent)
+	args := make([]any, len(spent))
+	for i, k := range spent {
+		args[i] = k
+	}
+	err = scanTATs(ctx, tx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES (?, 0)`+strings.Repeat(", (?, 0)", len(spent)-1)+`
+		ON CONFLICT (key) DO UPDATE SET tat_ns = rate_limits.tat_ns RETURNING key, tat_ns`), args, tats, nil)
+	return tats, err
 }
 
 func writeTAT(ctx context.Context, db *DB, tx *sql.Tx, key string, tat int64) error {

@@ -114,11 +114,24 @@ func (db *DB) pendingCapTx(ctx context.Context, tx *sql.Tx, oc *orderCap, s Limi
 // authorizations have all expired by expires (a bound row's time), by
 // counting the account's pending authorizations, and sets the bound to
 // that count plus the order's when it fits.
+//
+// On PostgreSQL (READ COMMITTED) the bound's row is locked first — an
+// upsert that creates it as -1 (no bound: count) when it is missing — so
+// that every order of the account that counts, moves or forgets the
+// bound waits for this one: the count, a statement after the lock, sees
+// the authorizations of every order that held it before, and none that
+// could fit under a bound this order is about to set can slip in between.
 func (db *DB) pendingCount(ctx context.Context, tx *sql.Tx, oc *orderCap, s LimitSpend, expires int64, now time.Time) (LimitDecision, error) {
 	var (
 		n                int64
 		soonest, longest sql.NullInt64
 	)
+	if db.dialect.rowLock() != "" {
+		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES (?, -1)
+			ON CONFLICT (key) DO UPDATE SET tat_ns = rate_limits.tat_ns`), s.Key); err != nil {
+			return LimitDecision{}, fmt.Errorf("store: locking the pending authorizations bound of %s: %w", oc.o.AccountID, err)
+		}
+	}
 	if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*), MIN(expires_at), MAX(expires_at) FROM authorizations
 		WHERE account_id = ? AND status = 'pending' AND expires_at > ?`), oc.o.AccountID, now.UnixMilli()).Scan(&n, &soonest, &longest); err != nil {
 		return LimitDecision{}, fmt.Errorf("store: counting pending authorizations of %s: %w", oc.o.AccountID, err)
@@ -141,9 +154,20 @@ func (db *DB) pendingCount(ctx context.Context, tx *sql.Tx, oc *orderCap, s Limi
 }
 
 // forgetPendingBound deletes the bound of o's account, for an order stored
-// without the cap: its authorizations are not in the bound.
+// without the cap: its authorizations are not in the bound. On PostgreSQL
+// it sets the bound's row to -1 instead (no bound, as a missing row; the
+// prune deletes it), creating it when missing: a row to lock, so that an
+// order under the cap counting at once (see pendingCount) waits for this
+// one and counts its authorizations, where a DELETE of no row would lock
+// nothing; and so that every order of an account holds this row's lock
+// before it looks for another replacing its certificate (see
+// checkNotReplaced).
 func (db *DB) forgetPendingBound(ctx context.Context, tx *sql.Tx, o Order) error {
-	if _, err := tx.ExecContext(ctx, db.q(`DELETE FROM rate_limits WHERE key = ?`), pendingBoundKey(o.Profile, o.AccountID)); err != nil {
+	forget := `DELETE FROM rate_limits WHERE key = ?`
+	if db.dialect.rowLock() != "" {
+		forget = `INSERT INTO rate_limits (key, tat_ns) VALUES (?, -1) ON CONFLICT (key) DO UPDATE SET tat_ns = -1`
+	}
+	if _, err := tx.ExecContext(ctx, db.q(forget), pendingBoundKey(o.Profile, o.AccountID)); err != nil {
 		return fmt.Errorf("store: forgetting the pending authorizations bound of %s: %w", o.AccountID, err)
 	}
 	return nil

@@ -98,6 +98,9 @@ func scanRelayOrder(row rowScanner) (RelayOrder, error) {
 // CreateRelayOrder stores the mapping of a local order, or returns the one
 // already stored for it (created=false): a repeated finalize of an order
 // resumed after a crash maps it once.
+//
+// At READ COMMITTED: the insert waits for a concurrent one of the order
+// and then does nothing, and the read after it sees the mapping that won.
 func (db *DB) CreateRelayOrder(ctx context.Context, n NewRelayOrder, now time.Time) (RelayOrder, bool, error) {
 	var (
 		r       RelayOrder
@@ -134,6 +137,9 @@ func (db *DB) GetRelayOrder(ctx context.Context, orderID string) (RelayOrder, er
 // SetRelayUpstreamOrder records the upstream order of a relay, unless one
 // is recorded already. It returns the URL recorded after the call: url,
 // or the earlier one, which the caller must then use instead.
+//
+// The update is guarded on no URL yet, re-checked on the newest row; the
+// read after it sees the URL that won.
 func (db *DB) SetRelayUpstreamOrder(ctx context.Context, orderID, url string, now time.Time) (string, error) {
 	var got sql.NullString
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -154,6 +160,8 @@ func (db *DB) SetRelayUpstreamOrder(ctx context.Context, orderID, url string, no
 // is a lazy write (see engine): it follows the local order's own settling
 // write, which is durable, and a mapping left processing beside a settled
 // order is never resumed (ProcessingRelayOrders).
+//
+// One guarded statement.
 func (db *DB) SettleRelayOrder(ctx context.Context, orderID, status, detail string, now time.Time) error {
 	if status != RelayValid && status != RelayInvalid {
 		return fmt.Errorf("store: cannot settle relay order %s as %q", orderID, status)

@@ -26,6 +26,9 @@ type RelayHTTPToken struct {
 // PutRelayHTTPToken publishes t, replacing a row for the same token, and
 // drops rows past their expiry (those a crash left between Present and
 // CleanUp).
+//
+// Its statements are a delete of expired rows and an upsert; neither
+// decides from a read.
 func (db *DB) PutRelayHTTPToken(ctx context.Context, t RelayHTTPToken, now time.Time) error {
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, db.q(`DELETE FROM relay_http_tokens WHERE expires_at <= ?`), now.UnixMilli()); err != nil {
@@ -60,6 +63,8 @@ func (db *DB) GetRelayHTTPToken(ctx context.Context, token string, now time.Time
 
 // DeleteRelayHTTPToken withdraws the challenge of token; withdrawing one
 // that is gone is not an error.
+//
+// One statement.
 func (db *DB) DeleteRelayHTTPToken(ctx context.Context, token string) error {
 	if _, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM relay_http_tokens WHERE token = ?`), token); err != nil {
 		return fmt.Errorf("store: withdrawing an http-01 token: %w", db.unavailable(err))
@@ -84,6 +89,9 @@ type RelayAccount struct {
 // account already, and returns the account stored after the call: a, or
 // the earlier one, which the caller must use instead (so that instances
 // creating one at once all end up with one key).
+//
+// At READ COMMITTED: the insert waits for a concurrent one and then does
+// nothing, and the read after it sees the account that won.
 func (db *DB) CreateRelayAccount(ctx context.Context, a RelayAccount, now time.Time) (RelayAccount, error) {
 	contact, err := json.Marshal(nonNil(a.Contact))
 	if err != nil {
@@ -115,6 +123,8 @@ func (db *DB) GetRelayAccount(ctx context.Context, upstream, profile string) (Re
 
 // SetRelayAccountRegistration records where the upstream registered the
 // account ("" forgets the registration, keeping the key).
+//
+// One statement, the last registration winning.
 func (db *DB) SetRelayAccountRegistration(ctx context.Context, upstream, profile, location string, contact []string, now time.Time) error {
 	raw, err := json.Marshal(nonNil(contact))
 	if err != nil {

@@ -48,6 +48,9 @@ func likePattern(p string) string {
 // account filled in), in one transaction. It returns the certificates
 // stamped. A certificate asked again is stamped again: its window moves
 // to the later request, which still lies before any later answer.
+//
+// One update (its guards re-checked on each certificate's newest row)
+// whose returned rows are the audit rows' subjects.
 func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanationURL string, ev AuditEvent, now time.Time) ([]Certificate, error) {
 	if sel.Empty() {
 		return nil, fmt.Errorf("store: renew early: the selection names no certificate")
@@ -154,6 +157,8 @@ func (db *DB) CertificatesWithoutIssuer(ctx context.Context, after string, now t
 
 // SetCertificateIssuer records the issuer key id of a certificate that
 // has none yet.
+//
+// One guarded statement.
 func (db *DB) SetCertificateIssuer(ctx context.Context, id, issuerKeyID string) error {
 	if _, err := db.wr.ExecContext(ctx, db.q(`UPDATE certificates SET issuer_key_id = ? WHERE id = ? AND issuer_key_id = ''`),
 		issuerKeyID, id); err != nil {

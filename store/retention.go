@@ -76,10 +76,18 @@ func (p *Pruned) add(b Pruned) {
 // deletes it: expired certificates with their orders first, then orders
 // without a certificate, then the deactivated accounts this leaves empty.
 // Sweeps running at once — two instances on one database — delete each
-// row once between them, and neither fails: SQLite's writer and
-// PostgreSQL's serializable transactions (retried by the engine) make
-// every batch see the rows the other already took as gone. Between
-// batches the sweep stops when ctx ends, returning what it deleted so far.
+// row once between them, and neither fails: SQLite's writer makes every
+// batch see the rows the other already took as gone, and on PostgreSQL
+// (READ COMMITTED) a batch locks the certificates or orders it picks, so
+// that another sweep's pick waits for it and then skips the rows it
+// deleted, and a DELETE counts only the rows it deleted itself. The lock
+// also keeps a revocation of a certificate being pruned from adding a
+// ledger row the batch would not delete: the revocation's guarded update
+// waits, and then finds no certificate. (A deactivated account is deleted
+// in one statement, guarded on having no order; a new order of it at that
+// moment, which the account's status refuses anyway, would fail on its
+// foreign key.) Between batches the sweep stops when ctx ends, returning
+// what it deleted so far.
 func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 	if r.BatchOrders <= 0 {
 		r.BatchOrders = RetentionBatchOrders
@@ -157,7 +165,7 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 // orders while their authorizations stay within r.BatchAuthorizations,
 // and at least one. more reports whether sel may have more.
 func (db *DB) pruneOrderBatch(ctx context.Context, tx *sql.Tx, r Retention, b *Pruned, sel string, args ...any) (more bool, err error) {
-	rows, err := tx.QueryContext(ctx, db.q(sel), args...)
+	rows, err := tx.QueryContext(ctx, db.q(sel+db.dialect.rowLock()), args...)
 	if err != nil {
 		return false, err
 	}

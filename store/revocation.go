@@ -80,6 +80,10 @@ func (db *DB) CertificateOfOrder(ctx context.Context, orderID string) (Certifica
 // yet revoked is stamped), the ledger row, and the audit row ev. Of
 // concurrent revocations of one certificate exactly one is recorded; the
 // others get ErrWrongState and change nothing.
+//
+// The guarded update of the certificate comes first: of concurrent
+// revocations one stamps it, the others wait for its row and then find it
+// revoked.
 func (db *DB) RevokeCertificate(ctx context.Context, rev Revocation, ev AuditEvent) (Revocation, error) {
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, db.q(`UPDATE certificates SET revoked_at = ?, revocation_reason = ?
@@ -160,6 +164,9 @@ func (db *DB) HoldsAuthorizations(ctx context.Context, profile, accountID string
 // one is recorded and the others get ErrWrongState), and the issuer's
 // latest CRL is marked stale so that the refresh republishes it even if
 // the regeneration queued after this commit is lost.
+//
+// The guarded update of the certificate comes first, locking its row for
+// the ledger's update.
 func (db *DB) ChangeRevocationReason(ctx context.Context, certificateID string, reason int, ev AuditEvent) error {
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, db.q(`UPDATE certificates SET revocation_reason = ?

@@ -33,6 +33,8 @@ type SeededOrder struct {
 // a database with a realistic history quickly (bench/seed) and how tests
 // get many issued certificates; no request path uses it, and it writes no
 // audit rows.
+//
+// It writes new rows only.
 func (db *DB) SeedIssued(ctx context.Context, orders []SeededOrder) ([]Order, error) {
 	var out []Order
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -118,6 +120,8 @@ func (db *DB) SeedIssued(ctx context.Context, orders []SeededOrder) ([]Order, er
 
 // SeedAccounts writes valid accounts (ID, Profile, Thumbprint, KeyJWK,
 // Contact as given) in one write, as SeedIssued writes orders.
+//
+// It writes new rows only.
 func (db *DB) SeedAccounts(ctx context.Context, accounts []Account, now time.Time) error {
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		st, err := tx.PrepareContext(ctx, db.q(`INSERT INTO accounts
@@ -148,6 +152,8 @@ func (db *DB) SeedAccounts(ctx context.Context, accounts []Account, now time.Tim
 // SeedRevocations records revocations of seeded certificates — the
 // certificate's stamp and the ledger row, as RevokeCertificate writes
 // them, without audit rows — in one write.
+//
+// Its stamps are guarded as RevokeCertificate's.
 func (db *DB) SeedRevocations(ctx context.Context, revs []Revocation) error {
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		stamp, err := tx.PrepareContext(ctx, db.q(`UPDATE certificates SET revoked_at = ?, revocation_reason = ?

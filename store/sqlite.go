@@ -215,4 +215,19 @@ func (sqliteDialect) lockForMigration(context.Context, *sql.Tx) error { return n
 // find each other's jobs by polling.
 func (sqliteDialect) announceJob() string { return "" }
 
+// rowLock: none, the group commit being the only writer; the statements
+// that only lock rows are not sent.
+func (sqliteDialect) rowLock() string { return "" }
+
+// spendNonceAs: none (SQLite has no INSERT in a WITH); the group commit
+// runs the transaction of two statements in the writer's process anyway.
+func (sqliteDialect) spendNonceAs() string { return "" }
+
+// issueOrder: none, as spendNonceAs.
+func (sqliteDialect) issueOrder() string { return "" }
+
+// insertsInWith: no, as spendNonceAs; in the writer's own process a
+// statement per row costs no round trip.
+func (sqliteDialect) insertsInWith() bool { return false }
+
 func (e *sqliteEngine) watchJobs(context.Context, func(string)) {}

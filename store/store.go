@@ -59,6 +59,8 @@ func (db *DB) withTx(ctx context.Context, fn func(*sql.Tx) error) error {
 // Flush makes every write committed so far durable, lazy ones included:
 // it is a durable write of its own (see engine), for a caller that
 // wrote lazily and is about to rely on it surviving a power loss.
+//
+// One upsert of a fixed row.
 func (db *DB) Flush(ctx context.Context) error {
 	_, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO flushes (id, n) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = flushes.n + 1`))
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 )
@@ -229,6 +230,84 @@ func Start(t testing.TB) {
 	if out, err := cl.serverStart(); err != nil {
 		t.Fatalf("pgtest: pg_ctl start: %v\n%s", err, out)
 	}
+}
+
+// ServerCPU is the user and system CPU the binary's cluster has used so
+// far: its postmaster's own, its children's that have exited (which the
+// kernel adds to the postmaster's when it reaps them), and every live
+// child's — the backends serving connections and PostgreSQL's background
+// processes — read from /proc (Linux). A benchmark takes it before and
+// after its timed part for PostgreSQL's share of the work. It fails when
+// no cluster was started.
+func ServerCPU() (time.Duration, error) {
+	c := started.Load()
+	if c == nil {
+		return 0, errors.New("pgtest: no cluster started")
+	}
+	pidFile, err := os.ReadFile(filepath.Join(c.dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: the postmaster's pid: %w", err)
+	}
+	first, _, _ := strings.Cut(string(pidFile), "\n")
+	postmaster, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: the postmaster's pid: %w", err)
+	}
+	st, err := procStat(postmaster)
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: the postmaster's CPU: %w", err)
+	}
+	ticks := st.utime + st.stime + st.cutime + st.cstime
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == postmaster {
+			continue
+		}
+		if st, err := procStat(pid); err == nil && st.ppid == int64(postmaster) {
+			ticks += st.utime + st.stime // a child gone meanwhile is in cutime next time
+		}
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// userHZ is the unit of /proc/<pid>/stat's times: USER_HZ, 100 on every
+// architecture Linux exports to user space with a fixed value.
+const userHZ = 100
+
+// stat is what ServerCPU reads of /proc/<pid>/stat.
+type stat struct{ ppid, utime, stime, cutime, cstime int64 }
+
+func procStat(pid int) (stat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return stat{}, err
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return stat{}, errors.New("/proc/<pid>/stat: no command name")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return stat{}, errors.New("/proc/<pid>/stat: too few fields")
+	}
+	var (
+		v    [5]int64
+		errs []error
+	)
+	for k, field := range []int{1, 11, 12, 13, 14} { // ppid, utime, stime, cutime, cstime (fields 4, 14-17)
+		n, err := strconv.ParseInt(f[field], 10, 64)
+		v[k], errs = n, append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return stat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return stat{ppid: v[0], utime: v[1], stime: v[2], cutime: v[3], cstime: v[4]}, nil
 }
 
 func (c *cluster) run(tool string, args ...string) ([]byte, error) {

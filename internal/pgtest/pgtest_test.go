@@ -48,3 +48,34 @@ func TestADatabaseOutlivesARestartOfTheCluster(t *testing.T) {
 		t.Errorf("after the restart: %d, %v; want the row written before", x, err)
 	}
 }
+
+// ServerCPU counts the work of a backend serving a connection: a query
+// that keeps one busy for a while shows in it, by about its duration.
+func TestTheClusterCPUCountsTheBackendsWork(t *testing.T) {
+	db, err := sql.Open("pgx", DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := ServerCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var took float64
+	if err := db.QueryRow(`SELECT (extract(epoch FROM clock_timestamp()) - extract(epoch FROM now())) * 1000
+		FROM (SELECT sum(i) FROM generate_series(1, 3000000) i) s`).Scan(&took); err != nil {
+		t.Fatal(err)
+	}
+	after, err := ServerCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The query's own wall time bounds its CPU from above; ticks of 10 ms
+	// and other backends' work allow some slack either way.
+	if used := (after - before).Seconds() * 1000; used < took/4-20 || used <= 0 {
+		t.Fatalf("the cluster's CPU grew by %.0f ms over a query that ran %.0f ms; want about that", used, took)
+	}
+}
