@@ -398,7 +398,6 @@ func (postgresDialect) insertsInWith() bool { return true }
 // session's default), so that each statement after the lock sees what an
 // opener that held it before committed (a serializable snapshot would be
 // taken by the lock's SELECT itself, before the wait, and miss it).
-
 func (postgresDialect) lockForMigration(ctx context.Context, tx *sql.Tx) error {
 	if _, err := tx.ExecContext(ctx, `SET TRANSACTION ISOLATION LEVEL READ COMMITTED`); err != nil {
 		return err
