@@ -159,7 +159,7 @@ func nullBytes(b []byte) any {
 //
 // At READ COMMITTED: its rows are new (fresh ids); the rate limit buckets
 // move in an upsert on their newest rows, or after locking them (see
-// spendTxRead); the pending authorizations bound is counted with its row
+// readSpentTATs); the pending authorizations bound is counted with its row
 // locked (see pendingCount), and an order without the cap locks that row
 // all the same (see forgetPendingBound), which also makes a replacement's
 // check for an earlier one safe (see checkNotReplaced).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -73,14 +72,6 @@ func pendingCapOf(o Order, spends []LimitSpend) (int, error) {
 	return at, nil
 }
 
-// without is spends without the one at index i (none for i < 0).
-func without(spends []LimitSpend, i int) []LimitSpend {
-	if i < 0 {
-		return spends
-	}
-	return slices.Delete(slices.Clone(spends), i, i+1)
-}
-
 // expires is when the order's authorizations have all expired, as a
 // bound row's time (rounded up).
 func (oc *orderCap) expires() int64 {
@@ -89,25 +80,6 @@ func (oc *orderCap) expires() int64 {
 		e = max(e, a.Expires.UnixNano())
 	}
 	return packBound(e, 0)
-}
-
-// pendingCapTx decides, inside the order's transaction tx, whether the
-// order of oc fits under cap spend s, and moves the account's bound when
-// it does (see above). A denied order changes nothing here.
-func (db *DB) pendingCapTx(ctx context.Context, tx *sql.Tx, oc *orderCap, s LimitSpend, now time.Time) (LimitDecision, error) {
-	expires := oc.expires()
-	var bound int64
-	err := tx.QueryRowContext(ctx, db.q(`UPDATE rate_limits SET tat_ns =
-			(CASE WHEN (tat_ns & -1073741824) > ? THEN (tat_ns & -1073741824) ELSE ? END) | ((tat_ns & 1073741823) + ?)
-		WHERE key = ? AND tat_ns > ? AND (tat_ns & 1073741823) + ? <= ?
-		RETURNING tat_ns & 1073741823`), expires, expires, s.Cost, s.Key, now.UnixNano(), s.Cost, s.Burst).Scan(&bound)
-	switch {
-	case err == nil:
-		return LimitDecision{Allowed: true, Remaining: s.Burst - bound}, nil
-	case err != sql.ErrNoRows:
-		return LimitDecision{}, fmt.Errorf("store: the pending authorizations bound of %s: %w", oc.o.AccountID, err)
-	}
-	return db.pendingCount(ctx, tx, oc, s, expires, now)
 }
 
 // pendingCount decides cap spend s of the order of oc, whose

@@ -243,7 +243,7 @@ func TestOrdersWithAndWithoutThePendingCapAtOnceLeaveABoundThatCountsThemAll(t *
 }
 
 // An order whose spends name one bucket twice is decided from a read of
-// the buckets and the cap's bound (spendTxReadCap), not in one upsert:
+// the buckets and the cap's bound (spendDecided), not in one upsert:
 // concurrent ones store exactly as many authorizations as the cap.
 func TestConcurrentOrdersDecidedFromAReadStoreExactlyTheCap(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {

@@ -449,4 +449,12 @@ var postgresMigrations = []migration{
 			`CREATE INDEX challenges_authz ON challenges (authz_id, position)`,
 		},
 	},
+	{
+		version: 21,
+		name:    "rate_limits_without_rowid",
+		// SQLite's migration 21 stores rate_limits without a rowid;
+		// PostgreSQL's tables have none to drop (a primary key is an
+		// index of a heap either way): nothing to do but record the step.
+		stmts: nil,
+	},
 }

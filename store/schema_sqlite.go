@@ -502,4 +502,21 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX challenges_authz ON challenges (authz_id, position)`,
 		},
 	},
+	{
+		version: 21,
+		name:    "rate_limits_without_rowid",
+		stmts: []string{
+			// The rate limit buckets in one b-tree, by key, instead of a
+			// rowid table and an index of its keys: every new-order spends
+			// from them, and a new bucket then writes one b-tree, not two.
+			// The rows are copied as they are.
+			`CREATE TABLE rate_limits_new (
+				key    TEXT   PRIMARY KEY,
+				tat_ns BIGINT NOT NULL
+			) WITHOUT ROWID`,
+			`INSERT INTO rate_limits_new (key, tat_ns) SELECT key, tat_ns FROM rate_limits`,
+			`DROP TABLE rate_limits`,
+			`ALTER TABLE rate_limits_new RENAME TO rate_limits`,
+		},
+	},
 }
