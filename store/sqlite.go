@@ -36,6 +36,12 @@ type SQLiteOptions struct {
 	// observe is told every statement the store's connections run (see
 	// cachingConnector); for tests.
 	observe func(query string)
+	// observeWrites is told every statement the writer connection runs,
+	// each time it runs, and observeCommit every commit of the group
+	// commit (see groupCommit.observe); for tests that count what an
+	// issuance writes.
+	observeWrites func(query string)
+	observeCommit func(writes int, lazy bool)
 }
 
 // OpenSQLite opens (creating if needed) the SQLite database at path, brings
@@ -77,6 +83,7 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 	if err != nil {
 		return nil, err
 	}
+	wc.everyRun = opts.observeWrites
 	w := sql.OpenDB(wc)
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
@@ -93,7 +100,9 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 	r.SetMaxIdleConns(opts.Readers)
 	r.SetConnMaxIdleTime(0)
 
-	return open(ctx, r, &sqliteEngine{w: w, gc: newGroupCommit(w, opts.Synchronous)}, sqliteDialect{}, path)
+	gc := newGroupCommit(w, opts.Synchronous)
+	gc.observe = opts.observeCommit
+	return open(ctx, r, &sqliteEngine{w: w, gc: gc}, sqliteDialect{}, path)
 }
 
 // sqliteDSN builds a modernc.org/sqlite DSN. _txlock=immediate makes every

@@ -44,6 +44,9 @@ type groupCommit struct {
 	// lazySet is whether the connection was last switched to
 	// synchronous=NORMAL; only the loop goroutine touches it.
 	lazySet bool
+	// observe, when set (by tests, before the first write), is told of
+	// every commit: how many writes it held and whether it was lazy.
+	observe func(writes int, lazy bool)
 }
 
 type writeReq struct {
@@ -125,7 +128,8 @@ func (g *groupCommit) commit(batch []*writeReq) {
 			r.done <- errs[i]
 		}
 	}
-	if err := g.setLazy(allLazy(batch)); err != nil {
+	lazy := allLazy(batch)
+	if err := g.setLazy(lazy); err != nil {
 		finish(err)
 		return
 	}
@@ -162,6 +166,9 @@ func (g *groupCommit) commit(batch []*writeReq) {
 	if err := tx.Commit(); err != nil {
 		finish(fmt.Errorf("store: commit: %w", err))
 		return
+	}
+	if g.observe != nil {
+		g.observe(len(batch), lazy)
 	}
 	finish(nil)
 }

@@ -24,34 +24,38 @@ type cachingConnector struct {
 	// text of every statement a connection prepares or runs uncached:
 	// each distinct statement the store runs, at least once.
 	observe func(query string)
+	// everyRun, when set (by tests), is told the text of every statement
+	// each time a connection runs it.
+	everyRun func(query string)
 }
 
-func newCachingConnector(dsn string, observe func(string)) (driver.Connector, error) {
+func newCachingConnector(dsn string, observe func(string)) (*cachingConnector, error) {
 	probe, err := sql.Open("sqlite", "")
 	if err != nil {
 		return nil, fmt.Errorf("store: sqlite driver: %w", err)
 	}
 	drv := probe.Driver()
 	_ = probe.Close()
-	return cachingConnector{dsn: dsn, drv: drv, observe: observe}, nil
+	return &cachingConnector{dsn: dsn, drv: drv, observe: observe}, nil
 }
 
-func (c cachingConnector) Connect(context.Context) (driver.Conn, error) {
+func (c *cachingConnector) Connect(context.Context) (driver.Conn, error) {
 	conn, err := c.drv.Open(c.dsn)
 	if err != nil {
 		return nil, err
 	}
-	return &cachingConn{Conn: conn, stmts: map[string]*cachedStmt{}, observe: c.observe}, nil
+	return &cachingConn{Conn: conn, stmts: map[string]*cachedStmt{}, observe: c.observe, everyRun: c.everyRun}, nil
 }
 
-func (c cachingConnector) Driver() driver.Driver { return c.drv }
+func (c *cachingConnector) Driver() driver.Driver { return c.drv }
 
 // cachingConn is used by one goroutine at a time (database/sql's rule for
 // driver connections), so its cache needs no lock.
 type cachingConn struct {
 	driver.Conn
-	stmts   map[string]*cachedStmt
-	observe func(string)
+	stmts    map[string]*cachedStmt
+	observe  func(string)
+	everyRun func(string)
 }
 
 // cachedStmt is a prepared statement and whether rows from it are open; a
@@ -94,6 +98,9 @@ func (c *cachingConn) cached(ctx context.Context, query string) (*cachedStmt, er
 func statementContext(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
 
 func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if c.everyRun != nil {
+		c.everyRun(query)
+	}
 	ctx = statementContext(ctx)
 	cs, err := c.cached(ctx, query)
 	if err != nil {
@@ -108,6 +115,9 @@ func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driv
 }
 
 func (c *cachingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if c.everyRun != nil {
+		c.everyRun(query)
+	}
 	ctx = statementContext(ctx)
 	cs, err := c.cached(ctx, query)
 	if err != nil {
