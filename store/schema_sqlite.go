@@ -519,4 +519,25 @@ var sqliteMigrations = []migration{
 			`ALTER TABLE rate_limits_new RENAME TO rate_limits`,
 		},
 	},
+	{
+		version: 22,
+		name:    "order_status_indexes",
+		stmts: []string{
+			// Every status change of an order (pending, ready, processing,
+			// valid: three on each issuance) moved its entry in every index
+			// keyed by its status, up to two pages apiece. orders_profile
+			// (profile, status, created_at) served only the resume sweep's
+			// reclaim of processing orders, which finds them through
+			// orders_status_created as well (the order search by profile
+			// and status reads orders_profile_created). And the retention
+			// sweep asks orders_expiry only for unfinished orders (pending,
+			// ready or invalid), so it holds only those: an issuance's
+			// order leaves it when it is claimed. It stays keyed by status,
+			// so that SQLite's planner, which has no statistics, prefers it
+			// to orders_status_created for the sweep's status and expiry.
+			`DROP INDEX orders_profile`,
+			`DROP INDEX orders_expiry`,
+			`CREATE INDEX orders_expiry ON orders (status, expires_at) WHERE status IN ('pending','ready','invalid')`,
+		},
+	},
 }

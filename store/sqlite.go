@@ -208,10 +208,14 @@ func (sqliteDialect) claimJobs(cols, lanes string) string {
 }
 
 // reclaimStuckOrders: as claimJobs, the single writer is the lock; the
-// repeated guard keeps the statement right under any engine.
+// repeated guard keeps the statement right under any engine. The orders
+// are found among the processing ones only, through
+// orders_status_created: the profile is compared as an expression no
+// index serves, which keeps SQLite's planner, having no statistics, from
+// reading every order of the profile through orders_profile_created.
 func (sqliteDialect) reclaimStuckOrders(cols string) string {
 	return `UPDATE orders SET updated_at = ?
-		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ? LIMIT ?)
+		WHERE id IN (SELECT id FROM orders WHERE profile || '' = ? AND status = 'processing' AND updated_at < ? LIMIT ?)
 		AND status = 'processing' AND updated_at < ?
 		RETURNING ` + cols
 }
