@@ -232,11 +232,17 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 				now.UnixMilli(), now.UnixMilli()); err != nil {
 				return err
 			}
+			if len(a.Challenges) == 0 {
+				continue
+			}
+			// An authorization's challenges in one statement: one run
+			// instead of one per challenge type offered.
+			args := make([]any, 0, 6*len(a.Challenges))
 			for j, c := range a.Challenges {
-				if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO challenges (id, authz_id, position, type, token, status, updated_at)
-					VALUES (?, ?, ?, ?, ?, 'pending', ?)`), NewID(), a.ID, j, c.Type, c.Token, now.UnixMilli()); err != nil {
-					return err
-				}
+				args = append(args, NewID(), a.ID, j, c.Type, c.Token, now.UnixMilli())
+			}
+			if _, err := tx.ExecContext(ctx, db.q(insertChallenges(len(a.Challenges))), args...); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -326,6 +332,13 @@ func (db *DB) insertOrderAtOnce(ctx context.Context, tx *sql.Tx, o *Order, ident
 	b.WriteString(` SELECT 1`)
 	_, err = tx.ExecContext(ctx, db.q(b.String()), args...)
 	return true, err
+}
+
+// insertChallenges is the statement inserting n pending challenges, six
+// arguments each: id, authz_id, position, type, token, updated_at.
+func insertChallenges(n int) string {
+	return `INSERT INTO challenges (id, authz_id, position, type, token, status, updated_at) VALUES ` +
+		strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, 'pending', ?), `, n), ", ")
 }
 
 // checkNotReplaced refuses, with ErrConflict, to let another order replace
@@ -565,38 +578,39 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 		if err != nil {
 			return err
 		}
+		// The order's move answers with its new status; only an order
+		// that did not move (another authorization still pending) is read,
+		// and on PostgreSQL not even that: its row is locked first, and the
+		// lock's read is its status unless the move changes it (no one
+		// else changes the row meanwhile).
 		var (
-			moved  sql.Result
+			moved  *sql.Row
 			locked bool // res.OrderStatus read with the order's row locked
 		)
 		if valid {
 			if lock := db.dialect.rowLock(); lock != "" {
-				// The lock's read is the order's status after the update
-				// below unless the update moves it: no one else changes
-				// the row meanwhile.
 				if err := tx.QueryRowContext(ctx, db.q(`SELECT status FROM orders WHERE id = ?`+lock), res.OrderID).Scan(&res.OrderStatus); err != nil {
 					return err
 				}
 				locked = true
 			}
-			moved, err = tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'ready', updated_at = ?
+			moved = tx.QueryRowContext(ctx, db.q(`UPDATE orders SET status = 'ready', updated_at = ?
 				WHERE id = ? AND status = 'pending'
-				AND NOT EXISTS (SELECT 1 FROM authorizations WHERE order_id = ? AND status <> 'valid')`),
+				AND NOT EXISTS (SELECT 1 FROM authorizations WHERE order_id = ? AND status <> 'valid')
+				RETURNING status`),
 				now.UnixMilli(), res.OrderID, res.OrderID)
 		} else {
-			moved, err = tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, updated_at = ?
-				WHERE id = ? AND status = 'pending'`), nullBytes(problem), now.UnixMilli(), res.OrderID)
+			moved = tx.QueryRowContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, updated_at = ?
+				WHERE id = ? AND status = 'pending' RETURNING status`), nullBytes(problem), now.UnixMilli(), res.OrderID)
 		}
-		if err != nil {
+		switch err := moved.Scan(&res.OrderStatus); {
+		case err == nil:
+			res.OrderChanged = true
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		if n, err := moved.RowsAffected(); err == nil && n == 1 {
-			res.OrderChanged = true
-		}
 		if locked {
-			if res.OrderChanged {
-				res.OrderStatus = acme.StatusReady
-			}
 			return nil
 		}
 		return tx.QueryRowContext(ctx, db.q(`SELECT status FROM orders WHERE id = ?`), res.OrderID).Scan(&res.OrderStatus)
