@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 )
 
@@ -97,6 +98,15 @@ func (g *groupCommit) loop() {
 		case <-g.quit:
 			return
 		}
+		// The writer was woken by the first write's caller; let the
+		// goroutines that are ready to run (other requests, about to
+		// write) run first, so that their writes join this commit instead
+		// of each paying for the next: under load, fewer commits share
+		// more pages and fsyncs (BenchmarkIssuanceWrites/clients=8: 3.7
+		// -> 2.1 commits per certificate). With nothing else to run it
+		// returns at once, and every caller is still answered only after
+		// the commit that holds its write.
+		runtime.Gosched()
 	fill:
 		for len(batch) < maxWriteBatch {
 			select {
