@@ -15,11 +15,11 @@ import (
 // counts it: every statement the writer connection ran (each run),
 // and every commit of the group commit with the writes it held.
 type WriteCounts struct {
-	Statements     int
-	ByStatement    map[string]int
-	Commits        int
-	LazyCommits    int
-	CommittedWrite int // writes, summed over the commits
+	Statements      int
+	ByStatement     map[string]int
+	Commits         int
+	LazyCommits     int
+	CommittedWrites int // writes, summed over the commits
 }
 
 // WriteCounter counts a store's writes; Take returns the counts so far and
@@ -61,7 +61,7 @@ func OpenSQLiteCounting(t testing.TB) CountingStore {
 		observeCommit: func(writes int, lazy bool) {
 			w.mu.Lock()
 			w.c.Commits++
-			w.c.CommittedWrite += writes
+			w.c.CommittedWrites += writes
 			if lazy {
 				w.c.LazyCommits++
 			}

@@ -299,7 +299,7 @@ func BenchmarkIssuanceWrites(b *testing.B) {
 			}
 			certs := float64(n)
 			b.ReportMetric(float64(c.Statements)/certs, "stmts/cert")
-			b.ReportMetric(float64(c.CommittedWrite)/certs, "writes/cert")
+			b.ReportMetric(float64(c.CommittedWrites)/certs, "writes/cert")
 			b.ReportMetric(float64(c.Commits)/certs, "commits/cert")
 			b.ReportMetric(float64(c.Commits-c.LazyCommits)/certs, "fsyncs/cert")
 			b.ReportMetric(float64(frames)/certs, "WAL-pages/cert")
