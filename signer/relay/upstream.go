@@ -37,17 +37,34 @@ const maxSteps = 8
 // authorizations still pending, finalizes with the client's CSR when the
 // order is ready, waits while it is processing, and returns the chain
 // (DER, leaf first) once it is valid.
-func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) ([][]byte, error) {
+//
+// No upstream order is finalized before the mapping naming it is durable
+// (recordGate): the URL of an order placed here is recorded by a durable
+// write, and the mapping of a prepared one, stored lazily at finalize
+// (store.CreateRelayOrder), is flushed, when mappingLazy says it may
+// not be durable yet — in both cases beside the requests before the
+// finalize.
+func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *signer.Binding, log *zap.Logger, ro store.RelayOrder, mappingLazy bool) ([][]byte, error) {
 	acct, err := s.account(ctx, c, b.Profile)
 	if err != nil {
 		return nil, err
 	}
-	var order acme.Order
+	var (
+		order acme.Order
+		gate  *recordGate // nil: the mapping is durable
+	)
 	if ro.UpstreamOrderURL == "" {
-		order, err = s.newOrder(ctx, c, acct, b, log, ro)
+		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro)
 	} else {
+		if mappingLazy {
+			if gate = s.takeFlush(ro.OrderID); gate == nil {
+				gate = startRecord(func() (string, error) { return ro.UpstreamOrderURL, b.DB.Flush(ctx) })
+			}
+		}
 		order, err = c.GetOrder(ctx, acct, acme.Order{Location: ro.UpstreamOrderURL})
+		order.Location = ro.UpstreamOrderURL
 	}
+	defer gate.finish()
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +76,24 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 				return nil, err
 			}
 		case acme.StatusReady:
+			if gate != nil {
+				recorded, err := gate.wait(ctx)
+				if err != nil {
+					return nil, fmt.Errorf("recording the upstream order: %w", err)
+				}
+				gate.finish()
+				gate = nil
+				if recorded != order.Location {
+					// An earlier attempt recorded its upstream order
+					// first: that one is relayed, this one never
+					// finalized.
+					if order, err = c.GetOrder(ctx, acct, acme.Order{Location: recorded}); err != nil {
+						return nil, err
+					}
+					order.Location = recorded
+					continue
+				}
+			}
 			// acmez does not wait here (PollTimeout, see client): it
 			// returns the order as the finalize left it, and an order
 			// still processing is waited for below, with backoff.
@@ -98,27 +133,29 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	return nil, fmt.Errorf("the upstream order %s is still %s", order.Location, order.Status)
 }
 
-// newOrder places the upstream order for ro and records its URL. If an
-// earlier attempt recorded one meanwhile, that one wins and is used.
-func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (acme.Order, error) {
+// newOrder places the upstream order for ro and starts recording its URL
+// (a durable write), which the returned gate waits for. If an earlier
+// attempt recorded one meanwhile, the gate answers that one, which the
+// relay then uses instead.
+func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (acme.Order, *recordGate, error) {
 	want, err := s.orderRequest(ctx, c, b, ro)
 	if err != nil {
-		return acme.Order{}, err
+		return acme.Order{}, nil, err
 	}
 	order, err := s.placeOrder(ctx, c, acct, b, log, ro, want)
 	if err != nil {
-		return order, err
+		return order, nil, err
 	}
-	recorded, err := b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, order.Location, s.clock.Now())
-	if err != nil {
-		return order, err
-	}
-	log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
-		zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
-	if recorded != order.Location {
-		return c.GetOrder(ctx, acct, acme.Order{Location: recorded})
-	}
-	return order, nil
+	placed := order.Location
+	gate := startRecord(func() (string, error) {
+		recorded, err := b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, placed, s.clock.Now())
+		if err == nil {
+			log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
+				zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
+		}
+		return recorded, err
+	})
+	return order, gate, nil
 }
 
 // orderRequest is the upstream newOrder for the local order of ro.
