@@ -5,13 +5,13 @@ import (
 )
 
 // recordGate is what an attempt waits for before it finalizes an upstream
-// order: the relay's mapping, naming that order, durable. A restart after
-// a power loss then always finds the upstream order a finalize was posted
-// for, and relays it rather than placing and finalizing a second one for
-// the same local order. The durable write runs beside the upstream
-// requests that come before the finalize (answering the upstream's
-// challenges, or reading a prepared order), so that its fsync is not on
-// the relay's path.
+// order it placed: the relay's mapping, naming that order, durable. A
+// restart after a power loss then always finds the upstream order a
+// finalize was posted for, and relays it rather than placing and
+// finalizing a second one for the same local order. The durable write
+// runs beside the upstream requests that come before the finalize
+// (answering the upstream's challenges), so that its fsync is not on the
+// relay's path.
 type recordGate struct {
 	done chan struct{}
 	url  string // the upstream order the mapping names once durable
@@ -45,35 +45,4 @@ func (g *recordGate) finish() {
 	if g != nil {
 		<-g.done
 	}
-}
-
-// putFlush keeps the flush Issue started for the mapping of orderID.
-func (s *Signer) putFlush(orderID string, g *recordGate) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.flushing == nil {
-		s.flushing = map[string]*recordGate{}
-	}
-	s.flushing[orderID] = g
-}
-
-// takeFlush hands the flush Issue started for orderID to the attempt
-// relaying it; nil when there is none.
-func (s *Signer) takeFlush(orderID string) *recordGate {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g := s.flushing[orderID]
-	delete(s.flushing, orderID)
-	return g
-}
-
-// dropFlush forgets g once Issue returns, unless an attempt took it, and
-// waits for it to end.
-func (s *Signer) dropFlush(orderID string, g *recordGate) {
-	s.mu.Lock()
-	if s.flushing[orderID] == g {
-		delete(s.flushing, orderID)
-	}
-	s.mu.Unlock()
-	g.finish()
 }

@@ -114,7 +114,7 @@ func TestAnAttemptThatFindsAnotherUpstreamOrderRecordedFinalizesThatOne(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.s.relay(ctx, b.s.upstream, &recorder{base: b.s.transport, now: b.clock.Now}, bd, log, stale, true); err == nil {
+	if _, err := b.s.relay(ctx, b.s.upstream, &recorder{base: b.s.transport, now: b.clock.Now}, bd, log, stale); err == nil {
 		t.Fatal("the attempt succeeded; want it to end at the refused finalize")
 	}
 	mu.Lock()

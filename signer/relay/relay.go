@@ -133,10 +133,6 @@ type Signer struct {
 	// preparing holds, per order this process is preparing, a channel
 	// closed once the preparation is over.
 	preparing map[string]chan struct{}
-	// flushing holds, per prepared order Issue just mapped, the flush
-	// that makes its mapping durable, for the relay's first attempt to
-	// wait for before it finalizes upstream (see relay).
-	flushing map[string]*recordGate
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
@@ -325,14 +321,6 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	if s.opts.FinalizeWait < 0 {
 		return signer.IssueOutcome{Pending: true}, s.enqueue(ctx, b.Queue, b.Profile, ro)
 	}
-	if created && prepared != "" {
-		// The attempt about to start finalizes the prepared upstream
-		// order once the mapping is durable: its flush starts now, beside
-		// the job's start and the attempt's first upstream request.
-		flush := startRecord(func() (string, error) { return prepared, b.DB.Flush(context.WithoutCancel(ctx)) })
-		s.putFlush(ro.OrderID, flush)
-		defer s.dropFlush(ro.OrderID, flush)
-	}
 	// The mapping is durable already (CreateRelayOrder), so a job lost
 	// to a crash before RunNow makes it durable is re-queued at start
 	// (RecoverJobs) like any relay in flight.
@@ -417,10 +405,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	defer s.forgetLook(ro.OrderID)
 	rec := &recorder{base: s.transport, now: s.clock.Now}
 	actx = withRecorder(actx, rec)
-	// The first attempt may find the mapping as Issue stored it, lazily;
-	// a later one finds it durable (RunNow makes an unfinished job's
-	// mapping durable before its finalize answers).
-	chain, err := s.relay(actx, s.upstream, rec, b, log, ro, job.Attempts <= 1)
+	chain, err := s.relay(actx, s.upstream, rec, b, log, ro)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The runner is stopping; this attempt was not the upstream's

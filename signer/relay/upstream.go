@@ -38,13 +38,13 @@ const maxSteps = 8
 // order is ready, waits while it is processing, and returns the chain
 // (DER, leaf first) once it is valid.
 //
-// No upstream order is finalized before the mapping naming it is durable
-// (recordGate): the URL of an order placed here is recorded by a durable
-// write, and the mapping of a prepared one, stored lazily at finalize
-// (store.CreateRelayOrder), is flushed, when mappingLazy says it may
-// not be durable yet — in both cases beside the requests before the
-// finalize.
-func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *signer.Binding, log *zap.Logger, ro store.RelayOrder, mappingLazy bool) ([][]byte, error) {
+// No upstream order is finalized before a durable record names it for
+// its local order: the URL of an order placed here is recorded by a
+// durable write beside the requests before the finalize (recordGate); a
+// prepared one is named by its relay_prepared job, stored durably before
+// its preparation answered anything upstream. The mapping itself, stored
+// lazily at finalize (store.CreateRelayOrder), needs no flush for that.
+func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) ([][]byte, error) {
 	acct, err := s.account(ctx, c, b.Profile)
 	if err != nil {
 		return nil, err
@@ -56,11 +56,6 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	if ro.UpstreamOrderURL == "" {
 		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro)
 	} else {
-		if mappingLazy {
-			if gate = s.takeFlush(ro.OrderID); gate == nil {
-				gate = startRecord(func() (string, error) { return ro.UpstreamOrderURL, b.DB.Flush(ctx) })
-			}
-		}
 		order, err = c.GetOrder(ctx, acct, acme.Order{Location: ro.UpstreamOrderURL})
 		order.Location = ro.UpstreamOrderURL
 	}
