@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"net/http"
 	"path"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,6 +140,38 @@ func TestAPreparedRelayFinalizesWithTheUpstreamOrderPlacedWhileTheClientProvedIt
 	}
 	if st := view.order(t, ctx, up).Status; st != acmez.StatusValid {
 		t.Errorf("the prepared upstream order is %s; want valid, the one the certificate came from", st)
+	}
+}
+
+func TestAPreparedRelayedFinalizeAnswersValidInItsRequest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	b := newRelayBench(t)
+	b.prepareUpstream = true
+	p := b.start()
+	c := p.client(t, ctx)
+	const name = "prepared-quick.example.com"
+	o := b.readyOrder(t, ctx, c, name)
+	b.readyPreparedUpstream(t, ctx, p.queue, p.db, path.Base(o.URI))
+
+	log := &requestLog{next: c.HTTPClient.Transport}
+	c.HTTPClient = &http.Client{Transport: log}
+	ders, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, relayCSR(t, name), true)
+	if err != nil {
+		t.Fatalf("finalize: %v", err)
+	}
+	b.pebble.checkChainEndsAtRoot(t, pemOf(ders), name)
+	// x/crypto polls the order only when the finalize answer is not
+	// valid: the relay of a prepared order (its mapping made durable
+	// beside the upstream finalize's first request) is in the answer.
+	orderPath := "/order/" + path.Base(o.URI)
+	for _, r := range log.since(0) {
+		if strings.HasSuffix(r, orderPath) {
+			t.Errorf("the client polled the order (%s) after finalize; want the finalize to answer valid with the certificate", r)
+		}
+	}
+	if n := b.pebble.count(pebbleNewOrder); n != 1 {
+		t.Errorf("Pebble saw %d new orders; want 1, the prepared one relayed", n)
 	}
 }
 

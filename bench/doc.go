@@ -29,11 +29,14 @@
 // Every certificate is verified: chain to the local root, exactly the name
 // asked for, serverAuth, the CSR's key.
 //
-// BenchmarkRelay/clients={1,8}/server={pebble,relay} measures the relay
-// signer's overhead: the same clients get certificates from an in-process
-// Pebble that validates nothing (PEBBLE_VA_ALWAYS_VALID=1), once talking
-// to it directly and once through an acme_proxy relay profile
-// (/proxy/relay, challenge bypass upstream) in front of it. Pebble's
+// BenchmarkRelay/clients={1,8}/server={pebble,acme_proxy,relay,relay_prepared}
+// measures the relay signer's overhead: the same clients get certificates
+// from an in-process Pebble that validates nothing
+// (PEBBLE_VA_ALWAYS_VALID=1), once talking to it directly and once through
+// an acme_proxy relay profile (/proxy/relay, challenge bypass upstream) in
+// front of it (and once through one with prepare_upstream on,
+// /proxy/relayprep); acme_proxy with its local CA runs in the same run, the
+// floor of a relayed certificate. Pebble's
 // finalize answers processing without a Location, which x/crypto/acme
 // cannot poll, so the direct clients' transport adds it.
 //
@@ -96,6 +99,14 @@
 //     the first ACMEPROXY_BENCH_PPROF_SECONDS of the timed part, default 5)
 //     into <dir>/<sub-benchmark>.pprof; with ACMEPROXY_BENCH_PROCESS=1 it
 //     is the server process's alone.
+//   - ACMEPROXY_BENCH_TIMELINE=1: every request the clients send and every
+//     request Pebble serves (the relay's upstream requests, or a direct
+//     client's) is noted as it begins and ends; a one-client sub-benchmark
+//     logs the gaps between consecutive events, labelled by the two
+//     events around them, per certificate (total, count, median), largest
+//     first — where a certificate's wall time goes, in a request, in the
+//     server between two requests, in a poll's wait. Pebble's goroutines
+//     carry the pprof label role=pebble.
 //   - ACMEPROXY_BENCH_SERVER_CPU=1 profiles each timed part and reports
 //     server-CPU-ms/cert: the process's CPU times the share of profile
 //     samples not labelled role=client or role=responder — the servers'

@@ -116,6 +116,8 @@ type harness struct {
 	pebbleTLS *x509.Certificate
 	// tokens maps an http-01 token to its *http01Answer.
 	tokens sync.Map
+	// timeline notes requests for ACMEPROXY_BENCH_TIMELINE=1.
+	timeline *timeline
 
 	skip    string // why the benchmarks cannot run here
 	err     error
@@ -150,7 +152,7 @@ func TestMain(m *testing.M) {
 func getHarness(b *testing.B) *harness {
 	b.Helper()
 	harnessOnce.Do(func() {
-		theHarness = &harness{dirURLs: map[string]string{}, chainRoots: map[string]*x509.CertPool{}}
+		theHarness = &harness{dirURLs: map[string]string{}, chainRoots: map[string]*x509.CertPool{}, timeline: newTimeline()}
 		if err := theHarness.start(); err != nil && theHarness.skip == "" {
 			theHarness.err = err
 		}

@@ -142,10 +142,10 @@ func (h *harness) newClient(dirURL string, key *ecdsa.PrivateKey, counts *status
 	if retry <= 0 {
 		retry = 10 * time.Millisecond
 	}
-	var rt http.RoundTripper = tr
+	var rt http.RoundTripper = h.timeline.transport(tr)
 	switch dirURL {
 	case h.dirURLs[pebbleDirect]:
-		rt = pebbleFinalizeLocation{tr}
+		rt = pebbleFinalizeLocation{rt}
 	case h.dirURLs[twoInstances]:
 		rt = h.fleet.clientTransport(tr)
 	}
@@ -253,6 +253,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	caddyBefore := h.caddyCPU(b)
 	pgBefore := h.postgresCPU(b, server)
 	countsBefore := counts.snapshot()
+	h.timeline.reset()
 	b.ResetTimer()
 	start := time.Now()
 	h.profiled(b, func() {
@@ -319,6 +320,9 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	b.ReportMetric(float64(fivexx), "5xx")
 	if os.Getenv("ACMEPROXY_BENCH_PHASES") == "1" {
 		phases.log(b)
+	}
+	if clients == 1 {
+		h.timeline.log(b, b.N)
 	}
 	if first := counts.first5xx.Load(); first != nil {
 		b.Logf("first 5xx of %s (retried by the client): %s", server, *first)

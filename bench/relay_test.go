@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 
@@ -41,14 +43,17 @@ const (
 // profile in front of it (challenge bypass upstream; the client still
 // proves its names to acme_proxy by http-01), and through a second one
 // with prepare_upstream on, with 1 and 8 clients. The difference is the relay's overhead: its own ACME flow, the
-// durable relay_issue job and the upstream flow it drives.
+// durable relay_issue job and the upstream flow it drives. acme_proxy with
+// its local CA runs in the same run too: a relayed certificate costs at
+// least its flow (the client's with acme_proxy) and, unprepared, a whole
+// upstream flow (what direct costs) on top.
 //
 //	go test -run '^$' -bench 'Relay' -benchtime 100x -count 1 ./bench/
 func BenchmarkRelay(b *testing.B) {
 	h := getHarness(b)
 	for _, n := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-			for _, srv := range []string{pebbleDirect, relayed, relayedPrepared} {
+			for _, srv := range []string{pebbleDirect, acmeProxy, relayed, relayedPrepared} {
 				b.Run("server="+srv, func(b *testing.B) {
 					h.run(b, srv, n, false)
 				})
@@ -75,7 +80,12 @@ func (h *harness) startPebble(dnsPort int) (string, error) {
 	cai := ca.New(logger, db, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default"}})
 	vai := va.New(logger, 80, 443, false, "", db)
 	wfei := wfe.New(logger, db, vai, cai, nil, false, false, 0, 0)
-	srv := httptest.NewTLSServer(wfei.Handler())
+	// Pebble's goroutines carry the pprof label role=pebble, so that a
+	// CPU profile tells the upstream's share from the relay's.
+	pebbleHandler := h.timeline.handler(wfei.Handler())
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pprof.Do(r.Context(), pprof.Labels("role", "pebble"), func(context.Context) { pebbleHandler.ServeHTTP(w, r) })
+	}))
 	h.cleanup = append(h.cleanup, srv.Close)
 
 	tlsFile := filepath.Join(h.dir, "pebble-tls.pem")

@@ -101,12 +101,19 @@ func scanRelayOrder(row rowScanner) (RelayOrder, error) {
 //
 // At READ COMMITTED: the insert waits for a concurrent one of the order
 // and then does nothing, and the read after it sees the mapping that won.
+//
+// It is a lazy write (see engine), like the order's claim before it: the
+// caller makes it durable before anything relies on it surviving a power
+// loss — before the upstream order it names is finalized, and before the
+// finalize answers (the relay's first durable write, the certificate's,
+// or its job's). A power loss before then takes it together with the
+// claim, and the order is ready again.
 func (db *DB) CreateRelayOrder(ctx context.Context, n NewRelayOrder, now time.Time) (RelayOrder, bool, error) {
 	var (
 		r       RelayOrder
 		created bool
 	)
-	err := db.withTx(ctx, func(tx *sql.Tx) error {
+	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
 		created = false // fn may run again (see engine)
 		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO relay_orders
 			(order_id, profile, upstream_order_url, csr, client_addr, user_agent, status, created_at, updated_at)

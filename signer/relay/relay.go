@@ -48,7 +48,7 @@ const (
 	// internal upstream (step-ca, Pebble) settles within milliseconds, a
 	// public one within seconds, so the first looks come quickly and the
 	// slow case costs a handful of requests more.
-	DefaultPollInterval = 2 * time.Millisecond
+	DefaultPollInterval = 500 * time.Microsecond
 	DefaultMaxPoll      = 5 * time.Second
 	// DefaultFinalizeWait is how long a finalize waits in its request for
 	// the relay's first attempt, so that a quick upstream's certificate is

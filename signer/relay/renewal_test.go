@@ -210,9 +210,12 @@ func TestAnUpstreamRefusingReplacesGetsTheOrderWithoutIt(t *testing.T) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	acct := acme.Account{Location: srv.URL + "/account/1", PrivateKey: key}
 	c := b.s.client(&recorder{base: b.s.transport, now: b.clock.Now})
-	order, err := b.s.newOrder(ctx, c, acct, bd, log, ro)
+	order, gate, err := b.s.newOrder(ctx, c, acct, bd, log, ro)
 	if err != nil {
 		t.Fatalf("newOrder: %v", err)
+	}
+	if _, err := gate.wait(ctx); err != nil {
+		t.Fatalf("recording the upstream order: %v", err)
 	}
 	mu.Lock()
 	got := slices.Clone(replaces)

@@ -37,17 +37,29 @@ const maxSteps = 8
 // authorizations still pending, finalizes with the client's CSR when the
 // order is ready, waits while it is processing, and returns the chain
 // (DER, leaf first) once it is valid.
+//
+// No upstream order is finalized before a durable record names it for
+// its local order: the URL of an order placed here is recorded by a
+// durable write beside the requests before the finalize (recordGate); a
+// prepared one is named by its relay_prepared job, stored durably before
+// its preparation answered anything upstream. The mapping itself, stored
+// lazily at finalize (store.CreateRelayOrder), needs no flush for that.
 func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) ([][]byte, error) {
 	acct, err := s.account(ctx, c, b.Profile)
 	if err != nil {
 		return nil, err
 	}
-	var order acme.Order
+	var (
+		order acme.Order
+		gate  *recordGate // nil: the mapping is durable
+	)
 	if ro.UpstreamOrderURL == "" {
-		order, err = s.newOrder(ctx, c, acct, b, log, ro)
+		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro)
 	} else {
 		order, err = c.GetOrder(ctx, acct, acme.Order{Location: ro.UpstreamOrderURL})
+		order.Location = ro.UpstreamOrderURL
 	}
+	defer gate.finish()
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +71,24 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 				return nil, err
 			}
 		case acme.StatusReady:
+			if gate != nil {
+				recorded, err := gate.wait(ctx)
+				if err != nil {
+					return nil, fmt.Errorf("recording the upstream order: %w", err)
+				}
+				gate.finish()
+				gate = nil
+				if recorded != order.Location {
+					// An earlier attempt recorded its upstream order
+					// first: that one is relayed, this one never
+					// finalized.
+					if order, err = c.GetOrder(ctx, acct, acme.Order{Location: recorded}); err != nil {
+						return nil, err
+					}
+					order.Location = recorded
+					continue
+				}
+			}
 			// acmez does not wait here (PollTimeout, see client): it
 			// returns the order as the finalize left it, and an order
 			// still processing is waited for below, with backoff.
@@ -98,27 +128,29 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	return nil, fmt.Errorf("the upstream order %s is still %s", order.Location, order.Status)
 }
 
-// newOrder places the upstream order for ro and records its URL. If an
-// earlier attempt recorded one meanwhile, that one wins and is used.
-func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (acme.Order, error) {
+// newOrder places the upstream order for ro and starts recording its URL
+// (a durable write), which the returned gate waits for. If an earlier
+// attempt recorded one meanwhile, the gate answers that one, which the
+// relay then uses instead.
+func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (acme.Order, *recordGate, error) {
 	want, err := s.orderRequest(ctx, c, b, ro)
 	if err != nil {
-		return acme.Order{}, err
+		return acme.Order{}, nil, err
 	}
 	order, err := s.placeOrder(ctx, c, acct, b, log, ro, want)
 	if err != nil {
-		return order, err
+		return order, nil, err
 	}
-	recorded, err := b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, order.Location, s.clock.Now())
-	if err != nil {
-		return order, err
-	}
-	log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
-		zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
-	if recorded != order.Location {
-		return c.GetOrder(ctx, acct, acme.Order{Location: recorded})
-	}
-	return order, nil
+	placed := order.Location
+	gate := startRecord(func() (string, error) {
+		recorded, err := b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, placed, s.clock.Now())
+		if err == nil {
+			log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
+				zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
+		}
+		return recorded, err
+	})
+	return order, gate, nil
 }
 
 // orderRequest is the upstream newOrder for the local order of ro.
