@@ -75,17 +75,7 @@ func everyRowOf(step string, subqueries []string) (string, bool) {
 // shows for this small database is the one it uses at any size.
 func TestEveryStatementOnTheIssuancePathReadsAFewRowsByIndex(t *testing.T) {
 	ctx := context.Background()
-	var (
-		mu   sync.Mutex
-		seen []string
-	)
-	db := store.OpenSQLiteObserved(t, func(q string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !slices.Contains(seen, q) {
-			seen = append(seen, q)
-		}
-	})
+	db, ran := openRecording(t)
 	start := time.Date(2026, 1, 1, 6, 0, 0, 0, time.UTC)
 	clk := clocktest.New(start)
 	sgn, err := localca.New(steadyCA(t, start), localca.Options{Clock: clk, Lifetime: 7 * day})
@@ -189,9 +179,7 @@ func TestEveryStatementOnTheIssuancePathReadsAFewRowsByIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mu.Lock()
-	stmts := slices.Clone(seen)
-	mu.Unlock()
+	stmts := ran()
 	explained := 0
 	for _, stmt := range stmts {
 		if store.IsMigrationStatement(stmt) {
@@ -235,5 +223,26 @@ func TestEveryStatementOnTheIssuancePathReadsAFewRowsByIndex(t *testing.T) {
 
 // claimPrefix begins the statement of ClaimJobsIn.
 const claimPrefix = "UPDATE jobs SET status = 'running', attempts = attempts + 1"
+
+// openRecording opens a SQLite store that records every distinct
+// statement its connections run; ran returns them in the order first run.
+func openRecording(t *testing.T) (db *store.DB, ran func() []string) {
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	db = store.OpenSQLiteObserved(t, func(q string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(seen, q) {
+			seen = append(seen, q)
+		}
+	})
+	return db, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

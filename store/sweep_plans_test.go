@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,17 +24,7 @@ import (
 // says the indexes left still serve them.
 func TestTheRetentionSweepAndTheResumeSweepReadOnlyTheRowsTheyTake(t *testing.T) {
 	ctx := context.Background()
-	var (
-		mu   sync.Mutex
-		seen []string
-	)
-	db := store.OpenSQLiteObserved(t, func(q string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !slices.Contains(seen, q) {
-			seen = append(seen, q)
-		}
-	})
+	db, ran := openRecording(t)
 	t0 := time.Date(2026, 1, 1, 6, 0, 0, 0, time.UTC)
 	if err := db.SeedAccounts(ctx, []store.Account{{ID: "acct", Profile: "p", Thumbprint: "t", KeyJWK: []byte(`{}`)}}, t0); err != nil {
 		t.Fatal(err)
@@ -68,9 +57,7 @@ func TestTheRetentionSweepAndTheResumeSweepReadOnlyTheRowsTheyTake(t *testing.T)
 		t.Fatal(err)
 	}
 
-	mu.Lock()
-	stmts := slices.Clone(seen)
-	mu.Unlock()
+	stmts := ran()
 	explained := 0
 	for _, stmt := range stmts {
 		line := oneLine(stmt)
