@@ -3,6 +3,7 @@ package acmeproxy
 import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proccpu"
 
 	"context"
 	"crypto/ecdsa"
@@ -349,7 +350,7 @@ func BenchmarkNewOrderLimits(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu := processCPU()
+				cpu := proccpu.Used()
 				for i := 0; i < b.N; i++ {
 					r := httptest.NewRequest(http.MethodPost, url, strings.NewReader(string(bodies[i])))
 					r.Header.Set("Content-Type", "application/jose+json")
@@ -390,7 +391,7 @@ func BenchmarkOrderLimits(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu := processCPU()
+				cpu := proccpu.Used()
 				for i := 0; i < b.N; i++ {
 					if i > 0 && i%500 == 0 { // under the default orders_per_account
 						b.StopTimer()
@@ -420,5 +421,5 @@ func BenchmarkOrderLimits(b *testing.B) {
 // the machine, so two variants compare on a busy host too. It leaves out
 // the time spent waiting on fsync, which ns/op includes.
 func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(proccpu.Used()-start)/float64(b.N), "cpu-ns/op")
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proccpu"
 	"io"
 	"net/http"
 	"os"
@@ -22,7 +23,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -249,7 +249,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	var memBefore, memAfter runtime.MemStats
 	runtime.ReadMemStats(&memBefore)
 	prof := startServerCPUProfile(b)
-	cpuBefore := processCPU()
+	cpuBefore := proccpu.Used()
 	caddyBefore := h.caddyCPU(b)
 	pgBefore := h.postgresCPU(b, server)
 	countsBefore := counts.snapshot()
@@ -282,7 +282,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()
-	cpu := processCPU() - cpuBefore
+	cpu := proccpu.Used() - cpuBefore
 	caddyCPU := h.caddyCPU(b) - caddyBefore
 	pgCPU := h.postgresCPU(b, server) - pgBefore
 	serverShare := prof.stop(b)
@@ -567,17 +567,6 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// processCPU is the user+system CPU time this process has used: the
-// counters of /proc/self/stat (utime, stime), read through getrusage(2)
-// for microsecond rather than clock-tick resolution.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // caddyCPU is the CPU Caddy's own process has used so far; 0 when Caddy
 // runs in this process.

@@ -9,13 +9,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"fmt"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proccpu"
 	"maps"
 	"math/big"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -74,17 +74,6 @@ func (m markingSigner) Issue(ctx context.Context, req signer.IssueRequest) (sign
 		m.f.signing()
 	}
 	return m.Signer.Issue(ctx, req)
-}
-
-// processCPU is the CPU the process has used so far, user and system: the
-// flow's whole cost (the store, the authority, signing and verifying), on
-// a machine whose load moves wall times.
-func processCPU(tb testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func flowCA(tb testing.TB, start time.Time) localca.Source {
@@ -252,7 +241,7 @@ func BenchmarkIssuanceWrites(b *testing.B) {
 				f.signing = func() { mark("claim") }
 			}
 			n := 0
-			cpu0 := processCPU(b)
+			cpu0 := proccpu.Used()
 			b.ResetTimer()
 			if clients == 1 {
 				for b.Loop() {
@@ -291,7 +280,7 @@ func BenchmarkIssuanceWrites(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			cpu := processCPU(b) - cpu0
+			cpu := proccpu.Used() - cpu0
 			c := f.s.Counter.Take()
 			frames, err := f.s.WALFrames()
 			if err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proccpu"
 	"path/filepath"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func BenchmarkOrderSpend(b *testing.B) {
 			var acct string
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := processCPU()
+			cpu := proccpu.Used()
 			for i := 0; i < b.N; i++ {
 				if i%500 == 0 {
 					b.StopTimer()
@@ -62,7 +63,7 @@ func BenchmarkOrderSpend(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(proccpu.Used()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
