@@ -6,12 +6,10 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"fmt"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/proccpu"
 	"maps"
-	"math/big"
 	"slices"
 	"sort"
 	"strings"
@@ -49,7 +47,7 @@ type issuanceFlow struct {
 func newIssuanceFlow(tb testing.TB) *issuanceFlow {
 	tb.Helper()
 	f := &issuanceFlow{s: store.OpenSQLiteCounting(tb), clk: clocktest.New(time.Date(2026, 1, 1, 6, 0, 0, 0, time.UTC))}
-	sgn, err := localca.New(flowCA(tb, f.clk.Now()), localca.Options{Clock: f.clk, Lifetime: 7 * day})
+	sgn, err := localca.New(steadyCA(tb, f.clk.Now()), localca.Options{Clock: f.clk, Lifetime: 7 * day})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -74,22 +72,6 @@ func (m markingSigner) Issue(ctx context.Context, req signer.IssueRequest) (sign
 		m.f.signing()
 	}
 	return m.Signer.Issue(ctx, req)
-}
-
-func flowCA(tb testing.TB, start time.Time) localca.Source {
-	tb.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "issuance writes test CA"},
-		NotBefore: start.Add(-time.Hour), NotAfter: start.Add(400 * day),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	return localca.Static([]*x509.Certificate{ca}, key)
 }
 
 func (f *issuanceFlow) account(tb testing.TB, i int) store.Account {

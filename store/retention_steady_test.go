@@ -41,11 +41,11 @@ func (failNames) TLSALPN01(context.Context, string, string, string) error { retu
 
 // steadyCA is an issuing CA valid from start for longer than the test
 // simulates.
-func steadyCA(t *testing.T, start time.Time) localca.Source {
+func steadyCA(t testing.TB, start time.Time) localca.Source {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "retention test CA"},
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "store test CA"},
 		NotBefore: start.Add(-time.Hour), NotAfter: start.Add(400 * day),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 	}
