@@ -88,6 +88,11 @@
 //     the load generator's alone. Caddy's admin endpoint (the acme_proxy
 //     admin API, /debug/pprof) listens on 127.0.0.1 in both modes; a
 //     sub-benchmark logs its address with ACMEPROXY_BENCH_LOG=stderr.
+//   - ACMEPROXY_BENCH_PROCESS=separate runs each server as its own Caddy
+//     process, as the issue's outside measurement did: acme_server alone
+//     in a second `caddy run` (its own storage, local CA, ports and admin
+//     endpoint), so that its caddy-CPU-ms/cert and caddy-peak-RSS-MiB are
+//     its own and not shared with acme_proxy's heap and goroutines.
 //   - ACMEPROXY_BENCH_HTTP01_PORT moves the http-01 responder off port 80
 //     (acme_server then cannot validate: for BenchmarkScale, which runs
 //     acme_proxy alone, while another run holds port 80).

@@ -70,12 +70,7 @@ const caddyfile = `{
 }
 
 https://127.0.0.1:%[4]d {
-	acme_server {
-		ca local
-		lifetime 12h
-		resolvers 127.0.0.1:%[5]d
-	}
-	acme_proxy {
+%[10]s	acme_proxy {
 		profile bench
 		prefix ` + proxyPrefix + `
 		signer local_ca {
@@ -90,6 +85,41 @@ https://127.0.0.1:%[4]d {
 %[9]s}
 `
 
+// acmeServerBlock is acme_server's handler, on the site of the caddyfile
+// or, with ACMEPROXY_BENCH_PROCESS=separate, alone on the site of
+// serverCaddyfile; %[1]d is the benchmark's DNS port.
+const acmeServerBlock = `	acme_server {
+		ca local
+		lifetime 12h
+		resolvers 127.0.0.1:%[1]d
+	}
+`
+
+// serverCaddyfile is acme_server's own Caddy, for
+// ACMEPROXY_BENCH_PROCESS=separate: the same global options as the
+// caddyfile's but its own storage (its own local CA), ports and admin
+// endpoint, and no acme_proxy. %[1]s storage, %[2]d http port, %[3]d https
+// port, %[4]s log output, %[5]d admin port, %[6]s acme_server's block.
+const serverCaddyfile = `{
+	admin 127.0.0.1:%[5]d
+	persist_config off
+	storage file_system %[1]s
+	skip_install_trust
+	local_certs
+	default_bind 127.0.0.1
+	http_port %[2]d
+	https_port %[3]d
+	auto_https disable_redirects
+	log {
+		output %[4]s
+		level INFO
+	}
+}
+
+https://127.0.0.1:%[3]d {
+%[6]s}
+`
+
 // harness is the process-wide fixture of the benchmarks: Caddy is
 // process-global state, so it is loaded once, on the first benchmark that
 // needs it, and stopped by TestMain.
@@ -98,9 +128,14 @@ type harness struct {
 	// admin is the base URL of Caddy's admin endpoint (the acme_proxy
 	// admin API, /debug/pprof).
 	admin string
-	// caddy is Caddy as its own process (ACMEPROXY_BENCH_PROCESS=1); nil
-	// when Caddy runs in this process.
+	// caddy is Caddy as its own process (ACMEPROXY_BENCH_PROCESS=1 or
+	// separate); nil when Caddy runs in this process.
 	caddy *caddyProcess
+	// serverCaddy is acme_server's own Caddy process
+	// (ACMEPROXY_BENCH_PROCESS=separate), with its admin endpoint; nil
+	// when acme_server shares the one Caddy.
+	serverCaddy *caddyProcess
+	serverAdmin string
 	// http01Port is where the http-01 responder listens (80).
 	http01Port int
 	// dnsAddr is the benchmark's DNS server (host:port).
@@ -260,9 +295,24 @@ func (h *harness) start() error {
 		return err
 	}
 	h.admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	serverBlock := fmt.Sprintf(acmeServerBlock, dnsPort)
+	serverSite := fmt.Sprintf("https://127.0.0.1:%d", httpsPort)
+	mode := os.Getenv("ACMEPROXY_BENCH_PROCESS")
+	switch mode {
+	case "", "0", "1":
+	case "separate":
+		// acme_server in a Caddy of its own, so that its CPU and peak RSS
+		// are its own, as when each server is a `caddy run` of its own.
+		if serverSite, err = h.startServerCaddy(serverBlock, logOutput, dnsAddr); err != nil {
+			return err
+		}
+		serverBlock = ""
+	default:
+		return fmt.Errorf("ACMEPROXY_BENCH_PROCESS=%q: want 1 or separate", mode)
+	}
 	cfgFile := fmt.Sprintf(caddyfile, filepath.Join(h.dir, "storage"), database,
-		httpPort, httpsPort, dnsPort, logOutput, adminPort, h.http01Port, relayBlock)
-	if os.Getenv("ACMEPROXY_BENCH_PROCESS") == "1" {
+		httpPort, httpsPort, dnsPort, logOutput, adminPort, h.http01Port, relayBlock, serverBlock)
+	if mode == "1" || mode == "separate" {
 		if h.caddy, err = startCaddyProcess(h.dir, cfgFile, dnsAddr); err != nil {
 			return err
 		}
@@ -293,10 +343,19 @@ func (h *harness) start() error {
 	if !h.roots.AppendCertsFromPEM(root) {
 		return errors.New("root.crt holds no certificate")
 	}
+	if h.serverCaddy != nil {
+		root, err := h.waitForFile(filepath.Join(h.dir, "acme_server", "storage", "pki", "authorities", "local", "root.crt"))
+		if err != nil {
+			return fmt.Errorf("acme_server's Caddy wrote no root: %w", err)
+		}
+		if !h.roots.AppendCertsFromPEM(root) {
+			return errors.New("acme_server's root.crt holds no certificate")
+		}
+	}
 	h.roots.AddCert(h.pebbleTLS) // the clients talking to Pebble directly trust it
 	site := fmt.Sprintf("https://127.0.0.1:%d", httpsPort)
 	h.dirURLs[acmeProxy] = site + proxyPrefix + "/directory"
-	h.dirURLs[acmeServer] = site + serverPrefix + "/directory"
+	h.dirURLs[acmeServer] = serverSite + serverPrefix + "/directory"
 	h.dirURLs[relayed] = site + relayPrefix + "/directory"
 	h.dirURLs[relayedPrepared] = site + relayPreparedPrefix + "/directory"
 	for _, u := range h.dirURLs {
@@ -305,6 +364,43 @@ func (h *harness) start() error {
 		}
 	}
 	return nil
+}
+
+// startServerCaddy starts acme_server's own Caddy process
+// (ACMEPROXY_BENCH_PROCESS=separate) in h.dir/acme_server, serving block,
+// and returns its site's URL.
+func (h *harness) startServerCaddy(block, logOutput, dnsAddr string) (string, error) {
+	dir := filepath.Join(h.dir, "acme_server")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	var ports [3]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		ports[i] = p
+	}
+	httpPort, httpsPort, adminPort := ports[0], ports[1], ports[2]
+	cfg := fmt.Sprintf(serverCaddyfile, filepath.Join(dir, "storage"), httpPort, httpsPort, logOutput, adminPort, block)
+	p, err := startCaddyProcess(dir, cfg, dnsAddr)
+	if err != nil {
+		return "", fmt.Errorf("starting acme_server's Caddy: %w", err)
+	}
+	h.serverCaddy, h.serverAdmin = p, fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	h.cleanup = append(h.cleanup, p.stop)
+	return fmt.Sprintf("https://127.0.0.1:%d", httpsPort), nil
+}
+
+// process is the Caddy process that serves server, with its admin
+// endpoint: acme_server's own with ACMEPROXY_BENCH_PROCESS=separate, else
+// the one Caddy (nil when it runs in this process).
+func (h *harness) process(server string) (*caddyProcess, string) {
+	if server == acmeServer && h.serverCaddy != nil {
+		return h.serverCaddy, h.serverAdmin
+	}
+	return h.caddy, h.admin
 }
 
 // waitForFile reads a file Caddy writes as it starts (at once when Caddy
@@ -318,6 +414,11 @@ func (h *harness) waitForFile(path string) ([]byte, error) {
 		}
 		if err := h.caddy.exited(); err != nil {
 			return nil, err
+		}
+		if h.serverCaddy != nil {
+			if err := h.serverCaddy.exited(); err != nil {
+				return nil, fmt.Errorf("acme_server's %w", err)
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -242,21 +242,22 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 		errOnce.Do(func() { firstErr = err; cancel() })
 	}
 
-	if h.caddy != nil {
-		_ = h.caddy.resetPeakRSS()
+	caddyProc, _ := h.process(server)
+	if caddyProc != nil {
+		_ = caddyProc.resetPeakRSS()
 	}
 	runtime.GC()
 	var memBefore, memAfter runtime.MemStats
 	runtime.ReadMemStats(&memBefore)
 	prof := startServerCPUProfile(b)
 	cpuBefore := proccpu.Used()
-	caddyBefore := h.caddyCPU(b)
+	caddyBefore := h.caddyCPU(b, server)
 	pgBefore := h.postgresCPU(b, server)
 	countsBefore := counts.snapshot()
 	h.timeline.reset()
 	b.ResetTimer()
 	start := time.Now()
-	h.profiled(b, func() {
+	h.profiled(b, server, func() {
 		for i := range cs {
 			wg.Add(1)
 			go pprof.Do(ctx, labels, func(ctx context.Context) {
@@ -283,7 +284,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpu := proccpu.Used() - cpuBefore
-	caddyCPU := h.caddyCPU(b) - caddyBefore
+	caddyCPU := h.caddyCPU(b, server) - caddyBefore
 	pgCPU := h.postgresCPU(b, server) - pgBefore
 	serverShare := prof.stop(b)
 	runtime.ReadMemStats(&memAfter)
@@ -301,9 +302,9 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	b.ReportMetric(float64(memAfter.TotalAlloc-memBefore.TotalAlloc)/n, "B/cert")
 	b.ReportMetric(float64(memAfter.Mallocs-memBefore.Mallocs)/n, "allocs/cert")
 	b.ReportMetric(ms(cpu)/n, "proc-CPU-ms/cert")
-	if h.caddy != nil && server != twoInstances { // that Caddy does not serve them
+	if caddyProc != nil && server != twoInstances { // that Caddy does not serve them
 		b.ReportMetric(ms(caddyCPU)/n, "caddy-CPU-ms/cert")
-		if rss, err := h.caddy.peakRSS(); err == nil {
+		if rss, err := caddyProc.peakRSS(); err == nil {
 			b.ReportMetric(float64(rss)/(1<<20), "caddy-peak-RSS-MiB")
 		}
 	}
@@ -568,13 +569,14 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// caddyCPU is the CPU Caddy's own process has used so far; 0 when Caddy
-// runs in this process.
-func (h *harness) caddyCPU(b *testing.B) time.Duration {
-	if h.caddy == nil {
+// caddyCPU is the CPU the Caddy process serving server has used so far;
+// 0 when Caddy runs in this process.
+func (h *harness) caddyCPU(b *testing.B, server string) time.Duration {
+	p, _ := h.process(server)
+	if p == nil {
 		return 0
 	}
-	d, err := h.caddy.cpu()
+	d, err := p.cpu()
 	if err != nil {
 		b.Fatalf("reading Caddy's CPU: %v", err)
 	}

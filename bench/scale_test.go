@@ -120,9 +120,10 @@ func BenchmarkScale(b *testing.B) {
 
 // profiled runs fn while, with ACMEPROXY_BENCH_PPROF=<dir>, Caddy's admin
 // endpoint records a CPU profile of its first ACMEPROXY_BENCH_PPROF_SECONDS
-// (default 5), written to <dir>/<sub-benchmark>.pprof: Caddy's own process
-// with ACMEPROXY_BENCH_PROCESS=1. Give fn more work than that (-benchtime).
-func (h *harness) profiled(b *testing.B, fn func()) {
+// (default 5), written to <dir>/<sub-benchmark>.pprof: with
+// ACMEPROXY_BENCH_PROCESS=1 or separate, that of the Caddy process serving
+// server alone. Give fn more work than that (-benchtime).
+func (h *harness) profiled(b *testing.B, server string, fn func()) {
 	dir := os.Getenv("ACMEPROXY_BENCH_PPROF")
 	if dir == "" || b.N == 1 { // not the framework's b.N=1 probe
 		fn()
@@ -132,7 +133,8 @@ func (h *harness) profiled(b *testing.B, fn func()) {
 	name := filepath.Join(dir, strings.NewReplacer("/", "_", "=", "-").Replace(b.Name())+".pprof")
 	done := make(chan error, 1)
 	go func() {
-		resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", h.admin, secs))
+		_, admin := h.process(server)
+		resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, secs))
 		if err != nil {
 			done <- err
 			return
