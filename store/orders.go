@@ -427,10 +427,14 @@ func (a appendDest) Scan(dest ...any) error { return a.r.Scan(append(dest, a.ext
 // GetAuthz reads an authorization of a profile with its challenges, in one
 // statement (one snapshot).
 func (db *DB) GetAuthz(ctx context.Context, profile, id string) (Authz, error) {
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT `+authzCols+`, `+challengeCols+` FROM authorizations a
+	query := `SELECT ` + authzCols + `, ` + challengeCols + ` FROM authorizations a
 		JOIN orders o ON o.id = a.order_id
 		LEFT JOIN challenges c ON c.authz_id = a.id
-		WHERE a.id = ? AND o.profile = ? ORDER BY c.position`), id, profile)
+		WHERE a.id = ? AND o.profile = ? ORDER BY c.position`
+	if _, ok := db.dialect.(postgresDialect); ok {
+		query = pgGetAuthz
+	}
+	rows, err := db.r.QueryContext(ctx, db.q(query), id, profile)
 	if err != nil {
 		return Authz{}, fmt.Errorf("store: authorization %s: %w", id, err)
 	}
@@ -548,6 +552,9 @@ type ChallengeResult struct {
 // notifications the result owes) are stored in the same transaction, when
 // the challenge is settled by this call.
 func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, problem []byte, now time.Time, jobs ...NewJob) (ChallengeResult, error) {
+	if e, ok := db.eng.(*postgresEngine); ok && valid && len(jobs) == 0 {
+		return db.completeValidChallenge(ctx, e, id, problem, now) // the same writes in one round trip
+	}
 	status, validated := acme.StatusInvalid, time.Time{}
 	if valid {
 		status, validated = acme.StatusValid, now
