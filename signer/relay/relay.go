@@ -138,6 +138,8 @@ type Signer struct {
 	acct   *acme.Account // registered, once loaded
 
 	ari ariCache // the upstream's renewal windows (renewal.go)
+
+	nonces nonceStash // for the relay's own requests (download.go)
 }
 
 // New checks opts and returns a Signer. It does not contact the upstream:
@@ -199,7 +201,7 @@ func New(opts Options) (*Signer, error) {
 	if opts.Observe != nil {
 		s.transport = observedTransport{next: s.transport, s: s}
 	}
-	s.upstream = s.newClient(contextRecording{base: s.transport})
+	s.upstream = s.newClient(contextRecording{base: s.transport, stash: &s.nonces})
 	if opts.Challenge == ChallengeHTTP01 {
 		s.http = &httpPublisher{storage: opts.Storage, ownKey: s.issuerKey, issuerKeys: opts.HTTPChallengeIssuerKeys,
 			shared: s.sharedStore, now: s.clock.Now, ttl: opts.AttemptTimeout}

@@ -66,7 +66,7 @@ type bench struct {
 	s       *Signer
 }
 
-func newBench(t *testing.T, directory, challenge string) *bench {
+func newBench(t *testing.T, directory, challenge string, tweak ...func(*Options)) *bench {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -81,6 +81,9 @@ func newBench(t *testing.T, directory, challenge string) *bench {
 	opts := Options{Directory: directory, Challenge: challenge, Storage: &certmagic.FileStorage{Path: filepath.Join(dir, "storage")}, Clock: clk}
 	if challenge == ChallengeDNS01 {
 		opts.DNS = &certmagic.DNS01Solver{DNSManager: certmagic.DNSManager{DNSProvider: nopDNS{}}}
+	}
+	for _, f := range tweak {
+		f(&opts)
 	}
 	if b.s, err = New(opts); err != nil {
 		t.Fatal(err)
