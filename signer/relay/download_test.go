@@ -216,3 +216,89 @@ func b64json(s string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+func TestAPreparedUpstreamOrderIsRecordedByTheTimeItsPreparationEndsAndIsTheOneRelayed(t *testing.T) {
+	ctx := context.Background()
+	b, up := pebbleBench(t)
+	b.s.opts.PrepareUpstream = true
+	b.relayThrough(t, "warm.example.com")
+	up.reset()
+	bd, log, err := b.s.binding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prepared string
+	req := b.finalizedAfter(t, "prep.example.com", func(orderID string) {
+		// Its record is written beside the upstream challenge; once the
+		// preparation is over, it names the upstream order.
+		b.s.runPrepare(ctx, bd, log, orderID)
+		if prepared, err = b.s.preparedUpstream(ctx, b.queue, orderID); err != nil || prepared == "" {
+			t.Fatalf("after the preparation the record names %q (%v); want the upstream order", prepared, err)
+		}
+	})
+	if up.count("POST chalZ") != 1 {
+		t.Errorf("the preparation answered %d upstream challenges; want 1", up.count("POST chalZ"))
+	}
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); out != "done" {
+		t.Fatalf("relay: %s", out)
+	}
+	if n := up.count("POST order-plz"); n != 1 {
+		t.Errorf("%d upstream orders placed; want 1, the prepared one relayed", n)
+	}
+	if ro, err := b.db.GetRelayOrder(ctx, req.OrderID); err != nil || ro.UpstreamOrderURL != prepared {
+		t.Errorf("relayed %q (%v); want the prepared %q", ro.UpstreamOrderURL, err, prepared)
+	}
+}
+
+func TestAnOrderInvalidAfterItsChallengeFailsTheRelayWithTheAuthorizationsReason(t *testing.T) {
+	var (
+		up       *httptest.Server
+		mu       sync.Mutex
+		answered bool
+	)
+	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		mu.Lock()
+		done := answered
+		mu.Unlock()
+		status := "pending"
+		if done {
+			status = "invalid"
+		}
+		switch r.URL.Path {
+		case "/account":
+			w.Header().Set("Location", up.URL+"/acct/1")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"status":"valid"}`))
+		case "/order", "/order/1":
+			w.Header().Set("Location", up.URL+"/order/1")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"status":"` + status + `","identifiers":[{"type":"dns","value":"bad.example.com"}],"authorizations":["` + up.URL + `/authz/1"],"finalize":"` + up.URL + `/finalize/1"}`))
+		case "/authz/1":
+			chal := `{"type":"http-01","url":"` + up.URL + `/chal/1","token":"tok","status":"pending"}`
+			if done {
+				chal = `{"type":"http-01","url":"` + up.URL + `/chal/1","token":"tok","status":"invalid","error":{"type":"urn:ietf:params:acme:error:connection","detail":"the test refused the connection"}}`
+			}
+			_, _ = w.Write([]byte(`{"status":"` + status + `","identifier":{"type":"dns","value":"bad.example.com"},"challenges":[` + chal + `]}`))
+		case "/chal/1":
+			mu.Lock()
+			answered = true
+			mu.Unlock()
+			_, _ = w.Write([]byte(`{"type":"http-01","url":"` + up.URL + `/chal/1","token":"tok","status":"processing"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	b := newBench(t, up.URL+"/dir", ChallengeBypass)
+	req := b.finalized(t, "bad.example.com")
+	if _, err := b.s.Issue(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	out := b.s.RunJob(context.Background(), b.job(t, req.OrderID)).String()
+	if !strings.HasPrefix(out, "failed: ") || !strings.Contains(out, "the test refused the connection") {
+		t.Errorf("outcome %q; want the relay failed with the upstream challenge's error", out)
+	}
+}

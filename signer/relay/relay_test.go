@@ -100,6 +100,13 @@ type nopDNS struct{ certmagic.DNSProvider }
 // and returns the signer's request for it.
 func (b *bench) finalized(t *testing.T, name string) signer.IssueRequest {
 	t.Helper()
+	return b.finalizedAfter(t, name, nil)
+}
+
+// finalizedAfter is finalized, with beforeClaim (if set) run once the
+// order is ready, before its finalize claims it.
+func (b *bench) finalizedAfter(t *testing.T, name string, beforeClaim func(orderID string)) signer.IssueRequest {
+	t.Helper()
 	ctx := context.Background()
 	now := b.clock.Now()
 	acct, _, err := b.db.CreateAccount(ctx, store.Account{Profile: "p", Thumbprint: store.NewID(), KeyJWK: []byte(`{}`)}, now)
@@ -121,6 +128,9 @@ func (b *bench) finalized(t *testing.T, name string) signer.IssueRequest {
 	}
 	if _, err := b.db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, now); err != nil {
 		t.Fatal(err)
+	}
+	if beforeClaim != nil {
+		beforeClaim(o.ID)
 	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}}, key)
