@@ -338,7 +338,9 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	// valid), not when the job is settled: the mapping's and the job's
 	// settles, both bookkeeping without an fsync of their own, follow in
 	// the background. RunNow runs on without the request's context, so
-	// that the request's end does not turn into a flush of the job.
+	// that the request's end does not turn into a flush of the job; when
+	// the attempt does not record the certificate in time, the finalize
+	// answers after RunNow, which has then made the job durable.
 	issued, stop := s.watchIssued(ro.OrderID)
 	defer stop()
 	ran := make(chan error, 1)
@@ -352,7 +354,6 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 			return signer.IssueOutcome{}, err
 		}
 	case <-issued:
-	case <-ctx.Done():
 	}
 	return signer.IssueOutcome{Pending: true}, nil
 }
