@@ -168,8 +168,9 @@ func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger
 	}
 	// Recorded durably beside the requests that answer its challenges:
 	// once the record is durable the upstream order is either relayed or
-	// deactivated, and only a finalize that finds the record relays it
-	// (preparedUpstream), after the preparation is over. A crash before
+	// deactivated, and only a finalize that reads the record relays it
+	// (preparedUpstream, after waiting for the preparation up to its
+	// FinalizeWait; a durable write is visible only once durable). A crash before
 	// the record leaves an upstream order that nothing finalizes, its
 	// authorizations perhaps valid, to expire upstream — as a crash
 	// between its placement and its record always could.
