@@ -164,10 +164,18 @@ func withRecorder(ctx context.Context, rec *recorder) context.Context {
 // request's answer is noted by the recorder its context carries, so that
 // one client (one connection pool, one pool of upstream nonces) serves
 // every attempt while each attempt still sees its own last answer.
-type contextRecording struct{ base http.RoundTripper }
+// It also keeps its stash of nonces for the relay's own requests
+// filled (nonceStash.setAside).
+type contextRecording struct {
+	base  http.RoundTripper
+	stash *nonceStash
+}
 
 func (t contextRecording) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
+	if err == nil {
+		t.stash.setAside(req, resp)
+	}
 	if rec, ok := req.Context().Value(recorderKey{}).(*recorder); ok {
 		rec.note(resp, err)
 	}

@@ -166,24 +166,38 @@ func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger
 	if err != nil {
 		return err
 	}
-	// Recorded durably before anything else: from here the upstream
-	// order is either relayed or deactivated.
-	if _, _, err := b.Queue.Enqueue(ctx, jobs.Spec{
-		Kind: PreparedKind, Key: o.ID, Lane: signer.SigningLane(b.Profile),
-		Payload: preparedPayload{Profile: b.Profile, Order: o.ID, Upstream: order.Location},
-		RunAt:   o.Expires, Deadline: o.Expires.Add(preparedGrace), MaxAttempts: s.opts.MaxAttempts,
-	}); err != nil {
-		return fmt.Errorf("recording the prepared upstream order: %w", err)
-	}
-	log.Info("upstream order prepared", zap.String("event", "relay_upstream_prepared"), zap.String("profile", b.Profile),
-		zap.String("order", o.ID), zap.String("upstream_order", order.Location))
+	// Recorded durably beside the requests that answer its challenges:
+	// once the record is durable the upstream order is either relayed or
+	// deactivated, and only a finalize that reads the record relays it
+	// (preparedUpstream, after waiting for the preparation up to its
+	// FinalizeWait; a durable write is visible only once durable). A crash before
+	// the record leaves an upstream order that nothing finalizes, its
+	// authorizations perhaps valid, to expire upstream — as a crash
+	// between its placement and its record always could.
+	gate := startRecord(func() (string, error) {
+		if _, _, err := b.Queue.Enqueue(ctx, jobs.Spec{
+			Kind: PreparedKind, Key: o.ID, Lane: signer.SigningLane(b.Profile),
+			Payload: preparedPayload{Profile: b.Profile, Order: o.ID, Upstream: order.Location},
+			RunAt:   o.Expires, Deadline: o.Expires.Add(preparedGrace), MaxAttempts: s.opts.MaxAttempts,
+		}); err != nil {
+			return "", fmt.Errorf("recording the prepared upstream order: %w", err)
+		}
+		log.Info("upstream order prepared", zap.String("event", "relay_upstream_prepared"), zap.String("profile", b.Profile),
+			zap.String("order", o.ID), zap.String("upstream_order", order.Location))
+		return order.Location, nil
+	})
 	switch order.Status {
 	case acme.StatusPending:
-		return s.authorize(ctx, c, recorderOf(ctx), acct, order, o.ID)
+		_, err = s.authorize(ctx, c, recorderOf(ctx), acct, order, o.ID)
 	case acme.StatusReady, acme.StatusProcessing, acme.StatusValid:
-		return nil
+	default:
+		err = permanent("the prepared upstream order %s is %s", order.Location, order.Status)
 	}
-	return permanent("the prepared upstream order %s is %s", order.Location, order.Status)
+	gate.finish()
+	if gate.err != nil {
+		return gate.err
+	}
+	return err
 }
 
 // runPrepared does one attempt of a relay_prepared job, due when the

@@ -133,11 +133,19 @@ type Signer struct {
 	// preparing holds, per order this process is preparing, a channel
 	// closed once the preparation is over.
 	preparing map[string]chan struct{}
+	// issued holds, per order whose finalize waits here for its relay, a
+	// channel closed once the order's certificate is recorded (see Issue).
+	issued map[string]chan struct{}
+	// afterIssued, if set, runs in an attempt after it announced the
+	// certificate recorded (tests: the job's own bookkeeping held back).
+	afterIssued func()
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
 
 	ari ariCache // the upstream's renewal windows (renewal.go)
+
+	nonces nonceStash // for the relay's own requests (download.go)
 }
 
 // New checks opts and returns a Signer. It does not contact the upstream:
@@ -199,7 +207,7 @@ func New(opts Options) (*Signer, error) {
 	if opts.Observe != nil {
 		s.transport = observedTransport{next: s.transport, s: s}
 	}
-	s.upstream = s.newClient(contextRecording{base: s.transport})
+	s.upstream = s.newClient(contextRecording{base: s.transport, stash: &s.nonces})
 	if opts.Challenge == ChallengeHTTP01 {
 		s.http = &httpPublisher{storage: opts.Storage, ownKey: s.issuerKey, issuerKeys: opts.HTTPChallengeIssuerKeys,
 			shared: s.sharedStore, now: s.clock.Now, ttl: opts.AttemptTimeout}
@@ -324,10 +332,62 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	// The mapping is durable already (CreateRelayOrder), so a job lost
 	// to a crash before RunNow makes it durable is re-queued at start
 	// (RecoverJobs) like any relay in flight.
-	if _, _, err := b.Queue.RunNow(ctx, s.spec(b.Profile, ro), s.opts.FinalizeWait); err != nil {
-		return signer.IssueOutcome{}, err
+	//
+	// The finalize answers as soon as the attempt has recorded the
+	// certificate (the Settler's Issued, a durable write: the order is
+	// valid), not when the job is settled: the mapping's and the job's
+	// settles, both bookkeeping without an fsync of their own, follow in
+	// the background. RunNow runs on without the request's context, so
+	// that the request's end does not turn into a flush of the job; when
+	// the attempt does not record the certificate in time, the finalize
+	// answers after RunNow, which has then made the job durable.
+	issued, stop := s.watchIssued(ro.OrderID)
+	defer stop()
+	ran := make(chan error, 1)
+	go func() {
+		_, _, err := b.Queue.RunNow(context.WithoutCancel(ctx), s.spec(b.Profile, ro), s.opts.FinalizeWait)
+		ran <- err
+	}()
+	select {
+	case err := <-ran:
+		if err != nil {
+			return signer.IssueOutcome{}, err
+		}
+	case <-issued:
 	}
 	return signer.IssueOutcome{Pending: true}, nil
+}
+
+// watchIssued returns a channel closed once an attempt in this process
+// has recorded the certificate of orderID, and the function that stops
+// watching.
+func (s *Signer) watchIssued(orderID string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	if s.issued == nil {
+		s.issued = map[string]chan struct{}{}
+	}
+	s.issued[orderID] = ch
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		if s.issued[orderID] == ch {
+			delete(s.issued, orderID)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// announceIssued tells the finalize waiting for orderID, if any, that its
+// certificate is recorded.
+func (s *Signer) announceIssued(orderID string) {
+	s.mu.Lock()
+	ch := s.issued[orderID]
+	delete(s.issued, orderID)
+	s.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
 }
 
 func (s *Signer) spec(profile string, ro store.RelayOrder) jobs.Spec {
@@ -416,6 +476,10 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	}
 	if err := b.Settler.Issued(ctx, ro.OrderID, chain); err != nil {
 		return jobs.Retry("recording the certificate: " + err.Error())
+	}
+	s.announceIssued(ro.OrderID)
+	if s.afterIssued != nil {
+		s.afterIssued()
 	}
 	if err := b.DB.SettleRelayOrder(ctx, ro.OrderID, store.RelayValid, "", s.clock.Now()); err != nil {
 		log.Error("recording a finished relay", zap.String("event", "relay_settle_failed"),

@@ -66,7 +66,7 @@ type bench struct {
 	s       *Signer
 }
 
-func newBench(t *testing.T, directory, challenge string) *bench {
+func newBench(t *testing.T, directory, challenge string, tweak ...func(*Options)) *bench {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -82,6 +82,9 @@ func newBench(t *testing.T, directory, challenge string) *bench {
 	if challenge == ChallengeDNS01 {
 		opts.DNS = &certmagic.DNS01Solver{DNSManager: certmagic.DNSManager{DNSProvider: nopDNS{}}}
 	}
+	for _, f := range tweak {
+		f(&opts)
+	}
 	if b.s, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +99,13 @@ type nopDNS struct{ certmagic.DNSProvider }
 // finalized creates an order claimed for issue, as finalize hands it over,
 // and returns the signer's request for it.
 func (b *bench) finalized(t *testing.T, name string) signer.IssueRequest {
+	t.Helper()
+	return b.finalizedAfter(t, name, nil)
+}
+
+// finalizedAfter is finalized, with beforeClaim (if set) run once the
+// order is ready, before its finalize claims it.
+func (b *bench) finalizedAfter(t *testing.T, name string, beforeClaim func(orderID string)) signer.IssueRequest {
 	t.Helper()
 	ctx := context.Background()
 	now := b.clock.Now()
@@ -118,6 +128,9 @@ func (b *bench) finalized(t *testing.T, name string) signer.IssueRequest {
 	}
 	if _, err := b.db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, now); err != nil {
 		t.Fatal(err)
+	}
+	if beforeClaim != nil {
+		beforeClaim(o.ID)
 	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}}, key)

@@ -67,8 +67,15 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	for steps := 0; steps < maxSteps; steps++ {
 		switch order.Status {
 		case acme.StatusPending:
-			if err := s.authorize(ctx, c, rec, acct, order, ro.OrderID); err != nil {
+			next, err := s.authorize(ctx, c, rec, acct, order, ro.OrderID)
+			if err != nil {
 				return nil, err
+			}
+			if next.Status != "" {
+				// The order was read after its last authorization's
+				// challenge: no need to read it again.
+				order = next
+				continue
 			}
 		case acme.StatusReady:
 			if gate != nil {
@@ -255,30 +262,44 @@ const (
 
 // authorize solves every authorization of order that is still pending;
 // valid ones (from an earlier attempt, or reused by the upstream) are
-// skipped.
-func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, order acme.Order, orderID string) error {
-	for _, u := range order.Authorizations {
+// skipped. When it solved the order's last authorization, it waited for
+// it by reading the order, and returns the order as last read (once no
+// longer pending); else a zero Order, and the caller reads it.
+func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, order acme.Order, orderID string) (acme.Order, error) {
+	var read acme.Order
+	for i, u := range order.Authorizations {
 		authz, err := c.GetAuthorization(ctx, acct, u)
 		if err != nil {
-			return fmt.Errorf("reading an upstream authorization: %w", err)
+			return acme.Order{}, fmt.Errorf("reading an upstream authorization: %w", err)
 		}
 		switch authz.Status {
 		case acme.StatusValid:
 			continue
 		case acme.StatusPending:
 		default:
-			return permanent("the upstream authorization for %s is %s: %s", authz.IdentifierValue(), authz.Status, challengeProblems(authz))
+			return acme.Order{}, permanent("the upstream authorization for %s is %s: %s", authz.IdentifierValue(), authz.Status, challengeProblems(authz))
 		}
-		if err := s.solve(ctx, c, rec, acct, authz, orderID); err != nil {
-			return err
+		var via *acme.Order
+		if i == len(order.Authorizations)-1 {
+			// Every other authorization is valid: the order is ready
+			// once this one is (RFC 8555 §7.1.6), and reading it says
+			// so with the request the relay makes next anyway.
+			read = acme.Order{Location: order.Location}
+			via = &read
+		}
+		if err := s.solve(ctx, c, rec, acct, authz, orderID, via); err != nil {
+			return acme.Order{}, err
 		}
 	}
-	return nil
+	return read, nil
 }
 
 // solve answers one pending authorization with the profile's strategy
-// and waits for the upstream's verdict.
-func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, authz acme.Authorization, orderID string) error {
+// and waits for the upstream's verdict. With via (the order's Location),
+// it waits by reading the order rather than the authorization, whose
+// verdict the order's status then is, and leaves the order in via; the
+// authorization is read only for the reason when the order is invalid.
+func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, authz acme.Authorization, orderID string, via *acme.Order) error {
 	chal, err := s.pick(authz)
 	if err != nil {
 		return err
@@ -320,6 +341,22 @@ func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct 
 		}
 		if err := pause(ctx, d); err != nil {
 			return err
+		}
+		if via != nil {
+			o, err := c.GetOrder(ctx, acct, acme.Order{Location: via.Location})
+			if err != nil {
+				return fmt.Errorf("waiting for the upstream to validate %s: %w", authz.IdentifierValue(), err)
+			}
+			o.Location = via.Location
+			switch o.Status {
+			case acme.StatusPending:
+				continue
+			case acme.StatusReady, acme.StatusProcessing, acme.StatusValid:
+				*via = o
+				return nil
+			}
+			// Invalid (or unknown): the authorization says why.
+			via = nil
 		}
 		location := authz.Location
 		if authz, err = c.GetAuthorization(ctx, acct, location); err != nil {
@@ -378,15 +415,11 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 	if order.Certificate == "" {
 		return nil, fmt.Errorf("the upstream order %s is valid without a certificate URL", order.Location)
 	}
-	chains, err := c.GetCertificateChain(ctx, acct, order.Certificate)
+	rest, err := s.fetchChain(ctx, c, acct, order.Certificate)
 	if err != nil {
-		return nil, fmt.Errorf("downloading the certificate: %w", err)
-	}
-	if len(chains) == 0 {
-		return nil, errors.New("the upstream returned no certificate chain")
+		return nil, err
 	}
 	var ders [][]byte
-	rest := chains[0].ChainPEM
 	for {
 		var block *pem.Block
 		block, rest = pem.Decode(rest)

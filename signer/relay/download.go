@@ -1,0 +1,272 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/mholt/acmez/v3/acme"
+)
+
+// The certificate is downloaded here rather than by acmez's
+// GetCertificateChain, which reads the upstream's renewal information
+// (RFC 9773) with every download: one more upstream request on the
+// finalize's path per certificate, whose answer the relay does not use
+// (a client's renewalInfo request reads the upstream's window when the
+// client asks, see renewal.go).
+
+// Bounds of one download.
+const (
+	// maxChainBytes bounds a certificate chain's body.
+	maxChainBytes = 1 << 20
+	// maxUpLinks bounds how many issuers a chain is completed with from
+	// the answer's Link rel="up" (RFC 8555 §7.4.2), for an upstream that
+	// sends the leaf alone.
+	maxUpLinks = 4
+	// maxBadNonce is how often a request is sent again with the fresh
+	// nonce of a badNonce answer (RFC 8555 §6.5).
+	maxBadNonce = 3
+	// stashSize bounds the nonces kept for downloads.
+	stashSize = 16
+)
+
+// nonceStash holds upstream nonces for the relay's own requests, apart
+// from acmez's pool: a download's answer carries the nonce of the next
+// download, so that in the steady state a download needs no nonce
+// request. When it is empty, the shared client's transport sets aside the
+// nonce of the next upstream answer it sees (contextRecording), which
+// costs acmez one nonce request later at most.
+type nonceStash struct {
+	mu     sync.Mutex
+	nonces []string
+}
+
+// take returns a nonce, "" when it has none.
+func (n *nonceStash) take() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.nonces) == 0 {
+		return ""
+	}
+	v := n.nonces[len(n.nonces)-1]
+	n.nonces = n.nonces[:len(n.nonces)-1]
+	return v
+}
+
+// put keeps v ("" is ignored).
+func (n *nonceStash) put(v string) {
+	if v == "" {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.nonces) < stashSize {
+		n.nonces = append(n.nonces, v)
+	}
+}
+
+// setAside moves the Replay-Nonce of resp into the stash when the stash
+// is empty, so that its client does not use it too. The answer of a
+// newNonce request is never taken: acmez hands that nonce to its caller.
+func (n *nonceStash) setAside(req *http.Request, resp *http.Response) {
+	if n == nil || resp == nil || req.Method == http.MethodHead {
+		return
+	}
+	n.mu.Lock()
+	empty := len(n.nonces) == 0
+	n.mu.Unlock()
+	if v := resp.Header.Get("Replay-Nonce"); empty && v != "" {
+		resp.Header.Del("Replay-Nonce")
+		n.put(v)
+	}
+}
+
+// fetchChain downloads the certificate chain at certURL as acct (POST-as-
+// GET, RFC 8555 §7.4.2): PEM, leaf first, completed from Link rel="up"
+// when the upstream sends the leaf alone.
+func (s *Signer) fetchChain(ctx context.Context, c *acme.Client, acct acme.Account, certURL string) ([]byte, error) {
+	var chain []byte
+	u := certURL
+	for range maxUpLinks + 1 {
+		resp, body, err := s.postAsGet(ctx, c, acct, u)
+		if err != nil {
+			return nil, err
+		}
+		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/pem-certificate-chain" {
+			return nil, fmt.Errorf("the upstream answered the certificate with Content-Type %q", resp.Header.Get("Content-Type"))
+		}
+		chain = append(chain, body...)
+		up := upLinks(resp)
+		if len(up) == 0 {
+			return chain, nil
+		}
+		u = up[0]
+	}
+	return nil, fmt.Errorf("the upstream's certificate chain goes on past %d issuers", maxUpLinks)
+}
+
+var linkRE = regexp.MustCompile(`<(.+?)>;\s*rel="?([^";]+)"?`)
+
+// upLinks are the Link rel="up" targets of resp.
+func upLinks(resp *http.Response) []string {
+	var out []string
+	for _, l := range resp.Header.Values("Link") {
+		for _, m := range linkRE.FindAllStringSubmatch(l, -1) {
+			if m[2] == "up" {
+				u, err := resp.Request.URL.Parse(m[1])
+				if err == nil {
+					out = append(out, u.String())
+				}
+			}
+		}
+	}
+	return out
+}
+
+// postAsGet reads u as acct, sending it again with the fresh nonce of a
+// badNonce answer. An answer of 400 or more is returned as its
+// acme.Problem when it is one, else as an error naming its status.
+func (s *Signer) postAsGet(ctx context.Context, c *acme.Client, acct acme.Account, u string) (*http.Response, []byte, error) {
+	nonce := ""
+	for try := 1; ; try++ {
+		if nonce == "" {
+			nonce = s.nonces.take() // a badNonce answer's nonce may be here (setAside)
+		}
+		if nonce == "" {
+			var err error
+			if nonce, err = s.newNonce(ctx, c); err != nil {
+				return nil, nil, err
+			}
+		}
+		jws, err := signPostAsGet(acct.PrivateKey, acct.Location, nonce, u)
+		if err != nil {
+			return nil, nil, permanent("signing a request with the upstream account key: %v", err)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(jws))
+		if err != nil {
+			return nil, nil, permanent("the upstream's certificate URL %q: %v", u, err)
+		}
+		req.Header.Set("Content-Type", "application/jose+json")
+		req.Header.Set("Accept", "application/pem-certificate-chain")
+		req.Header.Set("User-Agent", c.UserAgent)
+		resp, err := c.HTTPClient.Do(req)
+		if err != nil {
+			return nil, nil, fmt.Errorf("downloading the certificate: %w", err)
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxChainBytes+1))
+		_ = resp.Body.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("downloading the certificate: %w", err)
+		}
+		nonce = resp.Header.Get("Replay-Nonce")
+		if resp.StatusCode < 400 {
+			s.nonces.put(nonce)
+			if len(body) > maxChainBytes {
+				return nil, nil, fmt.Errorf("the upstream's certificate chain is larger than %d bytes", maxChainBytes)
+			}
+			return resp, body, nil
+		}
+		var p acme.Problem
+		if json.Unmarshal(body, &p) != nil || p.Type == "" {
+			return nil, nil, fmt.Errorf("downloading the certificate: the upstream answered %s", resp.Status)
+		}
+		if p.Status == 0 {
+			p.Status = resp.StatusCode
+		}
+		if p.Type == acme.ProblemTypeBadNonce && try < maxBadNonce {
+			continue
+		}
+		s.nonces.put(nonce)
+		return nil, nil, fmt.Errorf("downloading the certificate: %w", p)
+	}
+}
+
+// newNonce asks the upstream for a nonce (HEAD newNonce).
+func (s *Signer) newNonce(ctx context.Context, c *acme.Client) (string, error) {
+	dir, err := c.GetDirectory(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading the upstream directory: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, dir.NewNonce, nil)
+	if err != nil {
+		return "", fmt.Errorf("the upstream's newNonce %q: %w", dir.NewNonce, err)
+	}
+	req.Header.Set("User-Agent", c.UserAgent)
+	resp, err := c.HTTPClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("fetching an upstream nonce: %w", err)
+	}
+	_ = resp.Body.Close()
+	if v := resp.Header.Get("Replay-Nonce"); v != "" {
+		return v, nil
+	}
+	return "", fmt.Errorf("the upstream's newNonce answered %s without a nonce", resp.Status)
+}
+
+// signPostAsGet is the flattened JWS of a POST-as-GET of u (RFC 8555
+// §6.3: an empty payload) by the account kid with key.
+func signPostAsGet(key crypto.Signer, kid, nonce, u string) ([]byte, error) {
+	alg, err := jwsAlgorithm(key)
+	if err != nil {
+		return nil, err
+	}
+	opts := (&jose.SignerOptions{}).WithHeader("kid", kid).WithHeader("nonce", nonce).WithHeader("url", u)
+	sg, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, opts)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := sg.Sign(nil)
+	if err != nil {
+		return nil, err
+	}
+	// The flattened serialization by hand: go-jose's FullSerialize
+	// leaves an empty payload out, which RFC 7515 §7.2.2 requires.
+	compact, err := obj.CompactSerialize()
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(compact, ".")
+	if len(parts) != 3 {
+		return nil, errors.New("a compact JWS without three parts")
+	}
+	return json.Marshal(struct {
+		Protected string `json:"protected"`
+		Payload   string `json:"payload"`
+		Signature string `json:"signature"`
+	}{parts[0], parts[1], parts[2]})
+}
+
+// jwsAlgorithm is the JWS algorithm of an account key, as acmez signs
+// with it.
+func jwsAlgorithm(key crypto.Signer) (jose.SignatureAlgorithm, error) {
+	switch k := key.(type) {
+	case *ecdsa.PrivateKey:
+		switch k.Curve {
+		case elliptic.P256():
+			return jose.ES256, nil
+		case elliptic.P384():
+			return jose.ES384, nil
+		case elliptic.P521():
+			return jose.ES512, nil
+		}
+	case *rsa.PrivateKey:
+		return jose.RS256, nil
+	case ed25519.PrivateKey:
+		return jose.EdDSA, nil
+	}
+	return "", errors.New("unsupported account key type")
+}
