@@ -636,10 +636,7 @@ func readTATs(ctx context.Context, db *DB, tx *sql.Tx, keys []string, lock strin
 // of keys (distinct, boxed as statement arguments), in their order; not
 // Valid for a bucket without a row. It is one row of one scalar subquery
 // per key: SQLite answers "key IN (...)" from a temporary index of the
-// list that it builds on every call. Where writes run one at a time
-// (SQLite) the read is not cancelled: the driver would not interrupt it
-// (statementContext), and a cancellable context makes database/sql watch
-// the rows with a goroutine of their own.
+// list that it builds on every call.
 func readTATVals(ctx context.Context, db *DB, tx *sql.Tx, keys []any) ([]sql.NullInt64, error) {
 	vals := make([]sql.NullInt64, len(keys))
 	if len(keys) == 0 {
@@ -648,9 +645,6 @@ func readTATVals(ctx context.Context, db *DB, tx *sql.Tx, keys []any) ([]sql.Nul
 	dest := make([]any, len(keys))
 	for i := range vals {
 		dest[i] = &vals[i]
-	}
-	if db.dialect.rowLock() == "" {
-		ctx = context.WithoutCancel(ctx)
 	}
 	if err := tx.QueryRowContext(ctx, db.q(tatSQL.read(len(keys))), keys...).Scan(dest...); err != nil {
 		return nil, err
