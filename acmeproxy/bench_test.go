@@ -340,14 +340,7 @@ func BenchmarkNewOrderLimits(b *testing.B) {
 					f = newBenchFixtureOn(b, db, lim.limits)
 				}
 				url := f.base + "/new-order"
-				bodies := make([][]byte, b.N)
-				for i := range bodies {
-					if i > 0 && i%perAccount == 0 {
-						f = f.withAccount(b)
-					}
-					payload := fmt.Sprintf(`{"identifiers":[{"type":"dns","value":"n%d.bench.example.com"}]}`, i)
-					bodies[i] = f.signKID(b, url, f.srv.nonces.mint("bench", time.Now()), []byte(payload))
-				}
+				f, bodies := f.newOrderBodies(b, b.N, perAccount)
 				b.ReportAllocs()
 				b.ResetTimer()
 				cpu := proccpu.Used()
@@ -363,6 +356,35 @@ func BenchmarkNewOrderLimits(b *testing.B) {
 				reportCPU(b, cpu)
 			})
 		}
+	}
+}
+
+// newOrderBodies signs n new-orders of one name each, perAccount to an
+// account (f's, then new ones), and returns the fixture of the last.
+func (f *benchFixture) newOrderBodies(b *testing.B, n, perAccount int) (*benchFixture, [][]byte) {
+	b.Helper()
+	url := f.base + "/new-order"
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		if i > 0 && i%perAccount == 0 {
+			f = f.withAccount(b)
+		}
+		payload := fmt.Sprintf(`{"identifiers":[{"type":"dns","value":"n%d.bench.example.com"}]}`, i)
+		bodies[i] = f.signKID(b, url, f.srv.nonces.mint("bench", time.Now()), []byte(payload))
+	}
+	return f, bodies
+}
+
+// BenchmarkNewOrderRequests is BenchmarkNewOrderLimits/limits=off's
+// preparation alone: the same fixture and the same signed requests, none
+// of them served. Instruction counts of a whole run (callgrind) count
+// that client-side work too; this is what to subtract from them for the
+// server's share.
+func BenchmarkNewOrderRequests(b *testing.B) {
+	f := newBenchFixtureWith(b, "FULL", everyLimitOff())
+	_, bodies := f.newOrderBodies(b, b.N, 500)
+	if len(bodies) != b.N {
+		b.Fatalf("%d requests signed; want %d", len(bodies), b.N)
 	}
 }
 

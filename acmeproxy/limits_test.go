@@ -157,6 +157,10 @@ func TestEachLimitRefusesThePastRequestWithRateLimitedAndChangesNothingElse(t *t
 				c.await(o.Authorizations[0], "invalid")
 				r := c.post(e.url("/new-order"), map[string]any{"identifiers": []any{dnsID("ok.example.com"), dnsID("fails.example.com")}}, jwsOpts{})
 				return r, func(t *testing.T) {
+					// The client is told which identifier keeps failing.
+					if !strings.Contains(r.problem.Detail, "validation of fails.example.com is over") {
+						t.Errorf("detail %q does not name the identifier whose validations failed", r.problem.Detail)
+					}
 					if n := accountOrders(t, e, c); n != 1 {
 						t.Errorf("the account has %d orders; want 1", n)
 					}

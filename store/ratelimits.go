@@ -323,28 +323,37 @@ func scanTATs(ctx context.Context, tx *sql.Tx, query string, args []any, tats ma
 // when its bound, not yet expired, has room for the order's
 // authorizations, and moves by them; otherwise pendingCount counts. On
 // PostgreSQL the read locks the buckets spent from first (readSpentTATs).
+//
+// It runs on every limited new-order, so it keeps its state in slices by
+// key (keyIndex) rather than maps, boxes each key once for both
+// statements, and takes their text from tatSQL.
 func (db *DB) spendDecided(ctx context.Context, tx *sql.Tx, spends []LimitSpend, now time.Time, oc *orderCap) ([]LimitDecision, bool, error) {
-	keys := bucketKeys(spends)
-	tats, err := db.readSpentTATs(ctx, tx, spends, keys)
+	ki := keyIndex(spends)
+	tats, err := db.readSpentTATs(ctx, tx, spends, ki)
 	if err != nil {
 		return nil, false, err
 	}
 	at := now.UnixNano()
 	out, allowed := make([]LimitDecision, len(spends)), true
-	moved := make(map[string]bool, len(keys))
-	move := func(key string, tat int64) {
-		moved[key], tats[key] = true, tat
+	moved, nMoved := make([]bool, len(ki.keys)), 0
+	move := func(k int, tat int64) {
+		if !moved[k] {
+			moved[k] = true
+			nMoved++
+		}
+		tats[k] = sql.NullInt64{Int64: tat, Valid: true}
 	}
 	for i, s := range spends {
 		if s.PendingAuthzs {
 			continue
 		}
-		tat := tats[s.Key]
+		k := ki.at[i]
+		tat := tats[k].Int64 // 0 for no row: a full bucket
 		var next int64
 		out[i], next = gcra(tat, s, at)
 		allowed = allowed && out[i].Allowed
 		if !s.CheckOnly && next != tat {
-			move(s.Key, next)
+			move(k, next)
 		}
 	}
 	// The cap last, so that a count (which writes the bound itself)
@@ -353,11 +362,12 @@ func (db *DB) spendDecided(ctx context.Context, tx *sql.Tx, spends []LimitSpend,
 		if !s.PendingAuthzs {
 			continue
 		}
+		k := ki.at[i]
 		expires := oc.expires()
-		if bound, ok := tats[s.Key]; ok && bound > at && bound&boundCountMask+s.Cost <= s.Burst {
-			n := bound&boundCountMask + s.Cost
+		if b := tats[k]; b.Valid && b.Int64 > at && b.Int64&boundCountMask+s.Cost <= s.Burst {
+			n := b.Int64&boundCountMask + s.Cost
 			out[i] = LimitDecision{Allowed: true, Remaining: s.Burst - n}
-			move(s.Key, max(bound&^boundCountMask, expires)|n)
+			move(k, max(b.Int64&^boundCountMask, expires)|n)
 			continue
 		}
 		d, err := db.pendingCount(ctx, tx, oc, s, expires, now)
@@ -367,22 +377,105 @@ func (db *DB) spendDecided(ctx context.Context, tx *sql.Tx, spends []LimitSpend,
 		out[i] = d
 		allowed = allowed && d.Allowed
 	}
-	if !allowed || len(moved) == 0 {
+	if !allowed || nMoved == 0 {
 		return out, allowed, nil
 	}
 	// In the order of the spends, so that two writers on PostgreSQL lock
 	// shared rows in one order.
-	args := make([]any, 0, 2*len(moved))
-	for _, k := range keys {
+	args := make([]any, 0, 2*nMoved)
+	for k := range ki.keys {
 		if moved[k] {
-			args = append(args, k, tats[k])
+			args = append(args, ki.args[k], tats[k].Int64)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES (?, ?)`+strings.Repeat(", (?, ?)", len(moved)-1)+`
-		ON CONFLICT (key) DO UPDATE SET tat_ns = excluded.tat_ns`), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, db.q(tatSQL.upsert(nMoved)), args...); err != nil {
 		return nil, false, err
 	}
 	return out, true, nil
+}
+
+// spendKeys are the keys of a call's spends, each once in the order they
+// first come (keys, and args, the same boxed once for the statements'
+// arguments), and at, for each spend, the index of its key.
+type spendKeys struct {
+	keys []string
+	args []any
+	at   []int
+}
+
+// keyIndex is the spendKeys of spends. A new-order has a few distinct
+// keys, found by comparing with those before; a map only for many.
+func keyIndex(spends []LimitSpend) spendKeys {
+	ki := spendKeys{keys: make([]string, 0, len(spends)), args: make([]any, 0, len(spends)), at: make([]int, len(spends))}
+	var seen map[string]int
+	if len(spends) > 16 {
+		seen = make(map[string]int, len(spends))
+	}
+	for i, s := range spends {
+		k := -1
+		if seen != nil {
+			if j, ok := seen[s.Key]; ok {
+				k = j
+			}
+		} else {
+			for j, key := range ki.keys {
+				if key == s.Key {
+					k = j
+					break
+				}
+			}
+		}
+		if k < 0 {
+			k = len(ki.keys)
+			ki.keys, ki.args = append(ki.keys, s.Key), append(ki.args, s.Key)
+			if seen != nil {
+				seen[s.Key] = k
+			}
+		}
+		ki.at[i] = k
+	}
+	return ki
+}
+
+// tatStatements are the texts of the two statements of spendDecided for a
+// number of keys, built once for the few a new-order has.
+type tatStatements struct {
+	reads, upserts [9]string
+}
+
+var tatSQL = func() *tatStatements {
+	t := &tatStatements{}
+	for n := 1; n < len(t.reads); n++ {
+		t.reads[n], t.upserts[n] = readTATsSQL(n), upsertTATsSQL(n)
+	}
+	return t
+}()
+
+// read is the unlocked read of n TATs: one row of one scalar subquery per
+// key (see readTATs).
+func (t *tatStatements) read(n int) string {
+	if n < len(t.reads) {
+		return t.reads[n]
+	}
+	return readTATsSQL(n)
+}
+
+// upsert writes n (key, TAT) pairs.
+func (t *tatStatements) upsert(n int) string {
+	if n < len(t.upserts) {
+		return t.upserts[n]
+	}
+	return upsertTATsSQL(n)
+}
+
+func readTATsSQL(n int) string {
+	const one = `(SELECT tat_ns FROM rate_limits WHERE key = ?)`
+	return `SELECT ` + one + strings.Repeat(", "+one, n-1)
+}
+
+func upsertTATsSQL(n int) string {
+	return `INSERT INTO rate_limits (key, tat_ns) VALUES (?, ?)` + strings.Repeat(", (?, ?)", n-1) + `
+		ON CONFLICT (key) DO UPDATE SET tat_ns = excluded.tat_ns`
 }
 
 // LimitError is the refusal of a write that spends from rate limits (see
@@ -513,9 +606,7 @@ func bucketKeys(spends []LimitSpend) []string {
 
 // readTATs reads the stored TAT of each bucket of keys (distinct), by key;
 // none for a bucket without a row. lock is "" or the dialect's row lock,
-// to keep the rows read locked. Unlocked, it is one row of one scalar
-// subquery per key: SQLite answers "key IN (...)" from a temporary index
-// of the list that it builds on every call.
+// to keep the rows read locked.
 func readTATs(ctx context.Context, db *DB, tx *sql.Tx, keys []string, lock string) (map[string]int64, error) {
 	tats := make(map[string]int64, len(keys))
 	if len(keys) == 0 {
@@ -529,13 +620,8 @@ func readTATs(ctx context.Context, db *DB, tx *sql.Tx, keys []string, lock strin
 		err := scanTATs(ctx, tx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`+lock), args, tats, nil)
 		return tats, err
 	}
-	vals := make([]sql.NullInt64, len(keys))
-	dest := make([]any, len(keys))
-	for i := range vals {
-		dest[i] = &vals[i]
-	}
-	const one = `(SELECT tat_ns FROM rate_limits WHERE key = ?)`
-	if err := tx.QueryRowContext(ctx, db.q(`SELECT `+one+strings.Repeat(", "+one, len(keys)-1)), args...).Scan(dest...); err != nil {
+	vals, err := readTATVals(ctx, db, tx, args)
+	if err != nil {
 		return nil, err
 	}
 	for i, v := range vals {
@@ -546,18 +632,39 @@ func readTATs(ctx context.Context, db *DB, tx *sql.Tx, keys []string, lock strin
 	return tats, nil
 }
 
-// readSpentTATs is readTATs for a write that decides its spends from the
-// TATs it reads. Where writes run one at a time (SQLite) that is a plain
-// read. On PostgreSQL the buckets spent from are locked first, in the
-// order of their keys (so that two such writes never wait for each other
-// in a circle), by an upsert that leaves an existing row as it is and
-// creates a missing one full (TAT 0, what no row means): a concurrent
-// spender of the bucket then waits for this write, and two spenders of a
-// bucket nobody has spent yet cannot both find it full. The upsert's rows
-// are the TATs; the buckets only checked are read as readTATs reads them.
-func (db *DB) readSpentTATs(ctx context.Context, tx *sql.Tx, spends []LimitSpend, keys []string) (map[string]int64, error) {
+// readTATVals reads, unlocked, the stored TAT of the bucket of each key
+// of keys (distinct, boxed as statement arguments), in their order; not
+// Valid for a bucket without a row. It is one row of one scalar subquery
+// per key: SQLite answers "key IN (...)" from a temporary index of the
+// list that it builds on every call.
+func readTATVals(ctx context.Context, db *DB, tx *sql.Tx, keys []any) ([]sql.NullInt64, error) {
+	vals := make([]sql.NullInt64, len(keys))
+	if len(keys) == 0 {
+		return vals, nil
+	}
+	dest := make([]any, len(keys))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	if err := tx.QueryRowContext(ctx, db.q(tatSQL.read(len(keys))), keys...).Scan(dest...); err != nil {
+		return nil, err
+	}
+	return vals, nil
+}
+
+// readSpentTATs is readTATVals for a write that decides its spends from
+// the TATs it reads, the TATs by the index of their key in ki. Where
+// writes run one at a time (SQLite) that is a plain read. On PostgreSQL
+// the buckets spent from are locked first, in the order of their keys (so
+// that two such writes never wait for each other in a circle), by an
+// upsert that leaves an existing row as it is and creates a missing one
+// full (TAT 0, what no row means): a concurrent spender of the bucket
+// then waits for this write, and two spenders of a bucket nobody has
+// spent yet cannot both find it full. The upsert's rows are the TATs; the
+// buckets only checked are read as readTATs reads them.
+func (db *DB) readSpentTATs(ctx context.Context, tx *sql.Tx, spends []LimitSpend, ki spendKeys) ([]sql.NullInt64, error) {
 	if db.dialect.rowLock() == "" {
-		return readTATs(ctx, db, tx, keys, "")
+		return readTATVals(ctx, db, tx, ki.args)
 	}
 	var spent []string
 	seen := make(map[string]bool, len(spends))
@@ -568,23 +675,31 @@ func (db *DB) readSpentTATs(ctx context.Context, tx *sql.Tx, spends []LimitSpend
 		}
 	}
 	var checked []string
-	for _, k := range keys {
+	for _, k := range ki.keys {
 		if !seen[k] {
 			checked = append(checked, k)
 		}
 	}
 	tats, err := readTATs(ctx, db, tx, checked, "")
-	if err != nil || len(spent) == 0 {
-		return tats, err
-	}
-	slices.Sort(spent)
-	args := make([]any, len(spent))
-	for i, k := range spent {
-		args[i] = k
-	}
-	err = scanTATs(ctx, tx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES (?, 0)`+strings.Repeat(", (?, 0)", len(spent)-1)+`
+	if err == nil && len(spent) > 0 {
+		slices.Sort(spent)
+		args := make([]any, len(spent))
+		for i, k := range spent {
+			args[i] = k
+		}
+		err = scanTATs(ctx, tx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES (?, 0)`+strings.Repeat(", (?, 0)", len(spent)-1)+`
 		ON CONFLICT (key) DO UPDATE SET tat_ns = rate_limits.tat_ns RETURNING key, tat_ns`), args, tats, nil)
-	return tats, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	vals := make([]sql.NullInt64, len(ki.keys))
+	for i, k := range ki.keys {
+		if tat, ok := tats[k]; ok {
+			vals[i] = sql.NullInt64{Int64: tat, Valid: true}
+		}
+	}
+	return vals, nil
 }
 
 func writeTAT(ctx context.Context, db *DB, tx *sql.Tx, key string, tat int64) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -47,6 +48,17 @@ func pendingBoundKey(profile, accountID string) string {
 	return "pending_authorizations/" + profile + "/" + accountID
 }
 
+// isPendingBoundKey reports whether key is pendingBoundKey(profile,
+// accountID), without building it: CreateOrder asks on every new-order.
+func isPendingBoundKey(key, profile, accountID string) bool {
+	const prefix = "pending_authorizations/"
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok || len(rest) != len(profile)+1+len(accountID) {
+		return false
+	}
+	return rest[:len(profile)] == profile && rest[len(profile)] == '/' && rest[len(profile)+1:] == accountID
+}
+
 // packBound is a bound row's tat_ns: count n, every authorization it counts
 // expired by expires (Unix nanoseconds).
 func packBound(expires, n int64) int64 {
@@ -64,8 +76,8 @@ func pendingCapOf(o Order, spends []LimitSpend) (int, error) {
 		if at >= 0 {
 			return -1, fmt.Errorf("store: two pending authorizations caps in one order")
 		}
-		if want := pendingBoundKey(o.Profile, o.AccountID); s.Key != want {
-			return -1, fmt.Errorf("store: pending authorizations cap %q for the order of %s: want the key %q", Clip(s.Key, 64), o.AccountID, want)
+		if !isPendingBoundKey(s.Key, o.Profile, o.AccountID) {
+			return -1, fmt.Errorf("store: pending authorizations cap %q for the order of %s: want the key %q", Clip(s.Key, 64), o.AccountID, pendingBoundKey(o.Profile, o.AccountID))
 		}
 		at = i
 	}

@@ -275,3 +275,31 @@ func TestAPendingCapIsRefusedOutsideAnOrderAndWithAnotherAccountsKey(t *testing.
 		}
 	})
 }
+
+// CreateOrder takes a cap only under the key of the order's own account
+// and profile: a key that merely shares their text, split elsewhere, is
+// another bound.
+func TestAPendingCapKeyIsTheOrdersProfileAndAccountExactly(t *testing.T) {
+	tests := []struct {
+		name, key string
+		want      bool
+	}{
+		{"the order's own", "pending_authorizations/p/acct", true},
+		{"another account", "pending_authorizations/p/acct2", false},
+		{"another profile", "pending_authorizations/q/acct", false},
+		{"the same text split elsewhere", "pending_authorizations/pa/cct", false},
+		{"no separator", "pending_authorizations/pxacct", false},
+		{"another limit", "orders_per_account/p/acct", false},
+		{"the prefix alone", "pending_authorizations/", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := isPendingBoundKey(tt.key, "p", "acct"); got != tt.want {
+				t.Errorf("isPendingBoundKey(%q, p, acct) = %v; want %v", tt.key, got, tt.want)
+			}
+			if got := tt.key == pendingBoundKey("p", "acct"); got != tt.want {
+				t.Errorf("%q == pendingBoundKey(p, acct) is %v; want %v", tt.key, got, tt.want)
+			}
+		})
+	}
+}

@@ -141,8 +141,16 @@ func (l Limits) For(name, accountID, eabLabel string) Rate {
 // one per request.
 const limitAuditInterval = time.Hour
 
-// limitKey names a bucket: the limit, the profile and the subject.
+// limitKey names a bucket: the limit, the profile and the subject. The
+// keys of a new-order's buckets (one or two parts of subject) are built
+// in one allocation each.
 func (au *Authority) limitKey(name string, subject ...string) string {
+	switch len(subject) {
+	case 1:
+		return name + "/" + au.cfg.Profile + "/" + subject[0]
+	case 2:
+		return name + "/" + au.cfg.Profile + "/" + subject[0] + "/" + subject[1]
+	}
 	return name + "/" + au.cfg.Profile + "/" + strings.Join(subject, "/")
 }
 
@@ -159,6 +167,18 @@ type limited struct {
 	rate  Rate
 	spend store.LimitSpend
 	what  string // the subject, for the detail: "this account", "10.0.0.0/8"
+	// validationOf, for a failed_validations check, is the identifier
+	// whose validations it counts: the detail's subject is built from it
+	// only for a refusal.
+	validationOf string
+}
+
+// subject is l's subject, for the detail of a refusal.
+func (l limited) subject() string {
+	if l.validationOf != "" {
+		return "this account's validation of " + l.validationOf
+	}
+	return l.what
 }
 
 // LimitSpent is what a request took from its profile's limits, for Refund.
@@ -217,7 +237,7 @@ func (au *Authority) deniedBy(ctx context.Context, ls []limited, out []store.Lim
 						l.name, d.Held, l.spend.Cost, l.rate.Count))
 			}
 			return au.refuseLimited(ctx, l.name, l.spend.Key, acct, cl, problem.RateLimitedF(d.RetryAfter,
-				"%s: %s is over this server's limit of %s; retry after %s", l.name, l.what, l.rate, d.RetryAfter.Round(time.Second)))
+				"%s: %s is over this server's limit of %s; retry after %s", l.name, l.subject(), l.rate, d.RetryAfter.Round(time.Second)))
 		}
 	}
 	return errors.New("authority: the store denied a rate limit spend without a denied bucket")
@@ -274,7 +294,7 @@ func (au *Authority) spendAccountLimit(ctx context.Context, cl Client, eabLabel 
 		// their own, at the label's rate.
 		subject = append(subject, "eab:"+eabLabel)
 	}
-	return au.spendLimits(ctx, []limited{{LimitAccountsPerIP, r, au.bucket(LimitAccountsPerIP, r, subject...), src}}, "", cl)
+	return au.spendLimits(ctx, []limited{{name: LimitAccountsPerIP, rate: r, spend: au.bucket(LimitAccountsPerIP, r, subject...), what: src}}, "", cl)
 }
 
 // MaxIdentifiers is how many identifiers one order of acct may have; 0
@@ -314,16 +334,16 @@ type OrderLimits struct {
 // decides it; until the HTTP front reads "replaces", it passes false.
 func (au *Authority) OrderLimits(ctx context.Context, acct store.Account, idents []acme.Identifier, wildcards []bool, renewalInARIWindow bool, cl Client) (*OrderLimits, error) {
 	lim := func(name string) Rate { return au.cfg.Limits.For(name, acct.ID, acct.EABLabel) }
-	var ls []limited
+	ls := make([]limited, 0, 3+len(idents))
 	if r := lim(LimitPendingAuthorizations); !r.Off() {
 		// Decided by CreateOrder in the order's write, against a bound
 		// it keeps of the account's pending authorizations (see
 		// store.LimitSpend.PendingAuthzs).
-		ls = append(ls, limited{LimitPendingAuthorizations, r, store.LimitSpend{Key: au.limitKey(LimitPendingAuthorizations, acct.ID),
-			Burst: int64(r.Count), Cost: int64(len(idents)), PendingAuthzs: true}, "this account"})
+		ls = append(ls, limited{name: LimitPendingAuthorizations, rate: r, spend: store.LimitSpend{Key: au.limitKey(LimitPendingAuthorizations, acct.ID),
+			Burst: int64(r.Count), Cost: int64(len(idents)), PendingAuthzs: true}, what: "this account"})
 	}
 	if r := lim(LimitOrdersPerAccount); !r.Off() && !renewalInARIWindow {
-		ls = append(ls, limited{LimitOrdersPerAccount, r, au.bucket(LimitOrdersPerAccount, r, acct.ID), "this account"})
+		ls = append(ls, limited{name: LimitOrdersPerAccount, rate: r, spend: au.bucket(LimitOrdersPerAccount, r, acct.ID), what: "this account"})
 	}
 	if r := lim(LimitFailedValidations); !r.Off() {
 		for i, id := range idents {
@@ -333,12 +353,12 @@ func (au *Authority) OrderLimits(ctx context.Context, acct store.Account, idents
 			}
 			b := au.bucket(LimitFailedValidations, r, acct.ID, id.Type+":"+value)
 			b.CheckOnly = true
-			ls = append(ls, limited{LimitFailedValidations, r, b, "this account's validation of " + value})
+			ls = append(ls, limited{name: LimitFailedValidations, rate: r, spend: b, validationOf: value})
 		}
 	}
 	if r := lim(LimitDuplicateCertificates); !r.Off() && !renewalInARIWindow {
-		ls = append(ls, limited{LimitDuplicateCertificates, r, au.bucket(LimitDuplicateCertificates, r, acct.ID, identifierSetKey(idents)),
-			"this account's orders for exactly these identifiers"})
+		ls = append(ls, limited{name: LimitDuplicateCertificates, rate: r, spend: au.bucket(LimitDuplicateCertificates, r, acct.ID, identifierSetKey(idents)),
+			what: "this account's orders for exactly these identifiers"})
 	}
 	return &OrderLimits{acct: acct.ID, cl: cl, ls: ls}, nil
 }
@@ -368,6 +388,11 @@ func (au *Authority) limitRefusal(ctx context.Context, l *OrderLimits, err error
 // identifierSetKey names an exact identifier set, whatever its order:
 // a hash of the sorted identifiers, so a bucket key stays short.
 func identifierSetKey(idents []acme.Identifier) string {
+	if len(idents) == 1 {
+		// The same hash as below, without the slice to sort.
+		h := sha256.Sum256([]byte(idents[0].Type + ":" + strings.ToLower(idents[0].Value)))
+		return hex.EncodeToString(h[:16])
+	}
 	s := make([]string, len(idents))
 	for i, id := range idents {
 		s[i] = id.Type + ":" + strings.ToLower(id.Value)

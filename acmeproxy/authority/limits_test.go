@@ -58,3 +58,47 @@ func TestAnIdentifierSetIsNamedTheSameWhateverItsOrder(t *testing.T) {
 		}
 	}
 }
+
+// A one-name order spends from the same duplicate_certificates bucket
+// whatever the name's case and however often the set names it: the
+// single-identifier key is the set's key.
+func TestAOneNameSetIsNamedAsTheSameNameRepeatedInAnyCase(t *testing.T) {
+	dns := func(v ...string) []acme.Identifier {
+		out := make([]acme.Identifier, len(v))
+		for i, s := range v {
+			out[i] = acme.Identifier{Type: acme.IdentifierDNS, Value: s}
+		}
+		return out
+	}
+	one := identifierSetKey(dns("A.Example"))
+	for _, same := range [][]acme.Identifier{dns("a.example", "a.example"), dns("A.EXAMPLE", "a.example")} {
+		if got := identifierSetKey(same); got != one {
+			t.Errorf("%v: %s; want %s, the key of {a.example}", same, got, one)
+		}
+	}
+	if identifierSetKey(dns("b.example")) == one {
+		t.Errorf("{b.example} is named as {a.example}")
+	}
+}
+
+// A bucket key names each part of the subject in order, so that one
+// account's bucket is never another subject's.
+func TestALimitKeyNamesTheLimitTheProfileAndEachPartOfTheSubject(t *testing.T) {
+	au := &Authority{cfg: Config{Profile: "internal"}}
+	tests := []struct {
+		name    string
+		subject []string
+		want    string
+	}{
+		{"one part", []string{"acct"}, "orders_per_account/internal/acct"},
+		{"two parts", []string{"acct", "dns:a.example"}, "orders_per_account/internal/acct/dns:a.example"},
+		{"three parts", []string{"10.0.0.0/8", "eab:fleet", "x"}, "orders_per_account/internal/10.0.0.0/8/eab:fleet/x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := au.limitKey(LimitOrdersPerAccount, tt.subject...); got != tt.want {
+				t.Errorf("limitKey: %q; want %q", got, tt.want)
+			}
+		})
+	}
+}
