@@ -110,10 +110,11 @@ func BenchmarkTheWriterHeldByStoringACRLOf100000Entries(b *testing.B) {
 // one-row upsert, Flush) of 8 writers at once into SQLite, without and
 // with a CRL of 100,000 entries stored every half second meanwhile (as
 // a burst of revocations has it regenerated), and reports their median,
-// 99th percentile and longest: how much a CRL's write delays the writes
-// queued behind it.
+// 99th and 99.9th percentiles and longest: how much a CRL's write delays
+// the writes queued behind it (those a CRL delays are a few in a
+// thousand: give it tens of thousands of writes).
 //
-//	go test -run '^$' -bench SmallWritesWhileACRLIsStored -benchtime 10000x ./store/
+//	go test -run '^$' -bench SmallWritesWhileACRLIsStored -benchtime 100000x ./store/
 func BenchmarkSmallWritesWhileACRLIsStored(b *testing.B) {
 	const crlEvery = 500 * time.Millisecond
 	for _, c := range []struct {
@@ -181,12 +182,10 @@ func BenchmarkSmallWritesWhileACRLIsStored(b *testing.B) {
 			slices.Sort(times)
 			b.ReportMetric(millis(quantile(times, 0.5)), "p50-ms")
 			b.ReportMetric(millis(quantile(times, 0.99)), "p99-ms")
+			b.ReportMetric(millis(quantile(times, 0.999)), "p99.9-ms")
 			b.ReportMetric(millis(times[len(times)-1]), "max-ms")
 			if c.crls {
 				b.ReportMetric(float64(stored), "crls")
-				if stored == 0 {
-					b.Errorf("no CRL stored while %d writes ran; give it more (-benchtime)", len(times))
-				}
 			}
 		})
 	}
