@@ -471,4 +471,23 @@ var postgresMigrations = []migration{
 			`CREATE INDEX orders_expiry ON orders (status, expires_at) WHERE status IN ('pending','ready','invalid')`,
 		},
 	},
+	{
+		version: 23,
+		name:    "crl_parts",
+		stmts: []string{
+			// As SQLite's step: a CRL in parts of up to 256 KiB, each its
+			// own short write, named by crls (number and part count) in a
+			// last small one; the stored CRL becomes its only part.
+			`CREATE TABLE crl_parts (
+				issuer_key_id TEXT    NOT NULL,
+				number        BIGINT  NOT NULL,
+				part          INTEGER NOT NULL,
+				der           BYTEA   NOT NULL,
+				PRIMARY KEY (issuer_key_id, number, part)
+			)`,
+			`INSERT INTO crl_parts (issuer_key_id, number, part, der) SELECT issuer_key_id, number, 0, der FROM crls`,
+			`ALTER TABLE crls ADD COLUMN parts INTEGER NOT NULL DEFAULT 1`,
+			`ALTER TABLE crls DROP COLUMN der`,
+		},
+	},
 }

@@ -42,6 +42,7 @@ type SQLiteOptions struct {
 	// issuance writes.
 	observeWrites func(query string)
 	observeCommit func(writes int, lazy bool)
+	observeHold   func(writes int, d time.Duration)
 }
 
 // OpenSQLite opens (creating if needed) the SQLite database at path, brings
@@ -102,6 +103,7 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 
 	gc := newGroupCommit(w, opts.Synchronous)
 	gc.observe = opts.observeCommit
+	gc.observeHold = opts.observeHold
 	return open(ctx, r, &sqliteEngine{w: w, gc: gc}, sqliteDialect{}, path)
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // maxWriteBatch bounds how many writes share one commit.
@@ -48,6 +49,10 @@ type groupCommit struct {
 	// observe, when set (by tests, before the first write), is told of
 	// every commit: how many writes it held and whether it was lazy.
 	observe func(writes int, lazy bool)
+	// observeHold, when set (by tests, before the first write), is told
+	// how long each commit held the writer, from its BEGIN to the end of
+	// its COMMIT, and how many writes it held.
+	observeHold func(writes int, d time.Duration)
 }
 
 type writeReq struct {
@@ -143,6 +148,7 @@ func (g *groupCommit) commit(batch []*writeReq) {
 		finish(err)
 		return
 	}
+	start := time.Now()
 	tx, err := g.db.BeginTx(context.Background(), nil)
 	if err != nil {
 		finish(fmt.Errorf("store: begin: %w", err))
@@ -179,6 +185,9 @@ func (g *groupCommit) commit(batch []*writeReq) {
 	}
 	if g.observe != nil {
 		g.observe(len(batch), lazy)
+	}
+	if g.observeHold != nil {
+		g.observeHold(len(batch), time.Since(start))
 	}
 	finish(nil)
 }
