@@ -10,7 +10,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/freeport"
 )
 
 // caddyPkg is what buildCaddy builds.
@@ -58,15 +59,15 @@ func buildCaddy(t *testing.T) string {
 	return bin
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// below the ephemeral range (see internal/freeport).
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.TCP("127.0.0.1")
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // syncBuffer is a bytes.Buffer safe for a writing process and a reading

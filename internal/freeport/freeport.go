@@ -1,0 +1,61 @@
+// Package freeport picks TCP ports for tests that must name a port before
+// the program that listens on it starts (a Caddy config, a child process).
+//
+// Asking the kernel for port 0 and closing the listener returns a port from
+// the ephemeral range, the same range every outgoing connection of every
+// test process running meanwhile takes its source port from: between the
+// pick and the bind, any of them may take it, and the bind then fails with
+// "address already in use". So the port is drawn at random from below the
+// ephemeral range, which the kernel never hands out by itself, and checked
+// free by listening on it once.
+package freeport
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// lowest is the bottom of the ports drawn from: above the registered
+// services most machines run.
+const lowest = 10000
+
+// TCP returns a port on host (an IP address) that was free a moment ago
+// and lies below the ephemeral range.
+func TCP(host string) (int, error) {
+	top := ephemeralStart()
+	var last error
+	for range 100 {
+		port := lowest + rand.IntN(top-lowest)
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			last = err
+			continue
+		}
+		ln.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("freeport: no free port below %d on %s: %w", top, host, last)
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range (Linux's
+// ip_local_port_range), 32768 where it cannot be read.
+func ephemeralStart() int {
+	const fallback = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return fallback
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return fallback
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n <= lowest+1000 {
+		return fallback
+	}
+	return n
+}
