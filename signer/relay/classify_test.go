@@ -42,6 +42,24 @@ func fakeUpstream(t *testing.T, answer http.HandlerFunc) *httptest.Server {
 	return ts
 }
 
+// registeredUpstream is fakeUpstream whose newAccount registers every key as
+// account /acct/1, valid; answer gets every other request.
+func registeredUpstream(t *testing.T, answer http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	var up *httptest.Server
+	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/account" {
+			answer(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", up.URL+"/acct/1")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"status":"valid"}`))
+	})
+	return up
+}
+
 // problemAnswer answers with a problem document.
 func problemAnswer(status int, typ, detail string, header ...string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {

@@ -142,13 +142,9 @@ func TestTheRelaysDownloadsNeedNoNonceRequestOfTheirOwn(t *testing.T) {
 func validOrderUpstream(t *testing.T, cert http.HandlerFunc) *httptest.Server {
 	t.Helper()
 	var up *httptest.Server
-	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+	up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
-		case "/account":
-			w.Header().Set("Location", up.URL+"/acct/1")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write([]byte(`{"status":"valid"}`))
 		case "/order", "/order/1":
 			w.Header().Set("Location", up.URL+"/order/1")
 			w.WriteHeader(http.StatusCreated)
@@ -259,7 +255,7 @@ func TestAnOrderInvalidAfterItsChallengeFailsTheRelayWithTheAuthorizationsReason
 		mu       sync.Mutex
 		answered bool
 	)
-	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+	up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		mu.Lock()
 		done := answered
@@ -269,10 +265,6 @@ func TestAnOrderInvalidAfterItsChallengeFailsTheRelayWithTheAuthorizationsReason
 			status = "invalid"
 		}
 		switch r.URL.Path {
-		case "/account":
-			w.Header().Set("Location", up.URL+"/acct/1")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write([]byte(`{"status":"valid"}`))
 		case "/order", "/order/1":
 			w.Header().Set("Location", up.URL+"/order/1")
 			w.WriteHeader(http.StatusCreated)

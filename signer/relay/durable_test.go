@@ -18,13 +18,9 @@ import (
 func readyUpstream(t *testing.T, finalized func(w http.ResponseWriter, r *http.Request)) *httptest.Server {
 	t.Helper()
 	var up *httptest.Server
-	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+	up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
-		case "/account":
-			w.Header().Set("Location", up.URL+"/acct/1")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write([]byte(`{"status":"valid"}`))
 		case "/order", "/order/1", "/order/2":
 			n := "1"
 			if r.URL.Path == "/order/2" {

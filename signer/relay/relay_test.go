@@ -339,16 +339,12 @@ func TestAnUpstreamOrderStillProcessingIsWaitedForAsTheUpstreamAsks(t *testing.T
 		up        *httptest.Server
 		newOrders atomic.Int32
 	)
-	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+	up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/order" {
 			newOrders.Add(1)
 		}
 		switch r.URL.Path {
-		case "/account":
-			w.Header().Set("Location", up.URL+"/acct/1")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write([]byte(`{"status":"valid"}`))
 		case "/order", "/order/1":
 			w.Header().Set("Location", up.URL+"/order/1")
 			w.Header().Set("Retry-After", "300")

@@ -18,13 +18,9 @@ func TestTheExpectedWaitIsTheWaitOfTheAttemptOrElseOfTheJob(t *testing.T) {
 		up    *httptest.Server
 		reads atomic.Int32
 	)
-	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+	up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
-		case "/account":
-			w.Header().Set("Location", up.URL+"/acct/1")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write([]byte(`{"status":"valid"}`))
 		case "/order", "/order/1":
 			// Processing: come back in a second; then in five minutes,
 			// which ends the attempt.
