@@ -443,12 +443,7 @@ func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedS
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n != 1 {
-			return errCRLNumberTaken
-		}
-		return nil
+		return oneRowOrTaken(res)
 	})
 	if err != nil {
 		if last > 0 && errors.Is(err, errCRLNumberTaken) {
@@ -507,11 +502,22 @@ func takeCRLNumber(ctx context.Context, tx *sql.Tx, db *DB, issuerName string, c
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
+		if err := oneRowOrTaken(res); err != nil {
 			return err
-		} else if n != 1 {
-			return errCRLNumberTaken
 		}
+	}
+	return nil
+}
+
+// oneRowOrTaken is the outcome of a guarded upsert of a CRL's number: it
+// moved one row, or its guard found the number taken (errCRLNumberTaken).
+func oneRowOrTaken(res sql.Result) error {
+	n, err := res.RowsAffected()
+	switch {
+	case err != nil:
+		return err
+	case n != 1:
+		return errCRLNumberTaken
 	}
 	return nil
 }
