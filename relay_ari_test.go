@@ -63,7 +63,8 @@ type relayARIBench struct {
 func newRelayARIBench(t *testing.T, ctx context.Context, upstreamARI bool) *relayARIBench {
 	t.Helper()
 	b := newRelayBench(t)
-	// Before anything reads the directory: acmez keeps it for 12h.
+	// Before the signer reads the directory: it keeps what it offers for
+	// minutes (signer/relay/directory.go).
 	b.pebble.noARI.Store(!upstreamARI)
 	p := b.start()
 	return &relayARIBench{relayBench: b, ctx: ctx, lego: newRelayLego(t, ctx, p.dirURL, p.ts.Client(), b.dns)}

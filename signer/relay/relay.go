@@ -127,6 +127,10 @@ type Signer struct {
 	mu       sync.Mutex
 	bound    signer.Bound // its profile, once bound
 	coolTill time.Time    // profile-wide: no upstream request before this
+	// offered is what the upstream's directory offers, as read until
+	// offerUntil (directory.go).
+	offered    upstreamOffer
+	offerUntil time.Time
 	// nextLook is, per order an attempt here is relaying, when it next
 	// reads the upstream (see ExpectedWait).
 	nextLook map[string]time.Time

@@ -106,6 +106,15 @@ func (s *Signer) upstreamRenewalInfo(ctx context.Context, leaf *x509.Certificate
 	ctx, cancel := context.WithTimeout(ctx, ariTimeout)
 	defer cancel()
 	c := s.client(&recorder{base: s.transport, now: s.clock.Now})
+	// acmez decides from its process-wide copy of the directory; the
+	// signer's own read of it says first (directory.go).
+	o, err := s.offer(ctx, c)
+	if err != nil {
+		return ariEntry{err: fmt.Errorf("relay: renewal information from %s: %w", s.opts.Directory, err), until: s.clock.Now().Add(ariFailureHold)}
+	}
+	if !o.renewalInfo {
+		return ariEntry{err: signer.ErrNoRenewalInfo, until: s.clock.Now().Add(ariUnsupportedHold)}
+	}
 	ari, err := c.GetRenewalInfo(ctx, leaf)
 	now := s.clock.Now()
 	switch {

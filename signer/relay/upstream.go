@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -211,11 +210,11 @@ func (s *Signer) upstreamReplaces(ctx context.Context, c *acme.Client, ro store.
 	if ro.Replaces == "" {
 		return "", nil
 	}
-	dir, err := c.GetDirectory(ctx)
+	o, err := s.offer(ctx, c)
 	if err != nil {
-		return "", fmt.Errorf("reading the upstream directory: %w", err)
+		return "", err
 	}
-	if dir.RenewalInfo == "" {
+	if !o.renewalInfo {
 		return "", nil
 	}
 	return ro.Replaces, nil
@@ -237,17 +236,13 @@ func (s *Signer) upstreamProfile(ctx context.Context, c *acme.Client, b *signer.
 	if cp.UpstreamProfile == "" {
 		return "", nil
 	}
-	dir, err := c.GetDirectory(ctx)
+	o, err := s.offer(ctx, c)
 	if err != nil {
-		return "", fmt.Errorf("reading the upstream directory: %w", err)
+		return "", err
 	}
-	var offered []string
-	if dir.Meta != nil {
-		offered = slices.Sorted(maps.Keys(dir.Meta.Profiles))
-	}
-	if !slices.Contains(offered, cp.UpstreamProfile) {
+	if !slices.Contains(o.profiles, cp.UpstreamProfile) {
 		return "", permanent("certificate_profiles.%s.upstream_profile: the upstream does not offer the profile %q (it offers: %s)",
-			ro.CertificateProfile, cp.UpstreamProfile, orNone(strings.Join(offered, ", ")))
+			ro.CertificateProfile, cp.UpstreamProfile, orNone(strings.Join(o.profiles, ", ")))
 	}
 	return cp.UpstreamProfile, nil
 }
