@@ -126,4 +126,8 @@
 // the server's CPU; a CPU profile splits it, since the client goroutines
 // carry the pprof label role=client and the responders role=responder);
 // req/cert and polls/cert; non2xx and 5xx (responses of the timed part).
+// The relayed ones (relay, relay_prepared) also report upstream-req/cert,
+// the relay's requests Pebble served (logged by kind with
+// ACMEPROXY_BENCH_PHASES=1), and upstream-conns, the connections Pebble
+// accepted in the timed part.
 package bench

@@ -153,6 +153,8 @@ type harness struct {
 	tokens sync.Map
 	// timeline notes requests for ACMEPROXY_BENCH_TIMELINE=1.
 	timeline *timeline
+	// upstream counts the relay's requests to Pebble.
+	upstream upstreamCounts
 
 	skip    string // why the benchmarks cannot run here
 	err     error

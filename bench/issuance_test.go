@@ -254,6 +254,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	caddyBefore := h.caddyCPU(b, server)
 	pgBefore := h.postgresCPU(b, server)
 	countsBefore := counts.snapshot()
+	upstreamBefore := h.upstream.snapshot()
 	h.timeline.reset()
 	b.ResetTimer()
 	start := time.Now()
@@ -319,6 +320,9 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	b.ReportMetric(float64(got.non2xx-countsBefore.non2xx), "non2xx")
 	fivexx := got.serverErrors - countsBefore.serverErrors
 	b.ReportMetric(float64(fivexx), "5xx")
+	if server == relayed || server == relayedPrepared {
+		h.upstream.report(b, upstreamBefore, b.N, os.Getenv("ACMEPROXY_BENCH_PHASES") == "1")
+	}
 	if os.Getenv("ACMEPROXY_BENCH_PHASES") == "1" {
 		phases.log(b)
 	}

@@ -82,10 +82,12 @@ func (h *harness) startPebble(dnsPort int) (string, error) {
 	wfei := wfe.New(logger, db, vai, cai, nil, false, false, 0, 0)
 	// Pebble's goroutines carry the pprof label role=pebble, so that a
 	// CPU profile tells the upstream's share from the relay's.
-	pebbleHandler := h.timeline.handler(wfei.Handler())
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	pebbleHandler := h.upstream.handler(h.timeline.handler(wfei.Handler()))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		pprof.Do(r.Context(), pprof.Labels("role", "pebble"), func(context.Context) { pebbleHandler.ServeHTTP(w, r) })
 	}))
+	srv.Config.ConnState = h.upstream.connState
+	srv.StartTLS()
 	h.cleanup = append(h.cleanup, srv.Close)
 
 	tlsFile := filepath.Join(h.dir, "pebble-tls.pem")
