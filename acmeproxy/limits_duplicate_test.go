@@ -3,10 +3,13 @@ package acmeproxy
 import (
 	"context"
 	"net/http"
+	"path"
 	"testing"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 )
 
 // duplicateCertificatesLong is the period of these tests' limit of two
@@ -73,4 +76,38 @@ func TestTheLimitsCertificatesForASetRefuseTheNextNewOrderForIt(t *testing.T) {
 		bob.register()
 		bob.order(set...) // another account's bucket is its own
 	})
+}
+
+// A signer that finishes later (the relay, a script, a delegated
+// signer: each reports through the Settler) spends the unit when it
+// reports the certificate, not at finalize: until then the set's
+// new-orders are accepted.
+func TestACertificateASignerSettlesLaterCountsWhenItIsRecorded(t *testing.T) {
+	var local *localca.Signer
+	later := &laterSigner{sjSigner: &sjSigner{}}
+	e, _, _ := limitEnv(t, func(l *LimitsConfig) { l.DuplicateCertificates = rate(1, duplicateCertificatesLong) },
+		func(eo *envOptions) {
+			eo.wrap = func(s *localca.Signer) signer.Signer { local = s; return later }
+		})
+	ctx := context.Background()
+	c := e.rawClient()
+	c.register()
+	const name = "later.example.com"
+	o := c.readyOrder(name)
+	if r := c.finalize(o, newCSR(t, newKey(t), "", []string{name}, nil)); r.status != http.StatusOK || decodeAs[orderJSON](t, r).Status != "processing" {
+		t.Fatalf("finalize: %d %s; want the order processing", r.status, r.body)
+	}
+	c.order(dnsID(name)) // no certificate yet: not counted
+	later.mu.Lock()
+	req := later.reqs[len(later.reqs)-1]
+	later.mu.Unlock()
+	out, err := local.Issue(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.Authority().Issued(ctx, path.Base(o.url), out.Chain); err != nil {
+		t.Fatal(err)
+	}
+	r := c.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID(name)}}, jwsOpts{})
+	wantRateLimited(t, r, authority.LimitDuplicateCertificates, duplicateCertificatesLong)
 }
