@@ -13,14 +13,14 @@ import (
 //
 // Such a spend is spend-only, as Boulder's: the certificate is signed
 // already, so nothing it finds refuses it. A spend that fits moves its
-// bucket as SpendLimits would; one that does not fit is dropped: the
-// bucket then holds less than one unit already, so the next check of it
-// refuses until a unit refills, as it would have with the unit taken.
+// bucket as SpendLimits would; one that does not fit is dropped, as
+// Boulder drops it and as a denied spend changes nothing in SpendLimits:
+// the bucket then holds less than one unit already, so the next check of
+// it refuses until a unit refills, as it would have with the unit taken.
 // (Saturating it at the period instead would move its TAT by less than
-// one emission interval, and a write that may change a row it must read
-// first costs more than one guarded upsert.) A certificate over the
-// limit is one whose order passed the check while its bucket still had
-// room, a concurrent order of the same set having taken it since.
+// one emission interval.) A certificate over the limit is one whose order
+// passed the check while its bucket still had room, concurrent orders of
+// the same set having taken it since.
 
 // issueSpendSet moves a bucket's TAT by a spend's cost: max(TAT, now) +
 // cost × emission, the excluded row's TAT being now + cost × emission.
