@@ -308,9 +308,10 @@ func BenchmarkFinalizeCheckAndSign(b *testing.B) {
 
 // BenchmarkNewOrderLimits measures what the limits add to a new-order:
 // the same request as BenchmarkNewOrder with every limit off, and with the
-// default limits, which cost a count of the account's pending
-// authorizations and one lazy write spending from three buckets (orders,
-// the identifier set's duplicates, the identifier's failed validations).
+// default limits, which spend from the account's orders bucket and its
+// pending authorizations bound and check the identifier set's duplicate
+// certificates and the identifier's failed validations, in the order's
+// own write.
 // The orders are spread over accounts of at most 500 orders each, under
 // the default orders_per_account, so that no request is refused and an
 // account's pending authorizations reach half the default cap.

@@ -258,7 +258,11 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 	}
 	manyOrders := limitedClient([]map[string]string{dns("a.example.com")}, []map[string]string{dns("b.example.com")})
 	manyPending := limitedClient([]map[string]string{dns("a.example.com"), dns("b.example.com"), dns("c.example.com")})
-	duplicates := limitedClient([]map[string]string{dns("a.example.com"), dns("b.example.com")})
+	duplicates := limitedClient() // with the set's one certificate
+	if r := duplicates.finalize(duplicates.readyOrder("a.example.com", "b.example.com"),
+		newCSR(t, certKey, "", []string{"a.example.com", "b.example.com"}, nil)); r.status != http.StatusOK {
+		t.Fatalf("finalize: %d %s", r.status, r.body)
+	}
 	failing := limitedClient()
 	failed := failing.order(dns("fails.example.com"))
 	failing.answerHTTP01(failed.Authorizations[0], "a wrong answer")

@@ -10,8 +10,9 @@ import (
 )
 
 // A renewal whose "replaces" names the account's certificate inside its
-// ARI window is what the CA asked for: orders_per_account and
-// duplicate_certificates do not count it. Before the window it is an
+// ARI window is what the CA asked for: orders_per_account does not count
+// it and duplicate_certificates does not refuse it (its certificate,
+// once issued, counts as any other). Before the window it is an
 // order like any other, and an order without "replaces" stays limited.
 func TestARenewalInsideItsARIWindowIsNotCountedByTheOrderAndDuplicateLimits(t *testing.T) {
 	long := 1000 * 24 * time.Hour // no refill while the test moves the clock

@@ -31,8 +31,8 @@ type LimitsConfig struct {
 	// FailedValidations: failed validations per account and identifier;
 	// over it, new orders for the identifier are refused.
 	FailedValidations *LimitConfig `json:"failed_validations,omitempty"`
-	// DuplicateCertificates: new orders per account for one exact
-	// identifier set.
+	// DuplicateCertificates: certificates issued per account for one
+	// exact identifier set; over it, new orders for the set are refused.
 	DuplicateCertificates *LimitConfig `json:"duplicate_certificates,omitempty"`
 	// MaxIdentifiers caps the identifiers of one order (a count, no
 	// period).

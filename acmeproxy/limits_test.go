@@ -171,7 +171,11 @@ func TestEachLimitRefusesThePastRequestWithRateLimitedAndChangesNothingElse(t *t
 			func(t *testing.T, e *testEnv) (rawResponse, func(*testing.T)) {
 				c := e.rawClient()
 				c.register()
-				c.order(dnsID("a.example.com"), dnsID("b.example.com"))
+				// The set's one certificate.
+				o := c.readyOrder("a.example.com", "b.example.com")
+				if r := c.finalize(o, newCSR(t, newKey(t), "", []string{"a.example.com", "b.example.com"}, nil)); r.status != http.StatusOK {
+					t.Fatalf("finalize: %d %s", r.status, r.body)
+				}
 				// The same set in another order, another case.
 				r := c.post(e.url("/new-order"), map[string]any{"identifiers": []any{dnsID("B.example.com"), dnsID("a.example.com")}}, jwsOpts{})
 				return r, func(t *testing.T) {

@@ -180,16 +180,26 @@ func (db *DB) InsertAudits(ctx context.Context, evs []AuditEvent) error {
 }
 
 // IssueOrder stores the certificate, moves the order from processing to
-// valid, and writes the issuance's audit row, in one transaction: an
-// issued certificate always has its row, and the issuance costs one commit.
+// valid, writes the issuance's audit row and takes spends from their rate
+// limit buckets, in one transaction: an issued certificate always has its
+// row, and the issuance costs one commit.
 //
 // The guarded update of the order comes first, so of concurrent issuances
-// of an order one stores a certificate (the others find it valid and
-// change nothing).
-func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now time.Time) (Certificate, error) {
+// of an order one stores a certificate and spends (the others find it
+// valid and change nothing).
+//
+// spends are what the certificate counts in the profile's limits
+// (duplicate_certificates, checked when its order was created). They never
+// refuse it: each moves its bucket as SpendLimits would, and one that does
+// not fit is dropped (see ratelimits_issue.go). Their keys are distinct,
+// and none is CheckOnly or PendingAuthzs.
+func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now time.Time, spends ...LimitSpend) (Certificate, error) {
 	c.ID = NewID()
-	if stmt := db.dialect.issueOrder(); stmt != "" && len(ev.Jobs) == 0 {
-		// The three writes in one statement, a write of its own: on
+	if err := checkIssueSpends(spends); err != nil {
+		return c, fmt.Errorf("store: issuing order %s: %w", c.OrderID, err)
+	}
+	if stmt := db.dialect.issueOrder(len(spends)); stmt != "" && len(ev.Jobs) == 0 {
+		// The writes in one statement, a write of its own: on
 		// PostgreSQL one round trip instead of a transaction's five.
 		audit, err := auditRow(ev)
 		if err != nil {
@@ -198,6 +208,9 @@ func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now 
 		args := append([]any{c.ID, now.UnixMilli(), c.OrderID,
 			c.ID, c.Profile, c.AccountID, c.Serial, c.ChainPEM, c.PublicKey, c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli(), c.IssuerKeyID},
 			audit...)
+		for _, s := range spends {
+			args = append(args, issueSpendArgs(s, now.UnixNano())...)
+		}
 		var n int
 		switch err := db.wr.QueryRowContext(ctx, db.q(stmt), args...).Scan(&n); {
 		case err != nil:
@@ -222,6 +235,11 @@ func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now 
 			c.ID, c.OrderID, c.Profile, c.AccountID, c.Serial, c.ChainPEM, c.PublicKey,
 			c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli(), c.IssuerKeyID); err != nil {
 			return err
+		}
+		for _, s := range spends {
+			if _, err := tx.ExecContext(ctx, db.q(issueSpendSQL), issueSpendArgs(s, now.UnixNano())...); err != nil {
+				return err
+			}
 		}
 		return db.insertAudit(ctx, tx, ev)
 	})

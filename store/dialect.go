@@ -58,14 +58,15 @@ type dialect interface {
 	// them (placeholder values when it does not exist), whether the
 	// nonce was fresh, and whether the account exists.
 	spendNonceAs() string
-	// issueOrder is one statement that does IssueOrder's three writes (the
+	// issueOrder is one statement that does IssueOrder's writes (the
 	// order to valid, guarded on processing; the certificate; its audit
-	// row), or "" to run them as a transaction. Its arguments: certificate
-	// id, now, order id; the certificate's id, profile, account, serial,
-	// chain, public key, notBefore, notAfter, now, issuer key id; the audit
-	// row's values (auditRow). Its one row: how many orders it moved (0
-	// or 1), the other writes done only when 1.
-	issueOrder() string
+	// row; spends rate limit spends), or "" to run them as a transaction.
+	// Its arguments: certificate id, now, order id; the certificate's id,
+	// profile, account, serial, chain, public key, notBefore, notAfter,
+	// now, issuer key id; the audit row's values (auditRow); each spend's
+	// issueSpendArgs. Its one row: how many orders it moved (0 or 1), the
+	// other writes done only when 1.
+	issueOrder(spends int) string
 	// insertsInWith reports whether one statement may insert into several
 	// tables through data-modifying WITH clauses, its foreign keys checked
 	// at the statement's end (PostgreSQL): a write of many rows is then

@@ -372,10 +372,20 @@ func (postgresDialect) spendNonceAs() string {
 }
 
 // issueOrder moves the order in a data-modifying WITH, and writes the
-// certificate and the audit row from its RETURNING row, so that both are
-// written only when the order moved. The parameters of an INSERT … SELECT
-// take no type from its columns: each is cast to its column's.
-func (postgresDialect) issueOrder() string {
+// certificate, the audit row and the spends (issueSpendCTEs) from its
+// RETURNING row, so that they are written only when the order moved. The
+// parameters of an INSERT … SELECT take no type from its columns: each is
+// cast to its column's. The texts of none and one spend are built once.
+func (postgresDialect) issueOrder(spends int) string {
+	if spends < len(pgIssueOrder) {
+		return pgIssueOrder[spends]
+	}
+	return issueOrderSQL(spends)
+}
+
+var pgIssueOrder = [2]string{issueOrderSQL(0), issueOrderSQL(1)}
+
+func issueOrderSQL(spends int) string {
 	return `WITH o AS (
 			UPDATE orders SET status = 'valid', certificate_id = ?, updated_at = ? WHERE id = ? AND status = 'processing' RETURNING id),
 		c AS (
@@ -385,7 +395,7 @@ func (postgresDialect) issueOrder() string {
 		a AS (
 			INSERT INTO audit_events (` + auditInsertCols + `)
 			SELECT ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,
-				?::text, ?::text, ?::text, ?::text, ?::text FROM o)
+				?::text, ?::text, ?::text, ?::text, ?::text FROM o)` + issueSpendCTEs(spends) + `
 		SELECT COUNT(*) FROM o`
 }
 

@@ -15,8 +15,8 @@ import (
 // order's write on SQLite, below the authority: CreateOrder of a one-name
 // order with three challenges and no spend (every limit off), and with the
 // spends the authority passes for it by default — the account's pending
-// authorizations cap, a unit of its orders and of the identifier set's
-// duplicates, and a check of the identifier's failed validations.
+// authorizations cap, a unit of its orders, and a check of the identifier
+// set's duplicate certificates and of the identifier's failed validations.
 // Accounts take 500 orders each, so a bound reaches half the default cap.
 // cpu-ns/op is the process's CPU per order, which other processes on the
 // machine move less than ns/op.
@@ -55,7 +55,7 @@ func BenchmarkOrderSpend(b *testing.B) {
 						{Key: pendingBoundKey("p", acct), Burst: 1000, Cost: 1, PendingAuthzs: true},
 						{Key: "orders_per_account/p/" + acct, Emission: time.Hour / 1000, Burst: 1000, Cost: 1},
 						{Key: "failed_validations/p/" + acct + "/dns:" + id.Value, Emission: time.Hour / 60, Burst: 60, Cost: 1, CheckOnly: true},
-						{Key: fmt.Sprintf("duplicate_certificates/p/%s/%032x", acct, i), Emission: 24 * time.Hour / 300, Burst: 300, Cost: 1},
+						{Key: fmt.Sprintf("duplicate_certificates/p/%s/%032x", acct, i), Emission: 24 * time.Hour / 300, Burst: 300, Cost: 1, CheckOnly: true},
 					}
 				}
 				o := Order{Profile: "p", AccountID: acct, Identifiers: []acme.Identifier{id}, Expires: now.Add(time.Hour)}

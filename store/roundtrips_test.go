@@ -128,7 +128,9 @@ func TestACertificateTakesNoMoreRoundTripsToPostgresThanItsBudget(t *testing.T) 
 		{"the certificate stored", 1, func() error {
 			_, err := db.IssueOrder(ctx, Certificate{OrderID: o.ID, Profile: "p", AccountID: acct.ID, Serial: NewID()[20:], ChainPEM: "-",
 				PublicKey: []byte{1}, NotBefore: t0, NotAfter: t0.Add(time.Hour)},
-				AuditEvent{At: t0, Event: "certificate_issued", Outcome: "success", Profile: "p", OrderID: o.ID}, t0)
+				AuditEvent{At: t0, Event: "certificate_issued", Outcome: "success", Profile: "p", OrderID: o.ID}, t0,
+				// The certificate's unit of duplicate_certificates, in the same statement.
+				LimitSpend{Key: "duplicate_certificates/p/" + acct.ID + "/" + o.ID, Emission: time.Minute, Burst: 300, Cost: 1})
 			return err
 		}},
 	}

@@ -239,7 +239,7 @@ func (sqliteDialect) rowLock() string { return "" }
 func (sqliteDialect) spendNonceAs() string { return "" }
 
 // issueOrder: none, as spendNonceAs.
-func (sqliteDialect) issueOrder() string { return "" }
+func (sqliteDialect) issueOrder(int) string { return "" }
 
 // insertsInWith: no, as spendNonceAs; in the writer's own process a
 // statement per row costs no round trip.

@@ -211,7 +211,9 @@ func signerProblem(err error) *problem.Problem {
 }
 
 // recordIssued stores a signed chain and makes the order valid, with the
-// issuance's audit row.
+// issuance's audit row and its spends (issuanceSpends), in one write.
+// Every signer's certificate comes here: finalize's, the resume sweep's,
+// a delegated one's and a Settler's.
 func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]byte, cl Client) (store.Certificate, error) {
 	if len(chain) == 0 {
 		return store.Certificate{}, fmt.Errorf("signer returned an empty chain for order %s", o.ID)
@@ -229,7 +231,7 @@ func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]
 		Serial: serial, ChainPEM: string(PEMChain(chain)),
 		PublicKey: leaf.RawSubjectPublicKeyInfo, NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,
 		IssuerKeyID: signer.LeafIssuerKeyID(leaf),
-	}, ev, ev.At)
+	}, ev, ev.At, au.issuanceSpends(ctx, o)...)
 	if err != nil {
 		return store.Certificate{}, err
 	}

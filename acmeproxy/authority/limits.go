@@ -24,7 +24,7 @@ const (
 	LimitOrdersPerAccount      = "orders_per_account"     // new orders per account
 	LimitPendingAuthorizations = "pending_authorizations" // a cap on an account's pending authorizations
 	LimitFailedValidations     = "failed_validations"     // failed validations per account and identifier
-	LimitDuplicateCertificates = "duplicate_certificates" // orders per account for one exact identifier set
+	LimitDuplicateCertificates = "duplicate_certificates" // certificates per account for one exact identifier set
 	LimitMaxIdentifiers        = "max_identifiers"        // identifiers per order
 )
 
@@ -320,15 +320,16 @@ type OrderLimits struct {
 
 // OrderLimits returns what a new order of acct for idents (normalized, as
 // CreateOrder takes them) will spend when CreateOrder stores it: its
-// authorizations under the pending_authorizations cap, a unit of
-// orders_per_account and of duplicate_certificates (its exact identifier
-// set), and a check of each identifier's failed_validations bucket. The
-// spend and the order are one store write: over any limit the request is
-// refused with rateLimited and nothing is written, and an order that
+// authorizations under the pending_authorizations cap and a unit of
+// orders_per_account, and what it only checks: the duplicate_certificates
+// bucket of its exact identifier set (spent when a certificate is issued,
+// see issuanceSpends) and each identifier's failed_validations bucket.
+// The spend and the order are one store write: over any limit the request
+// is refused with rateLimited and nothing is written, and an order that
 // fails to be stored spends nothing.
 //
 // renewalInARIWindow exempts the order from orders_per_account and
-// duplicate_certificates: it is a renewal whose "replaces" (RFC 9773 §5)
+// duplicate_certificates' check: it is a renewal whose "replaces" (RFC 9773 §5)
 // names a certificate of this account inside its ARI renewal window — a
 // renewal the server itself asked for must never be refused. The caller
 // decides it; until the HTTP front reads "replaces", it passes false.
@@ -357,8 +358,12 @@ func (au *Authority) OrderLimits(ctx context.Context, acct store.Account, idents
 		}
 	}
 	if r := lim(LimitDuplicateCertificates); !r.Off() && !renewalInARIWindow {
-		ls = append(ls, limited{name: LimitDuplicateCertificates, rate: r, spend: au.bucket(LimitDuplicateCertificates, r, acct.ID, identifierSetKey(idents)),
-			what: "this account's orders for exactly these identifiers"})
+		// Only checked: a unit is taken when a certificate is issued, so
+		// an order that never gets one does not count.
+		b := au.bucket(LimitDuplicateCertificates, r, acct.ID, identifierSetKey(idents))
+		b.CheckOnly = true
+		ls = append(ls, limited{name: LimitDuplicateCertificates, rate: r, spend: b,
+			what: "this account's count of certificates for exactly these identifiers"})
 	}
 	return &OrderLimits{acct: acct.ID, cl: cl, ls: ls}, nil
 }
@@ -401,6 +406,28 @@ func identifierSetKey(idents []acme.Identifier) string {
 	s = slices.Compact(s)
 	h := sha256.Sum256([]byte(strings.Join(s, "\n")))
 	return hex.EncodeToString(h[:16])
+}
+
+// issuanceSpends are what the certificate of order o counts in the
+// profile's limits, spent by the issuance's own write (store.IssueOrder):
+// a unit of duplicate_certificates for the order's exact identifier set,
+// as Boulder spends CertificatesPerFQDNSet when it issues. A renewal
+// inside its ARI window, exempt from the check at new-order, counts all
+// the same: it is a certificate. A spend that does not fit is dropped by
+// the store; a certificate signed already is never refused.
+func (au *Authority) issuanceSpends(ctx context.Context, o store.Order) []store.LimitSpend {
+	label := ""
+	if au.cfg.Limits.hasLabelOverride(LimitDuplicateCertificates) {
+		if acct, err := au.db.GetAccount(ctx, au.cfg.Profile, o.AccountID); err == nil {
+			label = acct.EABLabel
+		}
+	}
+	r := au.cfg.Limits.For(LimitDuplicateCertificates, o.AccountID, label)
+	if r.Off() || r.Period < time.Duration(r.Count) {
+		// Off, or no interval to spend by (a config never has one).
+		return nil
+	}
+	return []store.LimitSpend{au.bucket(LimitDuplicateCertificates, r, o.AccountID, identifierSetKey(o.Identifiers))}
 }
 
 // spendFailedValidation takes a unit of failed_validations from the bucket
