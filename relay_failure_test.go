@@ -168,6 +168,16 @@ func (b *relayBench) start() *relayProcess {
 		handlers: handlers, runnerOpts: opts}
 }
 
+// startRelay starts a process on a new relay bench and registers a
+// client's account at it: where the relay tests that need nothing of the
+// bench before its start begin.
+func startRelay(t *testing.T, ctx context.Context) (*relayBench, *relayProcess, *acme.Client) {
+	t.Helper()
+	b := newRelayBench(t)
+	p := b.start()
+	return b, p, p.client(t, ctx)
+}
+
 // client registers an x/crypto/acme account at the process.
 func (p *relayProcess) client(t *testing.T, ctx context.Context) *acme.Client {
 	t.Helper()
@@ -257,9 +267,7 @@ func relayJob(t *testing.T, q *jobs.Queue, orderID string) (store.Job, bool) {
 func TestARelayWaitsOutAnUnreachableUpstreamAndFinalizesOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	b := newRelayBench(t)
-	p := b.start()
-	c := p.client(t, ctx)
+	b, p, c := startRelay(t, ctx)
 	o := b.readyOrder(t, ctx, c, "outage.example.com")
 	id := path.Base(o.URI)
 
@@ -361,9 +369,7 @@ func TestAnUpstreamRefusalFailsTheOrderWithAGenericProblemAndKeepsTheReason(t *t
 func TestTwoConcurrentFinalizesOfOneOrderPlaceOneUpstreamOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b := newRelayBench(t)
-	p := b.start()
-	c := p.client(t, ctx)
+	b, p, c := startRelay(t, ctx)
 	o := b.readyOrder(t, ctx, c, "twice.example.com")
 	id := path.Base(o.URI)
 	csr := relayCSR(t, "twice.example.com")
@@ -411,9 +417,7 @@ func TestTwoConcurrentFinalizesOfOneOrderPlaceOneUpstreamOrder(t *testing.T) {
 func TestRelaysInFlightAreRequeuedWhenAProcessStarts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	b := newRelayBench(t)
-	first := b.start()
-	c := first.client(t, ctx)
+	b, first, c := startRelay(t, ctx)
 
 	// One relay completes normally, registering the upstream account.
 	o := b.readyOrder(t, ctx, c, "first.example.com")

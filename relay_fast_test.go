@@ -33,9 +33,7 @@ func (l *requestLog) since(i int) []string {
 func TestARelayedFinalizeAnswersValidWhenTheUpstreamIsQuick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b := newRelayBench(t)
-	p := b.start()
-	c := p.client(t, ctx)
+	b, _, c := startRelay(t, ctx)
 	o := b.readyOrder(t, ctx, c, "quick.example.com")
 
 	log := &requestLog{next: c.HTTPClient.Transport}

@@ -24,6 +24,17 @@ import (
 // These tests run a relay profile with prepare_upstream on against the
 // in-process Pebble (validating dns-01 for real through the test DNS).
 
+// startPreparedRelay starts a process on a new relay bench with
+// prepare_upstream on and registers a client's account at it: where every
+// test of this file begins.
+func startPreparedRelay(t *testing.T, ctx context.Context) (*relayBench, *relayProcess, *acme.Client) {
+	t.Helper()
+	b := newRelayBench(t)
+	b.prepareUpstream = true
+	p := b.start()
+	return b, p, p.client(t, ctx)
+}
+
 // preparedUpstream waits for the relay_prepared job of a local order and
 // returns it with the upstream order it records.
 func preparedUpstream(t *testing.T, q *jobs.Queue, orderID string) (store.Job, string) {
@@ -116,10 +127,7 @@ func (v upstreamView) authzStatuses(t *testing.T, ctx context.Context, o acmez.O
 func TestAPreparedRelayFinalizesWithTheUpstreamOrderPlacedWhileTheClientProvedItsNames(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	b := newRelayBench(t)
-	b.prepareUpstream = true
-	p := b.start()
-	c := p.client(t, ctx)
+	b, p, c := startPreparedRelay(t, ctx)
 	const name = "early.example.com"
 	o := b.readyOrder(t, ctx, c, name)
 	id := path.Base(o.URI)
@@ -146,10 +154,7 @@ func TestAPreparedRelayFinalizesWithTheUpstreamOrderPlacedWhileTheClientProvedIt
 func TestAPreparedRelayedFinalizeAnswersValidInItsRequest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	b := newRelayBench(t)
-	b.prepareUpstream = true
-	p := b.start()
-	c := p.client(t, ctx)
+	b, p, c := startPreparedRelay(t, ctx)
 	const name = "prepared-quick.example.com"
 	o := b.readyOrder(t, ctx, c, name)
 	b.readyPreparedUpstream(t, ctx, p.queue, p.db, path.Base(o.URI))
@@ -178,10 +183,7 @@ func TestAPreparedRelayedFinalizeAnswersValidInItsRequest(t *testing.T) {
 func TestAPreparedRelayLosesNothingToARestartBeforeTheFinalize(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	b := newRelayBench(t)
-	b.prepareUpstream = true
-	first := b.start()
-	c := first.client(t, ctx)
+	b, first, c := startPreparedRelay(t, ctx)
 	const name = "restarted.example.com"
 	o := b.readyOrder(t, ctx, c, name)
 	id := path.Base(o.URI)
@@ -205,10 +207,7 @@ func TestAPreparedRelayLosesNothingToARestartBeforeTheFinalize(t *testing.T) {
 func TestAPreparedUpstreamOrderWhoseClientNeverFinalizesIsDeactivatedWithoutACertificate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	b := newRelayBench(t)
-	b.prepareUpstream = true
-	p := b.start()
-	c := p.client(t, ctx)
+	b, p, c := startPreparedRelay(t, ctx)
 	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs("abandoned.example.com"))
 	if err != nil {
 		t.Fatalf("new order: %v", err)

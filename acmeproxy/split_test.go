@@ -63,6 +63,29 @@ func workerEnv(t *testing.T, dbPath string, ca *testCA, wrap func(*localca.Signe
 	return w
 }
 
+// startFrontEnd starts a front end on a fresh database file with a fresh
+// CA and returns the file and the CA for the workers the test starts: every
+// split test begins with the front end alone on a database it shares.
+func startFrontEnd(t *testing.T) (dbPath string, ca *testCA, front *testEnv) {
+	t.Helper()
+	dbPath = filepath.Join(t.TempDir(), "acme.db")
+	root, src := newTestCA(t)
+	ca = &testCA{root: root, src: src}
+	return dbPath, ca, frontEnv(t, dbPath, ca)
+}
+
+// authorizedOrder places an order for names with c and answers its
+// challenges, leaving it ready to finalize: the tests that watch what a
+// finalize does on a split deployment start there.
+func (e *testEnv) authorizedOrder(ctx context.Context, c *acme.Client, names ...string) *acme.Order {
+	e.t.Helper()
+	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs(names...))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.authorize(ctx, c, o)
+}
+
 func get(t *testing.T, e *testEnv, p string) (int, []byte) {
 	t.Helper()
 	resp, err := e.ts.Client().Get(e.url(p))
@@ -105,10 +128,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestAFrontEndWithoutTheSignerLeavesOrdersProcessingUntilAWorkerSignsThem(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dbPath := filepath.Join(t.TempDir(), "acme.db")
-	root, src := newTestCA(t)
-	ca := &testCA{root: root, src: src}
-	front := frontEnv(t, dbPath, ca)
+	dbPath, ca, front := startFrontEnd(t)
 
 	// Nothing published yet: the front end has no chain and no CRL to
 	// serve, and says so.
@@ -119,11 +139,7 @@ func TestAFrontEndWithoutTheSignerLeavesOrdersProcessingUntilAWorkerSignsThem(t 
 	}
 
 	c := front.client(ctx)
-	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs("split.example.com"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o = front.authorize(ctx, c, o)
+	o := front.authorizedOrder(ctx, c, "split.example.com")
 	id := path.Base(o.URI)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	type result struct {
@@ -138,6 +154,7 @@ func TestAFrontEndWithoutTheSignerLeavesOrdersProcessingUntilAWorkerSignsThem(t 
 	}()
 	var js []store.Job
 	waitUntil(t, "the finalize to queue the order's signer_issue job", func() bool {
+		var err error
 		js, err = front.queue.List(ctx, store.JobFilter{Kind: signer.IssueKind, Key: id})
 		return err == nil && len(js) > 0
 	})
@@ -181,7 +198,7 @@ func TestAFrontEndWithoutTheSignerLeavesOrdersProcessingUntilAWorkerSignsThem(t 
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(root)
+	pool.AddCert(ca.root)
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "split.example.com"}); err != nil {
 		t.Fatalf("the leaf does not verify against the worker's CA: %v", err)
 	}
@@ -191,7 +208,7 @@ func TestAFrontEndWithoutTheSignerLeavesOrdersProcessingUntilAWorkerSignsThem(t 
 
 	// The chain the front end serves is what the worker published.
 	code, body := get(t, front, "/ca.pem")
-	if want := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw}); code != http.StatusOK || string(body) != string(want) {
+	if want := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.root.Raw}); code != http.StatusOK || string(body) != string(want) {
 		t.Fatalf("GET ca.pem from the front end: %d\n%s\nwant the worker's chain\n%s", code, body, want)
 	}
 }
@@ -199,10 +216,7 @@ func TestAFrontEndWithoutTheSignerLeavesOrdersProcessingUntilAWorkerSignsThem(t 
 func TestAFrontEndRecordsALocalCARevocationAtOnceAndAWorkerSignsTheCRL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dbPath := filepath.Join(t.TempDir(), "acme.db")
-	root, src := newTestCA(t)
-	ca := &testCA{root: root, src: src}
-	front := frontEnv(t, dbPath, ca)
+	dbPath, ca, front := startFrontEnd(t)
 	worker := workerEnv(t, dbPath, ca, nil)
 	c := front.client(ctx)
 	got := front.issue(ctx, c, "revoked.example.com")
@@ -265,10 +279,7 @@ func (j *jobRevoker) Revoke(_ context.Context, cert *x509.Certificate, _ *int) e
 func TestAFrontEndQueuesABackendRevocationForTheWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dbPath := filepath.Join(t.TempDir(), "acme.db")
-	root, src := newTestCA(t)
-	ca := &testCA{root: root, src: src}
-	front := frontEnv(t, dbPath, ca)
+	dbPath, ca, front := startFrontEnd(t)
 	backend := &jobRevoker{}
 	workerEnv(t, dbPath, ca, func(l *localca.Signer) signer.Signer { backend.Signer = l; return backend })
 	c := front.client(ctx)
@@ -292,10 +303,7 @@ func TestAFrontEndQueuesABackendRevocationForTheWorker(t *testing.T) {
 func TestAFrontEndRefusesARevocationUntilAWorkerHasPublishedWhereItGoes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dbPath := filepath.Join(t.TempDir(), "acme.db")
-	root, src := newTestCA(t)
-	ca := &testCA{root: root, src: src}
-	front := frontEnv(t, dbPath, ca)
+	dbPath, ca, front := startFrontEnd(t)
 	// A worker that signs but has not published (it serves the signing
 	// lane only, not the refresh's, and skips the start's publication).
 	worker := newTestEnvWith(t, envOptions{dbPath: dbPath, ca: ca,
@@ -342,10 +350,7 @@ func (failingSigner) Issue(context.Context, signer.IssueRequest) (signer.IssueOu
 func TestADelegatedOrderWhoseSignerKeepsFailingFailsOnceItsAttemptsAreSpent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dbPath := filepath.Join(t.TempDir(), "acme.db")
-	root, src := newTestCA(t)
-	ca := &testCA{root: root, src: src}
-	front := frontEnv(t, dbPath, ca)
+	dbPath, ca, front := startFrontEnd(t)
 	newTestEnvWith(t, envOptions{dbPath: dbPath, ca: ca,
 		wrap: func(l *localca.Signer) signer.Signer { return failingSigner{l} },
 		runner: jobs.RunnerOptions{PollInterval: 20 * time.Millisecond, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond,
@@ -353,13 +358,9 @@ func TestADelegatedOrderWhoseSignerKeepsFailingFailsOnceItsAttemptsAreSpent(t *t
 		profileHandlers: issueHandlers,
 	})
 	c := front.client(ctx)
-	o, err := c.AuthorizeOrder(ctx, acme.DomainIDs("failing.example.com"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o = front.authorize(ctx, c, o)
+	o := front.authorizedOrder(ctx, c, "failing.example.com")
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	_, _, err = c.CreateOrderCert(ctx, o.FinalizeURL, newCSR(t, key, "", []string{"failing.example.com"}, nil), true)
+	_, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, newCSR(t, key, "", []string{"failing.example.com"}, nil), true)
 	if err == nil {
 		t.Fatal("the order completed although its signer always fails")
 	}

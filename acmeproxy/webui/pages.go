@@ -42,8 +42,7 @@ func chart(hours []operator.HourCount) (bars []bar, peak int) {
 
 func overview(rq *request, _ string) {
 	ov, err := rq.op().Overview(rq.r.Context())
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	// Orders by profile, then status, in the statuses' order of life.
@@ -84,26 +83,27 @@ func overview(rq *request, _ string) {
 func listOrders(rq *request, _ string) {
 	if serial := rq.query("serial"); serial != "" {
 		o, err := rq.op().FindOrderBySerial(rq.r.Context(), serial)
-		if err != nil {
-			rq.fail(0, err)
+		if rq.failed(err) {
 			return
 		}
-		rq.render(http.StatusOK, "orders", "Orders", ordersPage{Page: operator.Page[operator.OrderView]{Items: []operator.OrderView{o}},
+		rq.render(http.StatusOK, "orders", "Orders", listPage[operator.OrderView]{Page: operator.Page[operator.OrderView]{Items: []operator.OrderView{o}},
 			Filter: rq.filters(operator.OrderFilters, "serial")})
 		return
 	}
 	f := store.OrderFilter{Profile: rq.query("profile"), Status: acme.Status(rq.query("status")), AccountID: rq.query("account"),
 		Identifier: rq.query("identifier"), After: rq.query("after"), Limit: pageLimit}
 	p, err := rq.op().ListOrders(rq.r.Context(), f)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
-	rq.render(http.StatusOK, "orders", "Orders", ordersPage{Page: p, Next: rq.next("after", p.Next), Filter: rq.filters(operator.OrderFilters, "serial")})
+	rq.render(http.StatusOK, "orders", "Orders", listPage[operator.OrderView]{Page: p, Next: rq.next("after", p.Next), Filter: rq.filters(operator.OrderFilters, "serial")})
 }
 
-type ordersPage struct {
-	operator.Page[operator.OrderView]
+// listPage is what a list's page shows: one page of items, the link to
+// the next page and the filters echoed back into the list's form. One type
+// serves every list, so their templates read the same fields.
+type listPage[T any] struct {
+	operator.Page[T]
 	Next   string
 	Filter map[string]string
 }
@@ -120,18 +120,15 @@ func (rq *request) filters(names []string, more ...string) map[string]string {
 func showOrder(rq *request, id string) {
 	ctx := rq.r.Context()
 	o, err := rq.op().ShowOrder(ctx, id)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	authzs, err := rq.op().OrderAuthorizations(ctx, o)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	audit, err := rq.op().SearchAudit(ctx, store.AuditFilter{OrderID: id, Limit: pageLimit})
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	rq.render(http.StatusOK, "order", "Order "+id, struct {
@@ -143,8 +140,7 @@ func showOrder(rq *request, id string) {
 
 func orderChain(rq *request, id string) {
 	o, err := rq.op().ShowOrder(rq.r.Context(), id)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	if o.Certificate == nil || o.Certificate.ChainPEM == "" {
@@ -168,8 +164,7 @@ var reasons = []struct {
 
 func confirmRevoke(rq *request, id string) {
 	o, err := rq.op().ShowOrder(rq.r.Context(), id)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	rq.render(http.StatusOK, "revoke", "Revoke order "+id, struct {
@@ -188,8 +183,7 @@ func revokeOrder(rq *request, id string) {
 		}
 		reason = &n
 	}
-	if _, err := rq.op().RevokeOrder(rq.r.Context(), id, reason, rq.actor()); err != nil {
-		rq.fail(0, err)
+	if _, err := rq.op().RevokeOrder(rq.r.Context(), id, reason, rq.actor()); rq.failed(err) {
 		return
 	}
 	rq.done("orders/"+id, "revoked")
@@ -200,27 +194,20 @@ func revokeOrder(rq *request, id string) {
 func listAccounts(rq *request, _ string) {
 	f := store.AccountFilter{Profile: rq.query("profile"), Status: acme.Status(rq.query("status")), After: rq.query("after"), Limit: pageLimit}
 	p, err := rq.op().ListAccounts(rq.r.Context(), f)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
-	rq.render(http.StatusOK, "accounts", "Accounts", struct {
-		operator.Page[operator.AccountView]
-		Next   string
-		Filter map[string]string
-	}{p, rq.next("after", p.Next), rq.filters(operator.AccountFilters)})
+	rq.render(http.StatusOK, "accounts", "Accounts", listPage[operator.AccountView]{p, rq.next("after", p.Next), rq.filters(operator.AccountFilters)})
 }
 
 func showAccount(rq *request, id string) {
 	ctx := rq.r.Context()
 	a, err := rq.op().ShowAccount(ctx, id)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	orders, err := rq.op().ListOrders(ctx, store.OrderFilter{AccountID: id, Limit: pageLimit})
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	rq.render(http.StatusOK, "account", "Account "+id, struct {
@@ -239,8 +226,7 @@ type confirmation struct {
 
 func confirmDeactivate(rq *request, id string) {
 	a, err := rq.op().ShowAccount(rq.r.Context(), id)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	rq.render(http.StatusOK, "confirm", "Deactivate account", confirmation{
@@ -249,8 +235,7 @@ func confirmDeactivate(rq *request, id string) {
 }
 
 func deactivateAccount(rq *request, id string) {
-	if _, err := rq.op().DeactivateAccount(rq.r.Context(), id, rq.actor()); err != nil {
-		rq.fail(0, err)
+	if _, err := rq.op().DeactivateAccount(rq.r.Context(), id, rq.actor()); rq.failed(err) {
 		return
 	}
 	rq.done("accounts/"+id, "deactivated")
@@ -262,34 +247,37 @@ func listJobs(rq *request, _ string) {
 	var before int64
 	if v := rq.query("before"); v != "" {
 		n, err := parseID(v)
-		if err != nil {
-			rq.fail(0, err)
+		if rq.failed(err) {
 			return
 		}
 		before = n
 	}
 	f := store.JobFilter{Kind: rq.query("kind"), Status: store.JobStatus(rq.query("status")), Key: rq.query("key"), BeforeID: before, Limit: pageLimit}
 	p, err := rq.op().ListJobs(rq.r.Context(), f)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
-	rq.render(http.StatusOK, "jobs", "Jobs", struct {
-		operator.Page[operator.JobView]
-		Next   string
-		Filter map[string]string
-	}{p, rq.next("before", p.Next), rq.filters(operator.JobFilters)})
+	rq.render(http.StatusOK, "jobs", "Jobs", listPage[operator.JobView]{p, rq.next("before", p.Next), rq.filters(operator.JobFilters)})
+}
+
+// job looks up the job a page's path names; false once it has answered
+// that the ID is malformed or names no job. The job's page and its
+// confirmations look it up alike.
+func (rq *request) job(id string) (operator.JobView, bool) {
+	n, err := parseID(id)
+	if rq.failed(err) {
+		return operator.JobView{}, false
+	}
+	j, err := rq.op().ShowJob(rq.r.Context(), n)
+	if rq.failed(err) {
+		return operator.JobView{}, false
+	}
+	return j, true
 }
 
 func showJob(rq *request, id string) {
-	n, err := parseID(id)
-	if err != nil {
-		rq.fail(0, err)
-		return
-	}
-	j, err := rq.op().ShowJob(rq.r.Context(), n)
-	if err != nil {
-		rq.fail(0, err)
+	j, ok := rq.job(id)
+	if !ok {
 		return
 	}
 	rq.render(http.StatusOK, "job", fmt.Sprintf("Job %d", j.ID), j)
@@ -297,14 +285,8 @@ func showJob(rq *request, id string) {
 
 func confirmJob(action string) func(*request, string) {
 	return func(rq *request, id string) {
-		n, err := parseID(id)
-		if err != nil {
-			rq.fail(0, err)
-			return
-		}
-		j, err := rq.op().ShowJob(rq.r.Context(), n)
-		if err != nil {
-			rq.fail(0, err)
+		j, ok := rq.job(id)
+		if !ok {
 			return
 		}
 		q := fmt.Sprintf("Make job %d (%s, %s) run now, with a fresh attempt budget if it had given up?", j.ID, j.Kind, j.Status)
@@ -319,16 +301,14 @@ func confirmJob(action string) func(*request, string) {
 func jobAction(action string) func(*request, string) {
 	return func(rq *request, id string) {
 		n, err := parseID(id)
-		if err != nil {
-			rq.fail(0, err)
+		if rq.failed(err) {
 			return
 		}
 		do, done := rq.op().RetryJobAs, "retried"
 		if action == "cancel" {
 			do, done = rq.op().CancelJobAs, "cancelled"
 		}
-		if _, err := do(rq.r.Context(), n, rq.actor()); err != nil {
-			rq.fail(0, err)
+		if _, err := do(rq.r.Context(), n, rq.actor()); rq.failed(err) {
 			return
 		}
 		rq.done("jobs/"+id, done)
@@ -347,20 +327,14 @@ func searchAudit(rq *request, _ string) {
 	if v := rq.query("before"); err == nil && v != "" {
 		f.BeforeID, err = parseID(v)
 	}
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
 	p, err := rq.op().SearchAudit(rq.r.Context(), f)
-	if err != nil {
-		rq.fail(0, err)
+	if rq.failed(err) {
 		return
 	}
-	rq.render(http.StatusOK, "audit", "Audit", struct {
-		operator.Page[operator.AuditView]
-		Next   string
-		Filter map[string]string
-	}{p, rq.next("before", p.Next), rq.filters(operator.AuditFilters)})
+	rq.render(http.StatusOK, "audit", "Audit", listPage[operator.AuditView]{p, rq.next("before", p.Next), rq.filters(operator.AuditFilters)})
 }
 
 // ---- template functions ----

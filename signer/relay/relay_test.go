@@ -2,11 +2,6 @@ package relay
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -26,6 +21,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/internal/signertest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -107,39 +103,8 @@ func (b *bench) finalized(t *testing.T, name string) signer.IssueRequest {
 // order is ready, before its finalize claims it.
 func (b *bench) finalizedAfter(t *testing.T, name string, beforeClaim func(orderID string)) signer.IssueRequest {
 	t.Helper()
-	ctx := context.Background()
-	now := b.clock.Now()
-	acct, _, err := b.db.CreateAccount(ctx, store.Account{Profile: "p", Thumbprint: store.NewID(), KeyJWK: []byte(`{}`)}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := vocab.Identifier{Type: "dns", Value: name}
-	o, err := b.db.CreateOrder(ctx, store.Order{Profile: "p", AccountID: acct.ID, Identifiers: []vocab.Identifier{id}, Expires: now.Add(time.Hour)},
-		[]store.Authz{{Identifier: id, Expires: now.Add(time.Hour), Challenges: []store.Challenge{{Type: "dns-01", Token: store.NewID()}}}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := b.db.GetAuthz(ctx, "p", o.AuthzIDs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.db.StartChallenge(ctx, a.Challenges[0].ID, now); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, now); err != nil {
-		t.Fatal(err)
-	}
-	if beforeClaim != nil {
-		beforeClaim(o.ID)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}}, key)
-	if won, err := b.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{}, now); err != nil || !won {
-		t.Fatalf("claim: %v %v", won, err)
-	}
-	csr, _ := x509.ParseCertificateRequest(der)
-	return signer.IssueRequest{OrderID: o.ID, Profile: "p", CSR: csr, CSRDER: der,
-		Identifiers: []vocab.Identifier{{Type: "dns", Value: name}}, ClientAddr: "10.1.2.3", UserAgent: "test-client"}
+	req, _ := signertest.Finalized(t, b.db, b.clock.Now(), name, beforeClaim)
+	return req
 }
 
 // job returns the live relay job of an order.

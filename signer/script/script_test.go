@@ -3,9 +3,6 @@ package script
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -19,10 +16,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/internal/signertest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -99,39 +96,7 @@ func newBench(t *testing.T, opts Options) *bench {
 // hands it over, and returns the signer's request and the CSR's key.
 func (b *bench) finalized(t *testing.T, name string) (signer.IssueRequest, *ecdsa.PrivateKey) {
 	t.Helper()
-	ctx := context.Background()
-	now := b.clock.Now()
-	acct, _, err := b.db.CreateAccount(ctx, store.Account{Profile: "p", Thumbprint: store.NewID(), KeyJWK: []byte(`{}`)}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := acme.Identifier{Type: "dns", Value: name}
-	o, err := b.db.CreateOrder(ctx, store.Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{id}, Expires: now.Add(time.Hour)},
-		[]store.Authz{{Identifier: id, Expires: now.Add(time.Hour), Challenges: []store.Challenge{{Type: "dns-01", Token: store.NewID()}}}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := b.db.GetAuthz(ctx, "p", o.AuthzIDs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.db.StartChallenge(ctx, a.Challenges[0].ID, now); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, now); err != nil {
-		t.Fatal(err)
-	}
-	key := newKey(t)
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if won, err := b.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{}, now); err != nil || !won {
-		t.Fatalf("claim: %v %v", won, err)
-	}
-	csr, _ := x509.ParseCertificateRequest(der)
-	return signer.IssueRequest{OrderID: o.ID, Profile: "p", CSR: csr, CSRDER: der,
-		Identifiers: []acme.Identifier{id}, ClientAddr: "10.1.2.3", UserAgent: "test-client"}, key
+	return signertest.Finalized(t, b.db, b.clock.Now(), name, nil)
 }
 
 // job returns the live script_issue job of an order.
