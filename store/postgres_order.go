@@ -39,7 +39,8 @@ import (
 // has no room, which the guard refuses). So a certificate's new-order is
 // one round trip instead of four (BEGIN, the spend, the inserts, COMMIT),
 // and an account's first order, or one that finds its bound full or is
-// refused, one more than the transaction alone.
+// refused, one more than the transaction alone (and a line in
+// PostgreSQL's log, an ERROR naming pgGuardRefusal).
 //
 // done is also false, nothing sent, for spends with a key twice (which
 // spendOrderTx decides from a read, in order) and for an order too large
@@ -89,7 +90,7 @@ func (db *DB) createOrderAtOnce(ctx context.Context, e *postgresEngine, o *Order
 		}
 		var one int
 		err := br.QueryRow().Scan(&one)
-		if pe, ok := errors.AsType[*pgconn.PgError](err); ok && pe.Code == pgGuardRefused {
+		if guardRefused(err) {
 			return errNotAtOnce
 		}
 		return err
@@ -106,10 +107,21 @@ func (db *DB) createOrderAtOnce(ctx context.Context, e *postgresEngine, o *Order
 // errNotAtOnce is createOrderAtOnce's guard refusing: nothing was written.
 var errNotAtOnce = errors.New("store: the order is decided in a transaction")
 
-// pgGuardRefused is the error of createOrderAtOnce's guard, a division by
-// zero (division_by_zero): SQL has no statement that raises, and nothing
-// else in the order's statements divides.
-const pgGuardRefused = "22012"
+// pgGuardRefusal is what createOrderAtOnce's guard casts to an integer to
+// fail its statement: SQL has no statement that raises, and a failed cast
+// (invalid_text_representation, pgGuardRefused) names its input in the
+// error, so that the line PostgreSQL logs for it says what it is.
+const (
+	pgGuardRefusal = "acme_proxy: this new-order is decided in a transaction instead (not an error)"
+	pgGuardRefused = "22P02"
+)
+
+// guardRefused reports whether err is the refusal of createOrderAtOnce's
+// guard.
+func guardRefused(err error) bool {
+	pe, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pe.Code == pgGuardRefused && strings.Contains(pe.Message, pgGuardRefusal)
+}
 
 // pgOrderSpends is the upsert of createOrderAtOnce that spends every
 // bucket spent (not CheckOnly) and moves the cap's bound, the order's
@@ -158,7 +170,8 @@ func pgOrderSpends(spends []LimitSpend, capAt int, capExpires, at int64) (string
 
 // pgOrderGuard writes into b, after SELECT, createOrderAtOnce's guard of
 // the order o with spends at at (Unix nanoseconds), and returns args with
-// its arguments: 1 when every condition holds, else a division by zero.
+// its arguments: 1 when every condition holds, else the failed cast of
+// pgGuardRefusal.
 // Its reads come after pgOrderSpends' statement: a bucket spent holds the
 // TAT that statement left, the cap's bound -1 unless it had room.
 func pgOrderGuard(b *strings.Builder, args []any, o *Order, spends []LimitSpend, at int64) []any {
@@ -188,6 +201,7 @@ func pgOrderGuard(b *strings.Builder, args []any, o *Order, spends []LimitSpend,
 		b.WriteString(`1`)
 		return args
 	}
-	fmt.Fprintf(b, `1 / CASE WHEN %s THEN 1 ELSE 0 END`, strings.Join(terms, " AND "))
+	// Not a constant, so cast when the row is made, not when planned.
+	fmt.Fprintf(b, `CAST(CASE WHEN %s THEN '1' ELSE '%s' END AS integer)`, strings.Join(terms, " AND "), pgGuardRefusal)
 	return args
 }
