@@ -177,6 +177,14 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 	if err != nil {
 		return Order{}, err
 	}
+	if e, ok := db.eng.(*postgresEngine); ok {
+		switch done, err := db.createOrderAtOnce(ctx, e, &o, string(idents), authzs, spends, capAt, now); {
+		case err != nil:
+			return Order{}, fmt.Errorf("store: creating order: %w", err)
+		case done:
+			return o, nil
+		}
+	}
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
 		if capAt < 0 {
 			if err := db.forgetPendingBound(ctx, tx, o); err != nil {
@@ -264,17 +272,30 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 // nothing sent, for an order whose rows take more placeholders than a
 // statement holds; the caller then inserts them one by one.
 func (db *DB) insertOrderAtOnce(ctx context.Context, tx *sql.Tx, o *Order, idents string, authzs []Authz, now time.Time) (done bool, err error) {
+	var b strings.Builder
+	args, ok := orderInserts(&b, o, idents, authzs, now, 0)
+	if !ok {
+		return false, nil
+	}
+	b.WriteString(` SELECT 1`)
+	_, err = tx.ExecContext(ctx, db.q(b.String()), args...)
+	return true, err
+}
+
+// orderInserts writes into b insertOrderAtOnce's WITH clauses, the
+// statement's main SELECT left to the caller, and returns their arguments
+// (with room for extra more), setting o.AuthzIDs. ok is false, nothing
+// written, when the rows and extra take more placeholders than a statement
+// holds.
+func orderInserts(b *strings.Builder, o *Order, idents string, authzs []Authz, now time.Time, extra int) (args []any, ok bool) {
 	n := 13 + 4*len(o.Identifiers) + 10*len(authzs)
 	for _, a := range authzs {
 		n += 6 * len(a.Challenges)
 	}
-	if n > 65535 {
-		return false, nil
+	if n+extra > 65535 {
+		return nil, false
 	}
-	var (
-		b    strings.Builder
-		args = make([]any, 0, n)
-	)
+	args = make([]any, 0, n+extra)
 	b.WriteString(`WITH o AS (INSERT INTO orders
 		(id, profile, account_id, status, identifiers, not_before, not_after, expires_at, created_at, updated_at, certificate_profile,
 		 replaces, replaces_certificate_id)
@@ -329,9 +350,7 @@ func (db *DB) insertOrderAtOnce(ctx context.Context, tx *sql.Tx, o *Order, ident
 	if len(challenges) > 0 {
 		b.WriteString(`)`)
 	}
-	b.WriteString(` SELECT 1`)
-	_, err = tx.ExecContext(ctx, db.q(b.String()), args...)
-	return true, err
+	return args, true
 }
 
 // insertChallenges is the statement inserting n pending challenges, six

@@ -133,13 +133,18 @@ type UnnamedIssuer struct {
 	ChainPEM string
 }
 
+// unnamedIssuersSQL is CertificatesWithoutIssuer's statement: it reads
+// certificates_unnamed_issuer, which holds only the certificates without
+// an issuer, in id order.
+const unnamedIssuersSQL = `SELECT id, chain_pem FROM certificates
+	WHERE issuer_key_id = '' AND not_after > ? AND id > ? ORDER BY id LIMIT ?`
+
 // CertificatesWithoutIssuer lists up to limit unexpired certificates
 // without an issuer key id, by id after the id after ("" for the first),
 // so that a caller can name their issuers (see SetCertificateIssuer)
 // page by page, skipping one it cannot name.
 func (db *DB) CertificatesWithoutIssuer(ctx context.Context, after string, now time.Time, limit int) ([]UnnamedIssuer, error) {
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id, chain_pem FROM certificates
-		WHERE issuer_key_id = '' AND not_after > ? AND id > ? ORDER BY id LIMIT ?`), now.UnixMilli(), after, limit)
+	rows, err := db.r.QueryContext(ctx, db.q(unnamedIssuersSQL), now.UnixMilli(), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: certificates without an issuer: %w", err)
 	}

@@ -95,10 +95,15 @@ func TestACertificateTakesNoMoreRoundTripsToPostgresThanItsBudget(t *testing.T) 
 	id := acme.Identifier{Type: "dns", Value: "www.example.com"}
 	steps := []step{
 		{"a signed request's nonce", 1, nonce},
-		{"new-order with its limits", 4, func() (err error) {
+		{"new-order with its limits", 1, func() (err error) {
+			// A server's spends: the cap, the account's orders, the
+			// identifier's failed validations (only checked) and the
+			// order's duplicates.
 			spends := []LimitSpend{
 				{Key: pendingBoundKey("p", acct.ID), Burst: 1000, Cost: 1, PendingAuthzs: true},
 				{Key: "orders:" + acct.ID, Emission: time.Millisecond, Burst: 1000, Cost: 1},
+				{Key: "failed:" + acct.ID + ":" + id.Value, Emission: time.Millisecond, Burst: 1000, Cost: 1, CheckOnly: true},
+				{Key: "duplicates:" + acct.ID + ":" + id.Value, Emission: time.Millisecond, Burst: 1000, Cost: 1},
 			}
 			o, err = db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{id}, Expires: t0.Add(time.Hour)},
 				[]Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []Challenge{

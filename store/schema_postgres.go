@@ -490,4 +490,13 @@ var postgresMigrations = []migration{
 			`ALTER TABLE crls DROP COLUMN der`,
 		},
 	},
+	{
+		version: 24,
+		name:    "certificates_unnamed_issuer",
+		stmts: []string{
+			// As SQLite's step.
+			`DROP INDEX certificates_issuer`,
+			`CREATE INDEX certificates_unnamed_issuer ON certificates (id) WHERE issuer_key_id = ''`,
+		},
+	},
 }

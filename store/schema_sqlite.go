@@ -565,4 +565,22 @@ var sqliteMigrations = []migration{
 			`ALTER TABLE crls DROP COLUMN der`,
 		},
 	},
+	{
+		version: 24,
+		name:    "certificates_unnamed_issuer",
+		stmts: []string{
+			// certificates_issuer took an entry for every certificate
+			// stored, in the issuance's write, for two operator commands:
+			// the renew-early naming of the issuers of certificates stored
+			// before migration renewal_info (CertificatesWithoutIssuer,
+			// which asks for issuer_key_id = '' in id order) and a renew
+			// early selected by issuer (an UPDATE of every unexpired
+			// certificate of a CA, through certificates_expiry as well).
+			// The first needs only the certificates without an issuer, in
+			// id order: this partial index, which a certificate stored
+			// with its issuer (all of them since) never enters.
+			`DROP INDEX certificates_issuer`,
+			`CREATE INDEX certificates_unnamed_issuer ON certificates (id) WHERE issuer_key_id = ''`,
+		},
+	},
 }
