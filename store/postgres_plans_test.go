@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 
@@ -38,10 +39,22 @@ func TestReadingAnAuthorizationOnANewPostgresDatabaseReachesItsOrderByKey(t *tes
 	if _, err := conn.ExecContext(ctx, `PREPARE get_authz AS `+pgGetAuthz); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := conn.QueryContext(ctx, `EXPLAIN EXECUTE get_authz('`+o.AuthzIDs[0]+`', 'p')`)
+	text := strings.Join(pgPlan(t, ctx, conn, `EXPLAIN EXECUTE get_authz('`+o.AuthzIDs[0]+`', 'p')`), "\n")
+	if !strings.Contains(text, "orders_pkey") || strings.Contains(text, "orders_profile_created") {
+		t.Errorf("the authorization's order is not read by its key:\n%s", text)
+	}
+}
+
+// pgPlan is the text of PostgreSQL's plan for explain (an EXPLAIN
+// statement), one line per row, on conn: a prepared statement's generic
+// plan is a session's.
+func pgPlan(t *testing.T, ctx context.Context, conn *sql.Conn, explain string) []string {
+	t.Helper()
+	rows, err := conn.QueryContext(ctx, explain)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	var plan []string
 	for rows.Next() {
 		var line string
@@ -50,11 +63,8 @@ func TestReadingAnAuthorizationOnANewPostgresDatabaseReachesItsOrderByKey(t *tes
 		}
 		plan = append(plan, line)
 	}
-	if err := rows.Close(); err != nil {
+	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "orders_pkey") || strings.Contains(text, "orders_profile_created") {
-		t.Errorf("the authorization's order is not read by its key:\n%s", text)
-	}
+	return plan
 }

@@ -48,20 +48,7 @@ func TestCertificatesWithoutAnIssuerAreReadThroughAnIndexOfThemAlone(t *testing.
 					t.Fatal(err)
 				}
 			}
-			rows, err := conn.QueryContext(ctx, fmt.Sprintf(`EXPLAIN EXECUTE unnamed(%d, '', 500)`, t0.UnixMilli()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, line)
-			}
-			if err := rows.Close(); err != nil {
-				t.Fatal(err)
-			}
+			plan = pgPlan(t, ctx, conn, fmt.Sprintf(`EXPLAIN EXECUTE unnamed(%d, '', 500)`, t0.UnixMilli()))
 		}
 		text := strings.Join(plan, "\n")
 		if !strings.Contains(text, "certificates_unnamed_issuer") || strings.Contains(text, "Sort") || strings.Contains(text, "TEMP B-TREE") {
