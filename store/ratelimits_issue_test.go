@@ -138,3 +138,49 @@ func TestAnIssuanceRefusesSpendsItCannotTakeAndWritesNothing(t *testing.T) {
 		}
 	})
 }
+
+// Concurrent issuances for one identifier set, through two stores on one
+// database (two instances), take exactly the bucket's burst between them
+// and store every certificate: each spend is decided on the bucket's
+// newest row, so none is lost to another's and none goes over. Both
+// issuance paths (PostgreSQL's one statement, and the transaction a
+// notification job makes).
+func TestConcurrentIssuancesForOneSetTakeExactlyTheBurstAndStoreEveryCertificate(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		for _, jobs := range []bool{false, true} {
+			name := "without jobs"
+			if jobs {
+				name = "with notification jobs"
+			}
+			t.Run(name, func(t *testing.T) {
+				place := newPlace(t)
+				dbs := []*DB{openAt(t, place), openAt(t, place)}
+				const burst, issuances = 3, 8
+				dup := LimitSpend{Key: "duplicate_certificates/p/acct/set", Emission: time.Minute, Burst: burst, Cost: 1}
+				orders := make([]Order, issuances)
+				for i := range orders {
+					orders[i] = processingOrder(t, dbs[0])
+				}
+				errs := concurrently(issuances, func(i int) error {
+					_, err := issueWith(dbs[i%2], orders[i], t0, jobs, dup)
+					return err
+				})
+				for i, err := range errs {
+					if err != nil {
+						t.Fatalf("issuance %d: %v; want every certificate stored", i, err)
+					}
+				}
+				for _, o := range orders {
+					got, err := dbs[1].GetOrder(context.Background(), "p", o.ID)
+					if err != nil || got.Status != "valid" || got.CertificateID == "" {
+						t.Fatalf("order %s after the issuances: %+v %v; want valid with a certificate", o.ID, got, err)
+					}
+				}
+				if got, want := bucketTAT(t, dbs[0], dup.Key), t0.Add(burst*time.Minute).UnixNano(); got != want {
+					t.Errorf("the bucket's TAT after %d concurrent issuances is %s past now; want %s (the burst taken, the rest dropped)",
+						issuances, time.Duration(got-t0.UnixNano()), time.Duration(want-t0.UnixNano()))
+				}
+			})
+		}
+	})
+}
