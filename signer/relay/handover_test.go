@@ -9,10 +9,9 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-// The attempt a finalize starts relays with the mapping that finalize has
-// just stored (handOver); an attempt that runs once the finalize has
-// answered must read the mapping as the store has it then, or it would
-// relay an order an operator settled meanwhile.
+// An attempt that runs once its finalize has answered must read the
+// mapping as the store has it then, or it would relay an order an
+// operator settled meanwhile.
 func TestAnAttemptAfterItsFinalizeAnsweredRelaysOnlyWhatTheStoreStillHasInProgress(t *testing.T) {
 	ctx := context.Background()
 	var asked atomic.Int64

@@ -143,10 +143,6 @@ type Signer struct {
 	// afterIssued, if set, runs in an attempt after it announced the
 	// certificate recorded (tests: the job's own bookkeeping held back).
 	afterIssued func()
-	// handed holds, per order whose Issue is in flight here, the mapping
-	// Issue has just stored and read, for the attempt it starts (see
-	// handOver).
-	handed map[string]store.RelayOrder
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
@@ -351,7 +347,6 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	// answers after RunNow, which has then made the job durable.
 	issued, stop := s.watchIssued(ro.OrderID)
 	defer stop()
-	defer s.handOver(ro)()
 	ran := make(chan error, 1)
 	go func() {
 		_, _, err := b.Queue.RunNow(context.WithoutCancel(ctx), s.spec(b.Profile, ro), s.opts.FinalizeWait)
@@ -385,35 +380,6 @@ func (s *Signer) watchIssued(orderID string) (<-chan struct{}, func()) {
 		}
 		s.mu.Unlock()
 	}
-}
-
-// handOver offers ro, the mapping Issue has just stored and read, to the
-// attempt Issue starts, which then need not read it again: the first
-// attempt to take it (takeHandedOver) does. The returned function
-// withdraws it, so that it is never taken after the Issue that read it
-// has returned; any later attempt reads the mapping from the store.
-func (s *Signer) handOver(ro store.RelayOrder) (withdraw func()) {
-	s.mu.Lock()
-	if s.handed == nil {
-		s.handed = map[string]store.RelayOrder{}
-	}
-	s.handed[ro.OrderID] = ro
-	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		delete(s.handed, ro.OrderID)
-		s.mu.Unlock()
-	}
-}
-
-// takeHandedOver returns, once, the mapping of orderID an Issue in flight
-// handed over.
-func (s *Signer) takeHandedOver(orderID string) (store.RelayOrder, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ro, ok := s.handed[orderID]
-	delete(s.handed, orderID)
-	return ro, ok
 }
 
 // announceIssued tells the finalize waiting for orderID, if any, that its
@@ -487,10 +453,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	if wait := s.coolingDown(); wait > 0 {
 		return jobs.RetryAfter(fmt.Sprintf("the upstream rate-limited this profile; waiting %s", wait.Round(time.Second)), wait)
 	}
-	ro, handed := s.takeHandedOver(p.Order)
-	if !handed {
-		ro, err = b.DB.GetRelayOrder(ctx, p.Order)
-	}
+	ro, err := b.DB.GetRelayOrder(ctx, p.Order)
 	if errors.Is(err, store.ErrNotFound) {
 		return jobs.Failed("no relay mapping for order " + p.Order)
 	}
