@@ -48,7 +48,7 @@ func challengeJSONOf(base string, c store.Challenge) challengeJSON {
 
 // handleAuthz reads or deactivates an authorization (RFC 8555 §7.5, §7.5.2).
 func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request, id string) error {
-	ctx := r.Context()
+	ctx := store.WithFirstRead(r.Context(), store.FirstReadOfAuthz(id))
 	req, err := s.verify(ctx, r, needKID)
 	if err != nil {
 		return err
@@ -85,7 +85,7 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request, id string) 
 // else handed to a challenge_validate job and answered processing
 // (authority.AnswerChallenge).
 func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id string) error {
-	ctx := r.Context()
+	ctx := store.WithFirstRead(r.Context(), store.FirstReadOfChallenge(id))
 	req, err := s.verify(ctx, r, needKID)
 	if err != nil {
 		return err

@@ -5,16 +5,18 @@ import (
 	"net/http"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // handleFinalize hands the order and its CSR to the authority, which
 // checks and signs (RFC 8555 §7.4), and answers with the order.
 func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id string) error {
-	req, err := s.verify(r.Context(), r, needKID)
+	ctx := store.WithFirstRead(r.Context(), store.FirstReadOfOrder(id))
+	req, err := s.verify(ctx, r, needKID)
 	if err != nil {
 		return err
 	}
-	o, err := s.core.Finalize(r.Context(), *req.account, id, func() ([]byte, error) {
+	o, err := s.core.Finalize(ctx, *req.account, id, func() ([]byte, error) {
 		var p struct {
 			CSR string `json:"csr"`
 		}
@@ -30,6 +32,6 @@ func (s *Server) handleFinalize(w http.ResponseWriter, r *http.Request, id strin
 	if err != nil {
 		return err
 	}
-	s.writeOrder(r.Context(), w, s.baseURL(r), http.StatusOK, o)
+	s.writeOrder(ctx, w, s.baseURL(r), http.StatusOK, o)
 	return nil
 }

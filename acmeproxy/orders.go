@@ -189,24 +189,25 @@ func parseValidity(nb, na string, now time.Time) (time.Time, time.Time, error) {
 
 // handleOrder answers POST-as-GET for an order (RFC 8555 §7.4).
 func (s *Server) handleOrder(w http.ResponseWriter, r *http.Request, id string) error {
-	req, err := s.verify(r.Context(), r, needKID)
+	ctx := store.WithFirstRead(r.Context(), store.FirstReadOfOrder(id))
+	req, err := s.verify(ctx, r, needKID)
 	if err != nil {
 		return err
 	}
 	if !req.postAsGet {
 		return problem.MalformedF("an order is read with POST-as-GET (an empty payload)")
 	}
-	o, err := s.core.OwnOrder(r.Context(), req.account.ID, id)
+	o, err := s.core.OwnOrder(ctx, req.account.ID, id)
 	if err != nil {
 		return err
 	}
-	s.writeOrder(r.Context(), w, s.baseURL(r), http.StatusOK, o)
+	s.writeOrder(ctx, w, s.baseURL(r), http.StatusOK, o)
 	return nil
 }
 
 // handleCertificate serves an issued chain as PEM (RFC 8555 §7.4.2).
 func (s *Server) handleCertificate(w http.ResponseWriter, r *http.Request, id string) error {
-	ctx := r.Context()
+	ctx := store.WithFirstRead(r.Context(), store.FirstReadOfCertificate(id))
 	req, err := s.verify(ctx, r, needKID)
 	if err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
@@ -358,9 +360,14 @@ func (db *DB) spendNonce(ctx context.Context, tx *sql.Tx, nonce string, expires 
 // Where the dialect has one statement for both (spendNonceAs: PostgreSQL,
 // one round trip instead of a transaction's four) it is sent as a lazy
 // write of its own; it reads the account also for a used nonce, and
-// drops it.
+// drops it. A request's first read named in ctx (WithFirstRead) is made
+// with the spend.
 func (db *DB) UseNonceAs(ctx context.Context, nonce string, expires time.Time, profile, accountID string) (acct Account, fresh bool, err error) {
 	var missing bool
+	fr := firstReadOf(ctx)
+	if e, ok := db.eng.(*postgresEngine); ok && fr != nil {
+		return db.useNonceReading(ctx, e, fr, nonce, expires, profile, accountID)
+	}
 	if stmt := db.dialect.spendNonceAs(); stmt != "" {
 		var found bool
 		acct, err = scanAccount(appendDest{db.lazyWr.QueryRowContext(ctx, db.q(stmt), nonceKey(expires, nonce), profile, accountID),
@@ -386,8 +393,21 @@ func (db *DB) UseNonceAs(ctx context.Context, nonce string, expires time.Time, p
 			missing = true // not an error here: that would undo the nonce
 			return nil
 		}
-		return err
+		if err != nil || fr == nil {
+			return err
+		}
+		query, args := fr.query(db, profile)
+		rows, err := tx.QueryContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		fr.scan(rows, discard)
+		return rows.Err()
 	})
+	if err != nil || !fresh || missing {
+		fr.drop()
+	}
 	if err != nil {
 		return Account{}, false, fmt.Errorf("store: using nonce: %w", err)
 	}
@@ -396,6 +416,48 @@ func (db *DB) UseNonceAs(ctx context.Context, nonce string, expires time.Time, p
 	}
 	return acct, fresh, nil
 }
+
+// useNonceReading is UseNonceAs on PostgreSQL for a request that names
+// its first read (see FirstRead): spendNonceAs and that read in one
+// pipeline, one round trip. The read is a statement after the spend, with
+// a snapshot of its own; it is kept only when the nonce was fresh and the
+// account found, the request's signature then held against the key read.
+func (db *DB) useNonceReading(ctx context.Context, e *postgresEngine, fr *FirstRead, nonce string, expires time.Time, profile, accountID string) (acct Account, fresh bool, err error) {
+	query, args := fr.query(db, profile)
+	b := &pgx.Batch{}
+	b.Queue(db.q(db.dialect.spendNonceAs()), nonceKey(expires, nonce), profile, accountID)
+	b.Queue(query, args...)
+	var found bool
+	err = e.pipeline(ctx, true, b, func(br pgx.BatchResults) error {
+		fresh, found = false, false // the pipeline may run again
+		var err error
+		if acct, err = scanAccount(appendDest{br.QueryRow(), []any{&fresh, &found}}); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		fr.scan(rows, skipPgx)
+		return rows.Err()
+	})
+	switch {
+	case err != nil:
+		fr.drop()
+		return Account{}, false, fmt.Errorf("store: using nonce: %w", err)
+	case !fresh:
+		fr.drop()
+		return Account{}, false, nil
+	case !found:
+		fr.drop()
+		return Account{}, true, fmt.Errorf("%w: account %s", ErrNotFound, accountID)
+	}
+	return acct, true, nil
+}
+
+// skipPgx is n destinations pgx drops a column into.
+func skipPgx(n int) []any { return make([]any, n) }
 
 // nonceKey orders used nonces by expiry: 8 bytes of big-endian Unix
 // milliseconds, then the nonce. A nonce always carries the same expiry, so

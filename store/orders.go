@@ -388,19 +388,32 @@ func (db *DB) checkNotReplaced(ctx context.Context, tx *sql.Tx, certID string, n
 
 // GetOrder reads an order of a profile, with its authorization ids.
 func (db *DB) GetOrder(ctx context.Context, profile, id string) (Order, error) {
-	// One statement, so the order and its authorization list are one
-	// snapshot, and one read instead of two: a row per authorization (one
-	// with a NULL id for an order without any), in creation order.
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT `+orderColsOf("orders")+`, a.id
-		FROM orders LEFT JOIN authorizations a ON a.order_id = orders.id
-		WHERE orders.profile = ? AND orders.id = ? ORDER BY a.position`), profile, id)
+	if fr := firstReadOf(ctx); fr.take(firstOrder, id) {
+		return fr.order, fr.err
+	}
+	rows, err := db.r.QueryContext(ctx, db.q(getOrderQuery), profile, id)
 	if err != nil {
 		return Order{}, fmt.Errorf("store: order %s: %w", id, err)
 	}
 	defer rows.Close()
+	return scanOrderRows(rows, id, discard)
+}
+
+// getOrderQuery is one statement, so that the order and its
+// authorization list are one snapshot, and one read instead of two: a row
+// per authorization (one with a NULL id for an order without any), in
+// creation order.
+var getOrderQuery = `SELECT ` + orderColsOf("orders") + `, a.id
+		FROM orders LEFT JOIN authorizations a ON a.order_id = orders.id
+		WHERE orders.profile = ? AND orders.id = ? ORDER BY a.position`
+
+// scanOrderRows reads getOrderQuery's rows; skip drops a column of the
+// rows after the first.
+func scanOrderRows(rows rowsScanner, id string, skip func(n int) []any) (Order, error) {
 	var (
 		o     Order
 		found bool
+		err   error
 	)
 	for rows.Next() {
 		var authzID sql.NullString
@@ -409,7 +422,7 @@ func (db *DB) GetOrder(ctx context.Context, profile, id string) (Order, error) {
 				return Order{}, fmt.Errorf("store: order %s: %w", id, err)
 			}
 			found = true
-		} else if err := rows.Scan(append(discard(len(orderScanCols)), &authzID)...); err != nil {
+		} else if err := rows.Scan(append(skip(len(orderScanCols)), &authzID)...); err != nil {
 			return Order{}, fmt.Errorf("store: order %s: %w", id, err)
 		}
 		if authzID.Valid {
@@ -446,18 +459,31 @@ func (a appendDest) Scan(dest ...any) error { return a.r.Scan(append(dest, a.ext
 // GetAuthz reads an authorization of a profile with its challenges, in one
 // statement (one snapshot).
 func (db *DB) GetAuthz(ctx context.Context, profile, id string) (Authz, error) {
-	query := `SELECT ` + authzCols + `, ` + challengeCols + ` FROM authorizations a
-		JOIN orders o ON o.id = a.order_id
-		LEFT JOIN challenges c ON c.authz_id = a.id
-		WHERE a.id = ? AND o.profile = ? ORDER BY c.position`
-	if _, ok := db.dialect.(postgresDialect); ok {
-		query = pgGetAuthz
+	if fr := firstReadOf(ctx); fr.take(firstAuthz, id) {
+		return fr.authz, fr.err
 	}
-	rows, err := db.r.QueryContext(ctx, db.q(query), id, profile)
+	rows, err := db.r.QueryContext(ctx, db.q(db.getAuthzQuery()), id, profile)
 	if err != nil {
 		return Authz{}, fmt.Errorf("store: authorization %s: %w", id, err)
 	}
 	defer rows.Close()
+	return scanAuthzRows(rows, id)
+}
+
+// getAuthzQuery is GetAuthz's statement: a row per challenge, in their
+// order.
+func (db *DB) getAuthzQuery() string {
+	if _, ok := db.dialect.(postgresDialect); ok {
+		return pgGetAuthz
+	}
+	return `SELECT ` + authzCols + `, ` + challengeCols + ` FROM authorizations a
+		JOIN orders o ON o.id = a.order_id
+		LEFT JOIN challenges c ON c.authz_id = a.id
+		WHERE a.id = ? AND o.profile = ? ORDER BY c.position`
+}
+
+// scanAuthzRows reads getAuthzQuery's rows.
+func scanAuthzRows(rows rowsScanner, id string) (Authz, error) {
 	var (
 		a     Authz
 		found bool
@@ -501,9 +527,18 @@ func (db *DB) GetAuthz(ctx context.Context, profile, id string) (Authz, error) {
 // GetChallenge reads a challenge of a profile with its authorization
 // (without the authorization's other challenges).
 func (db *DB) GetChallenge(ctx context.Context, profile, id string) (Challenge, Authz, error) {
-	row := db.r.QueryRowContext(ctx, db.q(`SELECT `+challengeCols+`, `+authzCols+` FROM challenges c
+	if fr := firstReadOf(ctx); fr.take(firstChallenge, id) {
+		return fr.chal, fr.authz, fr.err
+	}
+	return scanChallengeRow(db.r.QueryRowContext(ctx, db.q(getChallengeQuery), id, profile), id)
+}
+
+const getChallengeQuery = `SELECT ` + challengeCols + `, ` + authzCols + ` FROM challenges c
 		JOIN authorizations a ON a.id = c.authz_id JOIN orders o ON o.id = a.order_id
-		WHERE c.id = ? AND o.profile = ?`), id, profile)
+		WHERE c.id = ? AND o.profile = ?`
+
+// scanChallengeRow reads getChallengeQuery's row.
+func scanChallengeRow(row rowScanner, id string) (Challenge, Authz, error) {
 	var (
 		c         Challenge
 		a         Authz
@@ -757,7 +792,17 @@ const certCols = `id, order_id, profile, account_id, serial, chain_pem, public_k
 
 // GetCertificate reads a certificate of a profile.
 func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certificate, error) {
-	c, err := scanCertificate(db.r.QueryRowContext(ctx, db.q(`SELECT `+certCols+` FROM certificates WHERE profile = ? AND id = ?`), profile, id))
+	if fr := firstReadOf(ctx); fr.take(firstCertificate, id) {
+		return fr.cert, fr.err
+	}
+	return scanCertificateRow(db.r.QueryRowContext(ctx, db.q(getCertificateQuery), profile, id), id)
+}
+
+const getCertificateQuery = `SELECT ` + certCols + ` FROM certificates WHERE profile = ? AND id = ?`
+
+// scanCertificateRow reads getCertificateQuery's row.
+func scanCertificateRow(row rowScanner, id string) (Certificate, error) {
+	c, err := scanCertificate(row)
 	if err := readErr(err, "certificate "+id); err != nil {
 		return Certificate{}, err
 	}

@@ -110,7 +110,16 @@ func TestACertificateTakesNoMoreRoundTripsToPostgresThanItsBudget(t *testing.T) 
 					{Type: "http-01", Token: NewID()}, {Type: "dns-01", Token: NewID()}, {Type: "tls-alpn-01", Token: NewID()}}}}, t0, spends...)
 			return err
 		}},
-		{"the authorization read", 1, func() (err error) { a, err = db.GetAuthz(ctx, "p", o.AuthzIDs[0]); return err }},
+		// A request that names its first read (store.FirstRead) spends
+		// its nonce and reads in one pipeline.
+		{"a signed request's nonce and its first read, the authorization", 1, func() (err error) {
+			ctx := WithFirstRead(ctx, FirstReadOfAuthz(o.AuthzIDs[0]))
+			if _, fresh, err := db.UseNonceAs(ctx, NewID(), t0.Add(time.Hour), "p", acct.ID); err != nil || !fresh {
+				return fmt.Errorf("fresh=%v: %w", fresh, err)
+			}
+			a, err = db.GetAuthz(ctx, "p", o.AuthzIDs[0])
+			return err
+		}},
 		{"the challenge started", 1, func() error {
 			if ok, err := db.StartChallenge(ctx, a.Challenges[0].ID, t0); err != nil || !ok {
 				return fmt.Errorf("started=%v: %w", ok, err)
