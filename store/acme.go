@@ -363,71 +363,65 @@ func (db *DB) spendNonce(ctx context.Context, tx *sql.Tx, nonce string, expires 
 // drops it. A request's first read named in ctx (WithFirstRead) is made
 // with the spend.
 func (db *DB) UseNonceAs(ctx context.Context, nonce string, expires time.Time, profile, accountID string) (acct Account, fresh bool, err error) {
-	var missing bool
 	fr := firstReadOf(ctx)
-	if e, ok := db.eng.(*postgresEngine); ok && fr != nil {
-		return db.useNonceReading(ctx, e, fr, nonce, expires, profile, accountID)
-	}
-	if stmt := db.dialect.spendNonceAs(); stmt != "" {
-		var found bool
+	found := true
+	e, pg := db.eng.(*postgresEngine)
+	switch stmt := db.dialect.spendNonceAs(); {
+	case pg && fr != nil:
+		acct, fresh, found, err = db.useNonceReading(ctx, e, fr, stmt, nonceKey(expires, nonce), profile, accountID)
+	case stmt != "":
 		acct, err = scanAccount(appendDest{db.lazyWr.QueryRowContext(ctx, db.q(stmt), nonceKey(expires, nonce), profile, accountID),
 			[]any{&fresh, &found}})
-		switch {
-		case err != nil:
-			return Account{}, false, fmt.Errorf("store: using nonce: %w", err)
-		case !fresh:
-			return Account{}, false, nil
-		case !found:
-			return Account{}, true, fmt.Errorf("%w: account %s", ErrNotFound, accountID)
-		}
-		return acct, true, nil
+	default:
+		err = db.withLazyTx(ctx, func(tx *sql.Tx) error {
+			found = true // fn may run again (see engine)
+			var err error
+			if fresh, err = db.spendNonce(ctx, tx, nonce, expires); err != nil || !fresh {
+				return err
+			}
+			acct, err = scanAccount(tx.QueryRowContext(ctx, db.q(accountByID), profile, accountID))
+			if errors.Is(err, sql.ErrNoRows) {
+				found = false // not an error here: that would undo the nonce
+				return nil
+			}
+			if err != nil || fr == nil {
+				return err
+			}
+			query, args := fr.query(db, profile)
+			rows, err := tx.QueryContext(ctx, query, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			fr.scan(rows, discard)
+			return rows.Err()
+		})
 	}
-	err = db.withLazyTx(ctx, func(tx *sql.Tx) error {
-		missing = false // fn may run again (see engine)
-		var err error
-		if fresh, err = db.spendNonce(ctx, tx, nonce, expires); err != nil || !fresh {
-			return err
-		}
-		acct, err = scanAccount(tx.QueryRowContext(ctx, db.q(accountByID), profile, accountID))
-		if errors.Is(err, sql.ErrNoRows) {
-			missing = true // not an error here: that would undo the nonce
-			return nil
-		}
-		if err != nil || fr == nil {
-			return err
-		}
-		query, args := fr.query(db, profile)
-		rows, err := tx.QueryContext(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		fr.scan(rows, discard)
-		return rows.Err()
-	})
-	if err != nil || !fresh || missing {
+	if err != nil || !fresh || !found {
 		fr.drop()
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return Account{}, false, fmt.Errorf("store: using nonce: %w", err)
-	}
-	if missing {
+	case !fresh:
+		return Account{}, false, nil
+	case !found:
 		return Account{}, true, fmt.Errorf("%w: account %s", ErrNotFound, accountID)
 	}
-	return acct, fresh, nil
+	return acct, true, nil
 }
 
 // useNonceReading is UseNonceAs on PostgreSQL for a request that names
-// its first read (see FirstRead): spendNonceAs and that read in one
+// its first read (see FirstRead): spendNonceAs (stmt) and that read in one
 // pipeline, one round trip. The read is a statement after the spend, with
-// a snapshot of its own; it is kept only when the nonce was fresh and the
-// account found, the request's signature then held against the key read.
-func (db *DB) useNonceReading(ctx context.Context, e *postgresEngine, fr *FirstRead, nonce string, expires time.Time, profile, accountID string) (acct Account, fresh bool, err error) {
+// a snapshot of its own; UseNonceAs keeps it only when the nonce was fresh
+// and the account found, the request's signature then held against the
+// key read.
+func (db *DB) useNonceReading(ctx context.Context, e *postgresEngine, fr *FirstRead, stmt string, key []byte, profile, accountID string) (acct Account, fresh, found bool, err error) {
 	query, args := fr.query(db, profile)
 	b := &pgx.Batch{}
-	b.Queue(db.q(db.dialect.spendNonceAs()), nonceKey(expires, nonce), profile, accountID)
+	b.Queue(db.q(stmt), key, profile, accountID)
 	b.Queue(query, args...)
-	var found bool
 	err = e.pipeline(ctx, true, b, func(br pgx.BatchResults) error {
 		fresh, found = false, false // the pipeline may run again
 		var err error
@@ -442,18 +436,7 @@ func (db *DB) useNonceReading(ctx context.Context, e *postgresEngine, fr *FirstR
 		fr.scan(rows, skipPgx)
 		return rows.Err()
 	})
-	switch {
-	case err != nil:
-		fr.drop()
-		return Account{}, false, fmt.Errorf("store: using nonce: %w", err)
-	case !fresh:
-		fr.drop()
-		return Account{}, false, nil
-	case !found:
-		fr.drop()
-		return Account{}, true, fmt.Errorf("%w: account %s", ErrNotFound, accountID)
-	}
-	return acct, true, nil
+	return acct, fresh, found, err
 }
 
 // skipPgx is n destinations pgx drops a column into.

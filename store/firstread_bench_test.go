@@ -24,11 +24,8 @@ func BenchmarkASignedReadsStoreWork(b *testing.B) {
 			db := d.open(b)
 			defer db.Close()
 			ctx := context.Background()
-			acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			authzID := makeOrder(b, db, acct.ID, life{at: t0, state: "valid", notAfter: t0.Add(day)}).order.AuthzIDs[0]
+			scene := newFirstReadScene(b, db)
+			acct, authzID := scene.acct, scene.o.order.AuthzIDs[0]
 			for _, first := range []bool{false, true} {
 				b.Run(fmt.Sprintf("first-read=%v", first), func(b *testing.B) {
 					pg0, _ := pgtest.ServerCPU()

@@ -16,8 +16,7 @@ type firstReadScene struct {
 	o    lived
 }
 
-func newFirstReadScene(t *testing.T) firstReadScene {
-	db := openTest(t)
+func newFirstReadScene(t testing.TB, db *DB) firstReadScene {
 	acct := newAccount(t, db, t0)
 	return firstReadScene{db: db, acct: acct, o: makeOrder(t, db, acct.ID, life{at: t0, state: "valid", notAfter: t0.Add(day)})}
 }
@@ -36,7 +35,7 @@ func (s firstReadScene) spend(t *testing.T, ctx context.Context) {
 // reads first, and for an id that is not there.
 func TestAFirstReadSentWithTheNonceReturnsWhatTheReadReturnsWithoutIt(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		s := newFirstReadScene(t)
+		s := newFirstReadScene(t, openTest(t))
 		bg := context.Background()
 		a, err := s.db.GetAuthz(bg, "p", s.o.order.AuthzIDs[0])
 		if err != nil {
@@ -106,7 +105,7 @@ func TestAFirstReadServesOnlyTheFirstReadOfItsIdAfterAFreshNonce(t *testing.T) {
 			}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				s := newFirstReadScene(t)
+				s := newFirstReadScene(t, openTest(t))
 				id := s.o.order.AuthzIDs[0]
 				ctx := WithFirstRead(bg, FirstReadOfAuthz(id))
 				tc.before(t, s, ctx, id)
@@ -119,7 +118,7 @@ func TestAFirstReadServesOnlyTheFirstReadOfItsIdAfterAFreshNonce(t *testing.T) {
 			})
 		}
 		t.Run("the read of another id", func(t *testing.T) {
-			s := newFirstReadScene(t)
+			s := newFirstReadScene(t, openTest(t))
 			other := makeOrder(t, s.db, s.acct.ID, life{at: t0, state: "pending"})
 			ctx := WithFirstRead(bg, FirstReadOfOrder(s.o.order.ID))
 			s.spend(t, ctx)

@@ -114,7 +114,7 @@ func makeOrder(t testing.TB, db *DB, acct string, l life) lived {
 	return out
 }
 
-func newAccount(t *testing.T, db *DB, at time.Time) Account {
+func newAccount(t testing.TB, db *DB, at time.Time) Account {
 	t.Helper()
 	a, _, err := db.CreateAccount(context.Background(), Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, at)
 	if err != nil {
