@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"io"
 	"net"
 	"net/http"
@@ -27,7 +26,9 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/acmeproxy/caddy-acme-proxy"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/freeport"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 )
 
 // benchZone is the DNS zone every certificate name lies under; the
@@ -533,12 +534,10 @@ func (h *harness) waitForDirectory(url string) error {
 	}
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that no other caller in this process was given: the ports of a Caddy
+// config are picked before it binds any, and asking the kernel for port 0
+// each time may return one port twice (once as HTTPS and admin port: the
+// admin endpoint took it, and the clients met "server gave HTTP response
+// to HTTPS client").
+func freePort() (int, error) { return freeport.TCP("127.0.0.1") }

@@ -7,7 +7,10 @@
 // pick and the bind, any of them may take it, and the bind then fails with
 // "address already in use". So the port is drawn at random from below the
 // ephemeral range, which the kernel never hands out by itself, and checked
-// free by listening on it once.
+// free by listening on it once. A program that picks several ports before
+// any is bound (a Caddy config's HTTP, HTTPS and admin ports) would be
+// handed the same free port twice now and then, so a port is handed out
+// once per process.
 package freeport
 
 import (
@@ -17,25 +20,42 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // lowest is the bottom of the ports drawn from: above the registered
 // services most machines run.
 const lowest = 10000
 
-// TCP returns a port on host (an IP address) that was free a moment ago
-// and lies below the ephemeral range.
+// handedOut holds the ports TCP returned in this process.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// TCP returns a port on host (an IP address) that was free a moment ago,
+// lies below the ephemeral range and was not returned before in this
+// process.
 func TCP(host string) (int, error) {
 	top := ephemeralStart()
 	var last error
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
 	for range 100 {
 		port := lowest + rand.IntN(top-lowest)
+		if handedOut.ports[port] {
+			continue
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
 			last = err
 			continue
 		}
 		ln.Close()
+		handedOut.ports[port] = true
 		return port, nil
 	}
 	return 0, fmt.Errorf("freeport: no free port below %d on %s: %w", top, host, last)

@@ -22,3 +22,17 @@ func TestAPickedPortLiesBelowTheEphemeralRangeAndCanBeListenedOn(t *testing.T) {
 		ln.Close()
 	}
 }
+
+func TestAPortIsHandedOutOncePerProcessThoughItIsFreeAgain(t *testing.T) {
+	seen := map[int]bool{}
+	for range 500 {
+		port, err := TCP("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("port %d handed out twice", port)
+		}
+		seen[port] = true
+	}
+}
