@@ -75,6 +75,15 @@ func (db *DB) GetCRL(ctx context.Context, issuerKeyID string) (CRL, error) {
 	return c, nil
 }
 
+// GetCRLInfo reads what GetCRL does but the DER: the latest CRL of an
+// issuer as its crls row has it (number, thisUpdate, nextUpdate, ledger
+// position, entries). For a decision about the CRL that need not read its
+// megabytes: RefreshCRLs asks every minute how old each CRL is.
+func (db *DB) GetCRLInfo(ctx context.Context, issuerKeyID string) (CRL, error) {
+	c, _, err := scanCRL(db.r.QueryRowContext(ctx, db.q(`SELECT `+crlCols+` FROM crls WHERE issuer_key_id = ?`), issuerKeyID))
+	return c, readErr(err, "CRL of issuer "+issuerKeyID)
+}
+
 // readCRLParts joins the parts of an issuer's CRL numbered number, which
 // its crls row says are parts many.
 func readCRLParts(ctx context.Context, tx *sql.Tx, db *DB, issuerKeyID string, number int64, parts int) ([]byte, error) {

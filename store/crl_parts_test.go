@@ -108,6 +108,33 @@ func TestACRLStoredInPartsReadsBackByteForByte(t *testing.T) {
 	}
 }
 
+func TestACRLsInfoIsWhatItsFullReadSaysWithoutTheDER(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		db := openTest(t)
+		ctx := context.Background()
+		if _, err := db.GetCRLInfo(ctx, "ca"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("info of an issuer without a CRL: %v; want ErrNotFound", err)
+		}
+		publishDER(t, db, func(number int64) []byte { return partedDER(number, 1, crlPartSize+1) })
+		published := publishDER(t, db, func(number int64) []byte { return partedDER(number, 2, 3*crlPartSize) })
+		full, err := db.GetCRL(ctx, "ca")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := db.GetCRLInfo(ctx, "ca")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.DER != nil {
+			t.Errorf("info carries %d bytes of DER; want none", len(info.DER))
+		}
+		full.DER = nil
+		if fmt.Sprint(info) != fmt.Sprint(full) || info.Number != published.Number {
+			t.Errorf("info %+v; want the full read's %+v, number %d", info, full, published.Number)
+		}
+	})
+}
+
 // A publisher that dies between its first writes (the parts) and its
 // last (the crls row naming them) leaves the CRL before served, and its
 // parts go with the next CRL stored, as do the CRL before's.

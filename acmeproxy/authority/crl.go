@@ -362,7 +362,7 @@ func RefreshCRLs(ctx context.Context, authorities []*Authority) error {
 					stale[id] = true
 				}
 			}
-			crl, err := au.db.GetCRL(ctx, iss.KeyID)
+			crl, err := au.db.GetCRLInfo(ctx, iss.KeyID)
 			switch {
 			case errors.Is(err, store.ErrNotFound), err == nil && (stale[iss.KeyID] || !au.clock.Now().Before(crl.ThisUpdate.Add(CRLRefreshAge))):
 				if err := au.queueCRL(ctx, iss); err != nil {
