@@ -78,7 +78,7 @@ func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (T
 		return c, fmt.Errorf("store: reading %s: %w", t.name, err)
 	}
 	// Identity columns go on from the highest id copied.
-	ids, err := queryTxStrings(ctx, tx, `SELECT column_name FROM information_schema.columns
+	ids, err := queryStrings(ctx, tx, `SELECT column_name FROM information_schema.columns
 		WHERE table_schema = current_schema() AND table_name = $1 AND is_identity = 'YES'`, t.name)
 	if err != nil {
 		return c, fmt.Errorf("store: identity columns of %s: %w", t.name, err)
@@ -96,21 +96,4 @@ func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (T
 		return c, fmt.Errorf("store: counting %s in the target: %w", t.name, err)
 	}
 	return c, nil
-}
-
-func queryTxStrings(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
 }

@@ -61,7 +61,14 @@ func sqliteTablesParentsFirst(ctx context.Context, db *sql.DB) ([]copyTableInfo,
 	return out, nil
 }
 
-func queryStrings(ctx context.Context, db *sql.DB, q string, args ...any) ([]string, error) {
+// stringQuerier is what queryStrings reads through: a pool or a
+// transaction.
+type stringQuerier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryStrings is the first column of q's rows, as strings.
+func queryStrings(ctx context.Context, db stringQuerier, q string, args ...any) ([]string, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
