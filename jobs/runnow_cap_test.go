@@ -53,16 +53,19 @@ func TestRunNowBeyondTheKindsConcurrencyCapQueuesTheJobInsteadOfRunningIt(t *tes
 			}()
 		}
 		wg.Wait()
-		waitFor(t, "two jobs running", func() bool { return running.Load() == 2 })
-		ready := 0
-		for _, id := range ids {
-			if j, _ := q.Get(context.Background(), id); j.Status == store.JobReady {
-				ready++
+		// The runner's loop may have claimed jobs while RunNow took the
+		// slots: it gives back what no longer fits, so for a moment the
+		// store shows one of those running with no handler. What must
+		// come is two handlers and every other job back in the queue.
+		waitFor(t, fmt.Sprintf("two jobs running and the other %d waiting in the queue", n-2), func() bool {
+			ready := 0
+			for _, id := range ids {
+				if j, _ := q.Get(context.Background(), id); j.Status == store.JobReady {
+					ready++
+				}
 			}
-		}
-		if ready != n-2 {
-			t.Errorf("%d of %d jobs wait in the queue while 2 run; want %d", ready, n, n-2)
-		}
+			return running.Load() == 2 && ready == n-2
+		})
 		close(release)
 		for _, id := range ids {
 			waitStatus(t, q, id, store.JobDone)
