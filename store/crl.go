@@ -65,7 +65,7 @@ func (db *DB) GetCRL(ctx context.Context, issuerKeyID string) (CRL, error) {
 		return CRL{}, readErr(err, what)
 	}
 	defer tx.Rollback()
-	c, parts, err := scanCRL(tx.QueryRowContext(ctx, db.q(`SELECT `+crlCols+` FROM crls WHERE issuer_key_id = ?`), issuerKeyID))
+	c, parts, err := db.crlRow(ctx, tx, issuerKeyID)
 	if err != nil {
 		return CRL{}, readErr(err, what)
 	}
@@ -80,8 +80,14 @@ func (db *DB) GetCRL(ctx context.Context, issuerKeyID string) (CRL, error) {
 // position, entries). For a decision about the CRL that need not read its
 // megabytes: RefreshCRLs asks every minute how old each CRL is.
 func (db *DB) GetCRLInfo(ctx context.Context, issuerKeyID string) (CRL, error) {
-	c, _, err := scanCRL(db.r.QueryRowContext(ctx, db.q(`SELECT `+crlCols+` FROM crls WHERE issuer_key_id = ?`), issuerKeyID))
+	c, _, err := db.crlRow(ctx, db.r, issuerKeyID)
 	return c, readErr(err, "CRL of issuer "+issuerKeyID)
+}
+
+// crlRow reads an issuer's crls row through q (the read pool, or GetCRL's
+// snapshot): the CRL without its DER and the number of its parts.
+func (db *DB) crlRow(ctx context.Context, q queryRower, issuerKeyID string) (CRL, int, error) {
+	return scanCRL(q.QueryRowContext(ctx, db.q(`SELECT `+crlCols+` FROM crls WHERE issuer_key_id = ?`), issuerKeyID))
 }
 
 // readCRLParts joins the parts of an issuer's CRL numbered number, which
@@ -325,7 +331,8 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 	return s, nil
 }
 
-// queryRower is a *sql.Tx as crlLastNumber needs it.
+// queryRower is a pool or a transaction, as crlLastNumber and crlRow
+// read through it.
 type queryRower interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
