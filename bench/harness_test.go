@@ -537,7 +537,7 @@ func (h *harness) waitForDirectory(url string) error {
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago and
 // that no other caller in this process was given: the ports of a Caddy
 // config are picked before it binds any, and asking the kernel for port 0
-// each time may return one port twice (once as HTTPS and admin port: the
-// admin endpoint took it, and the clients met "server gave HTTP response
-// to HTTPS client").
+// each time may return one port twice (a run once met "server gave HTTP
+// response to HTTPS client" at its HTTPS port, as when the admin endpoint
+// has taken it).
 func freePort() (int, error) { return freeport.TCP("127.0.0.1") }
