@@ -28,6 +28,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/p256verify"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -178,7 +179,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 		if key, err = parsePublicJWK(hdr.JWK); err != nil {
 			return nil, err
 		}
-		if payload, err = verifyWith(&hdr, &fj, key); err != nil {
+		if payload, err = verifyWith(&hdr, &fj, key, nil); err != nil {
 			return nil, err
 		}
 		req.jwk = key
@@ -337,7 +338,7 @@ func (k *kidRequest) check(acct store.Account) error {
 	if err != nil {
 		return fmt.Errorf("stored key of account %s: %w", acct.ID, err)
 	}
-	payload, err := verifyWith(k.hdr, k.fj, pk.key)
+	payload, err := verifyWith(k.hdr, k.fj, pk.key, pk.p256)
 	if err != nil {
 		return err
 	}
@@ -346,12 +347,13 @@ func (k *kidRequest) check(acct store.Account) error {
 }
 
 // verifyWith checks that the JWS's algorithm fits key and its signature
-// verifies with it, and returns the payload.
-func verifyWith(hdr *protectedHeader, fj *flattenedJWS, key *jose.JSONWebKey) ([]byte, error) {
+// verifies with it, and returns the payload. p256 is key's verifier when
+// it is a remembered account's P-256 key, or nil.
+func verifyWith(hdr *protectedHeader, fj *flattenedJWS, key *jose.JSONWebKey, p256 *p256verify.Key) ([]byte, error) {
 	if err := checkAlgForKey(hdr.Alg, key.Key); err != nil {
 		return nil, err
 	}
-	return verifySignature(hdr.Alg, key.Key, fj.Protected, *fj.Payload, fj.Signature)
+	return verifySignature(hdr.Alg, key.Key, p256, fj.Protected, *fj.Payload, fj.Signature)
 }
 
 // recheck holds a verified signature against the account as read when the
@@ -417,10 +419,13 @@ func thumbprint(k *jose.JSONWebKey) (string, error) {
 var accountKeys boundedCache[parsedKey]
 
 // parsedKey is a stored account key, parsed and checked, and its RFC 7638
-// thumbprint.
+// thumbprint; for a P-256 key also its verifier, which builds a table of
+// the key's multiples once the key has signed twice (an account signs
+// seven requests a certificate).
 type parsedKey struct {
 	key        *jose.JSONWebKey
 	thumbprint string
+	p256       *p256verify.Key
 }
 
 // maxCachedAccountKeys bounds those caches; past it a cache starts over.
@@ -441,6 +446,11 @@ func accountKey(stored []byte) (parsedKey, error) {
 		return parsedKey{}, problem.BadPublicKeyF("the key's thumbprint cannot be computed")
 	}
 	pk := parsedKey{key: k, thumbprint: tp}
+	if ec, ok := k.Key.(*ecdsa.PublicKey); ok && ec.Curve == elliptic.P256() {
+		if pk.p256, err = p256verify.NewKey(ec); err != nil {
+			return parsedKey{}, problem.BadPublicKeyF("the P-256 key is not on its curve")
+		}
+	}
 	accountKeys.put(string(stored), pk)
 	return pk, nil
 }
@@ -449,8 +459,9 @@ func accountKey(stored []byte) (parsedKey, error) {
 // (RFC 7515 §5.2: ASCII(protected) "." ASCII(payload)) and returns the
 // decoded payload. The header was already parsed above, and the algorithm
 // checked against the key, so this verifies the parts in place instead of
-// having a JOSE library parse the whole body a second time.
-func verifySignature(alg string, key any, protected, payload, signature string) ([]byte, error) {
+// having a JOSE library parse the whole body a second time. p256, when
+// not nil, is key's verifier.
+func verifySignature(alg string, key any, p256 *p256verify.Key, protected, payload, signature string) ([]byte, error) {
 	bad := problem.MalformedF("the JWS signature does not verify")
 	sig, err := base64.RawURLEncoding.Strict().DecodeString(signature)
 	if err != nil {
@@ -481,6 +492,12 @@ func verifySignature(alg string, key any, protected, payload, signature string) 
 			d = digest(sha512.New384())
 		default:
 			return nil, bad
+		}
+		if p256 != nil {
+			if !p256.Verify(d, sig[:size], sig[size:]) {
+				return nil, bad
+			}
+			break
 		}
 		r, s := new(big.Int).SetBytes(sig[:size]), new(big.Int).SetBytes(sig[size:])
 		if !ecdsa.Verify(pub, d, r, s) {
