@@ -23,6 +23,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/warmstack"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -156,6 +157,14 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 // carries a fresh Replay-Nonce, the directory Link and Cache-Control:
 // no-store (RFC 8555 §6.5, §7.1, §7.2).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	handlerStacks.Run(func() { s.serveHTTP(w, r) })
+}
+
+// handlerStacks runs every profile's requests on goroutines whose stacks
+// an earlier request has grown (see package warmstack).
+var handlerStacks warmstack.Pool
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, nop := s.metrics.(authority.NopMetrics); !nop {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, route: "other"}
