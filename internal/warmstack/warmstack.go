@@ -19,6 +19,7 @@
 package warmstack
 
 import (
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -43,10 +44,11 @@ type worker struct {
 }
 
 type call struct {
-	f     func()
-	done  chan struct{}
-	panic any // what f panicked with, re-raised in the caller
-	ok    bool
+	f      func()
+	done   chan struct{}
+	panic  any  // what f panicked with, re-raised in the caller
+	goexit bool // f called runtime.Goexit, which the caller then calls too
+	ok     bool
 }
 
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -56,7 +58,7 @@ var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1
 // caller's recovery (net/http's, Caddy's) sees it as if f had run there.
 func (p *Pool) Run(f func()) {
 	c := calls.Get().(*call)
-	c.f, c.panic, c.ok = f, nil, false
+	c.f, c.panic, c.goexit, c.ok = f, nil, false, false
 	p.mu.Lock()
 	var w *worker
 	if n := len(p.idle); n > 0 {
@@ -71,10 +73,13 @@ func (p *Pool) Run(f func()) {
 	}
 	w.calls <- c
 	<-c.done
-	pv, ok := c.panic, c.ok
+	pv, ok, goexit := c.panic, c.ok, c.goexit
 	c.f, c.panic = nil, nil
 	calls.Put(c)
-	if !ok {
+	switch {
+	case goexit:
+		runtime.Goexit()
+	case !ok:
 		panic(pv)
 	}
 }
@@ -103,15 +108,20 @@ func (p *Pool) serve(w *worker) {
 }
 
 // run calls c.f, puts w back on the idle list and only then tells the
-// caller, so that a caller's next call finds w there.
+// caller, so that a caller's next call finds w there. A goroutine that f
+// made exit (runtime.Goexit: nothing to recover, yet f did not return)
+// is not put back.
 func (p *Pool) run(w *worker, c *call) {
 	defer func() {
 		if !c.ok {
 			c.panic = recover()
+			c.goexit = c.panic == nil // a panic(nil) recovers as a *runtime.PanicNilError
 		}
-		p.mu.Lock()
-		p.idle = append(p.idle, w)
-		p.mu.Unlock()
+		if !c.goexit {
+			p.mu.Lock()
+			p.idle = append(p.idle, w)
+			p.mu.Unlock()
+		}
 		c.done <- struct{}{}
 	}()
 	c.f()

@@ -37,6 +37,28 @@ func TestAPanicInTheFunctionIsRaisedInTheCaller(t *testing.T) {
 	}
 }
 
+// A function that ends its goroutine (runtime.Goexit, as t.FailNow does)
+// ends the caller's as well, and the pool goes on serving without it.
+func TestAGoexitInTheFunctionEndsTheCallersGoroutine(t *testing.T) {
+	var p Pool
+	returned := make(chan bool)
+	go func() {
+		defer func() { returned <- false }()
+		p.Run(runtime.Goexit)
+		returned <- true
+	}()
+	if <-returned {
+		t.Fatal("Run returned after its function called runtime.Goexit")
+	}
+	done := make(chan struct{})
+	go func() { p.Run(func() {}); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call after a Goexit was handed to the goroutine that exited")
+	}
+}
+
 // Calls that wait for each other all run at once: a call that finds no
 // idle goroutine gets a new one instead of a place in a queue.
 func TestCallsThatWaitForEachOtherAllRunAtOnce(t *testing.T) {
