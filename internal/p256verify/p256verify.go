@@ -43,8 +43,12 @@ const (
 	columns = 256 / teeth
 )
 
-// liveTables counts the tables not yet collected.
-var liveTables atomic.Int64
+// liveTables counts the tables not yet collected; maxTables is their
+// bound (MaxTables; a variable for the tests).
+var (
+	liveTables atomic.Int64
+	maxTables  int64 = MaxTables
+)
 
 // n is P-256's group order.
 var n = elliptic.P256().Params().N
@@ -105,7 +109,7 @@ func (k *Key) HasTable() bool { return k.table.Load() != nil }
 func reserveTable() bool {
 	for {
 		live := liveTables.Load()
-		if live >= MaxTables {
+		if live >= maxTables {
 			return false
 		}
 		if liveTables.CompareAndSwap(live, live+1) {

@@ -121,6 +121,87 @@ func TestVerifyAnswersAsCryptoECDSADoes(t *testing.T) {
 	}
 }
 
+// Two cases no random signature reaches: a sum u₁G + u₂Q at infinity,
+// and one whose x lies in [n, p), so that only x mod n equals r.
+func TestTheRareCasesOfTheSumAnswerAsCryptoECDSADoes(t *testing.T) {
+	t.Run("the sum is the point at infinity", func(t *testing.T) {
+		sg := newSigned(t, "m")
+		// e = −r·d makes u₁G + u₂Q = (e + r·d)·s⁻¹·G = 0.
+		e := new(big.Int).Mul(new(big.Int).SetBytes(sg.r), sg.key.D)
+		e.Neg(e).Mod(e, n)
+		hash := bytes32(e)
+		if stdVerify(&sg.key.PublicKey, hash, sg.r, sg.s) {
+			t.Fatal("crypto/ecdsa accepts the case; it should not")
+		}
+		if tabled(t, &sg.key.PublicKey).Verify(hash, sg.r, sg.s) {
+			t.Error("with the table: accepted a sum at infinity")
+		}
+	})
+	t.Run("the sum's x is n or more", func(t *testing.T) {
+		pub, hash, r, s := signatureWithXAboveN(t)
+		if !stdVerify(pub, hash, r, s) {
+			t.Fatal("crypto/ecdsa refuses the constructed signature; the construction is wrong")
+		}
+		if !tabled(t, pub).Verify(hash, r, s) {
+			t.Error("with the table: refused a signature whose x is above n")
+		}
+	})
+}
+
+// signatureWithXAboveN builds a key and a valid signature whose
+// u₁G + u₂Q has an x in [n, p): R is such a point, a and b random, and
+// Q = b⁻¹(R − aG), r = x mod n, s = r·b⁻¹, e = a·s — so that u₁ = a and
+// u₂ = b.
+func signatureWithXAboveN(t *testing.T) (pub *ecdsa.PublicKey, hash, r, s []byte) {
+	t.Helper()
+	params := elliptic.P256().Params()
+	p := params.P
+	var R *nistec.P256Point
+	for x := new(big.Int).Set(n); x.Cmp(p) < 0; x.Add(x, big.NewInt(1)) {
+		// y² = x³ − 3x + b
+		y2 := new(big.Int).Exp(x, big.NewInt(3), p)
+		y2.Sub(y2, new(big.Int).Mul(big.NewInt(3), x))
+		y2.Add(y2, params.B).Mod(y2, p)
+		y := new(big.Int).ModSqrt(y2, p)
+		if y == nil {
+			continue
+		}
+		enc := append([]byte{4}, append(bytes32(x), bytes32(y)...)...)
+		pt, err := nistec.NewP256Point().SetBytes(enc)
+		if err != nil {
+			t.Fatalf("(%x, %x) is not on the curve: %v", x, y, err)
+		}
+		R = pt
+		break
+	}
+	if R == nil {
+		t.Fatal("no point with x in [n, p) found")
+	}
+	xr, err := R.BytesX()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rInt := new(big.Int).Mod(new(big.Int).SetBytes(xr), n)
+	a, b := big.NewInt(12345), big.NewInt(67891)
+	bInv := new(big.Int).ModInverse(b, n)
+	aG, err := nistec.NewP256Point().ScalarBaseMult(bytes32(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	diff := nistec.NewP256Point().Add(R, nistec.NewP256Point().Negate(aG))
+	Q, err := nistec.NewP256Point().ScalarMult(diff, bytes32(bInv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := Q.Bytes()
+	pub = &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(enc[1:33]), Y: new(big.Int).SetBytes(enc[33:])}
+	sInt := new(big.Int).Mul(rInt, bInv)
+	sInt.Mod(sInt, n)
+	e := new(big.Int).Mul(a, sInt)
+	e.Mod(e, n)
+	return pub, bytes32(e), bytes32(rInt), bytes32(sInt)
+}
+
 func TestManySignaturesOfManyKeysVerifyAsWithCryptoECDSA(t *testing.T) {
 	for i := range 50 {
 		sg := newSigned(t, "msg")
@@ -154,9 +235,10 @@ func TestAKeyBuildsItsTableAtItsSecondVerificationNotItsFirst(t *testing.T) {
 }
 
 func TestNoMoreThanMaxTablesAreBuilt(t *testing.T) {
-	before := liveTables.Load()
-	liveTables.Store(MaxTables)
-	defer liveTables.Store(before)
+	// A bound of none stands for MaxTables alive, whatever the collector
+	// frees of other tests' tables meanwhile.
+	maxTables = 0
+	defer func() { maxTables = MaxTables }()
 	sg := newSigned(t, "m")
 	k, err := NewKey(&sg.key.PublicKey)
 	if err != nil {

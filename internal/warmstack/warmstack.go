@@ -19,7 +19,10 @@
 package warmstack
 
 import (
+	"fmt"
+	"net/http"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -47,7 +50,7 @@ type call struct {
 	f      func()
 	done   chan struct{}
 	panic  any  // what f panicked with, re-raised in the caller
-	goexit bool // f called runtime.Goexit, which the caller then calls too
+	goexit bool // f ended its goroutine (runtime.Goexit): the caller's ends too
 	ok     bool
 }
 
@@ -55,7 +58,9 @@ var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1
 
 // Run calls f on one of the pool's goroutines and returns when f has
 // returned. A panic in f is raised again in the caller's goroutine, so the
-// caller's recovery (net/http's, Caddy's) sees it as if f had run there.
+// caller's recovery (net/http's, Caddy's) sees it as if f had run there:
+// http.ErrAbortHandler as itself, any other value as a *Panic that
+// carries the stack where f panicked.
 func (p *Pool) Run(f func()) {
 	c := calls.Get().(*call)
 	c.f, c.panic, c.goexit, c.ok = f, nil, false, false
@@ -84,9 +89,37 @@ func (p *Pool) Run(f func()) {
 	}
 }
 
+// Panic is what Run raises in its caller for a panic in the function
+// (but http.ErrAbortHandler, raised as itself): the value and the stack
+// of the pool's goroutine where it was raised, which the caller's own
+// stack does not show.
+type Panic struct {
+	Value any
+	Stack []byte
+}
+
+func (p *Panic) Error() string { return fmt.Sprintf("%v\n\n%s", p.Value, p.Stack) }
+
+// Unwrap is the value, when it is an error.
+func (p *Panic) Unwrap() error {
+	err, _ := p.Value.(error)
+	return err
+}
+
 // serve runs the calls handed to w until w has been idle for the pool's
-// idle time.
+// idle time. w goes back on the idle list before its caller is told, so
+// that a caller's next call finds it there — only once its call has
+// returned: a call whose function ends the goroutine (runtime.Goexit,
+// even with a panic recovered on the way) is answered by the deferred
+// function instead, and w is never handed out again.
 func (p *Pool) serve(w *worker) {
+	var current *call
+	defer func() {
+		if current != nil {
+			current.goexit = true
+			current.done <- struct{}{}
+		}
+	}()
 	wait := p.Idle
 	if wait <= 0 {
 		wait = DefaultIdle
@@ -96,7 +129,13 @@ func (p *Pool) serve(w *worker) {
 	for {
 		select {
 		case c := <-w.calls:
-			p.run(w, c)
+			current = c
+			c.run()
+			current = nil
+			p.mu.Lock()
+			p.idle = append(p.idle, w)
+			p.mu.Unlock()
+			c.done <- struct{}{}
 			idle.Reset(wait)
 		case <-idle.C:
 			if p.retire(w) {
@@ -107,22 +146,18 @@ func (p *Pool) serve(w *worker) {
 	}
 }
 
-// run calls c.f, puts w back on the idle list and only then tells the
-// caller, so that a caller's next call finds w there. A goroutine that f
-// made exit (runtime.Goexit: nothing to recover, yet f did not return)
-// is not put back.
-func (p *Pool) run(w *worker, c *call) {
+// run calls c.f and keeps what it panicked with, if it did.
+func (c *call) run() {
 	defer func() {
-		if !c.ok {
-			c.panic = recover()
-			c.goexit = c.panic == nil // a panic(nil) recovers as a *runtime.PanicNilError
+		if c.ok {
+			return
 		}
-		if !c.goexit {
-			p.mu.Lock()
-			p.idle = append(p.idle, w)
-			p.mu.Unlock()
+		switch v := recover(); v {
+		case http.ErrAbortHandler:
+			c.panic = v
+		default:
+			c.panic = &Panic{Value: v, Stack: debug.Stack()}
 		}
-		c.done <- struct{}{}
 	}()
 	c.f()
 	c.ok = true

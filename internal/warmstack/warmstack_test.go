@@ -2,6 +2,7 @@ package warmstack
 
 import (
 	"errors"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -18,16 +19,23 @@ func TestRunReturnsAfterTheFunctionHasRun(t *testing.T) {
 	}
 }
 
-func TestAPanicInTheFunctionIsRaisedInTheCaller(t *testing.T) {
+func TestAPanicInTheFunctionIsRaisedInTheCallerWithItsValueAndStack(t *testing.T) {
 	var p Pool
 	boom := errors.New("boom")
 	got := func() (v any) {
 		defer func() { v = recover() }()
-		p.Run(func() { panic(boom) })
+		p.Run(func() { panicsWith(boom) })
 		return nil
 	}()
-	if got != boom {
-		t.Fatalf("the caller recovered %v; want the function's panic value", got)
+	pe, ok := got.(*Panic)
+	if !ok {
+		t.Fatalf("the caller recovered %T %v; want a *Panic", got, got)
+	}
+	if !errors.Is(pe, boom) || pe.Value != boom {
+		t.Errorf("the *Panic holds %v; want the function's panic value", pe.Value)
+	}
+	if !strings.Contains(string(pe.Stack), "panicsWith") {
+		t.Errorf("the *Panic's stack does not show where the function panicked:\n%s", pe.Stack)
 	}
 	// The pool still serves after a panic.
 	ran := false
@@ -37,25 +45,58 @@ func TestAPanicInTheFunctionIsRaisedInTheCaller(t *testing.T) {
 	}
 }
 
-// A function that ends its goroutine (runtime.Goexit, as t.FailNow does)
-// ends the caller's as well, and the pool goes on serving without it.
-func TestAGoexitInTheFunctionEndsTheCallersGoroutine(t *testing.T) {
+//go:noinline
+func panicsWith(v any) { panic(v) }
+
+// net/http stops serving a request quietly on http.ErrAbortHandler, which
+// it compares by identity: the caller gets that very value.
+func TestAnAbortedHandlerIsRaisedInTheCallerAsItself(t *testing.T) {
 	var p Pool
-	returned := make(chan bool)
-	go func() {
-		defer func() { returned <- false }()
-		p.Run(runtime.Goexit)
-		returned <- true
+	got := func() (v any) {
+		defer func() { v = recover() }()
+		p.Run(func() { panic(http.ErrAbortHandler) })
+		return nil
 	}()
-	if <-returned {
-		t.Fatal("Run returned after its function called runtime.Goexit")
+	if got != http.ErrAbortHandler {
+		t.Fatalf("the caller recovered %v; want http.ErrAbortHandler itself", got)
 	}
-	done := make(chan struct{})
-	go func() { p.Run(func() {}); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a call after a Goexit was handed to the goroutine that exited")
+}
+
+// A function that ends its goroutine (runtime.Goexit, as t.FailNow does)
+// ends the caller's as well, and the pool goes on serving without that
+// goroutine — also when a deferred function of the call panics on the
+// way out and the pool recovers it (Goexit goes on regardless).
+func TestAGoexitInTheFunctionEndsTheCallersGoroutine(t *testing.T) {
+	cases := []struct {
+		name string
+		f    func()
+	}{
+		{"a plain Goexit", runtime.Goexit},
+		{"a Goexit whose deferred function panics", func() {
+			defer panicsWith("on the way out")
+			runtime.Goexit()
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var p Pool
+			returned := make(chan bool)
+			go func() {
+				defer func() { recover(); returned <- false }()
+				p.Run(c.f)
+				returned <- true
+			}()
+			if <-returned {
+				t.Fatal("Run returned after its function called runtime.Goexit")
+			}
+			done := make(chan struct{})
+			go func() { p.Run(func() {}); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("a call after a Goexit was handed to the goroutine that exited")
+			}
+		})
 	}
 }
 
