@@ -27,7 +27,9 @@ type TableCount struct {
 // is returned and nothing is written. The copy is one transaction on dst:
 // a failure leaves it empty. Tables are copied parents first (foreign
 // keys), identity sequences are moved past the copied ids, and the row
-// counts of both sides are compared before the transaction commits. (The
+// counts of both sides are compared before the transaction commits; then
+// the target's planner statistics are gathered (Analyze), so that a fleet
+// moved onto it is not planned for empty tables. (The
 // emptiness check does not lock the tables: of two copies into one
 // target at once, READ COMMITTED, the second fails on the rows' primary
 // keys and is undone, leaving the first's copy.)
@@ -67,6 +69,9 @@ func CopyStore(ctx context.Context, src, dst *DB) ([]TableCount, error) {
 	}, false)
 	if err != nil {
 		return nil, err
+	}
+	if err := dst.Analyze(ctx); err != nil {
+		return counts, fmt.Errorf("store: every row copied, then: %w", err)
 	}
 	return counts, nil
 }
