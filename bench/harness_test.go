@@ -141,6 +141,9 @@ type harness struct {
 	http01Port int
 	// dnsAddr is the benchmark's DNS server (host:port).
 	dnsAddr string
+	// pgDSN is acme_proxy's PostgreSQL database
+	// (ACMEPROXY_BENCH_DATABASE=postgres), or "" for its SQLite file.
+	pgDSN string
 	// fleet is BenchmarkIssuanceTwoInstances' pair of instances.
 	fleet   *benchFleet
 	roots   *x509.CertPool
@@ -286,6 +289,7 @@ func (h *harness) start() error {
 			return err
 		}
 		database = `postgres "` + dsn + `"`
+		h.pgDSN = dsn
 	default:
 		return fmt.Errorf("ACMEPROXY_BENCH_DATABASE=%q: want sqlite or postgres", db)
 	}
