@@ -99,6 +99,11 @@
 //   - ACMEPROXY_BENCH_ORDERS, ACMEPROXY_BENCH_REVOKED: the size of
 //     BenchmarkScale's seeded database (default 200000 orders, 100000 of
 //     them revoked); see BenchmarkScale for what it measures.
+//   - ACMEPROXY_PGTEST_OPTS: server options added to the throwaway
+//     PostgreSQL cluster's, e.g. "-c
+//     shared_preload_libraries=pg_stat_statements" to read
+//     pg_stat_statements (statements, WAL records per statement) while a
+//     benchmark with ACMEPROXY_BENCH_DATABASE=postgres runs.
 //   - ACMEPROXY_BENCH_PPROF=<dir>: the issuance benchmarks fetch a
 //     CPU profile of Caddy from its admin endpoint (/debug/pprof/profile,
 //     the first ACMEPROXY_BENCH_PPROF_SECONDS of the timed part, default 5)

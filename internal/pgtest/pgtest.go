@@ -5,6 +5,10 @@
 //
 // Without PostgreSQL's binaries a test that asks for a database skips with
 // a message, and fails instead under ACMEPROXY_E2E=1, where CI must run it.
+//
+// ACMEPROXY_PGTEST_OPTS adds server options to the cluster's (for a look
+// inside PostgreSQL during a benchmark, e.g. "-c
+// shared_preload_libraries=pg_stat_statements").
 package pgtest
 
 import (
@@ -185,6 +189,12 @@ func start() (*cluster, error) {
 	c.opts = "-c listen_addresses='' -c unix_socket_directories=" + dir + " -c max_connections=200"
 	if !Durable {
 		c.opts += " -c fsync=off"
+	}
+	// A benchmark's look inside PostgreSQL, e.g. "-c
+	// shared_preload_libraries=pg_stat_statements": options appended to
+	// the server's, after (and so over) the ones above.
+	if extra := os.Getenv("ACMEPROXY_PGTEST_OPTS"); extra != "" {
+		c.opts += " " + extra
 	}
 	if out, err := c.serverStart(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
