@@ -148,3 +148,41 @@ func TestMigrateStoreGoesOnlyFromSQLiteToPostgreSQL(t *testing.T) {
 		t.Error("copied from SQLite to SQLite")
 	}
 }
+
+func TestMigrateStoreCopiesTablesOfMoreRowsThanOneStatementWrites(t *testing.T) {
+	ctx := context.Background()
+	src, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "src.db"), SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	seeds, orders := seedMany(t, src, 2345) // challenges: 9,381 rows, ten statements
+	dst, err := OpenPostgres(ctx, pgtest.DSN(t), PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	counts, err := CopyStore(ctx, src, dst)
+	if err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	for _, c := range counts {
+		if c.Source != c.Dest {
+			t.Errorf("%s: %d rows in the source, %d in the target", c.Table, c.Source, c.Dest)
+		}
+	}
+	for _, i := range []int{0, 999, 1000, 2344} {
+		o, err := dst.GetOrder(ctx, "p", orders[i].ID)
+		if err != nil {
+			t.Fatalf("order %d in the target: %v", i, err)
+		}
+		a, err := dst.GetAuthz(ctx, "p", o.AuthzIDs[len(o.AuthzIDs)-1])
+		if err != nil || len(a.Challenges) != 3 || a.Identifier != seeds[i].Identifiers[len(seeds[i].Identifiers)-1] {
+			t.Errorf("order %d's last authorization in the target: %+v (%v)", i, a, err)
+		}
+		c, err := dst.CertificateBySerial(ctx, "p", seeds[i].Certificate.Serial)
+		if err != nil || c.OrderID != o.ID || c.PublicKey[0] != byte(i) {
+			t.Errorf("order %d's certificate in the target: %+v (%v)", i, c, err)
+		}
+	}
+}

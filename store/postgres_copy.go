@@ -41,16 +41,11 @@ func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (T
 	}
 
 	quoted := make([]string, len(t.columns))
-	marks := make([]string, len(t.columns))
 	for i, col := range t.columns {
 		quoted[i] = `"` + col + `"`
-		marks[i] = fmt.Sprintf("$%d", i+1)
 	}
-	insert, err := tx.PrepareContext(ctx, `INSERT INTO `+t.name+` (`+strings.Join(quoted, ", ")+`) VALUES (`+strings.Join(marks, ", ")+`)`)
-	if err != nil {
-		return c, fmt.Errorf("store: preparing the copy of %s: %w", t.name, err)
-	}
-	defer insert.Close()
+	batch := newRowBatch(`INSERT INTO `+t.name+` (`+strings.Join(quoted, ", ")+`) VALUES `,
+		`(`+strings.TrimSuffix(strings.Repeat("?, ", len(t.columns)), ", ")+`)`)
 	in, err := src.QueryContext(ctx, `SELECT `+strings.Join(quoted, ", ")+` FROM `+t.name)
 	if err != nil {
 		return c, fmt.Errorf("store: reading %s: %w", t.name, err)
@@ -61,6 +56,12 @@ func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (T
 	for i := range vals {
 		ptrs[i] = &vals[i]
 	}
+	write := func() error {
+		if err := batch.write(ctx, tx, postgresDialect{}.rebind); err != nil {
+			return fmt.Errorf("store: copying rows of %s: %w", t.name, err)
+		}
+		return nil
+	}
 	for in.Next() {
 		if err := in.Scan(ptrs...); err != nil {
 			return c, fmt.Errorf("store: reading %s: %w", t.name, err)
@@ -70,12 +71,18 @@ func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (T
 				vals[i] = string(b)
 			}
 		}
-		if _, err := insert.ExecContext(ctx, vals...); err != nil {
-			return c, fmt.Errorf("store: copying a row of %s: %w", t.name, err)
+		batch.add(vals...)
+		if batch.full() {
+			if err := write(); err != nil {
+				return c, err
+			}
 		}
 	}
 	if err := in.Err(); err != nil {
 		return c, fmt.Errorf("store: reading %s: %w", t.name, err)
+	}
+	if err := write(); err != nil {
+		return c, err
 	}
 	// Identity columns go on from the highest id copied.
 	ids, err := queryStrings(ctx, tx, `SELECT column_name FROM information_schema.columns
