@@ -204,8 +204,54 @@ func TestPostgresPlaceholdersAreNumberedOutsideQuotesOnly(t *testing.T) {
 		{`UPDATE t SET a = ?, b = ? WHERE c = ?`, `UPDATE t SET a = $1, b = $2 WHERE c = $3`},
 		{`SELECT '?' , ? FROM "we?ird" WHERE x = 'it''s ?' AND y = ?`, `SELECT '?' , $1 FROM "we?ird" WHERE x = 'it''s ?' AND y = $2`},
 	} {
-		if got := (postgresDialect{}).rebind(tc.in); got != tc.want {
-			t.Errorf("rebind(%q) = %q, want %q", tc.in, got, tc.want)
+		// The second answer is the remembered one.
+		for range 2 {
+			if got := (postgresDialect{}).rebind(tc.in); got != tc.want {
+				t.Errorf("rebind(%q) = %q, want %q", tc.in, got, tc.want)
+			}
 		}
+	}
+}
+
+func TestPostgresPlaceholdersOfMoreStatementsThanAreRememberedAreStillNumbered(t *testing.T) {
+	long := "SELECT ?" + strings.Repeat(" ", rebindCacheLen) + ", ?"
+	if got, want := (postgresDialect{}).rebind(long), "SELECT $1"+strings.Repeat(" ", rebindCacheLen)+", $2"; got != want {
+		t.Errorf("a statement too long to remember: got %.20q…, want %.20q…", got, want)
+	}
+	for i := range rebindCacheMax + 10 {
+		stmt := fmt.Sprintf("SELECT %d, ?, ?", i)
+		if got, want := (postgresDialect{}).rebind(stmt), fmt.Sprintf("SELECT %d, $1, $2", i); got != want {
+			t.Fatalf("rebind(%q) = %q, want %q", stmt, got, want)
+		}
+	}
+	n := 0
+	rebound.Range(func(k, _ any) bool {
+		if len(k.(string)) > rebindCacheLen {
+			t.Errorf("a statement of %d bytes was remembered", len(k.(string)))
+		}
+		n++
+		return true
+	})
+	if n > rebindCacheMax {
+		t.Errorf("%d statements remembered, want at most %d", n, rebindCacheMax)
+	}
+}
+
+func BenchmarkPostgresPlaceholders(b *testing.B) {
+	stmt := `UPDATE orders SET status = 'ready', updated_at = ? WHERE id = ? AND profile = ? AND status = 'pending'
+		AND NOT EXISTS (SELECT 1 FROM authorizations WHERE order_id = ? AND status <> 'valid') RETURNING ` + orderCols
+	for _, bc := range []struct {
+		name   string
+		rebind func(string) string
+	}{
+		{"numbered each time", numberPlaceholders},
+		{"remembered", postgresDialect{}.rebind},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.rebind(stmt)
+			}
+		})
 	}
 }
