@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -44,7 +45,9 @@ import (
 //
 //   - crl/regenerate: POST /acme_proxy/crl/bench/regenerate, reported as
 //     s/regen (at most 10 of them, whatever b.N) with the CRL's size, and
-//     a conditional GET of the CRL answered 304;
+//     a conditional GET of the CRL answered 304; on PostgreSQL also the
+//     cluster's CPU and the WAL it wrote per regeneration (pg-CPU-s/regen,
+//     pg-WAL-MiB/regen), what a regeneration costs the issuances beside it;
 //
 //   - issuance/db=seeded/crl=regenerating: issuance while the CRL is
 //     regenerated once a second (back to back when a regeneration takes
@@ -88,15 +91,21 @@ func BenchmarkScale(b *testing.B) {
 		n := min(b.N, 10)
 		var took time.Duration
 		var size int
+		pgCPU, wal := h.postgresCPU(b, acmeProxy), h.postgresWAL(b)
 		for range n {
 			t0 := time.Now()
 			h.regenerateCRL(b)
 			took += time.Since(t0)
 		}
+		pgCPU, wal = h.postgresCPU(b, acmeProxy)-pgCPU, h.postgresWAL(b)-wal
 		size = h.checkCRLConditional(b, s.revoked)
 		b.ReportMetric(0, "ns/op")
 		b.ReportMetric(took.Seconds()/float64(n), "s/regen")
 		b.ReportMetric(float64(size)/(1<<20), "CRL-MiB")
+		if h.pgDSN != "" {
+			b.ReportMetric(pgCPU.Seconds()/float64(n), "pg-CPU-s/regen")
+			b.ReportMetric(float64(wal)/float64(n)/(1<<20), "pg-WAL-MiB/regen")
+		}
 	})
 	b.Run("issuance/db=seeded/crl=regenerating", func(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -154,6 +163,25 @@ func (h *harness) profiled(b *testing.B, server string, fn func()) {
 	if err := <-done; err != nil {
 		b.Fatalf("CPU profile of Caddy: %v", err)
 	}
+}
+
+// postgresWAL is the position of acme_proxy's PostgreSQL cluster in its
+// write-ahead log, in bytes (0 on SQLite): its difference over a part is
+// the WAL the part wrote, a count the machine's load does not move.
+func (h *harness) postgresWAL(b *testing.B) int64 {
+	if h.pgDSN == "" {
+		return 0
+	}
+	db, err := sql.Open("pgx", h.pgDSN)
+	if err != nil {
+		b.Fatalf("opening PostgreSQL: %v", err)
+	}
+	defer db.Close()
+	var lsn int64
+	if err := db.QueryRow(`SELECT CAST(pg_current_wal_insert_lsn() - '0/0' AS BIGINT)`).Scan(&lsn); err != nil {
+		b.Fatalf("reading PostgreSQL's WAL position: %v", err)
+	}
+	return lsn
 }
 
 // scaleSeed is what seedScale wrote.
