@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
@@ -43,6 +44,10 @@ func filledSQLite(t *testing.T) *DB {
 		t.Fatal(err)
 	}
 	auditAt(t, db, t0, t0.Add(time.Second))
+	// Two CRLs in parts, the second sharing the first's part between.
+	for publisher := byte(1); publisher <= 2; publisher++ {
+		publishDER(t, db, func(n int64) []byte { return sharedDER(n, publisher, 2*crlPartSize+100) })
+	}
 	return db
 }
 
@@ -103,6 +108,10 @@ func TestMigrateStoreCopiesEveryRowOfEveryTableFromSQLiteToPostgreSQL(t *testing
 	ra, err := dst.GetRelayAccount(ctx, "up", "p")
 	if err != nil || ra.KeyPEM != "k" || len(ra.Contact) != 1 {
 		t.Errorf("relay account in the target: %+v %v", ra, err)
+	}
+	srcCRL, _ := src.GetCRL(ctx, "ca")
+	if dstCRL, err := dst.GetCRL(ctx, "ca"); err != nil || dstCRL.Number != srcCRL.Number || !bytes.Equal(dstCRL.DER, srcCRL.DER) {
+		t.Errorf("the CRL in the target: %v; want the source's, number %d, byte for byte (its shared part too)", err, srcCRL.Number)
 	}
 	srcSecret, _ := src.Secret(ctx, "nonce_key", 32, t0)
 	dstSecret, err := dst.Secret(ctx, "nonce_key", 32, t0)

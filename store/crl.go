@@ -1,7 +1,9 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -93,7 +95,10 @@ func (db *DB) crlRow(ctx context.Context, q queryRower, issuerKeyID string) (CRL
 // readCRLParts joins the parts of an issuer's CRL numbered number, which
 // its crls row says are parts many.
 func readCRLParts(ctx context.Context, tx *sql.Tx, db *DB, issuerKeyID string, number int64, parts int) ([]byte, error) {
-	rows, err := tx.QueryContext(ctx, db.q(`SELECT part, der FROM crl_parts WHERE issuer_key_id = ? AND number = ? ORDER BY part`),
+	rows, err := tx.QueryContext(ctx, db.q(`SELECT p.part, p.held_by, h.number, CASE WHEN p.held_by IS NULL THEN p.der ELSE h.der END
+		FROM crl_parts p LEFT JOIN crl_parts h
+			ON h.issuer_key_id = p.issuer_key_id AND h.number = p.held_by AND h.part = p.part AND h.held_by IS NULL
+		WHERE p.issuer_key_id = ? AND p.number = ? ORDER BY p.part`),
 		issuerKeyID, number)
 	if err != nil {
 		return nil, err
@@ -103,14 +108,18 @@ func readCRLParts(ctx context.Context, tx *sql.Tx, db *DB, issuerKeyID string, n
 	next := 0
 	for rows.Next() {
 		var (
-			part  int
-			chunk []byte
+			part           int
+			heldBy, holder sql.NullInt64
+			chunk          []byte
 		)
-		if err := rows.Scan(&part, &chunk); err != nil {
+		if err := rows.Scan(&part, &heldBy, &holder, &chunk); err != nil {
 			return nil, err
 		}
 		if part != next {
 			break
+		}
+		if heldBy.Valid && !holder.Valid {
+			return nil, fmt.Errorf("CRL %d: part %d is held by CRL %d's, which is gone", number, part, heldBy.Int64)
 		}
 		if der == nil {
 			der = make([]byte, 0, parts*len(chunk))
@@ -204,6 +213,7 @@ func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string
 		return CRL{}, errors.New("store: publishing a CRL needs an issuer's key id and name")
 	}
 	const attempts = 4
+	share := true
 	for attempt := 1; ; attempt++ {
 		snap, err := db.crlSnapshot(ctx, issuerKeyID, issuerName, now, base)
 		if err != nil {
@@ -219,8 +229,11 @@ func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string
 		}
 		out := CRL{IssuerKeyID: issuerKeyID, Number: snap.Number, ThisUpdate: this, NextUpdate: next,
 			LedgerSeq: snap.Seq, Entries: entries, DER: der, UpdatedAt: now}
-		out.LedgerSeq, err = db.storeCRL(ctx, issuerName, out, snap.storedSeq)
-		if errors.Is(err, errCRLNumberTaken) && attempt < attempts {
+		out.LedgerSeq, err = db.storeCRL(ctx, issuerName, out, snap.storedSeq, share)
+		if errors.Is(err, errCRLPartGone) {
+			share = false // the next attempt writes every part
+		}
+		if (errors.Is(err, errCRLNumberTaken) || errors.Is(err, errCRLPartGone)) && attempt < attempts {
 			continue
 		}
 		if err != nil {
@@ -233,6 +246,11 @@ func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string
 // errCRLNumberTaken: another CRL of the issuer's name or key was stored
 // while one was being built.
 var errCRLNumberTaken = errors.New("another CRL took its cRLNumber while it was built")
+
+// errCRLPartGone: a part the CRL shares with the one stored before it was
+// deleted while the CRL was stored (another publisher's CRL was named
+// meanwhile, and the parts only the one before used went with it).
+var errCRLPartGone = errors.New("a part it shares with an earlier CRL was deleted while it was stored")
 
 // crlSnapshot is what a CRL is built from, read at one moment.
 type crlSnapshot struct {
@@ -354,6 +372,62 @@ const crlPartSize = 256 << 10
 // crlPruneBatch is how many parts of earlier CRLs one write deletes.
 const crlPruneBatch = 4
 
+// crlPart is one part of a CRL as it is stored: bytes and their SHA-256,
+// or (heldBy above 0) the number of the CRL whose row of the same part
+// holds them.
+type crlPart struct {
+	der    []byte
+	digest []byte
+	heldBy int64
+}
+
+// holding is a part that holds its bytes.
+func holding(der []byte) crlPart {
+	sum := sha256.Sum256(der)
+	return crlPart{der: der, digest: sum[:]}
+}
+
+// holdingAll is every part of parts holding its bytes.
+func holdingAll(parts [][]byte) []crlPart {
+	out := make([]crlPart, len(parts))
+	for i, p := range parts {
+		out[i] = holding(p)
+	}
+	return out
+}
+
+// shareCRLParts turns each of parts whose bytes the issuer's stored CRL
+// has in the same place into a reference to the row that holds them
+// (see migration crl_parts_held_by). Only the stored CRL's parts are
+// shared: the others' may be deleted at any moment. One that is deleted
+// all the same before the new CRL is named (a CRL named meanwhile, whose
+// storing deleted the parts its predecessor alone used) makes the last
+// write refuse the CRL (errCRLPartGone).
+func (db *DB) shareCRLParts(ctx context.Context, issuerKeyID string, parts []crlPart) error {
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT p.part, h.number, h.digest FROM crls c
+		JOIN crl_parts p ON p.issuer_key_id = c.issuer_key_id AND p.number = c.number
+		JOIN crl_parts h ON h.issuer_key_id = p.issuer_key_id AND h.part = p.part AND h.number = COALESCE(p.held_by, p.number)
+		WHERE c.issuer_key_id = ? AND h.held_by IS NULL AND h.digest IS NOT NULL`), issuerKeyID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			part   int
+			holder int64
+			digest []byte
+		)
+		if err := rows.Scan(&part, &holder, &digest); err != nil {
+			return err
+		}
+		if part < len(parts) && bytes.Equal(parts[part].digest, digest) {
+			parts[part] = crlPart{der: []byte{}, heldBy: holder}
+		}
+	}
+	return rows.Err()
+}
+
 // splitCRL cuts der into the parts it is stored in: crlPartSize bytes
 // each, the last one the rest (one part, maybe empty, for a short der).
 func splitCRL(der []byte) [][]byte {
@@ -403,8 +477,13 @@ func splitCRL(der []byte) [][]byte {
 // number taken already without writing; SQLite's single writer needs
 // nothing more.) The stored CRL's mark is read locked, so that a reason
 // change committing meanwhile waits and is not overwritten.
-func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64) (int64, error) {
-	parts := splitCRL(crl.DER)
+func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64, share bool) (int64, error) {
+	parts := holdingAll(splitCRL(crl.DER))
+	if share && len(parts) > 1 {
+		if err := db.shareCRLParts(ctx, crl.IssuerKeyID, parts); err != nil {
+			return 0, err
+		}
+	}
 	if len(parts) > 1 {
 		if err := db.writeCRLParts(ctx, issuerName, crl, parts[:len(parts)-1]); err != nil {
 			return 0, err
@@ -416,7 +495,7 @@ func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSe
 // finishCRL is storeCRL's last write, of crl's last part and its crls
 // row, and the deletions after it: of the parts of lower numbers once crl
 // is named, of crl's own when it is refused.
-func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64, parts [][]byte) (int64, error) {
+func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64, parts []crlPart) (int64, error) {
 	last := len(parts) - 1
 	seq := crl.LedgerSeq
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -449,6 +528,18 @@ func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedS
 		if have != len(parts) {
 			return fmt.Errorf("CRL %d: %d of its %d parts stored", crl.Number, have, len(parts))
 		}
+		// The rows its shared parts name still hold their bytes: deleting
+		// them takes this lock on the crls row too (pruneCRLParts).
+		var gone int
+		if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM crl_parts p LEFT JOIN crl_parts h
+				ON h.issuer_key_id = p.issuer_key_id AND h.number = p.held_by AND h.part = p.part AND h.held_by IS NULL
+			WHERE p.issuer_key_id = ? AND p.number = ? AND p.held_by IS NOT NULL AND h.number IS NULL`),
+			crl.IssuerKeyID, crl.Number).Scan(&gone); err != nil {
+			return err
+		}
+		if gone > 0 {
+			return errCRLPartGone
+		}
 		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO crls (`+crlCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (issuer_key_id) DO UPDATE SET number = excluded.number, this_update = excluded.this_update,
 				next_update = excluded.next_update, ledger_seq = excluded.ledger_seq, entries = excluded.entries,
@@ -462,7 +553,7 @@ func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedS
 		return oneRowOrTaken(res)
 	})
 	if err != nil {
-		if last > 0 && errors.Is(err, errCRLNumberTaken) {
+		if last > 0 && (errors.Is(err, errCRLNumberTaken) || errors.Is(err, errCRLPartGone)) {
 			_ = db.pruneCRLParts(ctx, crl.IssuerKeyID, crl.Number, `number = ?`)
 		}
 		return seq, err
@@ -474,7 +565,7 @@ func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedS
 
 // writeCRLParts takes crl's number and stores parts as its first parts,
 // each in a write of its own (see storeCRL).
-func (db *DB) writeCRLParts(ctx context.Context, issuerName string, crl CRL, parts [][]byte) error {
+func (db *DB) writeCRLParts(ctx context.Context, issuerName string, crl CRL, parts []crlPart) error {
 	for i, p := range parts {
 		err := db.withTx(ctx, func(tx *sql.Tx) error {
 			if i == 0 {
@@ -491,9 +582,15 @@ func (db *DB) writeCRLParts(ctx context.Context, issuerName string, crl CRL, par
 	return nil
 }
 
-func insertCRLPart(ctx context.Context, tx *sql.Tx, db *DB, crl CRL, part int, der []byte) error {
-	_, err := tx.ExecContext(ctx, db.q(`INSERT INTO crl_parts (issuer_key_id, number, part, der) VALUES (?, ?, ?, ?)`),
-		crl.IssuerKeyID, crl.Number, part, der)
+func insertCRLPart(ctx context.Context, tx *sql.Tx, db *DB, crl CRL, part int, p crlPart) error {
+	var heldBy, digest any
+	if p.heldBy > 0 {
+		heldBy = p.heldBy
+	} else {
+		digest = p.digest
+	}
+	_, err := tx.ExecContext(ctx, db.q(`INSERT INTO crl_parts (issuer_key_id, number, part, der, digest, held_by) VALUES (?, ?, ?, ?, ?, ?)`),
+		crl.IssuerKeyID, crl.Number, part, p.der, digest, heldBy)
 	return err
 }
 
@@ -540,13 +637,24 @@ func oneRowOrTaken(res sql.Result) error {
 
 // pruneCRLParts deletes the parts of an issuer's CRLs whose number
 // matches which (`number < ?`, `number = ?`) against number,
-// crlPruneBatch parts a lazy write, until none is left.
+// crlPruneBatch parts a lazy write, until none is left — but those a
+// stored part names in held_by, which hold its bytes.
 func (db *DB) pruneCRLParts(ctx context.Context, issuerKeyID string, number int64, which string) error {
 	for {
 		var n int64
 		err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
+			// Under the crls row's lock, as finishCRL checks that the rows
+			// its shared parts name are there.
+			var locked int
+			err := tx.QueryRowContext(ctx, db.q(`SELECT 1 FROM crls WHERE issuer_key_id = ?`+db.dialect.rowLock()), issuerKeyID).Scan(&locked)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
 			res, err := tx.ExecContext(ctx, db.q(`DELETE FROM crl_parts WHERE issuer_key_id = ? AND (number, part) IN
-				(SELECT number, part FROM crl_parts WHERE issuer_key_id = ? AND `+which+` ORDER BY number, part LIMIT ?)`),
+				(SELECT number, part FROM crl_parts c WHERE issuer_key_id = ? AND `+which+`
+					AND NOT EXISTS (SELECT 1 FROM crl_parts r
+						WHERE r.issuer_key_id = c.issuer_key_id AND r.held_by = c.number AND r.part = c.part)
+				ORDER BY number, part LIMIT ?)`),
 				issuerKeyID, issuerKeyID, number, crlPruneBatch)
 			if err != nil {
 				return err
@@ -557,7 +665,9 @@ func (db *DB) pruneCRLParts(ctx context.Context, issuerKeyID string, number int6
 		if err != nil {
 			return fmt.Errorf("store: deleting the parts of earlier CRLs of issuer %s: %w", issuerKeyID, err)
 		}
-		if n < crlPruneBatch {
+		// A batch that deleted rows naming a holder may have left that
+		// holder unnamed: the loop ends on a batch that deletes nothing.
+		if n == 0 {
 			return nil
 		}
 	}

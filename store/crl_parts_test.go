@@ -30,16 +30,6 @@ func partedDER(number int64, publisher byte, size int) []byte {
 	return der
 }
 
-// partedDEROK says whether der is partedDER of the number and publisher
-// its first bytes name, and which number that is.
-func partedDEROK(der []byte) (int64, bool) {
-	if len(der) < 9 {
-		return 0, false
-	}
-	number := int64(binary.BigEndian.Uint64(der))
-	return number, bytes.Equal(der, partedDER(number, der[8], len(der)))
-}
-
 // crlPartsOf lists the stored parts of an issuer's CRLs: how many each
 // number has.
 func crlPartsOf(t testing.TB, db *DB, issuerKeyID string) map[int64]int {
@@ -149,7 +139,7 @@ func TestACRLWhosePartsWereStoredWithoutItsLastWriteIsNeitherServedNorKept(t *te
 		dead := CRL{IssuerKeyID: "ca", Number: first.Number + 1, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0,
 			DER: partedDER(first.Number+1, 2, size)}
 		parts := splitCRL(dead.DER)
-		if err := db.writeCRLParts(ctx, "CN=ca", dead, parts[:len(parts)-1]); err != nil {
+		if err := db.writeCRLParts(ctx, "CN=ca", dead, holdingAll(parts[:len(parts)-1])); err != nil {
 			t.Fatal(err)
 		}
 		got, err := db.GetCRL(ctx, "ca")
@@ -191,14 +181,14 @@ func TestACRLOvertakenBeforeItsLastWriteLeavesNoParts(t *testing.T) {
 		const size = 2*crlPartSize + 1
 		slow := CRL{IssuerKeyID: "ca", Number: 1, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0, DER: partedDER(1, 1, size)}
 		parts := splitCRL(slow.DER)
-		if err := db.writeCRLParts(ctx, "CN=ca", slow, parts[:1]); err != nil {
+		if err := db.writeCRLParts(ctx, "CN=ca", slow, holdingAll(parts[:1])); err != nil {
 			t.Fatal(err)
 		}
 		fast := publishDER(t, db, func(number int64) []byte { return partedDER(number, 2, size) })
-		if err := db.withTx(ctx, func(tx *sql.Tx) error { return insertCRLPart(ctx, tx, db, slow, 1, parts[1]) }); err != nil {
+		if err := db.withTx(ctx, func(tx *sql.Tx) error { return insertCRLPart(ctx, tx, db, slow, 1, holding(parts[1])) }); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.finishCRL(ctx, "CN=ca", slow, 0, parts); !errors.Is(err, errCRLNumberTaken) {
+		if _, err := db.finishCRL(ctx, "CN=ca", slow, 0, holdingAll(parts)); !errors.Is(err, errCRLNumberTaken) {
 			t.Fatalf("the last write of CRL 1 with CRL %d stored: %v; want errCRLNumberTaken", fast.Number, err)
 		}
 		if stored := crlPartsOf(t, db, "ca"); len(stored) != 1 || stored[fast.Number] != 3 {
@@ -213,8 +203,25 @@ func TestACRLOvertakenBeforeItsLastWriteLeavesNoParts(t *testing.T) {
 
 // Instances publishing one issuer's CRLs at once, each CRL in several
 // parts, while others read: every CRL read is one CRL's bytes, whole,
-// never parts of two.
+// never parts of two — whether each CRL's parts are its own, or the
+// parts between are the same in every CRL, and shared.
 func TestConcurrentPublishersOfACRLInPartsNeverServeAMixOfTwo(t *testing.T) {
+	for _, shape := range []struct {
+		name string
+		der  func(number int64, publisher byte, size int) []byte
+		// shared: a part shared by a CRL refused at its last write
+		// stays until the next CRL is stored; one more is, alone, before
+		// the parts left are counted.
+		shared bool
+	}{
+		{"each CRL its own parts", partedDER, false},
+		{"the parts between shared", sharedDER, true},
+	} {
+		t.Run(shape.name, func(t *testing.T) { concurrentPublishers(t, shape.der, shape.shared) })
+	}
+}
+
+func concurrentPublishers(t *testing.T, shape func(number int64, publisher byte, size int) []byte, shared bool) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()
 		place := newPlace(t)
@@ -243,7 +250,11 @@ func TestConcurrentPublishersOfACRLInPartsNeverServeAMixOfTwo(t *testing.T) {
 					return
 				}
 				reads.Add(1)
-				if number, ok := partedDEROK(crl.DER); !ok || number != crl.Number || len(crl.DER) != size {
+				number := int64(-1)
+				if len(crl.DER) >= 9 {
+					number = int64(binary.BigEndian.Uint64(crl.DER))
+				}
+				if ok := len(crl.DER) == size && bytes.Equal(crl.DER, shape(number, crl.DER[8], size)); !ok || number != crl.Number {
 					mixed.Store(fmt.Sprintf("CRL %d read as %d bytes naming CRL %d, one CRL's throughout: %v", crl.Number, len(crl.DER), number, ok))
 					return
 				}
@@ -257,7 +268,7 @@ func TestConcurrentPublishersOfACRLInPartsNeverServeAMixOfTwo(t *testing.T) {
 		errs := concurrently(publishers, func(i int) error {
 			for range rounds {
 				crl, err := dbs[i].PublishCRL(ctx, "ca", "CN=ca", t0, func(number int64, _ []CRLEntry) ([]byte, time.Time, time.Time, error) {
-					return partedDER(number, byte(i), size), t0, t0.Add(time.Hour), nil
+					return shape(number, byte(i), size), t0, t0.Add(time.Hour), nil
 				})
 				if errors.Is(err, errCRLNumberTaken) {
 					// Overtaken on every attempt: the others stored theirs
@@ -292,12 +303,16 @@ func TestConcurrentPublishersOfACRLInPartsNeverServeAMixOfTwo(t *testing.T) {
 				t.Errorf("cRLNumber %d published %d times; want once", number, n)
 			}
 		}
+		if shared {
+			readsBack(t, dbs[0], publishDER(t, dbs[0], func(n int64) []byte { return shape(n, publishers, size) }))
+		}
 		got, err := dbs[0].GetCRL(ctx, "ca")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if stored := crlPartsOf(t, dbs[0], "ca"); len(stored) != 1 || stored[got.Number] != 4 {
-			t.Errorf("stored parts by number once every publisher is done: %v; want only the served CRL's 4 (number %d)", stored, got.Number)
+		if stored := crlPartsOf(t, dbs[0], "ca"); stored[got.Number] != 4 || len(stored) != 1 && storedDERBytes(t, dbs[0], "ca") != size {
+			t.Errorf("stored parts by number once every publisher is done: %v, %d bytes; want the served CRL's 4 (number %d) and one copy of its bytes",
+				stored, storedDERBytes(t, dbs[0], "ca"), got.Number)
 		}
 		t.Logf("%d reads, %d CRLs published, %d publications overtaken on every attempt", reads.Load(), len(seen), overtaken.Load())
 	})

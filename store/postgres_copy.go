@@ -16,19 +16,23 @@ func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (T
 	// PostgreSQL's types decide how a SQLite value is passed: SQLite may
 	// hand back TEXT as bytes, and bytes for a TEXT column must be sent
 	// as a string.
+	// And SQLite hands back an empty BLOB as nil, which for a NOT NULL
+	// column can only be that empty BLOB.
 	types := map[string]string{}
-	rows, err := tx.QueryContext(ctx, `SELECT column_name, data_type FROM information_schema.columns
+	notNull := map[string]bool{}
+	rows, err := tx.QueryContext(ctx, `SELECT column_name, data_type, is_nullable FROM information_schema.columns
 		WHERE table_schema = current_schema() AND table_name = $1`, t.name)
 	if err != nil {
 		return c, fmt.Errorf("store: columns of %s in the target: %w", t.name, err)
 	}
 	for rows.Next() {
-		var n, typ string
-		if err := rows.Scan(&n, &typ); err != nil {
+		var n, typ, nullable string
+		if err := rows.Scan(&n, &typ, &nullable); err != nil {
 			rows.Close()
 			return c, err
 		}
 		types[n] = typ
+		notNull[n] = nullable == "NO"
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -67,8 +71,12 @@ func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (T
 			return c, fmt.Errorf("store: reading %s: %w", t.name, err)
 		}
 		for i, col := range t.columns {
-			if b, ok := vals[i].([]byte); ok && types[col] != "bytea" {
+			b, isBytes := vals[i].([]byte)
+			switch {
+			case isBytes && types[col] != "bytea":
 				vals[i] = string(b)
+			case (vals[i] == nil || isBytes && b == nil) && types[col] == "bytea" && notNull[col]:
+				vals[i] = []byte{}
 			}
 		}
 		batch.add(vals...)

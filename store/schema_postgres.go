@@ -499,4 +499,13 @@ var postgresMigrations = []migration{
 			`CREATE INDEX certificates_unnamed_issuer ON certificates (id) WHERE issuer_key_id = ''`,
 		},
 	},
+	{
+		version: 25,
+		name:    "crl_parts_held_by",
+		stmts: []string{
+			// As SQLite's step.
+			`ALTER TABLE crl_parts ADD COLUMN digest BYTEA`,
+			`ALTER TABLE crl_parts ADD COLUMN held_by BIGINT`,
+		},
+	},
 }

@@ -583,4 +583,21 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX certificates_unnamed_issuer ON certificates (id) WHERE issuer_key_id = ''`,
 		},
 	},
+	{
+		version: 25,
+		name:    "crl_parts_held_by",
+		stmts: []string{
+			// A CRL republished with what it listed before (a regeneration
+			// with no entry gone: entries are in ledger order, so new ones
+			// only change its last parts) has the same bytes in every part
+			// but its first and last. Those parts are not written again:
+			// the new CRL's row names, in held_by, the number of the row
+			// of the same part that holds the bytes (its der left empty),
+			// which digest (SHA-256 of der, on rows that hold bytes) finds.
+			// A CRL of 100,000 entries regenerated once a second wrote its
+			// 4.7 MiB each time.
+			`ALTER TABLE crl_parts ADD COLUMN digest BLOB`,
+			`ALTER TABLE crl_parts ADD COLUMN held_by INTEGER`,
+		},
+	},
 }
