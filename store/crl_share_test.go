@@ -186,3 +186,41 @@ func TestACRLThatSharesNothingWithTheOneBeforeLeavesOnlyItsOwnParts(t *testing.T
 		}
 	})
 }
+
+// A CRL whose named parts are written but which is not yet named keeps
+// the rows it names through another CRL's naming (and deletions), and
+// reads back whole once it is named in turn.
+func TestACRLNotYetNamedKeepsThePartsItSharesThroughAnotherCRLsNaming(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		const size = 3*crlPartSize + 100
+		first := publishDER(t, db, func(n int64) []byte { return sharedDER(n, 1, size) })
+		b := CRL{IssuerKeyID: "ca", Number: first.Number + 1, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0,
+			DER: partedDER(first.Number+1, 2, size)}
+		bParts := holdingAll(splitCRL(b.DER))
+		if err := db.writeCRLParts(ctx, "CN=ca", b, bParts[:len(bParts)-1]); err != nil {
+			t.Fatal(err)
+		}
+		c := CRL{IssuerKeyID: "ca", Number: first.Number + 2, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0,
+			DER: sharedDER(first.Number+2, 3, size)}
+		cParts := holdingAll(splitCRL(c.DER))
+		if err := db.shareCRLParts(ctx, "ca", cParts); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.writeCRLParts(ctx, "CN=ca", c, cParts[:len(cParts)-1]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.finishCRL(ctx, "CN=ca", b, first.LedgerSeq, bParts); err != nil {
+			t.Fatal(err)
+		}
+		readsBack(t, db, b)
+		if _, err := db.finishCRL(ctx, "CN=ca", c, first.LedgerSeq, cParts); err != nil {
+			t.Fatalf("the last write of C, named after B: %v", err)
+		}
+		readsBack(t, db, c)
+		if stored := crlPartsOf(t, db, "ca"); len(stored) != 2 || stored[first.Number] != 2 || stored[c.Number] != 4 {
+			t.Errorf("stored parts by number: %v; want C's 4 and the first CRL's 2 that C names", stored)
+		}
+	})
+}
