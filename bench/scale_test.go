@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/seed"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -177,9 +178,9 @@ func (h *harness) postgresWAL(b *testing.B) int64 {
 		b.Fatalf("opening PostgreSQL: %v", err)
 	}
 	defer db.Close()
-	var lsn int64
-	if err := db.QueryRow(`SELECT CAST(pg_current_wal_insert_lsn() - '0/0' AS BIGINT)`).Scan(&lsn); err != nil {
-		b.Fatalf("reading PostgreSQL's WAL position: %v", err)
+	lsn, err := pgtest.WALPosition(db)
+	if err != nil {
+		b.Fatal(err)
 	}
 	return lsn
 }

@@ -51,25 +51,34 @@ func filledSQLite(t *testing.T) *DB {
 	return db
 }
 
-func TestMigrateStoreCopiesEveryRowOfEveryTableFromSQLiteToPostgreSQL(t *testing.T) {
-	ctx := context.Background()
-	src := filledSQLite(t)
-	dst, err := OpenPostgres(ctx, pgtest.DSN(t), PostgresOptions{})
+// copyToPostgres copies src into a new PostgreSQL store, and checks that
+// each table reports as many rows in the target as in the source.
+func copyToPostgres(t *testing.T, src *DB) (*DB, []TableCount) {
+	t.Helper()
+	dst, err := OpenPostgres(context.Background(), pgtest.DSN(t), PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dst.Close()
-
-	counts, err := CopyStore(ctx, src, dst)
+	t.Cleanup(func() { dst.Close() })
+	counts, err := CopyStore(context.Background(), src, dst)
 	if err != nil {
 		t.Fatalf("copy: %v", err)
 	}
-	tables := map[string]int64{}
 	for _, c := range counts {
-		tables[c.Table] = c.Dest
 		if c.Source != c.Dest {
 			t.Errorf("%s: %d rows in the source, %d in the target", c.Table, c.Source, c.Dest)
 		}
+	}
+	return dst, counts
+}
+
+func TestMigrateStoreCopiesEveryRowOfEveryTableFromSQLiteToPostgreSQL(t *testing.T) {
+	ctx := context.Background()
+	src := filledSQLite(t)
+	dst, counts := copyToPostgres(t, src)
+	tables := map[string]int64{}
+	for _, c := range counts {
+		tables[c.Table] = c.Dest
 	}
 	// Every table of the schema is in the report (and none twice).
 	want := sortedStrings(t, src.r, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name <> 'schema_migrations'`)
@@ -166,20 +175,7 @@ func TestMigrateStoreCopiesTablesOfMoreRowsThanOneStatementWrites(t *testing.T) 
 	}
 	defer src.Close()
 	seeds, orders := seedMany(t, src, 2345) // challenges: 9,381 rows, ten statements
-	dst, err := OpenPostgres(ctx, pgtest.DSN(t), PostgresOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	counts, err := CopyStore(ctx, src, dst)
-	if err != nil {
-		t.Fatalf("copy: %v", err)
-	}
-	for _, c := range counts {
-		if c.Source != c.Dest {
-			t.Errorf("%s: %d rows in the source, %d in the target", c.Table, c.Source, c.Dest)
-		}
-	}
+	dst, _ := copyToPostgres(t, src)
 	for _, i := range []int{0, 999, 1000, 2344} {
 		o, err := dst.GetOrder(ctx, "p", orders[i].ID)
 		if err != nil {

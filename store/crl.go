@@ -481,12 +481,12 @@ func splitCRL(der []byte) [][]byte {
 // change committing meanwhile waits and is not overwritten.
 func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64, share bool) (int64, error) {
 	parts := holdingAll(splitCRL(crl.DER))
-	if share && len(parts) > 1 {
-		if err := db.shareCRLParts(ctx, crl.IssuerKeyID, parts); err != nil {
-			return 0, err
-		}
-	}
 	if len(parts) > 1 {
+		if share {
+			if err := db.shareCRLParts(ctx, crl.IssuerKeyID, parts); err != nil {
+				return 0, err
+			}
+		}
 		if err := db.writeCRLParts(ctx, issuerName, crl, parts[:len(parts)-1]); err != nil {
 			return 0, err
 		}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 )
 
 // publishFrom publishes a CRL of issuer "ca" at now from base, and
@@ -345,11 +347,12 @@ func BenchmarkStoringACRLOf100000Entries(b *testing.B) {
 				db := d.open(b)
 				defer db.Close()
 				wal := func() int64 {
-					var lsn int64
-					if d.name == "postgres" {
-						if err := db.r.QueryRow(`SELECT CAST(pg_current_wal_insert_lsn() - '0/0' AS BIGINT)`).Scan(&lsn); err != nil {
-							b.Fatal(err)
-						}
+					if d.name != "postgres" {
+						return 0
+					}
+					lsn, err := pgtest.WALPosition(db.r)
+					if err != nil {
+						b.Fatal(err)
 					}
 					return lsn
 				}

@@ -34,21 +34,27 @@ func partedDER(number int64, publisher byte, size int) []byte {
 // number has.
 func crlPartsOf(t testing.TB, db *DB, issuerKeyID string) map[int64]int {
 	t.Helper()
-	rows, err := db.r.Query(db.q(`SELECT number, COUNT(*) FROM crl_parts WHERE issuer_key_id = ? GROUP BY number`), issuerKeyID)
+	return queryPairs[int64, int](t, db, `SELECT number, COUNT(*) FROM crl_parts WHERE issuer_key_id = ? GROUP BY number`, issuerKeyID)
+}
+
+// queryPairs maps the first column of stmt's rows to the second.
+func queryPairs[K comparable, V any](t testing.TB, db *DB, stmt string, args ...any) map[K]V {
+	t.Helper()
+	rows, err := db.r.Query(db.q(stmt), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	out := map[int64]int{}
+	out := map[K]V{}
 	for rows.Next() {
 		var (
-			number int64
-			n      int
+			k K
+			v V
 		)
-		if err := rows.Scan(&number, &n); err != nil {
+		if err := rows.Scan(&k, &v); err != nil {
 			t.Fatal(err)
 		}
-		out[number] = n
+		out[k] = v
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)

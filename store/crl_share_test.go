@@ -35,26 +35,14 @@ func storedDERBytes(t testing.TB, db *DB, issuerKeyID string) int64 {
 // the CRL whose row holds its bytes, 0 for a part that holds its own.
 func heldByOf(t testing.TB, db *DB, number int64) map[int]int64 {
 	t.Helper()
-	rows, err := db.r.Query(db.q(`SELECT part, COALESCE(held_by, 0) FROM crl_parts WHERE issuer_key_id = 'ca' AND number = ?`), number)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[int]int64{}
-	for rows.Next() {
-		var (
-			part int
-			by   int64
-		)
-		if err := rows.Scan(&part, &by); err != nil {
-			t.Fatal(err)
-		}
-		out[part] = by
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return queryPairs[int, int64](t, db, `SELECT part, COALESCE(held_by, 0) FROM crl_parts WHERE issuer_key_id = 'ca' AND number = ?`, number)
+}
+
+// unnamedCRL is a CRL of issuer "ca" numbered number, not yet stored, and
+// its parts, each holding its bytes.
+func unnamedCRL(number int64, der []byte) (CRL, []crlPart) {
+	crl := CRL{IssuerKeyID: "ca", Number: number, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0, DER: der}
+	return crl, holdingAll(splitCRL(der))
 }
 
 // readsBack checks that the issuer's served CRL is want, byte for byte.
@@ -137,17 +125,13 @@ func TestACRLWhoseSharedPartsWentWithAnotherCRLIsRefusedAndLeavesNothing(t *test
 
 		// CRL B has taken its number and written its first parts; its
 		// parts between differ from the first CRL's.
-		b := CRL{IssuerKeyID: "ca", Number: first.Number + 1, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0,
-			DER: partedDER(first.Number+1, 2, size)}
-		bParts := holdingAll(splitCRL(b.DER))
+		b, bParts := unnamedCRL(first.Number+1, partedDER(first.Number+1, 2, size))
 		if err := db.writeCRLParts(ctx, "CN=ca", b, bParts[:len(bParts)-1]); err != nil {
 			t.Fatal(err)
 		}
 		// CRL C, numbered after B, shares the first CRL's parts, still
 		// the stored one's...
-		c := CRL{IssuerKeyID: "ca", Number: first.Number + 2, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0,
-			DER: sharedDER(first.Number+2, 3, size)}
-		cParts := holdingAll(splitCRL(c.DER))
+		c, cParts := unnamedCRL(first.Number+2, sharedDER(first.Number+2, 3, size))
 		if err := db.shareCRLParts(ctx, "ca", cParts); err != nil {
 			t.Fatal(err)
 		}
@@ -196,15 +180,11 @@ func TestACRLNotYetNamedKeepsThePartsItSharesThroughAnotherCRLsNaming(t *testing
 		db := openTest(t)
 		const size = 3*crlPartSize + 100
 		first := publishDER(t, db, func(n int64) []byte { return sharedDER(n, 1, size) })
-		b := CRL{IssuerKeyID: "ca", Number: first.Number + 1, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0,
-			DER: partedDER(first.Number+1, 2, size)}
-		bParts := holdingAll(splitCRL(b.DER))
+		b, bParts := unnamedCRL(first.Number+1, partedDER(first.Number+1, 2, size))
 		if err := db.writeCRLParts(ctx, "CN=ca", b, bParts[:len(bParts)-1]); err != nil {
 			t.Fatal(err)
 		}
-		c := CRL{IssuerKeyID: "ca", Number: first.Number + 2, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0,
-			DER: sharedDER(first.Number+2, 3, size)}
-		cParts := holdingAll(splitCRL(c.DER))
+		c, cParts := unnamedCRL(first.Number+2, sharedDER(first.Number+2, 3, size))
 		if err := db.shareCRLParts(ctx, "ca", cParts); err != nil {
 			t.Fatal(err)
 		}

@@ -75,7 +75,7 @@ func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (T
 			switch {
 			case isBytes && types[col] != "bytea":
 				vals[i] = string(b)
-			case (vals[i] == nil || isBytes && b == nil) && types[col] == "bytea" && notNull[col]:
+			case isBytes && b == nil && notNull[col]:
 				vals[i] = []byte{}
 			}
 		}

@@ -242,6 +242,17 @@ func Start(t testing.TB) {
 	}
 }
 
+// WALPosition is where db's cluster is inserting into its write-ahead
+// log, in bytes: its difference over a benchmark's part is the WAL the
+// part wrote, a count the machine's load does not move.
+func WALPosition(db *sql.DB) (int64, error) {
+	var lsn int64
+	if err := db.QueryRow(`SELECT CAST(pg_current_wal_insert_lsn() - '0/0' AS BIGINT)`).Scan(&lsn); err != nil {
+		return 0, fmt.Errorf("pgtest: the WAL position: %w", err)
+	}
+	return lsn, nil
+}
+
 // ServerCPU is the user and system CPU the binary's cluster has used so
 // far: its postmaster's own, its children's that have exited (which the
 // kernel adds to the postmaster's when it reaps them), and every live
