@@ -106,8 +106,9 @@ type Account struct {
 
 const accountCols = `id, profile, key_thumbprint, key_jwk, status, contact, tos_agreed, created_at, eab_kid, eab_label`
 
-// accountByID reads one account of a profile.
-const accountByID = `SELECT ` + accountCols + ` FROM accounts WHERE profile = ? AND id = ?`
+// accountByID reads one account of a profile, by its key alone (see
+// "Rows read by their key" in dialect.go).
+const accountByID = `SELECT ` + accountCols + ` FROM accounts WHERE (profile = ?) IS TRUE AND id = ?`
 
 func scanAccount(r rowScanner) (Account, error) {
 	var (

@@ -5,6 +5,23 @@ import (
 	"database/sql"
 )
 
+// Rows read by their key. A statement that reaches one row by its key —
+// an order, account or challenge by id, an order moved from one status to
+// the next — writes every other condition on that row as a boolean test,
+// `(profile = ?) IS TRUE`, `(status = 'ready') IS TRUE`, which PostgreSQL
+// never makes into an index condition: the key's index is then the only one
+// its plan can reach the row through. Written plainly, a connection's
+// generic plan (kept for as long as the connection lives, until the
+// table's next ANALYZE) is chosen on a new database's tables that have no
+// statistics yet, where an index led by the other column looks as cheap as
+// the key's — orders_profile_created for `profile = ?`, orders_expiry for
+// `status = 'ready'`, accounts_profile_key_thumbprint_key for an account's
+// profile — and such a plan reads every row sharing that value, a profile's
+// every order on each read, more with every order stored. On SQLite, which
+// prefers a unique key's equality by itself, the test is the plain
+// comparison. TestStatementsByKeyReachTheirRowByKeyOnANewPostgresDatabase
+// holds each such statement to its key.
+
 // dialect is the seam between the statements this package writes once and
 // the databases it runs on. Statements are written with ? placeholders and
 // the SQL both SQLite and PostgreSQL accept (RETURNING, ON CONFLICT, partial

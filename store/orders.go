@@ -402,10 +402,11 @@ func (db *DB) GetOrder(ctx context.Context, profile, id string) (Order, error) {
 // getOrderQuery is one statement, so that the order and its
 // authorization list are one snapshot, and one read instead of two: a row
 // per authorization (one with a NULL id for an order without any), in
-// creation order.
+// creation order. The order by its key alone (see "Rows read by their
+// key" in dialect.go).
 var getOrderQuery = `SELECT ` + orderColsOf("orders") + `, a.id
 		FROM orders LEFT JOIN authorizations a ON a.order_id = orders.id
-		WHERE orders.profile = ? AND orders.id = ? ORDER BY a.position`
+		WHERE (orders.profile = ?) IS TRUE AND orders.id = ? ORDER BY a.position`
 
 // scanOrderRows reads getOrderQuery's rows; skip drops a column of the
 // rows after the first.
@@ -535,7 +536,7 @@ func (db *DB) GetChallenge(ctx context.Context, profile, id string) (Challenge, 
 
 const getChallengeQuery = `SELECT ` + challengeCols + `, ` + authzCols + ` FROM challenges c
 		JOIN authorizations a ON a.id = c.authz_id JOIN orders o ON o.id = a.order_id
-		WHERE c.id = ? AND o.profile = ?`
+		WHERE c.id = ? AND (o.profile = ?) IS TRUE` // the order by its key (see dialect.go)
 
 // scanChallengeRow reads getChallengeQuery's row.
 func scanChallengeRow(row rowScanner, id string) (Challenge, Authz, error) {
@@ -739,10 +740,10 @@ func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) err
 // Only one caller wins; the others get false.
 //
 // One guarded statement: PostgreSQL re-checks status on the order's newest
-// row, so one claimer wins.
+// row, so one claimer wins. The guard reaches the order by its key alone
+// (see "Rows read by their key" in dialect.go).
 func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, client OrderClient, now time.Time) (bool, error) {
-	res, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'processing', csr = ?, client_addr = ?, user_agent = ?, updated_at = ?
-		WHERE id = ? AND status = 'ready' AND expires_at > ?`), csr, Clip(client.Addr, AuditFieldMax), Clip(client.UserAgent, AuditFieldMax),
+	res, err := db.lazyWr.ExecContext(ctx, db.q(claimOrderForIssue), csr, Clip(client.Addr, AuditFieldMax), Clip(client.UserAgent, AuditFieldMax),
 		now.UnixMilli(), id, now.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("store: claiming order %s: %w", id, err)
@@ -750,6 +751,9 @@ func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, cli
 	n, err := res.RowsAffected()
 	return n == 1, err
 }
+
+const claimOrderForIssue = `UPDATE orders SET status = 'processing', csr = ?, client_addr = ?, user_agent = ?, updated_at = ?
+		WHERE id = ? AND (status = 'ready' AND expires_at > ?) IS TRUE`
 
 // Certificate is an issued certificate.
 type Certificate struct {

@@ -392,14 +392,15 @@ func (postgresDialect) rowLock() string { return ` FOR UPDATE` }
 
 // spendNonceAs spends the nonce in a data-modifying WITH and reads the
 // account in the statement around it (one snapshot; the insert's
-// conflict with a used key is decided as in a statement of its own).
+// conflict with a used key is decided as in a statement of its own); the
+// account by its key alone (see "Rows read by their key" in dialect.go).
 func (postgresDialect) spendNonceAs() string {
 	return `WITH spent AS (` + spendNonce + ` RETURNING 1)
 		SELECT COALESCE(a.id, ''), COALESCE(a.profile, ''), COALESCE(a.key_thumbprint, ''), COALESCE(a.key_jwk, ''),
 			COALESCE(a.status, ''), COALESCE(a.contact, '[]'), COALESCE(a.tos_agreed, 0), COALESCE(a.created_at, 0),
 			COALESCE(a.eab_kid, ''), COALESCE(a.eab_label, ''),
 			EXISTS (SELECT 1 FROM spent), a.id IS NOT NULL
-		FROM (SELECT 1) AS one LEFT JOIN accounts a ON a.profile = ? AND a.id = ?`
+		FROM (SELECT 1) AS one LEFT JOIN accounts a ON (a.profile = ?) IS TRUE AND a.id = ?`
 }
 
 // issueOrder moves the order in a data-modifying WITH, and writes the
@@ -407,6 +408,7 @@ func (postgresDialect) spendNonceAs() string {
 // RETURNING row, so that they are written only when the order moved. The
 // parameters of an INSERT … SELECT take no type from its columns: each is
 // cast to its column's. The texts of none and one spend are built once.
+// The order by its key alone (see "Rows read by their key" in dialect.go).
 func (postgresDialect) issueOrder(spends int) string {
 	if spends < len(pgIssueOrder) {
 		return pgIssueOrder[spends]
@@ -418,7 +420,7 @@ var pgIssueOrder = [2]string{issueOrderSQL(0), issueOrderSQL(1)}
 
 func issueOrderSQL(spends int) string {
 	return `WITH o AS (
-			UPDATE orders SET status = 'valid', certificate_id = ?, updated_at = ? WHERE id = ? AND status = 'processing' RETURNING id),
+			UPDATE orders SET status = 'valid', certificate_id = ?, updated_at = ? WHERE id = ? AND (status = 'processing') IS TRUE RETURNING id),
 		c AS (
 			INSERT INTO certificates
 				(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at, issuer_key_id)

@@ -63,10 +63,11 @@ const pgChallengeSettled = `WITH ch AS (
 // (the order pending, each authorization valid), which makes it right
 // whatever the first statement did; when that changed nothing, it finds
 // nothing to do, since a validation that made an order's last
-// authorization valid promoted the order itself.
+// authorization valid promoted the order itself. The order by its key
+// alone (see "Rows read by their key" in dialect.go).
 const pgOrderPromoted = `UPDATE orders SET status = 'ready', updated_at = $1
 	WHERE id = (SELECT a.order_id FROM challenges c JOIN authorizations a ON a.id = c.authz_id WHERE c.id = $2)
-	AND status = 'pending'
+	AND (status = 'pending') IS TRUE
 	AND NOT EXISTS (SELECT 1 FROM authorizations WHERE order_id = orders.id AND status <> 'valid')
 	RETURNING status`
 
