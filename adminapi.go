@@ -409,7 +409,7 @@ func (a *AdminAPI) jobOp(w http.ResponseWriter, r *http.Request, id string,
 func (a *AdminAPI) searchAudit(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
 	q := readQuery(r, operator.AuditFilters...)
 	f := store.AuditFilter{Profile: q.str("profile"), Event: q.str("event"), Outcome: q.str("outcome"), OrderID: q.str("order"),
-		AccountID: q.str("account"), Serial: strings.ToLower(q.str("serial")), Since: q.time("since"), Until: q.time("until"),
+		AccountID: q.str("account"), Serial: q.str("serial"), Since: q.time("since"), Until: q.time("until"),
 		BeforeID: int64(q.int("before", 1, 1<<62)), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err

@@ -465,6 +465,13 @@ func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return Page[AuditView]{}, fmt.Errorf("%w: until must be after since", ErrInvalid)
 	}
+	if f.Serial != "" {
+		serial, err := normalSerial(f.Serial)
+		if err != nil {
+			return Page[AuditView]{}, err
+		}
+		f.Serial = serial
+	}
 	f.Limit = store.PageLimit(f.Limit)
 	evs, err := op.DB.SearchAudit(ctx, f)
 	if err != nil {

@@ -2,7 +2,9 @@ package operator
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"math/big"
 	"strings"
 	"time"
 
@@ -148,15 +150,30 @@ func (op *Operator) FindOrderBySerial(ctx context.Context, serial string) (Order
 	return op.ShowOrder(ctx, id)
 }
 
-// normalSerial is a serial given in hex with or without colons, in any
-// case, as the store keeps it.
+// normalSerial is a serial given in hex — with or without colons, in any
+// case, with or without leading zeros — as the store keeps it: the
+// number's big-endian octets in lower-case hex, two digits each
+// (hex.EncodeToString of big.Int.Bytes, as issuance stores it). Every
+// operator's input of a serial passes here, so that one certificate is
+// found whichever way a tool printed its serial: Go's Text(16) and many
+// others drop the leading zero that openssl's even-length form keeps, and
+// a serial whose first octet is below 0x10 would otherwise match in one
+// search and not in another. A serial is a positive number of at most 20
+// octets (RFC 5280 §4.1.2.2).
 func normalSerial(serial string) (string, error) {
-	s := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(serial), ":", ""))
-	if s == "" || strings.Trim(s, "0123456789abcdef") != "" {
+	s := strings.ReplaceAll(strings.TrimSpace(serial), ":", "")
+	if s == "" || strings.Trim(s, "0123456789abcdefABCDEF") != "" {
 		return "", fmt.Errorf("%w: serial %q is not hexadecimal", ErrInvalid, serial)
 	}
-	return s, nil
+	n, _ := new(big.Int).SetString(s, 16) // hex digits only: it parses
+	if n.Sign() == 0 || n.BitLen() > 8*maxSerialOctets {
+		return "", fmt.Errorf("%w: serial %q is not a certificate serial (a positive number of at most %d octets)", ErrInvalid, serial, maxSerialOctets)
+	}
+	return hex.EncodeToString(n.Bytes()), nil
 }
+
+// maxSerialOctets is RFC 5280's bound on a certificate serial's length.
+const maxSerialOctets = 20
 
 // RetryJobAs is RetryJob, audited with actor.
 func (op *Operator) RetryJobAs(ctx context.Context, id int64, actor authority.Actor) (JobView, error) {

@@ -3,10 +3,8 @@ package operator
 import (
 	"context"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/url"
 	"regexp"
 	"strings"
@@ -70,11 +68,11 @@ func (req RenewEarlyRequest) selection() (store.RenewEarlySelection, error) {
 	sel := store.RenewEarlySelection{Profile: req.Profile, OrderIDs: req.Orders, AccountID: req.Account,
 		Identifier: strings.ToLower(req.Identifier), IssuerKeyID: strings.ToLower(req.Issuer)}
 	for _, s := range req.Serials {
-		n, ok := new(big.Int).SetString(strings.ReplaceAll(s, ":", ""), 16)
-		if !ok || n.Sign() <= 0 {
-			return sel, fmt.Errorf("%w: serial %q is not a positive hexadecimal number", ErrInvalid, s)
+		serial, err := normalSerial(s)
+		if err != nil {
+			return sel, err
 		}
-		sel.Serials = append(sel.Serials, hex.EncodeToString(n.Bytes()))
+		sel.Serials = append(sel.Serials, serial)
 	}
 	if sel.IssuerKeyID != "" && !issuerKeyIDRE.MatchString(sel.IssuerKeyID) {
 		return sel, fmt.Errorf("%w: issuer %q is not a CA key id (its subject key identifier in hex)", ErrInvalid, req.Issuer)

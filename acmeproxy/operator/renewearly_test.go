@@ -25,14 +25,19 @@ import (
 // ski, and returns its serial.
 func legacyCert(t *testing.T, db *store.DB, now time.Time, name string, ski []byte) string {
 	t.Helper()
+	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 64))
+	return legacyCertWithSerial(t, db, now, name, ski, serial.Add(serial, big.NewInt(1)))
+}
+
+// legacyCertWithSerial is legacyCert with the certificate's serial.
+func legacyCertWithSerial(t *testing.T, db *store.DB, now time.Time, name string, ski []byte, serial *big.Int) string {
+	t.Helper()
 	ctx := context.Background()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "old CA"}, SubjectKeyId: ski,
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign}
 	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 64))
-	serial.Add(serial, big.NewInt(1))
 	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: serial, DNSNames: []string{name},
 		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)}, ca, leafKey.Public(), caKey)
 	if err != nil {
@@ -62,7 +67,7 @@ func legacyCert(t *testing.T, db *store.DB, now time.Time, name string, ski []by
 	if _, err := db.IssueOrder(ctx, store.Certificate{OrderID: o.ID, Profile: "p", AccountID: acct.ID, Serial: hexSerial,
 		ChainPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), PublicKey: []byte{1},
 		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)},
-		store.AuditEvent{At: now, Event: acme.EventCertificateIssued, Outcome: "success"}, now); err != nil {
+		store.AuditEvent{At: now, Event: acme.EventCertificateIssued, Outcome: "success", Serial: hexSerial}, now); err != nil {
 		t.Fatal(err)
 	}
 	return hexSerial
