@@ -142,10 +142,8 @@ func TestACRLWhosePartsWereStoredWithoutItsLastWriteIsNeitherServedNorKept(t *te
 		first := publishDER(t, db, func(number int64) []byte { return partedDER(number, 1, size) })
 
 		// The dead publisher's CRL: every part but the last written.
-		dead := CRL{IssuerKeyID: "ca", Number: first.Number + 1, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0,
-			DER: partedDER(first.Number+1, 2, size)}
-		parts := splitCRL(dead.DER)
-		if err := db.writeCRLParts(ctx, "CN=ca", dead, holdingAll(parts[:len(parts)-1])); err != nil {
+		dead, parts := unnamedCRL(first.Number+1, partedDER(first.Number+1, 2, size))
+		if err := db.writeCRLParts(ctx, "CN=ca", dead, parts[:len(parts)-1]); err != nil {
 			t.Fatal(err)
 		}
 		got, err := db.GetCRL(ctx, "ca")
@@ -185,16 +183,15 @@ func TestACRLOvertakenBeforeItsLastWriteLeavesNoParts(t *testing.T) {
 		ctx := context.Background()
 		db := openTest(t)
 		const size = 2*crlPartSize + 1
-		slow := CRL{IssuerKeyID: "ca", Number: 1, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour), UpdatedAt: t0, DER: partedDER(1, 1, size)}
-		parts := splitCRL(slow.DER)
-		if err := db.writeCRLParts(ctx, "CN=ca", slow, holdingAll(parts[:1])); err != nil {
+		slow, parts := unnamedCRL(1, partedDER(1, 1, size))
+		if err := db.writeCRLParts(ctx, "CN=ca", slow, parts[:1]); err != nil {
 			t.Fatal(err)
 		}
 		fast := publishDER(t, db, func(number int64) []byte { return partedDER(number, 2, size) })
-		if err := db.withTx(ctx, func(tx *sql.Tx) error { return insertCRLPart(ctx, tx, db, slow, 1, holding(parts[1])) }); err != nil {
+		if err := db.withTx(ctx, func(tx *sql.Tx) error { return insertCRLPart(ctx, tx, db, slow, 1, parts[1]) }); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.finishCRL(ctx, "CN=ca", slow, 0, holdingAll(parts)); !errors.Is(err, errCRLNumberTaken) {
+		if _, err := db.finishCRL(ctx, "CN=ca", slow, 0, parts); !errors.Is(err, errCRLNumberTaken) {
 			t.Fatalf("the last write of CRL 1 with CRL %d stored: %v; want errCRLNumberTaken", fast.Number, err)
 		}
 		if stored := crlPartsOf(t, db, "ca"); len(stored) != 1 || stored[fast.Number] != 3 {

@@ -45,6 +45,26 @@ func unnamedCRL(number int64, der []byte) (CRL, []crlPart) {
 	return crl, holdingAll(splitCRL(der))
 }
 
+// crlsBetweenTheirWrites publishes a first CRL of four parts, then starts
+// two more: B has taken its number and written all its parts but the last,
+// its parts between differing from the first CRL's; C, numbered after B,
+// has found the parts it shares with the first CRL (still the stored one)
+// and written nothing yet.
+func crlsBetweenTheirWrites(t *testing.T, db *DB) (first, b CRL, bParts []crlPart, c CRL, cParts []crlPart) {
+	t.Helper()
+	const size = 3*crlPartSize + 100
+	first = publishDER(t, db, func(n int64) []byte { return sharedDER(n, 1, size) })
+	b, bParts = unnamedCRL(first.Number+1, partedDER(first.Number+1, 2, size))
+	if err := db.writeCRLParts(context.Background(), "CN=ca", b, bParts[:len(bParts)-1]); err != nil {
+		t.Fatal(err)
+	}
+	c, cParts = unnamedCRL(first.Number+2, sharedDER(first.Number+2, 3, size))
+	if err := db.shareCRLParts(context.Background(), "ca", cParts); err != nil {
+		t.Fatal(err)
+	}
+	return first, b, bParts, c, cParts
+}
+
 // readsBack checks that the issuer's served CRL is want, byte for byte.
 func readsBack(t testing.TB, db *DB, want CRL) {
 	t.Helper()
@@ -120,21 +140,8 @@ func TestACRLWhoseSharedPartsWentWithAnotherCRLIsRefusedAndLeavesNothing(t *test
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()
 		db := openTest(t)
-		const size = 3*crlPartSize + 100
-		first := publishDER(t, db, func(n int64) []byte { return sharedDER(n, 1, size) })
-
-		// CRL B has taken its number and written its first parts; its
-		// parts between differ from the first CRL's.
-		b, bParts := unnamedCRL(first.Number+1, partedDER(first.Number+1, 2, size))
-		if err := db.writeCRLParts(ctx, "CN=ca", b, bParts[:len(bParts)-1]); err != nil {
-			t.Fatal(err)
-		}
-		// CRL C, numbered after B, shares the first CRL's parts, still
-		// the stored one's...
-		c, cParts := unnamedCRL(first.Number+2, sharedDER(first.Number+2, 3, size))
-		if err := db.shareCRLParts(ctx, "ca", cParts); err != nil {
-			t.Fatal(err)
-		}
+		first, b, bParts, c, cParts := crlsBetweenTheirWrites(t, db)
+		// CRL C shares the first CRL's parts, still the stored one's...
 		if cParts[1].heldBy != first.Number || cParts[2].heldBy != first.Number {
 			t.Fatalf("CRL C's parts between name %d and %d; want the first CRL's rows, %d", cParts[1].heldBy, cParts[2].heldBy, first.Number)
 		}
@@ -178,16 +185,7 @@ func TestACRLNotYetNamedKeepsThePartsItSharesThroughAnotherCRLsNaming(t *testing
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()
 		db := openTest(t)
-		const size = 3*crlPartSize + 100
-		first := publishDER(t, db, func(n int64) []byte { return sharedDER(n, 1, size) })
-		b, bParts := unnamedCRL(first.Number+1, partedDER(first.Number+1, 2, size))
-		if err := db.writeCRLParts(ctx, "CN=ca", b, bParts[:len(bParts)-1]); err != nil {
-			t.Fatal(err)
-		}
-		c, cParts := unnamedCRL(first.Number+2, sharedDER(first.Number+2, 3, size))
-		if err := db.shareCRLParts(ctx, "ca", cParts); err != nil {
-			t.Fatal(err)
-		}
+		first, b, bParts, c, cParts := crlsBetweenTheirWrites(t, db)
 		if err := db.writeCRLParts(ctx, "CN=ca", c, cParts[:len(cParts)-1]); err != nil {
 			t.Fatal(err)
 		}

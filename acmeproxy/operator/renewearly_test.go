@@ -20,6 +20,18 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
+// openTestStore opens a store in a SQLite file of the test's own, closed
+// when the test ends.
+func openTestStore(t *testing.T) *store.DB {
+	t.Helper()
+	db, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "t.db"), store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // legacyCert stores, as a version before issuer key ids did, a
 // certificate for name signed by a CA whose subject key identifier is
 // ski, and returns its serial.
@@ -77,11 +89,7 @@ func legacyCertWithSerial(t *testing.T, db *store.DB, now time.Time, name string
 // issuer was recorded are still found by their CA's key id.
 func TestRenewEarlyByIssuerFindsCertificatesStoredBeforeIssuersWereRecorded(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "t.db"), store.SQLiteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openTestStore(t)
 	now := time.Now().Truncate(time.Millisecond)
 	old := legacyCert(t, db, now, "old.example.com", []byte{0xaa, 0xbb})
 	legacyCert(t, db, now, "other.example.com", []byte{0xcc, 0xdd})

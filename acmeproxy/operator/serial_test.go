@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/big"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,11 +54,7 @@ func TestASerialThatIsNoCertificatesIsRefusedAsInvalid(t *testing.T) {
 // certificate in that form as in the stored one.
 func TestEverySearchBySerialFindsACertificateWhoseSerialStartsWithAZeroDigit(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "t.db"), store.SQLiteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openTestStore(t)
 	now := time.Now().Truncate(time.Millisecond)
 	serial, _ := new(big.Int).SetString("0a1b2c3d4e5f60718293", 16)
 	stored := legacyCertWithSerial(t, db, now, "zero.example.com", []byte{0xaa, 0xbb}, serial)
