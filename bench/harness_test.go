@@ -159,6 +159,9 @@ type harness struct {
 	timeline *timeline
 	// upstream counts the relay's requests to Pebble.
 	upstream upstreamCounts
+	// alt, while a sub-benchmark sets it, classes run's certificates by
+	// the windows of an alternation.
+	alt *alternation
 
 	skip    string // why the benchmarks cannot run here
 	err     error

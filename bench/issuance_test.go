@@ -258,6 +258,9 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	h.timeline.reset()
 	b.ResetTimer()
 	start := time.Now()
+	if h.alt != nil {
+		h.alt.begin(start)
+	}
 	h.profiled(b, server, func() {
 		for i := range cs {
 			wg.Add(1)
@@ -275,8 +278,12 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 						fail(fmt.Errorf("%s: certificate %d (%s): %w", server, k, name, err))
 						return
 					}
-					latencies[i] = append(latencies[i], time.Since(t0))
+					t1 := time.Now()
+					latencies[i] = append(latencies[i], t1.Sub(t0))
 					phases.add(&ph)
+					if h.alt != nil {
+						h.alt.add(t0, t1)
+					}
 				}
 			})
 		}
@@ -314,6 +321,9 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	}
 	if usesPostgres(server) {
 		b.ReportMetric(ms(pgCPU)/n, "pg-CPU-ms/cert")
+	}
+	if h.alt != nil {
+		h.alt.report(b, start.Add(elapsed))
 	}
 	b.ReportMetric(float64(got.requests-countsBefore.requests)/n, "req/cert")
 	b.ReportMetric(float64(polls.Load())/n, "polls/cert")

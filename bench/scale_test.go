@@ -54,6 +54,14 @@ import (
 //     regenerated once a second (back to back when a regeneration takes
 //     longer), as a burst of revocations makes it.
 //
+//   - issuance/db=seeded/crl=alternating: the same issuance in windows of
+//     ACMEPROXY_BENCH_WINDOW (default 4s) taking turns, the CRL
+//     regenerated once a second in every other one (see alternation):
+//     off-… and on-… are the windows without and with regenerations
+//     (certs/s, p50-ms, p99-ms, certs), on/off-p99 the ratio of their
+//     p99s — the two measured in the same minutes, where the rows above
+//     are measured one after the other.
+//
 //     go test -run '^$' -bench '^BenchmarkScale$' -benchtime 300x -timeout 60m ./bench/
 func BenchmarkScale(b *testing.B) {
 	h := getHarness(b)
@@ -121,6 +129,24 @@ func BenchmarkScale(b *testing.B) {
 					_ = sleep(ctx, d)
 				}
 			}
+		})
+		h.run(b, acmeProxy, clients, false)
+		cancel()
+		wg.Wait()
+		b.ReportMetric(float64(regens), "regens")
+	})
+	b.Run("issuance/db=seeded/crl=alternating", func(b *testing.B) {
+		window := envDuration(b, "ACMEPROXY_BENCH_WINDOW", 4*time.Second)
+		h.alt = newAlternation(window, window/8)
+		defer func() { h.alt = nil }()
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var regens int
+		wg.Go(func() {
+			h.alt.whileOn(ctx, time.Second, func() {
+				h.regenerateCRL(b)
+				regens++
+			})
 		})
 		h.run(b, acmeProxy, clients, false)
 		cancel()
@@ -197,6 +223,18 @@ var (
 	scaleOnce sync.Once
 	theScale  scaleSeed
 )
+
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		b.Fatalf("%s=%q: want a positive duration such as 4s", name, v)
+	}
+	return d
+}
 
 func envInt(b *testing.B, name string, def int) int {
 	v := os.Getenv(name)
