@@ -2,7 +2,9 @@ package localca
 
 import (
 	"crypto"
+	"crypto/ecdsa"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/asn1"
 	"errors"
@@ -36,12 +38,11 @@ func createCRL(rnd io.Reader, tmpl *x509.RevocationList, issuer *x509.Certificat
 	}
 	header := *tmpl
 	header.RevokedCertificateEntries = nil
-	der, err := assembleCRL(rnd, &header, issuer, key, len(tmpl.RevokedCertificateEntries), 48*len(tmpl.RevokedCertificateEntries),
-		func(b *cryptobyte.Builder) {
-			for _, e := range tmpl.RevokedCertificateEntries {
-				signer.AddCRLEntry(b, e)
-			}
-		})
+	encoded, err := encodeEntries(tmpl.RevokedCertificateEntries)
+	if err != nil {
+		return nil, err
+	}
+	der, err := assembleCRL(rnd, &header, issuer, key, encoded)
 	if errors.Is(err, errUnknownSignature) {
 		return x509.CreateRevocationList(rnd, tmpl, issuer, key)
 	}
@@ -57,26 +58,48 @@ func createEncodedCRL(rnd io.Reader, tmpl *x509.RevocationList, entries [][]byte
 	if len(tmpl.RevokedCertificates) > 0 || len(tmpl.RevokedCertificateEntries) > 0 {
 		return nil, errors.New("localca: a CRL template with entries of its own besides encoded ones")
 	}
-	size := 0
-	for _, e := range entries {
-		size += len(e)
-	}
-	return assembleCRL(rnd, tmpl, issuer, key, len(entries), size, func(b *cryptobyte.Builder) {
-		for _, e := range entries {
-			b.AddBytes(e)
+	return assembleCRL(rnd, tmpl, issuer, key, entries)
+}
+
+// encodeEntries encodes entries (each one signer.CRLEntryEncodable
+// accepts) into one buffer, and returns each one's bytes in it.
+func encodeEntries(entries []x509.RevocationListEntry) ([][]byte, error) {
+	var (
+		buf  = make([]byte, 0, 48*len(entries))
+		ends = make([]int, len(entries))
+		err  error
+	)
+	for i, e := range entries {
+		if buf, err = signer.AppendCRLEntry(buf, e); err != nil {
+			return nil, err
 		}
-	})
+		ends[i] = len(buf)
+	}
+	out := make([][]byte, len(entries))
+	start := 0
+	for i, end := range ends {
+		out[i] = buf[start:end:end]
+		start = end
+	}
+	return out, nil
 }
 
 // errUnknownSignature: assembleCRL does not know how to sign with the
 // signature algorithm x509 chose.
 var errUnknownSignature = fmt.Errorf("localca: a CRL signature algorithm this does not sign itself: %w", errors.ErrUnsupported)
 
-// assembleCRL signs the CRL of header (without entries) listing the n
-// entries writeEntries writes (about size bytes), into the header x509
-// builds for the template without entries.
-func assembleCRL(rnd io.Reader, header *x509.RevocationList, issuer *x509.Certificate, key crypto.Signer, n, size int,
-	writeEntries func(*cryptobyte.Builder)) ([]byte, error) {
+// assembleCRL signs the CRL of header (without entries) listing the
+// encoded entries, in order, in the header x509 builds for the template
+// without entries.
+//
+// Every length is known before a byte is written, so the CRL is written
+// once, into one buffer of its size: its DER headers first, then the
+// entries, then — once the to-be-signed bytes are hashed and signed — the
+// algorithm and the signature after them. (A builder that learns a
+// length only once its content is written moves the content to make room
+// for it: for a CRL of 100,000 entries, 5 MB, once per level, and once
+// more to wrap the signed part.)
+func assembleCRL(rnd io.Reader, header *x509.RevocationList, issuer *x509.Certificate, key crypto.Signer, entries [][]byte) ([]byte, error) {
 	empty, err := x509.CreateRevocationList(rnd, header, issuer, key)
 	if err != nil {
 		return nil, err
@@ -104,25 +127,37 @@ func assembleCRL(rnd io.Reader, header *x509.RevocationList, issuer *x509.Certif
 	}
 	rest := tbs // the extensions, [0] EXPLICIT
 
-	// Room for the whole CRL at once: a CRL of 100,000 entries is 5 MB,
-	// and the builder would copy it at every doubling.
-	b := cryptobyte.NewBuilder(make([]byte, 0, size+len(empty)+16))
-	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		b.AddBytes(version)
-		b.AddBytes(sigAlg)
-		b.AddBytes(issuerName)
-		b.AddBytes(thisUpdate)
-		b.AddBytes(nextUpdate)
-		if n > 0 {
-			b.AddASN1(cbasn1.SEQUENCE, writeEntries)
-		}
-		b.AddBytes(rest)
-	})
-	tbsDER, err := b.Bytes()
-	if err != nil {
-		return nil, fmt.Errorf("localca: encoding the CRL: %w", err)
+	list := 0 // revokedCertificates' content
+	for _, e := range entries {
+		list += len(e)
 	}
-	signed := tbsDER
+	body := len(version) + len(sigAlg) + len(issuerName) + len(thisUpdate) + len(nextUpdate) + len(rest)
+	if len(entries) > 0 {
+		body += derHeaderLen(list) + list
+	}
+	tbsLen := derHeaderLen(body) + body
+	// The signature's length is known only once it is made: room for the
+	// longest outer header, written in front of the rest at the end.
+	const outerRoom = 1 + 1 + 8
+	buf := make([]byte, outerRoom, outerRoom+tbsLen+len(algID)+16+maxSignatureLen(key))
+	buf = appendDERHeader(buf, byte(cbasn1.SEQUENCE), body)
+	buf = append(buf, version...)
+	buf = append(buf, sigAlg...)
+	buf = append(buf, issuerName...)
+	buf = append(buf, thisUpdate...)
+	buf = append(buf, nextUpdate...)
+	if len(entries) > 0 {
+		buf = appendDERHeader(buf, byte(cbasn1.SEQUENCE), list)
+		for _, e := range entries {
+			buf = append(buf, e...)
+		}
+	}
+	buf = append(buf, rest...)
+	tbsDER := buf[outerRoom:]
+	if len(tbsDER) != tbsLen {
+		return nil, fmt.Errorf("localca: the CRL's to-be-signed part came out %d bytes long, not %d", len(tbsDER), tbsLen)
+	}
+	signed := []byte(tbsDER)
 	if hashOf != 0 {
 		h := hashOf.New()
 		h.Write(tbsDER)
@@ -135,13 +170,54 @@ func assembleCRL(rnd io.Reader, header *x509.RevocationList, issuer *x509.Certif
 	if err != nil {
 		return nil, fmt.Errorf("localca: signing the CRL: %w", err)
 	}
-	out := cryptobyte.NewBuilder(make([]byte, 0, len(tbsDER)+len(algID)+len(sig)+16))
-	out.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		b.AddBytes(tbsDER)
-		b.AddBytes(algID)
-		b.AddASN1BitString(sig)
-	})
-	return out.Bytes()
+	buf = append(buf, algID...)
+	buf = appendDERHeader(buf, byte(cbasn1.BIT_STRING), 1+len(sig))
+	buf = append(buf, 0) // no unused bits
+	buf = append(buf, sig...)
+	content := len(buf) - outerRoom
+	start := outerRoom - derHeaderLen(content)
+	appendDERHeader(buf[start:start], byte(cbasn1.SEQUENCE), content)
+	return buf[start:], nil
+}
+
+// derHeaderLen is the length of a DER tag and length for content of n
+// bytes (a one-byte tag).
+func derHeaderLen(n int) int {
+	if n < 0x80 {
+		return 2
+	}
+	l := 1
+	for v := n; v > 0xff; v >>= 8 {
+		l++
+	}
+	return 2 + l
+}
+
+// appendDERHeader appends a one-byte tag and the DER length n.
+func appendDERHeader(b []byte, tag byte, n int) []byte {
+	b = append(b, tag)
+	if n < 0x80 {
+		return append(b, byte(n))
+	}
+	l := derHeaderLen(n) - 2
+	b = append(b, 0x80|byte(l))
+	for i := l - 1; i >= 0; i-- {
+		b = append(b, byte(n>>(8*i)))
+	}
+	return b
+}
+
+// maxSignatureLen bounds the signature key makes, for the buffer's room
+// (a longer one only costs the buffer a copy).
+func maxSignatureLen(key crypto.Signer) int {
+	switch pub := key.Public().(type) {
+	case *rsa.PublicKey:
+		return pub.Size()
+	case *ecdsa.PublicKey:
+		return 2*((pub.Curve.Params().BitSize+7)/8) + 9
+	default:
+		return 64 // Ed25519
+	}
 }
 
 // crlHash is the hash the signature algorithm algID signs (0 for

@@ -48,12 +48,20 @@ func TestTheCRLEncoderMatchesTheStandardLibrarysByteForByte(t *testing.T) {
 		{SerialNumber: big.NewInt(0x80), RevocationTime: at.In(time.FixedZone("CET", 3600)), ReasonCode: 10},         // not UTC
 		{SerialNumber: big.NewInt(12345678), RevocationTime: time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC), ReasonCode: 5},
 	}
+	// Over 64 KiB of entries: the lists' and the CRL's lengths take three
+	// bytes.
+	many := make([]x509.RevocationListEntry, 2000)
+	for i := range many {
+		many[i] = x509.RevocationListEntry{SerialNumber: new(big.Int).Lsh(big.NewInt(int64(i+1)), 100), RevocationTime: at, ReasonCode: i % 6}
+	}
 	for _, c := range []struct {
 		name    string
 		key     crypto.Signer
 		entries []x509.RevocationListEntry
 	}{
 		{"ok/ECDSA P-256", ecKey, entries},
+		{"ok/ECDSA P-256, 2,000 entries", ecKey, many},
+		{"ok/Ed25519, 2,000 entries", edKey, many},
 		{"ok/ECDSA P-384", ec384, entries},
 		{"ok/RSA", rsaKey, entries},
 		{"ok/Ed25519", edKey, entries},
