@@ -4,11 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/internal/dialecttest"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -51,14 +51,11 @@ func eachDialect(t *testing.T, body func(t *testing.T)) {
 // testDialect is the dialect the running test is under (see eachDialect);
 // a test outside eachDialect gets SQLite.
 func testDialect(t testing.TB) int {
-	if parts := strings.Split(t.Name(), "/"); len(parts) > 1 {
-		for i, d := range testDialects {
-			if parts[1] == d.name {
-				return i
-			}
-		}
+	names := make([]string, len(testDialects))
+	for i, d := range testDialects {
+		names[i] = d.name
 	}
-	return 0
+	return dialecttest.Of(t.Name(), names)
 }
 
 // newPlace makes a fresh, empty place for stores of the test's dialect.

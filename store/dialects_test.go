@@ -4,9 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/acmeproxy/caddy-acme-proxy/internal/dialecttest"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 )
 
@@ -53,14 +53,11 @@ func eachDialect(t *testing.T, body func(t *testing.T)) {
 // dialectOf is the dialect the running test is under (see eachDialect);
 // a test outside eachDialect gets SQLite.
 func dialectOf(t testing.TB) testDialect {
-	if parts := strings.Split(t.Name(), "/"); len(parts) > 1 {
-		for _, d := range testDialects {
-			if parts[1] == d.name {
-				return d
-			}
-		}
+	names := make([]string, len(testDialects))
+	for i, d := range testDialects {
+		names[i] = d.name
 	}
-	return testDialects[0]
+	return testDialects[dialecttest.Of(t.Name(), names)]
 }
 
 // openTest opens a fresh store of the running test's dialect.
