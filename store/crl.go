@@ -203,11 +203,14 @@ type CRLBuildFrom func(r CRLRead) (der []byte, thisUpdate, nextUpdate time.Time,
 // A ledger row's id is taken when it is inserted, not when it commits:
 // on PostgreSQL a row with a lower id can commit after one with a higher
 // id that a CRL already read, and a read of the rows after that CRL's
-// seq would miss it for good. So the rows up to base.Seq are counted and
-// their ids summed in the same snapshot, and any difference from base's
-// (a row committed late, or one deleted) means a full read; so does a
-// stored latest CRL that is not base's (another publisher stored one, or
-// a revocation reason changed since, which marks it).
+// seq would miss it for good. So there the rows up to base.Seq are
+// counted and their ids summed in the same snapshot, and any difference
+// from base's (a row committed late, or one deleted) means a full read.
+// SQLite commits ledger rows in the order of their ids (ledgerInIDOrder),
+// so it reads no row below base.Seq — for 100,000 entries that count was
+// a third of a regeneration's CPU. Either way a stored latest CRL that is
+// not base's (another publisher stored one, or a revocation reason
+// changed since, which marks it) means a full read.
 func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string, now time.Time, base *CRLBase, build CRLBuildFrom) (CRL, error) {
 	if issuerKeyID == "" || issuerName == "" {
 		return CRL{}, errors.New("store: publishing a CRL needs an issuer's key id and name")
@@ -281,7 +284,15 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 		return crlSnapshot{}, err
 	}
 	stored := err == nil
-	if base != nil && stored && storedNumber == base.Number && s.storedSeq == base.Seq {
+	switch {
+	case base == nil || !stored || storedNumber != base.Number || s.storedSeq != base.Seq:
+	case db.dialect.ledgerInIDOrder():
+		// Every row up to base.Seq was in base's snapshot, so the rows
+		// below it are base's. (None is deleted while unexpired: the
+		// retention sweep deletes a row only with its certificate, past
+		// its notAfter, when no CRL lists it.)
+		s.Delta = true
+	default:
 		var count, sum int64
 		if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*), CAST(COALESCE(SUM(id), 0) AS BIGINT) FROM revocations
 			WHERE issuer_key_id = ? AND not_after >= ? AND id <= ?`), issuerKeyID, now.UnixMilli(), base.Seq).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,9 +131,15 @@ func TestACRLBuiltFromTheLastOneGetsOnlyTheRevocationsRecordedAfterIt(t *testing
 				serialsOf(read.Entries), read.Delta, third.Entries, third.Number, second.Number+1)
 		}
 		// A publisher that kept the expired entry does not match the
-		// ledger, and reads it in full.
-		if _, read := publishFrom(t, db, later, baseOf(third, listed)); read.Delta || !slices.Equal(serialsOf(read.Entries), []string{"0b", "0c"}) {
+		// ledger, and reads it in full — where the store checks the
+		// ledger below the base (PostgreSQL); SQLite's reads nothing
+		// below it (see TestOnSQLiteACRLBuiltFromTheLastOneReadsNoLedgerRowBelowIt).
+		_, read = publishFrom(t, db, later, baseOf(third, listed))
+		if dialectOf(t).name == "postgres" && (read.Delta || !slices.Equal(serialsOf(read.Entries), []string{"0b", "0c"})) {
 			t.Errorf("with an expired entry in the base, the CRL read %v (delta %v); want 0b and 0c in full", serialsOf(read.Entries), read.Delta)
+		}
+		if dialectOf(t).name == "sqlite" && (!read.Delta || len(read.Entries) != 0) {
+			t.Errorf("with an expired entry in the base, the CRL read %v (delta %v); want nothing below the base", serialsOf(read.Entries), read.Delta)
 		}
 	})
 }
@@ -148,34 +156,41 @@ func TestACRLIsReadInFullWhenTheLedgerBelowItsBaseChanged(t *testing.T) {
 		delta  bool
 		want   []string
 		reason int // of 0e
+		// only names the one dialect where the change can happen: SQLite
+		// commits ledger rows in the order of their ids, and nothing
+		// deletes one that is unexpired.
+		only string
 	}{
-		{"delta/nothing changed", func(*testing.T, *DB, ledgerScene) {}, true, nil, 4},
+		{"delta/nothing changed", func(*testing.T, *DB, ledgerScene) {}, true, nil, 4, ""},
 		{"full/a row committed late below the base's seq", func(t *testing.T, db *DB, s ledgerScene) {
 			ledgerRow(t, db, s.late, s.first.ID+5)
-		}, false, []string{"0d", "1a", "0e"}, 4},
+		}, false, []string{"0d", "1a", "0e"}, 4, "postgres"},
 		{"full/an unexpired row deleted", func(t *testing.T, db *DB, s ledgerScene) {
 			if _, err := rawW(db).Exec(`DELETE FROM revocations WHERE id = ?`, s.first.ID); err != nil {
 				t.Fatal(err)
 			}
-		}, false, []string{"0e"}, 4},
+		}, false, []string{"0e"}, 4, "postgres"},
 		{"full/a row deleted and another committed late, as many as before", func(t *testing.T, db *DB, s ledgerScene) {
 			if _, err := rawW(db).Exec(`DELETE FROM revocations WHERE id = ?`, s.first.ID); err != nil {
 				t.Fatal(err)
 			}
 			ledgerRow(t, db, s.late, s.first.ID+5)
-		}, false, []string{"1a", "0e"}, 4},
+		}, false, []string{"1a", "0e"}, 4, "postgres"},
 		{"full/another publisher stored a CRL", func(t *testing.T, db *DB, s ledgerScene) {
 			publishFrom(t, db, t0.Add(time.Minute), nil)
-		}, false, []string{"0d", "0e"}, 4},
+		}, false, []string{"0d", "0e"}, 4, ""},
 		{"full/a revocation reason changed", func(t *testing.T, db *DB, s ledgerScene) {
 			if err := db.ChangeRevocationReason(context.Background(), s.second.CertificateID, 1,
 				AuditEvent{At: t0, Event: "revocation_reason_changed", Outcome: "success"}); err != nil {
 				t.Fatal(err)
 			}
-		}, false, []string{"0d", "0e"}, 1},
+		}, false, []string{"0d", "0e"}, 1, ""},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			eachDialect(t, func(t *testing.T) {
+		for _, d := range testDialects {
+			if c.only != "" && d.name != c.only {
+				continue
+			}
+			t.Run(c.name+"/"+d.name, func(t *testing.T) {
 				db := openTest(t)
 				s := newLedgerScene(t, db)
 				c.change(t, db, s)
@@ -195,7 +210,53 @@ func TestACRLIsReadInFullWhenTheLedgerBelowItsBaseChanged(t *testing.T) {
 					}
 				}
 			})
-		})
+		}
+	}
+}
+
+// On SQLite a ledger row's id is taken inside the write that commits it,
+// one write at a time, so a CRL built from the last one reads the ledger
+// rows after that one's seq and none below it: for 100,000 revoked
+// certificates the count of the rows below was a third of a
+// regeneration's CPU.
+func TestOnSQLiteACRLBuiltFromTheLastOneReadsNoLedgerRowBelowIt(t *testing.T) {
+	var (
+		mu        sync.Mutex
+		recording bool
+		ran       []string
+	)
+	db := OpenSQLiteObserved(t, func(q string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if recording {
+			ran = append(ran, strings.Join(strings.Fields(q), " "))
+		}
+	})
+	s := newLedgerScene(t, db)
+	if _, err := revoke(t, db, s.late, "ca", 4); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	recording = true
+	mu.Unlock()
+	_, read := publishFrom(t, db, t0.Add(2*time.Minute), s.base)
+	mu.Lock()
+	defer mu.Unlock()
+	if !read.Delta || !slices.Equal(serialsOf(read.Entries), []string{"1a"}) {
+		t.Fatalf("the CRL read %v (delta %v); want only 1a, after the base", serialsOf(read.Entries), read.Delta)
+	}
+	ledger := 0
+	for _, q := range ran {
+		if !strings.Contains(q, "FROM revocations") {
+			continue
+		}
+		ledger++
+		if !strings.Contains(q, "WHERE id > ?") {
+			t.Errorf("the CRL's read ran a statement over the ledger below its base: %s", q)
+		}
+	}
+	if ledger == 0 {
+		t.Errorf("no statement over the ledger among the %d recorded; the recording missed the read", len(ran))
 	}
 }
 

@@ -89,6 +89,14 @@ type dialect interface {
 	// at the statement's end (PostgreSQL): a write of many rows is then
 	// one round trip (see insertOrderAtOnce).
 	insertsInWith() bool
+	// ledgerInIDOrder reports whether revocation ledger rows commit in the
+	// order of their ids, so that a snapshot that sees a row sees every
+	// row below it (SQLite: an id is taken inside the write that commits
+	// it, and writes commit one at a time, across processes too). Where
+	// they do not (PostgreSQL: an id is taken at insert, and transactions
+	// commit in any order) a CRL built from the last one checks the
+	// ledger below that one's seq (see PublishCRLFrom).
+	ledgerInIDOrder() bool
 }
 
 // engine is how a dialect runs the store's writes. Reads go to the DB's

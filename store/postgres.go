@@ -435,6 +435,8 @@ func issueOrderSQL(spends int) string {
 // insertsInWith: yes (see insertOrderAtOnce).
 func (postgresDialect) insertsInWith() bool { return true }
 
+func (postgresDialect) ledgerInIDOrder() bool { return false }
+
 // lockForMigration makes concurrent openers of one database migrate one
 // after the other: the lock is the transaction's, released at its end.
 // The transaction is READ COMMITTED (made so explicitly, whatever the
