@@ -174,9 +174,11 @@ func (db *DB) PublishCRL(ctx context.Context, issuerKeyID, issuerName string, no
 type CRLBase struct {
 	Number int64 // the cRLNumber it was published as
 	Seq    int64 // its LedgerSeq: the last ledger row it read
+	// Mark is its read's CRLRead.Mark.
+	Mark string
 	// Count is the number of its entries still unexpired at the now
-	// given to PublishCRLFrom, and IDSum the sum of their ledger ids.
-	Count, IDSum int64
+	// given to PublishCRLFrom.
+	Count int64
 }
 
 // CRLRead is what a CRL is built from, read in one snapshot.
@@ -189,6 +191,11 @@ type CRLRead struct {
 	// ledger order.
 	Delta   bool
 	Entries []CRLEntry
+	// Mark is what a CRL built from this one gives back (CRLBase.Mark),
+	// by which the store tells which ledger rows committed after this
+	// read (on PostgreSQL its snapshot; "" on SQLite, whose ledger rows
+	// commit in the order of their ids).
+	Mark string
 }
 
 // CRLBuildFrom signs the CRL of r, and returns its DER, thisUpdate and
@@ -203,14 +210,16 @@ type CRLBuildFrom func(r CRLRead) (der []byte, thisUpdate, nextUpdate time.Time,
 // A ledger row's id is taken when it is inserted, not when it commits:
 // on PostgreSQL a row with a lower id can commit after one with a higher
 // id that a CRL already read, and a read of the rows after that CRL's
-// seq would miss it for good. So there the rows up to base.Seq are
-// counted and their ids summed in the same snapshot, and any difference
-// from base's (a row committed late, or one deleted) means a full read.
-// SQLite commits ledger rows in the order of their ids (ledgerInIDOrder),
-// so it reads no row below base.Seq — for 100,000 entries that count was
-// a third of a regeneration's CPU. Either way a stored latest CRL that is
-// not base's (another publisher stored one, or a revocation reason
-// changed since, which marks it) means a full read.
+// seq would miss it for good. So each row records the transaction that
+// inserted it, each read the snapshot it was made in (CRLRead.Mark), and
+// a row of the issuer up to base.Seq that base's snapshot did not see
+// means a full read — found among the rows of transactions that snapshot
+// did not see, not by reading every row below base.Seq. SQLite commits
+// ledger rows in the order of their ids, and checks nothing. No row
+// below base.Seq is deleted while on a CRL: the retention sweep deletes
+// a ledger row only with its certificate, past its notAfter. A stored
+// latest CRL that is not base's (another publisher stored one, or a
+// revocation reason changed since, which marks it) means a full read.
 func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string, now time.Time, base *CRLBase, build CRLBuildFrom) (CRL, error) {
 	if issuerKeyID == "" || issuerName == "" {
 		return CRL{}, errors.New("store: publishing a CRL needs an issuer's key id and name")
@@ -284,22 +293,23 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 		return crlSnapshot{}, err
 	}
 	stored := err == nil
-	switch {
-	case base == nil || !stored || storedNumber != base.Number || s.storedSeq != base.Seq:
-	case db.dialect.ledgerInIDOrder():
-		// Every row up to base.Seq was in base's snapshot, so the rows
-		// below it are base's. (None is deleted while unexpired: the
-		// retention sweep deletes a row only with its certificate, past
-		// its notAfter, when no CRL lists it.)
-		s.Delta = true
-	default:
-		var count, sum int64
-		if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*), CAST(COALESCE(SUM(id), 0) AS BIGINT) FROM revocations
-			WHERE issuer_key_id = ? AND not_after >= ? AND id <= ?`), issuerKeyID, now.UnixMilli(), base.Seq).
-			Scan(&count, &sum); err != nil {
+	mark, late := db.dialect.crlLateRows()
+	if mark != "" {
+		if err := tx.QueryRowContext(ctx, mark).Scan(&s.Mark); err != nil {
 			return crlSnapshot{}, err
 		}
-		s.Delta = count == base.Count && sum == base.IDSum
+	}
+	if base != nil && stored && storedNumber == base.Number && s.storedSeq == base.Seq {
+		s.Delta = true
+		if late != "" {
+			var found bool
+			if base.Mark == "" {
+				found = true // a base read without a mark: read in full
+			} else if err := tx.QueryRowContext(ctx, db.q(late), issuerKeyID, base.Mark, base.Seq, base.Mark).Scan(&found); err != nil {
+				return crlSnapshot{}, err
+			}
+			s.Delta = !found
+		}
 	}
 	var rows *sql.Rows
 	if s.Delta {

@@ -89,14 +89,17 @@ type dialect interface {
 	// at the statement's end (PostgreSQL): a write of many rows is then
 	// one round trip (see insertOrderAtOnce).
 	insertsInWith() bool
-	// ledgerInIDOrder reports whether revocation ledger rows commit in the
-	// order of their ids, so that a snapshot that sees a row sees every
-	// row below it (SQLite: an id is taken inside the write that commits
-	// it, and writes commit one at a time, across processes too). Where
-	// they do not (PostgreSQL: an id is taken at insert, and transactions
-	// commit in any order) a CRL built from the last one checks the
-	// ledger below that one's seq (see PublishCRLFrom).
-	ledgerInIDOrder() bool
+	// crlLateRows is how a CRL built from the last one finds the ledger
+	// rows below that one's seq that it did not see: mark, run in the
+	// read's snapshot, returns what the next read is given back (the
+	// snapshot); late, run in the next read's, tells whether any row of
+	// the issuer with an id up to the seq is one the marked snapshot did
+	// not see (arguments: issuer, mark, seq, mark). Both "" where ledger
+	// rows commit in the order of their ids, so that a snapshot that sees
+	// a row sees every row below it (SQLite: an id is taken inside the
+	// write that commits it, and writes commit one at a time, across
+	// processes too).
+	crlLateRows() (mark, late string)
 }
 
 // engine is how a dialect runs the store's writes. Reads go to the DB's

@@ -435,7 +435,15 @@ func issueOrderSQL(spends int) string {
 // insertsInWith: yes (see insertOrderAtOnce).
 func (postgresDialect) insertsInWith() bool { return true }
 
-func (postgresDialect) ledgerInIDOrder() bool { return false }
+func (postgresDialect) crlLateRows() (mark, late string) {
+	return `SELECT pg_current_snapshot()::text`,
+		// The rows of transactions the marked snapshot did not see lie
+		// at or above its xmin, by revocations_tx; the id is only
+		// checked on them (IS TRUE: see "Rows read by their key").
+		`SELECT EXISTS (SELECT 1 FROM revocations
+			WHERE issuer_key_id = ? AND tx IS NOT NULL AND tx >= (SELECT pg_snapshot_xmin(CAST(? AS pg_snapshot))::text::bigint)
+			AND (id <= ?) IS TRUE AND NOT pg_visible_in_snapshot(tx::text::xid8, CAST(? AS pg_snapshot)))`
+}
 
 // lockForMigration makes concurrent openers of one database migrate one
 // after the other: the lock is the transaction's, released at its end.

@@ -36,7 +36,9 @@ func TestStatementsByKeyReachTheirRowByKeyOnANewPostgresDatabase(t *testing.T) {
 		"certificates_pkey": true, "used_nonces_pkey": true,
 		"authorizations_order": true, // an order's authorizations, by the order's key
 		"challenges_authz":     true, // an authorization's challenges, by its key
+		"revocations_tx":       true, // an issuer's ledger rows written since a snapshot
 	}
+	_, lateRows := postgresDialect{}.crlLateRows()
 	cases := []struct {
 		name, stmt string
 	}{
@@ -50,6 +52,7 @@ func TestStatementsByKeyReachTheirRowByKeyOnANewPostgresDatabase(t *testing.T) {
 		{"an order promoted to ready", pgOrderPromoted},
 		{"an order claimed for issuance", db.q(claimOrderForIssue)},
 		{"an order issued", db.q(postgresDialect{}.issueOrder(1))},
+		{"the ledger rows a CRL's base did not see", db.q(lateRows)},
 	}
 	scan := regexp.MustCompile(`(Seq Scan on \w+|(?:Index|Index Only|Bitmap Index) Scan (?:using|on) \w+)`)
 	for i, c := range cases {

@@ -508,4 +508,23 @@ var postgresMigrations = []migration{
 			`ALTER TABLE crl_parts ADD COLUMN held_by BIGINT`,
 		},
 	},
+	{
+		version: 26,
+		name:    "revocations_tx",
+		stmts: []string{
+			// A ledger row's id is taken at insert and its transaction
+			// commits later, in any order with others': a CRL that read
+			// the rows up to id N can miss one below N that commits after
+			// it. Each row records the transaction that inserted it, so
+			// the next CRL finds such a row among those of transactions
+			// its base's snapshot did not see (crlLateRows), through this
+			// index, in the rows written since instead of every row of the
+			// issuer. Rows from before (NULL) committed long ago. The
+			// default is set after the column is added, so existing rows
+			// are not rewritten.
+			`ALTER TABLE revocations ADD COLUMN tx BIGINT`,
+			`ALTER TABLE revocations ALTER COLUMN tx SET DEFAULT (pg_current_xact_id()::text::bigint)`,
+			`CREATE INDEX revocations_tx ON revocations (issuer_key_id, tx) WHERE tx IS NOT NULL`,
+		},
+	},
 }

@@ -600,4 +600,18 @@ var sqliteMigrations = []migration{
 			`ALTER TABLE crl_parts ADD COLUMN held_by INTEGER`,
 		},
 	},
+	{
+		version: 26,
+		name:    "revocations_tx",
+		stmts: []string{
+			// PostgreSQL's: the transaction that inserted a ledger row, by
+			// which a CRL built from the last one finds a row that
+			// committed after that one was read with an id below it. Never
+			// set here — SQLite commits ledger rows in the order of their
+			// ids — and so never in this partial index: here for one
+			// schema in both engines.
+			`ALTER TABLE revocations ADD COLUMN tx BIGINT`,
+			`CREATE INDEX revocations_tx ON revocations (issuer_key_id, tx) WHERE tx IS NOT NULL`,
+		},
+	},
 }

@@ -245,6 +245,6 @@ func (sqliteDialect) issueOrder(int) string { return "" }
 // statement per row costs no round trip.
 func (sqliteDialect) insertsInWith() bool { return false }
 
-func (sqliteDialect) ledgerInIDOrder() bool { return true }
+func (sqliteDialect) crlLateRows() (mark, late string) { return "", "" }
 
 func (e *sqliteEngine) watchJobs(context.Context, func(string)) {}

@@ -23,8 +23,9 @@ const crlFullEvery = time.Hour
 // its entries again each time is most of a regeneration. It is not
 // changed once kept (builds that run at once share it).
 type keptCRL struct {
-	number int64 // the cRLNumber it was published as
-	seq    int64 // the last ledger row it read
+	number int64  // the cRLNumber it was published as
+	seq    int64  // the last ledger row it read
+	mark   string // its read's store.CRLRead.Mark
 	readAt time.Time
 	// delta: it was built from the one before and the ledger rows
 	// after that one's seq; readAt is when the ledger was last read in
@@ -41,29 +42,22 @@ type keptEntry struct {
 }
 
 // unexpired is the kept entries still on a CRL at now (as the store
-// drops them: not_after before now), and the sum of their ledger ids.
-func (k *keptCRL) unexpired(now time.Time) ([]keptEntry, int64) {
+// drops them: not_after before now).
+func (k *keptCRL) unexpired(now time.Time) []keptEntry {
 	at := now.UnixMilli()
-	var (
-		sum  int64
-		kept = k.entries
-	)
 	for i, e := range k.entries {
 		if e.notAfter < at {
-			kept = make([]keptEntry, i, len(k.entries))
+			kept := make([]keptEntry, i, len(k.entries))
 			copy(kept, k.entries[:i])
 			for _, e := range k.entries[i:] {
 				if e.notAfter >= at {
 					kept = append(kept, e)
 				}
 			}
-			break
+			return kept
 		}
 	}
-	for _, e := range kept {
-		sum += e.id
-	}
-	return kept, sum
+	return k.entries
 }
 
 // lastBuilt is the kept CRL of issuer, or nil.
@@ -100,9 +94,8 @@ func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSig
 		kept []keptEntry
 	)
 	if prev != nil && now.Sub(prev.readAt) < crlFullEvery {
-		var sum int64
-		kept, sum = prev.unexpired(now)
-		base = &store.CRLBase{Number: prev.number, Seq: prev.seq, Count: int64(len(kept)), IDSum: sum}
+		kept = prev.unexpired(now)
+		base = &store.CRLBase{Number: prev.number, Seq: prev.seq, Mark: prev.mark, Count: int64(len(kept))}
 	}
 	var built *keptCRL
 	crl, err = au.db.PublishCRLFrom(ctx, iss.KeyID, iss.NameID, now, base, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
@@ -111,7 +104,7 @@ func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSig
 		if err != nil {
 			return nil, this, next, err
 		}
-		k := &keptCRL{seq: r.Seq, readAt: now, delta: r.Delta, entries: added}
+		k := &keptCRL{seq: r.Seq, mark: r.Mark, readAt: now, delta: r.Delta, entries: added}
 		if r.Delta {
 			k.readAt = prev.readAt
 			k.entries = append(kept[:len(kept):len(kept)], added...)
