@@ -45,6 +45,33 @@ func AppendCRLEntry(dst []byte, e x509.RevocationListEntry) ([]byte, error) {
 	return b.Bytes()
 }
 
+// EncodeCRLEntries encodes n entries (entry(i) for each i, in order) as
+// AppendCRLEntry does, into one buffer, and returns each one's bytes in
+// it: a CRL of 100,000 entries in one allocation instead of 100,000.
+func EncodeCRLEntries(n int, entry func(i int) (x509.RevocationListEntry, error)) ([][]byte, error) {
+	var (
+		buf  = make([]byte, 0, 48*n)
+		ends = make([]int, n)
+	)
+	for i := range n {
+		e, err := entry(i)
+		if err != nil {
+			return nil, err
+		}
+		if buf, err = AppendCRLEntry(buf, e); err != nil {
+			return nil, err
+		}
+		ends[i] = len(buf)
+	}
+	out := make([][]byte, n)
+	start := 0
+	for i, end := range ends {
+		out[i] = buf[start:end:end]
+		start = end
+	}
+	return out, nil
+}
+
 // CRLEntryEncodable reports whether AddCRLEntry writes e as x509 does.
 func CRLEntryEncodable(e x509.RevocationListEntry) bool {
 	return len(e.Extensions) == 0 && len(e.ExtraExtensions) == 0 && e.SerialNumber != nil && !e.RevocationTime.IsZero()

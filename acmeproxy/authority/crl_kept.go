@@ -131,26 +131,13 @@ func encodeCRLEntries(rows []store.CRLEntry) ([]keptEntry, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	var (
-		buf  = make([]byte, 0, 48*len(rows))
-		ends = make([]int, len(rows))
-		err  error
-	)
-	for i, r := range rows {
-		e, cerr := crlEntry(r)
-		if cerr != nil {
-			return nil, cerr
-		}
-		if buf, err = signer.AppendCRLEntry(buf, e); err != nil {
-			return nil, err
-		}
-		ends[i] = len(buf)
+	ders, err := signer.EncodeCRLEntries(len(rows), func(i int) (x509.RevocationListEntry, error) { return crlEntry(rows[i]) })
+	if err != nil {
+		return nil, err
 	}
 	out := make([]keptEntry, len(rows))
-	start := 0
 	for i, r := range rows {
-		out[i] = keptEntry{id: r.ID, notAfter: r.NotAfter.UnixMilli(), der: buf[start:ends[i]:ends[i]]}
-		start = ends[i]
+		out[i] = keptEntry{id: r.ID, notAfter: r.NotAfter.UnixMilli(), der: ders[i]}
 	}
 	return out, nil
 }

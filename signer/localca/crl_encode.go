@@ -2,9 +2,7 @@ package localca
 
 import (
 	"crypto"
-	"crypto/ecdsa"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/asn1"
 	"errors"
@@ -38,7 +36,8 @@ func createCRL(rnd io.Reader, tmpl *x509.RevocationList, issuer *x509.Certificat
 	}
 	header := *tmpl
 	header.RevokedCertificateEntries = nil
-	encoded, err := encodeEntries(tmpl.RevokedCertificateEntries)
+	entries := tmpl.RevokedCertificateEntries
+	encoded, err := signer.EncodeCRLEntries(len(entries), func(i int) (x509.RevocationListEntry, error) { return entries[i], nil })
 	if err != nil {
 		return nil, err
 	}
@@ -59,29 +58,6 @@ func createEncodedCRL(rnd io.Reader, tmpl *x509.RevocationList, entries [][]byte
 		return nil, errors.New("localca: a CRL template with entries of its own besides encoded ones")
 	}
 	return assembleCRL(rnd, tmpl, issuer, key, entries)
-}
-
-// encodeEntries encodes entries (each one signer.CRLEntryEncodable
-// accepts) into one buffer, and returns each one's bytes in it.
-func encodeEntries(entries []x509.RevocationListEntry) ([][]byte, error) {
-	var (
-		buf  = make([]byte, 0, 48*len(entries))
-		ends = make([]int, len(entries))
-		err  error
-	)
-	for i, e := range entries {
-		if buf, err = signer.AppendCRLEntry(buf, e); err != nil {
-			return nil, err
-		}
-		ends[i] = len(buf)
-	}
-	out := make([][]byte, len(entries))
-	start := 0
-	for i, end := range ends {
-		out[i] = buf[start:end:end]
-		start = end
-	}
-	return out, nil
 }
 
 // errUnknownSignature: assembleCRL does not know how to sign with the
@@ -137,9 +113,11 @@ func assembleCRL(rnd io.Reader, header *x509.RevocationList, issuer *x509.Certif
 	}
 	tbsLen := derHeaderLen(body) + body
 	// The signature's length is known only once it is made: room for the
-	// longest outer header, written in front of the rest at the end.
-	const outerRoom = 1 + 1 + 8
-	buf := make([]byte, outerRoom, outerRoom+tbsLen+len(algID)+16+maxSignatureLen(key))
+	// longest outer header, written in front of the rest at the end, and
+	// for any signature up to an RSA key of 8,192 bits behind it (a longer
+	// one only costs the buffer a copy).
+	const outerRoom, sigRoom = 1 + 1 + 8, 16 + 1024
+	buf := make([]byte, outerRoom, outerRoom+tbsLen+len(algID)+sigRoom)
 	buf = appendDERHeader(buf, byte(cbasn1.SEQUENCE), body)
 	buf = append(buf, version...)
 	buf = append(buf, sigAlg...)
@@ -205,19 +183,6 @@ func appendDERHeader(b []byte, tag byte, n int) []byte {
 		b = append(b, byte(n>>(8*i)))
 	}
 	return b
-}
-
-// maxSignatureLen bounds the signature key makes, for the buffer's room
-// (a longer one only costs the buffer a copy).
-func maxSignatureLen(key crypto.Signer) int {
-	switch pub := key.Public().(type) {
-	case *rsa.PublicKey:
-		return pub.Size()
-	case *ecdsa.PublicKey:
-		return 2*((pub.Curve.Params().BitSize+7)/8) + 9
-	default:
-		return 64 // Ed25519
-	}
 }
 
 // crlHash is the hash the signature algorithm algID signs (0 for
