@@ -40,6 +40,14 @@
 // finalize answers processing without a Location, which x/crypto/acme
 // cannot poll, so the direct clients' transport adds it.
 //
+// BenchmarkHTTPFloor/clients={1,8,32} is the floor under acme_proxy's
+// CPU per certificate: the same kind of clients send a certificate's seven
+// requests (POSTs of a JWS's size) over their keep-alive HTTP/2
+// connections to a route of the same site that Caddy's own respond
+// answers with an order-sized body, and it reports sets/s and, with
+// ACMEPROXY_BENCH_PROCESS=1, caddy-CPU-ms/set: what TLS, HTTP/2 and
+// Caddy's routing cost a certificate's requests whatever the handler does.
+//
 // Run it (as root: Caddy's acme_server validates http-01 on port 80 only,
 // so the benchmark's challenge responder must listen on 127.0.0.1:80; the
 // benchmark skips with a message when it cannot):

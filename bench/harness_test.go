@@ -83,6 +83,9 @@ https://127.0.0.1:%[4]d {
 			http %[8]d
 		}
 	}
+	respond /floor/* 200 {
+		body "` + floorBody + `"
+	}
 %[9]s}
 `
 

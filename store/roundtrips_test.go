@@ -62,7 +62,7 @@ func (c *statementCounter) since(mark int) (int, []string, int) {
 // its limits, the authorization read, the challenge started and completed,
 // the order claimed and issued — takes no more round trips than its
 // budget: each is a wake-up of two processes on the server's cores. The
-// budget is what the store takes now (see README, Performance); a change
+// budget is what the store takes now (see docs/performance-log.md); a change
 // that adds one fails here, to be weighed.
 func TestACertificateTakesNoMoreRoundTripsToPostgresThanItsBudget(t *testing.T) {
 	ctx := context.Background()
