@@ -53,6 +53,16 @@ func (a *alternation) at(t time.Time) int {
 	return int(d/a.window) % 2
 }
 
+// window0 is the condition of the window t lies in, a guard counted as
+// its window: where a certificate begun at t is asked for.
+func (a *alternation) window0(t time.Time) int {
+	d := t.Sub(a.start)
+	if d < 0 {
+		return 0
+	}
+	return int(d/a.window) % 2
+}
+
 // add notes a certificate begun at t0 and done at t1.
 func (a *alternation) add(t0, t1 time.Time) {
 	c0, c1 := a.at(t0), a.at(t1)
@@ -174,5 +184,29 @@ func TestAnAlternationCallsItsOnWorkOnlyInsideOnWindowsPastTheirGuard(t *testing
 		if got := a.at(c); got != 1 {
 			t.Errorf("called %v after the start, in condition %d, want on (1)", c.Sub(a.start), got)
 		}
+	}
+}
+
+func TestAnAlternationAsksForACertificateWhereTheWindowItBeginsInAsks(t *testing.T) {
+	start := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	s := time.Second
+	a := newAlternation(4*s, 500*time.Millisecond)
+	a.begin(start)
+	for _, tc := range []struct {
+		name string
+		at   time.Duration
+		want int
+	}{
+		{name: "before the first window", at: -s, want: 0},
+		{name: "in the first window", at: 2 * s, want: 0},
+		{name: "in the guard that opens an on window", at: 4*s + 100*time.Millisecond, want: 1},
+		{name: "in an on window", at: 6 * s, want: 1},
+		{name: "in the guard that opens the next off window", at: 8*s + 100*time.Millisecond, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := a.window0(start.Add(tc.at)); got != tc.want {
+				t.Errorf("window0(start%+v) = %d, want %d", tc.at, got, tc.want)
+			}
+		})
 	}
 }

@@ -108,7 +108,8 @@
 //     BenchmarkScale's seeded database (default 200000 orders, 100000 of
 //     them revoked); see BenchmarkScale for what it measures.
 //   - ACMEPROXY_BENCH_WINDOW: the length of BenchmarkScale's alternating
-//     windows with and without CRL regenerations (default 4s).
+//     windows, with and without CRL regenerations, and between the seeded
+//     and an empty database (default 4s).
 //   - ACMEPROXY_PGTEST_OPTS: server options added to the throwaway
 //     PostgreSQL cluster's, e.g. "-c
 //     shared_preload_libraries=pg_stat_statements" to read

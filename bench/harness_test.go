@@ -165,6 +165,10 @@ type harness struct {
 	// alt, while a sub-benchmark sets it, classes run's certificates by
 	// the windows of an alternation.
 	alt *alternation
+	// altServer, while a sub-benchmark sets it with alt, is the server
+	// run's clients get their certificates from in the off windows (the
+	// server run is given serves the on ones).
+	altServer string
 
 	skip    string // why the benchmarks cannot run here
 	err     error

@@ -219,8 +219,26 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	if regErr != nil {
 		b.Fatal(regErr)
 	}
+	// With an alternation between two servers, each client has an
+	// account at both and asks the one whose window it starts in.
+	var offCS []*acme.Client
+	if h.alt != nil && h.altServer != "" {
+		offCS = make([]*acme.Client, clients)
+		pprof.Do(ctx, labels, func(ctx context.Context) {
+			for i := range offCS {
+				offCS[i] = h.newClient(h.dirURLs[h.altServer], newKey(), counts, poll)
+				if _, err := offCS[i].Register(ctx, &acme.Account{}, acme.AcceptTOS); err != nil {
+					regErr = fmt.Errorf("registering account %d at %s: %w", i, h.altServer, err)
+					return
+				}
+			}
+		})
+		if regErr != nil {
+			b.Fatal(regErr)
+		}
+	}
 	b.Cleanup(func() {
-		for _, c := range cs {
+		for _, c := range slices.Concat(cs, offCS) {
 			c.HTTPClient.CloseIdleConnections()
 		}
 	})
@@ -273,8 +291,12 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 					}
 					name := fmt.Sprintf("c%d-%s.%s", k, namePrefix, benchZone)
 					t0 := time.Now()
+					c := cs[i]
+					if offCS != nil && h.alt.window0(t0) == 0 {
+						c = offCS[i]
+					}
 					var ph [numPhases]time.Duration
-					if err := h.issue(ctx, cs[i], name, poll, &polls, &ph); err != nil {
+					if err := h.issue(ctx, c, name, poll, &polls, &ph); err != nil {
 						fail(fmt.Errorf("%s: certificate %d (%s): %w", server, k, name, err))
 						return
 					}
@@ -310,7 +332,7 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	b.ReportMetric(float64(memAfter.TotalAlloc-memBefore.TotalAlloc)/n, "B/cert")
 	b.ReportMetric(float64(memAfter.Mallocs-memBefore.Mallocs)/n, "allocs/cert")
 	b.ReportMetric(ms(cpu)/n, "proc-CPU-ms/cert")
-	if caddyProc != nil && server != twoInstances { // that Caddy does not serve them
+	if caddyProc != nil && server != twoInstances && offCS == nil { // that Caddy does not serve them all
 		b.ReportMetric(ms(caddyCPU)/n, "caddy-CPU-ms/cert")
 		if rss, err := caddyProc.peakRSS(); err == nil {
 			b.ReportMetric(float64(rss)/(1<<20), "caddy-peak-RSS-MiB")

@@ -10,8 +10,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -61,6 +63,13 @@ import (
 //     (certs/s, p50-ms, p99-ms, certs), on/off-p99 the ratio of their
 //     p99s — the two measured in the same minutes, where the rows above
 //     are measured one after the other.
+//
+//   - issuance/db=seeded/against=empty: the same issuance in alternating
+//     windows between a second Caddy process on an empty database (off)
+//     and the seeded one (on), each client with an account at both: the
+//     seeded database against an empty one in the same minutes, which
+//     issuance/db=empty and issuance/db=seeded, measured minutes apart,
+//     are not on a host whose speed changes by the minute.
 //
 //     go test -run '^$' -bench '^BenchmarkScale$' -benchtime 300x -timeout 60m ./bench/
 func BenchmarkScale(b *testing.B) {
@@ -153,6 +162,85 @@ func BenchmarkScale(b *testing.B) {
 		wg.Wait()
 		b.ReportMetric(float64(regens), "regens")
 	})
+	b.Run("issuance/db=seeded/against=empty", func(b *testing.B) {
+		if err := h.startEmptyProxy(); err != nil {
+			b.Fatal(err)
+		}
+		window := envDuration(b, "ACMEPROXY_BENCH_WINDOW", 4*time.Second)
+		h.alt = newAlternation(window, window/8)
+		h.altServer = emptyProxy
+		defer func() { h.alt, h.altServer = nil, "" }()
+		h.run(b, acmeProxy, clients, false)
+	})
+}
+
+// emptyProxy names the second acme_proxy of BenchmarkScale's last part: a
+// Caddy process of its own on a database of its own, which only that
+// part's certificates fill.
+const emptyProxy = "acme_proxy_empty"
+
+// startEmptyProxy starts, once, a second Caddy process serving acme_proxy
+// as the benchmark's Caddy does but on an empty database (a SQLite file
+// of its own, or a database of its own in the benchmark's PostgreSQL
+// cluster) and with a local CA of its own, whose root the clients then
+// trust.
+func (h *harness) startEmptyProxy() error {
+	if h.dirURLs[emptyProxy] != "" {
+		return nil
+	}
+	dir := filepath.Join(h.dir, "empty")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	database := filepath.Join(dir, "acme_proxy.db")
+	if h.pgDSN != "" {
+		dsn, err := pgtest.ProcessDSN()
+		if err != nil {
+			return err
+		}
+		database = `postgres "` + dsn + `"`
+	}
+	var ports [3]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		ports[i] = p
+	}
+	_, port, err := net.SplitHostPort(h.dnsAddr)
+	if err != nil {
+		return err
+	}
+	dnsPort, err := strconv.Atoi(port)
+	if err != nil {
+		return err
+	}
+	logOutput := "discard"
+	if os.Getenv("ACMEPROXY_BENCH_LOG") == "stderr" {
+		logOutput = "stderr"
+	}
+	cfg := fmt.Sprintf(caddyfile, filepath.Join(dir, "storage"), database,
+		ports[0], ports[1], dnsPort, logOutput, ports[2], h.http01Port, "", "")
+	p, err := startCaddyProcess(dir, cfg, h.dnsAddr)
+	if err != nil {
+		return fmt.Errorf("starting the empty database's Caddy: %w", err)
+	}
+	h.cleanup = append(h.cleanup, p.stop)
+	root, err := h.waitForFile(filepath.Join(dir, "storage", "pki", "authorities", "local", "root.crt"))
+	if err != nil {
+		return fmt.Errorf("the empty database's Caddy wrote no root: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(root) || !h.roots.AppendCertsFromPEM(root) {
+		return errors.New("the empty database's root.crt holds no certificate")
+	}
+	u := fmt.Sprintf("https://127.0.0.1:%d%s/directory", ports[1], proxyPrefix)
+	if err := h.waitForDirectory(u); err != nil {
+		return err
+	}
+	h.dirURLs[emptyProxy], h.chainRoots[emptyProxy] = u, pool
+	return nil
 }
 
 // profiled runs fn while, with ACMEPROXY_BENCH_PPROF=<dir>, Caddy's admin
