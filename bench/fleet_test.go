@@ -137,25 +137,19 @@ func (h *harness) startFleet() error {
 	if err != nil {
 		return err
 	}
-	logOutput := "discard"
-	if os.Getenv("ACMEPROXY_BENCH_LOG") == "stderr" {
-		logOutput = "stderr"
-	}
-	_, dnsPort, _ := net.SplitHostPort(h.dnsAddr)
+	logOutput := caddyLogOutput()
 	var backends []string
 	for _, name := range []string{"a", "b"} {
 		dir := filepath.Join(h.dir, "instance-"+name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}
-		ports := make([]int, 3)
-		for i := range ports {
-			if ports[i], err = freePort(); err != nil {
-				return err
-			}
+		ports, err := freePorts(3)
+		if err != nil {
+			return err
 		}
 		cfg := fmt.Sprintf(fleetCaddyfile, ports[0], filepath.Join(h.dir, "storage"), ports[1], ports[2],
-			logOutput, dsn, "127.0.0.1:"+dnsPort, h.http01Port)
+			logOutput, dsn, h.dnsAddr, h.http01Port)
 		// Each its own data and config directories, as on two machines.
 		p, err := startCaddyProcess(dir, cfg, h.dnsAddr,
 			"XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))

@@ -5,14 +5,11 @@ package bench
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
 	"runtime/pprof"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,12 +54,7 @@ func (h *harness) runFloor(b *testing.B, clients int) {
 	labels := pprof.Labels("role", "client", "server", "floor")
 	cs := make([]*http.Client, clients)
 	for i := range cs {
-		cs[i] = &http.Client{Timeout: time.Minute, Transport: &http.Transport{
-			TLSClientConfig:     &tls.Config{RootCAs: h.roots},
-			ForceAttemptHTTP2:   true,
-			MaxIdleConnsPerHost: 4,
-			IdleConnTimeout:     5 * time.Minute,
-		}}
+		cs[i] = &http.Client{Timeout: time.Minute, Transport: h.clientTransport()}
 		defer cs[i].CloseIdleConnections()
 	}
 	post := func(ctx context.Context, c *http.Client, k int64, j int) error {
@@ -93,40 +85,23 @@ func (h *harness) runFloor(b *testing.B, clients int) {
 		}
 	}
 
-	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		firstErr error
-		errOnce  sync.Once
-	)
 	caddyProc, _ := h.process(acmeProxy)
 	cpuBefore := proccpu.Used()
 	caddyBefore := h.caddyCPU(b, acmeProxy)
 	b.ResetTimer()
 	start := time.Now()
-	for _, c := range cs {
-		wg.Add(1)
-		go pprof.Do(ctx, labels, func(ctx context.Context) {
-			defer wg.Done()
-			for {
-				k := next.Add(1)
-				if k > int64(b.N) || ctx.Err() != nil {
-					return
-				}
-				for j := range floorRequestsPerSet {
-					if err := post(ctx, c, k, j); err != nil {
-						errOnce.Do(func() { firstErr = err; cancel() })
-						return
-					}
-				}
+	err := shareOut(ctx, b.N, len(cs), labels, func(ctx context.Context, i int, k int64) error {
+		for j := range floorRequestsPerSet {
+			if err := post(ctx, cs[i], k, j); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
+		}
+		return nil
+	})
 	elapsed := time.Since(start)
 	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
+	if err != nil {
+		b.Fatal(err)
 	}
 	n := float64(b.N)
 	b.ReportMetric(n/elapsed.Seconds(), "sets/s")

@@ -142,8 +142,9 @@ type harness struct {
 	serverAdmin string
 	// http01Port is where the http-01 responder listens (80).
 	http01Port int
-	// dnsAddr is the benchmark's DNS server (host:port).
+	// dnsAddr is the benchmark's DNS server (host:port), dnsPort its port.
 	dnsAddr string
+	dnsPort int
 	// pgDSN is acme_proxy's PostgreSQL database
 	// (ACMEPROXY_BENCH_DATABASE=postgres), or "" for its SQLite file.
 	pgDSN string
@@ -251,6 +252,7 @@ func (h *harness) start() error {
 	h.dnsAddr = dnsAddr
 	_, p, _ := net.SplitHostPort(dnsAddr)
 	dnsPort, _ := strconv.Atoi(p)
+	h.dnsPort = dnsPort
 	h.useDNSForDefaultResolver(dnsAddr)
 
 	base := os.Getenv("ACMEPROXY_BENCH_DIR")
@@ -278,10 +280,7 @@ func (h *harness) start() error {
 	if err != nil {
 		return err
 	}
-	logOutput := "discard"
-	if os.Getenv("ACMEPROXY_BENCH_LOG") == "stderr" {
-		logOutput = "stderr"
-	}
+	logOutput := caddyLogOutput()
 	database := filepath.Join(h.dir, "acme_proxy.db")
 	switch db := os.Getenv("ACMEPROXY_BENCH_DATABASE"); db {
 	case "", "sqlite":
@@ -391,13 +390,9 @@ func (h *harness) startServerCaddy(block, logOutput, dnsAddr string) (string, er
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	var ports [3]int
-	for i := range ports {
-		p, err := freePort()
-		if err != nil {
-			return "", err
-		}
-		ports[i] = p
+	ports, err := freePorts(3)
+	if err != nil {
+		return "", err
 	}
 	httpPort, httpsPort, adminPort := ports[0], ports[1], ports[2]
 	cfg := fmt.Sprintf(serverCaddyfile, filepath.Join(dir, "storage"), httpPort, httpsPort, logOutput, adminPort, block)
@@ -555,3 +550,26 @@ func (h *harness) waitForDirectory(url string) error {
 // response to HTTPS client" at its HTTPS port, as when the admin endpoint
 // has taken it).
 func freePort() (int, error) { return freeport.TCP("127.0.0.1") }
+
+// freePorts is n ports of freePort, for a Caddy's http, https and admin
+// listeners.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	return ports, nil
+}
+
+// caddyLogOutput is where a benchmark's Caddy logs: discarded (encoded
+// at INFO, as in production) unless ACMEPROXY_BENCH_LOG=stderr.
+func caddyLogOutput() string {
+	if os.Getenv("ACMEPROXY_BENCH_LOG") == "stderr" {
+		return "stderr"
+	}
+	return "discard"
+}

@@ -133,12 +133,7 @@ func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // not stall a client for x/crypto's default of a second or more. The same
 // settings serve both servers.
 func (h *harness) newClient(dirURL string, key *ecdsa.PrivateKey, counts *statusCounts, retry time.Duration) *acme.Client {
-	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: h.roots},
-		ForceAttemptHTTP2:   true,
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     5 * time.Minute,
-	}
+	tr := h.clientTransport()
 	if retry <= 0 {
 		retry = 10 * time.Millisecond
 	}
@@ -161,6 +156,49 @@ func (h *harness) newClient(dirURL string, key *ecdsa.PrivateKey, counts *status
 			return retry
 		},
 	}
+}
+
+// clientTransport is one client host's transport to Caddy: a keep-alive
+// HTTP/2 connection of its own, trusting the benchmark's roots.
+func (h *harness) clientTransport() *http.Transport {
+	return &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: h.roots},
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     5 * time.Minute,
+	}
+}
+
+// shareOut runs items 1 to n on workers goroutines under labels, each
+// worker taking the next number as it finishes one, and returns the first
+// error, which stops the others (ctx, as the items get it, ends then).
+func shareOut(ctx context.Context, n, workers int, labels pprof.LabelSet, item func(ctx context.Context, worker int, k int64) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		firstErr error
+		errOnce  sync.Once
+	)
+	for w := range workers {
+		wg.Add(1)
+		go pprof.Do(ctx, labels, func(ctx context.Context) {
+			defer wg.Done()
+			for {
+				k := next.Add(1)
+				if k > int64(n) || ctx.Err() != nil {
+					return
+				}
+				if err := item(ctx, w, k); err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
 }
 
 func newKey() *ecdsa.PrivateKey {
@@ -248,17 +286,11 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 	namePrefix := hex.EncodeToString(runID[:])
 
 	var (
-		next      atomic.Int64
 		polls     atomic.Int64
 		firstErr  error
-		errOnce   sync.Once
-		wg        sync.WaitGroup
 		latencies = make([][]time.Duration, clients)
 		phases    phaseTimes
 	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; cancel() })
-	}
 
 	caddyProc, _ := h.process(server)
 	if caddyProc != nil {
@@ -280,36 +312,25 @@ func (h *harness) run(b *testing.B, server string, clients int, shared bool) {
 		h.alt.begin(start)
 	}
 	h.profiled(b, server, func() {
-		for i := range cs {
-			wg.Add(1)
-			go pprof.Do(ctx, labels, func(ctx context.Context) {
-				defer wg.Done()
-				for {
-					k := next.Add(1)
-					if k > int64(b.N) || ctx.Err() != nil {
-						return
-					}
-					name := fmt.Sprintf("c%d-%s.%s", k, namePrefix, benchZone)
-					t0 := time.Now()
-					c := cs[i]
-					if offCS != nil && h.alt.window0(t0) == 0 {
-						c = offCS[i]
-					}
-					var ph [numPhases]time.Duration
-					if err := h.issue(ctx, c, name, poll, &polls, &ph); err != nil {
-						fail(fmt.Errorf("%s: certificate %d (%s): %w", server, k, name, err))
-						return
-					}
-					t1 := time.Now()
-					latencies[i] = append(latencies[i], t1.Sub(t0))
-					phases.add(&ph)
-					if h.alt != nil {
-						h.alt.add(t0, t1)
-					}
-				}
-			})
-		}
-		wg.Wait()
+		firstErr = shareOut(ctx, b.N, len(cs), labels, func(ctx context.Context, i int, k int64) error {
+			name := fmt.Sprintf("c%d-%s.%s", k, namePrefix, benchZone)
+			t0 := time.Now()
+			c := cs[i]
+			if offCS != nil && h.alt.window0(t0) == 0 {
+				c = offCS[i]
+			}
+			var ph [numPhases]time.Duration
+			if err := h.issue(ctx, c, name, poll, &polls, &ph); err != nil {
+				return fmt.Errorf("%s: certificate %d (%s): %w", server, k, name, err)
+			}
+			t1 := time.Now()
+			latencies[i] = append(latencies[i], t1.Sub(t0))
+			phases.add(&ph)
+			if h.alt != nil {
+				h.alt.add(t0, t1)
+			}
+			return nil
+		})
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()

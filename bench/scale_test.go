@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -200,28 +199,12 @@ func (h *harness) startEmptyProxy() error {
 		}
 		database = `postgres "` + dsn + `"`
 	}
-	var ports [3]int
-	for i := range ports {
-		p, err := freePort()
-		if err != nil {
-			return err
-		}
-		ports[i] = p
-	}
-	_, port, err := net.SplitHostPort(h.dnsAddr)
+	ports, err := freePorts(3)
 	if err != nil {
 		return err
-	}
-	dnsPort, err := strconv.Atoi(port)
-	if err != nil {
-		return err
-	}
-	logOutput := "discard"
-	if os.Getenv("ACMEPROXY_BENCH_LOG") == "stderr" {
-		logOutput = "stderr"
 	}
 	cfg := fmt.Sprintf(caddyfile, filepath.Join(dir, "storage"), database,
-		ports[0], ports[1], dnsPort, logOutput, ports[2], h.http01Port, "", "")
+		ports[0], ports[1], h.dnsPort, caddyLogOutput(), ports[2], h.http01Port, "", "")
 	p, err := startCaddyProcess(dir, cfg, h.dnsAddr)
 	if err != nil {
 		return fmt.Errorf("starting the empty database's Caddy: %w", err)
