@@ -142,8 +142,8 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	if fj.Signatures != nil || fj.Header != nil {
 		return nil, problem.MalformedF("the JWS must be flattened, with one signature and no unprotected header")
 	}
-	if fj.Protected == "" || fj.Payload == nil || fj.Signature == "" {
-		return nil, problem.MalformedF("the JWS lacks its protected header, payload or signature")
+	if fj.Protected == "" || fj.Payload == nil {
+		return nil, problem.MalformedF("the JWS lacks its protected header or payload")
 	}
 	rawHdr, err := base64.RawURLEncoding.DecodeString(fj.Protected)
 	if err != nil {
@@ -162,6 +162,12 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	}
 	if !isAllowedAlg(hdr.Alg) {
 		return nil, problem.BadSignatureAlgorithmF(allowedAlgs, "JWS algorithm %q is not supported", hdr.Alg)
+	}
+	// After the algorithm: an unsecured JWS ("alg": "none") has an empty
+	// signature, and its answer is the algorithm's refusal, which lists
+	// the ones to use (RFC 8555 §6.2).
+	if fj.Signature == "" {
+		return nil, problem.MalformedF("the JWS has no signature")
 	}
 
 	req := &signedRequest{}

@@ -177,6 +177,14 @@ func handMade(header map[string]any, payload string) []byte {
 	return body
 }
 
+// unsigned is handMade with an empty signature: an unsecured JWS (RFC
+// 7515 Appendix A.5) when its alg is "none".
+func unsigned(header map[string]any, payload string) []byte {
+	h, _ := json.Marshal(header)
+	body, _ := json.Marshal(map[string]string{"protected": b64(h), "payload": b64([]byte(payload)), "signature": ""})
+	return body
+}
+
 func strp(s string) *string { return &s }
 
 func TestBadRequestsGetTheRightProblem(t *testing.T) {
@@ -293,6 +301,14 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json",
 				handMade(map[string]any{"alg": "none", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
 		}, 400, vocab.ErrorBadSignatureAlgorithm},
+		{"fail/unsecured JWS: alg none with an empty signature", func() rawResponse {
+			return alice.postRaw(e.url("/new-order"), "application/jose+json",
+				unsigned(map[string]any{"alg": "none", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
+		}, 400, vocab.ErrorBadSignatureAlgorithm},
+		{"fail/an allowed alg with an empty signature", func() rawResponse {
+			return alice.postRaw(e.url("/new-order"), "application/jose+json",
+				unsigned(map[string]any{"alg": "ES256", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
+		}, 400, vocab.ErrorMalformed},
 		{"fail/alg HS256", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json",
 				handMade(map[string]any{"alg": "HS256", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))

@@ -251,6 +251,8 @@ func TestSuccessfulResponsesCarryANonceTheIndexLinkAndNoStore(t *testing.T) {
 			{"directory HEAD answers 200", e.plain(http.MethodHead, e.dirURL), http.StatusOK, ""},
 			{"new-nonce HEAD answers 200", e.plain(http.MethodHead, e.url("/new-nonce")), http.StatusOK, ""},
 			{"new-nonce GET answers 204", e.plain(http.MethodGet, e.url("/new-nonce")), http.StatusNoContent, ""},
+			{"directory POST-as-GET answers 200", alice.read(e.dirURL), http.StatusOK, ""},
+			{"new-nonce POST-as-GET answers 204", alice.read(e.url("/new-nonce")), http.StatusNoContent, ""},
 			{"new-account for a new key answers 201 with its Location", created, http.StatusCreated, alice.kid},
 			{"new-account for a known key answers 200 with the same Location", again, http.StatusOK, alice.kid},
 			{"account POST-as-GET answers 200", alice.read(alice.kid), http.StatusOK, ""},
@@ -340,9 +342,8 @@ func TestAWrongMethodAnswers405WithAllow(t *testing.T) {
 			{"GET new-order", http.MethodGet, "/new-order", "POST"},
 			{"GET key-change", http.MethodGet, "/key-change", "POST"},
 			{"GET revoke-cert", http.MethodGet, "/revoke-cert", "POST"},
-			{"POST directory", http.MethodPost, "/directory", "GET, HEAD"},
-			{"POST new-nonce", http.MethodPost, "/new-nonce", "GET, HEAD"},
-			{"PUT new-nonce", http.MethodPut, "/new-nonce", "GET, HEAD"},
+			{"PUT directory", http.MethodPut, "/directory", "GET, HEAD, POST"},
+			{"PUT new-nonce", http.MethodPut, "/new-nonce", "GET, HEAD, POST"},
 			{"GET an account", http.MethodGet, "/account/x", "POST"},
 			{"GET an account's orders", http.MethodGet, "/account/x/orders", "POST"},
 			{"GET an order", http.MethodGet, "/order/x", "POST"},
@@ -363,6 +364,41 @@ func TestAWrongMethodAnswers405WithAllow(t *testing.T) {
 					t.Errorf("405 lacks Replay-Nonce or the index Link: %v", r.header)
 				}
 			})
+		}
+	})
+}
+
+// RFC 8555 §6.3: the directory and new-nonce MUST be answered as
+// POST-as-GET too — which is a signed request like any other: by an
+// account, with an empty payload and a fresh nonce.
+func TestAPostToTheDirectoryOrNewNonceIsAnsweredOnlyAsAnAccountsPostAsGet(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		for _, path := range []string{"/directory", "/new-nonce"} {
+			spent := alice.nonce()
+			if r := alice.post(e.url(path), nil, jwsOpts{nonce: &spent}); r.status >= 300 {
+				t.Fatalf("POST-as-GET %s: %d %s", path, r.status, r.body)
+			}
+			tests := []struct {
+				name       string
+				r          rawResponse
+				wantStatus int
+				wantType   acme.ProblemType
+			}{
+				{"with a payload", alice.post(e.url(path), map[string]any{}, jwsOpts{}), http.StatusBadRequest, acme.ErrorMalformed},
+				{"signed by a bare key", e.rawClient().post(e.url(path), nil, jwsOpts{embedJWK: true}), http.StatusBadRequest, acme.ErrorMalformed},
+				{"with a spent nonce", alice.post(e.url(path), nil, jwsOpts{nonce: &spent}), http.StatusBadRequest, acme.ErrorBadNonce},
+				{"unsigned", e.plain(http.MethodPost, e.url(path)), http.StatusUnsupportedMediaType, acme.ErrorMalformed},
+			}
+			for _, tc := range tests {
+				t.Run(path+" "+tc.name, func(t *testing.T) { wantProblem(t, tc.r, tc.wantStatus, tc.wantType) })
+			}
+		}
+		dir := decodeAs[map[string]any](t, alice.read(e.dirURL))
+		if got, _ := dir["newNonce"].(string); got != e.url("/new-nonce") {
+			t.Errorf("the directory read by POST-as-GET names newNonce %q, want %q", got, e.url("/new-nonce"))
 		}
 	})
 }

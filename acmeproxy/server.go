@@ -203,6 +203,9 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 var (
 	getHead = []string{http.MethodGet, http.MethodHead}
 	post    = []string{http.MethodPost}
+	// getHeadPost is for the directory and new-nonce, which a server MUST
+	// also answer as POST-as-GET (RFC 8555 §6.3).
+	getHeadPost = []string{http.MethodGet, http.MethodHead, http.MethodPost}
 )
 
 // route is one resource of the profile: its path below the prefix as an
@@ -223,10 +226,10 @@ func withID(f func(http.ResponseWriter, *http.Request, string) error) handlerFun
 
 func (s *Server) routes() []route {
 	return []route{
-		{"", getHead, "directory", s.handleDirectory},
-		{"/{$}", getHead, "directory", s.handleDirectory},
-		{"/directory", getHead, "directory", s.handleDirectory},
-		{"/new-nonce", getHead, "new-nonce", s.handleNewNonce},
+		{"", getHeadPost, "directory", s.handleDirectory},
+		{"/{$}", getHeadPost, "directory", s.handleDirectory},
+		{"/directory", getHeadPost, "directory", s.handleDirectory},
+		{"/new-nonce", getHeadPost, "new-nonce", s.handleNewNonce},
 		{"/new-account", post, "new-account", s.handleNewAccount},
 		{"/new-order", post, "new-order", s.handleNewOrder},
 		{"/key-change", post, "key-change", s.handleKeyChange},
@@ -355,6 +358,9 @@ type directoryMeta struct {
 }
 
 func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
+	if err := s.verifyIfPosted(r, "the directory"); err != nil {
+		return err
+	}
 	base := s.baseURL(r)
 	s.writeJSON(w, http.StatusOK, directoryJSON{
 		NewNonce:    base + "/new-nonce",
@@ -368,10 +374,30 @@ func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// handleNewNonce answers HEAD with 200 and GET with 204 (RFC 8555 §7.2);
-// the nonce itself was set by ServeHTTP.
+// verifyIfPosted checks a POST to a resource that is read with GET: it
+// must be a POST-as-GET (RFC 8555 §6.3), signed by an account of this
+// profile like any other, its nonce spent.
+func (s *Server) verifyIfPosted(r *http.Request, what string) error {
+	if r.Method != http.MethodPost {
+		return nil
+	}
+	req, err := s.verify(r.Context(), r, needKID)
+	if err != nil {
+		return err
+	}
+	if !req.postAsGet {
+		return problem.MalformedF("%s is read with POST-as-GET (an empty payload)", what)
+	}
+	return nil
+}
+
+// handleNewNonce answers HEAD with 200 and GET with 204 (RFC 8555 §7.2),
+// and POST-as-GET as GET; the nonce itself was set by ServeHTTP.
 func (s *Server) handleNewNonce(w http.ResponseWriter, r *http.Request) error {
-	if r.Method == http.MethodGet {
+	if err := s.verifyIfPosted(r, "new-nonce"); err != nil {
+		return err
+	}
+	if r.Method != http.MethodHead {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
