@@ -74,7 +74,9 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 		r.Close()
 		return nil, fmt.Errorf("store: connecting to %s: %w", desc, redactConnectError(err))
 	}
-	return open(ctx, r, &postgresEngine{w: w, lazy: lw, cfg: cfg, desc: desc}, postgresDialect{}, desc)
+	e := &postgresEngine{w: w, lazy: lw, cfg: cfg, desc: desc,
+		wTurn: make(turns, opts.MaxConns), lazyTurn: make(turns, opts.MaxConns)}
+	return open(ctx, r, e, postgresDialect{}, desc)
 }
 
 // PostgresDescription names a PostgreSQL database for messages: host and
@@ -134,6 +136,9 @@ type postgresEngine struct {
 	w, lazy *sql.DB         // durable and lazy writes
 	cfg     *pgx.ConnConfig // for watchJobs' connection of its own
 	desc    string
+	// wTurn and lazyTurn admit the writes to w and lazy in the order they
+	// come, as many at once as the pool has connections (see turns).
+	wTurn, lazyTurn turns
 }
 
 func (e *postgresEngine) pool(lazy bool) *sql.DB {
@@ -141,6 +146,43 @@ func (e *postgresEngine) pool(lazy bool) *sql.DB {
 		return e.lazy
 	}
 	return e.w
+}
+
+// turn waits for a turn at the pool of a lazy or durable write; the
+// caller gives it back with leave once its connection is back in the pool.
+func (e *postgresEngine) turn(ctx context.Context, lazy bool) (turns, error) {
+	t := e.wTurn
+	if lazy {
+		t = e.lazyTurn
+	}
+	return t, t.enter(ctx)
+}
+
+// turns hands a pool's connections to the writes waiting for one in the
+// order they asked: a channel's blocked senders are served first come,
+// first served, where database/sql gives a freed connection to a random
+// waiter (connRequestSet.TakeRandom), so that under load a write could
+// wait behind any number of later ones, and a certificate's latency with
+// it. Its capacity is the pool's size, so the pool itself never has a
+// waiter. A nil turns admits everyone.
+type turns chan struct{}
+
+func (t turns) enter(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	select {
+	case t <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (t turns) leave() {
+	if t != nil {
+		<-t
+	}
 }
 
 // jobsChannel is the LISTEN/NOTIFY channel of enqueued jobs.
@@ -202,6 +244,11 @@ func (e *postgresEngine) do(ctx context.Context, fn func(*sql.Tx) error, lazy bo
 // in one round trip instead of three. It is retried as do retries.
 func (e *postgresEngine) exec(ctx context.Context, lazy bool, query string, args []any) (res sql.Result, err error) {
 	err = retrying(ctx, func() error {
+		t, err := e.turn(ctx, lazy)
+		if err != nil {
+			return err
+		}
+		defer t.leave()
 		res, err = e.pool(lazy).ExecContext(ctx, query, args...)
 		return err
 	})
@@ -211,6 +258,11 @@ func (e *postgresEngine) exec(ctx context.Context, lazy bool, query string, args
 // queryRow is exec for a statement returning one row, scanned into dest.
 func (e *postgresEngine) queryRow(ctx context.Context, lazy bool, query string, args []any, dest ...any) error {
 	return retrying(ctx, func() error {
+		t, err := e.turn(ctx, lazy)
+		if err != nil {
+			return err
+		}
+		defer t.leave()
 		return e.pool(lazy).QueryRowContext(ctx, query, args...).Scan(dest...)
 	})
 }
@@ -243,6 +295,11 @@ func retryPause(attempt int) time.Duration {
 }
 
 func (e *postgresEngine) once(ctx context.Context, fn func(*sql.Tx) error, lazy bool) error {
+	t, err := e.turn(ctx, lazy)
+	if err != nil {
+		return err
+	}
+	defer t.leave()
 	tx, err := e.pool(lazy).BeginTx(ctx, nil) // the session's READ COMMITTED
 	if err != nil {
 		return err

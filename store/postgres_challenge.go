@@ -25,6 +25,11 @@ import (
 // the whole pipeline is run again when it loses a race (see retrying).
 func (e *postgresEngine) pipeline(ctx context.Context, lazy bool, b *pgx.Batch, read func(pgx.BatchResults) error) error {
 	return retrying(ctx, func() error {
+		t, err := e.turn(ctx, lazy)
+		if err != nil {
+			return err
+		}
+		defer t.leave()
 		conn, err := e.pool(lazy).Conn(ctx)
 		if err != nil {
 			return err
