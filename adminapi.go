@@ -45,7 +45,8 @@ func (*AdminAPI) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "admin.api.acme_proxy", New: func() caddy.Module { return new(AdminAPI) }}
 }
 
-// Provision finds the acme_proxy app, when the config has one.
+// Provision finds the acme_proxy app, when the config names one (else see
+// appOf).
 func (a *AdminAPI) Provision(ctx caddy.Context) error {
 	a.log = ctx.Logger(a)
 	app, err := ctx.AppIfConfigured("acme_proxy")
@@ -124,10 +125,22 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Allow", rt.method)
 		return apiError(http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s; use %s", r.Method, r.URL.Path, rt.method))
 	}
-	if a.app == nil || a.app.db == nil {
+	app := a.appOf()
+	if app == nil || app.db == nil {
 		return apiError(http.StatusServiceUnavailable, errNoApp)
 	}
-	return rt.handle(w, r, a.app.Operator(), id)
+	return rt.handle(w, r, app.Operator(), id)
+}
+
+// appOf is the app the routes work on: the config's, or, when the config
+// does not name it (a Caddyfile with the acme_proxy directive and no
+// global acme_proxy option, as the quickstart), the one its handlers
+// pulled in, once started.
+func (a *AdminAPI) appOf() *App {
+	if a.app != nil {
+		return a.app
+	}
+	return running.Load()
 }
 
 func apiError(status int, err error) error {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -278,8 +279,17 @@ func (a *App) Start() error {
 	a.runner = r
 	a.flushStop, a.flushDone = make(chan struct{}), make(chan struct{})
 	go a.flushRefusals(refusalFlushEvery, a.flushStop, a.flushDone)
+	running.Store(a)
 	return nil
 }
+
+// running is the started acme_proxy app, for the admin API when the
+// config does not name the app and a handler pulled it in: Caddy
+// provisions admin modules before any app, so the admin API cannot find
+// an app that only a handler asks for (see AdminAPI.appOf). A reload
+// starts the new config's app before it stops the old one's, so the
+// newest started one is the one to serve.
+var running atomic.Pointer[App]
 
 // signingLanes are the job lanes this instance's runner serves: the
 // SigningLane of every profile it mounts with its real signer, and
@@ -340,6 +350,7 @@ func (a *App) flushServers(final bool) {
 // Stop writes the pending summaries of refused revocations, then stops
 // the runner and waits for its handlers.
 func (a *App) Stop() error {
+	running.CompareAndSwap(a, nil)
 	if a.flushStop != nil {
 		close(a.flushStop)
 		<-a.flushDone

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/spf13/cobra"
 
@@ -36,11 +35,7 @@ func newAuditBench(t *testing.T, appExtra string) (*revokeBench, e2eConfig) {
 	b := &revokeBench{env: env, admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 	cfg := e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), Admin: b.admin, AppExtra: appExtra}
 	env.load(t, cfg)
-	t.Cleanup(func() {
-		if err := caddy.Load([]byte(`{"admin":{"disabled":true,"config":{"persist":false}}}`), true); err != nil {
-			t.Errorf("unloading: %v", err)
-		}
-	})
+	unloadAdminOnCleanup(t)
 	return b, cfg
 }
 

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/go-acme/lego/v5/lego"
 	"github.com/go-acme/lego/v5/registration"
 	xacme "golang.org/x/crypto/acme"
@@ -29,11 +28,7 @@ func newEABBench(t *testing.T) *revokeBench {
 	b := &revokeBench{env: env, admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 	env.load(t, e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), Admin: b.admin,
 		ExtraProfiles: "acme_proxy {\nprofile bound\neab required\n}"})
-	t.Cleanup(func() {
-		if err := caddy.Load([]byte(`{"admin":{"disabled":true,"config":{"persist":false}}}`), true); err != nil {
-			t.Errorf("unloading: %v", err)
-		}
-	})
+	unloadAdminOnCleanup(t)
 	return b
 }
 

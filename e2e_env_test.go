@@ -76,6 +76,10 @@ type e2eConfig struct {
 	Admin string
 	// AppExtra is more of the global acme_proxy option's block (notify).
 	AppExtra string
+	// NoAppOption leaves the global acme_proxy option out, as the
+	// quickstart does: the handler pulls the app in, its database in
+	// Caddy's data directory.
+	NoAppOption bool
 }
 
 // e2eCaddyfile is the config of every e2e test: the proxy's profile served
@@ -98,10 +102,10 @@ var e2eCaddyfile = template.Must(template.New("Caddyfile").Parse(`{
 	default_bind 127.0.0.1
 	http_port {{.Env.HTTPPort}}
 	https_port {{.Env.HTTPSPort}}
-	acme_proxy {
+	{{if not .Cfg.NoAppOption}}acme_proxy {
 		database {{.Env.Database}}
 		{{.Cfg.AppExtra}}
-	}
+	}{{end}}
 }
 
 https://127.0.0.1:{{.Env.HTTPSPort}} {

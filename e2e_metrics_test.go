@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	xacme "golang.org/x/crypto/acme"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -104,11 +103,7 @@ func TestMetricsMoveWithIssuanceFailedValidationAndRevocationAndSurviveAReload(t
 	cfg := e2eConfig{ValidationHTTP: e2ePort(ln), ValidationTLS: freePort(t), Admin: b.admin,
 		AppExtra: fmt.Sprintf("notify webhook %s/acme {\n secret {env.E2E_HOOK_SECRET}\n events certificate_issued certificate_revoked\n}", hook.URL)}
 	env.load(t, cfg)
-	t.Cleanup(func() {
-		if err := caddy.Load([]byte(`{"admin":{"disabled":true,"config":{"persist":false}}}`), true); err != nil {
-			t.Errorf("unloading: %v", err)
-		}
-	})
+	unloadAdminOnCleanup(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*e2eWait)
 	defer cancel()
 

@@ -52,14 +52,20 @@ func newRevokeBench(t *testing.T, httpPort int) *revokeBench {
 		b.srv, httpPort = serveE2EHTTP01(t, ln), e2ePort(ln)
 	}
 	env.load(t, e2eConfig{ValidationHTTP: httpPort, ValidationTLS: freePort(t), Admin: b.admin})
-	// caddy.Stop leaves the admin endpoint up: replace the config by one
-	// without it before the cleanup load registered stops Caddy.
+	unloadAdminOnCleanup(t)
+	return b
+}
+
+// unloadAdminOnCleanup replaces, on cleanup, the config by one without an
+// admin endpoint: caddy.Stop leaves the endpoint up. Call it after the
+// load that started Caddy, so that it runs before that load's cleanup
+// stops Caddy.
+func unloadAdminOnCleanup(t *testing.T) {
 	t.Cleanup(func() {
 		if err := caddy.Load([]byte(`{"admin":{"disabled":true,"config":{"persist":false}}}`), true); err != nil {
 			t.Errorf("unloading: %v", err)
 		}
 	})
-	return b
 }
 
 // obtained is a certificate obtained from the bench.

@@ -121,6 +121,14 @@ func TestTheREADMEWalkThroughIssuesForLocalhostAndANameInEtcHosts(t *testing.T) 
 	}
 
 	t.Run("localhost", func(t *testing.T) { certonly(t, "localhost") })
+	// The quickstart names no acme_proxy app (its handler pulls it in);
+	// the operator's CLI still reaches it through the admin endpoint.
+	t.Run("the CLI lists the order", func(t *testing.T) {
+		out, err := exec.Command(caddy, "acme-proxy", "orders", "--address", "localhost:2019").CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("localhost")) {
+			t.Fatalf("caddy acme-proxy orders: %v\n%s", err, out)
+		}
+	})
 	t.Run("a name in /etc/hosts", func(t *testing.T) {
 		if hostsErr != nil {
 			needEnvironment(t, fmt.Sprintf("this case adds a line to /etc/hosts, which this user cannot write: %v", hostsErr))
