@@ -18,6 +18,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+	apcaddyfile "github.com/acmeproxy/caddy-acme-proxy/caddyfile"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
@@ -156,7 +157,7 @@ func parseRetention(key, v string, def time.Duration) (time.Duration, error) {
 	case acmeproxy.AuditRetentionKeep:
 		return 0, nil
 	}
-	d, err := caddy.ParseDuration(v)
+	d, err := apcaddyfile.ParseDuration(v)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %q is not a duration or %q: %w", key, v, acmeproxy.AuditRetentionKeep, err)
 	}

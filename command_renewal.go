@@ -52,6 +52,10 @@ func (c *cli) renewEarly(cmd *cobra.Command, _ []string) error {
 		for _, x := range v.Certificates {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", x.Profile, x.Serial, x.Order, x.Account, ts(x.NotAfter))
 		}
-		fmt.Fprintf(w, "\n%d certificates asked to renew now (%s)\n", len(v.Certificates), ts(v.At))
+		noun := "certificates"
+		if len(v.Certificates) == 1 {
+			noun = "certificate"
+		}
+		fmt.Fprintf(w, "\n%d %s asked to renew now (%s)\n", len(v.Certificates), noun, ts(v.At))
 	})
 }

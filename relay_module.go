@@ -93,7 +93,7 @@ func (r *Relay) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 			}
 		case "propagation_delay":
-			r.PropagationDelay, err = apcaddyfile.DurationArg(d, "signer.propagation_delay")
+			r.PropagationDelay, err = apcaddyfile.NonNegativeDurationArg(d, "signer.propagation_delay")
 		case "resolvers":
 			err = apcaddyfile.AppendArgs(d, "signer.resolvers", &r.Resolvers)
 		case "prepare_upstream":

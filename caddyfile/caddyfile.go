@@ -10,10 +10,12 @@ package caddyfile
 
 import (
 	"encoding/json"
+	"errors"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -541,16 +543,48 @@ func DurationArg(d *caddyfile.Dispenser, key string) (caddy.Duration, error) {
 	return PositiveDuration(d, key, v)
 }
 
+// NonNegativeDurationArg reads key's one value as DurationArg does, but
+// takes 0: for a wait that may be none.
+func NonNegativeDurationArg(d *caddyfile.Dispenser, key string) (caddy.Duration, error) {
+	v, err := OneArg(d, key)
+	if err != nil {
+		return 0, err
+	}
+	return duration(d, key, v, true)
+}
+
 // PositiveDuration parses v, the value of key, as DurationArg does.
 func PositiveDuration(d *caddyfile.Dispenser, key, v string) (caddy.Duration, error) {
-	dur, err := caddy.ParseDuration(v)
-	if err != nil {
+	return duration(d, key, v, false)
+}
+
+// duration parses v, the value of key: positive, or also 0 when zeroOK.
+func duration(d *caddyfile.Dispenser, key, v string, zeroOK bool) (caddy.Duration, error) {
+	dur, err := ParseDuration(v)
+	switch {
+	case err != nil:
 		return 0, d.Errf("acme_proxy: %s: %q is not a duration: %w", key, v, err)
-	}
-	if dur <= 0 {
+	case zeroOK && dur < 0:
+		return 0, d.Errf("acme_proxy: %s: %q must not be negative", key, v)
+	case !zeroOK && dur <= 0:
 		return 0, d.Errf("acme_proxy: %s: %q must be positive", key, v)
 	}
 	return caddy.Duration(dur), nil
+}
+
+// ErrNotADuration says what a duration looks like, for a value that is
+// not one.
+var ErrNotADuration = errors.New("want a number and a unit (ms, s, m, h or d), such as 90s, 12h or 7d")
+
+// ParseDuration is caddy.ParseDuration with an error in the config's own
+// terms (ErrNotADuration): Caddy's quotes the value as it rewrote its days
+// into hours, so "7days" got `unknown unit "hays" in duration "168hays"`.
+func ParseDuration(v string) (time.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return 0, ErrNotADuration
+	}
+	return dur, nil
 }
 
 // retentionArg reads a retention setting, key: a positive duration in
@@ -560,7 +594,7 @@ func retentionArg(d *caddyfile.Dispenser, key string) (string, error) {
 	if err != nil || v == acmeproxy.AuditRetentionKeep {
 		return v, err
 	}
-	dur, err := caddy.ParseDuration(v)
+	dur, err := ParseDuration(v)
 	if err != nil {
 		return "", d.Errf("acme_proxy: %s: %q is not a duration or %q: %w", key, v, acmeproxy.AuditRetentionKeep, err)
 	}

@@ -107,6 +107,8 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"tls port too high", site("profile a\nvalidation_ports {\ntls 65536\n}"), `acme_proxy: validation_ports.tls: "65536" is not a port`},
 		{"unknown validation port", site("profile a\nvalidation_ports {\ndns 53\n}"), `acme_proxy: validation_ports: unknown setting "dns"`},
 		{"bad lifetime", site("profile a\nsigner local_ca {\nlifetime soon\n}"), `acme_proxy: signer.lifetime: "soon" is not a duration`},
+		{"lifetime in days spelled out", site("profile a\nsigner local_ca {\nlifetime 7days\n}"),
+			`acme_proxy: signer.lifetime: "7days" is not a duration: want a number and a unit (ms, s, m, h or d), such as 90s, 12h or 7d`},
 		{"negative lifetime", site("profile a\nsigner local_ca {\nlifetime -1h\n}"), `acme_proxy: signer.lifetime: "-1h" must be positive`},
 		{"unknown signer", site("profile a\nsigner vault"), `acme_proxy: signer: unknown signer "vault"`},
 		{"signer without name", site("profile a\nsigner"), "acme_proxy: signer: want one value, got 0"},

@@ -50,7 +50,7 @@ func TestBadRelaySignerSettingsFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"dns without provider", site(dir + "dns"), "acme_proxy: signer.dns: want a DNS provider name"},
 		{"unknown dns provider", site(dir + "dns nosuchprovider"), "acme_proxy: signer.dns: "},
 		{"bad propagation timeout", site(dir + "propagation_timeout soon"), `acme_proxy: signer.propagation_timeout: "soon" is not a duration`},
-		{"negative propagation delay", site(dir + "propagation_delay -5s"), `acme_proxy: signer.propagation_delay: "-5s" must be positive`},
+		{"negative propagation delay", site(dir + "propagation_delay -5s"), `acme_proxy: signer.propagation_delay: "-5s" must not be negative`},
 		{"resolvers without values", site(dir + "resolvers"), "acme_proxy: signer.resolvers: want at least one value"},
 		{"unknown setting", site(dir + "ca local"), `acme_proxy: signer relay: unknown setting "ca"`},
 		{"prepare_upstream neither on nor off", site(dir + "prepare_upstream true"), `acme_proxy: signer.prepare_upstream: "true" must be on or off`},
@@ -66,5 +66,17 @@ func TestBadRelaySignerSettingsFailWithAnErrorNamingTheKey(t *testing.T) {
 				t.Errorf("error %q\ndoes not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestARelayMayWaitNoTimeForDNSPropagation(t *testing.T) {
+	const cfg = "https://ca.example.test {\n\tacme_proxy {\n\t\tprofile a\n\t\tsigner relay {\n" +
+		"directory https://ca.example/dir\ndns acmeproxytest\npropagation_delay 0s\n\t\t}\n\t}\n}\n"
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), nil)
+	if err != nil {
+		t.Fatalf("propagation_delay 0s: %v", err)
+	}
+	if strings.Contains(string(out), "propagation_delay") {
+		t.Errorf("propagation_delay 0s adapted to a delay: %s", out)
 	}
 }

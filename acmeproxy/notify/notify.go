@@ -133,7 +133,11 @@ func (d *Destination) Validate() error {
 			}
 		}
 		if (d.Username == "") != (d.Password == "") {
-			return fmt.Errorf("notify email: username and password go together")
+			empty := "password"
+			if d.Username == "" {
+				empty = "username"
+			}
+			return fmt.Errorf("notify email: %s: empty while the other is set; username and password go together (a placeholder such as {env.SMTP_PASSWORD} is empty when its variable is unset)", empty)
 		}
 	case TypeScript:
 		if d.Command == "" {

@@ -324,3 +324,15 @@ func TestDestinationsAreValidatedAndIdentifiedWithoutTheirSecrets(t *testing.T) 
 		}
 	}
 }
+
+func TestAnEmailUsernameWithoutItsPasswordIsRefusedNamingTheEmptyOne(t *testing.T) {
+	d := notify.Destination{Type: notify.TypeEmail, SMTP: "m.example.com:25", From: "a@example.com", To: []string{"b@example.com"},
+		Username: "mailer-login"}
+	err := d.Validate()
+	if err == nil || !strings.Contains(err.Error(), "notify email: password: empty") || !strings.Contains(err.Error(), "{env.") {
+		t.Fatalf("Validate: %v; want it to name the empty password and the unset placeholder it may come from", err)
+	}
+	if strings.Contains(err.Error(), d.Username) {
+		t.Errorf("the error quotes the username: %v", err)
+	}
+}
