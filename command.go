@@ -52,7 +52,7 @@ migrate-store is the exception: it runs offline, on the database files.
   caddy acme-proxy crl show|regenerate <profile>
   caddy acme-proxy eab create --profile P --label L [--reusable] [--expires 7d]
   caddy acme-proxy eab list --profile P
-  caddy acme-proxy eab revoke <kid>
+  caddy acme-proxy eab revoke [--] <kid>   (-- before an older key id that begins with "-")
   caddy acme-proxy renew-early [--profile P] [--serial HEX]... [--order ID]... [--identifier PATTERN] [--account ID] [--issuer KEYID] [--explanation-url URL]
   caddy acme-proxy migrate-store --from <sqlite file> --to <postgres dsn>
 

@@ -137,7 +137,8 @@ func (b *revokeBench) cliRun(args ...string) (string, error) {
 	var out bytes.Buffer
 	cmd := &cobra.Command{Use: "acme-proxy"}
 	configureCLI(cmd, &out)
-	cmd.SetArgs(append(args, "--address", b.admin))
+	// The address first, so that args may end in "--" and positional ones.
+	cmd.SetArgs(append([]string{"--address", b.admin}, args...))
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
 	err := cmd.Execute()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-acme/lego/v5/lego"
 	"github.com/go-acme/lego/v5/registration"
@@ -166,5 +167,19 @@ func TestClientsRegisterWithAnOperatorMintedBindingKey(t *testing.T) {
 	}
 	if !strings.Contains(trail, acme.EventAccountBindingRefused) || !strings.Contains(trail, acme.EventEABKeyCreated) {
 		t.Errorf("audit trail lacks the minting or the refusals: %s", trail)
+	}
+}
+
+// Key ids minted before they were kept from beginning with "-" may; the
+// CLI revokes one named after "--", as its usage says.
+func TestTheCLIRevokesAnOlderKeyIDThatBeginsWithADashNamedAfterDoubleDash(t *testing.T) {
+	b := newEABBench(t)
+	const kid = "-older-key-id-with-dash"
+	if err := activeApp(t).db.CreateEABKey(t.Context(), store.EABKey{KID: kid, Profile: "bound", Label: "older",
+		HMACKey: make([]byte, 32), Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := b.cliRun("eab", "revoke", "--", kid); err != nil || !strings.Contains(out, "revoked EAB key "+kid) {
+		t.Fatalf("eab revoke -- %s: %v %s", kid, err, out)
 	}
 }

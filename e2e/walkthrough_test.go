@@ -28,6 +28,7 @@ const (
 	walkVerify = `sudo openssl verify -CAfile "$root" -untrusted /etc/letsencrypt/live/localhost/chain.pem /etc/letsencrypt/live/localhost/cert.pem`
 	walkHosts  = `echo '127.0.0.1 nas' | sudo tee -a /etc/hosts`
 	walkRenew  = `sudo env REQUESTS_CA_BUNDLE="$root" certbot renew`
+	walkOrders = "go run ./cmd/caddy acme-proxy orders"
 )
 
 // walkHostsName is the single-label name the test adds to /etc/hosts in
@@ -45,7 +46,7 @@ func TestTheREADMEWalkThroughIssuesForLocalhostAndANameInEtcHosts(t *testing.T) 
 		t.Fatal(err)
 	}
 	said := shellText(string(readme))
-	for _, cmd := range []string{walkQuickstart, walkRoot, walkCertbot + "localhost", walkVerify, walkHosts, walkCertbot + "nas", walkRenew} {
+	for _, cmd := range []string{walkQuickstart, walkRoot, walkCertbot + "localhost", walkVerify, walkHosts, walkCertbot + "nas", walkRenew, walkOrders} {
 		if !strings.Contains(said, cmd) {
 			t.Errorf("the README's walk-through no longer says\n\t%s\nchange the README and this test together", cmd)
 		}
@@ -122,9 +123,10 @@ func TestTheREADMEWalkThroughIssuesForLocalhostAndANameInEtcHosts(t *testing.T) 
 
 	t.Run("localhost", func(t *testing.T) { certonly(t, "localhost") })
 	// The quickstart names no acme_proxy app (its handler pulls it in);
-	// the operator's CLI still reaches it through the admin endpoint.
+	// the operator's CLI (walkOrders, the built binary in place of go run)
+	// still reaches it through the admin endpoint.
 	t.Run("the CLI lists the order", func(t *testing.T) {
-		out, err := exec.Command(caddy, "acme-proxy", "orders", "--address", "localhost:2019").CombinedOutput()
+		out, err := exec.Command(caddy, "acme-proxy", "orders").CombinedOutput()
 		if err != nil || !bytes.Contains(out, []byte("localhost")) {
 			t.Fatalf("caddy acme-proxy orders: %v\n%s", err, out)
 		}

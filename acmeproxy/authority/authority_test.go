@@ -136,3 +136,14 @@ func TestTheRefusalTallyIsBoundedAndCountsIPv6ByItsSlash64(t *testing.T) {
 		t.Errorf("a second flush wrote %d more rows", len(again)-len(sum))
 	}
 }
+
+func TestAnEABKeyIDNeverBeginsWithADashThatACommandLineWouldTakeForAFlag(t *testing.T) {
+	// 4,096 ids: a leading dash (one in 64 of plain base64url) would show
+	// with a probability of 1 - (63/64)^4096, all but certainly.
+	for range 4096 {
+		kid := newEABKID()
+		if strings.HasPrefix(kid, "-") || len(kid) != 22 {
+			t.Fatalf("key id %q: want 22 base64url characters, the first not a dash", kid)
+		}
+	}
+}

@@ -43,7 +43,7 @@ func (au *Authority) MintEABKey(ctx context.Context, label string, reusable bool
 		return store.EABKey{}, fmt.Errorf("an EAB key's lifetime must not be negative")
 	}
 	now := au.clock.Now()
-	k := store.EABKey{KID: randomB64(eabKIDSize), Profile: au.cfg.Profile, Label: label,
+	k := store.EABKey{KID: newEABKID(), Profile: au.cfg.Profile, Label: label,
 		HMACKey: make([]byte, EABMACKeySize), Reusable: reusable, Created: now}
 	if _, err := rand.Read(k.HMACKey); err != nil {
 		return store.EABKey{}, fmt.Errorf("minting an EAB key: %w", err)
@@ -126,6 +126,18 @@ func (au *Authority) RefuseBinding(ctx context.Context, thumbprint, kid string, 
 		zap.String("profile", au.cfg.Profile), zap.String("eab_kid", store.Clip(kid, store.AuditFieldMax)),
 		zap.String("detail", p.Detail))
 	return p
+}
+
+// newEABKID mints a key id: random base64url that does not begin with
+// "-", since operators and clients type it on command lines (`caddy
+// acme-proxy eab revoke <kid>`, certbot's --eab-kid, lego's --eab.kid),
+// where a leading dash reads as a flag — one id in 64 did.
+func newEABKID() string {
+	for {
+		if kid := randomB64(eabKIDSize); kid[0] != '-' {
+			return kid
+		}
+	}
 }
 
 func randomB64(n int) string {
