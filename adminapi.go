@@ -1,6 +1,7 @@
 package caddyacmeproxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,6 +142,38 @@ func (a *AdminAPI) appOf() *App {
 		return a.app
 	}
 	return running.Load()
+}
+
+// adminBodyMax bounds the body of an admin request: its JSON is a few
+// fields (renew-early's, lists of serials and orders, has a bound of its
+// own).
+const adminBodyMax = 64 << 10
+
+// readJSONBody decodes r's body into v: one JSON value of shape (named in
+// the error), its known fields only, nothing after it, at most max bytes —
+// a body cut at the limit or followed by more is refused (413, 400), not
+// read as far as it goes, so that no request is acted on with a part of
+// what it said. With optional, an empty body leaves v as it is.
+func readJSONBody(r *http.Request, max int64, optional bool, v any, shape string) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		return apiError(http.StatusBadRequest, fmt.Errorf("reading the body: %w", err))
+	}
+	if int64(len(body)) > max {
+		return apiError(http.StatusRequestEntityTooLarge, fmt.Errorf("the body is larger than %d bytes", max))
+	}
+	if optional && len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return apiError(http.StatusBadRequest, fmt.Errorf("the body must be %s: %w", shape, err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return apiError(http.StatusBadRequest, fmt.Errorf("the body must be %s, with nothing after it", shape))
+	}
+	return nil
 }
 
 func apiError(status int, err error) error {
@@ -313,16 +346,8 @@ func (a *AdminAPI) revokeOrder(w http.ResponseWriter, r *http.Request, op *opera
 		return err
 	}
 	var req revokeRequest
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err != nil {
-		return apiError(http.StatusBadRequest, fmt.Errorf("reading the body: %w", err))
-	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		dec := json.NewDecoder(strings.NewReader(string(body)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return apiError(http.StatusBadRequest, fmt.Errorf(`the body must be {"reason": <RFC 5280 code>}: %w`, err))
-		}
+	if err := readJSONBody(r, adminBodyMax, true, &req, `{"reason": <RFC 5280 code>}`); err != nil {
+		return err
 	}
 	res, err := op.RevokeOrder(r.Context(), id, req.Reason, actorOf(r))
 	if err != nil {
@@ -492,10 +517,8 @@ func (a *AdminAPI) createEABKey(w http.ResponseWriter, r *http.Request, op *oper
 		return err
 	}
 	var req eabCreateRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return apiError(http.StatusBadRequest, fmt.Errorf(`the body must be {"profile": …, "label": …, "reusable": bool, "expires": "7d"}: %w`, err))
+	if err := readJSONBody(r, adminBodyMax, false, &req, `{"profile": …, "label": …, "reusable": bool, "expires": "7d"}`); err != nil {
+		return err
 	}
 	var ttl time.Duration
 	if req.Expires != "" {

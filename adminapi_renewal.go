@@ -1,13 +1,14 @@
 package caddyacmeproxy
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 )
+
+// renewEarlyBodyMax bounds renew-early's body, which may list many
+// serials and orders.
+const renewEarlyBodyMax = 1 << 20
 
 // renewEarly is POST /acme_proxy/renew-early: the body is an
 // operator.RenewEarlyRequest; the answer lists the certificates whose
@@ -17,10 +18,9 @@ func (a *AdminAPI) renewEarly(w http.ResponseWriter, r *http.Request, op *operat
 		return err
 	}
 	var req operator.RenewEarlyRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return apiError(http.StatusBadRequest, fmt.Errorf(`the body must be {"serials": […], "orders": […], "identifier": …, "account": …, "issuer": …, "profile": …, "explanation_url": …}: %w`, err))
+	if err := readJSONBody(r, renewEarlyBodyMax, false, &req,
+		`{"serials": […], "orders": […], "identifier": …, "account": …, "issuer": …, "profile": …, "explanation_url": …}`); err != nil {
+		return err
 	}
 	v, err := op.RenewEarly(r.Context(), req, actorOf(r))
 	if err != nil {

@@ -83,6 +83,20 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 		parent.AddCommand(sub)
 		return sub
 	}
+	// oneID takes a command's one positional argument, a resource's id
+	// (what) that goes into the admin API's path: an empty one would name
+	// the list route instead, and "/", "?", "#" or "%" another route.
+	oneID := func(what string) cobra.PositionalArgs {
+		return func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("want one %s, got %d arguments", what, len(args))
+			}
+			if id := args[0]; strings.TrimSpace(id) == "" || strings.ContainsAny(id, "/?#% \t\r\n") {
+				return fmt.Errorf("%q is not a valid %s", id, what)
+			}
+			return nil
+		}
+	}
 	strFlags := func(names ...string) func(*cobra.Command) {
 		return func(sc *cobra.Command) {
 			for _, n := range names {
@@ -95,22 +109,22 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 
 	orders := add(cmd, "orders", "Lists orders, newest first", cobra.NoArgs,
 		strFlags(operator.OrderFilters...), c.orders)
-	add(orders, "show <order-id>", "Shows an order and its certificate chain", cobra.ExactArgs(1), nil, c.order)
+	add(orders, "show <order-id>", "Shows an order and its certificate chain", oneID("order id"), nil, c.order)
 
-	add(cmd, "revoke <order-id>", "Revokes the certificate of an order", cobra.ExactArgs(1), func(sc *cobra.Command) {
+	add(cmd, "revoke <order-id>", "Revokes the certificate of an order", oneID("order id"), func(sc *cobra.Command) {
 		sc.Flags().Int("reason", 0, "RFC 5280 CRLReason code (omit for none)")
 	}, c.revoke)
 
 	accounts := add(cmd, "accounts", "Lists accounts, newest first", cobra.NoArgs,
 		strFlags(operator.AccountFilters...), c.accounts)
-	add(accounts, "show <account-id>", "Shows an account", cobra.ExactArgs(1), nil, c.accountOp(http.MethodGet, ""))
-	add(accounts, "deactivate <account-id>", "Deactivates an account", cobra.ExactArgs(1), nil, c.accountOp(http.MethodPost, "/deactivate"))
+	add(accounts, "show <account-id>", "Shows an account", oneID("account id"), nil, c.accountOp(http.MethodGet, ""))
+	add(accounts, "deactivate <account-id>", "Deactivates an account", oneID("account id"), nil, c.accountOp(http.MethodPost, "/deactivate"))
 
 	jobsCmd := add(cmd, "jobs", "Lists durable jobs, newest first", cobra.NoArgs,
 		strFlags(operator.JobFilters...), c.jobs)
-	add(jobsCmd, "show <job-id>", "Shows a job", cobra.ExactArgs(1), nil, c.jobOp(http.MethodGet, ""))
-	add(jobsCmd, "retry <job-id>", "Runs a job now (a failed or cancelled one with a fresh budget)", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/retry"))
-	add(jobsCmd, "cancel <job-id>", "Cancels a job", cobra.ExactArgs(1), nil, c.jobOp(http.MethodPost, "/cancel"))
+	add(jobsCmd, "show <job-id>", "Shows a job", oneID("job id"), nil, c.jobOp(http.MethodGet, ""))
+	add(jobsCmd, "retry <job-id>", "Runs a job now (a failed or cancelled one with a fresh budget)", oneID("job id"), nil, c.jobOp(http.MethodPost, "/retry"))
+	add(jobsCmd, "cancel <job-id>", "Cancels a job", oneID("job id"), nil, c.jobOp(http.MethodPost, "/cancel"))
 
 	auditCmd := add(cmd, "audit", "Searches the audit trail, newest first", cobra.NoArgs,
 		strFlags(operator.AuditFilters...), c.audit)
@@ -120,8 +134,8 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 
 	crl := &cobra.Command{Use: "crl", Short: "Shows or regenerates a profile's CRL", SilenceUsage: true}
 	cmd.AddCommand(crl)
-	add(crl, "show <profile>", "Shows the CRL a profile serves", cobra.ExactArgs(1), nil, c.crlOp(http.MethodGet, ""))
-	add(crl, "regenerate <profile>", "Publishes a new CRL for a profile's CA now", cobra.ExactArgs(1), nil, c.crlOp(http.MethodPost, "/regenerate"))
+	add(crl, "show <profile>", "Shows the CRL a profile serves", oneID("profile name"), nil, c.crlOp(http.MethodGet, ""))
+	add(crl, "regenerate <profile>", "Publishes a new CRL for a profile's CA now", oneID("profile name"), nil, c.crlOp(http.MethodPost, "/regenerate"))
 
 	eab := &cobra.Command{Use: "eab", Short: "Mints, lists and revokes external account binding keys", SilenceUsage: true}
 	cmd.AddCommand(eab)
@@ -132,7 +146,7 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 		sc.Flags().String("expires", "", "lifetime, such as 7d or 12h (default: none)")
 	}, c.eabCreate)
 	add(eab, "list", "Lists a profile's keys (never their MAC keys)", cobra.NoArgs, strFlags("profile"), c.eabList)
-	add(eab, "revoke <kid>", "Revokes a key: it binds no new account", cobra.ExactArgs(1), nil, c.eabRevoke)
+	add(eab, "revoke <kid>", "Revokes a key: it binds no new account", oneID("key id"), nil, c.eabRevoke)
 
 	c.addRenewEarlyCommand(cmd)
 	add(cmd, "migrate-store", "Copies a stopped instance's SQLite store into an empty PostgreSQL database (offline)", cobra.NoArgs, func(sc *cobra.Command) {

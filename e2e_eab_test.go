@@ -183,3 +183,30 @@ func TestTheCLIRevokesAnOlderKeyIDThatBeginsWithADashNamedAfterDoubleDash(t *tes
 		t.Fatalf("eab revoke -- %s: %v %s", kid, err, out)
 	}
 }
+
+func TestAnEABKeyThatCannotBeMintedAsAskedIsRefusedAndNoneIsLeft(t *testing.T) {
+	b := newEABBench(t)
+	tests := []struct {
+		name, body string
+		want       int
+		wantErr    string
+	}{
+		{"a label with a line break", `{"profile":"bound","label":"team\nforged row"}`, 400, "control characters"},
+		{"a label with a NUL", `{"profile":"bound","label":"team\u0000"}`, 400, "control characters"},
+		{"a blank label", `{"profile":"bound","label":"   "}`, 400, "not only blanks"},
+		{"more after the body", `{"profile":"bound","label":"team"} {"oops"`, 400, "nothing after it"},
+		{"a body past the limit", `{"profile":"bound","label":"` + strings.Repeat("a", 64<<10) + `"}`, 413, "larger than"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := b.adminCall(t, http.MethodPost, "/acme_proxy/eab/create", tc.body)
+			if status != tc.want || !strings.Contains(string(body), tc.wantErr) {
+				t.Fatalf("POST eab/create %s: %d %s; want %d with %q", tc.name, status, body, tc.want, tc.wantErr)
+			}
+		})
+	}
+	keys, err := activeApp(t).db.ListEABKeys(t.Context(), "bound")
+	if err != nil || len(keys) != 0 {
+		t.Fatalf("keys after the refusals: %d %v; want none", len(keys), err)
+	}
+}

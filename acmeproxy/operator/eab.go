@@ -5,7 +5,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -67,8 +70,13 @@ func (op *Operator) CreateEABKey(ctx context.Context, profile, label string, reu
 	if err != nil {
 		return MintedEABKey{}, err
 	}
-	if label == "" || len(label) > store.AuditFieldMax {
-		return MintedEABKey{}, fmt.Errorf("%w: a label of 1 to %d bytes is required", ErrInvalid, store.AuditFieldMax)
+	if strings.TrimSpace(label) == "" || len(label) > store.AuditFieldMax {
+		return MintedEABKey{}, fmt.Errorf("%w: a label of 1 to %d bytes, not only blanks, is required", ErrInvalid, store.AuditFieldMax)
+	}
+	// A label is shown in tables, logs and the web page: a line break or
+	// other control character would forge or break their rows.
+	if !utf8.ValidString(label) || strings.IndexFunc(label, unicode.IsControl) >= 0 {
+		return MintedEABKey{}, fmt.Errorf("%w: a label is printable UTF-8 text, without control characters", ErrInvalid)
 	}
 	if ttl < 0 {
 		return MintedEABKey{}, fmt.Errorf("%w: expires must not be negative", ErrInvalid)
