@@ -66,6 +66,20 @@ Revocation reasons are RFC 5280 CRLReason codes: 0 unspecified,
 
 // configureCLI adds the subcommands of `caddy acme-proxy` to cmd, writing
 // their output to out.
+// refuseUnknownSubcommands makes a command that only groups others fail
+// on a word that is none of them — cobra prints such a command's help and
+// succeeds, so that a mistyped subcommand in a script went unnoticed — and
+// print its help when given nothing.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+		}
+		return cmd.Help()
+	}
+}
+
 func configureCLI(cmd *cobra.Command, out io.Writer) {
 	pf := cmd.PersistentFlags()
 	pf.String("address", "", "Address of Caddy's admin API (if --config is not used)")
@@ -73,6 +87,7 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	pf.StringP("adapter", "a", "", "Name of the config adapter to apply (if --config is used)")
 	pf.Bool("json", false, "Print the admin API's JSON instead of a table")
 	cmd.SilenceUsage = true
+	refuseUnknownSubcommands(cmd)
 
 	c := &cli{out: out}
 	add := func(parent *cobra.Command, use, short string, args cobra.PositionalArgs, flags func(*cobra.Command), run func(*cobra.Command, []string) error) *cobra.Command {
@@ -133,11 +148,13 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	}, c.pruneAudit)
 
 	crl := &cobra.Command{Use: "crl", Short: "Shows or regenerates a profile's CRL", SilenceUsage: true}
+	refuseUnknownSubcommands(crl)
 	cmd.AddCommand(crl)
 	add(crl, "show <profile>", "Shows the CRL a profile serves", oneID("profile name"), nil, c.crlOp(http.MethodGet, ""))
 	add(crl, "regenerate <profile>", "Publishes a new CRL for a profile's CA now", oneID("profile name"), nil, c.crlOp(http.MethodPost, "/regenerate"))
 
 	eab := &cobra.Command{Use: "eab", Short: "Mints, lists and revokes external account binding keys", SilenceUsage: true}
+	refuseUnknownSubcommands(eab)
 	cmd.AddCommand(eab)
 	add(eab, "create", "Mints a key; its MAC key is shown this once", cobra.NoArgs, func(sc *cobra.Command) {
 		sc.Flags().String("profile", "", "the profile the key registers accounts in")
