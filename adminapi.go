@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -144,6 +145,26 @@ func (a *AdminAPI) appOf() *App {
 	return running.Load()
 }
 
+// jsonKind names the JSON value a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "boolean"
+	case reflect.String:
+		return "string"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "whole number"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	}
+	return t.String()
+}
+
 // adminBodyMax bounds the body of an admin request: its JSON is a few
 // fields (renew-early's, lists of serials and orders, has a bound of its
 // own).
@@ -168,6 +189,11 @@ func readJSONBody(r *http.Request, max int64, optional bool, v any, shape string
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			// Say which field, in the body's terms: encoding/json's text
+			// names the Go struct and type it decodes into.
+			err = fmt.Errorf("%q is a JSON %s, not a %s", te.Field, te.Value, jsonKind(te.Type))
+		}
 		return apiError(http.StatusBadRequest, fmt.Errorf("the body must be %s: %w", shape, err))
 	}
 	if _, err := dec.Token(); err != io.EOF {

@@ -363,7 +363,7 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/revoke with reason 7", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":7}`, 400, has("RFC 5280")},
 		{"fail/revoke with reason 11", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":11}`, 400, has("RFC 5280")},
 		{"fail/revoke with reason 8, which would leave it trusted", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":8}`, 400, has("RFC 5280", "0, 1, 3, 4, 5 or 9")},
-		{"fail/revoke with a reason that is not a number", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":"key"}`, 400, has("the body must be")},
+		{"fail/revoke with a reason that is not a number", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":"key"}`, 400, has("the body must be", `\"reason\" is a JSON string, not a whole number`)},
 		{"fail/revoke with an unknown field", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"why":1}`, 400, has("unknown field")},
 		{"fail/revoke with more after the body", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":4} garbage`, 400, has("nothing after it")},
 		{"fail/revoke with a second body", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":1}{"reason":4}`, 400, has("nothing after it")},
