@@ -170,18 +170,20 @@ func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
 // handMade builds a flattened JWS from raw parts, for algorithms no signer
 // library will produce.
 func handMade(header map[string]any, payload string) []byte {
-	h, _ := json.Marshal(header)
-	body, _ := json.Marshal(map[string]string{
-		"protected": b64(h), "payload": b64([]byte(payload)), "signature": b64([]byte("not-a-signature")),
-	})
-	return body
+	return flatJWSOf(header, payload, b64([]byte("not-a-signature")))
 }
 
 // unsigned is handMade with an empty signature: an unsecured JWS (RFC
 // 7515 Appendix A.5) when its alg is "none".
 func unsigned(header map[string]any, payload string) []byte {
+	return flatJWSOf(header, payload, "")
+}
+
+// flatJWSOf is the flattened JWS of header, payload and an encoded
+// signature, as they are.
+func flatJWSOf(header map[string]any, payload, signature string) []byte {
 	h, _ := json.Marshal(header)
-	body, _ := json.Marshal(map[string]string{"protected": b64(h), "payload": b64([]byte(payload)), "signature": ""})
+	body, _ := json.Marshal(map[string]string{"protected": b64(h), "payload": b64([]byte(payload)), "signature": signature})
 	return body
 }
 

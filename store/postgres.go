@@ -164,13 +164,10 @@ func (e *postgresEngine) turn(ctx context.Context, lazy bool) (turns, error) {
 // waiter (connRequestSet.TakeRandom), so that under load a write could
 // wait behind any number of later ones, and a certificate's latency with
 // it. Its capacity is the pool's size, so the pool itself never has a
-// waiter. A nil turns admits everyone.
+// waiter.
 type turns chan struct{}
 
 func (t turns) enter(ctx context.Context) error {
-	if t == nil {
-		return nil
-	}
 	select {
 	case t <- struct{}{}:
 		return nil
@@ -179,11 +176,7 @@ func (t turns) enter(ctx context.Context) error {
 	}
 }
 
-func (t turns) leave() {
-	if t != nil {
-		<-t
-	}
-}
+func (t turns) leave() { <-t }
 
 // jobsChannel is the LISTEN/NOTIFY channel of enqueued jobs.
 const jobsChannel = "acme_proxy_jobs"
