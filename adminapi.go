@@ -118,10 +118,29 @@ func (a *AdminAPI) route(rel string) (adminRoute, string, bool) {
 	return rt, id, ok
 }
 
+// maxAdminID bounds the ids the routes take: orders', accounts' and EAB
+// keys' ids are tens of bytes, job ids digits, profile names Caddyfile
+// words.
+const maxAdminID = 256
+
+// clip shortens what a request sent to a length fit for an error message.
+func clip(s string) string {
+	const most = 128
+	if len(s) <= most {
+		return s
+	}
+	return s[:most] + "…"
+}
+
 func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	rt, id, ok := a.route(strings.TrimPrefix(r.URL.Path, adminBase))
 	if !ok {
-		return apiError(http.StatusNotFound, fmt.Errorf("no acme_proxy admin route %s", r.URL.Path))
+		return apiError(http.StatusNotFound, fmt.Errorf("no acme_proxy admin route %s", clip(r.URL.Path)))
+	}
+	if len(id) > maxAdminID {
+		// No id is that long; answering without echoing it keeps a
+		// megabyte of path out of the answer and the log.
+		return apiError(http.StatusNotFound, fmt.Errorf("not found: no id is %d bytes long", len(id)))
 	}
 	if r.Method != rt.method {
 		w.Header().Set("Allow", rt.method)
@@ -208,15 +227,8 @@ func apiError(status int, err error) error {
 
 // opError turns an operator error into the API error with its status.
 func opError(err error) error {
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return apiError(http.StatusNotFound, err)
-	case errors.Is(err, operator.ErrInvalid):
-		return apiError(http.StatusBadRequest, err)
-	case errors.Is(err, operator.ErrConflict):
-		return apiError(http.StatusConflict, err)
-	case errors.Is(err, operator.ErrNotMounted):
-		return apiError(http.StatusServiceUnavailable, err)
+	if status, msg := operator.Describe(err); status != 0 {
+		return caddy.APIError{HTTPStatus: status, Err: err, Message: msg}
 	}
 	return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err,
 		Message: "the operation failed; Caddy's log has the cause"}

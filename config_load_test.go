@@ -169,6 +169,11 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `profile: "Bad Name" must match [a-z0-9-]+`,
 		},
 		{
+			name:     "profile name longer than a DNS label",
+			handlers: []map[string]any{{"profile": strings.Repeat("a", 64)}},
+			want:     `profile: a name of 64 characters; at most 63`,
+		},
+		{
 			name:     "two handlers with one profile",
 			handlers: []map[string]any{{"profile": "a"}, {"profile": "a", "prefix": "/other"}},
 			want:     `profile: "a" is declared by two acme_proxy handlers`,

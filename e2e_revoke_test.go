@@ -303,6 +303,20 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 			}
 		}
 	}
+	shorter := func(n int) check {
+		return func(t *testing.T, body []byte) {
+			if len(body) >= n {
+				t.Errorf("an answer of %d bytes; want fewer than %d", len(body), n)
+			}
+		}
+	}
+	all := func(cs ...check) check {
+		return func(t *testing.T, body []byte) {
+			for _, c := range cs {
+				c(t, body)
+			}
+		}
+	}
 	items := func(want func(n int) bool, each func(map[string]any) bool) check {
 		return func(t *testing.T, body []byte) {
 			var p struct {
@@ -338,6 +352,8 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/profiles by POST", "POST", "/acme_proxy/profiles", "", 405, has("method POST not allowed")},
 		{"fail/unknown route", "GET", "/acme_proxy/nothing", "", 404, has("no acme_proxy admin route")},
 		{"fail/too deep", "GET", "/acme_proxy/orders/a/b/c", "", 404, nil},
+		{"fail/an unknown route of 10 KB is named in 128 bytes", "GET", "/acme_proxy/" + strings.Repeat("x", 10<<10), "", 404,
+			all(has("no acme_proxy admin route /acme_proxy/xxx"), shorter(400))},
 		{"fail/unknown parameter", "GET", "/acme_proxy/profiles?x=1", "", 400, has(`unknown parameter \"x\"`)},
 
 		{"ok/orders", "GET", "/acme_proxy/orders", "", 200, items(atLeast(4), nil)},
@@ -356,7 +372,9 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/orders with a malformed escape", "GET", "/acme_proxy/orders?status=valid%zz", "", 400, has(`parameter \"status\" is malformed`)},
 		{"fail/orders with a semicolon", "GET", "/acme_proxy/orders?limit=1;status=valid", "", 400, has(`parameter \"limit\" is malformed`)},
 		{"ok/order", "GET", "/acme_proxy/orders/" + byAdmin.order, "", 200, has(`"chain_pem": "-----BEGIN CERTIFICATE-----`, serialOf(byAdmin))},
-		{"fail/unknown order", "GET", "/acme_proxy/orders/nope", "", 404, has("not found")},
+		{"fail/unknown order", "GET", "/acme_proxy/orders/nope", "", 404, has("not found: order nope")},
+		{"fail/an order id of 10 KB is not echoed", "GET", "/acme_proxy/orders/" + strings.Repeat("x", 10<<10), "", 404,
+			all(has("no id is 10240 bytes long"), shorter(400))},
 		{"fail/order by POST", "POST", "/acme_proxy/orders/" + byAdmin.order, "", 405, nil},
 
 		{"fail/revoke by GET", "GET", "/acme_proxy/orders/" + byAdmin.order + "/revoke", "", 405, nil},
@@ -397,7 +415,8 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/unknown job", "GET", "/acme_proxy/jobs/999999", "", 404, nil},
 		{"fail/retry by GET", "GET", "/acme_proxy/jobs/" + idleID + "/retry", "", 405, nil},
 		{"ok/cancel", "POST", "/acme_proxy/jobs/" + idleID + "/cancel", "", 200, has(`"status": "cancelled"`)},
-		{"fail/cancel a cancelled job", "POST", "/acme_proxy/jobs/" + idleID + "/cancel", "", 409, nil},
+		{"fail/cancel a cancelled job", "POST", "/acme_proxy/jobs/" + idleID + "/cancel", "", 409,
+			has(`conflict: cannot cancel job ` + idleID + `: it is cancelled`)},
 		{"ok/retry a cancelled job", "POST", "/acme_proxy/jobs/" + idleID + "/retry", "", 200, has(`"status": "ready"`)},
 		{"fail/retry an unknown job", "POST", "/acme_proxy/jobs/999999/retry", "", 404, nil},
 		{"ok/audit of the job's cancel", "GET", "/acme_proxy/audit?event=job_cancelled", "", 200, items(exactly(1), byAdminActor)},
@@ -411,6 +430,8 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 			"&until=" + time.Now().Add(time.Hour).Format(time.RFC3339), "", 200, items(atLeast(3), nil)},
 		{"ok/audit paged", "GET", "/acme_proxy/audit?limit=1", "", 200, has(`"next": "`)},
 		{"fail/audit by a bad outcome", "GET", "/acme_proxy/audit?outcome=maybe", "", 400, nil},
+		{"fail/audit by an event that does not exist", "GET", "/acme_proxy/audit?event=revoked", "", 400,
+			has(`event \"revoked\" is not one of certificate_issued, `)},
 		{"fail/audit since a bad time", "GET", "/acme_proxy/audit?since=yesterday", "", 400, has("RFC 3339")},
 		{"fail/audit with until before since", "GET", "/acme_proxy/audit?since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", "", 400, nil},
 		{"fail/audit by POST", "POST", "/acme_proxy/audit", "", 405, nil},
@@ -434,6 +455,9 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 			}
 			if status >= 400 && !bytes.Contains(body, []byte(`"error"`)) {
 				t.Errorf("an error without a message: %s", body)
+			}
+			if bytes.Contains(body, []byte("store:")) {
+				t.Errorf("an answer in the store's words rather than the operator's: %s", body)
 			}
 			if tc.check != nil {
 				tc.check(t, body)

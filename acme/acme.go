@@ -102,3 +102,11 @@ const (
 	EventRateLimited             = "rate_limited"            // a request refused by one of the profile's limits (once per limit and subject an interval)
 	EventFinalizeRefused         = "finalize_refused"        // a finalize refused before signing: the CAA records, checked again, forbid it (one row per identifier)
 )
+
+// Events lists every event above, in their order: what an audit search
+// may ask for.
+var Events = []string{EventCertificateIssued, EventCertificateIssueFailed, EventCertificateRevoked,
+	EventRevocationRefused, EventRevocationFailed, EventRevocationReasonChanged, EventAccountCreated,
+	EventAccountDeactivated, EventChallengeFailed, EventRevocationRefusals, EventAuditPruned,
+	EventRetentionPruned, EventEABKeyCreated, EventEABKeyRevoked, EventAccountBindingRefused,
+	EventJobRetried, EventJobCancelled, EventRenewEarly, EventRateLimited, EventFinalizeRefused}

@@ -254,6 +254,32 @@ type IdentifierPolicy struct {
 
 var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
 
+// MaxProfileName bounds a profile's name as DNS bounds a label: it names
+// the profile in URLs, the admin API's routes and every row it owns.
+const MaxProfileName = 63
+
+// CheckProfileName says what is wrong with a profile's name, if anything,
+// in words that follow the key's name; the Caddyfile adapter asks it too,
+// so a typo fails when the Caddyfile is adapted.
+func CheckProfileName(name string) error {
+	if !profileName.MatchString(name) {
+		return fmt.Errorf("%q must match [a-z0-9-]+", name)
+	}
+	if len(name) > MaxProfileName {
+		return fmt.Errorf("a name of %d characters; at most %d", len(name), MaxProfileName)
+	}
+	return nil
+}
+
+// CheckCertificateProfileName is CheckProfileName's rule for the names a
+// client picks in newOrder, which the wire bounds no further.
+func CheckCertificateProfileName(name string) error {
+	if !profileName.MatchString(name) {
+		return fmt.Errorf("%q must match [a-z0-9-]+", name)
+	}
+	return nil
+}
+
 // SetDefaults fills in what the operator left out.
 func (c *ProfileConfig) SetDefaults() {
 	if c.Prefix == "" && c.Profile != "" {
@@ -279,8 +305,8 @@ func (c *ProfileConfig) Validate() error {
 	if c.Profile == "" {
 		return fmt.Errorf("profile: required")
 	}
-	if !profileName.MatchString(c.Profile) {
-		return fmt.Errorf("profile: %q must match [a-z0-9-]+", c.Profile)
+	if err := CheckProfileName(c.Profile); err != nil {
+		return fmt.Errorf("profile: %w", err)
 	}
 	if !strings.HasPrefix(c.Prefix, "/") {
 		return fmt.Errorf("prefix: %q must start with /", c.Prefix)
@@ -331,8 +357,8 @@ func (c *ProfileConfig) Validate() error {
 		return fmt.Errorf("limits.%w", err)
 	}
 	for name, cp := range c.CertificateProfiles {
-		if !profileName.MatchString(name) {
-			return fmt.Errorf("certificate_profiles: name %q must match [a-z0-9-]+", name)
+		if err := CheckCertificateProfileName(name); err != nil {
+			return fmt.Errorf("certificate_profiles: name %w", err)
 		}
 		if cp == nil {
 			return fmt.Errorf("certificate_profiles.%s: is null; {} is a certificate profile with every default", name)

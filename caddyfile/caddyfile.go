@@ -11,7 +11,6 @@ package caddyfile
 import (
 	"encoding/json"
 	"errors"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,10 +53,6 @@ type appJSON struct {
 	acmeproxy.AppConfig
 	Postgres string `json:"postgres,omitempty"`
 }
-
-// profileName mirrors the rule acmeproxy.ProfileConfig.Validate applies at
-// Provision, so a typo fails when the Caddyfile is adapted.
-var profileName = regexp.MustCompile(`^[a-z0-9-]+$`)
 
 // parseGlobal reads the global option:
 //
@@ -208,8 +203,10 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 	var err error
 	switch key := d.Val(); key {
 	case "profile":
-		if cfg.Profile, err = OneArg(d, key); err == nil && !profileName.MatchString(cfg.Profile) {
-			err = d.Errf("acme_proxy: profile: %q must match [a-z0-9-]+", cfg.Profile)
+		if cfg.Profile, err = OneArg(d, key); err == nil {
+			if bad := acmeproxy.CheckProfileName(cfg.Profile); bad != nil {
+				err = d.Errf("acme_proxy: profile: %v", bad)
+			}
 		}
 	case "prefix":
 		cfg.Prefix, err = OneArg(d, key)
@@ -262,8 +259,8 @@ func parseCertificateProfile(d *caddyfile.Dispenser, cfg *acmeproxy.ProfileConfi
 	if err != nil {
 		return err
 	}
-	if !profileName.MatchString(name) {
-		return d.Errf("acme_proxy: certificate_profile: %q must match [a-z0-9-]+", name)
+	if bad := acmeproxy.CheckCertificateProfileName(name); bad != nil {
+		return d.Errf("acme_proxy: certificate_profile: %v", bad)
 	}
 	if cfg.CertificateProfiles[name] != nil {
 		return d.Errf("acme_proxy: certificate_profile %s: defined twice", name)

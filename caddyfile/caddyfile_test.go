@@ -100,6 +100,7 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"empty block", "https://ca.example.test {\n\tacme_proxy\n}\n", "acme_proxy: profile: required"},
 		{"profile with a space", site(`profile "Bad Name"`), `acme_proxy: profile: "Bad Name" must match [a-z0-9-]+`},
 		{"profile in upper case", site("profile Internal"), `acme_proxy: profile: "Internal" must match`},
+		{"profile longer than a DNS label", site("profile " + strings.Repeat("p", 64)), "acme_proxy: profile: a name of 64 characters; at most 63"},
 		{"profile with two values", site("profile a b"), "acme_proxy: profile: want one value, got 2"},
 		{"prefix without value", site("profile a\nprefix"), "acme_proxy: prefix: want one value, got 0"},
 		{"http port not a number", site("profile a\nvalidation_ports {\nhttp abc\n}"), `acme_proxy: validation_ports.http: "abc" is not a port`},

@@ -462,6 +462,9 @@ func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[
 	if f.Outcome != "" && !slices.Contains(auditOutcomes, f.Outcome) {
 		return Page[AuditView]{}, fmt.Errorf("%w: outcome %q is not one of %s", ErrInvalid, f.Outcome, strings.Join(auditOutcomes, ", "))
 	}
+	if f.Event != "" && !slices.Contains(acme.Events, f.Event) {
+		return Page[AuditView]{}, fmt.Errorf("%w: event %q is not one of %s", ErrInvalid, f.Event, strings.Join(acme.Events, ", "))
+	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return Page[AuditView]{}, fmt.Errorf("%w: until must be after since", ErrInvalid)
 	}

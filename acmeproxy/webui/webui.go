@@ -30,7 +30,6 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
-	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 //go:embed templates/*.html static/*
@@ -267,21 +266,12 @@ func (rq *request) render(status int, name, title string, data any) {
 // fail answers an error page; an operator error gets its status, a
 // server fault a generic text (the log has the cause).
 func (rq *request) fail(status int, err error) {
-	switch {
-	case status != 0:
-	case errors.Is(err, store.ErrNotFound):
-		status = http.StatusNotFound
-	case errors.Is(err, operator.ErrInvalid):
-		status = http.StatusBadRequest
-	case errors.Is(err, operator.ErrConflict):
-		status = http.StatusConflict
-	case errors.Is(err, operator.ErrNotMounted):
-		status = http.StatusServiceUnavailable
-	default:
-		status = http.StatusInternalServerError
-	}
 	msg := err.Error()
-	if status == http.StatusInternalServerError {
+	if status == 0 {
+		status, msg = operator.Describe(err)
+	}
+	if status == 0 || status == http.StatusInternalServerError {
+		status = http.StatusInternalServerError
 		rq.ui.cfg.Logger.Error("web ui", zap.String("path", rq.r.URL.Path), zap.Error(err))
 		msg = "the server failed to answer; its log says why"
 	}

@@ -1,0 +1,40 @@
+package operator
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// storeWords are the store's sentinel texts, which an operator error
+// carries for errors.Is but which say nothing to the operator reading it.
+var storeWords = []error{store.ErrNotFound, store.ErrWrongState, store.ErrConflict}
+
+// Describe classifies an error of this package for the operator's two
+// fronts, the admin API and the web page: the HTTP status it answers, and
+// its message in the operator's terms — "conflict: cannot cancel job 5: it
+// is done", not "conflict: store: wrong state: cannot cancel job 5: it is
+// done". Status 0 is a server fault: its message is for the log, not the
+// operator.
+func Describe(err error) (status int, message string) {
+	var word string
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		status, word = http.StatusNotFound, "not found"
+	case errors.Is(err, ErrInvalid):
+		status, word = http.StatusBadRequest, ErrInvalid.Error()
+	case errors.Is(err, ErrConflict):
+		status, word = http.StatusConflict, ErrConflict.Error()
+	case errors.Is(err, ErrNotMounted):
+		return http.StatusServiceUnavailable, err.Error()
+	default:
+		return 0, err.Error()
+	}
+	msg := err.Error()
+	for _, s := range storeWords {
+		msg = strings.ReplaceAll(msg, s.Error()+": ", "")
+	}
+	return status, word + ": " + strings.TrimPrefix(msg, word+": ")
+}
