@@ -30,13 +30,27 @@ type challengeJSON struct {
 	Error     json.RawMessage `json:"error,omitempty"`
 }
 
+// authzJSON is an authorization as its client sees it. RFC 8555 §7.1.4:
+// a pending one lists the challenges the client may answer, a valid one
+// the challenge that was validated, an invalid one the challenge that was
+// attempted and failed. One that ended otherwise (deactivated, expired,
+// or invalid with no challenge attempted) keeps them all, rather than an
+// empty list.
 func (s *Server) authzJSON(base string, a store.Authz) authzJSON {
 	out := authzJSON{
 		Identifier: acme.Identifier(a.Identifier), Status: s.core.AuthzStatus(a),
 		Expires: rfc3339(a.Expires), Wildcard: a.Wildcard, Challenges: []challengeJSON{},
 	}
+	ended := out.Status == acme.StatusValid || out.Status == acme.StatusInvalid
 	for _, c := range a.Challenges {
-		out.Challenges = append(out.Challenges, challengeJSONOf(base, c))
+		if !ended || c.Status == out.Status {
+			out.Challenges = append(out.Challenges, challengeJSONOf(base, c))
+		}
+	}
+	if len(out.Challenges) == 0 {
+		for _, c := range a.Challenges {
+			out.Challenges = append(out.Challenges, challengeJSONOf(base, c))
+		}
 	}
 	return out
 }
