@@ -104,6 +104,9 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if prob := s.core.ValidityRefusal(notBefore, notAfter, certProfile); prob != nil {
+		return prob
+	}
 	// The limits come last, so that a request refused for what it is
 	// spends nothing. A newOrder whose "replaces" names this account's
 	// certificate inside its renewal window is exempt from the order and

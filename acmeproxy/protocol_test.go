@@ -794,18 +794,21 @@ func TestAKeyChangeThatFailsACheckIsRefused(t *testing.T) {
 // ---- orders and authorizations ----
 
 // RFC 8555 §7.1.3, §7.4: a new order echoes the requested notBefore and
-// notAfter; dates that are not RFC 3339 or make no sense are malformed.
+// notAfter; dates that are not RFC 3339, make no sense or ask for a window
+// the signer would not issue exactly (the test CA's leaves live a day) are
+// malformed, before the client proves anything.
 func TestANewOrderEchoesItsValidityAndRefusesABadOne(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		e := newTestEnv(t, nil)
 		alice := e.rawClient()
 		alice.register()
 		now := time.Now().UTC().Truncate(time.Second)
-		nb, na := now.Add(time.Hour).Format(time.RFC3339), now.Add(48*time.Hour).Format(time.RFC3339)
+		nb, na := now.Add(time.Hour).Format(time.RFC3339), now.Add(20*time.Hour).Format(time.RFC3339)
 		tests := []struct {
 			name      string
 			nb, na    string
 			wantError bool
+			detail    string // in the problem, when wantError
 		}{
 			{name: "ok/notBefore and notAfter are echoed", nb: nb, na: na},
 			{name: "ok/notAfter alone is echoed", na: na},
@@ -814,6 +817,12 @@ func TestANewOrderEchoesItsValidityAndRefusesABadOne(t *testing.T) {
 			{name: "fail/notBefore is a date without a time", nb: "2030-01-01", wantError: true},
 			{name: "fail/notAfter is in the past", na: now.Add(-time.Hour).Format(time.RFC3339), wantError: true},
 			{name: "fail/notAfter is before notBefore", nb: na, na: nb, wantError: true},
+			{name: "fail/a window longer than the signer's certificates", nb: nb, na: now.Add(48 * time.Hour).Format(time.RFC3339),
+				wantError: true, detail: "issues certificates valid for at most 24h0m0s"},
+			{name: "fail/a notAfter beyond the signer's lifetime from now", na: now.Add(30 * 24 * time.Hour).Format(time.RFC3339),
+				wantError: true, detail: "valid for at most 24h0m0s"},
+			{name: "fail/a notBefore an hour in the past", nb: now.Add(-time.Hour).Format(time.RFC3339),
+				wantError: true, detail: "does not backdate"},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
@@ -827,6 +836,9 @@ func TestANewOrderEchoesItsValidityAndRefusesABadOne(t *testing.T) {
 				r := alice.post(e.url("/new-order"), p, jwsOpts{})
 				if tc.wantError {
 					wantProblem(t, r, http.StatusBadRequest, acme.ErrorMalformed)
+					if !bytes.Contains(r.body, []byte(tc.detail)) {
+						t.Errorf("the problem does not say %q: %s", tc.detail, r.body)
+					}
 					return
 				}
 				if r.status != http.StatusCreated {
@@ -1152,6 +1164,43 @@ func TestAWrongHTTP01AnswerInvalidatesChallengeAuthorizationAndOrder(t *testing.
 		// A challenge of an invalid authorization cannot be retried.
 		if r := alice.post(ch.URL, map[string]any{}, jwsOpts{}); r.status == http.StatusOK && decodeAs[challengeJSON](t, r).Status != "invalid" {
 			t.Errorf("retrying the challenge answered %s", r.body)
+		}
+	})
+}
+
+// RFC 8555 §7.1.4: a pending authorization lists every challenge the
+// client may answer; a valid one only the challenge that was validated,
+// an invalid one only the challenge that was attempted and failed.
+func TestAFinishedAuthorizationListsOnlyTheChallengeThatDecidedIt(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		tests := []struct {
+			name   string
+			answer string // "" for the right key authorization
+			want   string
+		}{
+			{"a valid authorization shows its validated challenge", "", "valid"},
+			{"an invalid authorization shows its failed challenge", "not the key authorization", "invalid"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				o := alice.order(dnsID(tc.want + ".example.com"))
+				az := o.Authorizations[0]
+				if pending := alice.authz(az); pending.Status != "pending" || len(pending.Challenges) < 2 {
+					t.Fatalf("a new authorization is %s with %d challenges; want pending with several", pending.Status, len(pending.Challenges))
+				}
+				ch, r := alice.answerHTTP01(az, tc.answer)
+				if r.status != http.StatusOK {
+					t.Fatalf("challenge POST: %d %s", r.status, r.body)
+				}
+				alice.await(az, tc.want)
+				done := alice.authz(az)
+				if len(done.Challenges) != 1 || done.Challenges[0].URL != ch.URL || string(done.Challenges[0].Status) != tc.want {
+					t.Errorf("the %s authorization lists %+v; want only its http-01 challenge, %s", tc.want, done.Challenges, tc.want)
+				}
+			})
 		}
 	})
 }

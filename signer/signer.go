@@ -33,8 +33,10 @@ type IssueRequest struct {
 	// Identifiers are the order's, normalized, in the order's order.
 	Identifiers []acme.Identifier
 	// NotBefore and NotAfter are what the client asked for in newOrder;
-	// zero when it asked for nothing. A signer may narrow the validity to
-	// them, never widen it.
+	// zero when it asked for nothing. RFC 8555 §7.4: a certificate with
+	// other dates than those asked for must not be issued; a signer that
+	// builds the leaf issues exactly these, or refuses (ValidityChecker
+	// refuses at newOrder what it would not issue).
 	NotBefore, NotAfter time.Time
 	// ClientAddr and UserAgent describe the client that finalized, for
 	// audit and for an operator reading a relayed order.
@@ -213,6 +215,21 @@ type IdentifierChecker interface {
 	CheckIdentifier(id acme.Identifier) error
 }
 
+// ValidityChecker is implemented by signers that build the leaf's
+// validity themselves. RFC 8555 §7.4: a server that cannot issue the
+// notBefore and notAfter a newOrder asks for MUST answer with an error and
+// MUST NOT issue other dates. The ACME layer asks at newOrder, so that a
+// client is refused before it proves anything; the signer then issues
+// exactly the window it accepted, or, when what it checks at signing has
+// changed since (its lifetime, its CA), refuses the finalize.
+type ValidityChecker interface {
+	// CheckValidity returns nil, or a *Error of KindBadValidity whose
+	// detail says why. notBefore and notAfter are as the client asked
+	// (zero for a date it left to the signer); cp is the order's
+	// certificate profile, nil for none.
+	CheckValidity(notBefore, notAfter time.Time, cp *CertificateProfile) error
+}
+
 // Kind classifies a signer's refusal so the ACME layer can answer with the
 // matching problem type.
 type Kind int
@@ -224,6 +241,9 @@ const (
 	KindRejectedIdentifier
 	// KindUnavailable: the backend cannot sign now; try again later.
 	KindUnavailable
+	// KindBadValidity: the signer will not issue the notBefore and
+	// notAfter the order asks for (RFC 8555 malformed).
+	KindBadValidity
 )
 
 // Error is a signer's refusal, with a detail fit for the client.

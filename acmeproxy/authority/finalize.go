@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
 	"go.uber.org/zap"
@@ -129,7 +130,7 @@ func (au *Authority) issue(ctx context.Context, o store.Order, req signer.IssueR
 // request, which fails the order, rather than a fault on our side.
 func isVerdict(err error) bool {
 	e, ok := signer.AsError(err)
-	return ok && (e.Kind == signer.KindBadCSR || e.Kind == signer.KindRejectedIdentifier)
+	return ok && (e.Kind == signer.KindBadCSR || e.Kind == signer.KindRejectedIdentifier || e.Kind == signer.KindBadValidity)
 }
 
 // failOrder makes a processing order invalid with prob (what the client
@@ -156,6 +157,8 @@ func failureClass(err error) string {
 		return "bad_csr"
 	case signer.KindRejectedIdentifier:
 		return "rejected_identifier"
+	case signer.KindBadValidity:
+		return "bad_validity"
 	case signer.KindUnavailable:
 		return "signer_unavailable"
 	}
@@ -172,6 +175,25 @@ func (au *Authority) policyRefusal(idents []acme.Identifier) *problem.Problem {
 			top.Identifier, top.Status = nil, http.StatusBadRequest
 			return problem.CompoundOf(&top, []*problem.Problem{prob})
 		}
+	}
+	return nil
+}
+
+// ValidityRefusal asks the signer, when it builds the leaf's validity
+// itself, whether it will issue the window a newOrder asks for (RFC 8555
+// §7.4), under the certificate profile ChooseCertificateProfile chose;
+// nil when it will, or when the signer leaves the dates to its backend.
+func (au *Authority) ValidityRefusal(notBefore, notAfter time.Time, certProfile string) *problem.Problem {
+	c, ok := au.signer.(signer.ValidityChecker)
+	if !ok || (notBefore.IsZero() && notAfter.IsZero()) {
+		return nil
+	}
+	cp, prob := au.orderCertificateProfile(certProfile)
+	if prob != nil {
+		return prob
+	}
+	if err := c.CheckValidity(notBefore, notAfter, cp.signerProfile()); err != nil {
+		return signerProblem(err)
 	}
 	return nil
 }
@@ -203,6 +225,8 @@ func signerProblem(err error) *problem.Problem {
 		return problem.BadCSRF("%s", e.Detail)
 	case signer.KindRejectedIdentifier:
 		return problem.RejectedIdentifierF("%s", e.Detail)
+	case signer.KindBadValidity:
+		return problem.MalformedF("%s", e.Detail)
 	}
 	p := problem.Internal()
 	p.Detail = "the signer is unavailable: " + e.Detail

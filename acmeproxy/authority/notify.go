@@ -18,7 +18,7 @@ type Metrics interface {
 	// Issued counts a certificate issued.
 	Issued(profile string)
 	// IssueFailed counts an issuance that failed, by reason class
-	// (bad_csr, rejected_identifier, signer_unavailable, internal,
+	// (bad_csr, rejected_identifier, bad_validity, signer_unavailable, internal,
 	// abandoned).
 	IssueFailed(profile, reason string)
 	// Revoked counts a revocation recorded.

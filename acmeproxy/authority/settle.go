@@ -60,6 +60,8 @@ func (au *Authority) Refused(ctx context.Context, orderID string, kind signer.Ki
 		p = problem.BadCSRF("the signer refused the CSR; the operator can see why")
 	case signer.KindRejectedIdentifier:
 		p = problem.RejectedIdentifierF("the signer refused to issue for this order's identifiers; the operator can see why")
+	case signer.KindBadValidity:
+		p = problem.MalformedF("the signer refused the order's notBefore and notAfter; the operator can see why")
 	default:
 		return au.Failed(ctx, orderID, detail)
 	}

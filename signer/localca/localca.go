@@ -278,12 +278,75 @@ func (s *Signer) leaf(req signer.IssueRequest, ca *x509.Certificate) (*x509.Cert
 	return tmpl, nil
 }
 
-// validity returns the leaf's NotBefore and NotAfter: the intersection of
-// this signer's window (from a minute before now, for the lifetime), the
-// window the order asked for, and the issuing CA's own validity, so a leaf
-// never outlives its issuer. Both ends are inclusive (RFC 5280 §4.1.2.5),
-// hence the second taken off the lifetime, and whole seconds, the
-// resolution of the encoding; rounding only ever narrows.
+// maxRequestedBackdate is how far before now a newOrder's notBefore may
+// be: a client's clock a little behind ours, not a backdated certificate.
+const maxRequestedBackdate = 5 * time.Minute
+
+// leafLifetime is the longest validity of a leaf under cp: the signer's,
+// or the certificate profile's when that is shorter.
+func (s *Signer) leafLifetime(cp *signer.CertificateProfile) time.Duration {
+	if cp != nil && cp.Lifetime > 0 && cp.Lifetime < s.lifetime {
+		return cp.Lifetime
+	}
+	return s.lifetime
+}
+
+// CheckValidity refuses at newOrder a window this signer would not issue
+// exactly (signer.ValidityChecker): a notBefore more than a few minutes
+// past, or a window longer than the leaves it issues. What depends on the
+// issuing CA is checked when it signs.
+func (s *Signer) CheckValidity(notBefore, notAfter time.Time, cp *signer.CertificateProfile) error {
+	now := s.clock.Now()
+	if !notBefore.IsZero() && notBefore.Before(now.Add(-maxRequestedBackdate)) {
+		return badValidity("notBefore %s is more than %v in the past; this CA does not backdate certificates",
+			notBefore.UTC().Format(time.RFC3339), maxRequestedBackdate)
+	}
+	_, _, err := s.window(notBefore, notAfter, cp, now)
+	return err
+}
+
+func badValidity(format string, args ...any) *signer.Error {
+	return &signer.Error{Kind: signer.KindBadValidity, Detail: fmt.Sprintf(format, args...)}
+}
+
+// window is the leaf's validity from the window the order asked for (zero
+// ends left to the signer): a notBefore asked for is the leaf's, else a
+// minute before now; a notAfter asked for is the leaf's, else the
+// lifetime's end. Both ends are inclusive (RFC 5280 §4.1.2.5), hence the
+// second taken off the lifetime, and whole seconds, the resolution of the
+// encoding; a fraction of a second asked for is rounded inward. A window
+// longer than the lifetime, or already over, is refused, never narrowed
+// (RFC 8555 §7.4).
+func (s *Signer) window(askedNB, askedNA time.Time, cp *signer.CertificateProfile, now time.Time) (notBefore, notAfter time.Time, err error) {
+	lifetime := s.leafLifetime(cp)
+	notBefore = now.Add(-backdate)
+	if !askedNB.IsZero() {
+		notBefore = askedNB
+	}
+	if t := notBefore.Truncate(time.Second); t.Before(notBefore) {
+		notBefore = t.Add(time.Second)
+	}
+	notAfter = notBefore.Add(lifetime - time.Second)
+	if !askedNA.IsZero() {
+		notAfter = askedNA.Truncate(time.Second)
+	}
+	switch {
+	case !notAfter.After(now):
+		return notBefore, notAfter, badValidity("notAfter %s has passed", notAfter.UTC().Format(time.RFC3339))
+	case notAfter.Before(notBefore):
+		return notBefore, notAfter, badValidity("notAfter %s is before notBefore %s",
+			notAfter.UTC().Format(time.RFC3339), notBefore.UTC().Format(time.RFC3339))
+	case notAfter.Sub(notBefore) >= lifetime:
+		return notBefore, notAfter, badValidity("a certificate valid from %s to %s would be valid for %v; this profile issues certificates valid for at most %v",
+			notBefore.UTC().Format(time.RFC3339), notAfter.UTC().Format(time.RFC3339), notAfter.Sub(notBefore)+time.Second, lifetime)
+	}
+	return notBefore, notAfter, nil
+}
+
+// validity returns the leaf's NotBefore and NotAfter: the window (above)
+// inside the issuing CA's own validity, so that a leaf never outlives its
+// issuer. An end the client left to the signer is moved inside it; an end
+// it asked for that the CA does not cover is refused.
 func (s *Signer) validity(req signer.IssueRequest, ca *x509.Certificate) (notBefore, notAfter time.Time, err error) {
 	now := s.clock.Now()
 	if now.Before(ca.NotBefore) || now.After(ca.NotAfter) {
@@ -293,29 +356,20 @@ func (s *Signer) validity(req signer.IssueRequest, ca *x509.Certificate) (notBef
 			Err:    fmt.Errorf("issuing CA %q is valid from %v to %v, now is %v", ca.Subject, ca.NotBefore, ca.NotAfter, now),
 		}
 	}
-	lifetime := s.lifetime
-	if cp := req.CertificateProfile; cp != nil && cp.Lifetime > 0 && cp.Lifetime < lifetime {
-		lifetime = cp.Lifetime
+	notBefore, notAfter, err = s.window(req.NotBefore, req.NotAfter, req.CertificateProfile, now)
+	if err != nil {
+		return time.Time{}, time.Time{}, err
 	}
-	notBefore = now.Add(-backdate)
-	notAfter = notBefore.Add(lifetime - time.Second)
-	notBefore = latest(notBefore, req.NotBefore, ca.NotBefore)
-	if !req.NotAfter.IsZero() && req.NotAfter.Before(notAfter) {
-		notAfter = req.NotAfter
+	if req.NotBefore.IsZero() {
+		notBefore = latest(notBefore, ca.NotBefore)
 	}
-	if ca.NotAfter.Before(notAfter) {
+	if req.NotAfter.IsZero() && ca.NotAfter.Before(notAfter) {
 		notAfter = ca.NotAfter
 	}
-	if t := notBefore.Truncate(time.Second); t.Before(notBefore) {
-		notBefore = t.Add(time.Second)
-	}
-	notAfter = notAfter.Truncate(time.Second)
-	if notAfter.Before(notBefore) || notAfter.Before(now) {
-		return time.Time{}, time.Time{}, &signer.Error{
-			Kind: signer.KindBadCSR,
-			Detail: fmt.Sprintf("no validity is left once the requested window is narrowed to what this CA issues: notBefore %s, notAfter %s",
-				notBefore.UTC().Format(time.RFC3339), notAfter.UTC().Format(time.RFC3339)),
-		}
+	if notBefore.Before(ca.NotBefore) || notAfter.After(ca.NotAfter) || notAfter.Before(notBefore) {
+		return time.Time{}, time.Time{}, badValidity("the issuing CA is valid from %s to %s; it cannot sign a certificate valid from %s to %s",
+			ca.NotBefore.UTC().Format(time.RFC3339), ca.NotAfter.UTC().Format(time.RFC3339),
+			notBefore.UTC().Format(time.RFC3339), notAfter.UTC().Format(time.RFC3339))
 	}
 	return notBefore, notAfter, nil
 }

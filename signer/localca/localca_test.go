@@ -341,7 +341,7 @@ func TestSerialsAreUniquePositiveAndAtMost20Octets(t *testing.T) {
 	}
 }
 
-func TestValidityIsNarrowedNeverWidened(t *testing.T) {
+func TestTheLeafIsValidExactlyForTheWindowAskedForOrIsRefused(t *testing.T) {
 	T, day := testNow, 24*time.Hour
 	start := T.Add(-time.Minute) // the default notBefore
 	defaultEnd := start.Add(DefaultLifetime - time.Second)
@@ -363,28 +363,36 @@ func TestValidityIsNarrowedNeverWidened(t *testing.T) {
 			wantNB: start, wantNA: start.Add(day - time.Second)},
 		{name: "ok/a certificate profile's longer lifetime does not widen the signer's", lifetime: 2 * day, profile: 30 * day,
 			wantNB: start, wantNA: start.Add(2*day - time.Second)},
-		{name: "ok/a certificate profile's lifetime does not outlive the issuer", profile: day, caTo: T.Add(time.Hour),
+		{name: "ok/an end left to the signer does not outlive the issuer", profile: day, caTo: T.Add(time.Hour),
 			wantNB: start, wantNA: T.Add(time.Hour)},
-		{name: "ok/a requested notAfter narrows the end", reqNA: T.Add(2 * day),
+		{name: "ok/a requested notAfter is the leaf's", reqNA: T.Add(2 * day),
 			wantNB: start, wantNA: T.Add(2 * day)},
-		{name: "ok/a requested notBefore in the future narrows the start", reqNB: T.Add(time.Hour),
-			wantNB: T.Add(time.Hour), wantNA: defaultEnd},
-		{name: "ok/a requested window wider than the lifetime is not widened", reqNB: T.Add(-30 * day), reqNA: T.Add(30 * day),
-			wantNB: start, wantNA: defaultEnd},
-		{name: "ok/the end is capped at the issuer's notAfter", caTo: T.Add(2 * day),
-			wantNB: start, wantNA: T.Add(2 * day)},
-		{name: "ok/the start is no earlier than the issuer's notBefore", caFrom: T.Add(-10 * time.Second),
+		{name: "ok/a requested notBefore is the leaf's and the lifetime runs from it", reqNB: T.Add(time.Hour),
+			wantNB: T.Add(time.Hour), wantNA: T.Add(time.Hour + DefaultLifetime - time.Second)},
+		{name: "ok/a requested notBefore days ahead is honoured", reqNB: T.Add(8 * day),
+			wantNB: T.Add(8 * day), wantNA: T.Add(8*day + DefaultLifetime - time.Second)},
+		{name: "ok/a requested window of exactly the lifetime is the leaf's", reqNB: T, reqNA: T.Add(DefaultLifetime - time.Second),
+			wantNB: T, wantNA: T.Add(DefaultLifetime - time.Second)},
+		{name: "ok/a start left to the signer is no earlier than the issuer's notBefore", caFrom: T.Add(-10 * time.Second),
 			wantNB: T.Add(-10 * time.Second), wantNA: defaultEnd},
 		{name: "ok/fractions of a second are rounded inward", now: T.Add(500 * time.Millisecond), reqNA: T.Add(2*day + 700*time.Millisecond),
 			wantNB: start.Add(time.Second), wantNA: T.Add(2 * day)},
-		{name: "fail/a requested notAfter in the past leaves nothing", reqNA: T.Add(-time.Hour),
-			wantKind: signer.KindBadCSR},
-		{name: "fail/a requested notBefore after the lifetime ends leaves nothing", reqNB: T.Add(8 * day),
-			wantKind: signer.KindBadCSR},
-		{name: "fail/a requested notBefore after the issuer expires leaves nothing", caTo: T.Add(day), reqNB: T.Add(2 * day),
-			wantKind: signer.KindBadCSR},
-		{name: "fail/a requested notAfter before the requested notBefore leaves nothing", reqNB: T.Add(2 * day), reqNA: T.Add(day),
-			wantKind: signer.KindBadCSR},
+		{name: "fail/a requested window longer than the lifetime is refused, not narrowed", reqNB: T.Add(-time.Minute), reqNA: T.Add(30 * day),
+			wantKind: signer.KindBadValidity},
+		{name: "fail/a requested window one second longer than the lifetime is refused", reqNB: T, reqNA: T.Add(DefaultLifetime),
+			wantKind: signer.KindBadValidity},
+		{name: "fail/a requested notAfter beyond a certificate profile's lifetime is refused", profile: day, reqNA: T.Add(2 * day),
+			wantKind: signer.KindBadValidity},
+		{name: "fail/a requested notAfter past the issuer's end is refused, not capped", caTo: T.Add(2 * day), reqNA: T.Add(3 * day),
+			wantKind: signer.KindBadValidity},
+		{name: "fail/a requested notBefore before the issuer's start is refused", caFrom: T.Add(-10 * time.Second), reqNB: T.Add(-time.Minute),
+			wantKind: signer.KindBadValidity},
+		{name: "fail/a requested notAfter in the past is refused", reqNA: T.Add(-time.Hour),
+			wantKind: signer.KindBadValidity},
+		{name: "fail/a requested notBefore after the issuer expires is refused", caTo: T.Add(day), reqNB: T.Add(2 * day),
+			wantKind: signer.KindBadValidity},
+		{name: "fail/a requested notAfter before the requested notBefore is refused", reqNB: T.Add(2 * day), reqNA: T.Add(day),
+			wantKind: signer.KindBadValidity},
 		{name: "fail/an expired issuer is unavailable", caTo: T.Add(-time.Second),
 			wantKind: signer.KindUnavailable},
 		{name: "fail/an issuer not valid yet is unavailable", caFrom: T.Add(time.Hour),
@@ -410,6 +418,44 @@ func TestValidityIsNarrowedNeverWidened(t *testing.T) {
 			leaf := issue(t, s, req)[0]
 			if !leaf.NotBefore.Equal(tc.wantNB) || !leaf.NotAfter.Equal(tc.wantNA) {
 				t.Errorf("validity = %v … %v, want %v … %v", leaf.NotBefore, leaf.NotAfter, tc.wantNB, tc.wantNA)
+			}
+		})
+	}
+}
+
+func TestAWindowTheSignerWouldNotIssueIsRefusedAtNewOrder(t *testing.T) {
+	T, day := testNow, 24*time.Hour
+	tests := []struct {
+		name         string
+		profile      time.Duration
+		reqNB, reqNA time.Time
+		wantDetail   string // "" for accepted
+	}{
+		{name: "ok/a notBefore a minute past, for a client whose clock is behind", reqNB: T.Add(-time.Minute)},
+		{name: "ok/a notAfter within the lifetime", reqNA: T.Add(6 * day)},
+		{name: "ok/a window of exactly the lifetime", reqNB: T.Add(time.Hour), reqNA: T.Add(time.Hour + DefaultLifetime - time.Second)},
+		{name: "fail/a notBefore an hour past", reqNB: T.Add(-time.Hour), wantDetail: "more than 5m0s in the past"},
+		{name: "fail/a window longer than the lifetime", reqNB: T, reqNA: T.Add(30 * day), wantDetail: "valid for at most 168h0m0s"},
+		{name: "fail/a notAfter beyond the certificate profile's lifetime", profile: day, reqNA: T.Add(2 * day), wantDetail: "valid for at most 24h0m0s"},
+		{name: "fail/a notAfter before notBefore", reqNB: T.Add(2 * day), reqNA: T.Add(day), wantDetail: "is before notBefore"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSigner(t, defaultCA(t).source(), Options{Clock: clocktest.New(T)})
+			var cp *signer.CertificateProfile
+			if tc.profile != 0 {
+				cp = &signer.CertificateProfile{Name: "p", Lifetime: tc.profile}
+			}
+			err := s.CheckValidity(tc.reqNB, tc.reqNA, cp)
+			if tc.wantDetail == "" {
+				if err != nil {
+					t.Fatalf("CheckValidity = %v; want nil", err)
+				}
+				return
+			}
+			e, ok := signer.AsError(err)
+			if !ok || e.Kind != signer.KindBadValidity || !strings.Contains(e.Detail, tc.wantDetail) {
+				t.Fatalf("CheckValidity = %v; want KindBadValidity saying %q", err, tc.wantDetail)
 			}
 		})
 	}
