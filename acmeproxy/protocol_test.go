@@ -573,6 +573,54 @@ func TestADeactivatedAccountIsRefusedWith401Unauthorized(t *testing.T) {
 	})
 }
 
+// RFC 8555 §7.3.6: a server "SHOULD cancel any pending operations
+// authorized by the account's key": deactivating an account invalidates
+// its pending and ready orders and deactivates their pending
+// authorizations; another account's orders are untouched.
+func TestDeactivatingAnAccountCancelsItsPendingOrdersAndAuthorizations(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice, bob := e.rawClient(), e.rawClient()
+		alice.register()
+		bob.register()
+		pending := alice.order(dnsID("pending.example.com"))
+		ready := alice.readyOrder("ready.example.com")
+		bobs := bob.order(dnsID("bob.example.com"))
+		if r := alice.post(alice.kid, map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
+			t.Fatalf("deactivation: %d %s", r.status, r.body)
+		}
+		ctx := t.Context()
+		tests := []struct {
+			name      string
+			order     createdOrder
+			wantOrder string
+			wantAuthz string
+		}{
+			{"a pending order is invalid and its authorization deactivated", pending, "invalid", "deactivated"},
+			{"a ready order is invalid and its valid authorization kept", ready, "invalid", "valid"},
+			{"another account's pending order is untouched", bobs, "pending", "pending"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				o, err := e.db.GetOrder(ctx, "test", path.Base(tc.order.url))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(o.Status) != tc.wantOrder {
+					t.Errorf("order is %s; want %s", o.Status, tc.wantOrder)
+				}
+				a, err := e.db.GetAuthz(ctx, "test", path.Base(tc.order.Authorizations[0]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(a.Status) != tc.wantAuthz {
+					t.Errorf("authorization is %s; want %s", a.Status, tc.wantAuthz)
+				}
+			})
+		}
+	})
+}
+
 // RFC 8555 §7.1.2.1: an account's orders URL lists that account's orders,
 // and only them.
 func TestAnAccountsOrdersListNamesItsOwnOrdersOnly(t *testing.T) {
