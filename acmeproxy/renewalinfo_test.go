@@ -221,7 +221,12 @@ func make21() []byte {
 	return b
 }
 
-func TestAnOrderReplacesACertificateOfItsAccountOnceWhileTheReplacementIsLive(t *testing.T) {
+// RFC 9773 §5: a certificate already replaced by a finalized order is
+// refused alreadyReplaced; while its replacement is live but not
+// finalized, another order for it goes ahead without "replaces" (the
+// server ignores the field), so an abandoned renewal blocks nothing and
+// one replacement at a time is all the limits' exemption covers.
+func TestAnOrderIsRefusedAsAReplacementOnlyOnceAnotherReplacementIsFinalized(t *testing.T) {
 	ctx := context.Background()
 	e := newTestEnv(t, nil)
 	c := e.client(ctx)
@@ -242,15 +247,54 @@ func TestAnOrderReplacesACertificateOfItsAccountOnceWhileTheReplacementIsLive(t 
 	if got := decodeAs[orderJSON](t, alice.read(first.header.Get("Location"))).Replaces; got != certID {
 		t.Errorf("the order read back echoes replaces %q, want %q", got, certID)
 	}
-	wantProblem(t, newOrder(alice, "api.example.com", certID), http.StatusConflict, vocab.ErrorAlreadyReplaced)
 
-	// Once the first replacement is invalid, another may replace it.
-	o := decodeAs[orderJSON](t, first)
-	if r := alice.post(o.Authorizations[0], map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
+	second := newOrder(alice, "api.example.com", certID)
+	if second.status != http.StatusCreated {
+		t.Fatalf("an order while the first replacement is pending: %d %s; want it to go ahead", second.status, second.body)
+	}
+	if got := decodeAs[orderJSON](t, second).Replaces; got != "" {
+		t.Errorf("the second order replaces %q; want none, the field ignored", got)
+	}
+
+	// The first replacement finalized: now the certificate is replaced.
+	o := createdOrder{url: first.header.Get("Location"), orderJSON: decodeAs[orderJSON](t, first)}
+	if _, r := alice.answerHTTP01(o.Authorizations[0], ""); r.status != http.StatusOK {
+		t.Fatalf("challenge POST: %d %s", r.status, r.body)
+	}
+	alice.await(o.Authorizations[0], "valid")
+	alice.await(o.url, "ready")
+	if r := alice.finalize(o, newCSR(t, newKey(t), "www.example.com", []string{"www.example.com"}, nil)); r.status != http.StatusOK {
+		t.Fatalf("finalize: %d %s", r.status, r.body)
+	}
+	alice.await(o.url, "valid")
+	wantProblem(t, newOrder(alice, "api.example.com", certID), http.StatusConflict, vocab.ErrorAlreadyReplaced)
+}
+
+// An abandoned replacement that became invalid frees the certificate for
+// another order that replaces it.
+func TestAReplacementThatBecameInvalidFreesTheCertificate(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, nil)
+	c := e.client(ctx)
+	old := e.issue(ctx, c, "www.example.com")
+	certID := certIDOf(old.leaf)
+	alice := e.raw(c)
+	order := func() rawResponse {
+		return alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("www.example.com")}, "replaces": certID}, jwsOpts{})
+	}
+	first := order()
+	if first.status != http.StatusCreated {
+		t.Fatalf("the first replacement: %d %s", first.status, first.body)
+	}
+	if r := alice.post(decodeAs[orderJSON](t, first).Authorizations[0], map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
 		t.Fatalf("deactivating the first replacement's authorization: %d %s", r.status, r.body)
 	}
-	if r := newOrder(alice, "api.example.com", certID); r.status != http.StatusCreated {
-		t.Fatalf("a replacement after the first became invalid: %d %s", r.status, r.body)
+	again := order()
+	if again.status != http.StatusCreated {
+		t.Fatalf("a replacement after the first became invalid: %d %s", again.status, again.body)
+	}
+	if got := decodeAs[orderJSON](t, again).Replaces; got != certID {
+		t.Errorf("the new replacement echoes replaces %q, want %q", got, certID)
 	}
 }
 

@@ -386,6 +386,23 @@ func (db *DB) checkNotReplaced(ctx context.Context, tx *sql.Tx, certID string, n
 	return fmt.Errorf("%w: certificate %s is already replaced by order %s", ErrConflict, certID, by)
 }
 
+// ReplacementOf reports whether a live order replaces certificate certID
+// (live as checkNotReplaced counts it) and whether that order is finalized
+// (processing or valid). checkNotReplaced lets at most one be live.
+func (db *DB) ReplacementOf(ctx context.Context, certID string, now time.Time) (live, finalized bool, err error) {
+	var status string
+	err = db.r.QueryRowContext(ctx, db.q(`SELECT status FROM orders WHERE replaces_certificate_id = ?
+		AND status <> 'invalid' AND NOT (status IN ('pending','ready') AND expires_at <= ?) LIMIT 1`),
+		certID, now.UnixMilli()).Scan(&status)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, false, nil
+	case err != nil:
+		return false, false, fmt.Errorf("store: the replacement of certificate %s: %w", certID, err)
+	}
+	return true, status == "processing" || status == "valid", nil
+}
+
 // GetOrder reads an order of a profile, with its authorization ids.
 func (db *DB) GetOrder(ctx context.Context, profile, id string) (Order, error) {
 	if fr := firstReadOf(ctx); fr.take(firstOrder, id) {

@@ -312,6 +312,15 @@ type Replacement struct {
 
 // Replaces reads the certificate certID of newOrder's "replaces" for an
 // order of the account for idents; nil for none.
+//
+// RFC 9773 §5 refuses a replacement only of a certificate already
+// replaced by a finalized order; a server may ignore "replaces" where it
+// does not pass its checks. A certificate whose replacement is live but
+// not finalized (a renewal its client abandoned, or still validating) is
+// such a case: the order goes ahead without "replaces" (nil here), so it
+// is neither refused nor exempt from the limits, and one live replacement
+// a certificate is all the exemption ever covers. A finalized
+// replacement is answered alreadyReplaced by CreateOrder.
 func (au *Authority) Replaces(ctx context.Context, accountID, certID string, idents []acme.Identifier) *Replacement {
 	if certID == "" {
 		return nil
@@ -319,6 +328,13 @@ func (au *Authority) Replaces(ctx context.Context, accountID, certID string, ide
 	c, leaf, chain, err := au.replacedCertificate(ctx, accountID, certID, idents)
 	if err != nil {
 		return &Replacement{certID: certID, err: err}
+	}
+	live, finalized, err := au.db.ReplacementOf(ctx, c.ID, au.clock.Now())
+	switch {
+	case err != nil:
+		return &Replacement{certID: certID, err: err}
+	case live && !finalized:
+		return nil
 	}
 	info := au.renewalWindow(ctx, c, leaf, chain, au.cfg.Renewal.withDefaults())
 	return &Replacement{certID: certID, storedID: c.ID, inWindow: !au.clock.Now().Before(info.Start)}
