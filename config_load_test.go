@@ -221,6 +221,21 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want: `default_certificate_profile: "d" is not a configured certificate profile`,
 		},
 		{
+			name:     "web page user that is a fixed name, which every request would be",
+			handlers: []map[string]any{{"handler": "acme_proxy_ui", "user": "Remote-User"}},
+			want:     `acme_proxy_ui: user: "Remote-User" is not one placeholder such as {http.auth.user.id}`,
+		},
+		{
+			name:     "web page user from a request header, which a client forges without forward_auth",
+			handlers: []map[string]any{{"handler": "acme_proxy_ui", "user": "{http.request.header.Remote-User}"}},
+			want:     `acme_proxy_ui: user: {http.request.header.Remote-User} is what the client sent`,
+		},
+		{
+			name:     "web page user from a cookie",
+			handlers: []map[string]any{{"handler": "acme_proxy_ui", "user": "{http.request.cookie.user}"}},
+			want:     `is what the client sent`,
+		},
+		{
 			name:     "unknown signer module",
 			handlers: []map[string]any{{"profile": "a", "signer": map[string]string{"module": "vault"}}},
 			want:     "signer: loading module 'vault'",
@@ -230,7 +245,9 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := isolate(t)
 			for _, h := range tt.handlers {
-				h["handler"] = "acme_proxy"
+				if h["handler"] == nil {
+					h["handler"] = "acme_proxy"
+				}
 			}
 			app := map[string]any{"database": filepath.Join(dir, "acme_proxy.db")}
 			for k, v := range tt.app {

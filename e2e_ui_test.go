@@ -3,6 +3,7 @@ package caddyacmeproxy
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -187,5 +188,82 @@ func TestAnOperatorRevokesACertificateFromTheWebPageInARealBrowser(t *testing.T)
 	}
 	if cert := o.Certificate; cert == nil || cert.RevokedAt == nil || cert.Reason == nil || *cert.Reason != 4 {
 		t.Errorf("the order's certificate after the revocation: %+v", o.Certificate)
+	}
+}
+
+// The README's forward_auth setup, run by a real Caddy in front of a
+// stand-in for an SSO gateway (a token in, Remote-User out): the page
+// takes its user from the auth service's answer, which the client cannot
+// forge; the same placeholder on a route with no forward_auth is empty,
+// so a forged Remote-User there is refused rather than signed in.
+func TestTheWebPageBehindForwardAuthSignsInOnlyWhomTheAuthServiceNames(t *testing.T) {
+	gateway := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Token") != "bob's token" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Remote-User", "bob")
+	})}
+	gln := e2eListen(t)
+	go func() { _ = gateway.Serve(gln) }()
+	t.Cleanup(func() { gateway.Close() })
+	env := newE2EEnv(t)
+	env.load(t, e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), ExtraProfiles: fmt.Sprintf(`
+	route /fa* {
+		forward_auth 127.0.0.1:%d {
+			uri /auth
+			copy_headers Remote-User
+		}
+		acme_proxy_ui {
+			prefix /fa
+			user {http.reverse_proxy.header.Remote-User}
+		}
+	}
+	route /nofa* {
+		acme_proxy_ui {
+			prefix /nofa
+			user {http.reverse_proxy.header.Remote-User}
+		}
+	}
+`, e2ePort(gln))})
+	base := fmt.Sprintf("https://127.0.0.1:%d", env.HTTPSPort)
+	tests := []struct {
+		name       string
+		path       string
+		header     map[string]string
+		wantStatus int
+		wantSignIn string // the name the page shows, when 200
+	}{
+		{"ok/the gateway's user is signed in", "/fa/", map[string]string{"X-Token": "bob's token"}, http.StatusOK, "bob"},
+		{"ok/a forged Remote-User beside a good token is replaced by the gateway's", "/fa/",
+			map[string]string{"X-Token": "bob's token", "Remote-User": "mallory"}, http.StatusOK, "bob"},
+		{"fail/a forged Remote-User without a token stops at the gateway", "/fa/", map[string]string{"Remote-User": "mallory"}, http.StatusUnauthorized, ""},
+		{"fail/a forged Remote-User on a route without forward_auth is nobody", "/nofa/", map[string]string{"Remote-User": "mallory"}, http.StatusForbidden, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := env.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantStatus {
+				t.Fatalf("GET %s: %d, want %d\n%s", tc.path, resp.StatusCode, tc.wantStatus, body)
+			}
+			if tc.wantSignIn != "" && !strings.Contains(string(body), `id="user">`+tc.wantSignIn+`<`) {
+				t.Errorf("the page does not show %s signed in:\n%s", tc.wantSignIn, body)
+			}
+			if strings.Contains(string(body), "mallory") {
+				t.Errorf("the page shows the forged name:\n%s", body)
+			}
+		})
 	}
 }

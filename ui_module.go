@@ -3,6 +3,7 @@ package caddyacmeproxy
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -31,8 +32,12 @@ type UI struct {
 	// Prefix is the path the pages live under; default "/".
 	Prefix string `json:"prefix,omitempty"`
 	// User is a placeholder naming the authenticated user; default
-	// {http.auth.user.id}. Behind forward_auth, name the header it copies
-	// from the auth service: {http.request.header.Remote-User}.
+	// {http.auth.user.id}. Behind forward_auth, name the header of the
+	// auth service's answer: {http.reverse_proxy.header.Remote-User},
+	// which is empty when no forward_auth ran. A placeholder of what the
+	// client sent ({http.request.header.…}, cookies, the query) is
+	// refused at load: a route that lost its forward_auth would take a
+	// forged name for a user.
 	User string `json:"user,omitempty"`
 	// InsecureNoAuth serves requests with no authenticated user, as
 	// "anonymous"; a warning is logged at start. Only for a page that
@@ -52,6 +57,9 @@ func (*UI) CaddyModule() caddy.ModuleInfo {
 func (u *UI) Provision(ctx caddy.Context) error {
 	if u.User == "" {
 		u.User = defaultUIUser
+	}
+	if err := checkUIUser(u.User); err != nil {
+		return fmt.Errorf("acme_proxy_ui: user: %w", err)
 	}
 	appMod, err := ctx.App("acme_proxy")
 	if err != nil {
@@ -77,6 +85,23 @@ func (u *UI) Provision(ctx caddy.Context) error {
 		return err
 	}
 	log.Info("acme_proxy_ui mounted", zap.String("prefix", u.Prefix), zap.String("user", u.User))
+	return nil
+}
+
+// checkUIUser refuses a user placeholder that could name someone nobody
+// authenticated: a literal (every request would be that user) and what
+// the client itself sent, but for its TLS client certificate, which
+// Caddy's TLS verified.
+func checkUIUser(user string) error {
+	name, ok := strings.CutPrefix(user, "{")
+	name, closed := strings.CutSuffix(name, "}")
+	if !ok || !closed || name == "" || strings.ContainsAny(name, "{}") {
+		return fmt.Errorf("%q is not one placeholder such as %s; a fixed name would sign in every request as that name", user, defaultUIUser)
+	}
+	if strings.HasPrefix(name, "http.request.") && !strings.HasPrefix(name, "http.request.tls.") {
+		return fmt.Errorf("%s is what the client sent, which it can forge whenever nothing in front replaces it; "+
+			"behind forward_auth, name the header of the auth service's answer, {http.reverse_proxy.header.<name>}", user)
+	}
 	return nil
 }
 
