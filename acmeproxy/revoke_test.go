@@ -482,7 +482,22 @@ func TestTheCRLListsARevocationACrashLeftWithoutItsJob(t *testing.T) {
 
 		// The revocation reaches the ledger, then the process dies before
 		// its crl_regenerate job runs: the ledger is written directly and the
-		// runner stopped without a job queued.
+		// runner stopped without a job queued. A job the issuance queued is
+		// run first (on a slow machine it may still wait), so that none is
+		// left to list the serial in the restarted process's place.
+		queued := func() int {
+			js, err := first.queue.List(ctx, store.JobFilter{Kind: authority.CRLRegenerateKind, Status: store.JobReady})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(js)
+		}
+		for queued() != 0 {
+			if ctx.Err() != nil {
+				t.Fatal("the issuance's crl_regenerate job never ran")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		if err := first.runner.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -498,7 +513,7 @@ func TestTheCRLListsARevocationACrashLeftWithoutItsJob(t *testing.T) {
 			ActorKind: authority.ActorAdmin, OrderID: stored.OrderID, AccountID: stored.AccountID, Serial: stored.Serial}); err != nil {
 			t.Fatal(err)
 		}
-		if js, _ := first.queue.List(ctx, store.JobFilter{Kind: authority.CRLRegenerateKind, Status: store.JobReady}); len(js) != 0 {
+		if queued() != 0 {
 			t.Fatalf("a crl_regenerate job is queued; the crash must leave none")
 		}
 		first.ts.Close()
