@@ -9,11 +9,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // uiBrowser finds Debian's chromium, or skips the test (fails it under
@@ -265,5 +270,58 @@ func TestTheWebPageBehindForwardAuthSignsInOnlyWhomTheAuthServiceNames(t *testin
 				t.Errorf("the page shows the forged name:\n%s", body)
 			}
 		})
+	}
+}
+
+// A confirmation page's form stays good across a config reload, as it
+// does across the instances on one database: its token is signed with a
+// key the database keeps, not one each load draws.
+func TestAConfirmationFormServedBeforeAReloadIsAcceptedAfterIt(t *testing.T) {
+	env := newE2EEnv(t)
+	cfg := e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), ExtraProfiles: `
+	route /open* {
+		acme_proxy_ui {
+			prefix /open
+			insecure_no_auth
+		}
+	}
+`}
+	env.load(t, cfg)
+	idle, _, err := activeApp(t).queue.Enqueue(t.Context(), jobs.Spec{Kind: "test_idle", Key: "reload", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("https://127.0.0.1:%d/open/jobs/%d", env.HTTPSPort, idle.ID)
+	status, page := getEventually(t, env.client, base+"/cancel")
+	if status != http.StatusOK {
+		t.Fatalf("the confirmation page: %d %s", status, page)
+	}
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(string(page))
+	if m == nil {
+		t.Fatalf("no CSRF token on the confirmation page:\n%s", page)
+	}
+
+	env.load(t, cfg) // caddy reload
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/do-cancel", strings.NewReader(url.Values{"csrf": {m[1]}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	client := *env.client
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the form posted after the reload: %d, want 303\n%s", resp.StatusCode, body)
+	}
+	j, err := activeApp(t).queue.Get(t.Context(), idle.ID)
+	if err != nil || j.Status != store.JobCancelled {
+		t.Errorf("the job is %v (%v); want cancelled", j.Status, err)
 	}
 }

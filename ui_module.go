@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -71,8 +72,16 @@ func (u *UI) Provision(ctx caddy.Context) error {
 			"and can revoke certificates for them; put basic_auth, forward_auth or client certificates in front instead")
 	}
 	user := u.User
+	app := appMod.(*App)
+	// The forms' tokens are signed with a key kept in the database, so a
+	// confirmation page served before a reload, or by another instance on
+	// the same database, is still accepted.
+	csrfKey, err := app.db.Secret(ctx, "webui-csrf", 32, time.Now())
+	if err != nil {
+		return fmt.Errorf("acme_proxy_ui: %w", err)
+	}
 	u.ui, err = webui.New(webui.Config{
-		Operator: appMod.(*App).Operator(), Prefix: u.Prefix, InsecureNoAuth: u.InsecureNoAuth, Logger: log,
+		Operator: app.Operator(), Prefix: u.Prefix, InsecureNoAuth: u.InsecureNoAuth, Logger: log, CSRFKey: csrfKey,
 		User: func(r *http.Request) string {
 			repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 			if !ok {

@@ -55,8 +55,9 @@ type Config struct {
 	// "anonymous". For a page on a loopback address only.
 	InsecureNoAuth bool
 	Logger         *zap.Logger
-	// CSRFKey signs the forms' tokens; default a random key (a reload
-	// makes open forms stale).
+	// CSRFKey signs the forms' tokens; default a random key, which a
+	// reload or another instance would not share (the Caddy module passes
+	// one kept in the database).
 	CSRFKey []byte
 }
 
