@@ -37,6 +37,23 @@ func uiBrowser(t *testing.T) string {
 	return ""
 }
 
+// uiChrome starts a headless chromium for the test, its window 1200×900,
+// with more command-line flags, and returns the context that drives it.
+func uiChrome(ctx context.Context, t *testing.T, browser string, flags ...chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
+	opts := append([]chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.Flag("ignore-certificate-errors", true), // Caddy's local CA, which this browser does not trust
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 900)}, flags...)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(bcancel)
+	return bctx
+}
+
 // uiScreenshots is where the browser test saves its screenshots: the
 // directory ACMEPROXY_UI_SCREENSHOTS names, else the test's temporary one.
 func uiScreenshots(t *testing.T) string {
@@ -101,16 +118,8 @@ func TestAnOperatorRevokesACertificateFromTheWebPageInARealBrowser(t *testing.T)
 	got := b.obtain(ctx, t, c, "ui.example.com")
 	serial := fmt.Sprintf("%x", got.leaf.SerialNumber)
 
-	// The browser, logged in through basic_auth, phone-sized.
-	actx, acancel := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("ignore-certificate-errors", true), // Caddy's local CA, which this browser does not trust
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1200, 900))
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer bcancel()
+	// The browser, logged in through basic_auth.
+	bctx := uiChrome(ctx, t, browser)
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			png, err := chromedp.FullScreenshot(100)(ctx, tg)
@@ -319,6 +328,49 @@ func TestAConfirmationFormServedBeforeAReloadIsAcceptedAfterIt(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("the form posted after the reload: %d, want 303\n%s", resp.StatusCode, body)
+	}
+	j, err := activeApp(t).queue.Get(t.Context(), idle.ID)
+	if err != nil || j.Status != store.JobCancelled {
+		t.Errorf("the job is %v (%v); want cancelled", j.Status, err)
+	}
+}
+
+// On plain http under a name that is not loopback (an operator's LAN
+// page), a browser sends no Sec-Fetch-Site, so the same-origin check
+// falls back to Origin, which must then be the page's own and not "null":
+// the page's Referrer-Policy keeps it. A real chromium, resolving the
+// name to loopback, confirms a job's cancel there.
+func TestAChangeIsConfirmedFromAPlainHTTPPageUnderALANName(t *testing.T) {
+	browser := uiBrowser(t)
+	const user, password = "carol", "lan password"
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newE2EEnv(t)
+	port := freePort(t)
+	env.load(t, e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), ExtraSites: fmt.Sprintf(`
+http://ops.test:%d {
+	basic_auth {
+		%s %s
+	}
+	acme_proxy_ui {
+		prefix /ops
+	}
+}
+`, port, user, hash)})
+	idle, _, err := activeApp(t).queue.Enqueue(t.Context(), jobs.Spec{Kind: "test_idle", Key: "lan", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*e2eWait)
+	defer cancel()
+	bctx := uiChrome(ctx, t, browser, chromedp.Flag("host-resolver-rules", "MAP ops.test 127.0.0.1"))
+	page := fmt.Sprintf("http://%s:%s@ops.test:%d/ops/jobs/%d/cancel", user, url.PathEscape(password), port, idle.ID)
+	if err := chromedp.Do(bctx, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS(".done"))); err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+		t.Fatalf("confirming the cancel at %s: %v\n%s", page, err, body)
 	}
 	j, err := activeApp(t).queue.Get(t.Context(), idle.ID)
 	if err != nil || j.Status != store.JobCancelled {

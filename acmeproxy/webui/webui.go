@@ -20,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -118,10 +120,27 @@ func (u *UI) identity(r *http.Request) (string, bool) {
 		}
 		return leaf.Subject.String(), true
 	}
-	if u.cfg.InsecureNoAuth {
+	if u.cfg.InsecureNoAuth && addressedDirectly(r.Host) {
 		return "anonymous", true
 	}
 	return "", false
+}
+
+// addressedDirectly says whether a request's Host is an IP address or
+// localhost, which no DNS answer can point elsewhere. insecure_no_auth
+// serves only those: under any other name a page of an attacker's could
+// have its name resolve to this server (DNS rebinding) and, being the same
+// origin as far as the browser knows, pass every same-origin check.
+func addressedDirectly(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	host = strings.ToLower(host)
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 // ServeHTTP serves the pages.
@@ -129,14 +148,19 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: with no-referrer a browser sends
+	// "Origin: null" on the form posts, which checkPost must then refuse
+	// where no Sec-Fetch-Site comes (plain http under a non-loopback
+	// name); no other origin gets a Referer either way.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	user, ok := u.identity(r)
 	if !ok {
 		http.Error(w, "403 Forbidden: the acme_proxy_ui page answers only requests that Caddy has authenticated "+
 			"(basic_auth, forward_auth, or a verified client certificate), and this one carries no authenticated user. "+
-			"Put an authentication handler in front of acme_proxy_ui, or set insecure_no_auth on a page nobody else can reach.",
+			"Put an authentication handler in front of acme_proxy_ui, or set insecure_no_auth on a page nobody else can reach "+
+			"(insecure_no_auth answers only requests addressed to an IP address or localhost).",
 			http.StatusForbidden)
 		return
 	}
@@ -195,9 +219,8 @@ var (
 
 // checkPost refuses a POST without the user's CSRF token, or sent from
 // another origin: the browser's Sec-Fetch-Site must say same-origin, or,
-// from a browser that sends none, the Origin must be this page's own.
-// (Referrer-Policy no-referrer makes browsers send "Origin: null" on form
-// posts, so Sec-Fetch-Site is what modern ones are judged by.)
+// where it sends none (browsers send Sec-Fetch-* only to https and
+// loopback origins), the Origin must be this page's own.
 func (u *UI) checkPost(r *http.Request, user string) error {
 	switch site := r.Header.Get("Sec-Fetch-Site"); {
 	case site == "same-origin":

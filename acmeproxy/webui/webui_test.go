@@ -186,7 +186,7 @@ func TestEveryPageAnswersWithItsContentAndTheSecurityHeaders(t *testing.T) {
 					t.Errorf("the page lacks %q:\n%s", s, w.Body)
 				}
 			}
-			for h, want := range map[string]string{"Content-Security-Policy": csp, "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer"} {
+			for h, want := range map[string]string{"Content-Security-Policy": csp, "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin"} {
 				if got := w.Header().Get(h); got != want {
 					t.Errorf("%s: %q, want %q", h, got, want)
 				}
@@ -204,6 +204,41 @@ func TestAPathOutsideThePrefixIsNotTheUIs(t *testing.T) {
 	}
 }
 
+// insecure_no_auth answers a request addressed to an IP address or
+// localhost only: under a DNS name, an attacker's page whose name was
+// made to resolve here (DNS rebinding) would be this page's origin.
+func TestInsecureNoAuthAnswersOnlyRequestsAddressedToAnAddressOrLocalhost(t *testing.T) {
+	f := newFixture(t, true)
+	tests := []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1", http.StatusOK},
+		{"127.0.0.1:8080", http.StatusOK},
+		{"[::1]:8080", http.StatusOK},
+		{"10.1.2.3:8080", http.StatusOK},
+		{"localhost:8080", http.StatusOK},
+		{"LOCALHOST.", http.StatusOK},
+		{"ops.localhost", http.StatusOK},
+		{"evil.example:8080", http.StatusForbidden},
+		{"ops.lan", http.StatusForbidden},
+		{"localhost.evil.example", http.StatusForbidden},
+	}
+	for _, tc := range tests {
+		t.Run(tc.host, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "http://"+tc.host+"/ops/orders", nil)
+			w := httptest.NewRecorder()
+			f.ui.ServeHTTP(w, r)
+			if w.Code != tc.want {
+				t.Fatalf("Host %s: %d, want %d: %s", tc.host, w.Code, tc.want, w.Body)
+			}
+			if tc.want == http.StatusForbidden && !strings.Contains(w.Body.String(), "IP address or localhost") {
+				t.Errorf("the refusal does not say why: %s", w.Body)
+			}
+		})
+	}
+}
+
 func TestARequestNobodyAuthenticatedIsRefused(t *testing.T) {
 	leaf := &x509.Certificate{Subject: pkix.Name{CommonName: "bob"}}
 	tests := []struct {
@@ -218,12 +253,16 @@ func TestARequestNobodyAuthenticatedIsRefused(t *testing.T) {
 		{"TLS without a verified client certificate", false, "", &tls.ConnectionState{}, http.StatusForbidden, ""},
 		{"a user Caddy authenticated", false, "alice", nil, http.StatusOK, "alice"},
 		{"a verified client certificate", false, "", &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf}}}, http.StatusOK, "bob"},
-		{"insecure_no_auth", true, "", nil, http.StatusOK, "anonymous"},
+		{"insecure_no_auth addressed to a loopback address", true, "", nil, http.StatusOK, "anonymous"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, tt.insecure)
-			r := httptest.NewRequest(http.MethodGet, "https://ops.example.test/ops/orders", nil)
+			host := "ops.example.test"
+			if tt.insecure {
+				host = "127.0.0.1:8080"
+			}
+			r := httptest.NewRequest(http.MethodGet, "https://"+host+"/ops/orders", nil)
 			r.Header.Set("X-Test-User", tt.user)
 			r.TLS = tt.tls
 			w := httptest.NewRecorder()
