@@ -246,7 +246,7 @@ func deactivateAccount(rq *request, id string) {
 func listJobs(rq *request, _ string) {
 	var before int64
 	if v := rq.query("before"); v != "" {
-		n, err := parseID(v)
+		n, err := parseID("before", v)
 		if rq.failed(err) {
 			return
 		}
@@ -264,7 +264,7 @@ func listJobs(rq *request, _ string) {
 // that the ID is malformed or names no job. The job's page and its
 // confirmations look it up alike.
 func (rq *request) job(id string) (operator.JobView, bool) {
-	n, err := parseID(id)
+	n, err := parseID("job id", id)
 	if rq.failed(err) {
 		return operator.JobView{}, false
 	}
@@ -300,7 +300,7 @@ func confirmJob(action string) func(*request, string) {
 
 func jobAction(action string) func(*request, string) {
 	return func(rq *request, id string) {
-		n, err := parseID(id)
+		n, err := parseID("job id", id)
 		if rq.failed(err) {
 			return
 		}
@@ -325,7 +325,7 @@ func searchAudit(rq *request, _ string) {
 		f.Until, err = parseTime("until", rq.query("until"))
 	}
 	if v := rq.query("before"); err == nil && v != "" {
-		f.BeforeID, err = parseID(v)
+		f.BeforeID, err = parseID("before", v)
 	}
 	if rq.failed(err) {
 		return

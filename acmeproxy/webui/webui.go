@@ -395,10 +395,12 @@ func parseTime(name, v string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%w: %s %q is not a time (2006-01-02T15:04 or RFC 3339, UTC)", operator.ErrInvalid, name, v)
 }
 
-func parseID(id string) (int64, error) {
+// parseID reads a positive id; what names the value in the message
+// ("job id", "before").
+func parseID(what, id string) (int64, error) {
 	n, err := strconv.ParseInt(id, 10, 64)
 	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%w: job id %q is not a positive number", operator.ErrInvalid, id)
+		return 0, fmt.Errorf("%w: %s %q is not a positive number", operator.ErrInvalid, what, id)
 	}
 	return n, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -137,6 +138,24 @@ func (f *fixture) post(t *testing.T, path string, form url.Values, hdr map[strin
 	return w
 }
 
+// A job's page offers only what its state allows: a cancelled job may be
+// retried and not cancelled again, and says no "cancel requested".
+func TestAJobsPageOffersOnlyTheActionsItsStateAllows(t *testing.T) {
+	f := newFixture(t, false)
+	if _, err := f.db.CancelJob(t.Context(), f.job, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	body := f.get(t, fmt.Sprintf("/ops/jobs/%d", f.job)).Body.String()
+	if !strings.Contains(body, "Retry now…") {
+		t.Errorf("a cancelled job offers no retry:\n%s", body)
+	}
+	for _, not := range []string{"Cancel…", "cancel requested"} {
+		if strings.Contains(body, not) {
+			t.Errorf("a cancelled job's page says %q:\n%s", not, body)
+		}
+	}
+}
+
 func TestEveryPageAnswersWithItsContentAndTheSecurityHeaders(t *testing.T) {
 	f := newFixture(t, false)
 	tests := []struct {
@@ -171,6 +190,7 @@ func TestEveryPageAnswersWithItsContentAndTheSecurityHeaders(t *testing.T) {
 		{"audit", "/ops/audit", 200, []string{"Audit"}},
 		{"audit by outcome and time", "/ops/audit?outcome=failure&since=2026-01-01T00:00", 200, []string{"No audit row matches."}},
 		{"audit by a bad time", "/ops/audit?since=yesterday", 400, []string{"is not a time"}},
+		{"audit before a bad row", "/ops/audit?before=abc", 400, []string{"before &#34;abc&#34; is not a positive number"}},
 		{"the stylesheet", "/ops/static/ui.css", 200, []string{"prefers-color-scheme"}},
 		{"an unknown page", "/ops/secrets", 404, []string{"no page"}},
 		{"a page too deep", "/ops/orders/order1/revoke/now", 404, []string{"no page"}},
