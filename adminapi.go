@@ -150,7 +150,11 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	if app == nil || app.db == nil {
 		return apiError(http.StatusServiceUnavailable, errNoApp)
 	}
-	return rt.handle(w, r, app.Operator(), id)
+	// As an ACME request is, an operator's is bounded, so that a database
+	// that does not answer is a 503 rather than a hung CLI.
+	ctx, cancel := context.WithTimeout(r.Context(), authority.DefaultRequestDeadline)
+	defer cancel()
+	return rt.handle(w, r.WithContext(ctx), app.Operator(), id)
 }
 
 // appOf is the app the routes work on: the config's, or, when the config

@@ -1,6 +1,7 @@
 package caddyacmeproxy
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/webui"
 )
 
@@ -119,7 +121,11 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 	if !u.ui.Handles(r.URL.Path) {
 		return next.ServeHTTP(w, r)
 	}
-	u.ui.ServeHTTP(w, r)
+	// Bounded as the admin API's requests are: a database that does not
+	// answer is a 503 page, not a page that never loads.
+	ctx, cancel := context.WithTimeout(r.Context(), authority.DefaultRequestDeadline)
+	defer cancel()
+	u.ui.ServeHTTP(w, r.WithContext(ctx))
 	return nil
 }
 

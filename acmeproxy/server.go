@@ -51,6 +51,7 @@ type Server struct {
 	metrics   authority.Metrics
 	storeDown conditionLog   // see answerStoreUnavailable
 	mux       *http.ServeMux // see newMux
+	deadline  time.Duration  // Options.RequestDeadline
 }
 
 // NewServer checks cfg (defaults applied) and builds the profile's server.
@@ -67,6 +68,9 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = authority.NopMetrics{}
+	}
+	if opts.RequestDeadline <= 0 {
+		opts.RequestDeadline = authority.DefaultRequestDeadline
 	}
 	if err := cfg.caaChecker(&opts); err != nil {
 		return nil, err
@@ -90,6 +94,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 
 		metrics:   opts.Metrics,
 		storeDown: conditionLog{every: storeLogEvery},
+		deadline:  opts.RequestDeadline,
 	}
 	s.mux = s.newMux()
 	return s, nil
@@ -175,7 +180,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Replay-Nonce", s.nonces.mint(s.cfg.Profile, s.clock.Now()))
 	h.Add("Link", link(s.baseURL(r)+"/directory", "index"))
 	h.Set("Cache-Control", "no-store")
-	s.mux.ServeHTTP(w, r)
+	ctx, cancel := context.WithTimeout(r.Context(), s.deadline)
+	defer cancel()
+	s.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // statusWriter remembers the status a handler answered with.
@@ -308,14 +315,18 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // writeError answers with the problem inside err; for a store that cannot
-// take writes, with 503 and Retry-After (answerStoreUnavailable); for any
+// take writes, or a request past its deadline, with 503 and Retry-After
+// (answerStoreUnavailable); for any
 // other fault on our side, it logs the cause and answers with a generic
 // serverInternal.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p, ok := problem.As(err)
 	switch {
 	case ok:
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, store.ErrUnavailable),
+		errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
+		// A request past its deadline has waited on the database (or a
+		// backend) that long: as unavailable as one refusing writes.
 		p = s.answerStoreUnavailable(w, r, err)
 	default:
 		s.log.Error("request failed", zap.String("event", "acme_request_failed"),

@@ -13,7 +13,8 @@ import (
 
 const (
 	// storeRetryAfter is how long a client is asked to wait while the
-	// store cannot take writes (a full disk, a read-only file).
+	// store cannot take writes (a full disk, a read-only file) or does not
+	// answer within a request's deadline.
 	storeRetryAfter = 30 * time.Second
 	// storeLogEvery spaces the log lines about such a condition: under
 	// load every request meets it, and one line per request buries the
@@ -51,7 +52,7 @@ func (c *conditionLog) note(now time.Time) (log bool, requests int) {
 // condition, and a log line only now and then.
 func (s *Server) answerStoreUnavailable(w http.ResponseWriter, r *http.Request, err error) *problem.Problem {
 	if log, n := s.storeDown.note(s.clock.Now()); log {
-		s.log.Error("the database cannot take writes; requests are answered 503 until it can",
+		s.log.Error("the database cannot take writes or does not answer; requests are answered 503 until it does",
 			zap.String("event", "store_unavailable"), zap.String("profile", s.cfg.Profile),
 			zap.Int("requests", n), zap.Duration("interval", storeLogEvery),
 			zap.String("path", r.URL.Path), zap.Error(err))

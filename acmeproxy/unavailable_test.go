@@ -16,6 +16,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -95,4 +96,36 @@ func TestAFullDatabaseIsAnswered503WithRetryAfterAndLoggedOncePerInterval(t *tes
 	if got := lines[1].ContextMap()["requests"]; got != int64(burst) {
 		t.Errorf("the second line speaks for %v requests; want %d (the %d silent ones and this one)", got, burst, burst-1)
 	}
+}
+
+// A database that stops answering — a hung server, a path that drops every
+// packet: connections stay open and nothing comes back — turns each ACME
+// request into a 503 with Retry-After once the request's deadline passes,
+// not a hang; once the database answers again, so does the server.
+func TestARequestToADatabaseThatDoesNotAnswerIs503AtItsDeadline(t *testing.T) {
+	t.Run("postgres", func(t *testing.T) {
+		e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.RequestDeadline = 2 * time.Second }})
+		alice := e.rawClient()
+		alice.register()
+		newOrder := func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("hung.example.com")}}, jwsOpts{})
+		}
+		thaw := pgtest.Freeze(t)
+		answered := make(chan rawResponse, 1)
+		go func() { answered <- newOrder() }()
+		var r rawResponse
+		select {
+		case r = <-answered:
+		case <-time.After(20 * time.Second): // ten times the deadline
+			t.Fatal("no answer while the database was frozen: the request hangs")
+		}
+		thaw()
+		wantProblem(t, r, http.StatusServiceUnavailable, acme.ErrorServerInternal)
+		if got := r.header.Get("Retry-After"); got != "30" {
+			t.Errorf("Retry-After %q; want 30", got)
+		}
+		if r := newOrder(); r.status != http.StatusCreated {
+			t.Errorf("a new order once the database answers again: %d %s", r.status, r.body)
+		}
+	})
 }

@@ -45,6 +45,12 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 8
 	}
+	// A connection attempt to a server that accepts and says nothing (or
+	// a path that drops packets) would wait forever: every pool's dial,
+	// and the start's ping, are bounded unless the DSN says otherwise.
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
 	desc := PostgresDescription(cfg)
 	cfg.Tracer = opts.tracer
 	// Every commit is durable unless a lazy write says otherwise (see
@@ -68,7 +74,9 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 	lcfg := wcfg.Copy()
 	lcfg.RuntimeParams["synchronous_commit"] = "off"
 	w, lw, r := pool(wcfg), pool(lcfg), pool(cfg.Copy())
-	if err := w.PingContext(ctx); err != nil {
+	pingCtx, cancel := context.WithTimeout(ctx, 2*cfg.ConnectTimeout)
+	defer cancel()
+	if err := w.PingContext(pingCtx); err != nil {
 		w.Close()
 		lw.Close()
 		r.Close()
@@ -78,6 +86,10 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 		wTurn: make(turns, opts.MaxConns), lazyTurn: make(turns, opts.MaxConns)}
 	return open(ctx, r, e, postgresDialect{}, desc)
 }
+
+// DefaultConnectTimeout bounds a connection attempt to PostgreSQL when the
+// DSN sets no connect_timeout.
+const DefaultConnectTimeout = 10 * time.Second
 
 // PostgresDescription names a PostgreSQL database for messages: host and
 // database, never user, password or options.

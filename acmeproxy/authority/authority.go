@@ -96,11 +96,22 @@ type Options struct {
 	Notify []notify.Destination
 	// Metrics receives measurements; default none.
 	Metrics Metrics
+	// RequestDeadline bounds each ACME request the profile's HTTP front
+	// serves, so that a database that stops answering (a hung server, a
+	// dropped network path) turns each request into a 503 rather than a
+	// hang; default DefaultRequestDeadline. It must exceed every wait a
+	// request makes on purpose (RevokeWait, a finalize's wait for its
+	// signer, an inline validation).
+	RequestDeadline time.Duration
 	// CAA, when set, checks the CAA records of every DNS identifier when
 	// its authorization validates, and again at finalize when that was
 	// more than CAARecheckAfter ago; nil checks none.
 	CAA CAAChecker
 }
+
+// DefaultRequestDeadline is Options.RequestDeadline's default: three
+// times the longest wait a request makes on purpose (DefaultRevokeWait).
+const DefaultRequestDeadline = 30 * time.Second
 
 // Authority is the ACME core of one profile.
 type Authority struct {

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,6 +26,10 @@ func TestDescribeGivesEachOperatorErrorItsStatusAndAMessageInTheOperatorsTerms(t
 			http.StatusConflict, "conflict: job 5: another job with its kind and key is live"},
 		{"a profile elsewhere", fmt.Errorf("%w: internal (order x)", ErrNotMounted), http.StatusServiceUnavailable,
 			"profile not mounted in this process: internal (order x)"},
+		{"a database that cannot take writes", fmt.Errorf("%w: disk full", store.ErrUnavailable), http.StatusServiceUnavailable,
+			"the database cannot take writes or does not answer now; retry later"},
+		{"a database that did not answer in time", fmt.Errorf("store: order x: %w", context.DeadlineExceeded), http.StatusServiceUnavailable,
+			"the database cannot take writes or does not answer now; retry later"},
 		{"a server fault", errors.New("disk on fire"), 0, "disk on fire"},
 	}
 	for _, tc := range tests {

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -265,14 +266,9 @@ func ServerCPU() (time.Duration, error) {
 	if c == nil {
 		return 0, errors.New("pgtest: no cluster started")
 	}
-	pidFile, err := os.ReadFile(filepath.Join(c.dir, "data", "postmaster.pid"))
+	postmaster, err := c.postmaster()
 	if err != nil {
-		return 0, fmt.Errorf("pgtest: the postmaster's pid: %w", err)
-	}
-	first, _, _ := strings.Cut(string(pidFile), "\n")
-	postmaster, err := strconv.Atoi(strings.TrimSpace(first))
-	if err != nil {
-		return 0, fmt.Errorf("pgtest: the postmaster's pid: %w", err)
+		return 0, err
 	}
 	st, err := procStat(postmaster)
 	if err != nil {
@@ -293,6 +289,60 @@ func ServerCPU() (time.Duration, error) {
 		}
 	}
 	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// postmaster is the pid of the cluster's postmaster.
+func (c *cluster) postmaster() (int, error) {
+	pidFile, err := os.ReadFile(filepath.Join(c.dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: the postmaster's pid: %w", err)
+	}
+	first, _, _ := strings.Cut(string(pidFile), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0, fmt.Errorf("pgtest: the postmaster's pid: %w", err)
+	}
+	return pid, nil
+}
+
+// Freeze stops the binary's cluster without closing anything — SIGSTOP to
+// the postmaster and each of its children, as a hung server or a network
+// path that drops every packet leaves a client: connections stay open,
+// nothing answers. The returned function (also run at the test's end)
+// thaws it. Tests that freeze the cluster must not run in parallel with
+// other tests of the binary using it.
+func Freeze(t testing.TB) (thaw func()) {
+	t.Helper()
+	c := started.Load()
+	if c == nil {
+		t.Fatal("pgtest: Freeze before DSN started the cluster")
+	}
+	postmaster, err := c.postmaster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := []int{postmaster}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range procs {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid != postmaster {
+			if st, err := procStat(pid); err == nil && st.ppid == int64(postmaster) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	signal := func(sig syscall.Signal) {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, sig) // a child gone meanwhile needs nothing
+		}
+	}
+	signal(syscall.SIGSTOP)
+	var once sync.Once
+	thaw = func() { once.Do(func() { signal(syscall.SIGCONT) }) }
+	t.Cleanup(thaw)
+	return thaw
 }
 
 // userHZ is the unit of /proc/<pid>/stat's times: USER_HZ, 100 on every
