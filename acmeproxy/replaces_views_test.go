@@ -105,7 +105,7 @@ func TestAnOrderShowsWhatItReplacesInEveryViewOfIt(t *testing.T) {
 		page := func(order string) string {
 			t.Helper()
 			w := httptest.NewRecorder()
-			ui.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "https://ops.example.test/ops/orders/"+order, nil))
+			ui.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "https://127.0.0.1/ops/orders/"+order, nil))
 			if w.Code != http.StatusOK {
 				t.Fatalf("the order page of %s: %d %s", order, w.Code, w.Body)
 			}
