@@ -41,6 +41,15 @@ func CopyStore(ctx context.Context, src, dst *DB) ([]TableCount, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every table is read in one read transaction of the source, one
+	// snapshot: an instance still writing to it (which it should not)
+	// cannot make the copy see an order without its account, only miss
+	// what it writes afterwards.
+	stx, err := src.r.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("store: reading the source: %w", err)
+	}
+	defer func() { _ = stx.Rollback() }()
 	var counts []TableCount
 	err = dst.eng.do(ctx, func(tx *sql.Tx) error {
 		counts = counts[:0] // fn may run again (see engine)
@@ -54,7 +63,7 @@ func CopyStore(ctx context.Context, src, dst *DB) ([]TableCount, error) {
 			}
 		}
 		for _, t := range tables {
-			c, err := copyTable(ctx, src.r, tx, t)
+			c, err := copyTable(ctx, stx, tx, t)
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 )
 
@@ -189,5 +190,59 @@ func TestMigrateStoreCopiesTablesOfMoreRowsThanOneStatementWrites(t *testing.T) 
 		if err != nil || c.OrderID != o.ID || c.PublicKey[0] != byte(i) {
 			t.Errorf("order %d's certificate in the target: %+v (%v)", i, c, err)
 		}
+	}
+}
+
+// An instance left writing to the source (which the operator should have
+// stopped) cannot make a copy see an order without its account: every
+// table is read in one snapshot. A writer adds an account and its order,
+// child after parent, while copies run; each copy must commit, with no
+// order whose account it lacks.
+func TestMigrateStoreReadsTheSourceInOneSnapshot(t *testing.T) {
+	ctx := context.Background()
+	src, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "src.db"), SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	seedMany(t, src, 100) // so that a copy takes long enough to interleave
+	stop := make(chan struct{})
+	written := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				written <- nil
+				return
+			default:
+			}
+			a, _, err := src.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
+			if err == nil {
+				id := acme.Identifier{Type: "dns", Value: "w.example.com"}
+				_, err = src.CreateOrder(ctx, Order{Profile: "p", AccountID: a.ID, Identifiers: []acme.Identifier{id}, Expires: t0.Add(24 * time.Hour)},
+					[]Authz{{Identifier: id, Expires: t0.Add(24 * time.Hour), Challenges: []Challenge{{Type: "http-01", Token: NewID()}}}}, t0)
+			}
+			if err != nil {
+				written <- err
+				return
+			}
+		}
+	}()
+	for range 5 {
+		dst, err := OpenPostgres(ctx, pgtest.DSN(t), PostgresOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = CopyStore(ctx, src, dst)
+		dst.Close()
+		if err != nil {
+			close(stop)
+			<-written
+			t.Fatalf("a copy while the source is written: %v", err)
+		}
+	}
+	close(stop)
+	if err := <-written; err != nil {
+		t.Fatalf("the writer: %v", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 // identity sequences moved past them.
 
 // copyTable copies the rows of t from src into the PostgreSQL tx.
-func copyTable(ctx context.Context, src *sql.DB, tx *sql.Tx, t copyTableInfo) (TableCount, error) {
+func copyTable(ctx context.Context, src *sql.Tx, tx *sql.Tx, t copyTableInfo) (TableCount, error) {
 	c := TableCount{Table: t.name}
 	// PostgreSQL's types decide how a SQLite value is passed: SQLite may
 	// hand back TEXT as bytes, and bytes for a TEXT column must be sent
