@@ -4,6 +4,7 @@ import (
 	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,6 +12,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -311,4 +313,31 @@ func TestARevocationQueuedAtABackendIsConfirmedByAskingAgain(t *testing.T) {
 	if n := len(backend.told); n != 0 {
 		t.Errorf("the backend was told %d more times", n)
 	}
+}
+
+// A CRL still valid is served from memory while the database cannot be
+// read — a relying party is better served by it than by an error — and
+// the same CRL, byte for byte.
+func TestAValidCRLIsServedWhileTheDatabaseCannotBeRead(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		fake := clocktest.New(time.Now())
+		e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Clock = fake }})
+		get := func() (int, []byte) {
+			resp, err := e.ts.Client().Get(e.url("/crl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			der, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, der
+		}
+		before := e.crl(func(*x509.RevocationList) bool { return true })
+		e.runner.Stop()
+		e.db.Close()
+		fake.Advance(time.Minute) // past the recheck with the store
+		status, der := get()
+		if status != http.StatusOK || !bytes.Equal(der, before.Raw) {
+			t.Fatalf("the CRL while the database is closed: %d, same bytes %v; want 200 and the CRL served before", status, bytes.Equal(der, before.Raw))
+		}
+	})
 }

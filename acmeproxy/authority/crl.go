@@ -39,6 +39,9 @@ const (
 	// crlRecheck is how long the served CRL is taken from memory before
 	// the store is asked whether another instance published a newer one.
 	crlRecheck = 5 * time.Second
+	// crlRecheckWait bounds that recheck: past it the cached CRL, still
+	// valid, is served as it is.
+	crlRecheckWait = 2 * time.Second
 	// crlMaxAttempts is a crl_regenerate job's attempt budget.
 	crlMaxAttempts = 12
 	// CRLCoalesce is the least time between the starts of two
@@ -176,14 +179,27 @@ func (au *Authority) IssuerCRL(ctx context.Context, iss signer.IssuerInfo) (stor
 	if cached && now.Sub(e.checked) < crlRecheck && now.Before(e.crl.NextUpdate) {
 		return e.crl, nil
 	}
-	if cached && now.Before(e.crl.NextUpdate) {
-		if n, err := au.db.CRLNumber(ctx, iss.KeyID); err == nil && n <= e.crl.Number {
+	valid := cached && now.Before(e.crl.NextUpdate)
+	if valid {
+		// A cached CRL that is still valid serves a relying party better
+		// than an error: a database that does not answer within
+		// crlRecheckWait, or at all, leaves it served.
+		rctx, cancel := context.WithTimeout(ctx, crlRecheckWait)
+		n, err := au.db.CRLNumber(rctx, iss.KeyID)
+		cancel()
+		if err != nil {
+			return e.crl, nil
+		}
+		if n <= e.crl.Number {
 			if e, ok := au.crls.checkedAt(iss.KeyID, e.crl.Number, now); ok {
 				return e.crl, nil
 			}
 		}
 	}
 	crl, err := au.db.GetCRL(ctx, iss.KeyID)
+	if err != nil && valid && !errors.Is(err, store.ErrNotFound) {
+		return e.crl, nil
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		if !now.Before(iss.NotAfter) {
 			return store.CRL{}, problem.NotFound("CRL")
