@@ -167,7 +167,7 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 
 	c.addRenewEarlyCommand(cmd)
 	add(cmd, "migrate-store", "Copies a stopped instance's SQLite store into an empty PostgreSQL database (offline)", cobra.NoArgs, func(sc *cobra.Command) {
-		sc.Flags().String("from", "", "the SQLite file (acme_proxy.db in Caddy's data directory by default)")
+		sc.Flags().String("from", "", "the SQLite file (the embedded default keeps it at acme_proxy/acme_proxy.db in Caddy's data directory)")
 		sc.Flags().String("to", "", "the PostgreSQL DSN, as the database postgres option takes it")
 	}, c.migrateStore)
 }

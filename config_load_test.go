@@ -1,11 +1,17 @@
 package caddyacmeproxy
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -128,6 +134,7 @@ func TestAdaptedFullConfigLoadsAndServesTheDirectory(t *testing.T) {
 }
 
 func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
+	expiredCA := writeIssuingCA(t, "expired issuing CA", time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
 	tests := []struct {
 		name     string
 		handlers []map[string]any
@@ -182,6 +189,12 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			name:     "validation port out of range",
 			handlers: []map[string]any{{"profile": "a", "validation_ports": map[string]int{"http": 70000}}},
 			want:     "validation_ports.http: port 70000 out of range",
+		},
+		{
+			name: "signer cert of an issuing CA that has expired",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]string{"module": "local_ca",
+				"cert": expiredCA.cert, "key": expiredCA.key}}},
+			want: `signer.cert: the issuing CA "CN=expired issuing CA" expired at`,
 		},
 		{
 			name:     "signer cert without key",
@@ -249,29 +262,7 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 					h["handler"] = "acme_proxy"
 				}
 			}
-			app := map[string]any{"database": filepath.Join(dir, "acme_proxy.db")}
-			for k, v := range tt.app {
-				app[k] = v
-			}
-			cfg := map[string]any{
-				"admin":   map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
-				"storage": map[string]any{"module": "file_system", "root": filepath.Join(dir, "storage")},
-				"apps": map[string]any{
-					"acme_proxy": app,
-					"pki":        map[string]any{"certificate_authorities": map[string]any{"local": map[string]any{"install_trust": false}}},
-					"http": map[string]any{"servers": map[string]any{"srv0": map[string]any{
-						"listen":          []string{fmt.Sprintf("127.0.0.1:%d", freePort(t))},
-						"automatic_https": map[string]any{"disable": true},
-						"routes":          []any{map[string]any{"handle": tt.handlers}},
-					}}},
-				},
-			}
-			cfgJSON, err := json.Marshal(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { caddy.Stop() })
-			err = caddy.Load(cfgJSON, true)
+			err := loadHandlers(t, dir, tt.app, tt.handlers)
 			if err == nil {
 				t.Fatalf("loaded; want an error containing %q", tt.want)
 			}
@@ -279,6 +270,57 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 				t.Errorf("error %q\ndoes not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// loadHandlers loads, in this process's Caddy until the test ends, the
+// acme_proxy app (its database in dir, with more of its JSON in app) and
+// one HTTP server whose one route runs handlers; Caddy logs to dir/caddy.log.
+func loadHandlers(t *testing.T, dir string, app map[string]any, handlers []map[string]any) error {
+	t.Helper()
+	appCfg := map[string]any{"database": filepath.Join(dir, "acme_proxy.db")}
+	for k, v := range app {
+		appCfg[k] = v
+	}
+	cfg := map[string]any{
+		"admin":   map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
+		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"writer": map[string]any{"output": "file", "filename": filepath.Join(dir, "caddy.log")}}}},
+		"storage": map[string]any{"module": "file_system", "root": filepath.Join(dir, "storage")},
+		"apps": map[string]any{
+			"acme_proxy": appCfg,
+			"pki":        map[string]any{"certificate_authorities": map[string]any{"local": map[string]any{"install_trust": false}}},
+			"http": map[string]any{"servers": map[string]any{"srv0": map[string]any{
+				"listen":          []string{fmt.Sprintf("127.0.0.1:%d", freePort(t))},
+				"automatic_https": map[string]any{"disable": true},
+				"routes":          []any{map[string]any{"handle": handlers}},
+			}}},
+		},
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { caddy.Stop() })
+	return caddy.Load(cfgJSON, true)
+}
+
+// An issuing CA from files that expires within a month loads, and says so
+// in the log: nothing renews files, and its leaves are cut short to end
+// with it.
+func TestAnIssuingCAFromFilesThatExpiresSoonIsLoggedAtLoad(t *testing.T) {
+	dir := isolate(t)
+	soon := writeIssuingCA(t, "expiring issuing CA", time.Now().Add(-time.Hour), time.Now().Add(5*24*time.Hour))
+	err := loadHandlers(t, dir, nil, []map[string]any{{"handler": "acme_proxy", "profile": "a",
+		"signer": map[string]string{"module": "local_ca", "cert": soon.cert, "key": soon.key, "lifetime": "1d"}}})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "caddy.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), `"event":"issuing_ca_expiring"`) || !strings.Contains(string(log), "CN=expiring issuing CA") {
+		t.Errorf("the log does not warn of the expiring CA:\n%s", log)
 	}
 }
 
@@ -337,4 +379,38 @@ func getEventually(t *testing.T, c *http.Client, url string) (int, string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// issuingCAFiles are the PEM files of an issuing CA, as signer.cert and
+// signer.key name them.
+type issuingCAFiles struct{ cert, key string }
+
+// writeIssuingCA writes a self-signed issuing CA valid from notBefore to
+// notAfter, and its key, into the test's temporary directory.
+func writeIssuingCA(t *testing.T, cn string, notBefore, notAfter time.Time) issuingCAFiles {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: notBefore, NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	f := issuingCAFiles{cert: filepath.Join(dir, "ca.pem"), key: filepath.Join(dir, "ca.key")}
+	if err := os.WriteFile(f.cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddypki"
+	"go.uber.org/zap"
 
 	apcaddyfile "github.com/acmeproxy/caddy-acme-proxy/caddyfile"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
@@ -93,8 +94,39 @@ func (l *LocalCA) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("signer: %w", err)
 	}
+	if l.Cert != "" {
+		return l.checkFileCA(ctx)
+	}
 	return nil
 }
+
+// checkFileCA reads the issuing CA of signer.cert/signer.key once at load:
+// a pair that does not match, or a CA that has expired, is a bad config;
+// one that expires soon is logged, since nothing renews files (Caddy's pki
+// CA renews itself) and from then its leaves are cut short, then refused.
+func (l *LocalCA) checkFileCA(ctx caddy.Context) error {
+	iss, err := l.Signer.Issuer(ctx)
+	if err != nil {
+		return fmt.Errorf("signer.cert: %w", err)
+	}
+	ca, now := iss.Chain[0], time.Now()
+	left := ca.NotAfter.Sub(now)
+	if left <= 0 {
+		return fmt.Errorf("signer.cert: the issuing CA %q expired at %s; no leaf can be signed with it",
+			ca.Subject.String(), ca.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if left < max(caExpiryWarning, 4*l.leafLifetime()) {
+		ctx.Logger().Warn("the issuing CA of signer.cert expires soon; replace the cert and key files before: "+
+			"leaves are cut short to end with it, and none is issued once it has expired",
+			zap.String("event", "issuing_ca_expiring"), zap.String("ca", ca.Subject.String()),
+			zap.Time("not_after", ca.NotAfter), zap.Duration("left", left.Truncate(time.Minute)))
+	}
+	return nil
+}
+
+// caExpiryWarning is how long before its end an issuing CA from files is
+// logged as expiring at each load (or four leaf lifetimes, if longer).
+const caExpiryWarning = 30 * 24 * time.Hour
 
 // shortLived is the longest leaf lifetime that may go without a CRL
 // distribution point: seven days, the CA/Browser Forum's short-lived
