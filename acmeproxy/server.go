@@ -23,6 +23,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/logevery"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/warmstack"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -49,9 +50,9 @@ type Server struct {
 	kidKeys kidKeyCache // see kidKeyCache
 
 	metrics   authority.Metrics
-	storeDown conditionLog   // see answerStoreUnavailable
-	mux       *http.ServeMux // see newMux
-	deadline  time.Duration  // Options.RequestDeadline
+	storeDown logevery.Limiter // see answerStoreUnavailable
+	mux       *http.ServeMux   // see newMux
+	deadline  time.Duration    // Options.RequestDeadline
 }
 
 // NewServer checks cfg (defaults applied) and builds the profile's server.
@@ -93,7 +94,7 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 		nonces: &nonces{key: key, db: opts.DB},
 
 		metrics:   opts.Metrics,
-		storeDown: conditionLog{every: storeLogEvery},
+		storeDown: logevery.Limiter{Every: storeLogEvery},
 		deadline:  opts.RequestDeadline,
 	}
 	s.mux = s.newMux()

@@ -3,7 +3,6 @@ package acmeproxy
 import (
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,36 +21,11 @@ const (
 	storeLogEvery = time.Minute
 )
 
-// conditionLog decides when a passing condition of the server is logged:
-// the first time it is met, then at most once per interval, each line
-// with how many requests met it since the last.
-type conditionLog struct {
-	every time.Duration
-
-	mu     sync.Mutex
-	next   time.Time // no line before this
-	missed int       // requests that met the condition since the last line
-}
-
-// note counts one request meeting the condition at now, and reports
-// whether to log a line, with the requests it speaks for.
-func (c *conditionLog) note(now time.Time) (log bool, requests int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.missed++
-	if now.Before(c.next) {
-		return false, 0
-	}
-	n := c.missed
-	c.missed, c.next = 0, now.Add(c.every)
-	return true, n
-}
-
 // answerStoreUnavailable answers a request the store could not take:
 // 503 with Retry-After, as RFC 9110 §15.6.4 has it for a temporary
 // condition, and a log line only now and then.
 func (s *Server) answerStoreUnavailable(w http.ResponseWriter, r *http.Request, err error) *problem.Problem {
-	if log, n := s.storeDown.note(s.clock.Now()); log {
+	if log, n := s.storeDown.Note(s.clock.Now()); log {
 		s.log.Error("the database cannot take writes or does not answer; requests are answered 503 until it does",
 			zap.String("event", "store_unavailable"), zap.String("profile", s.cfg.Profile),
 			zap.Int("requests", n), zap.Duration("interval", storeLogEvery),

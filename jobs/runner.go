@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/logevery"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -128,6 +129,9 @@ type Runner struct {
 	kinds    []string // sorted, for stable claim order
 
 	wake chan struct{}
+	// claimFailures spaces the log lines of failed claims: while the
+	// database is away every poll of every kind fails.
+	claimFailures logevery.Limiter
 	// watchDone is closed when the watcher of other instances' jobs
 	// (store.WatchJobs) has returned.
 	watchDone chan struct{}
@@ -150,6 +154,10 @@ type Runner struct {
 	workers    sync.WaitGroup
 }
 
+// claimFailureLogEvery is the least time between two log lines of failed
+// claims; each says how many failed since the last.
+const claimFailureLogEvery = time.Minute
+
 // NewRunner checks the handlers and returns a runner that is not started.
 func NewRunner(q *Queue, handlers []Handler, opts RunnerOptions) (*Runner, error) {
 	opts.setDefaults()
@@ -159,6 +167,8 @@ func NewRunner(q *Queue, handlers []Handler, opts RunnerOptions) (*Runner, error
 		wake:     make(chan struct{}, 1),
 		inflight: make(map[int64]*flight),
 		hinted:   map[string]bool{},
+
+		claimFailures: logevery.Limiter{Every: claimFailureLogEvery},
 	}
 	for _, h := range handlers {
 		kind := h.Kind()
@@ -433,7 +443,10 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 		claimed, err := r.claimInto(ctx, kind, ks, free, polled)
 		if err != nil {
 			if ctx.Err() == nil {
-				r.log.Error("claiming jobs", zap.String("event", "jobs_claim_failed"), zap.String("kind", kind), zap.Error(err))
+				if log, n := r.claimFailures.Note(r.opts.Clock.Now()); log {
+					r.log.Error("claiming jobs", zap.String("event", "jobs_claim_failed"), zap.String("kind", kind),
+						zap.Int("failures", n), zap.Duration("interval", claimFailureLogEvery), zap.Error(err))
+				}
 			}
 			continue
 		}
