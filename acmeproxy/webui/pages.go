@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"math"
@@ -340,8 +341,9 @@ func searchAudit(rq *request, _ string) {
 // ---- template functions ----
 
 var funcs = template.FuncMap{
-	"list":  func(s ...string) []string { return s },
-	"title": func(s string) string { return strings.ToUpper(s[:1]) + s[1:] },
+	"problem": problemText,
+	"list":    func(s ...string) []string { return s },
+	"title":   func(s string) string { return strings.ToUpper(s[:1]) + s[1:] },
 	"ts": func(t any) string {
 		switch v := t.(type) {
 		case time.Time:
@@ -394,4 +396,42 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
+}
+
+// problemText renders a stored problem document (RFC 7807) as an operator
+// reads it: its ACME type without the URN's prefix, its detail, and each
+// subproblem's, rather than the JSON with its escapes. What does not
+// decode as one is shown as it is.
+func problemText(doc any) string {
+	var raw []byte
+	switch v := doc.(type) {
+	case json.RawMessage:
+		raw = v
+	case []byte:
+		raw = v
+	case string:
+		raw = []byte(v)
+	default:
+		return fmt.Sprint(doc)
+	}
+	var p struct {
+		Type        string `json:"type"`
+		Detail      string `json:"detail"`
+		Subproblems []struct {
+			Type       string `json:"type"`
+			Detail     string `json:"detail"`
+			Identifier struct {
+				Value string `json:"value"`
+			} `json:"identifier"`
+		} `json:"subproblems"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil || p.Type == "" {
+		return string(raw)
+	}
+	short := func(t string) string { return strings.TrimPrefix(t, "urn:ietf:params:acme:error:") }
+	out := short(p.Type) + ": " + p.Detail
+	for _, sp := range p.Subproblems {
+		out += "; " + sp.Identifier.Value + " " + short(sp.Type) + ": " + sp.Detail
+	}
+	return out
 }

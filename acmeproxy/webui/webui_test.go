@@ -138,6 +138,26 @@ func (f *fixture) post(t *testing.T, path string, form url.Values, hdr map[strin
 	return w
 }
 
+// An order's problem is shown as an operator reads it — its ACME type and
+// detail, each subproblem's too — not as JSON with its escapes, and
+// escaped as HTML.
+func TestAnOrdersProblemIsShownAsTypeAndDetail(t *testing.T) {
+	f := newFixture(t, false)
+	doc := `{"type":"urn:ietf:params:acme:error:compound","detail":"two names <failed>","status":400,` +
+		`"subproblems":[{"type":"urn:ietf:params:acme:error:incorrectResponse","detail":"wrong answer","identifier":{"type":"dns","value":"a.example.test"}}]}`
+	if err := f.db.FailOrder(t.Context(), f.order, []byte(doc), "operator detail", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	body := f.get(t, f.path("/ops/orders/order1")).Body.String()
+	want := `<dd id="problem">compound: two names &lt;failed&gt;; a.example.test incorrectResponse: wrong answer</dd>`
+	if !strings.Contains(body, want) {
+		t.Errorf("the order page lacks %s:\n%s", want, body)
+	}
+	if strings.Contains(body, `\u003c`) || strings.Contains(body, "urn:ietf:params") {
+		t.Errorf("the order page shows the problem's JSON:\n%s", body)
+	}
+}
+
 // A job's page offers only what its state allows: a cancelled job may be
 // retried and not cancelled again, and says no "cancel requested".
 func TestAJobsPageOffersOnlyTheActionsItsStateAllows(t *testing.T) {
