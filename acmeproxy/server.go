@@ -324,7 +324,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p, ok := problem.As(err)
 	switch {
 	case ok:
-	case errors.Is(err, store.ErrUnavailable),
+	case store.IsUnavailable(err),
 		errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
 		// A request past its deadline has waited on the database (or a
 		// backend) that long: as unavailable as one refusing writes.

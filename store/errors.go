@@ -34,3 +34,13 @@ func (db *DB) unavailable(err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
+
+// IsUnavailable reports whether err, from any of this package's calls, is
+// such a passing condition of the database: ErrUnavailable, which writes
+// carry, or a read that failed the same way (a server that refuses
+// connections, is shutting down or out of resources). Either dialect's
+// errors are recognised by their own types, so the caller need not know
+// which database it has.
+func IsUnavailable(err error) bool {
+	return err != nil && (errors.Is(err, ErrUnavailable) || sqliteDialect{}.unavailable(err) || postgresDialect{}.unavailable(err))
+}

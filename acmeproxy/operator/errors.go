@@ -30,7 +30,7 @@ func Describe(err error) (status int, message string) {
 		status, word = http.StatusConflict, ErrConflict.Error()
 	case errors.Is(err, ErrNotMounted):
 		return http.StatusServiceUnavailable, err.Error()
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case store.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, "the database cannot take writes or does not answer now; retry later"
 	default:
 		return 0, err.Error()
