@@ -234,6 +234,11 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want: `default_certificate_profile: "d" is not a configured certificate profile`,
 		},
 		{
+			name:     "certificate profile lifetime no longer than the local CA's backdate",
+			handlers: []map[string]any{{"profile": "a", "certificate_profiles": map[string]any{"short": map[string]any{"lifetime": "1m"}}}},
+			want:     `certificate_profiles.short.lifetime: 1m0s is too short; more than 1m0s`,
+		},
+		{
 			name:     "web page user that is a fixed name, which every request would be",
 			handlers: []map[string]any{{"handler": "acme_proxy_ui", "user": "Remote-User"}},
 			want:     `acme_proxy_ui: user: "Remote-User" is not one placeholder such as {http.auth.user.id}`,
@@ -241,12 +246,22 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 		{
 			name:     "web page user from a request header, which a client forges without forward_auth",
 			handlers: []map[string]any{{"handler": "acme_proxy_ui", "user": "{http.request.header.Remote-User}"}},
-			want:     `acme_proxy_ui: user: {http.request.header.Remote-User} is what the client sent`,
+			want:     `acme_proxy_ui: user: {http.request.header.Remote-User} names no one Caddy authenticated`,
 		},
 		{
 			name:     "web page user from a cookie",
 			handlers: []map[string]any{{"handler": "acme_proxy_ui", "user": "{http.request.cookie.user}"}},
-			want:     `is what the client sent`,
+			want:     `names no one Caddy authenticated`,
+		},
+		{
+			name:     "web page user from the TLS handshake, unverified under client_auth mode request",
+			handlers: []map[string]any{{"handler": "acme_proxy_ui", "user": "{http.request.tls.client.subject}"}},
+			want:     `names no one Caddy authenticated`,
+		},
+		{
+			name:     "web page user from the environment, a fixed name",
+			handlers: []map[string]any{{"handler": "acme_proxy_ui", "user": "{env.OPERATOR}"}},
+			want:     `names no one Caddy authenticated`,
 		},
 		{
 			name:     "unknown signer module",

@@ -184,11 +184,20 @@ func parseDuration(s string) (time.Duration, error) {
 	return time.ParseDuration(s)
 }
 
+// minCertificateLifetime is the shortest lifetime a certificate profile
+// may give, exclusive: local_ca's backdate.
+const minCertificateLifetime = time.Minute
+
 // Validate checks one certificate profile; errors name the key below
 // certificate_profiles.<name>.
 func (cp *CertificateProfileConfig) Validate() error {
 	if cp.Lifetime < 0 {
 		return fmt.Errorf("lifetime: must be positive, not %s", time.Duration(cp.Lifetime))
+	}
+	if cp.Lifetime != 0 && time.Duration(cp.Lifetime) <= minCertificateLifetime {
+		// local_ca starts a leaf a minute early: one that short would
+		// have ended before it is issued.
+		return fmt.Errorf("lifetime: %s is too short; more than %s", time.Duration(cp.Lifetime), minCertificateLifetime)
 	}
 	if cp.MaxIdentifiers < 0 {
 		return fmt.Errorf("max_identifiers: must be positive, not %d", cp.MaxIdentifiers)

@@ -104,7 +104,7 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if prob := s.core.ValidityRefusal(notBefore, notAfter, certProfile); prob != nil {
+	if prob := s.core.ValidityRefusal(ctx, notBefore, notAfter, certProfile); prob != nil {
 		return prob
 	}
 	// The limits come last, so that a request refused for what it is

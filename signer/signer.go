@@ -227,7 +227,7 @@ type ValidityChecker interface {
 	// detail says why. notBefore and notAfter are as the client asked
 	// (zero for a date it left to the signer); cp is the order's
 	// certificate profile, nil for none.
-	CheckValidity(notBefore, notAfter time.Time, cp *CertificateProfile) error
+	CheckValidity(ctx context.Context, notBefore, notAfter time.Time, cp *CertificateProfile) error
 }
 
 // Kind classifies a signer's refusal so the ACME layer can answer with the

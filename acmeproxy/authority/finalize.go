@@ -183,7 +183,7 @@ func (au *Authority) policyRefusal(idents []acme.Identifier) *problem.Problem {
 // itself, whether it will issue the window a newOrder asks for (RFC 8555
 // §7.4), under the certificate profile ChooseCertificateProfile chose;
 // nil when it will, or when the signer leaves the dates to its backend.
-func (au *Authority) ValidityRefusal(notBefore, notAfter time.Time, certProfile string) *problem.Problem {
+func (au *Authority) ValidityRefusal(ctx context.Context, notBefore, notAfter time.Time, certProfile string) *problem.Problem {
 	c, ok := au.signer.(signer.ValidityChecker)
 	if !ok || (notBefore.IsZero() && notAfter.IsZero()) {
 		return nil
@@ -192,7 +192,7 @@ func (au *Authority) ValidityRefusal(notBefore, notAfter time.Time, certProfile 
 	if prob != nil {
 		return prob
 	}
-	if err := c.CheckValidity(notBefore, notAfter, cp.signerProfile()); err != nil {
+	if err := c.CheckValidity(ctx, notBefore, notAfter, cp.signerProfile()); err != nil {
 		return signerProblem(err)
 	}
 	return nil

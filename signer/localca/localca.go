@@ -293,16 +293,27 @@ func (s *Signer) leafLifetime(cp *signer.CertificateProfile) time.Duration {
 
 // CheckValidity refuses at newOrder a window this signer would not issue
 // exactly (signer.ValidityChecker): a notBefore more than a few minutes
-// past, or a window longer than the leaves it issues. What depends on the
-// issuing CA is checked when it signs.
-func (s *Signer) CheckValidity(notBefore, notAfter time.Time, cp *signer.CertificateProfile) error {
+// past, a window longer than the leaves it issues, or one the issuing CA
+// does not cover now (Caddy's pki intermediate lasts days: a renewal of it
+// before the finalize covers more, never less).
+func (s *Signer) CheckValidity(ctx context.Context, notBefore, notAfter time.Time, cp *signer.CertificateProfile) error {
 	now := s.clock.Now()
 	if !notBefore.IsZero() && notBefore.Before(now.Add(-maxRequestedBackdate)) {
 		return badValidity("notBefore %s is more than %v in the past; this CA does not backdate certificates",
 			notBefore.UTC().Format(time.RFC3339), maxRequestedBackdate)
 	}
-	_, _, err := s.window(notBefore, notAfter, cp, now)
-	return err
+	if _, _, err := s.window(notBefore, notAfter, cp, now); err != nil {
+		return err
+	}
+	iss, err := s.Issuer(ctx)
+	if err != nil {
+		return nil // the finalize answers for an issuer it cannot use
+	}
+	if ca := iss.Chain[0]; !notAfter.IsZero() && notAfter.After(ca.NotAfter) {
+		return badValidity("notAfter %s is after the issuing CA's own end, %s",
+			notAfter.UTC().Format(time.RFC3339), ca.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 func badValidity(format string, args ...any) *signer.Error {
@@ -320,8 +331,19 @@ func badValidity(format string, args ...any) *signer.Error {
 func (s *Signer) window(askedNB, askedNA time.Time, cp *signer.CertificateProfile, now time.Time) (notBefore, notAfter time.Time, err error) {
 	lifetime := s.leafLifetime(cp)
 	notBefore = now.Add(-backdate)
-	if !askedNB.IsZero() {
+	switch {
+	case !askedNB.IsZero():
 		notBefore = askedNB
+	case !askedNA.IsZero():
+		// The start is the signer's to choose, from a minute ago to now:
+		// no more backdated than a notAfter up to a lifetime from now
+		// leaves room for.
+		if room := askedNA.Truncate(time.Second).Add(-lifetime + time.Second); room.After(notBefore) {
+			notBefore = room
+			if notBefore.After(now) {
+				notBefore = now
+			}
+		}
 	}
 	if t := notBefore.Truncate(time.Second); t.Before(notBefore) {
 		notBefore = t.Add(time.Second)

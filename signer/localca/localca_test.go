@@ -373,6 +373,10 @@ func TestTheLeafIsValidExactlyForTheWindowAskedForOrIsRefused(t *testing.T) {
 			wantNB: T.Add(8 * day), wantNA: T.Add(8*day + DefaultLifetime - time.Second)},
 		{name: "ok/a requested window of exactly the lifetime is the leaf's", reqNB: T, reqNA: T.Add(DefaultLifetime - time.Second),
 			wantNB: T, wantNA: T.Add(DefaultLifetime - time.Second)},
+		{name: "ok/a requested notAfter a whole lifetime from now starts the leaf now, not a minute ago", reqNA: T.Add(DefaultLifetime - time.Second),
+			wantNB: T, wantNA: T.Add(DefaultLifetime - time.Second)},
+		{name: "ok/a requested notAfter half a minute short of a lifetime backdates the leaf half a minute", reqNA: T.Add(DefaultLifetime - 31*time.Second),
+			wantNB: T.Add(-30 * time.Second), wantNA: T.Add(DefaultLifetime - 31*time.Second)},
 		{name: "ok/a start left to the signer is no earlier than the issuer's notBefore", caFrom: T.Add(-10 * time.Second),
 			wantNB: T.Add(-10 * time.Second), wantNA: defaultEnd},
 		{name: "ok/fractions of a second are rounded inward", now: T.Add(500 * time.Millisecond), reqNA: T.Add(2*day + 700*time.Millisecond),
@@ -428,9 +432,12 @@ func TestAWindowTheSignerWouldNotIssueIsRefusedAtNewOrder(t *testing.T) {
 	tests := []struct {
 		name         string
 		profile      time.Duration
+		caTo         time.Time // the issuing CA's end; default T+1y
 		reqNB, reqNA time.Time
 		wantDetail   string // "" for accepted
 	}{
+		{name: "fail/a notAfter past the issuing CA's end", caTo: T.Add(2 * day), reqNA: T.Add(3 * day), wantDetail: "after the issuing CA's own end"},
+		{name: "ok/a notAfter within the issuing CA's end", caTo: T.Add(2 * day), reqNA: T.Add(day)},
 		{name: "ok/a notBefore a minute past, for a client whose clock is behind", reqNB: T.Add(-time.Minute)},
 		{name: "ok/a notAfter within the lifetime", reqNA: T.Add(6 * day)},
 		{name: "ok/a window of exactly the lifetime", reqNB: T.Add(time.Hour), reqNA: T.Add(time.Hour + DefaultLifetime - time.Second)},
@@ -441,12 +448,12 @@ func TestAWindowTheSignerWouldNotIssueIsRefusedAtNewOrder(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSigner(t, defaultCA(t).source(), Options{Clock: clocktest.New(T)})
+			s := newSigner(t, newTestCA(t, T.AddDate(-1, 0, 0), cmp.Or(tc.caTo, T.AddDate(1, 0, 0))).source(), Options{Clock: clocktest.New(T)})
 			var cp *signer.CertificateProfile
 			if tc.profile != 0 {
 				cp = &signer.CertificateProfile{Name: "p", Lifetime: tc.profile}
 			}
-			err := s.CheckValidity(tc.reqNB, tc.reqNA, cp)
+			err := s.CheckValidity(t.Context(), tc.reqNB, tc.reqNA, cp)
 			if tc.wantDetail == "" {
 				if err != nil {
 					t.Fatalf("CheckValidity = %v; want nil", err)
