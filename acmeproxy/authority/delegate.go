@@ -66,7 +66,16 @@ func (au *Authority) published(ctx context.Context) (store.SignerPublication, er
 	if c.ok && now.Sub(c.read) < publishedRecheck {
 		return c.pub, nil
 	}
-	p, err := au.db.SignerPublished(ctx, au.cfg.Profile)
+	readCtx := ctx
+	if c.ok {
+		// With a publication in hand, a database that does not answer
+		// soon is not waited for (the lock is held meanwhile): the last
+		// one read is served, as the CRL it names is.
+		var cancel context.CancelFunc
+		readCtx, cancel = context.WithTimeout(ctx, crlRecheckWait)
+		defer cancel()
+	}
+	p, err := au.db.SignerPublished(readCtx, au.cfg.Profile)
 	switch {
 	case errors.Is(err, store.ErrNotFound) && c.ok:
 		// Withdrawn? Publications are never deleted; keep the last one.
@@ -75,6 +84,7 @@ func (au *Authority) published(ctx context.Context) (store.SignerPublication, er
 	case err != nil && c.ok:
 		au.log.Warn("reading the signer's publication; serving the last one read", zap.String("event", "signer_publication_read_failed"),
 			zap.String("profile", au.cfg.Profile), zap.Error(err))
+		c.read = now // the next attempt waits for the next recheck, not each request in turn
 		return c.pub, nil
 	case err != nil:
 		return store.SignerPublication{}, err
