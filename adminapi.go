@@ -118,26 +118,12 @@ func (a *AdminAPI) route(rel string) (adminRoute, string, bool) {
 	return rt, id, ok
 }
 
-// maxAdminID bounds the ids the routes take: orders', accounts' and EAB
-// keys' ids are tens of bytes, job ids digits, profile names Caddyfile
-// words.
-const maxAdminID = 256
-
-// clip shortens what a request sent to a length fit for an error message.
-func clip(s string) string {
-	const most = 128
-	if len(s) <= most {
-		return s
-	}
-	return s[:most] + "…"
-}
-
 func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	rt, id, ok := a.route(strings.TrimPrefix(r.URL.Path, adminBase))
 	if !ok {
-		return apiError(http.StatusNotFound, fmt.Errorf("no acme_proxy admin route %s", clip(r.URL.Path)))
+		return apiError(http.StatusNotFound, fmt.Errorf("no acme_proxy admin route %s", operator.Clip(r.URL.Path)))
 	}
-	if len(id) > maxAdminID {
+	if len(id) > operator.MaxID {
 		// No id is that long; answering without echoing it keeps a
 		// megabyte of path out of the answer and the log.
 		return apiError(http.StatusNotFound, fmt.Errorf("not found: no id is %d bytes long", len(id)))

@@ -37,10 +37,9 @@ type UI struct {
 	// User is a placeholder naming the authenticated user; default
 	// {http.auth.user.id}. Behind forward_auth, name the header of the
 	// auth service's answer: {http.reverse_proxy.header.Remote-User},
-	// which is empty when no forward_auth ran. A placeholder of what the
-	// client sent ({http.request.header.…}, cookies, the query) is
-	// refused at load: a route that lost its forward_auth would take a
-	// forged name for a user.
+	// which is empty when no forward_auth ran. Any other placeholder is
+	// refused at load (checkUIUser): a route that lost its forward_auth
+	// would take a forged name for a user.
 	User string `json:"user,omitempty"`
 	// InsecureNoAuth serves requests with no authenticated user, as
 	// "anonymous"; a warning is logged at start. Only for a page that
@@ -99,22 +98,33 @@ func (u *UI) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// checkUIUser refuses a user placeholder that could name someone nobody
-// authenticated: a literal (every request would be that user) and what
-// the client itself sent, but for its TLS client certificate, which
-// Caddy's TLS verified.
+// checkUIUser takes a user placeholder only from the two sources that name
+// someone who was authenticated: Caddy's authentication handlers
+// ({http.auth.user.*}) and forward_auth's answer from the auth service
+// ({http.reverse_proxy.header.*}, empty on a request no forward_auth
+// handled). Anything else could name someone nobody authenticated: a
+// literal or {env.…} (every request would be that user), what the client
+// sent ({http.request.header.…}, cookies, the query, its TLS handshake's
+// names — a client certificate signs in by itself once Caddy's TLS has
+// verified it), or variables a route may have filled from either.
 func checkUIUser(user string) error {
 	name, ok := strings.CutPrefix(user, "{")
 	name, closed := strings.CutSuffix(name, "}")
 	if !ok || !closed || name == "" || strings.ContainsAny(name, "{}") {
 		return fmt.Errorf("%q is not one placeholder such as %s; a fixed name would sign in every request as that name", user, defaultUIUser)
 	}
-	if strings.HasPrefix(name, "http.request.") && !strings.HasPrefix(name, "http.request.tls.") {
-		return fmt.Errorf("%s is what the client sent, which it can forge whenever nothing in front replaces it; "+
-			"behind forward_auth, name the header of the auth service's answer, {http.reverse_proxy.header.<name>}", user)
+	for _, from := range uiUserSources {
+		if strings.HasPrefix(name, from) && len(name) > len(from) {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("%s names no one Caddy authenticated: use {http.auth.user.id} (basic_auth and other authentication handlers) "+
+		"or, behind forward_auth, {http.reverse_proxy.header.<name>} of the auth service's answer; a placeholder of what the client sent "+
+		"can be forged whenever nothing in front replaces it", user)
 }
+
+// uiUserSources are the placeholder prefixes checkUIUser takes.
+var uiUserSources = []string{"http.auth.user.", "http.reverse_proxy.header."}
 
 // ServeHTTP serves the pages and passes anything else on.
 func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {

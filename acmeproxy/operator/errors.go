@@ -41,3 +41,18 @@ func Describe(err error) (status int, message string) {
 	}
 	return status, word + ": " + strings.TrimPrefix(msg, word+": ")
 }
+
+// MaxID bounds the ids the operator's fronts (the admin API, the web page)
+// take in their paths: orders', accounts' and EAB keys' ids are tens of
+// bytes, job ids digits, profile names at most 63. A longer one is
+// answered not found without being echoed.
+const MaxID = 256
+
+// Clip shortens what a request sent to a length fit for an error message.
+func Clip(s string) string {
+	const most = 128
+	if len(s) <= most {
+		return s
+	}
+	return s[:most] + "…"
+}

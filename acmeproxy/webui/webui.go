@@ -181,7 +181,11 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rt, ok := routes[routeKey{kind, id != "", action}]
 	if !ok || len(parts) > 3 || (len(parts) > 1 && id == "") {
-		rq.fail(http.StatusNotFound, fmt.Errorf("no page %s", r.URL.Path))
+		rq.fail(http.StatusNotFound, fmt.Errorf("no page %s", operator.Clip(r.URL.Path)))
+		return
+	}
+	if len(id) > operator.MaxID {
+		rq.fail(http.StatusNotFound, fmt.Errorf("no id is %d bytes long", len(id)))
 		return
 	}
 	if r.Method == http.MethodHead {

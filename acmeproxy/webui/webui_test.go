@@ -158,6 +158,17 @@ func TestAnOrdersProblemIsShownAsTypeAndDetail(t *testing.T) {
 	}
 }
 
+// A path of 10 KB is answered without being echoed whole.
+func TestALongPathIsNotEchoedBack(t *testing.T) {
+	f := newFixture(t, false)
+	for _, path := range []string{"/ops/orders/" + strings.Repeat("x", 10<<10), "/ops/" + strings.Repeat("y", 10<<10)} {
+		w := f.get(t, path)
+		if w.Code != http.StatusNotFound || w.Body.Len() > 4<<10 {
+			t.Errorf("GET %.20s…: %d with %d bytes; want 404 in under 4 KiB", path, w.Code, w.Body.Len())
+		}
+	}
+}
+
 // A job's page offers only what its state allows: a cancelled job may be
 // retried and not cancelled again, and says no "cancel requested".
 func TestAJobsPageOffersOnlyTheActionsItsStateAllows(t *testing.T) {
@@ -213,6 +224,8 @@ func TestEveryPageAnswersWithItsContentAndTheSecurityHeaders(t *testing.T) {
 		{"audit before a bad row", "/ops/audit?before=abc", 400, []string{"before &#34;abc&#34; is not a positive number"}},
 		{"the stylesheet", "/ops/static/ui.css", 200, []string{"prefers-color-scheme"}},
 		{"an unknown page", "/ops/secrets", 404, []string{"no page"}},
+		{"an order id of 10 KB, not echoed", "/ops/orders/" + strings.Repeat("x", 10<<10), 404, []string{"no id is 10240 bytes long"}},
+		{"an unknown page of 10 KB, clipped", "/ops/" + strings.Repeat("y", 10<<10), 404, []string{"no page /ops/yyy"}},
 		{"a page too deep", "/ops/orders/order1/revoke/now", 404, []string{"no page"}},
 	}
 	for _, tt := range tests {
