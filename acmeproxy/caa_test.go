@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,13 +37,18 @@ type lateCAA struct {
 	mu    sync.Mutex
 	c     *validate.CAAChecker
 	asked []string
+	// gate, when set, runs before each lookup (a test holds lookups back).
+	gate func()
 }
 
 func (l *lateCAA) CheckCAA(ctx context.Context, domain string, wildcard bool, accountID, method string) error {
 	l.mu.Lock()
-	c := l.c
+	c, gate := l.c, l.gate
 	l.asked = append(l.asked, domain)
 	l.mu.Unlock()
+	if gate != nil {
+		gate()
+	}
 	return c.CheckCAA(ctx, domain, wildcard, accountID, method)
 }
 
@@ -265,6 +271,45 @@ func TestFinalizeChecksCAAAgainWhenTheValidationIsOlderThanEightHours(t *testing
 		t.Fatalf("finalize after the records name this CA: %d %s", r.status, r.body)
 	}
 	alice.await(stale.url, "valid")
+}
+
+// The CAA lookups a finalize makes again run side by side: each of four
+// names' lookups waits here until all four have begun, which lookups one
+// after another never reach (behind slow DNS they would outlast the
+// request's deadline on every finalize).
+func TestAFinalizeChecksTheCAAOfItsNamesSideBySide(t *testing.T) {
+	e, d, clk, late := caaEnvChecker(t)
+	alice := e.rawClient()
+	alice.register()
+	names := []string{"n1." + caaTestZone, "n2." + caaTestZone, "n3." + caaTestZone, "n4." + caaTestZone}
+	for _, n := range names {
+		d.AddCAA(n, 0, "issue", caaTestIdentity)
+	}
+	o := alice.readyOrder(names...)
+	clk.Advance(authority.CAARecheckAfter + time.Minute)
+	var (
+		arrived    atomic.Int32
+		allBegun   = make(chan struct{})
+		sideBySide atomic.Bool
+	)
+	late.mu.Lock()
+	late.gate = func() {
+		if arrived.Add(1) == int32(len(names)) {
+			sideBySide.Store(true)
+			close(allBegun)
+		}
+		select {
+		case <-allBegun:
+		case <-time.After(5 * time.Second): // one after another: give up waiting
+		}
+	}
+	late.mu.Unlock()
+	if r := alice.finalize(o, newCSR(t, newKey(t), "", names, nil)); r.status != http.StatusOK {
+		t.Fatalf("finalize: %d %s", r.status, r.body)
+	}
+	if !sideBySide.Load() {
+		t.Errorf("the finalize's %d CAA lookups never ran at once", len(names))
+	}
 }
 
 // CAA does not apply to IP addresses (RFC 8738 §7): an IP identifier

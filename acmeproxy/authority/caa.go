@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,6 +42,10 @@ func (au *Authority) checkCAA(ctx context.Context, a store.Authz, method string)
 	return au.caa.CheckCAA(ctx, a.Identifier.Value, a.Wildcard, a.AccountID, method)
 }
 
+// caaRecheckParallel is how many of an order's CAA lookups caaRecheck
+// runs at once.
+const caaRecheckParallel = 16
+
 // caaRecheck checks again, at finalize, the CAA records of each of the
 // order's authorizations validated more than CAARecheckAfter ago. It
 // returns nil, the problem refusing the order (a subproblem per refused
@@ -56,10 +61,11 @@ func (au *Authority) caaRecheck(ctx context.Context, o store.Order, cl Client) e
 		return nil
 	}
 	now := au.clock.Now()
-	var (
-		subs []*problem.Problem
-		evs  []store.AuditEvent
-	)
+	type stale struct {
+		a      store.Authz
+		method string
+	}
+	var todo []stale
 	for _, id := range o.AuthzIDs {
 		a, err := au.db.GetAuthz(ctx, au.cfg.Profile, id)
 		if err != nil {
@@ -74,7 +80,28 @@ func (au *Authority) caaRecheck(ctx context.Context, o store.Order, cl Client) e
 		if valid == nil || now.Sub(valid.Validated) <= CAARecheckAfter {
 			continue // not ours to judge here (a ready order's are all valid), or fresh
 		}
-		err = au.checkCAA(ctx, a, valid.Type)
+		todo = append(todo, stale{a, valid.Type})
+	}
+	// The lookups run side by side, caaRecheckParallel at a time: one
+	// after another, an order of a few names behind slow DNS would outlast
+	// its request's deadline on every finalize.
+	results := make([]error, len(todo))
+	var wg sync.WaitGroup
+	turns := make(chan struct{}, caaRecheckParallel)
+	for i, st := range todo {
+		wg.Go(func() {
+			turns <- struct{}{}
+			defer func() { <-turns }()
+			results[i] = au.checkCAA(ctx, st.a, st.method)
+		})
+	}
+	wg.Wait()
+	var (
+		subs []*problem.Problem
+		evs  []store.AuditEvent
+	)
+	for i, st := range todo {
+		a, err := st.a, results[i]
 		if err == nil {
 			continue
 		}
