@@ -138,7 +138,7 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	// As an ACME request is, an operator's is bounded, so that a database
 	// that does not answer is a 503 rather than a hung CLI.
-	ctx, cancel := context.WithTimeout(r.Context(), authority.DefaultRequestDeadline)
+	ctx, cancel := context.WithTimeout(r.Context(), operator.RequestDeadline)
 	defer cancel()
 	return rt.handle(w, r.WithContext(ctx), app.Operator(), id)
 }

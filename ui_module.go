@@ -11,7 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/webui"
 )
 
@@ -133,7 +133,7 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 	}
 	// Bounded as the admin API's requests are: a database that does not
 	// answer is a 503 page, not a page that never loads.
-	ctx, cancel := context.WithTimeout(r.Context(), authority.DefaultRequestDeadline)
+	ctx, cancel := context.WithTimeout(r.Context(), operator.RequestDeadline)
 	defer cancel()
 	u.ui.ServeHTTP(w, r.WithContext(ctx))
 	return nil

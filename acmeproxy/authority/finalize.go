@@ -73,8 +73,12 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 	if !won {
 		return o, problem.OrderNotReadyF("the order is already being finalized")
 	}
-	// From here the order is ours; finish it even if the client goes away.
-	ctx = context.WithoutCancel(ctx)
+	// From here the order is ours; finish it even if the client goes away
+	// or the request's deadline passes — within a deadline of its own, so
+	// that a database that stops answering now leaves the order processing
+	// for the resume sweep rather than the request hanging.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultRequestDeadline)
+	defer cancel()
 	return au.issue(ctx, o, signer.IssueRequest{
 		OrderID: o.ID, Profile: au.cfg.Profile, CSR: csr, CSRDER: der,
 		Identifiers: idents, NotBefore: o.NotBefore, NotAfter: o.NotAfter,

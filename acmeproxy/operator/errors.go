@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -41,6 +42,12 @@ func Describe(err error) (status int, message string) {
 	}
 	return status, word + ": " + strings.TrimPrefix(msg, word+": ")
 }
+
+// RequestDeadline bounds each request of the operator's fronts, so that a
+// database that does not answer is a 503 rather than a hung CLI or page;
+// minutes, not the ACME front's seconds, for the bulk changes an operator
+// makes (an audit prune of millions of rows, a renew-early of an issuer).
+const RequestDeadline = 5 * time.Minute
 
 // MaxID bounds the ids the operator's fronts (the admin API, the web page)
 // take in their paths: orders', accounts' and EAB keys' ids are tens of
