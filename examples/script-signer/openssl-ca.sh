@@ -108,13 +108,24 @@ subjectAltName         = $san
 EXT
 	dates=(-days 90)
 	asn1() { date -u -d "$1" +%Y%m%d%H%M%SZ; }
+	secs() { date -u -d "$1" +%s; }
 	nb=$(jq -r '.not_before // empty' <<<"$req")
 	na=$(jq -r '.not_after // empty' <<<"$req")
+	# The dates asked for are signed as asked or refused (RFC 8555 §7.4):
+	# at most 90 days, never past this CA's own end.
+	now=$(date -u +%s)
+	ca_end=$(secs "$(openssl x509 -in "$CA_DIR/ca.crt" -noout -enddate | cut -d= -f2)")
+	start=$now
+	if [[ -n $nb ]]; then start=$(secs "$nb"); fi
+	end=$((start + 90 * 86400))
+	if [[ -n $na ]]; then end=$(secs "$na"); fi
+	((end - start <= 90 * 86400)) || die 2 "badValidity: this CA signs at most 90 days"
+	((end <= ca_end)) || die 2 "badValidity: the window ends after this CA does"
 	if [[ -n $na ]]; then dates=(-enddate "$(asn1 "$na")"); fi
 	if [[ -n $nb ]]; then dates+=(-startdate "$(asn1 "$nb")"); fi
 	openssl ca -batch -notext -config "$cnf" -extfile "$work/ext.cnf" -extensions leaf \
 		-subj "/CN=${first:0:64}" "${dates[@]}" -in "$work/csr.pem" -out "$work/leaf.pem" 2>"$work/err" ||
-		die 1 "openssl ca: $(grep -m1 -v '^Using configuration' "$work/err" || true)"
+		die 1 "openssl ca: $( (grep -m1 '^ERROR:' "$work/err" || grep -v '^Using configuration' "$work/err" | tail -n1) || true)"
 	cat "$work/leaf.pem" "$CA_DIR/ca.crt"
 	;;
 revoke)
@@ -133,7 +144,7 @@ revoke)
 	*) reason=unspecified ;; # openssl ca knows no privilegeWithdrawn (9)
 	esac
 	openssl ca -config "$cnf" -revoke "$work/cert.pem" -crl_reason "$reason" 2>"$work/err" ||
-		die 1 "openssl ca -revoke: $(grep -m1 -v '^Using configuration' "$work/err" || true)"
+		die 1 "openssl ca -revoke: $( (grep -m1 '^ERROR:' "$work/err" || grep -v '^Using configuration' "$work/err" | tail -n1) || true)"
 	openssl ca -config "$cnf" -gencrl -out "$CA_DIR/crl.pem" 2>/dev/null
 	;;
 *)

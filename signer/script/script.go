@@ -311,11 +311,15 @@ func (s *Signer) signedChain(order string) [][]byte {
 }
 
 // refusal reads the kind of an exit-2 refusal from the program's first
-// stderr line: "rejectedIdentifier: <why>" refuses a name, anything else
-// the CSR.
+// stderr line: "rejectedIdentifier: <why>" refuses a name,
+// "badValidity: <why>" the notBefore/notAfter asked for (RFC 8555 §7.4:
+// refused rather than signed with other dates), anything else the CSR.
 func refusal(line string) (signer.Kind, string) {
 	if why, ok := strings.CutPrefix(line, "rejectedIdentifier:"); ok {
 		return signer.KindRejectedIdentifier, strings.TrimSpace(why)
+	}
+	if why, ok := strings.CutPrefix(line, "badValidity:"); ok {
+		return signer.KindBadValidity, strings.TrimSpace(why)
 	}
 	if why, ok := strings.CutPrefix(line, "badCSR:"); ok {
 		return signer.KindBadCSR, strings.TrimSpace(why)

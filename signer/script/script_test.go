@@ -189,6 +189,8 @@ func TestEachWayTheProgramEndsHasItsOutcome(t *testing.T) {
 		{name: "exit 0 with oversized output", body: "cat CHAIN; head -c 2000000 /dev/zero", outcome: "retry", reason: "wrote more than 1048576 bytes on stdout"},
 		{name: "exit 2 refusing a name", body: "echo 'rejectedIdentifier: a.example.com is not ours' >&2; exit 2", outcome: "done",
 			refused: signer.KindRejectedIdentifier, refusedWhy: "refused the request: a.example.com is not ours"},
+		{name: "exit 2 refusing the dates", body: "echo 'badValidity: at most 90 days' >&2; exit 2", outcome: "done",
+			refused: signer.KindBadValidity, refusedWhy: "refused the request: at most 90 days"},
 		{name: "exit 2 refusing the CSR", body: "echo 'RSA keys only' >&2; exit 2", outcome: "done",
 			refused: signer.KindBadCSR, refusedWhy: "refused the request: RSA keys only"},
 		{name: "exit 75", body: "echo 'the HSM is busy' >&2; exit 75", outcome: "retry_after", reason: "failed temporarily: exited with status 75: the HSM is busy"},
