@@ -238,7 +238,8 @@ func TestLoadingABadRelayConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 		{"dns with http01", map[string]any{"directory": dir, "challenge": "http01", "dns": map[string]any{"name": "acmeproxytest"}}, "signer.dns: only used with challenge dns01"},
 		{"unknown dns provider", map[string]any{"directory": dir, "dns": map[string]any{"name": "nosuchprovider"}}, "signer.dns: loading module"},
 		{"missing trusted roots", map[string]any{"directory": dir, "challenge": "bypass", "trusted_roots": "/nonexistent/roots.pem"}, "signer.trusted_roots: open /nonexistent/roots.pem"},
-		{"bad eab key", map[string]any{"directory": dir, "challenge": "bypass", "eab": map[string]string{"key_id": "k", "mac_key": "not base64!"}}, "eab hmac key must be base64url"},
+		{"bad eab key", map[string]any{"directory": dir, "challenge": "bypass", "eab": map[string]string{"key_id": "k", "mac_key": "not base64!"}}, "signer.eab: the hmac key must be base64url"},
+		{"directory that is not http(s)", map[string]any{"directory": "ftp://x/dir", "challenge": "bypass"}, `signer.directory: "ftp://x/dir" must be an absolute https:// (or http://) URL`},
 		{"negative propagation delay", map[string]any{"directory": dir, "propagation_delay": -1}, "signer.propagation_delay: must not be negative"},
 		{"prepare_upstream neither on nor off", map[string]any{"directory": dir, "challenge": "bypass", "prepare_upstream": "yes"}, `signer.prepare_upstream: "yes" must be on or off`},
 	}

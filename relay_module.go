@@ -2,6 +2,7 @@ package caddyacmeproxy
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -195,6 +196,9 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 	}
 	opts.Observe = observeUpstream
 	if r.Signer, err = relay.New(opts); err != nil {
+		if oe, ok := errors.AsType[*relay.OptionError](err); ok {
+			return fmt.Errorf("signer.%s: %s", oe.Option, oe.Problem)
+		}
 		return fmt.Errorf("signer: %w", err)
 	}
 	return nil

@@ -152,13 +152,23 @@ type Signer struct {
 	nonces nonceStash // for the relay's own requests (download.go)
 }
 
+// OptionError is New's refusal of one of its options, named as the
+// relay's configuration names it, so that the Caddy module can say which
+// key is wrong.
+type OptionError struct {
+	Option  string // "directory", "challenge", "dns", "eab"
+	Problem string
+}
+
+func (e *OptionError) Error() string { return "relay: " + e.Option + ": " + e.Problem }
+
 // New checks opts and returns a Signer. It does not contact the upstream:
 // the account is registered by the first relay, so that an unreachable
 // upstream never stops Caddy from loading its configuration.
 func New(opts Options) (*Signer, error) {
 	u, err := url.Parse(opts.Directory)
 	if opts.Directory == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, fmt.Errorf("relay: directory %q must be an absolute https:// URL", opts.Directory)
+		return nil, &OptionError{"directory", fmt.Sprintf("%q must be an absolute https:// (or http://) URL", opts.Directory)}
 	}
 	if opts.Storage == nil {
 		return nil, errors.New("relay: no storage for the upstream account")
@@ -166,18 +176,18 @@ func New(opts Options) (*Signer, error) {
 	switch opts.Challenge {
 	case ChallengeDNS01:
 		if opts.DNS == nil || opts.DNS.DNSProvider == nil {
-			return nil, errors.New("relay: challenge dns01 needs a DNS provider")
+			return nil, &OptionError{"dns", "challenge dns01 needs a DNS provider"}
 		}
 	case ChallengeHTTP01, ChallengeBypass:
 	default:
-		return nil, fmt.Errorf("relay: challenge %q must be dns01, http01 or bypass", opts.Challenge)
+		return nil, &OptionError{"challenge", fmt.Sprintf("%q must be dns01, http01 or bypass", opts.Challenge)}
 	}
 	if opts.EAB != nil {
 		if opts.EAB.KeyID == "" {
-			return nil, errors.New("relay: eab key id is empty")
+			return nil, &OptionError{"eab", "the key id is empty"}
 		}
 		if _, err := base64.RawURLEncoding.DecodeString(opts.EAB.MACKey); err != nil || opts.EAB.MACKey == "" {
-			return nil, errors.New("relay: eab hmac key must be base64url without padding")
+			return nil, &OptionError{"eab", "the hmac key must be base64url without padding"}
 		}
 	}
 	if opts.MaxAttempts <= 0 {
