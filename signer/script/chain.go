@@ -23,6 +23,11 @@ func parseChain(out []byte, csrKey crypto.PublicKey, idents []acme.Identifier) (
 	var certs []*x509.Certificate
 	rest := out
 	for {
+		// pem.Decode skips any text before a block; only whitespace may
+		// stand there.
+		if next := bytes.TrimLeft(rest, " \t\r\n"); len(next) > 0 && !bytes.HasPrefix(next, []byte("-----BEGIN ")) {
+			return nil, errors.New("output holds something other than PEM certificates")
+		}
 		var b *pem.Block
 		b, rest = pem.Decode(rest)
 		if b == nil {

@@ -39,6 +39,8 @@ func TestOnlyAChainCertifyingTheCSRKeyForTheOrdersNamesIsACertificate(t *testing
 		{name: "garbage", out: []byte("Signed OK, see /tmp/cert.pem\n"), wantErr: "other than PEM"},
 		{name: "nothing", out: nil, wantErr: "no PEM certificate"},
 		{name: "garbage after the chain", out: append(pemOf(good, ca.inter), "done\n"...), wantErr: "other than PEM"},
+		{name: "garbage before the chain", out: append([]byte("Signature ok\n"), pemOf(good, ca.inter)...), wantErr: "other than PEM"},
+		{name: "garbage between the certificates", out: append(append(pemOf(good), "INTERLEAVED\n"...), pemOf(ca.inter)...), wantErr: "other than PEM"},
 		{name: "a private key in the output", out: append(pemOf(good), keyPEM...), wantErr: `"EC PRIVATE KEY"`},
 		{name: "a CERTIFICATE block that does not parse", out: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte{1, 2, 3}}), wantErr: "does not parse"},
 		{name: "an intermediate that did not sign the leaf", out: pemOf(good, other.inter), wantErr: "certificate 1 of the output is not signed by certificate 2"},
