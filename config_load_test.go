@@ -404,6 +404,16 @@ type issuingCAFiles struct{ cert, key string }
 // notAfter, and its key, into the test's temporary directory.
 func writeIssuingCA(t *testing.T, cn string, notBefore, notAfter time.Time) issuingCAFiles {
 	t.Helper()
+	dir := t.TempDir()
+	f := issuingCAFiles{cert: filepath.Join(dir, "ca.pem"), key: filepath.Join(dir, "ca.key")}
+	writeIssuingCAFiles(t, f, cn, notBefore, notAfter)
+	return f
+}
+
+// writeIssuingCAFiles writes a self-signed issuing CA valid from notBefore
+// to notAfter into f.cert, and its key (PKCS #8) into f.key.
+func writeIssuingCAFiles(t testing.TB, f issuingCAFiles, cn string, notBefore, notAfter time.Time) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -419,13 +429,10 @@ func writeIssuingCA(t *testing.T, cn string, notBefore, notAfter time.Time) issu
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	f := issuingCAFiles{cert: filepath.Join(dir, "ca.pem"), key: filepath.Join(dir, "ca.key")}
 	if err := os.WriteFile(f.cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(f.key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return f
 }

@@ -2,15 +2,8 @@ package caddyacmeproxy
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"maps"
-	"math/big"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -190,32 +183,14 @@ func newProvisionSandbox(f *testing.F) *provisionSandbox {
 	if err := os.Mkdir(pems, 0o700); err != nil {
 		f.Fatal(err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := issuingCAFiles{cert: filepath.Join(pems, "intermediate.pem"), key: filepath.Join(pems, "intermediate.key")}
+	writeIssuingCAFiles(f, ca, "fuzz issuing CA", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+	certPEM, err := os.ReadFile(ca.cert)
 	if err != nil {
 		f.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fuzz issuing CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(pems, "upstream-roots.pem"), certPEM, 0o600); err != nil {
 		f.Fatal(err)
-	}
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		f.Fatal(err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	for name, data := range map[string][]byte{
-		"intermediate.pem":   certPEM,
-		"intermediate.key":   pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
-		"upstream-roots.pem": certPEM,
-	} {
-		if err := os.WriteFile(filepath.Join(pems, name), data, 0o600); err != nil {
-			f.Fatal(err)
-		}
 	}
 	return &provisionSandbox{dir: dir}
 }
