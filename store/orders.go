@@ -374,9 +374,7 @@ func insertChallenges(n int) string {
 // order.
 func (db *DB) checkNotReplaced(ctx context.Context, tx *sql.Tx, certID string, now time.Time) error {
 	var by string
-	err := tx.QueryRowContext(ctx, db.q(`SELECT id FROM orders WHERE replaces_certificate_id = ?
-		AND status <> 'invalid' AND NOT (status IN ('pending','ready') AND expires_at <= ?) LIMIT 1`),
-		certID, now.UnixMilli()).Scan(&by)
+	err := tx.QueryRowContext(ctx, db.q(`SELECT id `+liveReplacementOf), certID, now.UnixMilli()).Scan(&by)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil
@@ -386,14 +384,18 @@ func (db *DB) checkNotReplaced(ctx context.Context, tx *sql.Tx, certID string, n
 	return fmt.Errorf("%w: certificate %s is already replaced by order %s", ErrConflict, certID, by)
 }
 
+// liveReplacementOf finds the live order replacing a certificate (its id,
+// then now): not invalid, and not a pending or ready order past its expiry
+// (which is invalid, whether or not a sweep has rewritten its row yet).
+const liveReplacementOf = `FROM orders WHERE replaces_certificate_id = ?
+	AND status <> 'invalid' AND NOT (status IN ('pending','ready') AND expires_at <= ?) LIMIT 1`
+
 // ReplacementOf reports whether a live order replaces certificate certID
 // (live as checkNotReplaced counts it) and whether that order is finalized
 // (processing or valid). checkNotReplaced lets at most one be live.
 func (db *DB) ReplacementOf(ctx context.Context, certID string, now time.Time) (live, finalized bool, err error) {
 	var status string
-	err = db.r.QueryRowContext(ctx, db.q(`SELECT status FROM orders WHERE replaces_certificate_id = ?
-		AND status <> 'invalid' AND NOT (status IN ('pending','ready') AND expires_at <= ?) LIMIT 1`),
-		certID, now.UnixMilli()).Scan(&status)
+	err = db.r.QueryRowContext(ctx, db.q(`SELECT status `+liveReplacementOf), certID, now.UnixMilli()).Scan(&status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, false, nil
