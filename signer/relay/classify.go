@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/retryafter"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"net/http"
 	"sync"
 	"time"
@@ -47,7 +48,11 @@ type failure struct {
 	// forgetAccount: the upstream no longer knows our account; register
 	// again before the next attempt.
 	forgetAccount bool
-	reason        string
+	// refusal is, for an upstream that stated why it will not issue for
+	// the client's request (its CSR, its names), the signer's refusal to
+	// pass on to the client; zero when the reason is ours or unstated.
+	refusal signer.Kind
+	reason  string
 }
 
 // Bounds on a wait the upstream asks for.
@@ -103,6 +108,7 @@ func classify(err error, last response) failure {
 			// The CA stated a reason: badCSR, rejectedIdentifier,
 			// unauthorized, malformed (our JWS), caa, dns, ...
 			f.verdict = giveUp
+			f.refusal = refusalOf(p.Type)
 		}
 	} else if last.status == http.StatusTooManyRequests {
 		f.verdict = coolDown
@@ -116,6 +122,23 @@ func classify(err error, last response) failure {
 		f.after = defaultCoolDown
 	}
 	return f
+}
+
+// refusalOf is the refusal an upstream's problem type is for the client:
+// the relay passes the client's CSR byte for byte and asks for its names,
+// so an upstream that refuses the CSR or a name refuses the client's
+// request, which its client should hear as such rather than as our
+// internal error (which it would retry). Every other stated reason
+// (unauthorized, malformed, a failed validation of our own answer) is
+// about the relay's own requests: zero.
+func refusalOf(typ string) signer.Kind {
+	switch typ {
+	case acme.ProblemTypeBadCSR, acme.ProblemTypeBadPublicKey:
+		return signer.KindBadCSR
+	case acme.ProblemTypeRejectedIdentifier, acme.ProblemTypeUnsupportedIdentifier, acme.ProblemTypeCAA:
+		return signer.KindRejectedIdentifier
+	}
+	return 0
 }
 
 // response is what classify needs from an upstream HTTP response.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/mholt/acmez/v3/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
 // fakeUpstream is an ACME server whose directory and nonces work and whose
@@ -94,6 +96,8 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 		// outcome is the start of the job outcome's String.
 		outcome       string
 		forgetAccount bool
+		// refusal is what the client is told, zero for the generic problem.
+		refusal signer.Kind
 	}{
 		{name: "connection refused", want: retry, outcome: "retry: "},
 		{name: "timeout", hang: true, want: retry, outcome: "retry: timed out"},
@@ -114,8 +118,11 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 		{name: "429 without Retry-After", answer: problemAnswer(429, ns+"rateLimited", "slow down"),
 			want: coolDown, after: defaultCoolDown, outcome: "retry after 1m0s: "},
 		{name: "403 unauthorized", answer: problemAnswer(403, ns+"unauthorized", "account is not allowed"), want: giveUp, outcome: "failed: "},
-		{name: "400 badCSR", answer: problemAnswer(400, ns+"badCSR", "key too small"), want: giveUp, outcome: "failed: "},
-		{name: "400 rejectedIdentifier", answer: problemAnswer(400, ns+"rejectedIdentifier", "forbidden by policy"), want: giveUp, outcome: "failed: "},
+		{name: "400 badCSR", answer: problemAnswer(400, ns+"badCSR", "key too small"), want: giveUp, outcome: "failed: ", refusal: signer.KindBadCSR},
+		{name: "400 badPublicKey", answer: problemAnswer(400, ns+"badPublicKey", "key too small"), want: giveUp, outcome: "failed: ", refusal: signer.KindBadCSR},
+		{name: "400 rejectedIdentifier", answer: problemAnswer(400, ns+"rejectedIdentifier", "forbidden by policy"), want: giveUp, outcome: "failed: ", refusal: signer.KindRejectedIdentifier},
+		{name: "400 unsupportedIdentifier", answer: problemAnswer(400, ns+"unsupportedIdentifier", "no email identifiers"), want: giveUp, outcome: "failed: ", refusal: signer.KindRejectedIdentifier},
+		{name: "403 caa", answer: problemAnswer(403, ns+"caa", "CAA forbids issuance"), want: giveUp, outcome: "failed: ", refusal: signer.KindRejectedIdentifier},
 		{name: "400 malformed JWS", answer: problemAnswer(400, ns+"malformed", "JWS verification error"), want: giveUp, outcome: "failed: "},
 		{name: "400 badSignatureAlgorithm", answer: problemAnswer(400, ns+"badSignatureAlgorithm", "ES512 is not supported"), want: giveUp, outcome: "failed: "},
 		{name: "accountDoesNotExist", answer: problemAnswer(400, ns+"accountDoesNotExist", "no such account"),
@@ -146,6 +153,9 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 				t.Fatal("the upstream call succeeded")
 			}
 			f := classify(err, rec.lastResponse())
+			if f.refusal != tt.refusal {
+				t.Errorf("classify's refusal for the client = %d; want %d\nerror: %v", f.refusal, tt.refusal, err)
+			}
 			if f.verdict != tt.want || f.after != tt.after || f.forgetAccount != tt.forgetAccount {
 				t.Errorf("classify = %s after %s (forget account %v); want %s after %s (%v)\nerror: %v",
 					f.verdict, f.after, f.forgetAccount, tt.want, tt.after, tt.forgetAccount, err)

@@ -140,6 +140,11 @@ type Signer struct {
 	// issued holds, per order whose finalize waits here for its relay, a
 	// channel closed once the order's certificate is recorded (see Issue).
 	issued map[string]chan struct{}
+	// refusals holds, per order whose attempt the upstream refused for
+	// the client's request, the refusal AbandonJob passes to the client
+	// (see failure.refusal). A job given up on is abandoned at once by
+	// the runner that ran it, in this process.
+	refusals map[string]signer.Kind
 	// afterIssued, if set, runs in an attempt after it announced the
 	// certificate recorded (tests: the job's own bookkeeping held back).
 	afterIssued func()
@@ -516,6 +521,14 @@ func (s *Signer) outcome(ctx context.Context, b *signer.Binding, log *zap.Logger
 	if f.verdict == coolDown {
 		s.coolDown(f.after)
 	}
+	if f.verdict == giveUp && f.refusal != 0 {
+		s.mu.Lock()
+		if s.refusals == nil {
+			s.refusals = make(map[string]signer.Kind)
+		}
+		s.refusals[ro.OrderID] = f.refusal
+		s.mu.Unlock()
+	}
 	return outcomeFor(f, reason)
 }
 
@@ -533,7 +546,9 @@ func outcomeFor(f failure, reason string) jobs.Outcome {
 }
 
 // AbandonJob marks the order invalid through the Settler, with the real
-// reason for the operator, and records it on the mapping too.
+// reason for the operator, and records it on the mapping too. An order the
+// upstream refused for its CSR or names fails with that refusal's problem
+// (badCSR, rejectedIdentifier) instead of the generic one.
 func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 	var p issuePayload
 	if jobs.Decode(job, &p) != nil {
@@ -554,7 +569,17 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 	if !strings.Contains(reason, s.opts.Directory) {
 		detail = "relay to " + s.opts.Directory + " failed: " + reason
 	}
-	if err := b.Settler.Failed(ctx, p.Order, detail); err != nil {
+	s.mu.Lock()
+	refusal := s.refusals[p.Order]
+	delete(s.refusals, p.Order)
+	s.mu.Unlock()
+	settle := b.Settler.Failed
+	if refusal != 0 {
+		settle = func(ctx context.Context, order, detail string) error {
+			return b.Settler.Refused(ctx, order, refusal, detail)
+		}
+	}
+	if err := settle(ctx, p.Order, detail); err != nil {
 		log.Error("recording a failed relay", zap.String("event", "relay_fail_record_failed"),
 			zap.String("order", p.Order), zap.Error(err))
 	}
