@@ -101,6 +101,11 @@ const (
 	RevokeByJob
 )
 
+// ErrRevocationRefused marks a backend's stated refusal to revoke (an
+// upstream CA's problem document, a program's exit 2): the revocation
+// fails at once instead of being retried until the certificate expires.
+var ErrRevocationRefused = errors.New("the backend refused the revocation")
+
 // Signer produces certificates for one profile.
 type Signer interface {
 	// Issue signs now (Chain) or accepts the work and finishes it later
@@ -111,7 +116,9 @@ type Signer interface {
 	// must treat the repeat as a no-op.
 	Issue(ctx context.Context, req IssueRequest) (IssueOutcome, error)
 	// Revoke withdraws trust at whatever issued the certificate. It is
-	// idempotent. reason is an RFC 5280 CRLReason code, nil for none.
+	// idempotent. reason is an RFC 5280 CRLReason code, nil for none. An
+	// error that is ErrRevocationRefused is the backend's stated refusal,
+	// which asking again cannot change; any other is tried again.
 	Revoke(ctx context.Context, cert *x509.Certificate, reason *int) error
 	// RevocationRoute says whether revocation is a local ledger write or a
 	// job.

@@ -592,6 +592,10 @@ func (au *Authority) runRevoke(ctx context.Context, p revokePayload) jobs.Outcom
 		if ctx.Err() != nil {
 			return jobs.RetryAfter("interrupted: "+err.Error(), 0)
 		}
+		if errors.Is(err, signer.ErrRevocationRefused) {
+			// The backend said no; the abandon audits and logs it.
+			return jobs.Failed(err.Error())
+		}
 		au.log.Warn("revocation at the backend failed", zap.String("event", "revocation_attempt_failed"),
 			zap.String("profile", au.cfg.Profile), zap.String("order", p.Order), zap.Error(err))
 		return jobs.Retry(err.Error())

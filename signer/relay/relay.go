@@ -625,7 +625,8 @@ func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int
 	if err != nil {
 		return err
 	}
-	c := s.client(&recorder{base: s.transport, now: s.clock.Now})
+	rec := &recorder{base: s.transport, now: s.clock.Now}
+	c := s.client(rec)
 	acct, err := s.account(ctx, c, b.Profile)
 	if err != nil {
 		return err
@@ -639,10 +640,17 @@ func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int
 	if errors.As(err, &p) && p.Type == acme.ProblemTypeAlreadyRevoked {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("relay: revoking at %s: %w", s.opts.Directory, err)
+	if err == nil {
+		return nil
 	}
-	return nil
+	f := classify(err, rec.lastResponse())
+	if f.forgetAccount {
+		s.forgetAccount(ctx, b.Profile)
+	}
+	if f.verdict == giveUp {
+		return fmt.Errorf("relay: revoking at %s: %w: %w", s.opts.Directory, signer.ErrRevocationRefused, err)
+	}
+	return fmt.Errorf("relay: revoking at %s: %w", s.opts.Directory, err)
 }
 
 // RevocationRoute is signer.RevokeByJob: the upstream must be told.

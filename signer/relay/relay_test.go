@@ -27,9 +27,10 @@ import (
 
 // fakeSettler records what a signer reports.
 type fakeSettler struct {
-	mu     sync.Mutex
-	issued map[string][][]byte
-	failed map[string][]string
+	mu      sync.Mutex
+	issued  map[string][][]byte
+	failed  map[string][]string
+	refused map[string]signer.Kind
 }
 
 func (f *fakeSettler) Issued(_ context.Context, id string, chain [][]byte) error {
@@ -46,9 +47,14 @@ func (f *fakeSettler) Failed(_ context.Context, id, detail string) error {
 	return nil
 }
 
-// Refused is never called by the relay, which refuses nothing after
-// finalize; a call is recorded as a failure so a test would see it.
-func (f *fakeSettler) Refused(ctx context.Context, id string, _ signer.Kind, detail string) error {
+// Refused records the refusal's kind, and its detail as a failure.
+func (f *fakeSettler) Refused(ctx context.Context, id string, kind signer.Kind, detail string) error {
+	f.mu.Lock()
+	if f.refused == nil {
+		f.refused = map[string]signer.Kind{}
+	}
+	f.refused[id] = kind
+	f.mu.Unlock()
 	return f.Failed(ctx, id, "refused: "+detail)
 }
 

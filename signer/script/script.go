@@ -374,8 +374,9 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 	}
 }
 
-// Revoke runs the program to revoke cert (when revoke is on). Any exit
-// but 0 is an error, which the signer_revoke job retries.
+// Revoke runs the program to revoke cert (when revoke is on). Exit 2 is
+// the program's refusal (signer.ErrRevocationRefused); any other exit but
+// 0 is an error, which the signer_revoke job retries.
 func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int) error {
 	if !s.opts.Revoke {
 		return nil
@@ -403,6 +404,9 @@ func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int
 		Stdin: in, Timeout: s.opts.Timeout})
 	if err != nil {
 		return err
+	}
+	if res.Exit == ExitRefused && !res.TimedOut && !res.Interrupted && res.Signal == 0 {
+		return fmt.Errorf("script: revoking serial %x: %w: %s %s", cert.SerialNumber, signer.ErrRevocationRefused, s.opts.Command[0], res.describe())
 	}
 	if res.TimedOut || res.Interrupted || res.Signal != 0 || res.Exit != ExitOK {
 		return fmt.Errorf("script: revoking serial %x: %s %s", cert.SerialNumber, s.opts.Command[0], res.describe())

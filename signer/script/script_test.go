@@ -302,11 +302,14 @@ func TestRevokeHandsTheCertificateToTheProgramAndFailsUnlessItExitsZero(t *testi
 		revoke  bool
 		ran     bool
 		wantErr string
+		// refused: the error is the program's refusal, not tried again.
+		refused bool
 	}{
-		{"exit 0 revokes", "exit 0", true, true, ""},
-		{"exit 2 is an error", "echo 'unknown serial' >&2; exit 2", true, true, "exited with status 2: unknown serial"},
-		{"exit 75 is an error", "exit 75", true, true, "exited with status 75"},
-		{"revoke off does not run the program", "exit 1", false, false, ""},
+		{"exit 0 revokes", "exit 0", true, true, "", false},
+		{"exit 2 is the program's refusal", "echo 'unknown serial' >&2; exit 2", true, true, "exited with status 2: unknown serial", true},
+		{"exit 75 is an error tried again", "exit 75", true, true, "exited with status 75", false},
+		{"exit 1 is an error tried again", "exit 1", true, true, "exited with status 1", false},
+		{"revoke off does not run the program", "exit 1", false, false, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -315,6 +318,9 @@ func TestRevokeHandsTheCertificateToTheProgramAndFailsUnlessItExitsZero(t *testi
 			err := b.s.Revoke(ctx, leaf, &reason)
 			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("Revoke: %v; want error %q", err, tt.wantErr)
+			}
+			if got := errors.Is(err, signer.ErrRevocationRefused); got != tt.refused {
+				t.Errorf("Revoke: %v; refused = %v, want %v", err, got, tt.refused)
 			}
 			raw, rerr := os.ReadFile(in)
 			if !tt.ran {

@@ -1,0 +1,68 @@
+package acmeproxy
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// refusingBackend issues as the local CA and revokes at a backend, by
+// job, which refuses every revocation.
+type refusingBackend struct {
+	*localca.Signer
+	asked atomic.Int32
+}
+
+func (r *refusingBackend) Revoke(context.Context, *x509.Certificate, *int) error {
+	r.asked.Add(1)
+	return fmt.Errorf("the CA says: not this account's certificate: %w", signer.ErrRevocationRefused)
+}
+
+func (r *refusingBackend) RevocationRoute() signer.RevocationRoute { return signer.RevokeByJob }
+
+func TestARevocationTheBackendRefusesFailsAtOnceAndIsNotTriedAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	backend := &refusingBackend{}
+	e := newTestEnvWith(t, envOptions{
+		opts: func(o *Options) { o.RevokeWait = 10 * time.Second },
+		wrap: func(l *localca.Signer) signer.Signer { backend.Signer = l; return backend },
+	})
+	c := e.client(ctx)
+	cert := e.issue(ctx, c, "refused-revoke.example.com")
+
+	start := time.Now()
+	r := e.raw(c).post(e.url("/revoke-cert"), map[string]any{"certificate": b64(cert.der), "reason": 4}, jwsOpts{})
+	if r.status != http.StatusInternalServerError || r.problem == nil || r.problem.Type != vocab.ErrorServerInternal {
+		t.Fatalf("revoke-cert: %d %s; want 500 serverInternal (the backend refused)", r.status, r.body)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("the request waited %s; a refusal is final at the first attempt", waited)
+	}
+	js, err := e.queue.List(ctx, store.JobFilter{Kind: authority.RevokeKind, Key: cert.order})
+	if err != nil || len(js) != 1 {
+		t.Fatalf("signer_revoke jobs: %+v (%v); want one", js, err)
+	}
+	if js[0].Status != store.JobFailed || js[0].Attempts != 1 {
+		t.Errorf("the job is %s after %d attempts; want failed after 1", js[0].Status, js[0].Attempts)
+	}
+	if n := backend.asked.Load(); n != 1 {
+		t.Errorf("the backend was asked %d times; want once", n)
+	}
+	if got, _ := e.db.CertificateOfOrder(ctx, cert.order); !got.RevokedAt.IsZero() {
+		t.Error("the certificate is recorded revoked although its backend refused")
+	}
+	if rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationFailed, OrderID: cert.order}); len(rows) != 1 {
+		t.Errorf("%d revocation_failed rows; want 1", len(rows))
+	}
+}

@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/mholt/acmez/v3/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+)
+
+func TestAnUpstreamsRefusalOfTheClientsRequestFailsTheOrderWithThatRefusal(t *testing.T) {
+	tests := []struct {
+		name   string
+		answer http.HandlerFunc
+		// want is the refusal the order fails with; zero: the generic failure.
+		want signer.Kind
+	}{
+		{"a name refused", problemAnswer(400, acme.ProblemTypeRejectedIdentifier, "forbidden by policy"), signer.KindRejectedIdentifier},
+		{"CAA forbids the upstream", problemAnswer(403, acme.ProblemTypeCAA, "CAA record forbids issuance"), signer.KindRejectedIdentifier},
+		{"the CSR refused", problemAnswer(400, acme.ProblemTypeBadCSR, "key too small"), signer.KindBadCSR},
+		{"our account refused", problemAnswer(403, acme.ProblemTypeUnauthorized, "account is not allowed"), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			up := registeredUpstream(t, tt.answer)
+			b := newBench(t, up.URL+"/dir", ChallengeBypass)
+			req := b.finalized(t, "refused.example.com")
+			if _, err := b.s.Issue(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			job := b.job(t, req.OrderID)
+			out := b.s.RunJob(ctx, job)
+			if out.Kind() != "failed" {
+				t.Fatalf("the attempt: %s; want failed (a stated reason is not retried)", out)
+			}
+			b.s.AbandonJob(ctx, job, out.String())
+			b.settler.mu.Lock()
+			defer b.settler.mu.Unlock()
+			if got := b.settler.refused[req.OrderID]; got != tt.want {
+				t.Errorf("the order failed with refusal %d; want %d", got, tt.want)
+			}
+			if len(b.settler.failed[req.OrderID]) != 1 {
+				t.Errorf("the order was settled %d times; want once", len(b.settler.failed[req.OrderID]))
+			}
+			if len(b.s.refusals) != 0 {
+				t.Errorf("refusals kept after the abandon: %v", b.s.refusals)
+			}
+		})
+	}
+}
+
+func TestARevocationTheUpstreamRefusesIsARefusalAndOneItCannotAnswerIsNot(t *testing.T) {
+	tests := []struct {
+		name    string
+		answer  http.HandlerFunc
+		refused bool
+	}{
+		{"unauthorized", problemAnswer(403, acme.ProblemTypeUnauthorized, "the certificate is not this account's"), true},
+		{"bad revocation reason", problemAnswer(400, acme.ProblemTypeBadRevocationReason, "reason 9 is not accepted"), true},
+		{"server error", problemAnswer(500, acme.ProblemTypeServerInternal, "database down"), false},
+		{"rate limited", problemAnswer(429, acme.ProblemTypeRateLimited, "slow down", "Retry-After", "5"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := registeredUpstream(t, tt.answer)
+			b := newBench(t, up.URL+"/dir", ChallengeBypass)
+			reason := 1
+			err := b.s.Revoke(context.Background(), issuedLeaf(t), &reason)
+			if err == nil {
+				t.Fatal("Revoke succeeded against an upstream that answers with a problem")
+			}
+			if got := errors.Is(err, signer.ErrRevocationRefused); got != tt.refused {
+				t.Errorf("Revoke: %v; refused = %v, want %v", err, got, tt.refused)
+			}
+		})
+	}
+}
