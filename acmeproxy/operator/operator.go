@@ -217,6 +217,11 @@ func (op *Operator) ListOrders(ctx context.Context, f store.OrderFilter) (Page[O
 		}
 		f.Serial = serial
 	}
+	if f.After != "" {
+		if _, err := op.DB.OrderByID(ctx, f.After); err != nil {
+			return Page[OrderView]{}, afterErr("order", f.After, err)
+		}
+	}
 	rows, err := op.DB.ListOrders(ctx, f)
 	if err != nil {
 		return Page[OrderView]{}, err
@@ -226,6 +231,18 @@ func (op *Operator) ListOrders(ctx context.Context, f store.OrderFilter) (Page[O
 		views[i] = orderView(o)
 	}
 	return page(views, store.PageLimit(f.Limit), func(v OrderView) string { return v.ID }), nil
+}
+
+// afterErr is the answer to a page cursor naming no row: a request error
+// rather than an empty page, which would read as the end of the list
+// (a mistyped cursor, or a row the retention sweep removed since the
+// previous page was listed: start again from the first page).
+func afterErr(what, id string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: after: no %s %q (a page continues after the last %s of the previous page; start from the first page)",
+			ErrInvalid, what, Clip(id), what)
+	}
+	return err
 }
 
 // ShowOrder reads one order with its certificate chain.
@@ -296,6 +313,11 @@ var accountStatuses = []acme.Status{acme.StatusValid, acme.StatusDeactivated, ac
 func (op *Operator) ListAccounts(ctx context.Context, f store.AccountFilter) (Page[AccountView], error) {
 	if f.Status != "" && !slices.Contains(accountStatuses, f.Status) {
 		return Page[AccountView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, statusList(accountStatuses))
+	}
+	if f.After != "" {
+		if _, err := op.DB.AccountByID(ctx, f.After); err != nil {
+			return Page[AccountView]{}, afterErr("account", f.After, err)
+		}
 	}
 	rows, err := op.DB.ListAccounts(ctx, f)
 	if err != nil {
