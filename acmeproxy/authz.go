@@ -109,6 +109,15 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 		return err
 	}
 	base := s.baseURL(r)
+	if !req.postAsGet {
+		// RFC 8555 §7.5.1: the client answers with a JSON object ({});
+		// anything else is a broken client, which must not start the
+		// one validation the challenge gets.
+		var answer map[string]json.RawMessage
+		if err := decodePayload(req.payload, &answer); err != nil {
+			return err
+		}
+	}
 	if !req.postAsGet && c.Status == acme.StatusPending {
 		if c, err = s.core.AnswerChallenge(ctx, c, a, req.thumbprint); err != nil {
 			return err
