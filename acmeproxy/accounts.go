@@ -178,8 +178,11 @@ func (s *Server) handleAccountOrders(w http.ResponseWriter, r *http.Request, id 
 	if err := ownAccount(req, id); err != nil {
 		return err
 	}
+	if !req.postAsGet {
+		return problem.MalformedF("the orders list is read by POST-as-GET (RFC 8555 §7.1.2.1): an empty payload")
+	}
 	after := r.URL.Query().Get("cursor")
-	ids, err := s.db.AccountOrderIDs(ctx, id, after, ordersPageSize+1)
+	ids, err := s.db.AccountOrderIDs(ctx, id, after, s.clock.Now(), ordersPageSize+1)
 	if err != nil {
 		return err
 	}

@@ -278,15 +278,19 @@ func (db *DB) ChangeAccountKey(ctx context.Context, id, oldThumb, newThumb strin
 }
 
 // AccountOrderIDs lists an account's order ids, newest first, after the
-// given cursor (an order id; "" for the first page).
-func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, limit int) ([]string, error) {
-	stmt := `SELECT id FROM orders WHERE account_id = ? ORDER BY created_at DESC, id DESC LIMIT ?`
-	args := []any{accountID, limit}
+// given cursor (an order id; "" for the first page), leaving out the
+// orders that are invalid as of now (RFC 8555 §7.1.2.1: the list SHOULD
+// NOT include them) — those whose row says so and the pending or ready
+// ones past their expiry, as the order itself answers.
+func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, now time.Time, limit int) ([]string, error) {
+	const live = ` AND o.status <> 'invalid' AND (o.status NOT IN ('pending','ready') OR o.expires_at > ?)`
+	stmt := `SELECT o.id FROM orders o WHERE o.account_id = ?` + live + ` ORDER BY o.created_at DESC, o.id DESC LIMIT ?`
+	args := []any{accountID, now.UnixMilli(), limit}
 	if after != "" {
-		stmt = `SELECT o.id FROM orders o, orders c WHERE c.id = ? AND o.account_id = ?
+		stmt = `SELECT o.id FROM orders o, orders c WHERE c.id = ? AND o.account_id = ?` + live + `
 			AND (o.created_at < c.created_at OR (o.created_at = c.created_at AND o.id < c.id))
 			ORDER BY o.created_at DESC, o.id DESC LIMIT ?`
-		args = []any{after, accountID, limit}
+		args = []any{after, accountID, now.UnixMilli(), limit}
 	}
 	rows, err := db.r.QueryContext(ctx, db.q(stmt), args...)
 	if err != nil {

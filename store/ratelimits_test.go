@@ -256,7 +256,7 @@ func TestAnOrderAndItsSpendAreOneWrite(t *testing.T) {
 		if !ok || len(le.Decisions) != 1 || le.Decisions[0].Allowed || le.Decisions[0].RetryAfter != time.Hour {
 			t.Fatalf("the second order: %v; want a LimitError denying it for an hour", err)
 		}
-		if ids, err := db.AccountOrderIDs(ctx, acct.ID, "", 10); err != nil || len(ids) != 1 {
+		if ids, err := db.AccountOrderIDs(ctx, acct.ID, "", time.Time{}, 10); err != nil || len(ids) != 1 {
 			t.Fatalf("the account has %d orders (%v); want the one allowed", len(ids), err)
 		}
 	})
