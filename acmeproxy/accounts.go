@@ -30,8 +30,9 @@ func (s *Server) accountJSON(base string, a store.Account) accountJSON {
 // fields (RFC 8555 §7.3).
 func checkContacts(contacts []string) error {
 	for _, c := range contacts {
-		addr, ok := strings.CutPrefix(c, "mailto:")
-		if !ok {
+		// A URL's scheme is case-insensitive (RFC 3986 §3.1): MAILTO: is mailto:.
+		scheme, addr, ok := strings.Cut(c, ":")
+		if !ok || !strings.EqualFold(scheme, "mailto") {
 			return problem.UnsupportedContactF("contact %q: only mailto: is supported", c)
 		}
 		if addr == "" || strings.ContainsAny(addr, "?,") {

@@ -112,13 +112,13 @@ func wantAnswer(t *testing.T, s payloadSeed, got *problem.Problem) {
 }
 
 // acceptedContacts fails t unless each contact is what RFC 8555 §7.3 and
-// this server accept: a mailto: URL of exactly one bare address, without
-// header fields.
+// this server accept: a mailto: URL (the scheme in any case, RFC 3986
+// §3.1) of exactly one bare address, without header fields.
 func acceptedContacts(t testing.TB, contacts []string) {
 	t.Helper()
 	for _, c := range contacts {
-		addr, ok := strings.CutPrefix(c, "mailto:")
-		if !ok || strings.ContainsAny(addr, "?,") {
+		scheme, addr, ok := strings.Cut(c, ":")
+		if !ok || !strings.EqualFold(scheme, "mailto") || strings.ContainsAny(addr, "?,") {
 			t.Fatalf("accepted contact %q", c)
 		}
 		if a, err := mail.ParseAddress(addr); err != nil || a.Name != "" || a.Address != addr {
@@ -132,6 +132,7 @@ func acceptedContacts(t testing.TB, contacts []string) {
 var accountSeeds = []payloadSeed{
 	{"ok-new-account-with-contacts", `{"termsOfServiceAgreed":true,"contact":["mailto:a@example.com","mailto:b@example.org"]}`, false, ""},
 	{"ok-new-account-without-contacts", `{}`, false, ""},
+	{"ok-new-account-scheme-in-upper-case", `{"contact":["MAILTO:a@example.com","Mailto:b@example.org"]}`, false, ""},
 	{"fail-new-account-tel-contact", `{"contact":["tel:+15551234"]}`, false, acme.ErrorUnsupportedContact},
 	{"fail-new-account-two-addresses", `{"contact":["mailto:a@example.com,b@example.com"]}`, false, acme.ErrorInvalidContact},
 	{"fail-new-account-header-fields", `{"contact":["mailto:a@example.com?subject=hi"]}`, false, acme.ErrorInvalidContact},

@@ -38,8 +38,11 @@ func TestAPageCursorNamingNoRowIsRefusedAndOneNamingARowContinuesTheList(t *test
 	}
 
 	for name, list := range map[string]func(after string) error{
-		"orders":   func(after string) error { _, err := op.ListOrders(ctx, store.OrderFilter{After: after}); return err },
-		"accounts": func(after string) error { _, err := op.ListAccounts(ctx, store.AccountFilter{After: after}); return err },
+		"orders": func(after string) error { _, err := op.ListOrders(ctx, store.OrderFilter{After: after}); return err },
+		"accounts": func(after string) error {
+			_, err := op.ListAccounts(ctx, store.AccountFilter{After: after})
+			return err
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := list("no-such-row")
