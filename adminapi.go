@@ -198,10 +198,14 @@ func readJSONBody(r *http.Request, max int64, optional bool, v any, shape string
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
-			// Say which field, in the body's terms: encoding/json's text
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+			// Say what was wrong in the body's terms: encoding/json's text
 			// names the Go struct and type it decodes into.
-			err = fmt.Errorf("%q is a JSON %s, not a %s", te.Field, te.Value, jsonKind(te.Type))
+			if te.Field != "" {
+				err = fmt.Errorf("%q is a JSON %s, not a %s", te.Field, te.Value, jsonKind(te.Type))
+			} else {
+				err = fmt.Errorf("it is a JSON %s", te.Value)
+			}
 		}
 		return apiError(http.StatusBadRequest, fmt.Errorf("the body must be %s: %w", shape, err))
 	}
@@ -209,6 +213,16 @@ func readJSONBody(r *http.Request, max int64, optional bool, v any, shape string
 		return apiError(http.StatusBadRequest, fmt.Errorf("the body must be %s, with nothing after it", shape))
 	}
 	return nil
+}
+
+// readNoInput refuses what a route that takes nothing was sent: a query
+// parameter, or a body other than nothing or {} — a client sending one
+// means something the route would not do, so it is not acted on.
+func readNoInput(r *http.Request) error {
+	if err := readQuery(r).check(); err != nil {
+		return err
+	}
+	return readJSONBody(r, 1<<10, true, &struct{}{}, "empty or {} (this route takes no fields)")
 }
 
 func apiError(status int, err error) error {
@@ -253,7 +267,11 @@ func readQuery(r *http.Request, allowed ...string) *query {
 	}
 	for k, vs := range q.v {
 		if !slices.Contains(allowed, k) {
-			q.err = fmt.Errorf("unknown parameter %q (this route takes %s)", k, strings.Join(allowed, ", "))
+			if len(allowed) == 0 {
+				q.err = fmt.Errorf("unknown parameter %q (this route takes none)", k)
+			} else {
+				q.err = fmt.Errorf("unknown parameter %q (this route takes %s)", k, strings.Join(allowed, ", "))
+			}
 		} else if len(vs) > 1 {
 			q.err = fmt.Errorf("parameter %q given %d times", k, len(vs))
 		}
@@ -418,7 +436,7 @@ func (a *AdminAPI) showAccount(w http.ResponseWriter, r *http.Request, op *opera
 }
 
 func (a *AdminAPI) deactivateAccount(w http.ResponseWriter, r *http.Request, op *operator.Operator, id string) error {
-	if err := readQuery(r).check(); err != nil {
+	if err := readNoInput(r); err != nil {
 		return err
 	}
 	acct, err := op.DeactivateAccount(r.Context(), id, actorOf(r))
@@ -458,7 +476,7 @@ func (a *AdminAPI) cancelJob(w http.ResponseWriter, r *http.Request, op *operato
 
 func (a *AdminAPI) jobOp(w http.ResponseWriter, r *http.Request, id string,
 	do func(context.Context, int64) (operator.JobView, error)) error {
-	if err := readQuery(r).check(); err != nil {
+	if err := readNoInput(r); err != nil {
 		return err
 	}
 	n, err := jobID(id)
@@ -514,7 +532,7 @@ func (a *AdminAPI) showCRL(w http.ResponseWriter, r *http.Request, op *operator.
 }
 
 func (a *AdminAPI) regenerateCRL(w http.ResponseWriter, r *http.Request, op *operator.Operator, profile string) error {
-	if err := readQuery(r).check(); err != nil {
+	if err := readNoInput(r); err != nil {
 		return err
 	}
 	v, err := op.RegenerateCRL(r.Context(), profile)
@@ -577,7 +595,7 @@ func (a *AdminAPI) listEABKeys(w http.ResponseWriter, r *http.Request, op *opera
 }
 
 func (a *AdminAPI) revokeEABKey(w http.ResponseWriter, r *http.Request, op *operator.Operator, kid string) error {
-	if err := readQuery(r).check(); err != nil {
+	if err := readNoInput(r); err != nil {
 		return err
 	}
 	k, err := op.RevokeEABKey(r.Context(), kid, actorOf(r))

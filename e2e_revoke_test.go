@@ -303,6 +303,15 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 			}
 		}
 	}
+	lacks := func(subs ...string) check {
+		return func(t *testing.T, body []byte) {
+			for _, s := range subs {
+				if bytes.Contains(body, []byte(s)) {
+					t.Errorf("the answer has %q:\n%s", s, body)
+				}
+			}
+		}
+	}
 	shorter := func(n int) check {
 		return func(t *testing.T, body []byte) {
 			if len(body) >= n {
@@ -384,6 +393,7 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/revoke with a reason that is not a number", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":"key"}`, 400, has("the body must be", `\"reason\" is a JSON string, not a whole number`)},
 		{"fail/revoke with an unknown field", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"why":1}`, 400, has("unknown field")},
 		{"fail/revoke with more after the body", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":4} garbage`, 400, has("nothing after it")},
+		{"fail/revoke with a body that is not an object", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `[1]`, 400, all(has("it is a JSON array"), lacks("Go value", "caddyacmeproxy"))},
 		{"fail/revoke with a second body", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", `{"reason":1}{"reason":4}`, 400, has("nothing after it")},
 		{"fail/revoke with a body past the limit", "POST", "/acme_proxy/orders/" + byAdmin.order + "/revoke", strings.Repeat(" ", 64<<10) + `{"reason":4}`, 413, has("larger than")},
 		{"fail/revoke an unknown order", "POST", "/acme_proxy/orders/nope/revoke", `{"reason":1}`, 404, nil},
@@ -401,6 +411,8 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/unknown account", "GET", "/acme_proxy/accounts/nope", "", 404, nil},
 		{"fail/deactivate by GET", "GET", "/acme_proxy/accounts/" + otherID + "/deactivate", "", 405, nil},
 		{"fail/deactivate an unknown account", "POST", "/acme_proxy/accounts/nope/deactivate", "", 404, nil},
+		{"fail/deactivate with a body, which is not acted on", "POST", "/acme_proxy/accounts/" + otherID + "/deactivate", "garbage", 400, has("the body must be empty or {}")},
+		{"fail/deactivate with a field it does not take", "POST", "/acme_proxy/accounts/" + otherID + "/deactivate", `{"status":"valid"}`, 400, has("unknown field")},
 		{"ok/deactivate", "POST", "/acme_proxy/accounts/" + otherID + "/deactivate", "", 200, has(`"status": "deactivated"`)},
 		{"fail/deactivate again", "POST", "/acme_proxy/accounts/" + otherID + "/deactivate", "", 409, has("is not valid")},
 
@@ -414,7 +426,9 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/job id that is not a number", "GET", "/acme_proxy/jobs/abc", "", 400, has("not a positive whole number")},
 		{"fail/unknown job", "GET", "/acme_proxy/jobs/999999", "", 404, nil},
 		{"fail/retry by GET", "GET", "/acme_proxy/jobs/" + idleID + "/retry", "", 405, nil},
-		{"ok/cancel", "POST", "/acme_proxy/jobs/" + idleID + "/cancel", "", 200, has(`"status": "cancelled"`)},
+		{"fail/cancel with a body, which is not acted on", "POST", "/acme_proxy/jobs/" + idleID + "/cancel", `{"x":1}`, 400, has("unknown field")},
+		{"fail/cancel with a parameter it does not take", "POST", "/acme_proxy/jobs/" + idleID + "/cancel?force=1", "", 400, has("this route takes none")},
+		{"ok/cancel", "POST", "/acme_proxy/jobs/" + idleID + "/cancel", "{}", 200, has(`"status": "cancelled"`)},
 		{"fail/cancel a cancelled job", "POST", "/acme_proxy/jobs/" + idleID + "/cancel", "", 409,
 			has(`conflict: cannot cancel job ` + idleID + `: it is cancelled`)},
 		{"ok/retry a cancelled job", "POST", "/acme_proxy/jobs/" + idleID + "/retry", "", 200, has(`"status": "ready"`)},
@@ -437,6 +451,7 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/audit by POST", "POST", "/acme_proxy/audit", "", 405, nil},
 
 		{"ok/crl", "GET", "/acme_proxy/crl/e2e", "", 200, has(`"profile": "e2e"`, `"entries": 1`)},
+		{"fail/crl regenerate with a body, which is not acted on", "POST", "/acme_proxy/crl/e2e/regenerate", "garbage", 400, has("the body must be empty or {}")},
 		{"ok/crl regenerate", "POST", "/acme_proxy/crl/e2e/regenerate", "", 200, has(`"entries": 1`)},
 		{"fail/crl of an unknown profile", "GET", "/acme_proxy/crl/nope", "", 404, has("not mounted")},
 		{"fail/crl regenerate by GET", "GET", "/acme_proxy/crl/e2e/regenerate", "", 405, nil},
