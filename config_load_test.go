@@ -186,6 +186,46 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `profile: "a" is declared by two acme_proxy handlers`,
 		},
 		{
+			name:     "a prefix with a parent segment",
+			handlers: []map[string]any{{"profile": "a", "prefix": "/a/../b"}},
+			want:     `prefix: "/a/../b" must be a path of segments of letters, digits and -._~`,
+		},
+		{
+			name:     "a prefix with an empty segment",
+			handlers: []map[string]any{{"profile": "a", "prefix": "//a"}},
+			want:     `prefix: "//a" must be a path of segments of letters, digits and -._~`,
+		},
+		{
+			name:     "a prefix with a dot segment",
+			handlers: []map[string]any{{"profile": "a", "prefix": "/a/./b"}},
+			want:     `prefix: "/a/./b" must be a path of segments of letters, digits and -._~`,
+		},
+		{
+			name:     "a prefix with a space",
+			handlers: []map[string]any{{"profile": "a", "prefix": "/a b"}},
+			want:     `prefix: "/a b" must be a path of segments of letters, digits and -._~`,
+		},
+		{
+			name:     "a prefix with a pattern wildcard",
+			handlers: []map[string]any{{"profile": "a", "prefix": "/a/{x...}"}},
+			want:     `prefix: "/a/{x...}" must be a path of segments of letters, digits and -._~`,
+		},
+		{
+			name:     "a prefix with a brace",
+			handlers: []map[string]any{{"profile": "a", "prefix": "/a{"}},
+			want:     `prefix: "/a{" must be a path of segments of letters, digits and -._~`,
+		},
+		{
+			name:     "a prefix with a query",
+			handlers: []map[string]any{{"profile": "a", "prefix": "/a?b"}},
+			want:     `prefix: "/a?b" must be a path of segments of letters, digits and -._~`,
+		},
+		{
+			name:     "a prefix with an escape",
+			handlers: []map[string]any{{"profile": "a", "prefix": "/a%20b"}},
+			want:     `prefix: "/a%20b" must be a path of segments of letters, digits and -._~`,
+		},
+		{
 			name:     "validation port out of range",
 			handlers: []map[string]any{{"profile": "a", "validation_ports": map[string]int{"http": 70000}}},
 			want:     "validation_ports.http: port 70000 out of range",
@@ -247,6 +287,11 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			name:     "web page user from a request header, which a client forges without forward_auth",
 			handlers: []map[string]any{{"handler": "acme_proxy_ui", "user": "{http.request.header.Remote-User}"}},
 			want:     `acme_proxy_ui: user: {http.request.header.Remote-User} names no one Caddy authenticated`,
+		},
+		{
+			name:     "web page prefix with a parent segment",
+			handlers: []map[string]any{{"handler": "acme_proxy_ui", "prefix": "/ops/../admin"}},
+			want:     `acme_proxy_ui: prefix: "/ops/../admin" must be a path of segments`,
 		},
 		{
 			name:     "web page user from a cookie",

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/webui"
 )
@@ -62,6 +63,11 @@ func (u *UI) Provision(ctx caddy.Context) error {
 	}
 	if err := checkUIUser(u.User); err != nil {
 		return fmt.Errorf("acme_proxy_ui: user: %w", err)
+	}
+	if p := strings.TrimSuffix(u.Prefix, "/"); p != "" {
+		if err := acmeproxy.CheckPrefix(p); err != nil {
+			return fmt.Errorf("acme_proxy_ui: prefix: %w", err)
+		}
 	}
 	appMod, err := ctx.App("acme_proxy")
 	if err != nil {

@@ -289,6 +289,30 @@ func CheckCertificateProfileName(name string) error {
 	return nil
 }
 
+// CheckPrefix accepts a path of one or more segments of RFC 3986's
+// unreserved characters, none of them . or .. — what a URL carries as it
+// is and net/http's ServeMux takes literally: a pattern's wildcards
+// ({x}), an unclean path (which ServeMux refuses with a panic) or an
+// escape would otherwise match something else than was written, or
+// nothing.
+func CheckPrefix(p string) error {
+	bad := fmt.Errorf("%q must be a path of segments of letters, digits and -._~ (for example /acme/internal)", p)
+	if !strings.HasPrefix(p, "/") {
+		return bad
+	}
+	for seg := range strings.SplitSeq(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return bad
+		}
+		for _, r := range seg {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-._~", r)) {
+				return bad
+			}
+		}
+	}
+	return nil
+}
+
 // SetDefaults fills in what the operator left out.
 func (c *ProfileConfig) SetDefaults() {
 	if c.Prefix == "" && c.Profile != "" {
@@ -317,8 +341,8 @@ func (c *ProfileConfig) Validate() error {
 	if err := CheckProfileName(c.Profile); err != nil {
 		return fmt.Errorf("profile: %w", err)
 	}
-	if !strings.HasPrefix(c.Prefix, "/") {
-		return fmt.Errorf("prefix: %q must start with /", c.Prefix)
+	if err := CheckPrefix(c.Prefix); err != nil {
+		return fmt.Errorf("prefix: %w", err)
 	}
 	seen := map[string]bool{}
 	for _, ch := range c.Challenges {
