@@ -146,12 +146,13 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 // appOf is the app the routes work on: the config's, or, when the config
 // does not name it (a Caddyfile with the acme_proxy directive and no
 // global acme_proxy option, as the quickstart), the one its handlers
-// pulled in, once started.
+// pulled in, once started; and when the config's load failed (Caddy keeps
+// the admin API it installed for it), the app still serving.
 func (a *AdminAPI) appOf() *App {
-	if a.app != nil {
+	if a.app != nil && !a.app.retired.Load() {
 		return a.app
 	}
-	return running.Load()
+	return started.newest()
 }
 
 // jsonKind names the JSON value a Go type decodes from.

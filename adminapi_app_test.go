@@ -6,7 +6,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
 // The quickstart names no acme_proxy app: its handler pulls the app in.
@@ -31,5 +35,47 @@ func TestTheAdminAPIServesTheAppThatOnlyAHandlerPulledIn(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(env.Dir, "data", "caddy", "acme_proxy", "acme_proxy.db")); err != nil {
 		t.Errorf("the database is not in Caddy's data directory: %v", err)
+	}
+}
+
+// A reload that fails leaves the old config serving; Caddy keeps the
+// admin API it installed for the failed config, whose app is cleaned up.
+// The operator's routes must still reach the app that serves, whether the
+// config names the app or a handler pulled it in.
+func TestTheAdminAPIServesTheRunningAppAfterAReloadThatFailed(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		noAppOption bool
+	}{
+		{"the config names the app", false},
+		{"a handler pulls the app in", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newE2EEnv(t)
+			b := &revokeBench{env: env, admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+			cfg := e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), Admin: b.admin, NoAppOption: tc.noAppOption}
+			env.load(t, cfg)
+			unloadAdminOnCleanup(t)
+
+			bad := cfg
+			bad.ExtraProfiles = "\tacme_proxy {\n\t\tprofile broken\n\t\tchallenges http-02\n\t}"
+			badJSON, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(env.caddyfile(t, bad)), nil)
+			if err != nil {
+				t.Fatalf("adapt: %v", err)
+			}
+			if err := caddy.Load(badJSON, true); err == nil || !strings.Contains(err.Error(), "challenges") {
+				t.Fatalf("reloading a config with an unknown challenge type: %v; want its error", err)
+			}
+
+			for _, route := range []string{"/acme_proxy/profiles", "/acme_proxy/orders", "/acme_proxy/jobs"} {
+				status, body := b.adminCall(t, http.MethodGet, route, "")
+				if status != http.StatusOK {
+					t.Errorf("GET %s after the failed reload: %d %s; want 200 from the app still serving", route, status, body)
+				}
+				if route == "/acme_proxy/profiles" && !bytes.Contains(body, []byte(`"`+e2eProfile+`"`)) {
+					t.Errorf("GET %s after the failed reload: %s; want the serving profile %q", route, body, e2eProfile)
+				}
+			}
+		})
 	}
 }

@@ -58,6 +58,12 @@ type App struct {
 
 	mu       sync.RWMutex
 	profiles map[string]*acmeproxy.Server
+
+	// retired is set once the app is stopped or cleaned up: a config
+	// whose load failed leaves its app provisioned (and bound to the
+	// admin API Caddy kept) but retired, while the old config's app
+	// serves on.
+	retired atomic.Bool
 }
 
 // CaddyModule returns the Caddy module information.
@@ -280,17 +286,45 @@ func (a *App) Start() error {
 	a.runner = r
 	a.flushStop, a.flushDone = make(chan struct{}), make(chan struct{})
 	go a.flushRefusals(refusalFlushEvery, a.flushStop, a.flushDone)
-	running.Store(a)
+	started.add(a)
 	return nil
 }
 
-// running is the started acme_proxy app, for the admin API when the
-// config does not name the app and a handler pulled it in: Caddy
+// startedApps are the started, not yet stopped acme_proxy apps, oldest
+// first, for the admin API when its config's app is not the one serving:
+// a config that does not name the app (a handler pulled it in; Caddy
 // provisions admin modules before any app, so the admin API cannot find
-// an app that only a handler asks for (see AdminAPI.appOf). A reload
-// starts the new config's app before it stops the old one's, so the
-// newest started one is the one to serve.
-var running atomic.Pointer[App]
+// it), or a reload that failed after Caddy installed its admin API (the
+// old config's app serves on). A reload starts the new config's app
+// before it stops the old one's, so the newest is the one to serve.
+type startedApps struct {
+	mu   sync.Mutex
+	apps []*App
+}
+
+var started startedApps
+
+func (s *startedApps) add(a *App) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apps = append(s.apps, a)
+}
+
+func (s *startedApps) remove(a *App) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apps = slices.DeleteFunc(s.apps, func(b *App) bool { return b == a })
+}
+
+// newest is the app started last of those still running; nil for none.
+func (s *startedApps) newest() *App {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.apps) == 0 {
+		return nil
+	}
+	return s.apps[len(s.apps)-1]
+}
 
 // signingLanes are the job lanes this instance's runner serves: the
 // SigningLane of every profile it mounts with its real signer, and
@@ -351,7 +385,8 @@ func (a *App) flushServers(final bool) {
 // Stop writes the pending summaries of refused revocations, then stops
 // the runner and waits for its handlers.
 func (a *App) Stop() error {
-	running.CompareAndSwap(a, nil)
+	a.retired.Store(true)
+	started.remove(a)
 	if a.flushStop != nil {
 		close(a.flushStop)
 		<-a.flushDone
@@ -365,6 +400,7 @@ func (a *App) Stop() error {
 
 // Cleanup releases this app's use of the store.
 func (a *App) Cleanup() error {
+	a.retired.Store(true)
 	if a.dbKey == "" {
 		return nil
 	}
