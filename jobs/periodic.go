@@ -46,9 +46,16 @@ func (p *Periodic) Recover(ctx context.Context, q *Queue) error {
 	return nil
 }
 
-// Abandon does nothing: only an operator's cancel retires periodic work,
-// and the next start schedules it again.
+// Abandon does nothing: periodic work is never retired (an operator may
+// not cancel it, see IsPeriodic; a row an older version let an operator
+// cancel is scheduled again at the next start).
 func (p *Periodic) Abandon(context.Context, *Job, string) {}
+
+// IsPeriodic reports whether job is a Periodic handler's row: its key is
+// its kind, which no other job's is. Such a row is the housekeeping itself
+// (a CRL's refresh, the sweeps): cancelling it would stop that work on
+// every instance until the next start, so Queue.Cancel refuses to.
+func IsPeriodic(job Job) bool { return job.Key == job.Kind }
 
 // SweepKind is the kind of the job that prunes settled jobs.
 const SweepKind = "jobs_sweep"

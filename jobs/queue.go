@@ -177,9 +177,15 @@ func (q *Queue) Count(ctx context.Context) ([]store.JobCount, error) { return q.
 // Cancel retires a job for an operator. A waiting job is cancelled now and
 // its handler's Abandon runs here if this process has one for its kind; a
 // running job finishes its current attempt and is then retired instead of
-// retried (it may still succeed). Cancelling a settled job is an error
-// wrapping store.ErrWrongState.
+// retried (it may still succeed). Cancelling a settled job, or a Periodic
+// handler's row (IsPeriodic), is an error wrapping store.ErrWrongState.
 func (q *Queue) Cancel(ctx context.Context, id int64) (Job, error) {
+	if cur, err := q.db.GetJob(ctx, id); err != nil {
+		return Job{}, err
+	} else if IsPeriodic(cur) {
+		return Job{}, fmt.Errorf("%w: job %d (%s) is recurring housekeeping, which is not cancelled; retry runs it now",
+			store.ErrWrongState, id, cur.Kind)
+	}
 	job, err := q.db.CancelJob(ctx, id, q.clock.Now())
 	if err != nil {
 		return Job{}, err

@@ -785,3 +785,30 @@ func TestAnEnqueueInAnotherInstanceWakesThePostgresRunnerWithoutAPoll(t *testing
 		}
 	})
 }
+
+// A periodic row is the housekeeping itself: cancelled, it would stop on
+// every instance until the next start. An operator may run it now, not
+// cancel it.
+func TestOperatorCancelOfAPeriodicJobIsRefusedAndItStaysScheduled(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		q := NewQueue(openDB(t, ""), nil)
+		p := &Periodic{Name: "refresh", Every: time.Hour, Do: func(context.Context) error { return nil }}
+		if err := p.Recover(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		js, err := q.List(ctx, store.JobFilter{Kind: "refresh"})
+		if err != nil || len(js) != 1 {
+			t.Fatalf("periodic rows: %+v %v; want one", js, err)
+		}
+		if _, err := q.Cancel(ctx, js[0].ID); !errors.Is(err, store.ErrWrongState) || !strings.Contains(err.Error(), "recurring") {
+			t.Errorf("cancelling the periodic row: %v; want ErrWrongState saying it recurs", err)
+		}
+		if got, _ := q.Get(ctx, js[0].ID); got.Status != store.JobReady || got.CancelRequested {
+			t.Errorf("after the refused cancel the row is %s (cancel requested %v); want ready", got.Status, got.CancelRequested)
+		}
+		if _, err := q.RetryNow(ctx, js[0].ID); err != nil {
+			t.Errorf("running the periodic row now: %v", err)
+		}
+	})
+}

@@ -371,27 +371,30 @@ func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor auth
 
 // JobView is a job as operators see it.
 type JobView struct {
-	ID              int64           `json:"id"`
-	Kind            string          `json:"kind"`
-	Key             string          `json:"key,omitempty"`
-	Lane            string          `json:"lane,omitempty"` // "" for any instance; signer:<profile> where its signer is mounted
-	Status          string          `json:"status"`
-	Attempts        int             `json:"attempts"`
-	MaxAttempts     int             `json:"max_attempts"`
-	RunAt           time.Time       `json:"run_at"`
-	Deadline        *time.Time      `json:"deadline,omitempty"`
-	LastError       string          `json:"last_error,omitempty"`
-	CancelRequested bool            `json:"cancel_requested,omitempty"`
-	Payload         json.RawMessage `json:"payload,omitempty"`
-	Created         time.Time       `json:"created"`
-	Updated         time.Time       `json:"updated"`
-	Finished        *time.Time      `json:"finished,omitempty"`
+	ID              int64      `json:"id"`
+	Kind            string     `json:"kind"`
+	Key             string     `json:"key,omitempty"`
+	Lane            string     `json:"lane,omitempty"` // "" for any instance; signer:<profile> where its signer is mounted
+	Status          string     `json:"status"`
+	Attempts        int        `json:"attempts"`
+	MaxAttempts     int        `json:"max_attempts"`
+	RunAt           time.Time  `json:"run_at"`
+	Deadline        *time.Time `json:"deadline,omitempty"`
+	LastError       string     `json:"last_error,omitempty"`
+	CancelRequested bool       `json:"cancel_requested,omitempty"`
+	// Recurring is housekeeping that runs again and again (a CRL's
+	// refresh, a sweep): it may be run now, not cancelled.
+	Recurring bool            `json:"recurring,omitempty"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	Created   time.Time       `json:"created"`
+	Updated   time.Time       `json:"updated"`
+	Finished  *time.Time      `json:"finished,omitempty"`
 }
 
 func jobView(j jobs.Job) JobView {
 	v := JobView{ID: j.ID, Kind: j.Kind, Key: j.Key, Lane: j.Lane, Status: string(j.Status), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
 		RunAt: j.RunAt, Deadline: timePtr(j.Deadline), LastError: j.LastError, CancelRequested: j.CancelRequested,
-		Created: j.CreatedAt, Updated: j.UpdatedAt, Finished: timePtr(j.FinishedAt)}
+		Recurring: jobs.IsPeriodic(j), Created: j.CreatedAt, Updated: j.UpdatedAt, Finished: timePtr(j.FinishedAt)}
 	if json.Valid(j.Payload) {
 		v.Payload = j.Payload
 	}

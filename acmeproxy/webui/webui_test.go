@@ -187,6 +187,20 @@ func TestAJobsPageOffersOnlyTheActionsItsStateAllows(t *testing.T) {
 	}
 }
 
+// Recurring housekeeping may be run now, never cancelled: its page offers
+// no Cancel, and asking anyway is refused.
+func TestARecurringJobsPageOffersToRunItNowAndNotToCancelIt(t *testing.T) {
+	f := newFixture(t, false)
+	j, _, err := jobs.NewQueue(f.db, nil).Enqueue(t.Context(), jobs.Spec{Kind: "crl_refresh", Key: "crl_refresh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := f.get(t, fmt.Sprintf("/ops/jobs/%d", j.ID)).Body.String()
+	if !strings.Contains(body, "Retry now…") || strings.Contains(body, "Cancel…") {
+		t.Errorf("a recurring job's page should offer Retry and not Cancel:\n%s", body)
+	}
+}
+
 func TestEveryPageAnswersWithItsContentAndTheSecurityHeaders(t *testing.T) {
 	f := newFixture(t, false)
 	tests := []struct {
