@@ -798,14 +798,18 @@ type Certificate struct {
 }
 
 // FailOrder moves an unfinished order to invalid with the problem document
-// the client sees and the detail only an operator reads.
+// the client sees and the detail only an operator reads; ErrWrongState
+// when it is finished already (nothing is written).
 //
 // One guarded statement.
 func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail string, now time.Time) error {
-	_, err := db.wr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
+	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
 		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(detail), now.UnixMilli(), id)
 	if err != nil {
 		return fmt.Errorf("store: failing order %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("%w: order %s is settled already (or does not exist)", ErrWrongState, id)
 	}
 	return nil
 }

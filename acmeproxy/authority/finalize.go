@@ -141,7 +141,9 @@ func isVerdict(err error) bool {
 // sees) and detail (what the operator sees), audited and logged.
 func (au *Authority) failOrder(ctx context.Context, o store.Order, prob *problem.Problem, detail string, cl Client) {
 	body, _ := json.Marshal(prob)
-	if ferr := au.db.FailOrder(ctx, o.ID, body, detail, au.clock.Now()); ferr != nil {
+	if ferr := au.db.FailOrder(ctx, o.ID, body, detail, au.clock.Now()); errors.Is(ferr, store.ErrWrongState) {
+		return // settled by someone else meanwhile: this failure is not the order's
+	} else if ferr != nil {
 		au.log.Error("recording a failed issuance", zap.String("event", "order_fail_record_failed"),
 			zap.String("order", o.ID), zap.Error(ferr))
 	}

@@ -33,12 +33,15 @@ func (au *Authority) Issued(ctx context.Context, orderID string, chain [][]byte)
 }
 
 // Failed marks an order a signer gave up on invalid (signer.Settler). The
-// client sees a generic problem; detail is kept for the operator.
+// client sees a generic problem; detail is kept for the operator. An order
+// settled already is left as it is, unaudited: failing twice is harmless.
 func (au *Authority) Failed(ctx context.Context, orderID, detail string) error {
 	p := &problem.Problem{Type: acme.ErrorServerInternal, Status: http.StatusInternalServerError,
 		Detail: "the certificate could not be issued; the operator can see why"}
 	body, _ := json.Marshal(p)
-	if err := au.db.FailOrder(ctx, orderID, body, detail, au.clock.Now()); err != nil {
+	if err := au.db.FailOrder(ctx, orderID, body, detail, au.clock.Now()); errors.Is(err, store.ErrWrongState) {
+		return nil // settled already: nothing failed now
+	} else if err != nil {
 		return err
 	}
 	au.metrics.IssueFailed(au.cfg.Profile, "abandoned")
@@ -66,7 +69,9 @@ func (au *Authority) Refused(ctx context.Context, orderID string, kind signer.Ki
 		return au.Failed(ctx, orderID, detail)
 	}
 	body, _ := json.Marshal(p)
-	if err := au.db.FailOrder(ctx, orderID, body, detail, au.clock.Now()); err != nil {
+	if err := au.db.FailOrder(ctx, orderID, body, detail, au.clock.Now()); errors.Is(err, store.ErrWrongState) {
+		return nil // settled already: nothing failed now
+	} else if err != nil {
 		return err
 	}
 	au.metrics.IssueFailed(au.cfg.Profile, failureClass(&signer.Error{Kind: kind}))

@@ -475,8 +475,13 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	if err != nil {
 		return jobs.Retry(err.Error())
 	}
+	if ro.OrderStatus == acme.StatusInvalid {
+		// An operator's retry of a job whose order failed: say so rather
+		// than report done.
+		return jobs.Failed("order " + ro.OrderID + " is invalid; there is nothing to relay")
+	}
 	if ro.OrderStatus != acme.StatusProcessing || ro.Status != store.RelayProcessing {
-		return jobs.Done() // settled already, by an earlier attempt or an operator
+		return jobs.Done() // settled already, by an earlier attempt
 	}
 
 	actx, cancel := context.WithTimeout(ctx, s.opts.AttemptTimeout)

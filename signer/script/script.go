@@ -234,7 +234,12 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	}
 	if o.Status != acme.StatusProcessing {
 		s.forgetTempFails(p.Order)
-		return jobs.Done() // settled already, by an earlier attempt or an operator
+		if o.Status == acme.StatusInvalid {
+			// An operator's retry of a job whose order failed: say so
+			// rather than report done.
+			return jobs.Failed("order " + p.Order + " is invalid; there is nothing to issue")
+		}
+		return jobs.Done() // settled already, by an earlier attempt
 	}
 	if chain := s.signedChain(p.Order); chain != nil {
 		return s.record(ctx, b, p.Order, chain)
