@@ -196,6 +196,8 @@ func TestAnEABKeyThatCannotBeMintedAsAskedIsRefusedAndNoneIsLeft(t *testing.T) {
 		{"a blank label", `{"profile":"bound","label":"   "}`, 400, "not only blanks"},
 		{"more after the body", `{"profile":"bound","label":"team"} {"oops"`, 400, "nothing after it"},
 		{"a body past the limit", `{"profile":"bound","label":"` + strings.Repeat("a", 64<<10) + `"}`, 413, "larger than"},
+		{"a profile this instance does not serve", `{"profile":"nope","label":"team"}`, 404, `profile \"nope\" (this instance serves bound, e2e)`},
+		{"a profile that takes no bindings", `{"profile":"e2e","label":"team"}`, 409, "takes no external account bindings"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -205,8 +207,10 @@ func TestAnEABKeyThatCannotBeMintedAsAskedIsRefusedAndNoneIsLeft(t *testing.T) {
 			}
 		})
 	}
-	keys, err := activeApp(t).db.ListEABKeys(t.Context(), "bound")
-	if err != nil || len(keys) != 0 {
-		t.Fatalf("keys after the refusals: %d %v; want none", len(keys), err)
+	for _, profile := range []string{"bound", "e2e", "nope"} {
+		keys, err := activeApp(t).db.ListEABKeys(t.Context(), profile)
+		if err != nil || len(keys) != 0 {
+			t.Fatalf("keys of %s after the refusals: %d %v; want none", profile, len(keys), err)
+		}
 	}
 }

@@ -66,9 +66,18 @@ func (op *Operator) eabAuthority(profile string) (*authority.Authority, error) {
 // single-use, expiring after ttl (0: never). The answer is the only one
 // that carries the MAC key.
 func (op *Operator) CreateEABKey(ctx context.Context, profile, label string, reusable bool, ttl time.Duration, actor authority.Actor) (MintedEABKey, error) {
-	au, err := op.eabAuthority(profile)
-	if err != nil {
-		return MintedEABKey{}, err
+	if profile == "" {
+		return MintedEABKey{}, fmt.Errorf("%w: an EAB key belongs to a profile; name it", ErrInvalid)
+	}
+	au, ok := op.Profiles.Lookup(profile)
+	if !ok {
+		// A key is minted where its profile is configured: a name this
+		// instance does not serve is most likely a typo.
+		return MintedEABKey{}, fmt.Errorf("%w: profile %q (this instance serves %s)", store.ErrNotFound, Clip(profile), op.profileNames())
+	}
+	if au.EABConfig() == "" {
+		return MintedEABKey{}, fmt.Errorf("%w: profile %s takes no external account bindings (its configuration has no eab); a key for it would bind nothing",
+			ErrConflict, profile)
 	}
 	if strings.TrimSpace(label) == "" || len(label) > store.AuditFieldMax {
 		return MintedEABKey{}, fmt.Errorf("%w: a label of 1 to %d bytes, not only blanks, is required", ErrInvalid, store.AuditFieldMax)
@@ -86,6 +95,18 @@ func (op *Operator) CreateEABKey(ctx context.Context, profile, label string, reu
 		return MintedEABKey{}, err
 	}
 	return MintedEABKey{EABKeyView: op.eabView(k), HMACKey: base64.RawURLEncoding.EncodeToString(k.HMACKey)}, nil
+}
+
+// profileNames lists the mounted profiles, for a message.
+func (op *Operator) profileNames() string {
+	var names []string
+	for _, v := range op.ListProfiles() {
+		names = append(names, v.Name)
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 // ListEABKeys lists a profile's keys, newest first.
