@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"strings"
@@ -193,6 +194,16 @@ func (op *Operator) auditJob(ctx context.Context, event string, actor authority.
 	}
 	ev := store.AuditEvent{At: op.now(), Event: event, Outcome: authority.OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID,
 		Detail: fmt.Sprintf("job %d (%s) is now %s", j.ID, j.Kind, j.Status)}
+	// The profile and order the job works for, so that the audit trail of
+	// an order (or a profile) shows an operator's cancel that failed it:
+	// every job payload of a profile's work names them so.
+	var about struct {
+		Profile string `json:"profile"`
+		Order   string `json:"order"`
+	}
+	if json.Unmarshal(j.Payload, &about) == nil {
+		ev.Profile, ev.OrderID = Clip(about.Profile), Clip(about.Order)
+	}
 	if err := op.DB.InsertAudit(ctx, ev); err != nil {
 		return j, fmt.Errorf("job %d: the %s audit row: %w", j.ID, event, err)
 	}
