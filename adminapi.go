@@ -140,7 +140,13 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	// that does not answer is a 503 rather than a hung CLI.
 	ctx, cancel := context.WithTimeout(r.Context(), operator.RequestDeadline)
 	defer cancel()
-	return rt.handle(w, r.WithContext(ctx), app.Operator(), id)
+	err := rt.handle(w, r.WithContext(ctx), app.Operator(), id)
+	if ae, ok := errors.AsType[caddy.APIError](err); ok && ae.HTTPStatus == http.StatusServiceUnavailable {
+		// As the ACME front says when the database is out of reach: a
+		// script or the CLI may ask again then.
+		w.Header().Set("Retry-After", "30")
+	}
+	return err
 }
 
 // appOf is the app the routes work on: the config's, or, when the config

@@ -183,7 +183,7 @@ func namesAParameter(msg, raw string) bool {
 // fuzzAdminAPI is the admin API over a store in a temporary directory with
 // three accounts, orders, jobs and audit events, more than the smallest
 // page holds.
-func fuzzAdminAPI(f *testing.F) *AdminAPI {
+func fuzzAdminAPI(f testing.TB) *AdminAPI {
 	ctx := context.Background()
 	db, err := store.OpenSQLite(ctx, filepath.Join(f.TempDir(), "admin.db"), store.SQLiteOptions{})
 	if err != nil {
@@ -213,4 +213,22 @@ func fuzzAdminAPI(f *testing.F) *AdminAPI {
 	}
 	app := &App{db: db, queue: queue, profiles: map[string]*acmeproxy.Server{}}
 	return &AdminAPI{app: app, log: zap.NewNop()}
+}
+
+// A 503 (the database out of reach, or slower than the request's
+// deadline) says when to ask again, as the ACME front's does.
+func TestAnAdminRequestTheDatabaseCannotAnswerIsA503WithRetryAfter(t *testing.T) {
+	a := fuzzAdminAPI(t)
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	r := httptest.NewRequest(http.MethodGet, "/acme_proxy/orders", nil).WithContext(ctx)
+	w := httptest.NewRecorder()
+	err := a.serve(w, r)
+	ae, ok := errors.AsType[caddy.APIError](err)
+	if !ok || ae.HTTPStatus != http.StatusServiceUnavailable {
+		t.Fatalf("serve: %v; want a 503", err)
+	}
+	if got := w.Header().Get("Retry-After"); got != "30" {
+		t.Errorf("Retry-After %q; want 30", got)
+	}
 }

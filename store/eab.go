@@ -192,7 +192,7 @@ func (db *DB) bindEABKey(ctx context.Context, tx *sql.Tx, profile, kid, account 
 func (db *DB) EABKeyProfile(ctx context.Context, kid string) (string, error) {
 	var p string
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT profile FROM eab_keys WHERE kid = ?`), kid).Scan(&p)
-	return p, readErr(err, "EAB key")
+	return p, readErr(err, "EAB key "+kid)
 }
 
 // AccountEABLabels returns the binding labels of those of ids whose

@@ -66,7 +66,7 @@ const maxExplanationURL = 1024
 // selection checks req and turns it into the store's selection.
 func (req RenewEarlyRequest) selection() (store.RenewEarlySelection, error) {
 	sel := store.RenewEarlySelection{Profile: req.Profile, OrderIDs: req.Orders, AccountID: req.Account,
-		Identifier: strings.ToLower(req.Identifier), IssuerKeyID: strings.ToLower(req.Issuer)}
+		Identifier: strings.ToLower(req.Identifier), IssuerKeyID: strings.ToLower(strings.ReplaceAll(req.Issuer, ":", ""))}
 	for _, s := range req.Serials {
 		serial, err := normalSerial(s)
 		if err != nil {

@@ -106,3 +106,22 @@ func TestRenewEarlyByIssuerFindsCertificatesStoredBeforeIssuersWereRecorded(t *t
 		t.Fatalf("the certificate reads back with issuer %q, renew early at %v (%v)", c.IssuerKeyID, c.RenewEarlyAt, err)
 	}
 }
+
+// openssl prints a key identifier as colon-separated upper-case octets
+// (X509v3 Subject Key Identifier: AA:BB): the CA is found in that form
+// as in the plain hex the CRL routes use.
+func TestRenewEarlyByIssuerTakesTheKeyIDAsOpenSSLPrintsIt(t *testing.T) {
+	for _, form := range []string{"AA:BB", "aa:bb", "AABB"} {
+		t.Run(form, func(t *testing.T) {
+			ctx := context.Background()
+			db := openTestStore(t)
+			now := time.Now().Truncate(time.Millisecond)
+			want := legacyCert(t, db, now, "old.example.com", []byte{0xaa, 0xbb})
+			op := &Operator{DB: db, Clock: clocktest.New(now)}
+			v, err := op.RenewEarly(ctx, RenewEarlyRequest{Issuer: form}, authority.Actor{Kind: authority.ActorCLI})
+			if err != nil || len(v.Certificates) != 1 || v.Certificates[0].Serial != want {
+				t.Errorf("renew-early by issuer %s: %+v (%v); want %s", form, v.Certificates, err, want)
+			}
+		})
+	}
+}
