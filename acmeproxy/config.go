@@ -411,6 +411,14 @@ func (c *ProfileConfig) Validate() error {
 			return fmt.Errorf("%s.%w", key, err)
 		}
 	}
+	// An allow that no identifier could pass refuses every order.
+	if c.Allow != nil && len(c.Allow.Domains) == 0 && len(c.Allow.IPRanges) == 0 {
+		return fmt.Errorf("allow: lists no domains and no ip_ranges, so every order would be refused; leave allow out to allow every name")
+	}
+	if c.Allow != nil && len(c.Allow.IPRanges) > 0 &&
+		!slices.Contains(c.Challenges, acme.ChallengeHTTP01) && !slices.Contains(c.Challenges, acme.ChallengeTLSALPN01) {
+		return fmt.Errorf("allow.ip_ranges: an IP address is validated by http-01 or tls-alpn-01 (RFC 8738), and challenges lists neither")
+	}
 	return nil
 }
 
