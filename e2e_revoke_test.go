@@ -414,7 +414,7 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/deactivate with a body, which is not acted on", "POST", "/acme_proxy/accounts/" + otherID + "/deactivate", "garbage", 400, has("the body must be empty or {}")},
 		{"fail/deactivate with a field it does not take", "POST", "/acme_proxy/accounts/" + otherID + "/deactivate", `{"status":"valid"}`, 400, has("unknown field")},
 		{"ok/deactivate", "POST", "/acme_proxy/accounts/" + otherID + "/deactivate", "", 200, has(`"status": "deactivated"`)},
-		{"fail/deactivate again", "POST", "/acme_proxy/accounts/" + otherID + "/deactivate", "", 409, has("is not valid")},
+		{"fail/deactivate again", "POST", "/acme_proxy/accounts/" + otherID + "/deactivate", "", 409, has("is deactivated already")},
 
 		{"ok/jobs", "GET", "/acme_proxy/jobs", "", 200, items(atLeast(2), nil)},
 		{"ok/jobs by kind and status", "GET", "/acme_proxy/jobs?kind=crl_regenerate&status=done", "", 200,

@@ -354,7 +354,12 @@ func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor auth
 	}
 	a, err := op.DB.DeactivateAccountAudited(ctx, id, ev, ev.At)
 	if errors.Is(err, store.ErrWrongState) {
-		return AccountView{}, fmt.Errorf("%w: account %s is not valid", ErrConflict, id)
+		// Say what it is: deactivated already, or revoked.
+		status := before.Status
+		if now, rerr := op.DB.AccountByID(ctx, id); rerr == nil {
+			status = now.Status
+		}
+		return AccountView{}, fmt.Errorf("%w: account %s is %s already", ErrConflict, id, status)
 	}
 	if err != nil {
 		return AccountView{}, err
