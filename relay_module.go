@@ -52,7 +52,14 @@ func (r *Relay) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := apcaddyfile.StartSigner(d); err != nil {
 		return err
 	}
+	seen := map[string]bool{}
 	for d.NextBlock(0) {
+		// resolvers add to earlier lines; every other key takes one value.
+		if d.Val() != "resolvers" {
+			if err := apcaddyfile.Once(d, seen, "signer."+d.Val()); err != nil {
+				return err
+			}
+		}
 		var err error
 		switch key := d.Val(); key {
 		case "directory":

@@ -54,11 +54,18 @@ func (s *Script) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := apcaddyfile.StartSigner(d); err != nil {
 		return err
 	}
+	seen := map[string]bool{}
 	for d.NextBlock(0) {
+		// env is given once per variable (checked below); every other
+		// key takes one value, or one command line.
+		if d.Val() != "env" {
+			if err := apcaddyfile.Once(d, seen, "signer."+d.Val()); err != nil {
+				return err
+			}
+		}
 		var err error
 		switch key := d.Val(); key {
 		case "command":
-			s.Command = nil
 			err = apcaddyfile.AppendArgs(d, "signer.command", &s.Command)
 		case "timeout":
 			s.Timeout, err = apcaddyfile.DurationArg(d, "signer.timeout")

@@ -28,6 +28,8 @@ func TestBadScriptSignerSettingsFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"env set twice", cmd + "env A 1\nenv A 2", "acme_proxy: signer.env: A is set twice"},
 		{"revoke neither on nor off", cmd + "revoke yes", `acme_proxy: signer.revoke: "yes" must be on or off`},
 		{"unknown setting", cmd + "directory https://x", `acme_proxy: signer script: unknown setting "directory"`},
+		{"command given twice", cmd + "command /usr/local/bin/other-signer", "acme_proxy: signer.command: given twice"},
+		{"timeout given twice", cmd + "timeout 30s\ntimeout 1m", "acme_proxy: signer.timeout: given twice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,7 +43,11 @@ func (l *LocalCA) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := apcaddyfile.StartSigner(d); err != nil {
 		return err
 	}
+	seen := map[string]bool{}
 	for d.NextBlock(0) {
+		if err := apcaddyfile.Once(d, seen, "signer."+d.Val()); err != nil {
+			return err
+		}
 		var err error
 		switch key := d.Val(); key {
 		case "ca":

@@ -22,6 +22,9 @@ func parseCAA(d *caddyfile.Dispenser, c *acmeproxy.CAAConfig) (*acmeproxy.CAACon
 		case "identities":
 			err = AppendArgs(d, "caa.identities", &c.Identities)
 		case "account_uri_prefix":
+			if c.AccountURIPrefix != "" {
+				return nil, d.Err("acme_proxy: caa.account_uri_prefix: given twice")
+			}
 			c.AccountURIPrefix, err = OneArg(d, "caa.account_uri_prefix")
 		default:
 			err = d.Errf("acme_proxy: caa: unknown setting %q (want identities or account_uri_prefix)", sub)

@@ -176,7 +176,13 @@ func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 		return nil, h.Errf("acme_proxy: unexpected argument %q; settings go in a block", h.Val())
 	}
 	cfg := handlerJSON{Handler: "acme_proxy"}
+	seen := map[string]bool{}
 	for h.NextBlock(0) {
+		if slices.Contains(singleProfileKeys, h.Val()) {
+			if err := Once(h.Dispenser, seen, h.Val()); err != nil {
+				return nil, err
+			}
+		}
 		if err := parseProfileKey(h.Dispenser, &cfg); err != nil {
 			return nil, err
 		}
@@ -197,6 +203,13 @@ func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	}
 	return []httpcaddyfile.ConfigValue{{Class: "route", Value: route}}, nil
 }
+
+// singleProfileKeys are the keys of the directive's block that take one
+// value, and so may be given once: the others add to what earlier lines
+// gave (challenges, resolvers, allow, deny, caa, notify,
+// certificate_profile, limits) or refuse a repeat themselves
+// (renewal_info, and validation_ports per port).
+var singleProfileKeys = []string{"profile", "prefix", "signer", "crl_url", "eab", "default_certificate_profile"}
 
 // parseProfileKey reads one line (or block) of the directive's block.
 func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
@@ -266,8 +279,14 @@ func parseCertificateProfile(d *caddyfile.Dispenser, cfg *acmeproxy.ProfileConfi
 		return d.Errf("acme_proxy: certificate_profile %s: defined twice", name)
 	}
 	cp := new(acmeproxy.CertificateProfileConfig)
+	seen := map[string]bool{}
 	for n := d.Nesting(); d.NextBlock(n); {
 		key := "certificate_profile." + name + "." + d.Val()
+		if sub := d.Val(); sub != "ext_key_usage" && sub != "key_types" {
+			if err := Once(d, seen, key); err != nil {
+				return err
+			}
+		}
 		switch sub := d.Val(); sub {
 		case "description":
 			args := d.RemainingArgs()
@@ -405,6 +424,9 @@ func parseValidationPorts(d *caddyfile.Dispenser, p *acmeproxy.ValidationPorts) 
 			return d.Errf("acme_proxy: validation_ports: unknown setting %q (want http or tls)", d.Val())
 		}
 		key := "validation_ports." + d.Val()
+		if *dst != 0 {
+			return d.Errf("acme_proxy: %s: given twice", key)
+		}
 		v, err := OneArg(d, key)
 		if err != nil {
 			return err
@@ -475,9 +497,15 @@ func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 		return dst, d.Errf("acme_proxy: notify: unknown destination %q (want webhook, email or script)", dst.Type)
 	}
 	key := func(k string) string { return "notify " + dst.Type + " " + k }
+	seen := map[string]bool{}
 	for n := d.Nesting(); d.NextBlock(n); {
 		var err error
 		sub := d.Val()
+		if sub != "events" && sub != "to" && sub != "header" {
+			if err := Once(d, seen, key(sub)); err != nil {
+				return dst, err
+			}
+		}
 		switch {
 		case sub == "events":
 			err = AppendArgs(d, key("events"), &dst.Events)
@@ -487,6 +515,9 @@ func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 			hv := d.RemainingArgs()
 			if len(hv) != 2 {
 				return dst, d.Errf("acme_proxy: %s: want a name and a value, got %d values", key("header"), len(hv))
+			}
+			if _, dup := dst.Headers[hv[0]]; dup {
+				return dst, d.Errf("acme_proxy: %s: %s is given twice", key("header"), hv[0])
 			}
 			if dst.Headers == nil {
 				dst.Headers = map[string]string{}
@@ -519,6 +550,17 @@ func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 		}
 	}
 	return dst, nil
+}
+
+// Once records in seen that key was given in a block, and refuses it the
+// second time: a key that takes one value, given twice, would otherwise
+// keep the last silently.
+func Once(d *caddyfile.Dispenser, seen map[string]bool, key string) error {
+	if seen[key] {
+		return d.Errf("acme_proxy: %s: given twice", key)
+	}
+	seen[key] = true
+	return nil
 }
 
 // oneArg reads the single argument of key.

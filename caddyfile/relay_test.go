@@ -55,6 +55,9 @@ func TestBadRelaySignerSettingsFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"unknown setting", site(dir + "ca local"), `acme_proxy: signer relay: unknown setting "ca"`},
 		{"prepare_upstream neither on nor off", site(dir + "prepare_upstream true"), `acme_proxy: signer.prepare_upstream: "true" must be on or off`},
 		{"prepare_upstream without a value", site(dir + "prepare_upstream"), "acme_proxy: signer.prepare_upstream: want one value, got 0"},
+		{"directory given twice", site(dir + "directory https://other.example/dir"), "acme_proxy: signer.directory: given twice"},
+		{"challenge given twice", site(dir + "challenge dns01\nchallenge http01"), "acme_proxy: signer.challenge: given twice"},
+		{"email given twice", site(dir + "email a@example.com\nemail b@example.com"), "acme_proxy: signer.email: given twice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

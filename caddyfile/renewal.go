@@ -24,8 +24,12 @@ func parseRenewalInfo(d *caddyfile.Dispenser, cfg *acmeproxy.ProfileConfig) erro
 		return d.Err("acme_proxy: renewal_info: given twice")
 	}
 	ri := new(acmeproxy.RenewalInfoConfig)
+	seen := map[string]bool{}
 	for n := d.Nesting(); d.NextBlock(n); {
 		key := "renewal_info." + d.Val()
+		if err := Once(d, seen, key); err != nil {
+			return err
+		}
 		switch d.Val() {
 		case "point":
 			v, err := OneArg(d, key)
