@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,7 +101,7 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 	}
 	key, openDB, err := a.database(ctx)
 	if err != nil {
-		return fmt.Errorf("database: %w", err)
+		return err
 	}
 	a.dbKey = key
 	val, loaded, err := dbPool.LoadOrNew(a.dbKey, func() (caddy.Destructor, error) {
@@ -132,12 +133,18 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 
 // database says which store the app uses: a key naming it in dbPool (it
 // may hold the DSN's password: it is never logged) and how to open it.
+// Its errors name the key and never quote the DSN.
 func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), error) {
 	if a.Postgres != "" {
 		if a.Database != "" {
-			return "", nil, errors.New("set either database (a SQLite file) or postgres, not both")
+			return "", nil, errors.New("database: set either database (a SQLite file) or postgres, not both")
 		}
 		dsn := caddy.NewReplacer().ReplaceKnown(a.Postgres, "")
+		// An empty DSN is libpq's defaults (a local unix socket, the
+		// user's name): never what a DSN made of an unset {env.X} meant.
+		if strings.TrimSpace(dsn) == "" {
+			return "", nil, errors.New("database postgres: the DSN is empty after its placeholders were replaced (is its environment variable set?)")
+		}
 		return "postgres:" + dsn, func() (*store.DB, error) {
 			return store.OpenPostgres(ctx, dsn, store.PostgresOptions{})
 		}, nil
@@ -147,7 +154,7 @@ func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), 
 	}
 	path, err := filepath.Abs(a.Database)
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("database: %w", err)
 	}
 	return "sqlite:" + path, func() (*store.DB, error) {
 		return store.OpenSQLite(ctx, path, store.SQLiteOptions{})

@@ -166,6 +166,18 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `certificate_retention: "-90d" must be positive`,
 		},
 		{
+			name:     "a postgres DSN that is empty once its placeholder is replaced",
+			handlers: []map[string]any{{"profile": "a"}},
+			app:      map[string]any{"database": "", "postgres": "{env.ACME_PROXY_TEST_UNSET_DSN}"},
+			want:     "database postgres: the DSN is empty after its placeholders were replaced",
+		},
+		{
+			name:     "a postgres DSN of blanks",
+			handlers: []map[string]any{{"profile": "a"}},
+			app:      map[string]any{"database": "", "postgres": " {env.ACME_PROXY_TEST_UNSET_DSN} "},
+			want:     "database postgres: the DSN is empty after its placeholders were replaced",
+		},
+		{
 			name:     "unknown challenge type",
 			handlers: []map[string]any{{"profile": "a", "challenges": []string{"http-02"}}},
 			want:     `challenges: unknown challenge type "http-02"`,
