@@ -249,6 +249,17 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want: `signer.cert: the issuing CA "CN=expired issuing CA" expired at`,
 		},
 		{
+			name: "signer ca with cert and key, which would be ignored",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]string{"module": "local_ca", "ca": "local",
+				"cert": expiredCA.cert, "key": expiredCA.key}}},
+			want: `signer.ca: "local" and signer.cert/signer.key are alternatives`,
+		},
+		{
+			name:     "signer ca with a key alone",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]string{"module": "local_ca", "ca": "local", "key": "/nonexistent.key"}}},
+			want:     `signer.ca: "local" and signer.cert/signer.key are alternatives`,
+		},
+		{
 			name:     "signer cert without key",
 			handlers: []map[string]any{{"profile": "a", "signer": map[string]string{"module": "local_ca", "cert": "/nonexistent.pem"}}},
 			want:     "signer.key: required when signer.cert is set",

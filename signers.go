@@ -37,8 +37,8 @@ func (*LocalCA) CaddyModule() caddy.ModuleInfo {
 //		lifetime <duration>
 //	}
 //
-// Which of ca and cert/key wins, and that cert needs key, is Provision's
-// call.
+// That ca and cert/key are alternatives, and that cert needs key, is
+// Provision's call.
 func (l *LocalCA) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := apcaddyfile.StartSigner(d); err != nil {
 		return err
@@ -78,6 +78,8 @@ func (l *LocalCA) Provision(ctx caddy.Context) error {
 		err error
 	)
 	switch {
+	case l.CA != "" && (l.Cert != "" || l.Key != ""):
+		return fmt.Errorf("signer.ca: %q and signer.cert/signer.key are alternatives: a CA of Caddy's pki app, or an issuing CA from files, not both", l.CA)
 	case l.Cert != "" && l.Key == "":
 		return fmt.Errorf("signer.key: required when signer.cert is set")
 	case l.Key != "" && l.Cert == "":
