@@ -241,6 +241,9 @@ func TestLoadingABadRelayConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 		{"bad eab key", map[string]any{"directory": dir, "challenge": "bypass", "eab": map[string]string{"key_id": "k", "mac_key": "not base64!"}}, "signer.eab: the hmac key must be base64url"},
 		{"directory that is not http(s)", map[string]any{"directory": "ftp://x/dir", "challenge": "bypass"}, `signer.directory: "ftp://x/dir" must be an absolute https:// (or http://) URL`},
 		{"negative propagation delay", map[string]any{"directory": dir, "propagation_delay": -1}, "signer.propagation_delay: must not be negative"},
+		{"propagation timeout with http01", map[string]any{"directory": dir, "challenge": "http01", "propagation_timeout": "2m"}, "signer.propagation_timeout: only used with challenge dns01, not http01"},
+		{"propagation delay with bypass", map[string]any{"directory": dir, "challenge": "bypass", "propagation_delay": "5s"}, "signer.propagation_delay: only used with challenge dns01, not bypass"},
+		{"resolvers with the default challenge, http01", map[string]any{"directory": dir, "resolvers": []string{"1.1.1.1"}}, "signer.resolvers: only used with challenge dns01, not http01"},
 		{"prepare_upstream neither on nor off", map[string]any{"directory": dir, "challenge": "bypass", "prepare_upstream": "yes"}, `signer.prepare_upstream: "yes" must be on or off`},
 	}
 	for _, tt := range tests {

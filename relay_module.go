@@ -46,8 +46,9 @@ func (*Relay) CaddyModule() caddy.ModuleInfo {
 //		prepare_upstream    on|off
 //	}
 //
-// Which settings go together (dns with dns01) is Provision's call; this
-// checks each value's own shape.
+// Which settings go together (dns, propagation_timeout,
+// propagation_delay and resolvers with dns01 only) is Provision's call;
+// this checks each value's own shape.
 func (r *Relay) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if err := apcaddyfile.StartSigner(d); err != nil {
 		return err
@@ -155,6 +156,22 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 	}
 	if r.PropagationTimeout < -1 {
 		return fmt.Errorf("signer.propagation_timeout: must be positive, or -1 to skip the check")
+	}
+	if opts.Challenge != relay.ChallengeDNS01 {
+		// They tune the dns01 solver alone; elsewhere they would be
+		// read by nothing.
+		for _, o := range []struct {
+			key string
+			set bool
+		}{
+			{"propagation_timeout", r.PropagationTimeout != 0},
+			{"propagation_delay", r.PropagationDelay != 0},
+			{"resolvers", len(r.Resolvers) > 0},
+		} {
+			if o.set {
+				return fmt.Errorf("signer.%s: only used with challenge dns01, not %s", o.key, opts.Challenge)
+			}
+		}
 	}
 	if opts.Challenge == relay.ChallengeDNS01 {
 		if r.DNSRaw == nil {
