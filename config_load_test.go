@@ -270,6 +270,18 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `crl_url: "https://ca.example.com/acme/a/crl" must be an absolute http:// URL`,
 		},
 		{
+			name: "crl_url with a relay signer, whose leaves the upstream CA's CRL covers",
+			handlers: []map[string]any{{"profile": "a", "crl_url": "http://ca.example.com/acme/a/crl",
+				"signer": map[string]any{"module": "relay", "directory": "https://ca.example/dir", "challenge": "bypass"}}},
+			want: "crl_url: only a signer whose CRL this server publishes (local_ca) puts it in its leaves; this profile's signer is relay",
+		},
+		{
+			name: "crl_url with a script signer, whose leaves its own CA signs",
+			handlers: []map[string]any{{"profile": "a", "crl_url": "http://ca.example.com/acme/a/crl",
+				"signer": map[string]any{"module": "script", "command": []string{"/bin/true"}}}},
+			want: "crl_url: only a signer whose CRL this server publishes (local_ca) puts it in its leaves; this profile's signer is script",
+		},
+		{
 			name:     "long-lived leaves without crl_url",
 			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "30d"}}},
 			want:     "crl_url: required when signer.lifetime (720h0m0s) exceeds 168h0m0s",

@@ -70,6 +70,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := checkUpstreamProfiles(&h.ProfileConfig, mod); err != nil {
 		return err
 	}
+	if err := checkCRLURL(&h.ProfileConfig, mod); err != nil {
+		return err
+	}
 	v, err := newValidator(&h.ProfileConfig)
 	if err != nil {
 		// Validate has checked the ports and the resolvers by New's own
@@ -119,6 +122,24 @@ func checkUpstreamProfiles(cfg *acmeproxy.ProfileConfig, mod any) error {
 		}
 	}
 	return nil
+}
+
+// checkCRLURL refuses a crl_url that no leaf would carry: only a signer
+// whose CRL this server publishes (local_ca) puts it in its leaves; a
+// relay's or a script's leaves come from a CA of their own. A front end
+// (delegated) is configured as its worker, whose signer decides.
+func checkCRLURL(cfg *acmeproxy.ProfileConfig, mod any) error {
+	if cfg.CRLURL == "" {
+		return nil
+	}
+	if _, ok := mod.(signer.CRLSigner); ok {
+		return nil
+	}
+	if _, ok := mod.(*Delegated); ok {
+		return nil
+	}
+	return fmt.Errorf("crl_url: only a signer whose CRL this server publishes (local_ca) puts it in its leaves; this profile's signer is %s",
+		caddy.GetModuleName(mod))
 }
 
 // newValidator builds the challenge validator of a profile (defaults
