@@ -178,6 +178,23 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     "database postgres: the DSN is empty after its placeholders were replaced",
 		},
 		{
+			name:     "a notify script that does not exist",
+			handlers: []map[string]any{{"profile": "a"}},
+			app:      map[string]any{"notify": []map[string]any{{"type": "script", "command": "/nonexistent/acme-notify"}}},
+			want:     "notify script: command: stat /nonexistent/acme-notify: no such file or directory",
+		},
+		{
+			name:     "a profile's notify script that is not executable",
+			handlers: []map[string]any{{"profile": "a", "notify": []map[string]any{{"type": "script", "command": expiredCA.cert}}}},
+			want:     "notify script: command: " + expiredCA.cert + " is not an executable file",
+		},
+		{
+			name:     "a notify script by a relative path",
+			handlers: []map[string]any{{"profile": "a"}},
+			app:      map[string]any{"notify": []map[string]any{{"type": "script", "command": "bin/acme-notify"}}},
+			want:     `notify script: command: "bin/acme-notify" must be an absolute path`,
+		},
+		{
 			name:     "unknown challenge type",
 			handlers: []map[string]any{{"profile": "a", "challenges": []string{"http-02"}}},
 			want:     `challenges: unknown challenge type "http-02"`,

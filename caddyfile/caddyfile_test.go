@@ -175,6 +175,7 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"default certificate profile naming an unknown one", site("profile a\ncertificate_profile c\ndefault_certificate_profile d"),
 			`acme_proxy: default_certificate_profile: "d" is not a certificate_profile of this block`},
 		{"notify script without a path", "{\n\tacme_proxy {\n\t\tnotify script\n\t}\n}\n", "acme_proxy: notify script: want a path"},
+		{"notify script by a relative path", "{\n\tacme_proxy {\n\t\tnotify script bin/acme-notify\n\t}\n}\n", `acme_proxy: notify script: command: "bin/acme-notify" must be an absolute path`},
 		{"profile given twice", site("profile a\nprofile b"), "acme_proxy: profile: given twice"},
 		{"prefix given twice", site("profile a\nprefix /a\nprefix /b"), "acme_proxy: prefix: given twice"},
 		{"signer given twice", site("profile a\nsigner local_ca\nsigner local_ca {\nlifetime 1d\n}"), "acme_proxy: signer: given twice"},

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/internal/execpath"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 )
 
@@ -80,11 +81,18 @@ func NewDeliverer(opts Options) *Deliverer {
 	}
 }
 
-// Register validates destinations and makes them deliverable.
+// Register validates destinations and makes them deliverable. A
+// script's program must exist and be executable now, as the config
+// loads, rather than fail its first delivery.
 func (d *Deliverer) Register(dests ...Destination) error {
 	for i := range dests {
 		if err := dests[i].Validate(); err != nil {
 			return err
+		}
+		if dests[i].Type == TypeScript {
+			if err := execpath.Check(dests[i].Command); err != nil {
+				return fmt.Errorf("notify script: command: %w", err)
+			}
 		}
 	}
 	d.mu.Lock()

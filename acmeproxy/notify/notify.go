@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/mail"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -142,6 +143,11 @@ func (d *Destination) Validate() error {
 	case TypeScript:
 		if d.Command == "" {
 			return fmt.Errorf("notify script: a path is required")
+		}
+		// Whether the file exists and may run is Register's check, at
+		// load: a config may be adapted on another machine.
+		if !filepath.IsAbs(d.Command) {
+			return fmt.Errorf("notify script: command: %q must be an absolute path", d.Command)
 		}
 	default:
 		return fmt.Errorf("notify: type: unknown destination type %q (want webhook, email or script)", d.Type)

@@ -259,19 +259,29 @@ func TestScriptFailures(t *testing.T) {
 	if err := os.WriteFile(failing, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	removed := filepath.Join(dir, "removed.sh")
+	if err := os.WriteFile(removed, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name         string
 		command      string
+		removeAfter  bool // removed once registered, as a config loaded
 		wantAttempts int
 		wantReason   string
 	}{
-		{"fail/a missing script is abandoned at once", filepath.Join(dir, "missing.sh"), 1, "no such file"},
-		{"fail/a script that fails is retried until the budget is spent", failing, notify.MaxAttempts, "exited with status 3"},
+		{"fail/a script removed after the config loaded is abandoned at once", removed, true, 1, "no such file"},
+		{"fail/a script that fails is retried until the budget is spent", failing, false, notify.MaxAttempts, "exited with status 3"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := notify.Destination{Type: notify.TypeScript, Command: tc.command}
 			r := newRig(t, notify.Options{}, dst)
+			if tc.removeAfter {
+				if err := os.Remove(tc.command); err != nil {
+					t.Fatal(err)
+				}
+			}
 			ids := r.event(t, sampleEvent(acme.EventAccountCreated), dst)
 			j := r.wait(t, ids[0])
 			if j.Status != store.JobFailed || j.Attempts != tc.wantAttempts || !strings.Contains(j.LastError, tc.wantReason) {
@@ -318,10 +328,36 @@ func TestDestinationsAreValidatedAndIdentifiedWithoutTheirSecrets(t *testing.T) 
 		{Type: notify.TypeEmail, SMTP: "m.example.com:25", From: "a@example.com"},
 		{Type: notify.TypeEmail, SMTP: "m.example.com:25", From: "a@example.com", To: []string{"b@example.com"}, Username: "u"},
 		{Type: notify.TypeScript},
+		{Type: notify.TypeScript, Command: "bin/notify"},
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v validated", bad)
 		}
+	}
+}
+
+func TestAScriptThatCannotRunFailsAtLoadNamingTheKey(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "notify.sh")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, command, want string
+	}{
+		{"a relative path", "bin/notify", `notify script: command: "bin/notify" must be an absolute path`},
+		{"a name looked up in PATH", "logger", `notify script: command: "logger" must be an absolute path`},
+		{"a missing file", filepath.Join(dir, "missing.sh"), "notify script: command: stat " + filepath.Join(dir, "missing.sh") + ": no such file or directory"},
+		{"a file that is not executable", notExec, "notify script: command: " + notExec + " is not an executable file"},
+		{"a directory", dir, "notify script: command: " + dir + " is not an executable file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := notify.NewDeliverer(notify.Options{}).Register(notify.Destination{Type: notify.TypeScript, Command: tt.command})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Register: %v; want %q", err, tt.want)
+			}
+		})
 	}
 }
 

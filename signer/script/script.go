@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/execpath"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -98,16 +98,8 @@ func New(opts Options) (*Signer, error) {
 	if len(opts.Command) == 0 || opts.Command[0] == "" {
 		return nil, errors.New("signer.command: required")
 	}
-	prog := opts.Command[0]
-	if !filepath.IsAbs(prog) {
-		return nil, fmt.Errorf("signer.command: %q must be an absolute path", prog)
-	}
-	fi, err := os.Stat(prog)
-	if err != nil {
+	if err := execpath.Check(opts.Command[0]); err != nil {
 		return nil, fmt.Errorf("signer.command: %w", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return nil, fmt.Errorf("signer.command: %s is not an executable file", prog)
 	}
 	if opts.Timeout < 0 {
 		return nil, fmt.Errorf("signer.timeout: must be positive, not %s", opts.Timeout)
