@@ -310,6 +310,38 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want: "certificate_profiles.long.lifetime: 72h0m0s exceeds the local CA's signer.lifetime (48h0m0s)",
 		},
 		{
+			name:     "certificate profile lifetime that is not a duration",
+			handlers: []map[string]any{{"profile": "a", "certificate_profiles": map[string]any{"c": map[string]any{"lifetime": "1 hour"}}}},
+			want:     `json: cannot unmarshal "1 hour", which is not a duration (such as 90d, 12h), into Go struct field CertificateProfileConfig.ProfileConfig.certificate_profiles.lifetime of type acmeproxy.Duration`,
+		},
+		{
+			name:     "renewal_info retry_after that is neither a string nor a number",
+			handlers: []map[string]any{{"profile": "a", "renewal_info": map[string]any{"retry_after": true}}},
+			want:     `json: cannot unmarshal true, which is not a duration (a string such as "90d" or "12h", or a number of nanoseconds), into Go struct field RenewalInfoConfig.ProfileConfig.renewal_info.retry_after of type acmeproxy.Duration`,
+		},
+		{
+			name:     "limit period that is not a duration",
+			handlers: []map[string]any{{"profile": "a", "limits": map[string]any{"orders_per_account": map[string]any{"count": 5, "period": "weekly"}}}},
+			want:     `json: cannot unmarshal "weekly", which is not a duration (such as 90d, 12h), into Go struct field LimitConfig.ProfileConfig.limits.orders_per_account.period of type acmeproxy.Duration`,
+		},
+		{
+			name:     "local_ca lifetime no longer than its backdate",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "1s"}}},
+			want:     "signer.lifetime: 1s must be longer than 1m0s",
+		},
+		{
+			name: "local_ca cert file that does not exist",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca",
+				"cert": "/nonexistent/ca.pem", "key": expiredCA.key}}},
+			want: "signer.cert: open /nonexistent/ca.pem: no such file or directory",
+		},
+		{
+			name: "local_ca key file without a key",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca",
+				"cert": expiredCA.cert, "key": expiredCA.cert}}},
+			want: fmt.Sprintf("signer.key: %q: no PEM private key block", expiredCA.cert),
+		},
+		{
 			name:     "certificate profile with an unknown ext_key_usage",
 			handlers: []map[string]any{{"profile": "a", "certificate_profiles": map[string]any{"c": map[string]any{"ext_key_usage": []string{"email"}}}}},
 			want:     `certificate_profiles.c.ext_key_usage: unknown extended key usage "email"`,

@@ -128,6 +128,7 @@ func FuzzProvisionConfig(f *testing.F) {
 		{`{}`, `[{"profile":"a","notify":[{"type":"email","smtp":"m.example.com","from":"a@example.com","to":["b@example.com"]}]}]`},
 		{`{}`, `[{"profile":"a","notify":[{"type":"webhook","url":"{env.NO_SUCH_HOOK}"}]}]`},
 		{`{}`, `[{"profile":"a","frobnicate":true}]`},
+		{`{}`, `[{"profile":"a","certificate_profiles":{"c":{"lifetime":"1 hour"}}}]`},
 	} {
 		f.Add([]byte(seed.app), []byte(seed.handlers))
 	}
@@ -316,7 +317,7 @@ func acmeProxyFailure(msg string) (string, bool) {
 var configKeys = []string{"database", "notify", "profile", "prefix", "challenges", "resolvers", "validation_ports",
 	"allow", "deny", "crl_url", "signer"}
 
-var jsonFieldError = regexp.MustCompile(`^json: (unknown field "([^"]*)"|cannot unmarshal \w+ into Go struct field \w+(?:\.\w+)*\.(\w+) of type)`)
+var jsonFieldError = regexp.MustCompile(`^json: (unknown field "([^"]*)"|cannot unmarshal .+? into Go struct field \w+(?:\.\w+)*\.(\w+) of type)`)
 
 // namesConfigKey reports whether an acme_proxy module's error message
 // names the key at fault: it starts with a key ("profile: …",

@@ -3,6 +3,7 @@ package caddyacmeproxy
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -86,7 +87,7 @@ func (l *LocalCA) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("signer.cert: required when signer.key is set")
 	case l.Cert != "":
 		if src, err = localca.FromPEMFiles(l.Cert, l.Key); err != nil {
-			return fmt.Errorf("signer: %w", err)
+			return localCAError(err)
 		}
 	default:
 		if src, err = pkiSource(ctx, l.CA); err != nil {
@@ -98,12 +99,21 @@ func (l *LocalCA) Provision(ctx caddy.Context) error {
 	// replaced (localca.Storage says why there).
 	l.Signer, err = localca.New(src, localca.Options{Lifetime: time.Duration(l.Lifetime), Storage: ctx.Storage()})
 	if err != nil {
-		return fmt.Errorf("signer: %w", err)
+		return localCAError(err)
 	}
 	if l.Cert != "" {
 		return l.checkFileCA(ctx)
 	}
 	return nil
+}
+
+// localCAError names the key of a setting localca refused as the other
+// signer errors do (signer.lifetime: …).
+func localCAError(err error) error {
+	if oe, ok := errors.AsType[*localca.OptionError](err); ok {
+		return fmt.Errorf("signer.%s: %w", oe.Option, oe.Err)
+	}
+	return fmt.Errorf("signer: %w", err)
 }
 
 // checkFileCA reads the issuing CA of signer.cert/signer.key once at load:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -154,17 +155,28 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &s); err != nil {
 		var n int64
 		if err := json.Unmarshal(b, &n); err != nil {
-			return fmt.Errorf("a duration is a string (\"24h\", \"30d\") or a number of nanoseconds: %s", b)
+			return notADuration(string(b) + ", which is not a duration (a string such as \"90d\" or \"12h\", or a number of nanoseconds),")
 		}
 		*d = Duration(n)
 		return nil
 	}
 	v, err := parseDuration(s)
 	if err != nil {
-		return err
+		return notADuration(strconv.Quote(s) + ", which is not a duration (such as 90d, 12h),")
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// notADuration is UnmarshalJSON's refusal of a value, what. It is a
+// *json.UnmarshalTypeError because the decoder completes that type alone
+// with the path of the field at fault, so that the error names the key:
+// `json: cannot unmarshal "1 hour", which is not a duration (such as
+// 90d, 12h), into Go struct field
+// CertificateProfileConfig.certificate_profiles.lifetime of type
+// acmeproxy.Duration`.
+func notADuration(what string) error {
+	return &json.UnmarshalTypeError{Value: what, Type: reflect.TypeFor[Duration]()}
 }
 
 // MarshalJSON writes a Duration as a string ParseDuration reads.

@@ -36,7 +36,8 @@ func parseRenewalInfo(d *caddyfile.Dispenser, cfg *acmeproxy.ProfileConfig) erro
 			if err != nil {
 				return err
 			}
-			if ri.Point, err = strconv.ParseFloat(v, 64); err != nil || ri.Point <= 0 || ri.Point >= 1 {
+			// Written so that NaN, which no comparison holds for, fails.
+			if ri.Point, err = strconv.ParseFloat(v, 64); err != nil || !(ri.Point > 0 && ri.Point < 1) {
 				return d.Errf("acme_proxy: %s: %q is not a fraction above 0 and below 1 (0.67: two thirds into the life)", key, v)
 			}
 		case "retry_after":

@@ -71,7 +71,7 @@ func (c RenewalConfig) withDefaults() RenewalConfig {
 
 // Validate checks the configuration; zero fields are defaults.
 func (c RenewalConfig) Validate() error {
-	if c.Point < 0 || c.Point >= 1 {
+	if !(c.Point >= 0 && c.Point < 1) { // NaN fails too
 		return fmt.Errorf("point: must lie between 0 and 1 (a fraction of the lifetime), not %v", c.Point)
 	}
 	if c.RetryAfter < 0 {

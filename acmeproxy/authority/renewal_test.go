@@ -3,6 +3,7 @@ package authority
 import (
 	"bytes"
 	"encoding/base64"
+	"math"
 	"math/big"
 	"testing"
 	"time"
@@ -47,6 +48,7 @@ func TestARenewalConfigRefusesAPointOutsideTheLifeAndANegativeRetryAfter(t *test
 		{"fail/the end of the life", RenewalConfig{Point: 1}, false},
 		{"fail/before the life", RenewalConfig{Point: -0.1}, false},
 		{"fail/a negative retry", RenewalConfig{RetryAfter: -time.Second}, false},
+		{"fail/a point that is not a number", RenewalConfig{Point: math.NaN()}, false},
 	}
 	for _, tc := range cases {
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {

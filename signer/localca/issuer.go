@@ -52,7 +52,7 @@ func FromPEMFiles(certFile, keyFile string) (Source, error) {
 	}
 	iss := Issuer{Chain: chain, Key: key}
 	if err := iss.check(); err != nil {
-		return nil, fmt.Errorf("localca: cert file %q and key file %q: %w", certFile, keyFile, err)
+		return nil, &OptionError{"cert", fmt.Errorf("%q with signer.key %q: %w", certFile, keyFile, err)}
 	}
 	return Static(chain, key), nil
 }
@@ -60,7 +60,7 @@ func FromPEMFiles(certFile, keyFile string) (Source, error) {
 func readCertFile(name string) ([]*x509.Certificate, error) {
 	data, err := os.ReadFile(name)
 	if err != nil {
-		return nil, fmt.Errorf("localca: cert file: %w", err) // *fs.PathError names the file
+		return nil, &OptionError{"cert", err} // *fs.PathError names the file
 	}
 	var chain []*x509.Certificate
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
@@ -69,18 +69,18 @@ func readCertFile(name string) ([]*x509.Certificate, error) {
 		}
 		cert, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("localca: cert file %q: certificate %d: %w", name, len(chain)+1, err)
+			return nil, &OptionError{"cert", fmt.Errorf("%q: certificate %d: %w", name, len(chain)+1, err)}
 		}
 		chain = append(chain, cert)
 	}
 	if len(chain) == 0 {
-		return nil, fmt.Errorf("localca: cert file %q: no PEM CERTIFICATE block", name)
+		return nil, &OptionError{"cert", fmt.Errorf("%q: no PEM CERTIFICATE block", name)}
 	}
 	// A chain served out of order fails in clients, far from its cause;
 	// catch it here, once.
 	for i := 0; i+1 < len(chain); i++ {
 		if err := chain[i].CheckSignatureFrom(chain[i+1]); err != nil {
-			return nil, fmt.Errorf("localca: cert file %q: certificate %d is not issued by certificate %d: %w", name, i+1, i+2, err)
+			return nil, &OptionError{"cert", fmt.Errorf("%q: certificate %d is not issued by certificate %d: %w", name, i+1, i+2, err)}
 		}
 	}
 	return chain, nil
@@ -89,7 +89,7 @@ func readCertFile(name string) ([]*x509.Certificate, error) {
 func readKeyFile(name string) (crypto.Signer, error) {
 	data, err := os.ReadFile(name)
 	if err != nil {
-		return nil, fmt.Errorf("localca: key file: %w", err) // *fs.PathError names the file
+		return nil, &OptionError{"key", err} // *fs.PathError names the file
 	}
 	// Skip blocks such as "EC PARAMETERS", which openssl writes before
 	// the key itself.
@@ -101,7 +101,7 @@ func readKeyFile(name string) (crypto.Signer, error) {
 		}
 	}
 	if block == nil {
-		return nil, fmt.Errorf("localca: key file %q: no PEM private key block", name)
+		return nil, &OptionError{"key", fmt.Errorf("%q: no PEM private key block", name)}
 	}
 	// Parse errors describe the ASN.1 structure, never its bytes, so they
 	// are safe to wrap.
@@ -117,11 +117,11 @@ func readKeyFile(name string) (crypto.Signer, error) {
 		err = errors.New("encrypted keys are not supported")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("localca: key file %q: cannot parse the %s block: %w", name, block.Type, err)
+		return nil, &OptionError{"key", fmt.Errorf("%q: cannot parse the %s block: %w", name, block.Type, err)}
 	}
 	signer, ok := key.(crypto.Signer)
 	if !ok {
-		return nil, fmt.Errorf("localca: key file %q: a %T cannot sign", name, key)
+		return nil, &OptionError{"key", fmt.Errorf("%q: a %T cannot sign", name, key)}
 	}
 	return signer, nil
 }

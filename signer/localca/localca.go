@@ -80,6 +80,17 @@ type Signer struct {
 	book     *issuerBook
 }
 
+// OptionError is a refusal of one of the signer's settings, named as the
+// configuration names it (lifetime, cert, key), so that the module
+// reports it as signer.<option>, as relay.OptionError does.
+type OptionError struct {
+	Option string
+	Err    error
+}
+
+func (e *OptionError) Error() string { return "localca: " + e.Option + ": " + e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
 // New returns a Signer that signs with the issuer src returns at each
 // signing.
 func New(src Source, opts Options) (*Signer, error) {
@@ -95,7 +106,7 @@ func New(src Source, opts Options) (*Signer, error) {
 		s.lifetime = DefaultLifetime
 	}
 	if s.lifetime <= backdate {
-		return nil, fmt.Errorf("localca: lifetime %v must be longer than %v", s.lifetime, backdate)
+		return nil, &OptionError{"lifetime", fmt.Errorf("%v must be longer than %v", s.lifetime, backdate)}
 	}
 	if s.crlURL != "" {
 		if err := checkCRLURL(s.crlURL); err != nil {
