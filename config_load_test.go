@@ -325,6 +325,16 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `json: cannot unmarshal "weekly", which is not a duration (such as 90d, 12h), into Go struct field LimitConfig.ProfileConfig.limits.orders_per_account.period of type acmeproxy.Duration`,
 		},
 		{
+			name:     "renewal_info retry_after under a minute",
+			handlers: []map[string]any{{"profile": "a", "renewal_info": map[string]any{"retry_after": "1ms"}}},
+			want:     "renewal_info.retry_after: 1ms is outside 1m0s to 24h0m0s",
+		},
+		{
+			name:     "renewal_info retry_after of a century",
+			handlers: []map[string]any{{"profile": "a", "renewal_info": map[string]any{"retry_after": "36500d"}}},
+			want:     "renewal_info.retry_after: 876000h0m0s is outside 1m0s to 24h0m0s",
+		},
+		{
 			name:     "local_ca lifetime no longer than its backdate",
 			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "1s"}}},
 			want:     "signer.lifetime: 1s must be longer than 1m0s",

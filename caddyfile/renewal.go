@@ -2,17 +2,19 @@ package caddyfile
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 )
 
 // parseRenewalInfo reads
 //
 //	renewal_info {
 //		point       <fraction of the lifetime, above 0 and below 1>
-//		retry_after <duration>
+//		retry_after <duration, 1m to 24h>
 //	}
 //
 // which places the renewal windows renewalInfo suggests (RFC 9773).
@@ -44,6 +46,10 @@ func parseRenewalInfo(d *caddyfile.Dispenser, cfg *acmeproxy.ProfileConfig) erro
 			v, err := DurationArg(d, key)
 			if err != nil {
 				return err
+			}
+			if time.Duration(v) < authority.MinRenewalRetryAfter || time.Duration(v) > authority.MaxRenewalRetryAfter {
+				return d.Errf("acme_proxy: %s: %s is outside %s to %s, the checking intervals RFC 9773 §4.3 has clients keep to",
+					key, time.Duration(v), authority.MinRenewalRetryAfter, authority.MaxRenewalRetryAfter)
 			}
 			ri.RetryAfter = acmeproxy.Duration(v)
 		default:

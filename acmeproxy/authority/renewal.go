@@ -44,6 +44,12 @@ const (
 	// DefaultRenewalRetryAfter is the Retry-After of a renewalInfo
 	// answer: a few times a day, as RFC 9773 §4.3 expects of clients.
 	DefaultRenewalRetryAfter = 6 * time.Hour
+	// MinRenewalRetryAfter and MaxRenewalRetryAfter bound a configured
+	// RetryAfter: RFC 9773 §4.3 suggests clients treat a Retry-After
+	// under a minute as a minute and one over a day as a day, so a value
+	// outside would not be honoured (and 1ms answered Retry-After: 0).
+	MinRenewalRetryAfter = time.Minute
+	MaxRenewalRetryAfter = 24 * time.Hour
 	// renewalSpread is the share of the lifetime the window spans on each
 	// side of its point (Boulder: 1%), so a fleet issued at once does
 	// not renew at once.
@@ -76,6 +82,10 @@ func (c RenewalConfig) Validate() error {
 	}
 	if c.RetryAfter < 0 {
 		return fmt.Errorf("retry_after: must be positive, not %s", c.RetryAfter)
+	}
+	if c.RetryAfter != 0 && (c.RetryAfter < MinRenewalRetryAfter || c.RetryAfter > MaxRenewalRetryAfter) {
+		return fmt.Errorf("retry_after: %s is outside %s to %s, the checking intervals RFC 9773 §4.3 has clients keep to",
+			c.RetryAfter, MinRenewalRetryAfter, MaxRenewalRetryAfter)
 	}
 	return nil
 }

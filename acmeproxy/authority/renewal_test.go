@@ -49,6 +49,10 @@ func TestARenewalConfigRefusesAPointOutsideTheLifeAndANegativeRetryAfter(t *test
 		{"fail/before the life", RenewalConfig{Point: -0.1}, false},
 		{"fail/a negative retry", RenewalConfig{RetryAfter: -time.Second}, false},
 		{"fail/a point that is not a number", RenewalConfig{Point: math.NaN()}, false},
+		{"ok/a retry of a minute", RenewalConfig{RetryAfter: time.Minute}, true},
+		{"ok/a retry of a day", RenewalConfig{RetryAfter: 24 * time.Hour}, true},
+		{"fail/a retry under a minute, answered as Retry-After: 0", RenewalConfig{RetryAfter: time.Millisecond}, false},
+		{"fail/a retry over a day", RenewalConfig{RetryAfter: 36500 * 24 * time.Hour}, false},
 	}
 	for _, tc := range cases {
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
