@@ -102,6 +102,9 @@ func (d *Destination) Validate() error {
 			return fmt.Errorf("notify %s: events: unknown event %q (want one of %s)", d.Type, e, strings.Join(Events, ", "))
 		}
 	}
+	if err := d.checkOwnSettings(); err != nil {
+		return err
+	}
 	switch d.Type {
 	case TypeWebhook:
 		u, err := url.Parse(d.URL)
@@ -151,6 +154,34 @@ func (d *Destination) Validate() error {
 		}
 	default:
 		return fmt.Errorf("notify: type: unknown destination type %q (want webhook, email or script)", d.Type)
+	}
+	return nil
+}
+
+// checkOwnSettings refuses a setting of another type of destination (an
+// smtp on a webhook): it would be ignored, and is most likely a mistake
+// about which destination the operator is writing.
+func (d *Destination) checkOwnSettings() error {
+	owners := []struct {
+		typ, key string
+		set      bool
+	}{
+		{TypeWebhook, "url", d.URL != ""}, {TypeWebhook, "secret", d.Secret != ""}, {TypeWebhook, "headers", len(d.Headers) > 0},
+		{TypeEmail, "smtp", d.SMTP != ""}, {TypeEmail, "tls", d.TLS != ""}, {TypeEmail, "from", d.From != ""},
+		{TypeEmail, "to", len(d.To) > 0}, {TypeEmail, "username", d.Username != ""}, {TypeEmail, "password", d.Password != ""},
+		{TypeScript, "command", d.Command != ""}, {TypeScript, "args", len(d.Args) > 0},
+	}
+	known := false
+	for _, o := range owners {
+		known = known || o.typ == d.Type
+	}
+	if !known {
+		return nil // the type's own error says what is wrong
+	}
+	for _, o := range owners {
+		if o.set && o.typ != d.Type {
+			return fmt.Errorf("notify %s: %s: is a setting of a%s %s destination, not of a %s", d.Type, o.key, map[bool]string{true: "n"}[o.typ == TypeEmail], o.typ, d.Type)
+		}
 	}
 	return nil
 }

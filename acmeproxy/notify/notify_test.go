@@ -372,3 +372,27 @@ func TestAnEmailUsernameWithoutItsPasswordIsRefusedNamingTheEmptyOne(t *testing.
 		t.Errorf("the error quotes the username: %v", err)
 	}
 }
+
+// A setting of another type of destination would be ignored: it is most
+// likely a mistake about which destination is being written.
+func TestASettingOfAnotherTypeOfDestinationFailsNamingIt(t *testing.T) {
+	tests := []struct {
+		name string
+		d    notify.Destination
+		want string
+	}{
+		{"a webhook with an smtp server", notify.Destination{Type: notify.TypeWebhook, URL: "https://h.example.com", SMTP: "m.example.com:25"},
+			"notify webhook: smtp: is a setting of an email destination, not of a webhook"},
+		{"an email with a command", notify.Destination{Type: notify.TypeEmail, SMTP: "m.example.com:25", From: "a@example.com",
+			To: []string{"b@example.com"}, Command: "/bin/true"}, "notify email: command: is a setting of a script destination"},
+		{"a script with a webhook secret", notify.Destination{Type: notify.TypeScript, Command: "/bin/true", Secret: "s"},
+			"notify script: secret: is a setting of a webhook destination"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.d.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate: %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
