@@ -73,6 +73,20 @@ func (c *LimitsConfig) limitConfigs() map[string]*LimitConfig {
 // emission interval.
 const maxLimitCount = 1_000_000_000
 
+// isAccountID reports whether s has the form of an account id: letters,
+// digits, - and _, at most 64 (the store's are 26 base32 characters).
+func isAccountID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // Validate checks the limits; each message names the key below limits.
 func (c *LimitsConfig) Validate() error {
 	if c == nil {
@@ -94,6 +108,9 @@ func (c *LimitsConfig) Validate() error {
 			return fmt.Errorf("%s.limit: unknown limit %q (want one of %s)", key, o.Limit, strings.Join(authority.LimitNames, ", "))
 		case o.Limit == authority.LimitAccountsPerIP && o.Account != "":
 			return fmt.Errorf("%s: accounts_per_ip counts registrations before an account exists; override it for an eab_label", key)
+		case o.Account != "" && !isAccountID(o.Account):
+			// An id no account has (a pasted URL, a typo) would never match.
+			return fmt.Errorf("%s.account: %q is not an account id (the last segment of the account's URL, as caddy acme-proxy accounts lists it)", key, o.Account)
 		}
 		who := "account " + o.Account
 		if o.EABLabel != "" {
