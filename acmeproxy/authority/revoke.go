@@ -49,6 +49,9 @@ var (
 	ErrBadRevocationReason = errors.New("the reason is not an RFC 5280 CRLReason code the requester may choose")
 	// ErrRevocationFailed: the backend's job gave up without revoking.
 	ErrRevocationFailed = errors.New("the signer's backend did not revoke the certificate")
+	// ErrRevocationRefused: the backend stated it will not revoke the
+	// certificate (signer.ErrRevocationRefused); asking again cannot help.
+	ErrRevocationRefused = errors.New("the signer's backend refused to revoke the certificate")
 	// ErrUnpublishable: the CA that issued the certificate cannot sign a
 	// CRL here — the signer has no record of it, or cannot reach its key
 	// now (the error then also wraps signer.ErrIssuerUnavailable) — so the
@@ -253,6 +256,10 @@ func (au *Authority) RevokeCert(ctx context.Context, req Requester, decode func(
 		return res, refuse(&problem.Problem{Type: acme.ErrorServerInternal, Status: http.StatusInternalServerError,
 			Detail: "this server no longer holds the CA that issued this certificate, so no CRL could list its revocation; " +
 				"nothing was recorded: the operator's log has the cause"}, &cert, serial, err.Error(), RefusalUnpublishable)
+	case errors.Is(err, ErrRevocationRefused):
+		// A 4xx: a client retries a 5xx, and each retry would ask the
+		// backend again (the revocation_failed audit row has the reason).
+		return res, problem.UnauthorizedF("the signer's backend refused to revoke this certificate; the operator can see why")
 	case err != nil:
 		return res, err
 	case res.Queued:
@@ -513,6 +520,16 @@ func (au *Authority) revokeByJob(ctx context.Context, rv revocation) (RevokeResu
 		au.log.Info("revocation queued", zap.String("event", "revocation_queued"), zap.String("profile", au.cfg.Profile),
 			zap.String("order", rv.cert.OrderID), zap.String("serial", rv.cert.Serial), zap.Int64("job", job.ID))
 	}
+	if !created {
+		// Asking again follows the live job — with its reason: a backend
+		// revocation cannot be re-reasoned from here, so another reason
+		// is refused rather than answered as done.
+		var queued revokePayload
+		if jobs.Decode(&job, &queued) == nil && !sameReason(queued.Reason, rv.reason) {
+			return RevokeResult{Certificate: rv.cert, Job: job.ID}, fmt.Errorf("%w: a revocation with reason %s is under way at the signer's backend (job %d)",
+				ErrAlreadyRevoked, reasonName(queued.Reason), job.ID)
+		}
+	}
 	return au.awaitRevocation(ctx, job, rv.cert)
 }
 
@@ -528,7 +545,27 @@ func (au *Authority) queuedBy(ctx context.Context, rv revocation) bool {
 	if jobs.Decode(&js[0], &p) != nil {
 		return false
 	}
-	return p.Actor == rv.actor
+	return p.Actor == rv.actor && sameReason(p.Reason, rv.reason)
+}
+
+// sameReason reports whether two revocation reasons are one: no reason is
+// unspecified (0), as on a CRL.
+func sameReason(a, b *int) bool {
+	code := func(r *int) int {
+		if r == nil {
+			return reasonUnspecified
+		}
+		return *r
+	}
+	return code(a) == code(b)
+}
+
+// reasonName says a reason for a message: its code, or "none".
+func reasonName(r *int) string {
+	if r == nil {
+		return "none"
+	}
+	return strconv.Itoa(*r)
 }
 
 // awaitRevocation polls the job until it settles or the wait ends.
@@ -550,6 +587,11 @@ func (au *Authority) awaitRevocation(ctx context.Context, job jobs.Job, cert sto
 			}
 			return RevokeResult{Certificate: c, Job: job.ID}, nil
 		case store.JobFailed, store.JobCancelled:
+			// A job keeps its outcome as text: runRevoke fails it with
+			// the signer's error, which says so when the backend refused.
+			if job.Status == store.JobFailed && strings.Contains(job.LastError, signer.ErrRevocationRefused.Error()) {
+				return RevokeResult{Job: job.ID}, fmt.Errorf("%w: job %d: %s", ErrRevocationRefused, job.ID, job.LastError)
+			}
 			return RevokeResult{Job: job.ID}, fmt.Errorf("%w: job %d is %s: %s", ErrRevocationFailed, job.ID, job.Status, job.LastError)
 		}
 		if !time.Now().Add(pause).Before(until) {

@@ -274,6 +274,9 @@ func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, act
 		return res, fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, authority.ErrBadRevocationReason):
 		return res, fmt.Errorf("%w: %w", ErrInvalid, err)
+	case errors.Is(err, authority.ErrRevocationRefused):
+		// The backend said no: asking again cannot change it.
+		return res, fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, authority.ErrUnpublishable) && !errors.Is(err, signer.ErrIssuerUnavailable):
 		// The CA is gone: asking again cannot succeed.
 		return res, fmt.Errorf("%w: %w", ErrConflict, err)
