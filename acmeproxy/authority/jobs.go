@@ -268,16 +268,22 @@ func revokeJobs(profiles Profiles, logger *zap.Logger) jobs.Handler {
 		if err != nil {
 			return
 		}
+		serial := ""
 		if ok {
 			ev := au.event(ctx, acme.EventRevocationFailed, OutcomeFailure, p.Actor, Client{IP: p.ClientIP, UserAgent: p.UserAgent})
 			ev.OrderID, ev.Detail = p.Order, reason
+			// The serial, so that a search of the audit trail by it finds
+			// the failure beside the certificate's other rows.
+			if c, err := au.db.GetCertificate(ctx, p.Profile, p.Certificate); err == nil {
+				ev.Serial, serial = c.Serial, c.Serial
+			}
 			if p.Reason != nil {
 				ev.Reason = strconv.Itoa(*p.Reason)
 			}
 			au.audit(ctx, ev)
 		}
 		logger.Warn("revocation abandoned", zap.String("event", acme.EventRevocationFailed), zap.String("profile", p.Profile),
-			zap.String("order", p.Order), zap.Int64("job", job.ID), zap.String("reason", reason))
+			zap.String("order", p.Order), zap.String("serial", serial), zap.Int64("job", job.ID), zap.String("reason", reason))
 	}
 	return h
 }
