@@ -32,16 +32,19 @@ func (c *cli) migrateStore(cmd *cobra.Command, _ []string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	// The target first, refused untouched unless it is empty: then a
+	// mistyped DSN, a wrong password or a live database changes neither
+	// it nor the source (which opening brings to this binary's schema).
+	dst, err := store.OpenPostgres(ctx, caddy.NewReplacer().ReplaceKnown(to, ""), store.PostgresOptions{RequireEmpty: true})
+	if err != nil {
+		return fmt.Errorf("migrate-store: opening the target: %w", err)
+	}
+	defer dst.Close()
 	src, err := store.OpenSQLite(ctx, from, store.SQLiteOptions{})
 	if err != nil {
 		return fmt.Errorf("migrate-store: opening %s: %w", from, err)
 	}
 	defer src.Close()
-	dst, err := store.OpenPostgres(ctx, caddy.NewReplacer().ReplaceKnown(to, ""), store.PostgresOptions{})
-	if err != nil {
-		return fmt.Errorf("migrate-store: opening the target: %w", err)
-	}
-	defer dst.Close()
 	counts, err := store.CopyStore(ctx, src, dst)
 	if err != nil {
 		return fmt.Errorf("migrate-store: %w", err)

@@ -3,6 +3,7 @@ package caddyacmeproxy
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"io"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/spf13/cobra"
 
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
@@ -84,5 +86,83 @@ func TestMigrateStoreRefusesAMissingSourceOrTarget(t *testing.T) {
 	}
 	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a missing --from file was created: %v", err)
+	}
+}
+
+// A target that holds rows (a live database named by mistake) is refused
+// before anything is written: neither its schema nor the source file is
+// touched.
+func TestMigrateStoreLeavesATargetThatHoldsRowsAndItsSourceUntouched(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "acme_proxy.db")
+	src, err := store.OpenSQLite(ctx, path, store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgtest.DSN(t)
+	live, err := store.OpenPostgres(ctx, dsn, store.PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := live.CreateAccount(ctx, store.Account{Profile: "internal", Thumbprint: "th", KeyJWK: []byte(`{}`)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	live.Close()
+	raw, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	// As an older binary's database: the newest migration not applied.
+	var newest int
+	if err := raw.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&newest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = $1`, newest); err != nil {
+		t.Fatal(err)
+	}
+
+	if out, err := runCLI("migrate-store", "--from", path, "--to", dsn); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("migrate-store onto a database holding rows: %v\n%s; want a refusal naming a non-empty target", err, out)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(before, after) {
+		t.Errorf("the source file changed (%v)", err)
+	}
+	if _, err := os.Stat(path + "-wal"); err == nil {
+		t.Errorf("the source was opened: it has a WAL file")
+	}
+	var applied bool
+	if err := raw.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, newest).Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	if applied {
+		t.Errorf("migration %d was applied to the refused target", newest)
+	}
+}
+
+// A target only migrated (by a copy that failed half-way, say) holds no
+// row: the copy goes ahead.
+func TestMigrateStoreCopiesIntoATargetThatIsMigratedButEmpty(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "acme_proxy.db")
+	src, err := store.OpenSQLite(ctx, path, store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
+	dsn := pgtest.DSN(t)
+	migrated, err := store.OpenPostgres(ctx, dsn, store.PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrated.Close()
+	if out, err := runCLI("migrate-store", "--from", path, "--to", dsn); err != nil {
+		t.Fatalf("migrate-store into a migrated, empty database: %v\n%s", err, out)
 	}
 }

@@ -25,6 +25,13 @@ type PostgresOptions struct {
 	// Default 8.
 	MaxConns int
 
+	// RequireEmpty refuses, untouched, a database that holds any row of
+	// any table (ErrTargetNotEmpty) before its schema is brought up to
+	// date: a copy's target (CopyStore), where a mistyped DSN naming a
+	// live database must not upgrade that database's schema under the
+	// instances running on it.
+	RequireEmpty bool
+
 	// tracer, for the package's tests, sees every statement of every pool.
 	tracer pgx.QueryTracer
 }
@@ -82,9 +89,52 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 		r.Close()
 		return nil, fmt.Errorf("store: connecting to %s: %w", desc, redactConnectError(err))
 	}
+	if opts.RequireEmpty {
+		if err := checkEmpty(ctx, r); err != nil {
+			w.Close()
+			lw.Close()
+			r.Close()
+			return nil, fmt.Errorf("%s: %w", desc, err)
+		}
+	}
 	e := &postgresEngine{w: w, lazy: lw, cfg: cfg, desc: desc,
 		wTurn: make(turns, opts.MaxConns), lazyTurn: make(turns, opts.MaxConns)}
 	return open(ctx, r, e, postgresDialect{}, desc)
+}
+
+// checkEmpty fails with ErrTargetNotEmpty when a table of the database's
+// current schema holds a row (schema_migrations aside: a database a copy
+// that failed left migrated is still empty).
+func checkEmpty(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name <> 'schema_migrations'
+		ORDER BY table_name`)
+	if err != nil {
+		return fmt.Errorf("store: listing the tables: %w", err)
+	}
+	var tables []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			rows.Close()
+			return fmt.Errorf("store: listing the tables: %w", err)
+		}
+		tables = append(tables, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: listing the tables: %w", err)
+	}
+	for _, t := range tables {
+		var has bool
+		if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+pgx.Identifier{t}.Sanitize()+`)`).Scan(&has); err != nil {
+			return fmt.Errorf("store: reading table %s: %w", t, err)
+		}
+		if has {
+			return fmt.Errorf("%w: table %s holds rows", ErrTargetNotEmpty, t)
+		}
+	}
+	return nil
 }
 
 // DefaultConnectTimeout bounds a connection attempt to PostgreSQL when the
