@@ -36,7 +36,10 @@ func TestTheRetentionSweepJobPrunesFailedOrdersPastTheConfiguredRetention(t *tes
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := app.db.FailOrder(ctx, o.ID, nil, "test", at); err != nil {
+		// The sweep that runs at start may have pruned the old order
+		// already (pending, expired and untouched for 8 days): then there
+		// is nothing left to fail.
+		if err := app.db.FailOrder(ctx, o.ID, nil, "test", at); err != nil && !errors.Is(err, store.ErrWrongState) {
 			t.Fatal(err)
 		}
 		return o.ID
