@@ -297,6 +297,10 @@ func (s *Server) serveRoute(name string, h handlerFunc) http.Handler {
 		}
 		if err := h(w, r); err != nil {
 			s.writeError(w, r, err)
+		} else if r.Method == http.MethodPost {
+			// A signed request that succeeded spent its nonce: a write
+			// went through, so the database is back if it was away.
+			s.noteStoreBack()
 		}
 	})
 }

@@ -34,3 +34,12 @@ func (s *Server) answerStoreUnavailable(w http.ResponseWriter, r *http.Request, 
 	w.Header().Set("Retry-After", strconv.Itoa(int(storeRetryAfter/time.Second)))
 	return problem.Unavailable("the server cannot store anything now; retry later")
 }
+
+// noteStoreBack logs, once, that requests are stored again after the
+// database was away, with the 503s answered since the last line.
+func (s *Server) noteStoreBack() {
+	if log, n := s.storeDown.Recovered(); log {
+		s.log.Info("the database takes writes again", zap.String("event", "store_available"),
+			zap.String("profile", s.cfg.Profile), zap.Int("requests", n))
+	}
+}

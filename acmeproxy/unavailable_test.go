@@ -96,6 +96,23 @@ func TestAFullDatabaseIsAnswered503WithRetryAfterAndLoggedOncePerInterval(t *tes
 	if got := lines[1].ContextMap()["requests"]; got != int64(burst) {
 		t.Errorf("the second line speaks for %v requests; want %d (the %d silent ones and this one)", got, burst, burst-1)
 	}
+
+	// Three more within the interval, silent; then room again: the first
+	// request that goes through logs the end, speaking for those three,
+	// rather than leaving them to the next outage's first line.
+	for range 3 {
+		newOrder()
+	}
+	if _, err := e.db.PruneAudit(ctx, time.Now().Add(time.Hour), 10000, func(int64) (store.AuditEvent, bool) { return store.AuditEvent{}, false }); err != nil {
+		t.Fatalf("making room: %v", err)
+	}
+	if r := raw.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("room.example.com")}}, jwsOpts{}); r.status != http.StatusCreated {
+		t.Fatalf("a new order once there is room: %d %s", r.status, r.body)
+	}
+	back := logs.FilterField(zap.String("event", "store_available")).All()
+	if len(back) != 1 || back[0].ContextMap()["requests"] != int64(3) {
+		t.Fatalf("store_available lines %+v; want one speaking for the 3 requests not yet logged", back)
+	}
 }
 
 // A database that stops answering — a hung server, a path that drops every

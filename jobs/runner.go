@@ -450,6 +450,9 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 			}
 			continue
 		}
+		if log, n := r.claimFailures.Recovered(); log {
+			r.log.Info("claiming jobs again", zap.String("event", "jobs_claim_recovered"), zap.Int("failures", n))
+		}
 		// RunNow may have taken slots while the claim was in the store;
 		// what no longer fits under the cap goes back to the queue, and the
 		// next slot to free wakes the loop to claim it again.

@@ -7,6 +7,7 @@ package logevery
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,9 @@ type Limiter struct {
 	mu     sync.Mutex
 	next   time.Time // no line before this
 	missed int       // times met since the last line
+	// met is set while the condition lasts: from a Note to the next
+	// Recovered. Read without the lock on every success.
+	met atomic.Bool
 }
 
 // Note counts the condition met once at now, and reports whether to log a
@@ -26,10 +30,32 @@ func (l *Limiter) Note(now time.Time) (log bool, times int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.missed++
+	l.met.Store(true)
 	if now.Before(l.next) {
 		return false, 0
 	}
 	n := l.missed
 	l.missed, l.next = 0, now.Add(l.Every)
+	return true, n
+}
+
+// Recovered is told of a success that shows the condition is over (a
+// write that went through). The first time after the condition was met,
+// it reports to log its end, with the times met since the last line —
+// which would otherwise wait for the next outage's first line — and the
+// next time the condition is met is logged at once. Cheap when nothing
+// was met: one atomic load.
+func (l *Limiter) Recovered() (log bool, times int) {
+	if !l.met.Load() {
+		return false, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.met.Load() {
+		return false, 0
+	}
+	l.met.Store(false)
+	n := l.missed
+	l.missed, l.next = 0, time.Time{}
 	return true, n
 }
