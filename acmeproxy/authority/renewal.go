@@ -249,10 +249,21 @@ func (au *Authority) renewalWindow(ctx context.Context, c store.Certificate, lea
 		case !errors.Is(err, signer.ErrNoRenewalInfo):
 			au.log.Warn("the signer has no renewal window now; computing one", zap.String("event", "renewal_info_failed"),
 				zap.String("profile", au.cfg.Profile), zap.String("serial", c.Serial), zap.Error(err))
+			// A stand-in for the backend's window, which may differ (an
+			// incident's early renewal): held briefly, not for the
+			// profile's hours, so that clients see the real one soon.
+			w := ComputedWindow(c.NotBefore, c.NotAfter, cfg.Point)
+			w.RetryAfter = min(cfg.RetryAfter, StandInRenewalRetryAfter)
+			return w
 		}
 	}
 	return ComputedWindow(c.NotBefore, c.NotAfter, cfg.Point)
 }
+
+// StandInRenewalRetryAfter is how long a computed window that stands in
+// for a signer's unreachable one holds: what a client is told to wait
+// before it asks again (RFC 9773 suggests clients wait at least a minute).
+const StandInRenewalRetryAfter = 5 * time.Minute
 
 // pastWindow is a window that asks for renewal now, as of at.
 func pastWindow(at time.Time, explanationURL string) signer.RenewalInfo {
