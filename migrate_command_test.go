@@ -94,12 +94,7 @@ func TestMigrateStoreRefusesAMissingSourceOrTarget(t *testing.T) {
 // touched.
 func TestMigrateStoreLeavesATargetThatHoldsRowsAndItsSourceUntouched(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "acme_proxy.db")
-	src, err := store.OpenSQLite(ctx, path, store.SQLiteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src.Close()
+	path := emptySQLiteStore(t)
 	before, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -150,12 +145,7 @@ func TestMigrateStoreLeavesATargetThatHoldsRowsAndItsSourceUntouched(t *testing.
 // row: the copy goes ahead.
 func TestMigrateStoreCopiesIntoATargetThatIsMigratedButEmpty(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "acme_proxy.db")
-	src, err := store.OpenSQLite(ctx, path, store.SQLiteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src.Close()
+	path := emptySQLiteStore(t)
 	dsn := pgtest.DSN(t)
 	migrated, err := store.OpenPostgres(ctx, dsn, store.PostgresOptions{})
 	if err != nil {
@@ -165,4 +155,17 @@ func TestMigrateStoreCopiesIntoATargetThatIsMigratedButEmpty(t *testing.T) {
 	if out, err := runCLI("migrate-store", "--from", path, "--to", dsn); err != nil {
 		t.Fatalf("migrate-store into a migrated, empty database: %v\n%s", err, out)
 	}
+}
+
+// emptySQLiteStore is the path of a SQLite store, migrated and closed,
+// with no rows.
+func emptySQLiteStore(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "acme_proxy.db")
+	src, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
+	return path
 }
