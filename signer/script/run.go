@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -84,8 +85,10 @@ func (r result) describe() string {
 // execute runs the program in a process group of its own, with exactly
 // r.Env as its environment, r.Stdin written to it and then closed. At the
 // timeout, or when ctx ends, the whole group is killed; it is killed too
-// once the program exits, so nothing it started outlives it. An error is
-// returned only when the program could not be started.
+// once the program exits, so nothing it started outlives it. Where the
+// platform allows (see sysProcAttr), the program is killed too when this
+// process dies. An error is returned only when the program could not be
+// started.
 func execute(ctx context.Context, r run) (result, error) {
 	if len(r.Argv) == 0 {
 		return result{}, errors.New("script: no command")
@@ -96,7 +99,7 @@ func execute(ctx context.Context, r run) (result, error) {
 		cmd.Env = []string{}
 	}
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = sysProcAttr()
 
 	// Own pipes, not exec's: Wait must not wait for a grandchild that
 	// holds them open, and their reading is bounded after the kill.
@@ -119,7 +122,25 @@ func execute(ctx context.Context, r run) (result, error) {
 		return result{}, fmt.Errorf("script: %w", err)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	startErr := cmd.Start()
+	// Linux's parent-death signal fires when the thread that started the
+	// child ends, not the process; and the runtime ends a thread when a
+	// goroutine locked to it returns. So the program is started and
+	// waited for by a goroutine that holds its thread the whole time: no
+	// other goroutine runs on that thread, which then ends only with the
+	// process. (Wait blocks a thread anyway.)
+	started := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	startErr := <-started
 	// The child has its copies; the parent keeps only its ends.
 	inR.Close()
 	outW.Close()
@@ -155,8 +176,6 @@ func execute(ctx context.Context, r run) (result, error) {
 		}()
 	}
 
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	timer := time.NewTimer(r.Timeout)
 	defer timer.Stop()
 	select {
