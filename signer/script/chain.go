@@ -14,11 +14,19 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
+// notTheOrders is the error of a chain whose leaf is a certificate, but
+// not the one the order asked for: another key, other names, a CA. The
+// backend has issued it; running the program again would issue another.
+type notTheOrders struct{ why string }
+
+func (e *notTheOrders) Error() string { return e.why }
+
 // parseChain checks what the program printed for an order and returns the
 // chain as DER, leaf first. It must be PEM CERTIFICATE blocks and nothing
 // else but whitespace; the leaf must certify the CSR's key for exactly the
-// order's identifiers, not be a CA; each certificate must be signed by the
-// next. Anything else is the program's failure.
+// order's identifiers, not be a CA (else a *notTheOrders); each
+// certificate must be signed by the next. Anything else is the program's
+// failure.
 func parseChain(out []byte, csrKey crypto.PublicKey, idents []acme.Identifier) ([][]byte, error) {
 	var certs []*x509.Certificate
 	rest := out
@@ -50,10 +58,10 @@ func parseChain(out []byte, csrKey crypto.PublicKey, idents []acme.Identifier) (
 	}
 	leaf := certs[0]
 	if k, ok := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(csrKey) {
-		return nil, errors.New("the leaf certifies another key than the CSR's")
+		return nil, &notTheOrders{"the leaf certifies another key than the CSR's"}
 	}
 	if leaf.IsCA {
-		return nil, errors.New("the leaf is a CA certificate")
+		return nil, &notTheOrders{"the leaf is a CA certificate"}
 	}
 	if err := sameNames(leaf, idents); err != nil {
 		return nil, err
@@ -74,7 +82,7 @@ func parseChain(out []byte, csrKey crypto.PublicKey, idents []acme.Identifier) (
 // the order's identifiers.
 func sameNames(leaf *x509.Certificate, idents []acme.Identifier) error {
 	if len(leaf.EmailAddresses) > 0 || len(leaf.URIs) > 0 {
-		return errors.New("the leaf names e-mail addresses or URIs, which the order does not")
+		return &notTheOrders{"the leaf names e-mail addresses or URIs, which the order does not"}
 	}
 	var got, want []string
 	for _, n := range leaf.DNSNames {
@@ -97,7 +105,7 @@ func sameNames(leaf *x509.Certificate, idents []acme.Identifier) error {
 	slices.Sort(want)
 	want = slices.Compact(want)
 	if !slices.Equal(got, want) {
-		return fmt.Errorf("the leaf names %s; the order is for %s", strings.Join(got, ", "), strings.Join(want, ", "))
+		return &notTheOrders{fmt.Sprintf("the leaf names %s; the order is for %s", strings.Join(got, ", "), strings.Join(want, ", "))}
 	}
 	return nil
 }

@@ -282,6 +282,11 @@ func (s *Signer) issueOutcome(ctx context.Context, b *signer.Binding, p issuePay
 		return jobs.Retry(fmt.Sprintf("%s wrote more than %d bytes on stdout", prog, MaxStdout))
 	}
 	chain, err := parseChain(res.Stdout, csr.PublicKey, p.Identifiers)
+	if mis := (*notTheOrders)(nil); errors.As(err, &mis) {
+		// A mis-issuance, not a temporary fault: another run would have
+		// the backend issue yet another certificate. The order fails now.
+		return jobs.Failed(prog + " exited 0 with a certificate that is not the order's: " + mis.Error())
+	}
 	if err != nil {
 		return jobs.Retry(prog + " exited 0 but its output is not the order's certificate: " + err.Error())
 	}

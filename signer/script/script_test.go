@@ -173,7 +173,7 @@ func TestEachWayTheProgramEndsHasItsOutcome(t *testing.T) {
 		name string
 		// body is the program; CHAIN in it is replaced by a file holding
 		// a chain for the order's key and name, WRONG by one for another
-		// key.
+		// key, OTHER by one for the order's key and another name.
 		body        string
 		timeout     time.Duration
 		outcome     string // the job outcome's kind
@@ -185,7 +185,10 @@ func TestEachWayTheProgramEndsHasItsOutcome(t *testing.T) {
 	}{
 		{name: "exit 0 with the chain", body: "cat CHAIN", outcome: "done", issued: true},
 		{name: "exit 0 with garbage", body: "echo signed", outcome: "retry", reason: "exited 0 but its output is not the order's certificate: output holds something other than PEM certificates"},
-		{name: "exit 0 with a chain for the wrong key", body: "cat WRONG", outcome: "retry", reason: "another key than the CSR's"},
+		{name: "exit 0 with a chain for the wrong key fails the order at once", body: "cat WRONG", outcome: "failed",
+			reason: "exited 0 with a certificate that is not the order's: the leaf certifies another key than the CSR's"},
+		{name: "exit 0 with a chain for other names fails the order at once", body: "cat OTHER", outcome: "failed",
+			reason: "exited 0 with a certificate that is not the order's: the leaf names dns:b.example.com; the order is for dns:a.example.com"},
 		{name: "exit 0 with oversized output", body: "cat CHAIN; head -c 2000000 /dev/zero", outcome: "retry", reason: "wrote more than 1048576 bytes on stdout"},
 		{name: "exit 2 refusing a name", body: "echo 'rejectedIdentifier: a.example.com is not ours' >&2; exit 2", outcome: "done",
 			refused: signer.KindRejectedIdentifier, refusedWhy: "refused the request: a.example.com is not ours"},
@@ -203,16 +206,16 @@ func TestEachWayTheProgramEndsHasItsOutcome(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
 			body := tt.body
-			if strings.Contains(body, "CHAIN") || strings.Contains(body, "WRONG") {
-				// The CSR key is only known once the order exists: the
-				// program reads files written below.
-				body = strings.ReplaceAll(strings.ReplaceAll(body, "CHAIN", filepath.Join(dir, "chain.pem")), "WRONG", filepath.Join(dir, "wrong.pem"))
-			}
+			// The CSR key is only known once the order exists: the
+			// program reads files written below.
+			body = strings.NewReplacer("CHAIN", filepath.Join(dir, "chain.pem"), "WRONG", filepath.Join(dir, "wrong.pem"),
+				"OTHER", filepath.Join(dir, "other.pem")).Replace(body)
 			b := newBench(t, Options{Command: []string{program(t, body)}, Timeout: tt.timeout})
 			req, key := b.finalized(t, "a.example.com")
 			good := ca.leaf(t, key.Public(), []string{"a.example.com"})
 			os.WriteFile(filepath.Join(dir, "chain.pem"), pemOf(good, ca.inter), 0o644)
 			os.WriteFile(filepath.Join(dir, "wrong.pem"), pemOf(ca.leaf(t, newKey(t).Public(), []string{"a.example.com"}), ca.inter), 0o644)
+			os.WriteFile(filepath.Join(dir, "other.pem"), pemOf(ca.leaf(t, key.Public(), []string{"b.example.com"}), ca.inter), 0o644)
 			if _, err := b.s.Issue(ctx, req); err != nil {
 				t.Fatal(err)
 			}
