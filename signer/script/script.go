@@ -272,6 +272,11 @@ func (s *Signer) issueOutcome(ctx context.Context, b *signer.Binding, p issuePay
 		return jobs.RetryAfter(prog+" failed temporarily: "+res.describe(), s.tempFailDelay(p.Order))
 	case res.Exit == ExitRefused:
 		kind, why := refusal(res.firstStderrLine())
+		if kind == signer.KindBadValidity && p.NotBefore.IsZero() && p.NotAfter.IsZero() {
+			// The client asked for no dates: the ones refused are the
+			// signer's own choice, not the client's request to fix.
+			return jobs.Failed(prog + " refused validity dates the order did not ask for: " + why)
+		}
 		if err := b.Settler.Refused(ctx, p.Order, kind, prog+" refused the request: "+why); err != nil {
 			return jobs.Retry("recording the refusal: " + err.Error())
 		}

@@ -182,6 +182,8 @@ func TestEachWayTheProgramEndsHasItsOutcome(t *testing.T) {
 		refused     signer.Kind
 		refusedWhy  string
 		unsettledOK bool
+		// dates: the client asked for a notAfter in its newOrder.
+		dates bool
 	}{
 		{name: "exit 0 with the chain", body: "cat CHAIN", outcome: "done", issued: true},
 		{name: "exit 0 with garbage", body: "echo signed", outcome: "retry", reason: "exited 0 but its output is not the order's certificate: output holds something other than PEM certificates"},
@@ -192,8 +194,10 @@ func TestEachWayTheProgramEndsHasItsOutcome(t *testing.T) {
 		{name: "exit 0 with oversized output", body: "cat CHAIN; head -c 2000000 /dev/zero", outcome: "retry", reason: "wrote more than 1048576 bytes on stdout"},
 		{name: "exit 2 refusing a name", body: "echo 'rejectedIdentifier: a.example.com is not ours' >&2; exit 2", outcome: "done",
 			refused: signer.KindRejectedIdentifier, refusedWhy: "refused the request: a.example.com is not ours"},
-		{name: "exit 2 refusing the dates", body: "echo 'badValidity: at most 90 days' >&2; exit 2", outcome: "done",
-			refused: signer.KindBadValidity, refusedWhy: "refused the request: at most 90 days"},
+		{name: "exit 2 refusing the dates the client asked for", body: "echo 'badValidity: at most 90 days' >&2; exit 2", outcome: "done",
+			refused: signer.KindBadValidity, refusedWhy: "refused the request: at most 90 days", dates: true},
+		{name: "exit 2 refusing dates the client did not ask for fails as the program's fault", body: "echo 'badValidity: at most 90 days' >&2; exit 2",
+			outcome: "failed", reason: "refused validity dates the order did not ask for: at most 90 days"},
 		{name: "exit 2 refusing the CSR", body: "echo 'RSA keys only' >&2; exit 2", outcome: "done",
 			refused: signer.KindBadCSR, refusedWhy: "refused the request: RSA keys only"},
 		{name: "exit 75", body: "echo 'the HSM is busy' >&2; exit 75", outcome: "retry_after", reason: "failed temporarily: exited with status 75: the HSM is busy"},
@@ -216,6 +220,9 @@ func TestEachWayTheProgramEndsHasItsOutcome(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, "chain.pem"), pemOf(good, ca.inter), 0o644)
 			os.WriteFile(filepath.Join(dir, "wrong.pem"), pemOf(ca.leaf(t, newKey(t).Public(), []string{"a.example.com"}), ca.inter), 0o644)
 			os.WriteFile(filepath.Join(dir, "other.pem"), pemOf(ca.leaf(t, key.Public(), []string{"b.example.com"}), ca.inter), 0o644)
+			if tt.dates {
+				req.NotAfter = time.Now().Add(400 * 24 * time.Hour)
+			}
 			if _, err := b.s.Issue(ctx, req); err != nil {
 				t.Fatal(err)
 			}
