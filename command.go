@@ -47,7 +47,7 @@ migrate-store is the exception: it runs offline, on the database files.
   caddy acme-proxy accounts show|deactivate <account-id>
   caddy acme-proxy jobs [--kind K] [--status S] [--key K] [--before ID] [--limit N]
   caddy acme-proxy jobs show|retry|cancel <job-id>
-  caddy acme-proxy audit [--profile P] [--event E] [--outcome O] [--order ID] [--account ID] [--serial HEX] [--since T] [--until T] [--before ID] [--limit N]
+  caddy acme-proxy audit [--profile P] [--event E] [--outcome O] [--order ID] [--account ID] [--serial HEX] [--since T|AGE] [--until T|AGE] [--before ID] [--limit N]
   caddy acme-proxy audit prune --before <RFC 3339 time | age such as 90d>
   caddy acme-proxy crl show|regenerate <profile>
   caddy acme-proxy eab create --profile P --label L [--reusable] [--expires 7d]
@@ -455,6 +455,18 @@ func (c *cli) jobOp(method, action string) func(*cobra.Command, []string) error 
 }
 
 func (c *cli) audit(cmd *cobra.Command, _ []string) error {
+	// --since and --until take an age too (1h, 7d), as prune's --before.
+	for _, name := range []string{"since", "until"} {
+		if v, _ := cmd.Flags().GetString(name); v != "" {
+			t, err := timeOrAge("--"+name, v, time.Now())
+			if err != nil {
+				return err
+			}
+			if err := cmd.Flags().Set(name, t.UTC().Format(time.RFC3339)); err != nil {
+				return err
+			}
+		}
+	}
 	body, err := c.call(cmd, http.MethodGet, adminBase+"audit"+filterQuery(cmd, operator.AuditFilters...), nil)
 	if err != nil {
 		return err
@@ -484,12 +496,18 @@ func pruneCutoff(v string, now time.Time) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, fmt.Errorf("--before is required: an RFC 3339 time (2026-01-01T00:00:00Z) or an age (90d, 720h)")
 	}
+	return timeOrAge("--before", v, now)
+}
+
+// timeOrAge reads a time flag: an RFC 3339 time, or an age in Caddy's
+// duration syntax (90d, 1h) counted back from now.
+func timeOrAge(flag, v string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
 		return t, nil
 	}
 	d, err := caddy.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return time.Time{}, fmt.Errorf("--before %q is neither an RFC 3339 time nor a positive age such as 90d", v)
+		return time.Time{}, fmt.Errorf("%s %q is neither an RFC 3339 time nor a positive age such as 90d", flag, v)
 	}
 	return now.Add(-d), nil
 }
