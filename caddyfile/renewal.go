@@ -47,9 +47,8 @@ func parseRenewalInfo(d *caddyfile.Dispenser, cfg *acmeproxy.ProfileConfig) erro
 			if err != nil {
 				return err
 			}
-			if time.Duration(v) < authority.MinRenewalRetryAfter || time.Duration(v) > authority.MaxRenewalRetryAfter {
-				return d.Errf("acme_proxy: %s: %s is outside %s to %s, the checking intervals RFC 9773 §4.3 has clients keep to",
-					key, time.Duration(v), authority.MinRenewalRetryAfter, authority.MaxRenewalRetryAfter)
+			if err := authority.CheckRenewalRetryAfter(time.Duration(v)); err != nil {
+				return d.Errf("acme_proxy: %s: %v", key, err)
 			}
 			ri.RetryAfter = acmeproxy.Duration(v)
 		default:

@@ -83,9 +83,21 @@ func (c RenewalConfig) Validate() error {
 	if c.RetryAfter < 0 {
 		return fmt.Errorf("retry_after: must be positive, not %s", c.RetryAfter)
 	}
-	if c.RetryAfter != 0 && (c.RetryAfter < MinRenewalRetryAfter || c.RetryAfter > MaxRenewalRetryAfter) {
-		return fmt.Errorf("retry_after: %s is outside %s to %s, the checking intervals RFC 9773 §4.3 has clients keep to",
-			c.RetryAfter, MinRenewalRetryAfter, MaxRenewalRetryAfter)
+	if c.RetryAfter != 0 {
+		if err := CheckRenewalRetryAfter(c.RetryAfter); err != nil {
+			return fmt.Errorf("retry_after: %w", err)
+		}
+	}
+	return nil
+}
+
+// CheckRenewalRetryAfter refuses a configured Retry-After outside
+// MinRenewalRetryAfter to MaxRenewalRetryAfter (the Caddyfile adapter
+// checks with it too).
+func CheckRenewalRetryAfter(d time.Duration) error {
+	if d < MinRenewalRetryAfter || d > MaxRenewalRetryAfter {
+		return fmt.Errorf("%s is outside %s to %s, the checking intervals RFC 9773 §4.3 has clients keep to",
+			d, MinRenewalRetryAfter, MaxRenewalRetryAfter)
 	}
 	return nil
 }
