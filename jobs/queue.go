@@ -166,6 +166,25 @@ func (q *Queue) newJob(s Spec) (store.NewJob, error) {
 // Get reads one job.
 func (q *Queue) Get(ctx context.Context, id int64) (Job, error) { return q.db.GetJob(ctx, id) }
 
+// NextAttempt says when the newest job of kind and key runs next, for a
+// caller that tells its client how long to wait: running, when an
+// attempt runs now (in any process); else wait, the time from now until
+// its next attempt, with ok false when there is none waiting (no such
+// job, a settled one, one due now).
+func (q *Queue) NextAttempt(ctx context.Context, kind, key string, now time.Time) (wait time.Duration, running, ok bool) {
+	js, err := q.db.ListJobs(ctx, store.JobFilter{Kind: kind, Key: key, Limit: 1})
+	if err != nil || len(js) == 0 {
+		return 0, false, false
+	}
+	switch j := js[0]; {
+	case j.Status == store.JobRunning:
+		return 0, true, false
+	case j.Status == store.JobReady && j.RunAt.After(now):
+		return j.RunAt.Sub(now), false, true
+	}
+	return 0, false, false
+}
+
 // List returns jobs newest first.
 func (q *Queue) List(ctx context.Context, f store.JobFilter) ([]Job, error) {
 	return q.db.ListJobs(ctx, f)

@@ -3,8 +3,6 @@ package relay
 import (
 	"context"
 	"time"
-
-	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // noteLook records when this process's attempt at relaying an order will
@@ -42,9 +40,6 @@ func (s *Signer) ExpectedWait(ctx context.Context, orderID string) (time.Duratio
 	if err != nil {
 		return 0, false
 	}
-	js, err := b.Queue.List(ctx, store.JobFilter{Kind: IssueKind, Key: orderID, Limit: 1})
-	if err != nil || len(js) == 0 || js[0].Status != store.JobReady || !js[0].RunAt.After(now) {
-		return 0, false
-	}
-	return js[0].RunAt.Sub(now), true
+	d, _, ok := b.Queue.NextAttempt(ctx, IssueKind, orderID, now)
+	return d, ok
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
-	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // runningWait is the expected wait while an attempt runs the program: it
@@ -23,18 +22,11 @@ func (s *Signer) ExpectedWait(ctx context.Context, orderID string) (time.Duratio
 	if err != nil {
 		return 0, false
 	}
-	js, err := b.Queue.List(ctx, store.JobFilter{Kind: IssueKind, Key: orderID, Limit: 1})
-	if err != nil || len(js) == 0 {
-		return 0, false
-	}
-	now := s.opts.Clock.Now()
-	switch j := js[0]; {
-	case j.Status == store.JobRunning:
+	d, running, ok := b.Queue.NextAttempt(ctx, IssueKind, orderID, s.opts.Clock.Now())
+	if running {
 		return runningWait, true
-	case j.Status == store.JobReady && j.RunAt.After(now):
-		return j.RunAt.Sub(now), true
 	}
-	return 0, false
+	return d, ok
 }
 
 var _ signer.WaitEstimator = (*Signer)(nil)
