@@ -9,11 +9,14 @@ import (
 	"net/url"
 	"os"
 	"os/user"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
@@ -230,6 +233,7 @@ func (c *cli) show(cmd *cobra.Command, body []byte, v any, human func(w *tabwrit
 	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("the admin API answered something else than expected: %w", err)
 	}
+	printable(v)
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	human(tw)
 	return tw.Flush()
@@ -247,6 +251,71 @@ func filterQuery(cmd *cobra.Command, names ...string) string {
 		return ""
 	}
 	return "?" + q.Encode()
+}
+
+// printable rewrites, in place, every string of a decoded answer so that
+// it prints as plain text on one line: a control character (an escape
+// sequence's ESC, a line break, a tab, C1), a line or paragraph separator,
+// a bidirectional formatting character and a byte that is not UTF-8 are
+// written out as Go writes them in a string ("\x1b", "\n", "\u202e").
+// Clients choose some of these strings (the key id of a binding refused,
+// a relaying CA's problem detail in a job's last error), and the operator's
+// terminal would otherwise act on them: recolour or retitle it, erase the
+// rows above, or show a forged row of the table. A certificate chain keeps
+// its line breaks, and only them.
+func printable(v any) { printableValue(reflect.ValueOf(v), false) }
+
+func printableValue(v reflect.Value, multiline bool) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			printableValue(v.Elem(), multiline)
+		}
+	case reflect.Struct:
+		t := v.Type()
+		for i := range v.NumField() {
+			if t.Field(i).IsExported() {
+				printableValue(v.Field(i), t.Field(i).Name == "ChainPEM")
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			printableValue(v.Index(i), multiline)
+		}
+	case reflect.Map:
+		if v.Type().Elem().Kind() != reflect.String {
+			return
+		}
+		for _, k := range v.MapKeys() {
+			v.SetMapIndex(k, reflect.ValueOf(plainText(v.MapIndex(k).String(), false)).Convert(v.Type().Elem()))
+		}
+	case reflect.String:
+		if v.CanSet() {
+			v.SetString(plainText(v.String(), multiline))
+		}
+	}
+}
+
+// plainText is s with what a terminal would act on written out (see
+// printable); with multiline, a line break ("\n") is kept.
+func plainText(s string, multiline bool) string {
+	var b strings.Builder
+	for i, w := 0, 0; i < len(s); i += w {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		w = n
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n' && multiline:
+			b.WriteRune(r)
+		case unicode.In(r, unicode.Cc, unicode.Zl, unicode.Zp, unicode.Bidi_Control):
+			q := strconv.QuoteRune(r) // '\x1b', '\u202e', '\n'
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 func ts(t time.Time) string {
