@@ -133,10 +133,29 @@ func showOrder(rq *request, id string) {
 		return
 	}
 	rq.render(http.StatusOK, "order", "Order "+id, struct {
-		Order  operator.OrderView
-		Authzs []operator.AuthzView
-		Audit  []operator.AuditView
-	}{o, authzs, audit.Items})
+		Order             operator.OrderView
+		Authzs            []operator.AuthzView
+		Audit             []operator.AuditView
+		MarkKeyCompromise bool
+	}{o, authzs, audit.Items, rq.canMarkKeyCompromise(o)})
+}
+
+// canMarkKeyCompromise says whether an operator may change the reason of
+// o's revoked certificate to keyCompromise (a key found compromised after
+// the fact): its reason is another, and its revocation is in this
+// server's ledger — a backend's revocation (relay, script) is not
+// re-reasoned from here.
+func (rq *request) canMarkKeyCompromise(o operator.OrderView) bool {
+	c := o.Certificate
+	if c == nil || c.RevokedAt == nil || (c.Reason != nil && *c.Reason == reasonKeyCompromise) {
+		return false
+	}
+	for _, p := range rq.op().ListProfiles() {
+		if p.Name == o.Profile {
+			return p.Revocation == "ledger"
+		}
+	}
+	return false
 }
 
 func orderChain(rq *request, id string) {
@@ -154,24 +173,46 @@ func orderChain(rq *request, id string) {
 	_, _ = rq.w.Write([]byte(o.Certificate.ChainPEM))
 }
 
-// reasons are the revocation reasons an operator may pick (RFC 5280
-// §5.3.1, as RFC 8555 §7.6 and the CA/B Forum allow).
-var reasons = []struct {
+// revocationReason is an RFC 5280 §5.3.1 CRLReason code and its name.
+type revocationReason struct {
 	Code int
 	Name string
-}{
-	{0, "unspecified"}, {1, "keyCompromise"}, {3, "affiliationChanged"}, {4, "superseded"}, {5, "cessationOfOperation"},
 }
 
+const reasonKeyCompromise = 1
+
+// reasons are the revocation reasons an operator may pick: a subscriber's
+// (RFC 8555 §7.6), and privilegeWithdrawn, which only the CA can know (the
+// CA/B Forum's set for subscriber certificates).
+var reasons = []revocationReason{
+	{0, "unspecified"}, {reasonKeyCompromise, "keyCompromise"}, {3, "affiliationChanged"}, {4, "superseded"},
+	{5, "cessationOfOperation"}, {9, "privilegeWithdrawn"},
+}
+
+// confirmRevoke asks before a revocation, or before changing a revoked
+// certificate's reason to keyCompromise; an order whose certificate can be
+// neither is answered as its revocation would be (409), not with a form
+// bound to fail.
 func confirmRevoke(rq *request, id string) {
 	o, err := rq.op().ShowOrder(rq.r.Context(), id)
 	if rq.failed(err) {
 		return
 	}
+	c, offered := o.Certificate, reasons
+	switch {
+	case c == nil:
+		rq.fail(0, fmt.Errorf("%w: order %s is %s and has no certificate", operator.ErrConflict, id, o.Status))
+		return
+	case c.RevokedAt != nil && !rq.canMarkKeyCompromise(o):
+		rq.fail(0, fmt.Errorf("%w: the certificate of order %s is already revoked", operator.ErrConflict, id))
+		return
+	case c.RevokedAt != nil:
+		offered = []revocationReason{{reasonKeyCompromise, "keyCompromise"}}
+	}
 	rq.render(http.StatusOK, "revoke", "Revoke order "+id, struct {
 		Order   operator.OrderView
-		Reasons any
-	}{o, reasons})
+		Reasons []revocationReason
+	}{o, offered})
 }
 
 func revokeOrder(rq *request, id string) {
@@ -184,7 +225,15 @@ func revokeOrder(rq *request, id string) {
 		}
 		reason = &n
 	}
+	before, err := rq.op().ShowOrder(rq.r.Context(), id)
+	if rq.failed(err) {
+		return
+	}
 	if _, err := rq.op().RevokeOrder(rq.r.Context(), id, reason, rq.actor()); rq.failed(err) {
+		return
+	}
+	if c := before.Certificate; c != nil && c.RevokedAt != nil {
+		rq.done("orders/"+id, "key-compromise")
 		return
 	}
 	rq.done("orders/"+id, "revoked")

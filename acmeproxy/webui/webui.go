@@ -326,10 +326,11 @@ func (rq *request) done(path, what string) {
 }
 
 var doneText = map[string]string{
-	"revoked":     "The certificate was revoked.",
-	"deactivated": "The account was deactivated.",
-	"retried":     "The job will run now.",
-	"cancelled":   "The job was cancelled.",
+	"revoked":        "The certificate was revoked.",
+	"key-compromise": "The revocation reason is now keyCompromise; the CRL is rebuilt with it.",
+	"deactivated":    "The account was deactivated.",
+	"retried":        "The job will run now.",
+	"cancelled":      "The job was cancelled.",
 }
 
 // ---- routes ----

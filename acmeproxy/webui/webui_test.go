@@ -221,7 +221,7 @@ func TestEveryPageAnswersWithItsContentAndTheSecurityHeaders(t *testing.T) {
 		{"an order", "/ops/orders/order1", 200, []string{"www.example.test", "No certificate has been issued"}},
 		{"an unknown order", "/ops/orders/nope", 404, []string{"404"}},
 		{"the chain of an order without one", "/ops/orders/order1/chain.pem", 404, []string{"has no certificate"}},
-		{"the revoke confirmation", "/ops/orders/order1/revoke", 200, []string{"keyCompromise", `name="csrf"`}},
+		{"the revoke confirmation of an order without a certificate", "/ops/orders/order1/revoke", 409, []string{"has no certificate"}},
 		{"accounts", "/ops/accounts", 200, []string{"acct1", "mailto:ops@example.test"}},
 		{"accounts by status", "/ops/accounts?status=deactivated", 200, []string{"No account matches."}},
 		{"an account", "/ops/accounts/acct1", 200, []string{"tp1", "order1", "Deactivate…"}},

@@ -1,0 +1,152 @@
+package webui
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"math/big"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// issued gives the fixture a valid order with a certificate and returns
+// the order's id.
+func (f *fixture) issued(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(0x1234567), Subject: pkix.Name{CommonName: "www.example.test"},
+		DNSNames: []string{"www.example.test"}, NotBefore: t0.Add(-time.Minute), NotAfter: t0.Add(24 * time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := acme.Identifier{Type: "dns", Value: "www.example.test"}
+	o, err := f.db.CreateOrder(ctx, store.Order{Profile: "test", AccountID: f.account, Identifiers: []acme.Identifier{id}, Expires: t0.Add(time.Hour)},
+		[]store.Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []store.Challenge{{Type: "http-01", Token: store.NewID()}}}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.db.GetAuthz(ctx, "test", o.AuthzIDs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := f.db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, store.OrderClient{}, t0); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	serial := hex.EncodeToString(tmpl.SerialNumber.Bytes())
+	if _, err := f.db.IssueOrder(ctx, store.Certificate{OrderID: o.ID, Profile: "test", AccountID: f.account, Serial: serial,
+		ChainPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), PublicKey: []byte{1},
+		NotBefore: tmpl.NotBefore, NotAfter: tmpl.NotAfter},
+		store.AuditEvent{At: t0, Event: acme.EventCertificateIssued, Outcome: "success", Serial: serial}, t0); err != nil {
+		t.Fatal(err)
+	}
+	return o.ID
+}
+
+// The web page offers every reason an operator may give — privilegeWithdrawn
+// too, which the admin API and the CLI take — and names each on the order's
+// page once the certificate is revoked with it.
+func TestTheRevokePageOffersEveryReasonAnOperatorMayGiveAndTheOrderNamesIt(t *testing.T) {
+	tests := []struct {
+		name, code, shown string
+	}{
+		{"unspecified", "0", "reason unspecified"},
+		{"keyCompromise", "1", "reason keyCompromise"},
+		{"affiliationChanged", "3", "reason affiliationChanged"},
+		{"superseded", "4", "reason superseded"},
+		{"cessationOfOperation", "5", "reason cessationOfOperation"},
+		{"privilegeWithdrawn, which only an operator may give", "9", "reason privilegeWithdrawn"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, false)
+			order := f.issued(t)
+			page := f.get(t, "/ops/orders/"+order+"/revoke")
+			if page.Code != http.StatusOK || !strings.Contains(page.Body.String(), `<option value="`+tt.code+`">`) {
+				t.Fatalf("status %d; the revoke page offers no reason %s:\n%s", page.Code, tt.code, page.Body)
+			}
+			if w := f.post(t, "/ops/orders/"+order+"/do-revoke", url.Values{"reason": {tt.code}}, nil); w.Code != http.StatusSeeOther {
+				t.Fatalf("revoking with reason %s: status %d: %s", tt.code, w.Code, w.Body)
+			}
+			if page := f.get(t, "/ops/orders/"+order); !strings.Contains(page.Body.String(), tt.shown) {
+				t.Errorf("the order's page does not say %q:\n%s", tt.shown, page.Body)
+			}
+		})
+	}
+}
+
+// A certificate revoked for another reason whose key is found compromised
+// later is marked so from the page, as the admin API and the CLI do it:
+// the order's page offers it, the confirmation offers keyCompromise alone,
+// and the change is done and said; once the reason is keyCompromise there
+// is nothing more to offer.
+func TestACertificateRevokedForAnotherReasonIsMarkedKeyCompromisedFromThePage(t *testing.T) {
+	f := newFixture(t, false)
+	order := f.issued(t)
+	if w := f.post(t, "/ops/orders/"+order+"/do-revoke", url.Values{"reason": {"4"}}, nil); w.Code != http.StatusSeeOther {
+		t.Fatalf("revoking: status %d: %s", w.Code, w.Body)
+	}
+	if page := f.get(t, "/ops/orders/"+order).Body.String(); !strings.Contains(page, `id="key-compromise"`) {
+		t.Fatalf("the page of a certificate revoked as superseded offers no way to mark its key compromised:\n%s", page)
+	}
+	confirm := f.get(t, "/ops/orders/"+order+"/revoke").Body.String()
+	if strings.Count(confirm, "<option") != 1 || !strings.Contains(confirm, `<option value="1">`) {
+		t.Errorf("the confirmation offers other reasons than keyCompromise:\n%s", confirm)
+	}
+	w := f.post(t, "/ops/orders/"+order+"/do-revoke", url.Values{"reason": {"1"}}, nil)
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/ops/orders/"+order+"?done=key-compromise" {
+		t.Fatalf("status %d to %q, want 303 to the order saying the reason changed: %s", w.Code, w.Header().Get("Location"), w.Body)
+	}
+	page := f.get(t, "/ops/orders/"+order+"?done=key-compromise").Body.String()
+	if !strings.Contains(page, "reason keyCompromise") || !strings.Contains(page, doneText["key-compromise"]) {
+		t.Errorf("the order's page does not say the reason is now keyCompromise:\n%s", page)
+	}
+	if strings.Contains(page, `id="key-compromise"`) {
+		t.Errorf("the page of a certificate revoked for keyCompromise still offers to mark it so")
+	}
+}
+
+// A confirmation page is offered only for a change the order allows: one
+// whose certificate cannot be revoked (none yet) or re-reasoned (revoked for
+// keyCompromise already) is answered 409 saying why, as its POST would be.
+func TestTheRevokePageOfAnOrderThatCannotBeRevokedSaysWhy(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, f *fixture) string
+		why   string
+	}{
+		{"an order without a certificate", func(t *testing.T, f *fixture) string { return f.order }, "has no certificate"},
+		{"a certificate revoked for keyCompromise already", func(t *testing.T, f *fixture) string {
+			order := f.issued(t)
+			if w := f.post(t, "/ops/orders/"+order+"/do-revoke", url.Values{"reason": {"1"}}, nil); w.Code != http.StatusSeeOther {
+				t.Fatalf("revoking: status %d: %s", w.Code, w.Body)
+			}
+			return order
+		}, "already revoked"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, false)
+			order := tt.setup(t, f)
+			w := f.get(t, "/ops/orders/"+order+"/revoke")
+			if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), tt.why) || strings.Contains(w.Body.String(), "<form") {
+				t.Errorf("status %d, want 409 saying %q and no form:\n%s", w.Code, tt.why, w.Body)
+			}
+		})
+	}
+}
