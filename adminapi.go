@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -319,15 +320,24 @@ func (q *query) check() error {
 	return nil
 }
 
+// operatorNameMax bounds the operator's name an audit row keeps, in bytes.
+const operatorNameMax = 64
+
 // actorOf says who is asking, for the audit trail.
 func actorOf(r *http.Request) authority.Actor {
 	kind := authority.ActorAdmin
 	if r.Header.Get(actorHeader) == authority.ActorCLI {
 		kind = authority.ActorCLI
 	}
-	id := r.Header.Get(operatorHeader)
-	if len(id) > 64 {
-		id = id[:64]
+	id := strings.ToValidUTF8(r.Header.Get(operatorHeader), "\uFFFD")
+	if len(id) > operatorNameMax {
+		// Cut at a character's start, so that a name of more than one
+		// byte a character is not left with half of one.
+		cut := operatorNameMax
+		for cut > 0 && !utf8.RuneStart(id[cut]) {
+			cut--
+		}
+		id = id[:cut]
 	}
 	if id == "" {
 		id = r.RemoteAddr
