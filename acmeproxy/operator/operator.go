@@ -399,6 +399,29 @@ type JobView struct {
 	Finished  *time.Time      `json:"finished,omitempty"`
 }
 
+// CanRetry reports whether RetryJob would take the job: one waiting for its
+// turn (ready), or settled without success (failed, cancelled). A running
+// job is already running; a done one has nothing left to do.
+func (v JobView) CanRetry() bool {
+	switch store.JobStatus(v.Status) {
+	case store.JobReady, store.JobFailed, store.JobCancelled:
+		return true
+	}
+	return false
+}
+
+// CanCancel reports whether CancelJob would take the job: a waiting one, or
+// a running one not yet asked to stop; never recurring housekeeping.
+func (v JobView) CanCancel() bool {
+	switch store.JobStatus(v.Status) {
+	case store.JobReady:
+		return !v.Recurring
+	case store.JobRunning:
+		return !v.Recurring && !v.CancelRequested
+	}
+	return false
+}
+
 func jobView(j jobs.Job) JobView {
 	v := JobView{ID: j.ID, Kind: j.Kind, Key: j.Key, Lane: j.Lane, Status: string(j.Status), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
 		RunAt: j.RunAt, Deadline: timePtr(j.Deadline), LastError: j.LastError, CancelRequested: j.CancelRequested,

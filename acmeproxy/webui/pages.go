@@ -279,6 +279,10 @@ func confirmDeactivate(rq *request, id string) {
 	if rq.failed(err) {
 		return
 	}
+	if a.Status != acme.StatusValid {
+		rq.fail(0, fmt.Errorf("%w: account %s is %s already", operator.ErrConflict, id, a.Status))
+		return
+	}
 	rq.render(http.StatusOK, "confirm", "Deactivate account", confirmation{
 		Question: fmt.Sprintf("Deactivate account %s of profile %s? Its key will then only be able to revoke what it ordered; this cannot be undone.", a.ID, a.Profile),
 		Action:   "accounts/" + id + "/do-deactivate", Button: "Deactivate the account", Back: "accounts/" + id})
@@ -339,6 +343,12 @@ func confirmJob(action string) func(*request, string) {
 		if !ok {
 			return
 		}
+		// A job whose state the action does not take is answered as the
+		// action would be (409), not with a form bound to fail.
+		if err := jobRefusal(j, action); err != nil {
+			rq.fail(0, err)
+			return
+		}
 		q := fmt.Sprintf("Make job %d (%s, %s) run now, with a fresh attempt budget if it had given up?", j.ID, j.Kind, j.Status)
 		if action == "cancel" {
 			q = fmt.Sprintf("Cancel job %d (%s, %s)? A running job's current attempt becomes its last.", j.ID, j.Kind, j.Status)
@@ -346,6 +356,22 @@ func confirmJob(action string) func(*request, string) {
 		rq.render(http.StatusOK, "confirm", action+" job", confirmation{Question: q, Action: "jobs/" + id + "/do-" + action,
 			Button: map[string]string{"retry": "Retry the job now", "cancel": "Cancel the job"}[action], Back: "jobs/" + id})
 	}
+}
+
+// jobRefusal says why a job's state does not take action ("retry" or
+// "cancel"), or is nil when it does.
+func jobRefusal(j operator.JobView, action string) error {
+	switch {
+	case action == "retry" && !j.CanRetry():
+		return fmt.Errorf("%w: job %d (%s) is %s, which is not retried", operator.ErrConflict, j.ID, j.Kind, j.Status)
+	case action == "cancel" && j.Recurring:
+		return fmt.Errorf("%w: job %d (%s) is recurring housekeeping, which is not cancelled; retry runs it now", operator.ErrConflict, j.ID, j.Kind)
+	case action == "cancel" && j.CancelRequested && j.Status == string(store.JobRunning):
+		return fmt.Errorf("%w: job %d (%s) is running with its cancel requested already", operator.ErrConflict, j.ID, j.Kind)
+	case action == "cancel" && !j.CanCancel():
+		return fmt.Errorf("%w: job %d (%s) is %s, which is not cancelled", operator.ErrConflict, j.ID, j.Kind, j.Status)
+	}
+	return nil
 }
 
 func jobAction(action string) func(*request, string) {
