@@ -24,7 +24,8 @@ type CRL struct {
 	UpdatedAt time.Time
 }
 
-// CRLEntry is a revoked, unexpired certificate a CRL lists.
+// CRLEntry is a revoked certificate a CRL lists: one unexpired, or
+// expired recently (PublishCRLFrom's dropBefore).
 type CRLEntry struct {
 	Serial    string // lower-case hex
 	RevokedAt time.Time
@@ -137,8 +138,8 @@ func readCRLParts(ctx context.Context, tx *sql.Tx, db *DB, issuerKeyID string, n
 }
 
 // PublishCRL builds and stores a new CRL for an issuer: it reads the
-// issuer's unexpired ledger entries (a certificate past its notAfter at
-// now is dropped) and the next cRLNumber from one read snapshot, has build
+// issuer's ledger entries (a certificate past its notAfter at now is
+// dropped) and the next cRLNumber from one read snapshot, has build
 // sign the CRL outside any write, and stores it as the issuer's latest in
 // a short write that takes the number.
 //
@@ -163,7 +164,7 @@ func readCRLParts(ctx context.Context, tx *sql.Tx, db *DB, issuerKeyID string, n
 // increases per name across restarts, keys and instances. A failed build
 // takes no number.
 func (db *DB) PublishCRL(ctx context.Context, issuerKeyID, issuerName string, now time.Time, build CRLBuild) (CRL, error) {
-	return db.PublishCRLFrom(ctx, issuerKeyID, issuerName, now, nil, func(r CRLRead) ([]byte, time.Time, time.Time, error) {
+	return db.PublishCRLFrom(ctx, issuerKeyID, issuerName, now, now, nil, func(r CRLRead) ([]byte, time.Time, time.Time, error) {
 		return build(r.Number, r.Entries)
 	})
 }
@@ -176,8 +177,9 @@ type CRLBase struct {
 	Seq    int64 // its LedgerSeq: the last ledger row it read
 	// Mark is its read's CRLRead.Mark.
 	Mark string
-	// Count is the number of its entries still unexpired at the now
-	// given to PublishCRLFrom.
+	// Count is the number of its entries still listed at the dropBefore
+	// given to PublishCRLFrom (their certificate's notAfter not before
+	// it).
 	Count int64
 }
 
@@ -205,7 +207,10 @@ type CRLBuildFrom func(r CRLRead) (der []byte, thisUpdate, nextUpdate time.Time,
 // PublishCRLFrom is PublishCRL for a publisher that keeps what its last
 // CRL of the issuer listed (base, nil for none): when the ledger up to
 // base.Seq still holds exactly what base holds, build gets only the rows
-// after it (a Delta read), and every unexpired entry otherwise.
+// after it (a Delta read), and every listed entry otherwise. An entry is
+// listed until its certificate's notAfter is before dropBefore: now, or
+// earlier for a publisher that keeps an expired certificate on its CRLs
+// a while (RFC 5280 §3.3 wants it on one CRL issued after it expired).
 //
 // A ledger row's id is taken when it is inserted, not when it commits:
 // on PostgreSQL a row with a lower id can commit after one with a higher
@@ -220,14 +225,14 @@ type CRLBuildFrom func(r CRLRead) (der []byte, thisUpdate, nextUpdate time.Time,
 // a ledger row only with its certificate, past its notAfter. A stored
 // latest CRL that is not base's (another publisher stored one, or a
 // revocation reason changed since, which marks it) means a full read.
-func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string, now time.Time, base *CRLBase, build CRLBuildFrom) (CRL, error) {
+func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string, now, dropBefore time.Time, base *CRLBase, build CRLBuildFrom) (CRL, error) {
 	if issuerKeyID == "" || issuerName == "" {
 		return CRL{}, errors.New("store: publishing a CRL needs an issuer's key id and name")
 	}
 	const attempts = 4
 	share := true
 	for attempt := 1; ; attempt++ {
-		snap, err := db.crlSnapshot(ctx, issuerKeyID, issuerName, now, base)
+		snap, err := db.crlSnapshot(ctx, issuerKeyID, issuerName, dropBefore, base)
 		if err != nil {
 			return CRL{}, fmt.Errorf("store: reading the ledger of issuer %s: %w", issuerKeyID, err)
 		}
@@ -274,10 +279,11 @@ type crlSnapshot struct {
 }
 
 // crlSnapshot reads, in one read-only transaction (one snapshot), the
-// issuer's last ledger row, its unexpired entries up to it (only those
-// after base.Seq when the rows up to it are still base's), and the next
-// cRLNumber of its name and key.
-func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, now time.Time, base *CRLBase) (crlSnapshot, error) {
+// issuer's last ledger row, its entries up to it whose certificate's
+// notAfter is not before dropBefore (only those after base.Seq when the
+// rows up to it are still base's), and the next cRLNumber of its name
+// and key.
+func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, dropBefore time.Time, base *CRLBase) (crlSnapshot, error) {
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
 	if err != nil {
 		return crlSnapshot{}, err
@@ -328,12 +334,12 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 		s.Seq = seq.Int64
 		var n int64
 		if err := tx.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM revocations WHERE issuer_key_id = ? AND not_after >= ? AND id <= ?`),
-			issuerKeyID, now.UnixMilli(), s.Seq).Scan(&n); err != nil {
+			issuerKeyID, dropBefore.UnixMilli(), s.Seq).Scan(&n); err != nil {
 			return crlSnapshot{}, err
 		}
 		s.Entries = make([]CRLEntry, 0, n)
 		rows, err = tx.QueryContext(ctx, db.q(`SELECT id, serial, revoked_at, reason, not_after, issuer_key_id FROM revocations
-			WHERE issuer_key_id = ? AND not_after >= ? AND id <= ? ORDER BY id`), issuerKeyID, now.UnixMilli(), s.Seq)
+			WHERE issuer_key_id = ? AND not_after >= ? AND id <= ? ORDER BY id`), issuerKeyID, dropBefore.UnixMilli(), s.Seq)
 	}
 	if err != nil {
 		return crlSnapshot{}, err
@@ -353,7 +359,7 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, n
 			continue
 		}
 		s.Seq = max(s.Seq, e.ID)
-		if notAfter < now.UnixMilli() {
+		if notAfter < dropBefore.UnixMilli() {
 			continue
 		}
 		e.RevokedAt, e.Reason, e.NotAfter = ms(at), nullInt(reason), ms(notAfter)

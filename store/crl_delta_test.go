@@ -17,7 +17,7 @@ import (
 func publishFrom(t *testing.T, db *DB, now time.Time, base *CRLBase) (CRL, CRLRead) {
 	t.Helper()
 	var read CRLRead
-	crl, err := db.PublishCRLFrom(context.Background(), "ca", "CN=ca", now, base, func(r CRLRead) ([]byte, time.Time, time.Time, error) {
+	crl, err := db.PublishCRLFrom(context.Background(), "ca", "CN=ca", now, now, base, func(r CRLRead) ([]byte, time.Time, time.Time, error) {
 		read = r
 		return []byte{byte(r.Number)}, now, now.Add(24 * time.Hour), nil
 	})
@@ -336,7 +336,7 @@ func TestARevocationReasonChangedWhileACRLIsBuiltLeavesItStale(t *testing.T) {
 		crl, read := publishFrom(t, db, t0.Add(time.Minute), nil)
 		base := baseOf(crl, read, read.Entries)
 		for i, reason := range []int{1, 5} {
-			crl, err := db.PublishCRLFrom(ctx, "ca", "CN=ca", t0.Add(time.Minute), base, func(r CRLRead) ([]byte, time.Time, time.Time, error) {
+			crl, err := db.PublishCRLFrom(ctx, "ca", "CN=ca", t0.Add(time.Minute), t0.Add(time.Minute), base, func(r CRLRead) ([]byte, time.Time, time.Time, error) {
 				if err := db.ChangeRevocationReason(ctx, c.ID, reason, AuditEvent{At: t0, Event: "revocation_reason_changed", Outcome: "success"}); err != nil {
 					t.Errorf("change %d: %v", i, err)
 				}

@@ -36,6 +36,12 @@ const (
 	CRLRefreshAge = CRLValidity / 3
 	// CRLRefreshEvery is how often the refresh runs.
 	CRLRefreshEvery = time.Minute
+	// CRLKeepsExpired is how long past its certificate's notAfter a
+	// revocation stays on the CRLs: RFC 5280 §3.3 removes an entry only
+	// once it has appeared on a regularly scheduled CRL issued after the
+	// certificate expired, and the refresh publishes one at least every
+	// CRLRefreshAge.
+	CRLKeepsExpired = CRLValidity
 	// crlRecheck is how long the served CRL is taken from memory before
 	// the store is asked whether another instance published a newer one.
 	crlRecheck = 5 * time.Second
@@ -294,14 +300,14 @@ func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo) (sto
 	return crl, nil
 }
 
-// publishTemplateCRL publishes the CRL of iss from every unexpired entry
-// of the ledger, signed as an x509 template.
+// publishTemplateCRL publishes the CRL of iss from every entry of the
+// ledger still listed (crlDropBefore), signed as an x509 template.
 func (au *Authority) publishTemplateCRL(ctx context.Context, cs signer.CRLSigner, iss signer.IssuerInfo, now time.Time) (store.CRL, error) {
-	return au.db.PublishCRL(ctx, iss.KeyID, iss.NameID, now, func(number int64, entries []store.CRLEntry) ([]byte, time.Time, time.Time, error) {
+	return au.db.PublishCRLFrom(ctx, iss.KeyID, iss.NameID, now, crlDropBefore(now), nil, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
 		this, next := crlTimes(now)
-		tmpl := &x509.RevocationList{Number: big.NewInt(number), ThisUpdate: this, NextUpdate: next,
-			RevokedCertificateEntries: make([]x509.RevocationListEntry, 0, len(entries))}
-		for _, e := range entries {
+		tmpl := &x509.RevocationList{Number: big.NewInt(r.Number), ThisUpdate: this, NextUpdate: next,
+			RevokedCertificateEntries: make([]x509.RevocationListEntry, 0, len(r.Entries))}
+		for _, e := range r.Entries {
 			entry, err := crlEntry(e)
 			if err != nil {
 				return nil, this, next, err
@@ -312,6 +318,10 @@ func (au *Authority) publishTemplateCRL(ctx context.Context, cs signer.CRLSigner
 		return der, this, next, err
 	})
 }
+
+// crlDropBefore is when the certificate of an entry left off a CRL
+// built at now expired at the latest (see CRLKeepsExpired).
+func crlDropBefore(now time.Time) time.Time { return now.Add(-CRLKeepsExpired) }
 
 // crlTimes are the thisUpdate and nextUpdate of a CRL built at now.
 func crlTimes(now time.Time) (this, next time.Time) {

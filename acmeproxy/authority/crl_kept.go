@@ -41,10 +41,11 @@ type keptEntry struct {
 	der      []byte
 }
 
-// unexpired is the kept entries still on a CRL at now (as the store
-// drops them: not_after before now).
-func (k *keptCRL) unexpired(now time.Time) []keptEntry {
-	at := now.UnixMilli()
+// unexpired is the kept entries still on a CRL whose entries of
+// certificates expired before dropBefore are left off (as the store
+// drops them: not_after before dropBefore).
+func (k *keptCRL) unexpired(dropBefore time.Time) []keptEntry {
+	at := dropBefore.UnixMilli()
 	for i, e := range k.entries {
 		if e.notAfter < at {
 			kept := make([]keptEntry, i, len(k.entries))
@@ -85,7 +86,7 @@ func (c *crlCache) keepBuilt(issuer string, k *keptCRL) {
 // server's last one and the ledger rows after it, or, when the store
 // finds the ledger changed below it, when none is kept (a new CA, a
 // restart) or when it was last read in full crlFullEvery ago, from every
-// unexpired entry of the ledger. delta says which. An error wrapping
+// entry of the ledger still listed (crlDropBefore). delta says which. An error wrapping
 // errors.ErrUnsupported says cs cannot sign the CRL so.
 func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSigner, iss signer.IssuerInfo, now time.Time) (crl store.CRL, delta bool, err error) {
 	prev := au.crls.lastBuilt(iss.KeyID)
@@ -94,11 +95,11 @@ func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSig
 		kept []keptEntry
 	)
 	if prev != nil && now.Sub(prev.readAt) < crlFullEvery {
-		kept = prev.unexpired(now)
+		kept = prev.unexpired(crlDropBefore(now))
 		base = &store.CRLBase{Number: prev.number, Seq: prev.seq, Mark: prev.mark, Count: int64(len(kept))}
 	}
 	var built *keptCRL
-	crl, err = au.db.PublishCRLFrom(ctx, iss.KeyID, iss.NameID, now, base, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
+	crl, err = au.db.PublishCRLFrom(ctx, iss.KeyID, iss.NameID, now, crlDropBefore(now), base, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
 		this, next := crlTimes(now)
 		added, err := encodeCRLEntries(r.Entries)
 		if err != nil {

@@ -179,10 +179,13 @@ func sameListing(a, b map[string]int) bool {
 
 // A CRL built from the one before lists what a CRL built from the whole
 // ledger lists: the revocations since the last one are on it, an entry
-// whose certificate expired leaves it, and cRLNumber still increases.
+// whose certificate expired CRLKeepsExpired ago leaves it, and cRLNumber
+// still increases.
 func TestACRLBuiltFromTheLastOneListsEveryRevocationAndDropsTheExpired(t *testing.T) {
 	s := newCRLScene(t, []time.Duration{48 * time.Hour, 20 * time.Minute, 48 * time.Hour, 48 * time.Hour})
 	s.revoke(t, 4, 0, 1)
+	// Certificate 1 expired, but not CRLKeepsExpired ago: still listed.
+	s.clk.Advance(CRLKeepsExpired)
 	first, delta := s.regenerate(t)
 	if delta || !sameListing(listed(first), s.want(4, 0, 1)) {
 		t.Fatalf("the first CRL lists %v (from the last one: %v); want 0 and 1, read in full", listed(first), delta)
@@ -197,8 +200,9 @@ func TestACRLBuiltFromTheLastOneListsEveryRevocationAndDropsTheExpired(t *testin
 		t.Errorf("after a revocation the CRL lists %v (from the last one: %v); want %v, built from the last one", listed(second), delta, want)
 	}
 
-	// Past certificate 1's notAfter its entry leaves the CRL (within
-	// crlFullEvery of the first CRL, which read the ledger in full).
+	// CRLKeepsExpired past certificate 1's notAfter its entry leaves the
+	// CRL (within crlFullEvery of the first CRL, which read the ledger in
+	// full).
 	s.clk.Advance(20 * time.Minute)
 	third, delta := s.regenerate(t)
 	delete(want, s.serial[1])
@@ -225,6 +229,53 @@ func TestACRLBuiltFromTheLastOneListsEveryRevocationAndDropsTheExpired(t *testin
 		if numbers[i].Cmp(numbers[i-1]) <= 0 {
 			t.Errorf("cRLNumbers %v; want them strictly increasing", numbers)
 		}
+	}
+}
+
+// A revoked certificate stays on the CRLs for CRLKeepsExpired past its
+// notAfter, so that a CRL issued after it expired lists it (RFC 5280
+// §3.3: an entry is not removed until it has appeared on one), whether
+// the CRL is built from the last one or from the whole ledger.
+func TestARevokedCertificateStaysOnTheCRLsForADayPastItsNotAfter(t *testing.T) {
+	const lifetime = 2 * time.Hour
+	for _, tc := range []struct {
+		name     string
+		after    time.Duration // from the certificate's notAfter to the CRL
+		onTheCRL bool
+	}{
+		{"a CRL built before the certificate expires lists it", -time.Minute, true},
+		{"a CRL built a minute after it expired still lists it", time.Minute, true},
+		{"a CRL built just under a day after it expired still lists it", CRLKeepsExpired - time.Minute, true},
+		{"a CRL built a day and a minute after it expired leaves it off", CRLKeepsExpired + time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newCRLScene(t, []time.Duration{lifetime, 48 * time.Hour})
+			s.revoke(t, 1, 0, 1)
+			want := s.want(1, 1)
+			if tc.onTheCRL {
+				want = s.want(1, 0, 1)
+			}
+			// The first CRL of a server, read in full, and one built
+			// from it.
+			s.clk.Advance(lifetime + tc.after)
+			if full, _ := s.regenerate(t); !sameListing(listed(full), want) {
+				t.Errorf("the CRL read in full lists %v; want %v", listed(full), want)
+			}
+			if kept, delta := s.regenerate(t); !delta || !sameListing(listed(kept), want) {
+				t.Errorf("the CRL built from the last one (%v) lists %v; want %v", delta, listed(kept), want)
+			}
+			// A signer that takes no encoded entries: an x509 template.
+			s.signer2 = unencodedSigner{s.signer}
+			s.open(t)
+			crl, err := s.au.RegenerateCRL(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			parsed, err := x509.ParseRevocationList(crl.DER)
+			if err != nil || !sameListing(listed(parsed), want) {
+				t.Errorf("the CRL signed from a template lists %v (%v); want %v", listed(parsed), err, want)
+			}
+		})
 	}
 }
 
