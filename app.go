@@ -90,13 +90,16 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 	a.log = log
 	a.profiles = map[string]*acmeproxy.Server{}
 	var err error
-	if a.auditRetention, err = parseRetention("audit_retention", a.AuditRetention, acmeproxy.DefaultAuditRetention); err != nil {
+	if a.auditRetention, err = parseRetention("audit_retention", a.AuditRetention, acmeproxy.DefaultAuditRetention, 0); err != nil {
 		return err
 	}
-	if a.retention.Orders, err = parseRetention("order_retention", a.OrderRetention, acmeproxy.DefaultOrderRetention); err != nil {
+	if a.retention.Orders, err = parseRetention("order_retention", a.OrderRetention, acmeproxy.DefaultOrderRetention, 0); err != nil {
 		return err
 	}
-	if a.retention.Certificates, err = parseRetention("certificate_retention", a.CertificateRetention, acmeproxy.DefaultCertificateRetention); err != nil {
+	if a.retention.Certificates, err = parseRetention("certificate_retention", a.CertificateRetention, acmeproxy.DefaultCertificateRetention,
+		// A revoked certificate stays on the CRLs this long past its
+		// notAfter (RFC 5280 §3.3); its ledger row must outlive that.
+		authority.CRLKeepsExpired); err != nil {
 		return err
 	}
 	key, openDB, err := a.database(ctx)
@@ -163,7 +166,7 @@ func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), 
 
 // parseRetention reads a retention setting, key: a positive duration in
 // Caddy's syntax, "keep" (0: never sweep), or "" for def.
-func parseRetention(key, v string, def time.Duration) (time.Duration, error) {
+func parseRetention(key, v string, def, least time.Duration) (time.Duration, error) {
 	switch v {
 	case "":
 		return def, nil
@@ -176,6 +179,10 @@ func parseRetention(key, v string, def time.Duration) (time.Duration, error) {
 	}
 	if d <= 0 {
 		return 0, fmt.Errorf("%s: %q must be positive", key, v)
+	}
+	if d < least {
+		short := strings.TrimSuffix(strings.TrimSuffix(least.String(), "0s"), "0m") // 24h, not 24h0m0s
+		return 0, fmt.Errorf("%s: %q is shorter than %s, which a revoked certificate stays on the CRLs past its notAfter", key, v, short)
 	}
 	return d, nil
 }
