@@ -61,7 +61,7 @@ func initProxyMetrics() {
 		m.validations = counter("validations_total", "Challenge validations by profile, challenge type and outcome.",
 			"profile", "challenge", "outcome")
 		m.refusals = counter("revocations_refused_total", "revoke-cert requests refused, by profile and reason kind "+
-			"(malformed, unknown_certificate, not_authorized, already_revoked, bad_reason, unpublishable).", "profile", "reason")
+			"(malformed, unknown_certificate, not_authorized, already_revoked, bad_reason, expired, unpublishable).", "profile", "reason")
 		m.rateLimited = counter("rate_limited_total", "Requests refused by one of a profile's limits, by profile and limit "+
 			"(accounts_per_ip, orders_per_account, pending_authorizations, failed_validations, duplicate_certificates).", "profile", "limit")
 		m.jobRuns = counter("job_runs_total", "Job attempts by kind and outcome (done, retry, retry_after, failed, reschedule), and jobs abandoned.",

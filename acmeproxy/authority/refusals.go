@@ -39,6 +39,7 @@ const (
 	RefusalUnknownCertificate = "unknown_certificate" // no certificate with its serial here, or other bytes than the stored leaf
 	RefusalNotAuthorized      = "not_authorized"      // signed by neither its key nor an account that may revoke it
 	RefusalAlreadyRevoked     = "already_revoked"
+	RefusalExpired            = "expired"       // past its notAfter, so no CRL would list it
 	RefusalBadReason          = "bad_reason"    // not a reason the client may choose
 	RefusalUnpublishable      = "unpublishable" // the certificate's CA can sign no CRL here (our side, not the client's)
 )

@@ -47,6 +47,11 @@ var (
 	// ErrBadRevocationReason: not a reason the requester may choose
 	// (clientReasons, operatorReasons).
 	ErrBadRevocationReason = errors.New("the reason is not an RFC 5280 CRLReason code the requester may choose")
+	// ErrCertificateExpired: the certificate is past its notAfter, and
+	// not revoked: no CRL issued from now on would list it (a CRL keeps
+	// an entry only a while past its certificate's expiry,
+	// CRLKeepsExpired), and no relying party accepts it anyway.
+	ErrCertificateExpired = errors.New("the certificate has expired, and an expired certificate is not revoked")
 	// ErrRevocationFailed: the backend's job gave up without revoking.
 	ErrRevocationFailed = errors.New("the signer's backend did not revoke the certificate")
 	// ErrRevocationRefused: the backend stated it will not revoke the
@@ -243,6 +248,9 @@ func (au *Authority) RevokeCert(ctx context.Context, req Requester, decode func(
 	switch {
 	case errors.Is(err, ErrAlreadyRevoked):
 		return res, refuse(problem.AlreadyRevokedF("the certificate is already revoked"), &cert, serial, err.Error(), RefusalAlreadyRevoked)
+	case errors.Is(err, ErrCertificateExpired):
+		return res, refuse(problem.UnauthorizedF("the certificate expired at %s; an expired certificate is not revoked",
+			cert.NotAfter.UTC().Format(time.RFC3339)), &cert, serial, err.Error(), RefusalExpired)
 	case errors.Is(err, ErrBadRevocationReason):
 		return res, refuse(problem.BadRevocationReasonF("reason %d is not one a client may choose: the reason must be %s (RFC 5280 CRLReason)",
 			*p.Reason, reasonList(clientReasons)), &cert, serial, err.Error(), RefusalBadReason)
@@ -325,6 +333,9 @@ func (au *Authority) RevokeOrder(ctx context.Context, orderID string, reason *in
 // revoke is the tail both doors share: already revoked? → reason → the
 // signer's route (the ledger, or a job the request waits on) → audit row.
 func (au *Authority) revoke(ctx context.Context, rv revocation) (RevokeResult, error) {
+	if rv.cert.RevokedAt.IsZero() && !au.clock.Now().Before(rv.cert.NotAfter) {
+		return RevokeResult{Certificate: rv.cert}, fmt.Errorf("%w (its notAfter was %s)", ErrCertificateExpired, rv.cert.NotAfter.UTC().Format(time.RFC3339))
+	}
 	byJob, err := au.revokesByJob(ctx)
 	if err != nil {
 		return RevokeResult{}, err

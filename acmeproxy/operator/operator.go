@@ -270,7 +270,7 @@ func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, act
 	}
 	res, err := s.RevokeOrder(ctx, id, reason, actor)
 	switch {
-	case errors.Is(err, authority.ErrAlreadyRevoked):
+	case errors.Is(err, authority.ErrAlreadyRevoked), errors.Is(err, authority.ErrCertificateExpired):
 		return res, fmt.Errorf("%w: %w", ErrConflict, err)
 	case errors.Is(err, authority.ErrBadRevocationReason):
 		return res, fmt.Errorf("%w: %w", ErrInvalid, err)
