@@ -19,11 +19,15 @@ type eabHeader struct {
 	Nonce *string         `json:"nonce"`
 	URL   *string         `json:"url"`
 	JWK   json.RawMessage `json:"jwk"`
+	// Crit lists extensions the MAC's signer requires the verifier to
+	// understand (RFC 7515 §4.1.11); this server understands none, so
+	// a binding naming any is refused, as the outer JWS is.
+	Crit json.RawMessage `json:"crit"`
 }
 
 // verifyBinding checks a newAccount's externalAccountBinding exactly as
 // RFC 8555 §7.3.4 says: a flattened JWS, MACed (HS256/384/512) with a key
-// of this profile named by kid, with no nonce, whose url is the newAccount
+// of this profile named by kid, with no nonce and no crit, whose url is the newAccount
 // URL and whose payload is the outer JWS's key. It returns the key's kid
 // and label. Every refusal is audited (authority.RefuseBinding).
 func (s *Server) verifyBinding(ctx context.Context, r *http.Request, outer *signedRequest, raw json.RawMessage) (kid, label string, err error) {
@@ -47,6 +51,8 @@ func (s *Server) verifyBinding(ctx context.Context, r *http.Request, outer *sign
 	switch {
 	case hdr.KID == "":
 		return refuse(problem.MalformedF("the external account binding's protected header has no kid"))
+	case len(hdr.Crit) > 0:
+		return refuse(problem.MalformedF("the external account binding's protected header has a crit parameter, which this server does not support"))
 	case hdr.Nonce != nil:
 		return refuse(problem.MalformedF("the external account binding must not carry a nonce"))
 	case len(hdr.JWK) > 0:

@@ -141,6 +141,7 @@ type eabJWS struct {
 	nonce   bool
 	payload []byte // default: the outer key's JWK
 	macKey  []byte
+	extra   map[string]any // more protected header parameters
 }
 
 func (b eabJWS) build(t *testing.T, outer *ecdsa.PrivateKey) json.RawMessage {
@@ -148,6 +149,9 @@ func (b eabJWS) build(t *testing.T, outer *ecdsa.PrivateKey) json.RawMessage {
 	hdr := map[string]any{"alg": b.alg, "kid": b.kid, "url": b.url}
 	if b.nonce {
 		hdr["nonce"] = "abc"
+	}
+	for k, v := range b.extra {
+		hdr[k] = v
 	}
 	h, _ := json.Marshal(hdr)
 	payload := b.payload
@@ -195,6 +199,12 @@ func TestBadBindingsAreRefusedWithAClearDetailAndAnAuditRow(t *testing.T) {
 			vocab.ErrorUnauthorized, http.StatusForbidden, "binds another key"},
 		{"a nonce", eabJWS{alg: "HS256", kid: good.KID, url: newAcct, nonce: true, macKey: good.HMACKey},
 			vocab.ErrorMalformed, http.StatusBadRequest, "must not carry a nonce"},
+		{"a crit extension the server does not understand", eabJWS{alg: "HS256", kid: good.KID, url: newAcct, macKey: good.HMACKey,
+			extra: map[string]any{"crit": []string{"exp"}, "exp": 1}},
+			vocab.ErrorMalformed, http.StatusBadRequest, "has a crit parameter"},
+		{"an unencoded payload (RFC 7797 b64 false)", eabJWS{alg: "HS256", kid: good.KID, url: newAcct, macKey: good.HMACKey,
+			extra: map[string]any{"crit": []string{"b64"}, "b64": false}},
+			vocab.ErrorMalformed, http.StatusBadRequest, "has a crit parameter"},
 		{"a signature algorithm instead of a MAC", eabJWS{alg: "ES256", kid: good.KID, url: newAcct, macKey: good.HMACKey},
 			vocab.ErrorMalformed, http.StatusBadRequest, "is not HS256, HS384 or HS512"},
 		{"an unknown kid", eabJWS{alg: "HS256", kid: "nope", url: newAcct, macKey: good.HMACKey},
