@@ -7,6 +7,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -159,7 +160,14 @@ func (b eabJWS) build(t *testing.T, outer *ecdsa.PrivateKey) json.RawMessage {
 		payload, _ = jose.JSONWebKey{Key: outer.Public()}.MarshalJSON()
 	}
 	prot, pl := base64.RawURLEncoding.EncodeToString(h), base64.RawURLEncoding.EncodeToString(payload)
-	mac := hmac.New(sha256.New, b.macKey)
+	newHash := sha256.New
+	switch b.alg {
+	case "HS384":
+		newHash = sha512.New384
+	case "HS512":
+		newHash = sha512.New
+	}
+	mac := hmac.New(newHash, b.macKey)
 	mac.Write([]byte(prot + "." + pl))
 	out, _ := json.Marshal(map[string]string{"protected": prot, "payload": pl,
 		"signature": base64.RawURLEncoding.EncodeToString(mac.Sum(nil))})
@@ -205,6 +213,10 @@ func TestBadBindingsAreRefusedWithAClearDetailAndAnAuditRow(t *testing.T) {
 		{"an unencoded payload (RFC 7797 b64 false)", eabJWS{alg: "HS256", kid: good.KID, url: newAcct, macKey: good.HMACKey,
 			extra: map[string]any{"crit": []string{"b64"}, "b64": false}},
 			vocab.ErrorMalformed, http.StatusBadRequest, "has a crit parameter"},
+		{"HS384 with a 256-bit key", eabJWS{alg: "HS384", kid: good.KID, url: newAcct, macKey: good.HMACKey},
+			vocab.ErrorMalformed, http.StatusBadRequest, "needs a MAC key of at least 384 bits"},
+		{"HS512 with a 256-bit key", eabJWS{alg: "HS512", kid: good.KID, url: newAcct, macKey: good.HMACKey},
+			vocab.ErrorMalformed, http.StatusBadRequest, "needs a MAC key of at least 512 bits"},
 		{"a signature algorithm instead of a MAC", eabJWS{alg: "ES256", kid: good.KID, url: newAcct, macKey: good.HMACKey},
 			vocab.ErrorMalformed, http.StatusBadRequest, "is not HS256, HS384 or HS512"},
 		{"an unknown kid", eabJWS{alg: "HS256", kid: "nope", url: newAcct, macKey: good.HMACKey},

@@ -85,7 +85,7 @@ func (au *Authority) RevokeEABKey(ctx context.Context, kid string, actor Actor) 
 // §7.3.4): alg is the inner JWS's (HS256, HS384 or HS512), signingInput
 // its protected header and payload as signed, sig its signature. It
 // returns the key's label; a kid unknown to the profile, another MAC
-// algorithm or a wrong MAC is refused with an audit row naming thumbprint,
+// algorithm, one whose hash is longer than the key or a wrong MAC is refused with an audit row naming thumbprint,
 // the key registering. The MAC is compared in constant time. Whether the
 // key still binds (revoked, expired, used) is decided by CreateAccount,
 // atomically with the binding.
@@ -102,6 +102,13 @@ func (au *Authority) VerifyBinding(ctx context.Context, thumbprint, kid, alg str
 	}
 	if err != nil {
 		return "", err
+	}
+	// RFC 7518 §3.2: "A key of the same size as the hash output ... or
+	// larger MUST be used"; a minted key (EABMACKeySize) is HS256's.
+	if bits := newHash().Size() * 8; len(k.HMACKey)*8 < bits {
+		return "", au.RefuseBinding(ctx, thumbprint, kid, cl,
+			problem.MalformedF("the external account binding's alg %s needs a MAC key of at least %d bits (RFC 7518 §3.2); key %s has %d: use HS256",
+				alg, bits, kid, len(k.HMACKey)*8))
 	}
 	mac := hmac.New(newHash, k.HMACKey)
 	mac.Write(signingInput)
