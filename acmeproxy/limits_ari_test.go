@@ -43,5 +43,8 @@ func TestARenewalInsideItsARIWindowIsNotCountedByTheOrderAndDuplicateLimits(t *t
 	if r := newOrder("www.example.com", certID); r.status != http.StatusCreated {
 		t.Fatalf("a renewal inside its window: %d %s; want it created", r.status, r.body)
 	}
+	// A second renewal of it while the first is live echoes "replaces"
+	// but is not the replacement: the exemption covers one.
+	wantRateLimited(t, newOrder("www.example.com", certID), authority.LimitOrdersPerAccount, long)
 	wantRateLimited(t, newOrder("api.example.com", ""), authority.LimitOrdersPerAccount, long)
 }

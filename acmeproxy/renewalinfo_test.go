@@ -223,9 +223,11 @@ func make21() []byte {
 
 // RFC 9773 §5: a certificate already replaced by a finalized order is
 // refused alreadyReplaced; while its replacement is live but not
-// finalized, another order for it goes ahead without "replaces" (the
-// server ignores the field), so an abandoned renewal blocks nothing and
-// one replacement at a time is all the limits' exemption covers.
+// finalized, another order for it goes ahead, echoing "replaces" as §5
+// says an accepted one MUST, without becoming the replacement (the
+// server ignores the field for its bookkeeping), so an abandoned renewal
+// blocks nothing and one replacement at a time is all the limits'
+// exemption covers.
 func TestAnOrderIsRefusedAsAReplacementOnlyOnceAnotherReplacementIsFinalized(t *testing.T) {
 	ctx := context.Background()
 	e := newTestEnv(t, nil)
@@ -252,8 +254,11 @@ func TestAnOrderIsRefusedAsAReplacementOnlyOnceAnotherReplacementIsFinalized(t *
 	if second.status != http.StatusCreated {
 		t.Fatalf("an order while the first replacement is pending: %d %s; want it to go ahead", second.status, second.body)
 	}
-	if got := decodeAs[orderJSON](t, second).Replaces; got != "" {
-		t.Errorf("the second order replaces %q; want none, the field ignored", got)
+	if got := decodeAs[orderJSON](t, second).Replaces; got != certID {
+		t.Errorf("the second order echoes replaces %q, want %q (RFC 9773 §5: an accepted one MUST be reflected)", got, certID)
+	}
+	if got := decodeAs[orderJSON](t, alice.read(second.header.Get("Location"))).Replaces; got != certID {
+		t.Errorf("the second order read back echoes replaces %q, want %q", got, certID)
 	}
 
 	// The first replacement finalized: now the certificate is replaced.

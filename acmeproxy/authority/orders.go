@@ -70,7 +70,7 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 		}
 	}
 	o, err := au.db.CreateOrder(ctx, order, authzs, now, lim.spends()...)
-	if errors.Is(err, store.ErrConflict) && replaces != nil {
+	if errors.Is(err, store.ErrConflict) && replaces != nil && replaces.storedID != "" {
 		return store.Order{}, problem.AlreadyReplacedF("certificate %s is already replaced by another order that is not invalid", replaces.certID)
 	}
 	if refused := au.limitRefusal(ctx, lim, err); refused != nil {

@@ -338,7 +338,7 @@ func (au *Authority) replacedCertificate(ctx context.Context, accountID, certID 
 // (as CreateOrder checks it), and whether its renewal window has begun.
 type Replacement struct {
 	certID   string // the certID the client sent
-	storedID string // the certificate's id in the store
+	storedID string // the certificate's id in the store; "" when the order only echoes certID
 	inWindow bool
 	err      error // why the order may not replace it; CreateOrder answers it
 }
@@ -346,14 +346,16 @@ type Replacement struct {
 // Replaces reads the certificate certID of newOrder's "replaces" for an
 // order of the account for idents; nil for none.
 //
-// RFC 9773 §5 refuses a replacement only of a certificate already
-// replaced by a finalized order; a server may ignore "replaces" where it
-// does not pass its checks. A certificate whose replacement is live but
-// not finalized (a renewal its client abandoned, or still validating) is
-// such a case: the order goes ahead without "replaces" (nil here), so it
-// is neither refused nor exempt from the limits, and one live replacement
-// a certificate is all the exemption ever covers. A finalized
-// replacement is answered alreadyReplaced by CreateOrder.
+// This server refuses a replacement only of a certificate already
+// replaced by a finalized order (RFC 9773 §5 says it SHOULD refuse one
+// replaced by any order that is not invalid). A certificate whose
+// replacement is live but not finalized (a renewal its client abandoned,
+// or still validating) is not refused: the order goes ahead and, since
+// the server accepted a newOrder with "replaces", echoes it (§5: it
+// MUST), but it is not the certificate's replacement (no stored id
+// here), so it is neither refused nor exempt from the limits, and one
+// live replacement a certificate is all the exemption ever covers. A
+// finalized replacement is answered alreadyReplaced by CreateOrder.
 func (au *Authority) Replaces(ctx context.Context, accountID, certID string, idents []acme.Identifier) *Replacement {
 	if certID == "" {
 		return nil
@@ -367,7 +369,7 @@ func (au *Authority) Replaces(ctx context.Context, accountID, certID string, ide
 	case err != nil:
 		return &Replacement{certID: certID, err: err}
 	case live && !finalized:
-		return nil
+		return &Replacement{certID: certID}
 	}
 	info := au.renewalWindow(ctx, c, leaf, chain, au.cfg.Renewal.withDefaults())
 	return &Replacement{certID: certID, storedID: c.ID, inWindow: !au.clock.Now().Before(info.Start)}
