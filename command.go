@@ -343,10 +343,8 @@ func reasonText(r *int) string {
 	if r == nil {
 		return "-"
 	}
-	names := []string{"unspecified", "keyCompromise", "cACompromise", "affiliationChanged", "superseded",
-		"cessationOfOperation", "certificateHold", "", "removeFromCRL", "privilegeWithdrawn", "aACompromise"}
-	if *r >= 0 && *r < len(names) && names[*r] != "" {
-		return fmt.Sprintf("%d (%s)", *r, names[*r])
+	if name := acme.ReasonName(*r); name != "" {
+		return fmt.Sprintf("%d (%s)", *r, name)
 	}
 	return strconv.Itoa(*r)
 }

@@ -110,3 +110,33 @@ var Events = []string{EventCertificateIssued, EventCertificateIssueFailed, Event
 	EventAccountDeactivated, EventChallengeFailed, EventRevocationRefusals, EventAuditPruned,
 	EventRetentionPruned, EventEABKeyCreated, EventEABKeyRevoked, EventAccountBindingRefused,
 	EventJobRetried, EventJobCancelled, EventRenewEarly, EventRateLimited, EventFinalizeRefused}
+
+// CRLReason codes (RFC 5280 §5.3.1), as revoke-cert's "reason" carries
+// them (RFC 8555 §7.6). 7 is unassigned.
+const (
+	ReasonUnspecified          = 0
+	ReasonKeyCompromise        = 1
+	ReasonCACompromise         = 2
+	ReasonAffiliationChanged   = 3
+	ReasonSuperseded           = 4
+	ReasonCessationOfOperation = 5
+	ReasonCertificateHold      = 6
+	ReasonRemoveFromCRL        = 8
+	ReasonPrivilegeWithdrawn   = 9
+	ReasonAACompromise         = 10
+)
+
+// reasonNames are RFC 5280's names of the CRLReason codes, by code.
+var reasonNames = [...]string{ReasonUnspecified: "unspecified", ReasonKeyCompromise: "keyCompromise",
+	ReasonCACompromise: "cACompromise", ReasonAffiliationChanged: "affiliationChanged", ReasonSuperseded: "superseded",
+	ReasonCessationOfOperation: "cessationOfOperation", ReasonCertificateHold: "certificateHold",
+	ReasonRemoveFromCRL: "removeFromCRL", ReasonPrivilegeWithdrawn: "privilegeWithdrawn", ReasonAACompromise: "aACompromise"}
+
+// ReasonName is RFC 5280's name of a CRLReason code ("superseded"), or ""
+// for a code it names none for.
+func ReasonName(code int) string {
+	if code < 0 || code >= len(reasonNames) {
+		return ""
+	}
+	return reasonNames[code]
+}

@@ -64,17 +64,6 @@ var (
 	ErrUnpublishable = errors.New("no CRL can list the revocation, so it was not recorded")
 )
 
-// RFC 5280 §5.3.1 CRLReason codes this server records.
-const (
-	reasonUnspecified          = 0
-	reasonKeyCompromise        = 1
-	reasonAffiliationChanged   = 3
-	reasonSuperseded           = 4
-	reasonCessationOfOperation = 5
-	reasonRemoveFromCRL        = 8
-	reasonPrivilegeWithdrawn   = 9
-)
-
 // clientReasons are the reasons a subscriber may give in revoke-cert: the
 // ones that describe the subscriber's own certificate. The rest are not
 // theirs to state: cACompromise and aACompromise are about authorities,
@@ -82,13 +71,17 @@ const (
 // removeFromCRL (8) belongs on delta CRLs only — written into a complete
 // CRL it tells verifiers the certificate is good again, so a client that
 // chose it would be "revoked" yet trusted.
-var clientReasons = []int{reasonUnspecified, reasonKeyCompromise, reasonAffiliationChanged, reasonSuperseded,
-	reasonCessationOfOperation}
+var clientReasons = []int{acme.ReasonUnspecified, acme.ReasonKeyCompromise, acme.ReasonAffiliationChanged, acme.ReasonSuperseded,
+	acme.ReasonCessationOfOperation}
 
 // operatorReasons are the reasons an operator may give: the client's, and
 // privilegeWithdrawn, which only the CA can know (the CA/Browser Forum's
 // set for subscriber certificates).
-var operatorReasons = append(slices.Clone(clientReasons), reasonPrivilegeWithdrawn)
+var operatorReasons = append(slices.Clone(clientReasons), acme.ReasonPrivilegeWithdrawn)
+
+// OperatorReasons are the reasons an operator may give, for a form to
+// offer.
+func OperatorReasons() []int { return slices.Clone(operatorReasons) }
 
 // reasonAllowed reports whether r is absent or one of allowed.
 func reasonAllowed(r *int, allowed []int) bool {
@@ -109,8 +102,8 @@ func reasonList(allowed []int) string {
 // un-revoke the certificate; a ledger row holding it (recorded before
 // clients were refused it) is listed without a reason.
 func crlReason(r *int) int {
-	if r == nil || *r == reasonRemoveFromCRL {
-		return reasonUnspecified
+	if r == nil || *r == acme.ReasonRemoveFromCRL {
+		return acme.ReasonUnspecified
 	}
 	return *r
 }
@@ -442,8 +435,8 @@ func (au *Authority) record(ctx context.Context, rv *revocation, issuer string) 
 // which it can no longer trust to be only its own), only to
 // keyCompromise, and only in this server's own ledger.
 func (au *Authority) becomesKeyCompromise(rv revocation) bool {
-	return rv.reason != nil && *rv.reason == reasonKeyCompromise &&
-		(rv.cert.Reason == nil || *rv.cert.Reason != reasonKeyCompromise) && rv.operator
+	return rv.reason != nil && *rv.reason == acme.ReasonKeyCompromise &&
+		(rv.cert.Reason == nil || *rv.cert.Reason != acme.ReasonKeyCompromise) && rv.operator
 }
 
 // recordKeyCompromise changes a recorded revocation's reason to
@@ -453,9 +446,10 @@ func (au *Authority) recordKeyCompromise(ctx context.Context, rv *revocation) er
 	ev := au.event(ctx, acme.EventRevocationReasonChanged, OutcomeSuccess, rv.actor, rv.client)
 	ev.OrderID, ev.AccountID, ev.Serial = rv.cert.OrderID, rv.cert.AccountID, rv.cert.Serial
 	ev.Identifiers = leafIdentifiers(rv.leaf)
-	ev.Reason = strconv.Itoa(reasonKeyCompromise)
-	ev.Detail = "reason changed from " + reasonText(rv.cert.Reason) + " to keyCompromise"
-	err := au.db.ChangeRevocationReason(context.WithoutCancel(ctx), rv.cert.ID, reasonKeyCompromise, ev)
+	keyCompromise := acme.ReasonKeyCompromise
+	ev.Reason = strconv.Itoa(keyCompromise)
+	ev.Detail = "reason changed from " + reasonText(rv.cert.Reason) + " to " + reasonText(&keyCompromise)
+	err := au.db.ChangeRevocationReason(context.WithoutCancel(ctx), rv.cert.ID, acme.ReasonKeyCompromise, ev)
 	if errors.Is(err, store.ErrWrongState) {
 		return ErrAlreadyRevoked
 	}
@@ -463,17 +457,20 @@ func (au *Authority) recordKeyCompromise(ctx context.Context, rv *revocation) er
 		return err
 	}
 	au.log.Info("revocation reason changed", zap.String("event", acme.EventRevocationReasonChanged), zap.String("profile", au.cfg.Profile),
-		zap.String("order", rv.cert.OrderID), zap.String("serial", rv.cert.Serial), zap.Int("reason", reasonKeyCompromise),
+		zap.String("order", rv.cert.OrderID), zap.String("serial", rv.cert.Serial), zap.Int("reason", acme.ReasonKeyCompromise),
 		zap.String("actor", rv.actor.Kind), zap.String("actor_id", rv.actor.ID))
-	r := reasonKeyCompromise
-	rv.cert.Reason = &r
+	rv.cert.Reason = &keyCompromise
 	return nil
 }
 
-// reasonText names a recorded reason for an audit detail.
+// reasonText says a recorded reason for a message or an audit detail:
+// "4 (superseded)", or "none".
 func reasonText(r *int) string {
 	if r == nil {
 		return "none"
+	}
+	if name := acme.ReasonName(*r); name != "" {
+		return fmt.Sprintf("%d (%s)", *r, name)
 	}
 	return strconv.Itoa(*r)
 }
@@ -538,7 +535,7 @@ func (au *Authority) revokeByJob(ctx context.Context, rv revocation) (RevokeResu
 		var queued revokePayload
 		if jobs.Decode(&job, &queued) == nil && !sameReason(queued.Reason, rv.reason) {
 			return RevokeResult{Certificate: rv.cert, Job: job.ID}, fmt.Errorf("%w: a revocation with reason %s is under way at the signer's backend (job %d)",
-				ErrAlreadyRevoked, reasonName(queued.Reason), job.ID)
+				ErrAlreadyRevoked, reasonText(queued.Reason), job.ID)
 		}
 	}
 	return au.awaitRevocation(ctx, job, rv.cert)
@@ -564,19 +561,11 @@ func (au *Authority) queuedBy(ctx context.Context, rv revocation) bool {
 func sameReason(a, b *int) bool {
 	code := func(r *int) int {
 		if r == nil {
-			return reasonUnspecified
+			return acme.ReasonUnspecified
 		}
 		return *r
 	}
 	return code(a) == code(b)
-}
-
-// reasonName says a reason for a message: its code, or "none".
-func reasonName(r *int) string {
-	if r == nil {
-		return "none"
-	}
-	return strconv.Itoa(*r)
 }
 
 // awaitRevocation polls the job until it settles or the wait ends.

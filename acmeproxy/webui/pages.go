@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -147,7 +148,7 @@ func showOrder(rq *request, id string) {
 // re-reasoned from here.
 func (rq *request) canMarkKeyCompromise(o operator.OrderView) bool {
 	c := o.Certificate
-	if c == nil || c.RevokedAt == nil || (c.Reason != nil && *c.Reason == reasonKeyCompromise) {
+	if c == nil || c.RevokedAt == nil || (c.Reason != nil && *c.Reason == acme.ReasonKeyCompromise) {
 		return false
 	}
 	for _, p := range rq.op().ListProfiles() {
@@ -179,14 +180,13 @@ type revocationReason struct {
 	Name string
 }
 
-const reasonKeyCompromise = 1
-
-// reasons are the revocation reasons an operator may pick: a subscriber's
-// (RFC 8555 §7.6), and privilegeWithdrawn, which only the CA can know (the
-// CA/B Forum's set for subscriber certificates).
-var reasons = []revocationReason{
-	{0, "unspecified"}, {reasonKeyCompromise, "keyCompromise"}, {3, "affiliationChanged"}, {4, "superseded"},
-	{5, "cessationOfOperation"}, {9, "privilegeWithdrawn"},
+// reasonsOf names codes for the revoke form's choice.
+func reasonsOf(codes ...int) []revocationReason {
+	rs := make([]revocationReason, len(codes))
+	for i, c := range codes {
+		rs[i] = revocationReason{c, acme.ReasonName(c)}
+	}
+	return rs
 }
 
 // confirmRevoke asks before a revocation, or before changing a revoked
@@ -198,7 +198,7 @@ func confirmRevoke(rq *request, id string) {
 	if rq.failed(err) {
 		return
 	}
-	c, offered := o.Certificate, reasons
+	c, offered := o.Certificate, reasonsOf(authority.OperatorReasons()...)
 	switch {
 	case c == nil:
 		rq.fail(0, fmt.Errorf("%w: order %s is %s and has no certificate", operator.ErrConflict, id, o.Status))
@@ -207,7 +207,7 @@ func confirmRevoke(rq *request, id string) {
 		rq.fail(0, fmt.Errorf("%w: the certificate of order %s is already revoked", operator.ErrConflict, id))
 		return
 	case c.RevokedAt != nil:
-		offered = []revocationReason{{reasonKeyCompromise, "keyCompromise"}}
+		offered = reasonsOf(acme.ReasonKeyCompromise)
 	}
 	rq.render(http.StatusOK, "revoke", "Revoke order "+id, struct {
 		Order   operator.OrderView
@@ -452,14 +452,23 @@ var funcs = template.FuncMap{
 	"float": func(n int) float64 { return float64(n) },
 	"reason": func(r *int) string {
 		if r == nil {
-			return "unspecified"
+			return acme.ReasonName(acme.ReasonUnspecified)
 		}
-		for _, x := range reasons {
-			if x.Code == *r {
-				return x.Name
-			}
+		if name := acme.ReasonName(*r); name != "" {
+			return name
 		}
 		return strconv.Itoa(*r)
+	},
+	// auditReason shows an audit row's reason: a revocation's code with
+	// its name ("4 (superseded)"), anything else as recorded.
+	"auditReason": func(event, reason string) string {
+		if event != acme.EventCertificateRevoked && event != acme.EventRevocationReasonChanged {
+			return reason
+		}
+		if n, err := strconv.Atoi(reason); err == nil && acme.ReasonName(n) != "" {
+			return fmt.Sprintf("%d (%s)", n, acme.ReasonName(n))
+		}
+		return reason
 	},
 	"idents": func(ids []acme.Identifier) string {
 		s := ""

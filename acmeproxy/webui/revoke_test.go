@@ -150,3 +150,22 @@ func TestTheRevokePageOfAnOrderThatCannotBeRevokedSaysWhy(t *testing.T) {
 		})
 	}
 }
+
+// The audit page names a revocation's reason beside its code, as the
+// order's page does, so an operator need not know RFC 5280's numbers.
+func TestTheAuditPageNamesARevocationsReason(t *testing.T) {
+	f := newFixture(t, false)
+	order := f.issued(t)
+	if w := f.post(t, "/ops/orders/"+order+"/do-revoke", url.Values{"reason": {"4"}}, nil); w.Code != http.StatusSeeOther {
+		t.Fatalf("revoke: %d %s", w.Code, w.Body)
+	}
+	if w := f.post(t, "/ops/orders/"+order+"/do-revoke", url.Values{"reason": {"1"}}, nil); w.Code != http.StatusSeeOther {
+		t.Fatalf("mark key compromised: %d %s", w.Code, w.Body)
+	}
+	body := f.get(t, "/ops/audit").Body.String()
+	for _, want := range []string{"<td>4 (superseded)</td>", "<td>1 (keyCompromise) — reason changed from 4 (superseded) to 1 (keyCompromise)</td>"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the audit page lacks %q:\n%s", want, body)
+		}
+	}
+}
