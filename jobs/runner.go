@@ -440,7 +440,7 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 		if free <= 0 {
 			continue
 		}
-		claimed, err := r.claimInto(ctx, kind, ks, free, polled)
+		claimed, wrote, err := r.claimInto(ctx, kind, ks, free, polled)
 		if err != nil {
 			if ctx.Err() == nil {
 				if log, n := r.claimFailures.Note(r.opts.Clock.Now()); log {
@@ -450,8 +450,15 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 			}
 			continue
 		}
-		if log, n := r.claimFailures.Recovered(); log {
-			r.log.Info("claiming jobs again", zap.String("event", "jobs_claim_recovered"), zap.Int("failures", n))
+		// Only a claim that wrote says the claims work again: a poll that
+		// read that nothing of this kind is due wrote nothing, and with a
+		// database that reads but cannot take writes (a full disk) it
+		// would otherwise end every interval that another kind's failed
+		// claim just began.
+		if wrote {
+			if log, n := r.claimFailures.Recovered(); log {
+				r.log.Info("claiming jobs again", zap.String("event", "jobs_claim_recovered"), zap.Int("failures", n))
+			}
 		}
 		// RunNow may have taken slots while the claim was in the store;
 		// what no longer fits under the cap goes back to the queue, and the
@@ -483,16 +490,18 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 
 // claimInto claims up to n due jobs of kind, n being its free slots.
 // After a poll it first asks a reader whether anything is due, so an idle
-// runner polls with reads, not writes.
-func (r *Runner) claimInto(ctx context.Context, kind string, ks *kindState, n int, polled bool) ([]Job, error) {
+// runner polls with reads, not writes. wrote reports whether the claim's
+// write ran.
+func (r *Runner) claimInto(ctx context.Context, kind string, ks *kindState, n int, polled bool) (claimed []Job, wrote bool, err error) {
 	now := r.opts.Clock.Now()
 	if polled {
 		due, err := r.q.db.AnyJobDue(ctx, kind, r.opts.Lanes, r.opts.Owner, now)
 		if err == nil && !due {
-			return nil, nil
+			return nil, false, nil
 		}
 	}
-	return r.q.db.ClaimJobsIn(ctx, kind, r.opts.Lanes, r.opts.Owner, now, now.Add(ks.lease), n)
+	claimed, err = r.q.db.ClaimJobsIn(ctx, kind, r.opts.Lanes, r.opts.Owner, now, now.Add(ks.lease), n)
+	return claimed, err == nil, err
 }
 
 // giveBack releases claimed jobs this runner has no slot for, uncounted
