@@ -34,7 +34,10 @@ func (au *Authority) ResumeStuckOrders(ctx context.Context) (int, error) {
 	}
 	var errs []error
 	for _, o := range stuck {
-		au.log.Info("resuming an order a crash left processing", zap.String("event", "order_resumed"),
+		// Not always a crash: a front end's order waits here as long as
+		// no worker runs its signer's job, and a relay's as long as its
+		// upstream takes; handing it back is a no-op then.
+		au.log.Info("resuming an order processing for longer than "+StuckAfter.String()+" without an answer", zap.String("event", "order_resumed"),
 			zap.String("profile", au.cfg.Profile), zap.String("order", o.ID))
 		if err := au.signStored(ctx, o); err != nil {
 			if _, verdict := problem.As(err); !verdict {
