@@ -608,6 +608,7 @@ func csrSeeds(tb testing.TB, keys fuzzKeySet) []fuzzSeed {
 		csr("ok-common-name-in-order", p256, withCN),
 		csr("ok-upper-case-names", p256, x509.CertificateRequest{DNSNames: []string{"A.EXAMPLE.COM", "b.example.com"}, IPAddresses: ips}),
 		csr("ok-ipv4-mapped-address", p256, x509.CertificateRequest{DNSNames: names, IPAddresses: []net.IP{net.ParseIP("::ffff:192.0.2.1")}}),
+		csr("fail-ip-address-as-dns-name", p256, x509.CertificateRequest{DNSNames: append(names, "192.0.2.1")}),
 		csr("fail-extra-name", p256, x509.CertificateRequest{DNSNames: append(names, "c.example.com"), IPAddresses: ips}),
 		csr("fail-missing-name", p256, x509.CertificateRequest{DNSNames: names[:1], IPAddresses: ips}),
 		csr("fail-common-name-not-in-order", p256, x509.CertificateRequest{Subject: pkix.Name{CommonName: "c.example.com"}, DNSNames: names, IPAddresses: ips}),
@@ -672,23 +673,28 @@ func FuzzCheckCSR(f *testing.F) {
 		if len(csr.EmailAddresses)+len(csr.URIs) > 0 {
 			t.Fatalf("accepted a CSR with e-mail or URI names")
 		}
+		// Names with their types: an IP address in a dNSName is a DNS name.
 		got := map[string]bool{}
 		for _, n := range csr.DNSNames {
-			got[strings.ToLower(n)] = true
+			got["dns:"+strings.ToLower(n)] = true
 		}
 		for _, ip := range csr.IPAddresses {
 			a, ok := netip.AddrFromSlice(ip)
 			if !ok {
 				t.Fatalf("accepted an IP SAN of %d bytes", len(ip))
 			}
-			got[a.Unmap().String()] = true
+			got["ip:"+a.Unmap().String()] = true
 		}
 		if cn := csr.Subject.CommonName; cn != "" {
-			got[strings.ToLower(cn)] = true
+			if a, err := netip.ParseAddr(cn); err == nil {
+				got["ip:"+a.Unmap().String()] = true
+			} else {
+				got["dns:"+strings.ToLower(cn)] = true
+			}
 		}
 		want := map[string]bool{}
 		for _, id := range fuzzOrder {
-			want[id.Value] = true
+			want[id.Type+":"+id.Value] = true
 		}
 		if fmt.Sprint(sortedKeys(got)) != fmt.Sprint(sortedKeys(want)) {
 			t.Fatalf("accepted a CSR naming %v for an order of %v", sortedKeys(got), sortedKeys(want))

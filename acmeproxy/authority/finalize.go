@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -321,31 +322,41 @@ func CheckCSR(csr *x509.CertificateRequest, idents []acme.Identifier, accountJWK
 	if len(csr.EmailAddresses) > 0 || len(csr.URIs) > 0 {
 		return problem.BadCSRF("the CSR may only name DNS names and IP addresses")
 	}
-	want := map[string]bool{}
+	// Names are compared with their types: a dNSName SAN holding an IP
+	// address's text is a DNS name, which no order has (RFC 8555 §7.4:
+	// the CSR indicates the same set of identifiers, type and value; RFC
+	// 5280 §4.2.1.6: an IP address is an iPAddress SAN).
+	want := map[csrName]bool{}
 	for _, id := range idents {
-		want[id.Value] = true
+		want[identName(id)] = true
 	}
-	got := map[string]bool{}
+	got := map[csrName]bool{}
 	for _, n := range csr.DNSNames {
-		got[strings.ToLower(n)] = true
+		got[csrName{acme.IdentifierDNS, strings.ToLower(n)}] = true
 	}
 	for _, ip := range csr.IPAddresses {
-		got[ip.String()] = true
+		got[csrName{acme.IdentifierIP, ip.String()}] = true
 	}
-	if cn := strings.ToLower(csr.Subject.CommonName); cn != "" && !got[cn] && !want[cn] {
-		return problem.BadCSRF("the CSR's common name %q is not one of the order's identifiers", csr.Subject.CommonName)
-	} else if cn != "" {
-		got[cn] = true
+	if cn := csr.Subject.CommonName; cn != "" {
+		// A common name is either kind of name, as its text says.
+		n := csrName{acme.IdentifierDNS, strings.ToLower(cn)}
+		if ip := net.ParseIP(cn); ip != nil {
+			n = csrName{acme.IdentifierIP, ip.String()}
+		}
+		if !got[n] && !want[n] {
+			return problem.BadCSRF("the CSR's common name %q is not one of the order's identifiers", cn)
+		}
+		got[n] = true
 	}
 	var extra, missing []string
 	for n := range got {
 		if !want[n] {
-			extra = append(extra, n)
+			extra = append(extra, n.String())
 		}
 	}
 	for n := range want {
 		if !got[n] {
-			missing = append(missing, n)
+			missing = append(missing, n.String())
 		}
 	}
 	sort.Strings(extra)
@@ -357,6 +368,31 @@ func CheckCSR(csr *x509.CertificateRequest, idents []acme.Identifier, accountJWK
 		return problem.BadCSRF("the CSR does not name %s, which the order does", strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// csrName is a name a CSR carries, with its identifier type.
+type csrName struct{ typ, value string }
+
+// identName is an order identifier as the CSR must carry it: a DNS name
+// lower-cased, an IP address in Go's canonical text.
+func identName(id acme.Identifier) csrName {
+	if id.Type == acme.IdentifierIP {
+		if ip := net.ParseIP(id.Value); ip != nil {
+			return csrName{id.Type, ip.String()}
+		}
+		return csrName{id.Type, id.Value}
+	}
+	return csrName{id.Type, strings.ToLower(id.Value)}
+}
+
+// String is the name as a problem's detail shows it, with its kind, so
+// that an IP address written as a DNS name reads as the different name
+// it is.
+func (n csrName) String() string {
+	if n.typ == acme.IdentifierIP {
+		return "IP address " + n.value
+	}
+	return "DNS name " + n.value
 }
 
 // PEMChain encodes DER certificates as a PEM chain.
