@@ -71,9 +71,11 @@ type flattenedJWS struct {
 }
 
 type protectedHeader struct {
-	Alg   string          `json:"alg"`
-	JWK   json.RawMessage `json:"jwk"`
-	KID   string          `json:"kid"`
+	Alg string          `json:"alg"`
+	JWK json.RawMessage `json:"jwk"`
+	// KID is a pointer so that a header with "kid": "" beside a jwk has
+	// both (RFC 8555 §6.2: servers MUST reject requests that contain both).
+	KID   *string         `json:"kid"`
 	Nonce string          `json:"nonce"`
 	URL   *string         `json:"url"`
 	Crit  json.RawMessage `json:"crit"`
@@ -156,7 +158,8 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	if hdr.Crit != nil {
 		return nil, problem.MalformedF("the JWS protected header has a crit parameter, which this server does not support")
 	}
-	hasJWK, hasKID := len(hdr.JWK) > 0 && string(hdr.JWK) != "null", hdr.KID != ""
+	// Present is present: "jwk": null or "kid": "" is a member too.
+	hasJWK, hasKID := hdr.JWK != nil, hdr.KID != nil
 	if hasJWK == hasKID {
 		return nil, problem.MalformedF("the JWS protected header must have exactly one of jwk and kid")
 	}
@@ -191,7 +194,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 		req.jwk = key
 	default:
 		kr = &kidRequest{s: s, hdr: &hdr, fj: &fj}
-		if kr.id, err = s.accountIDOfKID(base, hdr.KID); err != nil {
+		if kr.id, err = s.accountIDOfKID(base, *hdr.KID); err != nil {
 			return nil, err
 		}
 		if err := kr.verify(ctx, !useNonce); err != nil {
@@ -217,7 +220,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	default:
 		acct, err := s.nonces.consumeAs(ctx, s.cfg.Profile, hdr.Nonce, s.clock.Now(), kr.id)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, problem.AccountDoesNotExistF("account %q does not exist", hdr.KID)
+			return nil, problem.AccountDoesNotExistF("account %q does not exist", *hdr.KID)
 		}
 		if err != nil {
 			return nil, err
@@ -329,7 +332,7 @@ func (k *kidRequest) verify(ctx context.Context, fresh bool) error {
 	}
 	acct, err := k.s.db.GetAccount(ctx, k.s.cfg.Profile, k.id)
 	if errors.Is(err, store.ErrNotFound) {
-		return problem.AccountDoesNotExistF("account %q does not exist", k.hdr.KID)
+		return problem.AccountDoesNotExistF("account %q does not exist", *k.hdr.KID)
 	}
 	if err != nil {
 		return err

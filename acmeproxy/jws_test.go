@@ -325,6 +325,14 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 		{"fail/both jwk and kid", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{both: true})
 		}, 400, vocab.ErrorMalformed},
+		{"fail/an empty kid beside a jwk is both", func() rawResponse {
+			return e.rawClient().post(e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true},
+				jwsOpts{embedJWK: true, extra: map[jose.HeaderKey]any{"kid": ""}})
+		}, 400, vocab.ErrorMalformed},
+		{"fail/a null jwk beside a kid is both", func() rawResponse {
+			return alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dns("null-jwk.example.com")}},
+				jwsOpts{extra: map[jose.HeaderKey]any{"jwk": nil}})
+		}, 400, vocab.ErrorMalformed},
 		{"fail/neither jwk nor kid", func() rawResponse {
 			c := &rawClient{t: t, e: e, key: alice.key}
 			return c.post(e.url("/new-order"), map[string]any{}, jwsOpts{})
