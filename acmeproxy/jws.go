@@ -79,11 +79,15 @@ type protectedHeader struct {
 	Nonce string          `json:"nonce"`
 	URL   *string         `json:"url"`
 	Crit  json.RawMessage `json:"crit"`
+	// B64 is RFC 7797's unencoded payload option, which RFC 8555 §6.2
+	// forbids: a header declaring it is refused, not read as if it
+	// had not.
+	B64 *bool `json:"b64"`
 }
 
 // verify is the one verification step every signed request passes before
 // any route logic, in this order: content type → size → flattened JWS →
-// no crit → exactly one of jwk/kid → kid resolves in this profile → alg
+// no crit, no "b64": false → exactly one of jwk/kid → kid resolves in this profile → alg
 // allowed for the key → signature → url → nonce. The nonce comes last so a
 // request that fails earlier does not burn it.
 func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*signedRequest, error) {
@@ -157,6 +161,9 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	}
 	if hdr.Crit != nil {
 		return nil, problem.MalformedF("the JWS protected header has a crit parameter, which this server does not support")
+	}
+	if hdr.B64 != nil && !*hdr.B64 {
+		return nil, problem.MalformedF("the JWS unencoded payload option (\"b64\": false) must not be used")
 	}
 	// Present is present: "jwk": null or "kid": "" is a member too.
 	hasJWK, hasKID := hdr.JWK != nil, hdr.KID != nil

@@ -322,6 +322,13 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 		{"fail/crit header", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{extra: map[jose.HeaderKey]any{"crit": []string{"exp"}, "exp": 1}})
 		}, 400, vocab.ErrorMalformed},
+		{"fail/unencoded payload option without crit", func() rawResponse {
+			// Signed over the base64url payload, as if b64 were not there:
+			// only the option itself is wrong.
+			hdr := map[string]any{"alg": "ES256", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order"), "b64": false}
+			body, _ := json.Marshal(flatJWS(t, alice.key, hdr, `{"identifiers":[{"type":"dns","value":"b64.example.com"}]}`))
+			return alice.postRaw(e.url("/new-order"), "application/jose+json", body)
+		}, 400, vocab.ErrorMalformed},
 		{"fail/both jwk and kid", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{both: true})
 		}, 400, vocab.ErrorMalformed},
