@@ -142,14 +142,13 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 		if err := decodePayload(req.payload, &p); err != nil {
 			return err
 		}
-		switch p.Status {
-		case "", acme.StatusValid:
-		case acme.StatusDeactivated:
+		// RFC 8555 §7.3.2: the server MUST ignore updates to the status
+		// field other than a deactivation (§7.3.6), as it ignores
+		// termsOfServiceAgreed, orders and fields it does not know.
+		if p.Status == acme.StatusDeactivated {
 			if acct, err = s.core.DeactivateAccount(ctx, id, clientOf(r)); err != nil {
 				return err
 			}
-		default:
-			return problem.MalformedF("an account's status may only be set to deactivated")
 		}
 		if p.Contact != nil && p.Status != acme.StatusDeactivated {
 			if err := checkContacts(*p.Contact); err != nil {

@@ -495,8 +495,12 @@ func TestAnAccountsContactsCanBeUpdated(t *testing.T) {
 				wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
 			{name: "fail/a mailto with header fields", payload: map[string]any{"contact": []string{"mailto:a@example.com?subject=hi"}},
 				wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
-			{name: "fail/a status other than deactivated", payload: map[string]any{"status": "revoked"},
-				wantContact: old, wantStatus: 400, wantType: acme.ErrorMalformed},
+			// RFC 8555 §7.3.2: the server MUST ignore updates to the status
+			// field but a deactivation.
+			{name: "ok/a status other than deactivated is ignored", payload: map[string]any{"status": "revoked"}, wantContact: old, wantStatus: 200},
+			{name: "ok/a status other than deactivated leaves the contact update to go through",
+				payload:     map[string]any{"status": "revoked", "contact": []string{"mailto:new@example.com"}},
+				wantContact: []string{"mailto:new@example.com"}, wantStatus: 200},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
