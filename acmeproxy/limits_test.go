@@ -229,6 +229,51 @@ func TestDefaultLimitsBoundAnOrderToAHundredIdentifiers(t *testing.T) {
 	c.order(ids[:100]...)
 }
 
+// An order as large as an order may be (max_identifiers at its bound, or
+// off for an account) is stored under every limit: failed_validations
+// checks one bucket per identifier, and the store takes them all in the
+// order's write rather than failing it as a fault of its own.
+func TestAnOrderOfAsManyIdentifiersAsAnOrderMayHoldIsStoredWithEveryLimitOn(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		tests := []struct {
+			name string
+			set  func(*LimitsConfig)
+		}{
+			{"max_identifiers at its bound", func(l *LimitsConfig) {
+				l.MaxIdentifiers = limitCap(maxIdentifiers)
+			}},
+			{"max_identifiers off", func(l *LimitsConfig) {
+				l.MaxIdentifiers = &LimitConfig{Off: true}
+			}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				e, _, _ := limitEnv(t, func(l *LimitsConfig) {
+					d := authority.DefaultLimits()
+					l.OrdersPerAccount = rate(d.OrdersPerAccount.Count, d.OrdersPerAccount.Period)
+					l.PendingAuthorizations = limitCap(maxIdentifiers)
+					l.FailedValidations = rate(d.FailedValidations.Count, d.FailedValidations.Period)
+					l.DuplicateCertificates = rate(d.DuplicateCertificates.Count, d.DuplicateCertificates.Period)
+					tc.set(l)
+				})
+				c := e.rawClient()
+				c.register()
+				ids := make([]map[string]string, maxIdentifiers)
+				for i := range ids {
+					ids[i] = dnsID(fmt.Sprintf("n%d.example", i))
+				}
+				r := c.post(e.url("/new-order"), map[string]any{"identifiers": ids}, jwsOpts{})
+				if r.status != http.StatusCreated {
+					t.Fatalf("new-order of %d identifiers: %d %s; want 201", len(ids), r.status, r.body)
+				}
+				if o := decodeAs[orderJSON](t, r); len(o.Authorizations) != maxIdentifiers {
+					t.Fatalf("the order has %d authorizations; want %d", len(o.Authorizations), maxIdentifiers)
+				}
+			})
+		}
+	})
+}
+
 func TestAnEmptiedBucketLetsOneMoreOrderInPerEmissionInterval(t *testing.T) {
 	e, clk, _ := limitEnv(t, func(l *LimitsConfig) { l.OrdersPerAccount = rate(2, 2*time.Minute) })
 	c := e.rawClient()

@@ -16,6 +16,12 @@ import (
 // (which is at most this, and 100 by default): it bounds the order's row.
 const maxIdentifiers = 1000
 
+// An order's write spends or checks a failed_validations bucket per
+// identifier beside three of its own (orders_per_account,
+// pending_authorizations, duplicate_certificates): the store must take
+// that many in one write. This fails to compile when it cannot.
+const _ = uint(store.MaxLimitKeys - maxIdentifiers - 3)
+
 // orderJSON is an order object (RFC 8555 §7.1.3).
 type orderJSON struct {
 	Status         acme.Status       `json:"status"`

@@ -63,8 +63,13 @@ type LimitDecision struct {
 	Held int64
 }
 
-// maxLimitKeys bounds the buckets of one SpendLimits call.
-const maxLimitKeys = 512
+// MaxLimitKeys bounds the buckets of one SpendLimits call (or of one
+// order's write). A new-order checks one failed_validations bucket per
+// identifier beside a few of its own, so the bound must hold the largest
+// order the HTTP front takes (1000 identifiers) with room to spare; the
+// statements it makes stay within SQLite's 2000 result columns and
+// 32766 parameters.
+const MaxLimitKeys = 1024
 
 // SpendLimits decides every spend at now and, only when each is allowed,
 // takes them all, in one write: either every bucket is spent or none is.
@@ -573,8 +578,8 @@ func decide(newTAT int64, s LimitSpend, now int64) LimitDecision {
 }
 
 func checkSpends(spends []LimitSpend) error {
-	if len(spends) > maxLimitKeys {
-		return fmt.Errorf("store: %d rate limit buckets in one spend, at most %d", len(spends), maxLimitKeys)
+	if len(spends) > MaxLimitKeys {
+		return fmt.Errorf("store: %d rate limit buckets in one spend, at most %d", len(spends), MaxLimitKeys)
 	}
 	for _, s := range spends {
 		if s.PendingAuthzs && (s.Key == "" || s.Burst <= 0 || s.Burst > boundCountMask || s.Cost < 0) {
