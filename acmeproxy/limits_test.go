@@ -339,6 +339,63 @@ func TestRefusalsAreAuditedOncePerAccountAndLimitAnInterval(t *testing.T) {
 	}
 }
 
+// A limit whose buckets are finer than an account — failed_validations
+// has one per identifier, duplicate_certificates one per identifier set —
+// is still audited once per account an interval: a client looping over
+// many identifiers does not write a row for each.
+func TestRefusalsByOneLimitOverSeveralOfAnAccountsBucketsAreAuditedOnce(t *testing.T) {
+	tests := []struct {
+		name  string
+		set   func(*LimitsConfig)
+		spend func(c *rawClient, name string) // empties the bucket of name
+		limit string
+	}{
+		{"failed validations of two identifiers", func(l *LimitsConfig) { l.FailedValidations = rate(1, time.Hour) },
+			func(c *rawClient, name string) {
+				o := c.order(dnsID(name))
+				c.answerHTTP01(o.Authorizations[0], "a wrong answer")
+				c.await(o.Authorizations[0], "invalid")
+			}, authority.LimitFailedValidations},
+		{"certificates of two identifier sets", func(l *LimitsConfig) { l.DuplicateCertificates = rate(1, 24*time.Hour) },
+			func(c *rawClient, name string) {
+				o := c.readyOrder(name)
+				if r := c.finalize(o, newCSR(c.t, newKey(c.t), "", []string{name}, nil)); r.status != http.StatusOK {
+					c.t.Fatalf("finalize: %d %s", r.status, r.body)
+				}
+			}, authority.LimitDuplicateCertificates},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _, m := limitEnv(t, tc.set)
+			c := e.rawClient()
+			c.register()
+			names := []string{"a.example.com", "b.example.com"}
+			for _, n := range names {
+				tc.spend(c, n)
+			}
+			for _, n := range names {
+				for range 2 {
+					r := c.post(e.url("/new-order"), map[string]any{"identifiers": []any{dnsID(n)}}, jwsOpts{})
+					if r.status != http.StatusTooManyRequests || r.problem == nil || !strings.HasPrefix(r.problem.Detail, tc.limit+": ") {
+						t.Fatalf("new-order for %s: %d %s; want 429 by %s", n, r.status, r.body, tc.limit)
+					}
+				}
+			}
+			evs, err := e.db.SearchAudit(context.Background(), store.AuditFilter{Event: vocab.EventRateLimited,
+				AccountID: c.kid[strings.LastIndex(c.kid, "/")+1:]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) != 1 || evs[0].Reason != tc.limit {
+				t.Errorf("%d rate_limited rows (%+v); want one naming %s for the account", len(evs), evs, tc.limit)
+			}
+			if got := m.count(tc.limit); got != 4 {
+				t.Errorf("metrics counted %d refusals; want every one, 4", got)
+			}
+		})
+	}
+}
+
 // A new-order that the limits let through but the store could not create
 // gives its spend back: the next order, once the store takes writes
 // again, fits the one-order bucket.

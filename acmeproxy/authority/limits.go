@@ -232,25 +232,32 @@ func (au *Authority) deniedBy(ctx context.Context, ls []limited, out []store.Lim
 				if wait <= 0 {
 					wait = OrderLifetime
 				}
-				return au.refuseLimited(ctx, l.name, l.spend.Key, acct, cl,
+				return au.refuseLimited(ctx, l.name, acct, cl,
 					problem.RateLimitedF(wait, "%s: this account has %d pending authorizations and this order would add %d, over this server's cap of %d; finish or deactivate some, or retry when the soonest expires",
 						l.name, d.Held, l.spend.Cost, l.rate.Count))
 			}
-			return au.refuseLimited(ctx, l.name, l.spend.Key, acct, cl, problem.RateLimitedF(d.RetryAfter,
+			return au.refuseLimited(ctx, l.name, acct, cl, problem.RateLimitedF(d.RetryAfter,
 				"%s: %s is over this server's limit of %s; retry after %s", l.name, l.subject(), l.rate, d.RetryAfter.Round(time.Second)))
 		}
 	}
 	return errors.New("authority: the store denied a rate limit spend without a denied bucket")
 }
 
-// refuseLimited counts and audits a refusal by limit name and returns p.
-// One audit row per bucket key an interval: the audit's own bucket, in the
-// store, so instances sharing it share the spacing too.
-func (au *Authority) refuseLimited(ctx context.Context, name, key, acct string, cl Client, p *problem.Problem) error {
+// refuseLimited counts and audits a refusal by limit name of the account
+// acct ("" before it exists: the client's address then) and returns p.
+// One audit row per limit and account (or address) an interval, however
+// many of its buckets the limit has (failed_validations one per
+// identifier, duplicate_certificates one per identifier set): the audit's
+// own bucket, in the store, so instances sharing it share the spacing too.
+func (au *Authority) refuseLimited(ctx context.Context, name, acct string, cl Client, p *problem.Problem) error {
 	if m, ok := au.metrics.(LimitMetrics); ok {
 		m.RateLimited(au.cfg.Profile, name)
 	}
-	gate := store.LimitSpend{Key: "audit/" + key, Emission: limitAuditInterval, Burst: 1, Cost: 1}
+	who := acct
+	if who == "" {
+		who = refusalSource(cl.IP)
+	}
+	gate := store.LimitSpend{Key: "audit/" + au.limitKey(name, who), Emission: limitAuditInterval, Burst: 1, Cost: 1}
 	_, first, err := au.db.SpendLimits(context.WithoutCancel(ctx), []store.LimitSpend{gate}, au.clock.Now())
 	if err != nil {
 		au.log.Warn("spacing rate limit audit rows", zap.String("event", "rate_limit_audit_failed"), zap.Error(err))
