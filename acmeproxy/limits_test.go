@@ -216,6 +216,24 @@ func TestAnOrderOverMaxIdentifiersIsRejectedNamingTheLimit(t *testing.T) {
 	c.order(dnsID("a.example.com"), dnsID("b.example.com"))
 }
 
+// An order of more identifiers than the account may hold pending
+// authorizations can never fit the cap: it is rejected naming the limit,
+// not told to wait (rateLimited with a Retry-After no wait honours).
+func TestAnOrderLargerThanThePendingAuthorizationsCapIsRejectedNamingTheLimit(t *testing.T) {
+	e, _, _ := limitEnv(t, func(l *LimitsConfig) { l.PendingAuthorizations = limitCap(2) })
+	c := e.rawClient()
+	c.register()
+	r := c.post(e.url("/new-order"), map[string]any{"identifiers": []any{dnsID("a.example.com"), dnsID("b.example.com"), dnsID("c.example.com")}}, jwsOpts{})
+	wantProblem(t, r, http.StatusBadRequest, vocab.ErrorRejectedIdentifier)
+	if !strings.Contains(r.problem.Detail, "pending_authorizations") || !strings.Contains(r.problem.Detail, "at most 2 identifiers") {
+		t.Errorf("detail %q does not name the limit and its count", r.problem.Detail)
+	}
+	if r.header.Get("Retry-After") != "" {
+		t.Errorf("Retry-After %q on a refusal no wait can change", r.header.Get("Retry-After"))
+	}
+	c.order(dnsID("a.example.com"), dnsID("b.example.com"))
+}
+
 func TestDefaultLimitsBoundAnOrderToAHundredIdentifiers(t *testing.T) {
 	e := newTestEnv(t, nil)
 	c := e.rawClient()

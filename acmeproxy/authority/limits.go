@@ -344,6 +344,12 @@ func (au *Authority) OrderLimits(ctx context.Context, acct store.Account, idents
 	lim := func(name string) Rate { return au.cfg.Limits.For(name, acct.ID, acct.EABLabel) }
 	ls := make([]limited, 0, 3+len(idents))
 	if r := lim(LimitPendingAuthorizations); !r.Off() {
+		if len(idents) > r.Count {
+			// An authorization an identifier; no wait makes such an
+			// order fit the cap, so it is not rateLimited.
+			return nil, problem.RejectedIdentifierF("%s: this account may hold at most %d pending authorizations, so an order may have at most %d identifiers, not %d",
+				LimitPendingAuthorizations, r.Count, r.Count, len(idents))
+		}
 		// Decided by CreateOrder in the order's write, against a bound
 		// it keeps of the account's pending authorizations (see
 		// store.LimitSpend.PendingAuthzs).
