@@ -124,6 +124,13 @@ func (c *LimitsConfig) Validate() error {
 			return fmt.Errorf("%s: %w", key, err)
 		}
 	}
+	// An override without a period takes the one it inherits (Resolve),
+	// known only now: its count must still leave a millisecond a unit.
+	for i, o := range c.Resolve().Overrides {
+		if r := o.Rate; !r.Off() && r.Period != 0 && r.Period/time.Duration(r.Count) < time.Millisecond {
+			return fmt.Errorf("overrides[%d].count: %d per %s (the period it inherits) is more than one a millisecond", i, r.Count, r.Period)
+		}
+	}
 	return nil
 }
 

@@ -39,6 +39,9 @@ func TestBadLimitsInJSONFailAtLoadNamingTheKey(t *testing.T) {
 		{"an override of an account id with a space", `{"overrides": [{"account": "not an id!", "limit": "orders_per_account", "count": 5}]}`,
 			`limits.overrides[0].account: "not an id!" is not an account id`},
 		{"an override with a zero count", `{"overrides": [{"eab_label": "f", "limit": "orders_per_account"}]}`, "limits.overrides[0]: count: 0 must be between 1"},
+		{"an override without a period faster than one a millisecond in the period it inherits",
+			`{"orders_per_account": {"count": 10, "period": "1s"}, "overrides": [{"eab_label": "f", "limit": "orders_per_account", "count": 5000}]}`,
+			"limits.overrides[0].count: 5000 per 1s (the period it inherits) is more than one a millisecond"},
 		{"an override twice", `{"overrides": [{"eab_label": "f", "limit": "max_identifiers", "count": 5}, {"eab_label": "f", "limit": "max_identifiers", "count": 6}]}`,
 			"limits.overrides[1]: eab:f overrides max_identifiers twice"},
 	}
