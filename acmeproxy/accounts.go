@@ -26,10 +26,24 @@ func (s *Server) accountJSON(base string, a store.Account) accountJSON {
 		Orders: base + "/account/" + a.ID + "/orders"}
 }
 
+// An account's contacts are bounded, as everything a client stores is:
+// maxContacts of them, each address at most maxContactAddress bytes
+// (RFC 5321 §4.5.3.1.3's path, less its angle brackets).
+const (
+	maxContacts       = 10
+	maxContactAddress = 254
+)
+
 // checkContacts accepts mailto: URLs with one address and no header
 // fields (RFC 8555 §7.3).
 func checkContacts(contacts []string) error {
+	if len(contacts) > maxContacts {
+		return problem.InvalidContactF("an account may have at most %d contacts, not %d", maxContacts, len(contacts))
+	}
 	for _, c := range contacts {
+		if len(c) > len("mailto:")+maxContactAddress {
+			return problem.InvalidContactF("contact %.40q…: an address may be at most %d characters long", c, maxContactAddress)
+		}
 		// A URL's scheme is case-insensitive (RFC 3986 §3.1): MAILTO: is mailto:.
 		scheme, addr, ok := strings.Cut(c, ":")
 		if !ok || !strings.EqualFold(scheme, "mailto") {

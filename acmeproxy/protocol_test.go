@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
 	"path"
@@ -474,6 +475,15 @@ func TestEveryNonceIsAcceptedExactlyOnce(t *testing.T) {
 
 // RFC 8555 §7.3.2: a client updates its contacts with a POST to its
 // account; the answer and later reads show the new list.
+// manyContacts is n distinct mailto: contacts.
+func manyContacts(n int) []string {
+	cs := make([]string, n)
+	for i := range cs {
+		cs[i] = fmt.Sprintf("mailto:ops%d@example.com", i)
+	}
+	return cs
+}
+
 func TestAnAccountsContactsCanBeUpdated(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		e := newTestEnv(t, nil)
@@ -494,6 +504,11 @@ func TestAnAccountsContactsCanBeUpdated(t *testing.T) {
 			{name: "fail/a mailto with two addresses", payload: map[string]any{"contact": []string{"mailto:a@example.com,b@example.com"}},
 				wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
 			{name: "fail/a mailto with header fields", payload: map[string]any{"contact": []string{"mailto:a@example.com?subject=hi"}},
+				wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
+			{name: "ok/ten contacts are kept", payload: map[string]any{"contact": manyContacts(10)}, wantContact: manyContacts(10), wantStatus: 200},
+			{name: "fail/more than ten contacts", payload: map[string]any{"contact": manyContacts(11)},
+				wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
+			{name: "fail/an address longer than an e-mail path may be", payload: map[string]any{"contact": []string{"mailto:" + strings.Repeat("a", 64) + "@" + strings.Repeat("b", 190) + ".example"}},
 				wantContact: old, wantStatus: 400, wantType: acme.ErrorInvalidContact},
 			// RFC 8555 §7.3.2: the server MUST ignore updates to the status
 			// field but a deactivation.
