@@ -49,8 +49,8 @@ type dialect interface {
 	claimJobs(cols, lanes string) string
 	// reclaimStuckOrders is the statement that takes over orders left
 	// processing (see ReclaimStuckOrders), returning cols of each. Its
-	// arguments: now, profile, cutoff, limit, cutoff. Same locking rule as
-	// claimJobs.
+	// arguments: now, profile, cutoff, the kind of job that keeps an order
+	// from being stuck, limit, cutoff. Same locking rule as claimJobs.
 	reclaimStuckOrders(cols string) string
 	// lockForMigration is the first thing migrate does in its
 	// transaction: it makes concurrent openers of one database migrate

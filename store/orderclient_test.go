@@ -52,7 +52,7 @@ func TestClaimingAnOrderForIssueRecordsItsClientClippedAndReturnsItWithTheOrder(
 		if err != nil || len(listed) != 1 {
 			t.Fatalf("list: %v %v", listed, err)
 		}
-		stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10)
+		stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10, "signer_issue")
 		if err != nil || len(stuck) != 1 {
 			t.Fatalf("reclaim: %v %v", stuck, err)
 		}

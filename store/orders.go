@@ -842,11 +842,16 @@ func scanCertificateRow(row rowScanner, id string) (Certificate, error) {
 // a guarded write, so that one caller resumes each. It returns them with
 // their CSR.
 //
+// An order with a live job (ready or running) of kind jobKind keyed by its
+// id is not stuck: that job will finish it, and resuming the order beside
+// it would sign it twice (one certificate recorded, the other thrown
+// away). "" names no kind.
+//
 // On PostgreSQL the orders are picked FOR UPDATE SKIP LOCKED and the guard
 // repeated on the update, so one caller takes each.
-func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int) ([]Order, error) {
+func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int, jobKind string) ([]Order, error) {
 	var out []Order
-	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols)), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), limit, cutoff.UnixMilli()},
+	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols)), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), jobKind, limit, cutoff.UnixMilli()},
 		func() { out = nil },
 		func(r rowScanner) error {
 			o, err := scanOrder(r)

@@ -419,7 +419,7 @@ func TestAnOrdersCertificateProfileIsReadBackByEveryReaderOfTheOrder(t *testing.
 			t.Errorf("GetOrder(%s).CertificateProfile = %q, want %q", id, o.CertificateProfile, w)
 		}
 	}
-	stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10)
+	stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10, "signer_issue")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,4 +431,75 @@ func TestAnOrdersCertificateProfileIsReadBackByEveryReaderOfTheOrder(t *testing.
 			t.Errorf("reclaimed order %s has certificate profile %q, want %q", o.ID, o.CertificateProfile, want[o.ID])
 		}
 	}
+}
+
+// An order left processing is resumed by the sweep unless a live job of
+// the kind named keeps it — a worker's signer_issue job, which will sign
+// it: resuming it beside that job would sign it twice. A job of another
+// kind, or one settled, keeps nothing.
+func TestAStuckOrderIsNotReclaimedWhileALiveJobOfTheNamedKindWillFinishIt(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		tests := []struct {
+			name    string
+			job     *NewJob // keyed by the order; nil for none
+			settle  bool    // the job is done before the sweep
+			reclaim bool
+		}{
+			{"an order with no job is reclaimed", nil, false, true},
+			{"an order whose job is waiting is left to it", &NewJob{Kind: "signer_issue"}, false, false},
+			{"an order whose job is done is reclaimed", &NewJob{Kind: "signer_issue"}, true, true},
+			{"a job of another kind keeps nothing", &NewJob{Kind: "notify_deliver"}, false, true},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				ctx := context.Background()
+				db := openTest(t)
+				acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				id := acme.Identifier{Type: "dns", Value: "a.example.com"}
+				o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{id}, Expires: t0.Add(time.Hour)},
+					[]Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []Challenge{{Type: "http-01", Token: NewID()}}}}, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, err := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, t0); err != nil {
+					t.Fatal(err)
+				}
+				if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, t0); err != nil || !won {
+					t.Fatalf("claim: %v %v", won, err)
+				}
+				if tt.job != nil {
+					nj := *tt.job
+					nj.Key, nj.RunAt, nj.MaxAttempts = o.ID, t0, 3
+					j, _, err := db.EnqueueJob(ctx, nj, t0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if tt.settle {
+						claimed, err := db.ClaimJobs(ctx, nj.Kind, "w", t0, t0.Add(time.Minute), 1)
+						if err != nil || len(claimed) != 1 {
+							t.Fatalf("claim job: %v %v", claimed, err)
+						}
+						if err := db.CompleteJob(ctx, j.ID, "w", t0); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				later := t0.Add(10 * time.Minute)
+				stuck, err := db.ReclaimStuckOrders(ctx, "p", later.Add(-5*time.Minute), later, 10, "signer_issue")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := len(stuck) == 1; got != tt.reclaim {
+					t.Errorf("reclaimed %d orders; want the order reclaimed: %v", len(stuck), tt.reclaim)
+				}
+			})
+		}
+	})
 }

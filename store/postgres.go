@@ -486,7 +486,8 @@ func (postgresDialect) claimJobs(cols, lanes string) string {
 // transaction holds, and the outer guard re-checks the rest.
 func (postgresDialect) reclaimStuckOrders(cols string) string {
 	return `UPDATE orders SET updated_at = ?
-		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED)
+		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ?
+			AND NOT EXISTS (SELECT 1 FROM jobs WHERE kind = ? AND key = orders.id AND status IN ('ready','running')) LIMIT ? FOR UPDATE SKIP LOCKED)
 		AND status = 'processing' AND updated_at < ?
 		RETURNING ` + cols
 }

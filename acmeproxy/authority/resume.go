@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
 // Finalize gives the signer signTimeout to answer; an order processing for
@@ -28,7 +29,10 @@ const (
 // order), so this is safe for every signer. It returns how many it resumed.
 func (au *Authority) ResumeStuckOrders(ctx context.Context) (int, error) {
 	now := au.clock.Now()
-	stuck, err := au.db.ReclaimStuckOrders(ctx, au.cfg.Profile, now.Add(-StuckAfter), now, 100)
+	// An order a worker's signer_issue job will sign is not stuck, however
+	// long the job waits for a worker: resuming it beside the job would
+	// sign it twice where the worker holds the signer.
+	stuck, err := au.db.ReclaimStuckOrders(ctx, au.cfg.Profile, now.Add(-StuckAfter), now, 100, signer.IssueKind)
 	if err != nil {
 		return 0, err
 	}
