@@ -18,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 )
 
 // challengeServers runs one handler over http and https on loopback, as a
@@ -272,5 +273,59 @@ func TestHTTP01ResolvesNamesThroughTheConfiguredResolvers(t *testing.T) {
 	v := newValidator(t, Config{HTTPPort: httpPort, TLSPort: tlsPort, Resolvers: []string{startDNS(t, loopbackZone{})}})
 	if err := v.HTTP01(context.Background(), acme.IdentifierDNS, "example.test", "ok", testKeyAuth); err != nil {
 		t.Fatalf("http-01 for a name only the configured resolver knows: %v", err)
+	}
+}
+
+// The address lookups of http-01 and tls-alpn-01 sort their failures as
+// dns-01 and CAA do: what a resolver answers about the client's name (no
+// such name, SERVFAIL) or its silence is the client's dns problem; no
+// configured resolver reachable at all is a fault on this side, which the
+// validation job retries, never a verdict that fails the challenge.
+func TestAnAddressLookupThatNoResolverAnswersIsAFaultNotAProblem(t *testing.T) {
+	zone, err := testdns.Start("zone.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(zone.Close)
+	zone.SetRcode("servfail.zone.test", dns.RcodeServerFailure)
+	tests := []struct {
+		name     string
+		resolver func(t *testing.T) string
+		host     string
+		timeout  time.Duration
+		want     acme.ProblemType // "" for a fault
+	}{
+		{name: "fault/the only resolver refuses the connection", resolver: closedResolver, host: "www.zone.test"},
+		{name: "fault/every resolver refuses the connection", host: "www.zone.test",
+			resolver: func(t *testing.T) string { return closedResolver(t) + "," + closedResolver(t) }},
+		{name: "fail/the resolver answers SERVFAIL", host: "servfail.zone.test", want: acme.ErrorDNS},
+		{name: "fail/the resolver answers NXDOMAIN", host: "nowhere.test", want: acme.ErrorDNS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resolvers := []string{zone.Addr}
+			if tt.resolver != nil {
+				resolvers = strings.Split(tt.resolver(t), ",")
+			}
+			timeout := tt.timeout
+			if timeout == 0 {
+				timeout = 5 * time.Second
+			}
+			// Nothing listens on port 1: a lookup that succeeded would end
+			// in a connection problem, not in what is checked here.
+			v := newValidator(t, Config{HTTPPort: 1, TLSPort: 1, Timeout: timeout, Resolvers: resolvers})
+			for method, validate := range map[string]func() error{
+				"http-01":     func() error { return v.HTTP01(context.Background(), acme.IdentifierDNS, tt.host, "ok", testKeyAuth) },
+				"tls-alpn-01": func() error { return v.TLSALPN01(context.Background(), acme.IdentifierDNS, tt.host, testKeyAuth) },
+			} {
+				t.Run(method, func(t *testing.T) {
+					if tt.want == "" {
+						wantFault(t, validate())
+						return
+					}
+					wantOutcome(t, validate(), tt.want)
+				})
+			}
+		})
 	}
 }

@@ -249,6 +249,10 @@ func (v *Validator) failed(parent context.Context, what string, err error) error
 		if dnsErr.IsTimeout {
 			return problem.DNSF("%s: timeout looking up %s", what, dnsErr.Name)
 		}
+		if noResolverAnswered(dnsErr) {
+			// As for dns-01 and CAA: the resolvers are this side's.
+			return fmt.Errorf("validate: %s: looking up %s: no resolver answered: %w", what, dnsErr.Name, err)
+		}
 		return problem.DNSF("%s: looking up %s failed: %s", what, dnsErr.Name, dnsErr.Err)
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		return problem.ConnectionF("%s: timed out after %s", what, v.timeout)
@@ -260,6 +264,20 @@ func (v *Validator) failed(parent context.Context, what string, err error) error
 		return problem.ConnectionF("%s: the server closed the connection", what)
 	}
 	return problem.ConnectionF("%s: %s", what, netCause(err))
+}
+
+// servfail is the text of the error Go's resolver reports for a SERVFAIL
+// answer (net's errServerTemporarilyMisbehaving), the one temporary
+// failure that is an answer.
+const servfail = "server misbehaving"
+
+// noResolverAnswered reports whether a failed address lookup failed
+// because no resolver could be reached (a socket error: refused,
+// unreachable, reset), not because of what a resolver answered about the
+// client's name. Go's resolver marks socket errors temporary, and
+// SERVFAIL too, which alone is an answer.
+func noResolverAnswered(e *net.DNSError) bool {
+	return e.IsTemporary && !e.IsTimeout && !e.IsNotFound && e.Err != servfail
 }
 
 func isTimeout(err error) bool {
