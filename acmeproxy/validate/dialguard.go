@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Validation connects where a client tells it to: the address its
@@ -57,30 +58,70 @@ type identHostKey struct{}
 // for the identifier's own host, which alone may be on loopback.
 type loopbackOKKey struct{}
 
+// deadlineKey carries, in the context of a validation, its deadline, for
+// the dials net/http makes with a context that keeps the request's values
+// but not its deadline.
+type deadlineKey struct{}
+
 // withIdentHost marks ctx as the validation of the identifier whose host
 // (a name, or an address in canonical form) is host.
 func withIdentHost(ctx context.Context, host string) context.Context {
+	if d, ok := ctx.Deadline(); ok {
+		ctx = context.WithValue(ctx, deadlineKey{}, d)
+	}
 	return context.WithValue(ctx, identHostKey{}, host)
 }
 
 // guardedDial returns d's DialContext with the address checks of
-// checkDialAddress, for a Validator without a Dial hook.
+// checkDialAddress, for a Validator without a Dial hook. A name is
+// resolved by lookup if it is set (each address it returns is then
+// dialled in turn, with an equal share of the time left), else by d.
 //
 // A loopback address is reached only for the identifier's own host: an
 // operator may validate a name or an address of this very machine, but a
 // redirect to another name must not turn validation against it. A
 // redirect to the identifier's own host (a relative one, or http to
 // https) is a connection to that same host and may reach loopback too.
-func guardedDial(d *net.Dialer) func(ctx context.Context, network, address string) (net.Conn, error) {
+func guardedDial(d *net.Dialer, lookup func(ctx context.Context, host string) ([]netip.Addr, error)) func(ctx context.Context, network, address string) (net.Conn, error) {
 	d.ControlContext = checkDialAddress
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
-		host, _, err := net.SplitHostPort(address)
+		host, port, err := net.SplitHostPort(address)
 		if err != nil {
 			return nil, fmt.Errorf("validate: dial %q: %w", address, err)
 		}
 		ident, _ := ctx.Value(identHostKey{}).(string)
 		ctx = context.WithValue(ctx, loopbackOKKey{}, ident != "" && sameHost(ident, host))
-		return d.DialContext(ctx, network, address)
+		if d, ok := ctx.Value(deadlineKey{}).(time.Time); ok {
+			// net/http dials with the request's values but without its
+			// deadline (it cancels the dial when the request ends): the
+			// resolvers' shares of the time are shares of this one.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d)
+			defer cancel()
+		}
+		if _, err := netip.ParseAddr(host); err == nil || lookup == nil {
+			return d.DialContext(ctx, network, address)
+		}
+		addrs, err := lookup(ctx, host)
+		if err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		}
+		var first error
+		for i, a := range addrs {
+			actx, cancel := shareOf(ctx, len(addrs)-i)
+			c, err := d.DialContext(actx, network, net.JoinHostPort(a.String(), port))
+			cancel()
+			if err == nil {
+				return c, nil
+			}
+			if first == nil {
+				first = err
+			}
+		}
+		if first == nil {
+			first = &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no address", Name: host, IsNotFound: true}}
+		}
+		return nil, first
 	}
 }
 

@@ -329,3 +329,54 @@ func TestAnAddressLookupThatNoResolverAnswersIsAFaultNotAProblem(t *testing.T) {
 		})
 	}
 }
+
+// The configured resolvers are tried in order for the address lookups of
+// http-01 and tls-alpn-01 as for dns-01: the next one is asked after one
+// that cannot be reached or stays silent, never after one that answered.
+func TestAddressLookupsAskTheNextResolverAfterOneThatDoesNotAnswer(t *testing.T) {
+	httpPort, _ := challengeServers(t)
+	tlsPort := alpnServer(t, "example.test", acmeCert(t, []string{"example.test"}, nil, nil, acmeExtension(t, testKeyAuth, true)), nil)
+	good := startDNS(t, loopbackZone{})
+	nx, err := testdns.Start("other.test") // example.test is NXDOMAIN there
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nx.Close)
+	servfail, err := testdns.Start("example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(servfail.Close)
+	servfail.SetRcode("example.test", dns.RcodeServerFailure)
+	tests := []struct {
+		name      string
+		resolvers func(t *testing.T) []string
+		want      acme.ProblemType
+	}{
+		{name: "ok/one resolver that answers", resolvers: func(t *testing.T) []string { return []string{good} }},
+		{name: "ok/a refusing resolver, then one that answers", resolvers: func(t *testing.T) []string { return []string{closedResolver(t), good} }},
+		{name: "ok/a silent resolver, then one that answers", resolvers: func(t *testing.T) []string { return []string{silentResolver(t), good} }},
+		{name: "ok/two refusing resolvers, then one that answers", resolvers: func(t *testing.T) []string { return []string{closedResolver(t), closedResolver(t), good} }},
+		{name: "fail/NXDOMAIN is an answer: the next resolver is not asked", want: acme.ErrorDNS,
+			resolvers: func(t *testing.T) []string { return []string{nx.Addr, good} }},
+		{name: "fail/SERVFAIL is an answer: the next resolver is not asked", want: acme.ErrorDNS,
+			resolvers: func(t *testing.T) []string { return []string{servfail.Addr, good} }},
+		{name: "fail/a refusing resolver, then one answering SERVFAIL", want: acme.ErrorDNS,
+			resolvers: func(t *testing.T) []string { return []string{closedResolver(t), servfail.Addr} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := newValidator(t, Config{HTTPPort: httpPort, TLSPort: tlsPort, Timeout: 4 * time.Second, Resolvers: tt.resolvers(t)})
+			for method, validate := range map[string]func() error{
+				"http-01": func() error {
+					return v.HTTP01(context.Background(), acme.IdentifierDNS, "example.test", "ok", testKeyAuth)
+				},
+				"tls-alpn-01": func() error {
+					return v.TLSALPN01(context.Background(), acme.IdentifierDNS, "example.test", testKeyAuth)
+				},
+			} {
+				t.Run(method, func(t *testing.T) { wantOutcome(t, validate(), tt.want) })
+			}
+		})
+	}
+}

@@ -59,8 +59,8 @@ type Config struct {
 	// Resolvers are the DNS servers dns-01 asks, tried in order: IP
 	// addresses, with a port or without one (port 53); see ResolverAddr. Default: the
 	// nameservers of /etc/resolv.conf. When set, http-01 and tls-alpn-01
-	// resolve names through them too (unless Dial is set); when not, they
-	// use the system resolver.
+	// resolve names through them too, in the same order (unless Dial is
+	// set); when not, they use the system resolver.
 	Resolvers []string
 	// Timeout bounds one validation from start to end. Default 10s.
 	Timeout time.Duration
@@ -143,14 +143,14 @@ func New(cfg Config) (*Validator, error) {
 		v.resolvers, v.resolversErr = systemResolvers()
 	}
 	if v.dial == nil {
-		d := &net.Dialer{}
+		var lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 		if len(cfg.Resolvers) > 0 {
 			// An operator who names resolvers means them for every lookup
 			// validation makes, as Boulder does: a split-horizon name must
 			// resolve the same way for http-01 and tls-alpn-01 as for dns-01.
-			d.Resolver = v.netResolver()
+			lookup = v.lookupAddrs
 		}
-		v.dial = guardedDial(d)
+		v.dial = guardedDial(&net.Dialer{}, lookup)
 	}
 	v.httpClient = newHTTPClient(v)
 	return v, nil
@@ -299,23 +299,50 @@ func netCause(err error) error {
 	return err
 }
 
-// netResolver is a Go resolver that asks the configured DNS servers, in
-// order, for the A/AAAA lookups of http-01 and tls-alpn-01.
-func (v *Validator) netResolver() *net.Resolver {
-	return &net.Resolver{
-		PreferGo: true,
-		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			var (
-				d   net.Dialer
-				err error
-			)
-			for _, addr := range v.resolvers {
-				var c net.Conn
-				if c, err = d.DialContext(ctx, network, addr); err == nil {
-					return c, nil
-				}
+// lookupAddrs resolves host for http-01 and tls-alpn-01 through the
+// configured DNS servers, as dns-01 queries them: in order, each with an
+// equal share of the time left, moving to the next one only when one
+// could not be reached or stayed silent (an answer, even NXDOMAIN or
+// SERVFAIL, is final). A Go resolver given all of them at once would not
+// do that: it asks the servers of /etc/resolv.conf, and a Dial hook cannot
+// tell a server that does not answer a UDP query from one that does. If
+// none answered, the error is a timeout if any of them stayed silent.
+func (v *Validator) lookupAddrs(ctx context.Context, host string) ([]netip.Addr, error) {
+	var timedOut, last error
+	for i, server := range v.resolvers {
+		if ctx.Err() != nil {
+			break
+		}
+		r := &net.Resolver{
+			PreferGo: true,
+			Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, server)
+			},
+		}
+		actx, cancel := shareOf(ctx, len(v.resolvers)-i)
+		addrs, err := r.LookupNetIP(actx, "ip", host)
+		cancel()
+		if err == nil {
+			for j, a := range addrs {
+				addrs[j] = a.Unmap()
 			}
+			return addrs, nil
+		}
+		var dnsErr *net.DNSError
+		if !errors.As(err, &dnsErr) || !dnsErr.IsTimeout && !noResolverAnswered(dnsErr) {
 			return nil, err
-		},
+		}
+		if dnsErr.IsTimeout && timedOut == nil {
+			timedOut = err
+		}
+		last = err
 	}
+	if timedOut != nil {
+		return nil, timedOut
+	}
+	if last == nil {
+		return nil, ctx.Err()
+	}
+	return nil, last
 }
