@@ -47,8 +47,9 @@ func newHTTPClient(v *Validator) *http.Client {
 // checkRedirect follows at most v.maxRedirects redirects, and only to http
 // on the HTTP port or https on the TLS port (RFC 8555 §8.3 lets the server
 // follow redirects; Boulder's rule restricts them to 80 and 443), of a DNS
-// name (never an IP address, as in Boulder) that the redirect policy
-// allows. Where the name resolves is the dialer's to check.
+// name that the redirect policy allows, or of an IP identifier's own
+// address (never another IP address). Where the name resolves is the
+// dialer's to check.
 func (v *Validator) checkRedirect(req *http.Request, via []*http.Request) error {
 	first := redacted(via[0].URL)
 	if len(via) > v.maxRedirects {
@@ -73,7 +74,14 @@ func (v *Validator) checkRedirect(req *http.Request, via []*http.Request) error 
 	}
 	host := u.Hostname()
 	if addressLike(host) {
-		return problem.ConnectionF("fetching %s: a redirect to the IP address %s is not allowed: only to a DNS name", first, clip(host))
+		// The identifier's own address (an IP identifier's http→https
+		// or relative redirect) is where validation connected already;
+		// any other address is a redirect to where the client may not
+		// send us.
+		if sameHost(via[0].URL.Hostname(), host) && addressIs(via[0].URL.Hostname()) {
+			return nil
+		}
+		return problem.ConnectionF("fetching %s: a redirect to the IP address %s is not allowed: only to a DNS name, or to an IP identifier's own address", first, clip(host))
 	}
 	if v.redirectOK != nil {
 		if err := v.redirectOK(host); err != nil {
@@ -81,6 +89,12 @@ func (v *Validator) checkRedirect(req *http.Request, via []*http.Request) error 
 		}
 	}
 	return nil
+}
+
+// addressIs reports whether host is an IP address in a form netip reads.
+func addressIs(host string) bool {
+	_, err := netip.ParseAddr(host)
+	return err == nil
 }
 
 // addressLike reports whether host is an IP address, or a spelling of one

@@ -101,7 +101,8 @@ func challengeServers(t *testing.T) (httpPort, tlsPort int) {
 	t.Cleanup(hs.Close)
 	ts := httptest.NewTLSServer(mux)
 	t.Cleanup(ts.Close)
-	// Redirects name a host, never an IP address (see checkRedirect).
+	// Redirects name a host, never an IP address but an IP identifier's
+	// own (see checkRedirect).
 	httpBase = strings.Replace(hs.URL, "127.0.0.1", "example.test", 1)
 	httpsBase = strings.Replace(ts.URL, "127.0.0.1", "example.test", 1)
 	return port(t, hs.URL), port(t, ts.URL)

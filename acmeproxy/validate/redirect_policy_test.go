@@ -96,3 +96,44 @@ func TestHTTP01DetailsDoNotEchoTheSizeOfTheResponse(t *testing.T) {
 		})
 	}
 }
+
+// An IP identifier's server may redirect to its own address (http to
+// https, a relative Location): that is where validation connected
+// already. Another address stays refused, as for a DNS identifier.
+func TestHTTP01OfAnIPIdentifierFollowsARedirectToItsOwnAddressOnly(t *testing.T) {
+	site := startGuardSite(t)
+	tests := []struct {
+		name, ident, host string
+		want              string // "": followed; else in the detail
+	}{
+		{name: "ok/an IPv4 identifier redirected to itself", ident: "10.0.0.5", host: "10.0.0.5"},
+		{name: "ok/an IPv6 identifier redirected to itself", ident: "2001:db8::5", host: "2001:db8::5"},
+		{name: "ok/an IPv6 identifier redirected to itself spelt otherwise", ident: "2001:db8::5", host: "2001:db8:0::5"},
+		{name: "fail/an IPv4 identifier redirected to another address", ident: "10.0.0.5", host: "10.0.0.6",
+			want: "a redirect to the IP address 10.0.0.6 is not allowed"},
+		{name: "fail/an IPv4 identifier redirected to a spelling inet_aton reads", ident: "10.0.0.5", host: "10.5",
+			want: "a redirect to the IP address 10.5 is not allowed"},
+		{name: "fail/a DNS identifier redirected to its address", ident: "example.test", host: "10.0.0.5",
+			want: "a redirect to the IP address 10.0.0.5 is not allowed"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := newValidator(t, Config{HTTPPort: site.port, Timeout: 5 * time.Second, RedirectPolicy: allowEverything,
+				Dial: loopbackDial("10.0.0.5", "10.0.0.6", "2001:db8::5", "2001:db8:0::5", "example.test", "10.5")})
+			tok := site.redirect("own-"+string(rune('a'+i)), tt.host)
+			typ := acme.IdentifierIP
+			if tt.ident == "example.test" {
+				typ = acme.IdentifierDNS
+			}
+			err := v.HTTP01(context.Background(), typ, tt.ident, tok, testKeyAuth)
+			if tt.want == "" {
+				wantOutcome(t, err, "")
+				return
+			}
+			p := wantOutcome(t, err, acme.ErrorConnection)
+			if !strings.Contains(p.Detail, tt.want) {
+				t.Errorf("detail %q does not say %q", p.Detail, tt.want)
+			}
+		})
+	}
+}
