@@ -79,10 +79,16 @@ func (h *http01Responder) set(token, keyAuth string) {
 
 func newTestCA(t testing.TB) (*x509.Certificate, localca.Source) {
 	t.Helper()
+	return newTestCAAt(t, time.Now())
+}
+
+// newTestCAAt is newTestCA valid around now, for a test on a fake clock.
+func newTestCAAt(t testing.TB, now time.Time) (*x509.Certificate, localca.Source) {
+	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "acmeproxy test root"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)

@@ -140,14 +140,18 @@ func newFuzzFixture(tb testing.TB) *fuzzFixture {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
-	_, src := newTestCA(tb)
-	sgn, err := localca.New(src, localca.Options{Lifetime: time.Hour})
+	// The server and its CA share the fake clock: a leaf's validity and
+	// the authority's idea of now (an expired certificate is not revoked)
+	// must agree.
+	clk := clocktest.New(fuzzStart)
+	_, src := newTestCAAt(tb, fuzzStart)
+	sgn, err := localca.New(src, localca.Options{Lifetime: time.Hour, Clock: clk})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	srv, err := NewServer(ctx, ProfileConfig{Profile: fuzzProfile}, Options{
 		DB: db, Queue: jobs.NewQueue(db, nil), Signer: sgn, Validator: refusingValidator{},
-		Clock: clocktest.New(fuzzStart),
+		Clock: clk,
 	})
 	if err != nil {
 		tb.Fatal(err)
