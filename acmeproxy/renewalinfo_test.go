@@ -196,6 +196,8 @@ func TestRenewalInfoRefusesAMalformedCertIDAndAnUnknownOne(t *testing.T) {
 		{"fail/far too long", aki + "." + strings.Repeat("A", 300), http.StatusBadRequest},
 		{"fail/an unknown serial", aki + "." + certIDOf(&x509.Certificate{SerialNumber: otherSerial})[1:], http.StatusNotFound},
 		{"fail/another issuer's key identifier", b64(1, 2, 3, 4) + "." + serial, http.StatusNotFound},
+		{"fail/no certID at all", "", http.StatusNotFound},
+		{"fail/a path of two segments", aki + "/" + serial, http.StatusNotFound},
 		{"ok/the certificate's own certID", aki + "." + serial, http.StatusOK},
 	}
 	for _, tc := range cases {

@@ -282,6 +282,14 @@ func (s *Server) newMux() *http.ServeMux {
 			return problem.MethodNotAllowed()
 		}))
 	}
+	// A path below renewal-info that names no certID is a renewalInfo
+	// answer still, with its Retry-After.
+	for _, p := range []string{"/renewal-info", "/renewal-info/"} {
+		mux.Handle(s.cfg.Prefix+p, s.serveRoute("renewal-info", func(w http.ResponseWriter, _ *http.Request) error {
+			w.Header().Set("Retry-After", strconv.Itoa(int(s.renewalRetryAfter()/time.Second)))
+			return problem.NotFound("resource")
+		}))
+	}
 	mux.Handle(s.cfg.Prefix+"/", s.serveRoute("other", func(http.ResponseWriter, *http.Request) error {
 		return problem.NotFound("resource")
 	}))
