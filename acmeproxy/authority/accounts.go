@@ -60,6 +60,11 @@ func (au *Authority) DeactivateAccount(ctx context.Context, id string, cl Client
 	ev.AccountID = id
 	ev.Jobs = au.AuditNotifyJobs(ev)
 	acct, err := au.db.DeactivateAccountAudited(ctx, id, ev, ev.At)
+	if errors.Is(err, store.ErrWrongState) {
+		// Deactivated meanwhile, by a request racing this one or an
+		// operator: answered as any request of a deactivated account.
+		return acct, problem.DeactivatedAccountF("account %s is deactivated", id)
+	}
 	if err != nil {
 		return acct, err
 	}
@@ -70,9 +75,14 @@ func (au *Authority) DeactivateAccount(ctx context.Context, id string, cl Client
 }
 
 // UpdateAccountContact replaces an account's contact URLs (RFC 8555
-// §7.3.2), checked by the caller.
+// §7.3.2), checked by the caller. An account deactivated since its
+// request was verified is refused as a deactivated account's request is.
 func (au *Authority) UpdateAccountContact(ctx context.Context, id string, contact []string) (store.Account, error) {
-	return au.db.UpdateAccountContact(ctx, id, contact, au.clock.Now())
+	acct, err := au.db.UpdateAccountContact(ctx, id, contact, au.clock.Now())
+	if errors.Is(err, store.ErrWrongState) {
+		return acct, problem.DeactivatedAccountF("account %s is deactivated", id)
+	}
+	return acct, err
 }
 
 // ChangeAccountKey rolls account id over from the key with thumbprint

@@ -1,0 +1,353 @@
+package acmeproxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// racedPost is one signed request of a race: its target and its body,
+// signed (with its own nonce) before the race starts.
+type racedPost struct {
+	url  string
+	body []byte
+}
+
+// race sends every request at once — each from its own goroutine, all
+// released together by one barrier — and returns the answers in order.
+func (e *testEnv) race(posts []racedPost) []rawResponse {
+	e.t.Helper()
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		out   = make([]rawResponse, len(posts))
+		errs  = make([]error, len(posts))
+	)
+	client := e.ts.Client()
+	for i, p := range posts {
+		wg.Go(func() {
+			<-start
+			resp, err := client.Post(p.url, "application/jose+json", bytes.NewReader(p.body))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			out[i] = rawResponse{status: resp.StatusCode, header: resp.Header, body: b}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range out {
+		if errs[i] != nil {
+			e.t.Fatalf("raced request %d: %v", i, errs[i])
+		}
+		if strings.HasPrefix(out[i].header.Get("Content-Type"), problem.ContentType) {
+			out[i].problem = &problem.Problem{}
+			if err := json.Unmarshal(out[i].body, out[i].problem); err != nil {
+				e.t.Fatalf("raced request %d: problem document does not parse: %v: %s", i, err, out[i].body)
+			}
+		}
+	}
+	return out
+}
+
+// signed is c's request to target with payload, signed now for a race.
+func (c *rawClient) signed(target string, payload any, o jwsOpts) racedPost {
+	c.t.Helper()
+	var p []byte
+	if payload != nil {
+		p = marshal(c.t, payload)
+	}
+	return racedPost{url: target, body: c.sign(target, p, o)}
+}
+
+// times is n copies of one request, each signed with a nonce of its own.
+func times(n int, sign func() racedPost) []racedPost {
+	out := make([]racedPost, n)
+	for i := range out {
+		out[i] = sign()
+	}
+	return out
+}
+
+// isProblem reports whether r is a problem of the given status and type.
+func isProblem(r rawResponse, status int, typ acme.ProblemType) bool {
+	return r.status == status && r.problem != nil && r.problem.Type == typ
+}
+
+// statusOf is the "status" member of a resource answered in r.
+func statusOf(r rawResponse) string {
+	var s struct {
+		Status string `json:"status"`
+	}
+	_ = json.Unmarshal(r.body, &s)
+	return s.Status
+}
+
+const racers = 20
+
+// RFC 8555 §7.3.1: a new-account with a key that has an account answers
+// 200 with that account's URL. Twenty at once with one new key make one
+// account; the other nineteen find it.
+func TestNewAccountsWithOneKeyAtOnceMakeOneAccount(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		c := e.rawClient()
+		posts := times(racers, func() racedPost {
+			return c.signed(e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true}, jwsOpts{embedJWK: true})
+		})
+		created, loc := 0, ""
+		for i, r := range e.race(posts) {
+			switch {
+			case r.status == http.StatusCreated:
+				created++
+			case r.status == http.StatusOK:
+			default:
+				t.Fatalf("new-account %d answered %d %s", i, r.status, r.body)
+			}
+			if l := r.header.Get("Location"); loc == "" {
+				loc = l
+			} else if l != loc {
+				t.Errorf("new-account %d answered Location %q, another %q", i, l, loc)
+			}
+		}
+		if created != 1 {
+			t.Errorf("%d new-accounts answered 201; want exactly one", created)
+		}
+	})
+}
+
+// RFC 8555 §6.5: a nonce is accepted once. Twenty requests carrying one
+// nonce at once: one is served, the others are badNonce.
+func TestOneNonceSentByManyRequestsAtOnceIsAcceptedOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		for _, tc := range []struct {
+			name string
+			sign func(nonce string) racedPost
+		}{
+			{"signed by kid", func(n string) racedPost { return alice.signed(alice.kid, nil, jwsOpts{nonce: &n}) }},
+			{"signed by jwk", func(n string) racedPost {
+				return alice.signed(e.url("/new-account"), map[string]any{"onlyReturnExisting": true}, jwsOpts{nonce: &n, embedJWK: true})
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				n := alice.nonce()
+				posts := times(racers, func() racedPost { return tc.sign(n) })
+				ok := 0
+				for i, r := range e.race(posts) {
+					switch {
+					case r.status == http.StatusOK:
+						ok++
+					case isProblem(r, http.StatusBadRequest, acme.ErrorBadNonce):
+					default:
+						t.Errorf("request %d answered %d %s", i, r.status, r.body)
+					}
+				}
+				if ok != 1 {
+					t.Errorf("%d requests with one nonce were served; want exactly one", ok)
+				}
+			})
+		}
+	})
+}
+
+// RFC 8555 §7.3.6: an account deactivates once. Whatever else arrives
+// signed by it at the same moment — more deactivations, contact updates,
+// reads — is answered as before or after the deactivation (200, or 401
+// unauthorized), never as a fault; and one account_deactivated row is
+// written.
+func TestAnAccountDeactivatedByManyRequestsAtOnceIsDeactivatedOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		for round := range 3 {
+			alice := e.rawClient()
+			alice.register()
+			var posts []racedPost
+			for i := range racers {
+				switch i % 3 {
+				case 0, 1:
+					posts = append(posts, alice.signed(alice.kid, map[string]any{"status": "deactivated"}, jwsOpts{}))
+				default:
+					posts = append(posts, alice.signed(alice.kid, map[string]any{"contact": []string{fmt.Sprintf("mailto:ops%d@example.com", i)}}, jwsOpts{}))
+				}
+			}
+			for i, r := range e.race(posts) {
+				if r.status != http.StatusOK && !isProblem(r, http.StatusUnauthorized, acme.ErrorUnauthorized) {
+					t.Errorf("round %d: request %d answered %d %s; want 200 or 401 unauthorized", round, i, r.status, r.body)
+				}
+			}
+			if rows := auditRows(t, e.db, store.AuditFilter{Event: acme.EventAccountDeactivated, AccountID: path.Base(alice.kid)}); len(rows) != 1 {
+				t.Errorf("round %d: %d account_deactivated rows; want 1", round, len(rows))
+			}
+			wantProblem(t, alice.read(alice.kid), http.StatusUnauthorized, acme.ErrorUnauthorized)
+		}
+	})
+}
+
+// The same interleaving, step by step: a deactivation or a contact
+// update whose request was verified while the account was valid, and
+// which reaches the store after another request deactivated it, is
+// answered as a request of a deactivated account (401 unauthorized).
+func TestAnAccountChangeReachingTheStoreAfterADeactivationIsUnauthorized(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		ctx := context.Background()
+		tests := []struct {
+			name   string
+			change func(au *authority.Authority, id string) error
+		}{
+			{"a second deactivation", func(au *authority.Authority, id string) error {
+				_, err := au.DeactivateAccount(ctx, id, authority.Client{IP: "127.0.0.1"})
+				return err
+			}},
+			{"a contact update", func(au *authority.Authority, id string) error {
+				_, err := au.UpdateAccountContact(ctx, id, []string{"mailto:late@example.com"})
+				return err
+			}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				alice := e.rawClient()
+				alice.register()
+				if r := alice.post(alice.kid, map[string]any{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
+					t.Fatalf("deactivation: %d %s", r.status, r.body)
+				}
+				err := tc.change(e.srv.Authority(), path.Base(alice.kid))
+				if p, ok := problem.As(err); !ok || p.Status != http.StatusUnauthorized || p.Type != acme.ErrorUnauthorized {
+					t.Fatalf("got %v; want a 401 unauthorized problem", err)
+				}
+			})
+		}
+	})
+}
+
+// countingSigner is the local CA, counting its Issue calls.
+type countingSigner struct {
+	*localca.Signer
+	issued atomic.Int32
+}
+
+func (c *countingSigner) Issue(ctx context.Context, req signer.IssueRequest) (signer.IssueOutcome, error) {
+	c.issued.Add(1)
+	return c.Signer.Issue(ctx, req)
+}
+
+// RFC 8555 §7.4: twenty finalizes of one ready order at once sign once:
+// one certificate, one signer call, one certificate_issued row; each
+// answer is the order (processing or valid) or 403 orderNotReady.
+func TestTwentyFinalizesOfOneOrderAtOnceSignOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		sg := &countingSigner{}
+		e := newTestEnvWith(t, envOptions{wrap: func(l *localca.Signer) signer.Signer { sg.Signer = l; return sg }})
+		alice := e.rawClient()
+		alice.register()
+		o := alice.readyOrder("twenty.example.com")
+		csr := newCSR(t, newKey(t), "", []string{"twenty.example.com"}, nil)
+		posts := times(racers, func() racedPost {
+			return alice.signed(o.Finalize, map[string]string{"csr": b64(csr)}, jwsOpts{})
+		})
+		won := 0
+		for i, r := range e.race(posts) {
+			switch {
+			case r.status == http.StatusOK && (statusOf(r) == "valid" || statusOf(r) == "processing"):
+				won++
+			case isProblem(r, http.StatusForbidden, acme.ErrorOrderNotReady):
+			default:
+				t.Errorf("finalize %d answered %d %s", i, r.status, r.body)
+			}
+		}
+		if won != 1 {
+			t.Errorf("%d finalizes answered with the order; want 1", won)
+		}
+		if n := sg.issued.Load(); n != 1 {
+			t.Errorf("the signer was called %d times; want once", n)
+		}
+		if rows := auditRows(t, e.db, store.AuditFilter{Event: acme.EventCertificateIssued, OrderID: path.Base(o.url)}); len(rows) != 1 {
+			t.Errorf("%d certificate_issued rows; want 1", len(rows))
+		}
+		if got := decodeAs[orderJSON](t, alice.read(o.url)); got.Status != "valid" || got.Certificate == "" {
+			t.Errorf("the order reads %s %q", got.Status, got.Certificate)
+		}
+	})
+}
+
+// RFC 8555 §7.3.5: an account rolled over by many key changes at once
+// (each to a key of its own) ends on exactly one of them; the other key
+// changes and the requests signed by the old key meanwhile are each
+// served or refused (as a request signed by a key the account no longer
+// has, or a key change whose old key is no longer the account's), never
+// answered with a fault.
+func TestKeyChangesOfOneAccountAtOnceLeaveItOnOneKey(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		keys := make([]*rawClient, 0, racers/2)
+		var posts []racedPost
+		for i := range racers {
+			if i%2 == 0 {
+				nk := newKey(t)
+				keys = append(keys, &rawClient{t: t, e: e, key: nk, kid: alice.kid})
+				posts = append(posts, alice.signed(e.url("/key-change"),
+					json.RawMessage(innerKeyChange(t, e, innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()})), jwsOpts{}))
+			} else {
+				posts = append(posts, alice.signed(alice.kid, nil, jwsOpts{}))
+			}
+		}
+		won := -1
+		for i, r := range e.race(posts) {
+			switch {
+			case i%2 == 0 && r.status == http.StatusOK:
+				if won >= 0 {
+					t.Errorf("key changes %d and %d both succeeded", won, i)
+				}
+				won = i
+			case r.status == http.StatusOK:
+			case r.status >= 500 || r.problem == nil:
+				t.Errorf("request %d answered %d %s", i, r.status, r.body)
+			case i%2 == 0 && isProblem(r, http.StatusForbidden, acme.ErrorUnauthorized):
+				// Its guard found the key changed.
+			case !isProblem(r, http.StatusBadRequest, acme.ErrorMalformed):
+				// Signed by a key the account no longer has when its
+				// nonce was spent: as any request by an old key.
+				t.Errorf("request %d answered %d %s", i, r.status, r.body)
+			}
+		}
+		if won < 0 {
+			t.Fatal("no key change succeeded")
+		}
+		for i, k := range keys {
+			r := k.read(alice.kid)
+			if want := i == won/2; (r.status == http.StatusOK) != want {
+				t.Errorf("key %d (winner: %v) reads the account: %d %s", i, want, r.status, r.body)
+			}
+		}
+		if r := alice.read(alice.kid); r.status == http.StatusOK {
+			t.Error("the old key still signs for the account")
+		}
+	})
+}
