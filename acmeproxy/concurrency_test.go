@@ -12,10 +12,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -295,6 +297,58 @@ func TestTwentyFinalizesOfOneOrderAtOnceSignOnce(t *testing.T) {
 	})
 }
 
+// RFC 8555 §7.3.5: of two accounts rolling over to one new key at once,
+// one gets it; the other is answered 409 with the URL of the account
+// that holds the key, and keeps its own. The server's clock is a
+// meetGate, so both have found the key free before either writes: only
+// the write's unique key can then tell the winner.
+func TestTwoAccountsRollingOverToOneKeyAtOnceOneWins(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		gate := &meetGate{Clock: clock.Real(), at: ".(*Authority).ChangeAccountKey"}
+		e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Clock = gate }})
+		for round := range 3 {
+			alice, bob := e.rawClient(), e.rawClient()
+			alice.register()
+			bob.register()
+			nk := newKey(t)
+			gate.expect(2)
+			posts := []racedPost{
+				alice.signed(e.url("/key-change"), json.RawMessage(innerKeyChange(t, e, innerSpec{signer: nk, account: alice.kid, oldKey: alice.key.Public()})), jwsOpts{}),
+				bob.signed(e.url("/key-change"), json.RawMessage(innerKeyChange(t, e, innerSpec{signer: nk, account: bob.kid, oldKey: bob.key.Public()})), jwsOpts{}),
+			}
+			rs := e.race(posts)
+			if n := gate.met(); n != 2 {
+				t.Fatalf("round %d: %d of 2 key changes reached their write together; the gate looks for the clock reading in authority.ChangeAccountKey", round, n)
+			}
+			clients := []*rawClient{alice, bob}
+			winner := -1
+			for i, r := range rs {
+				if r.status == http.StatusOK {
+					if winner >= 0 {
+						t.Fatalf("round %d: both key changes succeeded", round)
+					}
+					winner = i
+				}
+			}
+			if winner < 0 {
+				t.Fatalf("round %d: no key change succeeded: %d %s; %d %s", round, rs[0].status, rs[0].body, rs[1].status, rs[1].body)
+			}
+			loser := 1 - winner
+			if r := rs[loser]; r.status != http.StatusConflict || r.header.Get("Location") != clients[winner].kid {
+				t.Errorf("round %d: the losing key change answered %d Location %q %s; want 409 Location %q",
+					round, r.status, r.header.Get("Location"), r.body, clients[winner].kid)
+			}
+			if r := clients[loser].read(clients[loser].kid); r.status != http.StatusOK {
+				t.Errorf("round %d: the loser's old key stopped working: %d %s", round, r.status, r.body)
+			}
+			renewed := &rawClient{t: t, e: e, key: nk, kid: clients[winner].kid}
+			if r := renewed.read(renewed.kid); r.status != http.StatusOK {
+				t.Errorf("round %d: the winner's new key does not sign: %d %s", round, r.status, r.body)
+			}
+		}
+	})
+}
+
 // RFC 8555 §7.3.5: an account rolled over by many key changes at once
 // (each to a key of its own) ends on exactly one of them; the other key
 // changes and the requests signed by the old key meanwhile are each
@@ -350,4 +404,55 @@ func TestKeyChangesOfOneAccountAtOnceLeaveItOnOneKey(t *testing.T) {
 			t.Error("the old key still signs for the account")
 		}
 	})
+}
+
+// meetGate is a server clock that holds the requests reading it from the
+// function named by at (a suffix of its name, as callerIs matches) until
+// as many as expected have arrived there, then lets them all go on at
+// once: so each has passed whatever that function checks before its
+// clock reading before any of them goes further. A request that never
+// arrives leaves the others waiting at most two seconds.
+type meetGate struct {
+	clock.Clock
+	at string
+
+	mu       sync.Mutex
+	expected int // racers of this round not arrived yet
+	arrived  int
+	open     chan struct{}
+}
+
+// expect arms the gate for a round of n racers.
+func (g *meetGate) expect(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.expected, g.arrived, g.open = n, 0, make(chan struct{})
+}
+
+// met is how many racers of the round arrived at the gate.
+func (g *meetGate) met() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.arrived
+}
+
+func (g *meetGate) Now() time.Time {
+	if callerIs(g.at) {
+		g.mu.Lock()
+		open := g.open
+		if g.expected > 0 {
+			g.arrived++
+			if g.expected--; g.expected == 0 {
+				close(g.open)
+			}
+		}
+		g.mu.Unlock()
+		if open != nil {
+			select {
+			case <-open:
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}
+	return g.Clock.Now()
 }

@@ -102,7 +102,12 @@ func (au *Authority) ChangeAccountKey(ctx context.Context, id, oldTP, newTP stri
 	updated, err = au.db.ChangeAccountKey(ctx, id, oldTP, newTP, jwk, au.clock.Now())
 	switch {
 	case errors.Is(err, store.ErrConflict):
-		return updated, "", problem.ConflictF("the new key already belongs to an account")
+		// Another account took the key between the check above and this
+		// write: the client is shown that one too (RFC 8555 §7.3.5).
+		if other, lerr := au.db.AccountByKey(ctx, au.cfg.Profile, newTP); lerr == nil {
+			holder = other.ID
+		}
+		return updated, holder, problem.ConflictF("the new key already belongs to an account")
 	case errors.Is(err, store.ErrWrongState):
 		return updated, "", problem.UnauthorizedF("the account's key changed or the account is no longer valid")
 	}
