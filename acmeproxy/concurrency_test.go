@@ -456,3 +456,216 @@ func (g *meetGate) Now() time.Time {
 	}
 	return g.Clock.Now()
 }
+
+// RFC 8555 §7.6: a certificate is revoked once. Twenty revoke-certs of
+// it at once — by its account (kid) and by its own key (jwk) — record one
+// revocation: one 200, the others 400 alreadyRevoked; one
+// certificate_revoked row, and the CRL lists it once.
+func TestTwentyRevocationsOfOneCertificateAtOnceRecordOne(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		e := newTestEnv(t, nil)
+		owner := e.client(ctx)
+		raw := e.raw(owner)
+		for round := range 2 {
+			cert := e.issue(ctx, owner, fmt.Sprintf("revoke%d.example.com", round))
+			payload := map[string]any{"certificate": b64(cert.der), "reason": 1}
+			posts := make([]racedPost, racers)
+			for i := range posts {
+				o := jwsOpts{}
+				if i%2 == 1 {
+					o = jwsOpts{embedJWK: true, key: cert.key}
+				}
+				posts[i] = raw.signed(e.url("/revoke-cert"), payload, o)
+			}
+			ok := 0
+			for i, r := range e.race(posts) {
+				switch {
+				case r.status == http.StatusOK:
+					ok++
+				case isProblem(r, http.StatusBadRequest, acme.ErrorAlreadyRevoked):
+				default:
+					t.Errorf("round %d: revoke-cert %d answered %d %s", round, i, r.status, r.body)
+				}
+			}
+			if ok != 1 {
+				t.Errorf("round %d: %d revoke-certs succeeded; want 1", round, ok)
+			}
+			if rows := auditRows(t, e.db, store.AuditFilter{Event: acme.EventCertificateRevoked, OrderID: cert.order}); len(rows) != 1 {
+				t.Errorf("round %d: %d certificate_revoked rows; want 1", round, len(rows))
+			}
+			crl := e.crl(lists(cert.leaf.SerialNumber))
+			n := 0
+			for _, en := range crl.RevokedCertificateEntries {
+				if en.SerialNumber.Cmp(cert.leaf.SerialNumber) == 0 {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("round %d: the CRL lists the certificate %d times", round, n)
+			}
+		}
+	})
+}
+
+// RFC 8555 §7.5.2: an authorization deactivated while its challenge is
+// being validated stays deactivated and its order invalid, whatever the
+// validation finds; no answer is a fault.
+func TestAnAuthorizationDeactivatedWhileItsChallengeValidatesStaysDeactivated(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		o := alice.order(dnsID("deactivated.example.com"))
+		az := o.Authorizations[0]
+		ch := challengeOf(t, alice.authz(az), acme.ChallengeHTTP01)
+		e.http01.set(ch.Token, alice.keyAuthorization(ch.Token))
+		arrived, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		e.http01.before = func(string) {
+			once.Do(func() { close(arrived) })
+			<-release
+		}
+		post := alice.signed(ch.URL, map[string]any{}, jwsOpts{})
+		answered := make(chan []rawResponse, 1)
+		go func() { answered <- e.race([]racedPost{post}) }()
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the validation never asked the client's server")
+		}
+		if r := alice.post(az, map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK || statusOf(r) != "deactivated" {
+			t.Errorf("deactivation: %d %s", r.status, r.body)
+		}
+		close(release)
+		if r := (<-answered)[0]; r.status != http.StatusOK {
+			t.Errorf("the challenge POST answered %d %s", r.status, r.body)
+		}
+		alice.await(ch.URL, "valid", "invalid")
+		if got := alice.authz(az); got.Status != "deactivated" {
+			t.Errorf("the authorization is %s; want deactivated", got.Status)
+		}
+		if got := statusOf(alice.read(o.url)); got != "invalid" {
+			t.Errorf("the order is %s; want invalid", got)
+		}
+	})
+}
+
+// README "Limits": a limit holds under concurrency. Twenty requests at
+// once against a limit of five: five go through, fifteen are refused 429
+// rateLimited with a Retry-After.
+func TestTwentyRequestsAtOnceAgainstALimitOfFiveAdmitFive(t *testing.T) {
+	const limit = 5
+	tests := []struct {
+		name  string
+		set   func(*LimitsConfig)
+		posts func(e *testEnv) []racedPost
+	}{
+		{"orders_per_account", func(l *LimitsConfig) { l.OrdersPerAccount = rate(limit, time.Hour) },
+			func(e *testEnv) []racedPost {
+				c := e.rawClient()
+				c.register()
+				i := 0
+				return times(racers, func() racedPost {
+					i++
+					return c.signed(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID(fmt.Sprintf("o%d.example.com", i))}}, jwsOpts{})
+				})
+			}},
+		{"pending_authorizations", func(l *LimitsConfig) { l.PendingAuthorizations = limitCap(limit) },
+			func(e *testEnv) []racedPost {
+				c := e.rawClient()
+				c.register()
+				i := 0
+				return times(racers, func() racedPost {
+					i++
+					return c.signed(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID(fmt.Sprintf("p%d.example.com", i))}}, jwsOpts{})
+				})
+			}},
+		{"accounts_per_ip", func(l *LimitsConfig) { l.AccountsPerIP = rate(limit, time.Hour) },
+			func(e *testEnv) []racedPost {
+				return times(racers, func() racedPost {
+					return e.rawClient().signed(e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true}, jwsOpts{embedJWK: true})
+				})
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				e, _, _ := limitEnv(t, tc.set)
+				passed := 0
+				for i, r := range e.race(tc.posts(e)) {
+					switch {
+					case r.status == http.StatusCreated:
+						passed++
+					case isProblem(r, http.StatusTooManyRequests, acme.ErrorRateLimited):
+						if r.header.Get("Retry-After") == "" {
+							t.Errorf("request %d: 429 without Retry-After", i)
+						}
+					default:
+						t.Errorf("request %d answered %d %s", i, r.status, r.body)
+					}
+				}
+				if passed != limit {
+					t.Errorf("%d of %d requests went through a limit of %d", passed, racers, limit)
+				}
+			})
+		})
+	}
+}
+
+// RFC 8555 §7.1.2.1: an account's orders list, read page by page while
+// the account creates more orders, lists each order that existed before
+// the first page once, and no order twice.
+func TestTheOrdersListReadWhileOrdersAreCreatedListsEachOrderOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		before := map[string]bool{}
+		for i := range ordersPageSize + 30 {
+			before[alice.order(dnsID(fmt.Sprintf("before%d.example.com", i))).url] = true
+		}
+		// Orders created while the list is read, signed beforehand.
+		more := make([]racedPost, 30)
+		for i := range more {
+			more[i] = alice.signed(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID(fmt.Sprintf("during%d.example.com", i))}}, jwsOpts{})
+		}
+		done := make(chan []rawResponse, 1)
+		go func() { done <- e.race(more) }()
+		seen := map[string]bool{}
+		next := alice.kid + "/orders"
+		for next != "" {
+			r := alice.read(next)
+			if r.status != http.StatusOK {
+				t.Fatalf("orders list %s: %d %s", next, r.status, r.body)
+			}
+			var page struct {
+				Orders []string `json:"orders"`
+			}
+			_ = json.Unmarshal(r.body, &page)
+			for _, u := range page.Orders {
+				if seen[u] {
+					t.Errorf("%s is listed twice", u)
+				}
+				seen[u] = true
+			}
+			next = ""
+			for _, l := range r.header.Values("Link") {
+				if strings.Contains(l, `rel="next"`) {
+					next = l[strings.Index(l, "<")+1 : strings.Index(l, ">")]
+				}
+			}
+		}
+		for _, r := range <-done {
+			if r.status != http.StatusCreated {
+				t.Errorf("a new-order during the read answered %d %s", r.status, r.body)
+			}
+		}
+		for u := range before {
+			if !seen[u] {
+				t.Errorf("%s, created before the read, is not listed", u)
+			}
+		}
+	})
+}
