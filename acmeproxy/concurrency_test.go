@@ -509,6 +509,37 @@ func TestTwentyRevocationsOfOneCertificateAtOnceRecordOne(t *testing.T) {
 	})
 }
 
+// RFC 8555 §7.5.1: a challenge answered by twenty POSTs at once is
+// validated once: every POST is answered 200 with the challenge, the
+// client's server is asked once, and the challenge, its authorization and
+// its order end valid, valid and ready.
+func TestAChallengePostedTwentyTimesAtOnceIsValidatedOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		alice := e.rawClient()
+		alice.register()
+		var fetched atomic.Int32
+		e.http01.before = func(string) { fetched.Add(1) }
+		o := alice.order(dnsID("answer.example.com"))
+		ch := challengeOf(t, alice.authz(o.Authorizations[0]), acme.ChallengeHTTP01)
+		e.http01.set(ch.Token, alice.keyAuthorization(ch.Token))
+		posts := times(racers, func() racedPost { return alice.signed(ch.URL, map[string]any{}, jwsOpts{}) })
+		for i, r := range e.race(posts) {
+			if st := statusOf(r); r.status != http.StatusOK || (st != "pending" && st != "processing" && st != "valid") {
+				t.Errorf("challenge POST %d answered %d %s", i, r.status, r.body)
+			}
+		}
+		alice.await(o.Authorizations[0], "valid")
+		alice.await(o.url, "ready")
+		if got := decodeAs[challengeJSON](t, alice.read(ch.URL)); got.Status != "valid" {
+			t.Errorf("the challenge is %s", got.Status)
+		}
+		if n := fetched.Load(); n != 1 {
+			t.Errorf("the client's server was asked %d times for one challenge; want once", n)
+		}
+	})
+}
+
 // RFC 8555 §7.5.2: an authorization deactivated while its challenge is
 // being validated stays deactivated and its order invalid, whatever the
 // validation finds; no answer is a fault.

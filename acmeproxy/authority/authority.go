@@ -127,6 +127,9 @@ type Authority struct {
 	// inline bounds the validations running in challenge POSTs at once
 	// (see validateInline); past it they go straight to the job.
 	inline chan struct{}
+	// answers coalesces concurrent answers to one challenge (see
+	// AnswerChallenge).
+	answers answering
 
 	signerName string
 	revokeWait time.Duration

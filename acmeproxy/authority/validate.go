@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -57,7 +58,97 @@ func (au *Authority) DeactivateAuthz(ctx context.Context, a store.Authz) (store.
 // account key's: the validation is tried at once, within the request,
 // else handed to a challenge_validate job. It returns the challenge as it
 // then stands (processing while the job runs).
+//
+// Answers to one challenge that arrive while its validation is under way
+// here, or soon after it ended (a client, or a fleet of them, posting it
+// more than once at once: each read the challenge pending before the
+// first was recorded), share that validation: the first runs it, the
+// others wait for its outcome and are answered the challenge it left, so
+// that the client's server is asked once. One that ends in an error
+// hands the challenge to the next, which tries in its turn.
 func (au *Authority) AnswerChallenge(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string) (store.Challenge, error) {
+	id := c.ID
+	for {
+		call, first := au.answers.join(id)
+		if first {
+			c, err := au.answerChallenge(ctx, c, a, keyThumbprint)
+			au.answers.leave(id, call, c, err)
+			return c, err
+		}
+		select {
+		case <-call.done:
+		case <-ctx.Done():
+			return c, ctx.Err()
+		}
+		if call.err == nil {
+			return call.c, nil
+		}
+		// The first one failed: take the challenge as it now stands.
+		var err error
+		if c, a, err = au.db.GetChallenge(ctx, au.cfg.Profile, id); err != nil {
+			return c, err
+		}
+		if c.Status != acme.StatusPending {
+			return c, nil
+		}
+	}
+}
+
+// answerKept is how long an answer's outcome is kept for the answers to
+// the same challenge that read it pending before it was recorded and
+// arrive after. Later ones read the challenge as it was left.
+const answerKept = 5 * time.Second
+
+// answering is the challenges being answered in this process, by id,
+// each with its outcome once there is one (kept answerKept).
+type answering struct {
+	mu sync.Mutex
+	m  map[string]*answerCall
+}
+
+type answerCall struct {
+	done chan struct{} // closed when c and err are set
+	c    store.Challenge
+	err  error
+}
+
+// join returns the answer under way for challenge id; first is true when
+// there was none, and the caller's is now it (see leave).
+func (w *answering) join(id string) (call *answerCall, first bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if call, ok := w.m[id]; ok {
+		return call, false
+	}
+	if w.m == nil {
+		w.m = map[string]*answerCall{}
+	}
+	call = &answerCall{done: make(chan struct{})}
+	w.m[id] = call
+	return call, true
+}
+
+// leave ends the answer call to challenge id with its outcome, which
+// stays there for answerKept unless it is an error.
+func (w *answering) leave(id string, call *answerCall, c store.Challenge, err error) {
+	forget := func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.m[id] == call {
+			delete(w.m, id)
+		}
+	}
+	if err != nil {
+		forget() // before the waiting ones wake: the next of them goes first
+	} else {
+		time.AfterFunc(answerKept, forget)
+	}
+	call.c, call.err = c, err
+	close(call.done)
+}
+
+// answerChallenge is AnswerChallenge's one answer.
+func (au *Authority) answerChallenge(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string) (store.Challenge, error) {
 	if st := au.AuthzStatus(a); st != acme.StatusPending {
 		return c, problem.MalformedF("the authorization is %s; its challenges can no longer be answered", st)
 	}
