@@ -700,3 +700,96 @@ func TestTheOrdersListReadWhileOrdersAreCreatedListsEachOrderOnce(t *testing.T) 
 		}
 	})
 }
+
+// holdGate is a server clock that holds each request reading it from the
+// function named by at (a suffix, as callerIs matches) once it is armed,
+// until released: so a test can run something else between a request's
+// verification and its write.
+type holdGate struct {
+	clock.Clock
+	at string
+
+	mu      sync.Mutex
+	armed   bool
+	arrived chan struct{} // closed by the first request held
+	release chan struct{}
+}
+
+// arm makes the gate hold the next requests reaching it.
+func (g *holdGate) arm() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.armed, g.arrived, g.release = true, make(chan struct{}), make(chan struct{})
+}
+
+// open lets the held requests go on, and disarms the gate.
+func (g *holdGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.armed {
+		g.armed = false
+		close(g.release)
+	}
+}
+
+func (g *holdGate) Now() time.Time {
+	if callerIs(g.at) {
+		g.mu.Lock()
+		armed, arrived, release := g.armed, g.arrived, g.release
+		if armed {
+			select {
+			case <-arrived:
+			default:
+				close(arrived)
+			}
+		}
+		g.mu.Unlock()
+		if armed {
+			<-release
+		}
+	}
+	return g.Clock.Now()
+}
+
+// RFC 8555 §7.3.6: once an account is deactivated the server MUST NOT
+// accept further requests authorized by its key. A new-order verified
+// just before its account was deactivated, and stored just after, is
+// refused as a deactivated account's request is, and leaves no order
+// behind: the deactivation invalidated every order the account had, and
+// none is made pending after it.
+func TestANewOrderRacingItsAccountsDeactivationLeavesNoPendingOrder(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		gate := &holdGate{Clock: clock.Real(), at: ".(*Authority).CreateOrder"}
+		e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Clock = gate }})
+		alice := e.rawClient()
+		alice.register()
+		post := alice.signed(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("late.example.com")}}, jwsOpts{})
+		gate.arm()
+		answered := make(chan []rawResponse, 1)
+		go func() { answered <- e.race([]racedPost{post}) }()
+		select {
+		case <-gate.arrived:
+		case <-time.After(10 * time.Second):
+			gate.open()
+			t.Fatal("the new-order never reached authority.CreateOrder's clock reading")
+		}
+		deactivation := alice.post(alice.kid, map[string]any{"status": "deactivated"}, jwsOpts{})
+		gate.open()
+		if deactivation.status != http.StatusOK {
+			t.Fatalf("deactivation: %d %s", deactivation.status, deactivation.body)
+		}
+		r := (<-answered)[0]
+		if !isProblem(r, http.StatusUnauthorized, acme.ErrorUnauthorized) {
+			t.Errorf("the new-order answered %d %s; want 401 unauthorized", r.status, r.body)
+		}
+		orders, err := e.db.ListOrders(context.Background(), store.OrderFilter{AccountID: path.Base(alice.kid), Limit: store.MaxPage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range orders {
+			if o.Status != acme.StatusInvalid {
+				t.Errorf("the deactivated account has a %s order %s", o.Status, o.ID)
+			}
+		}
+	})
+}

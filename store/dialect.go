@@ -68,6 +68,10 @@ type dialect interface {
 	// time (SQLite's single writer), and then a statement sent only to
 	// lock rows is not sent at all.
 	rowLock() string
+	// shareLock is rowLock's shared form: the rows read cannot change
+	// until the transaction ends, while other transactions may read them
+	// so too; "" when writes run one at a time.
+	shareLock() string
 	// spendNonceAs is one statement that spends a nonce and reads an
 	// account (see UseNonceAs), or "" to do both in a transaction of two
 	// statements. Its arguments: the nonce's key, the account's profile

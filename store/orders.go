@@ -155,7 +155,8 @@ func nullBytes(b []byte) any {
 // spends, when given, are spent from their rate limit buckets in the same
 // write (see SpendLimits): when one does not fit, nothing is written and
 // the error is a *LimitError; when the order cannot be stored, nothing is
-// spent.
+// spent. An account that is not valid (deactivated since its request was
+// verified) stores no order: ErrWrongState.
 //
 // At READ COMMITTED: its rows are new (fresh ids); the rate limit buckets
 // move in an upsert on their newest rows, or after locking them (see
@@ -186,6 +187,9 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 		}
 	}
 	err = db.withTx(ctx, func(tx *sql.Tx) error {
+		if err := db.checkAccountValid(ctx, tx, o.AccountID); err != nil {
+			return err
+		}
 		if capAt < 0 {
 			if err := db.forgetPendingBound(ctx, tx, o); err != nil {
 				return err
@@ -255,13 +259,32 @@ func (db *DB) CreateOrder(ctx context.Context, o Order, authzs []Authz, now time
 		}
 		return nil
 	})
-	if errors.Is(err, ErrConflict) {
+	if errors.Is(err, ErrConflict) || errors.Is(err, ErrWrongState) {
 		return Order{}, err
 	}
 	if err != nil {
 		return Order{}, fmt.Errorf("store: creating order: %w", err)
 	}
 	return o, nil
+}
+
+// accountValidForOrder reads an account that is valid, locking it (where
+// writes run at once) until the transaction ends: an order stored in the
+// same transaction is then either seen by the account's deactivation,
+// which invalidates it, or refused, the deactivation having come first.
+// The account by its key alone (see "Rows read by their key" in
+// dialect.go).
+const accountValidForOrder = `SELECT 1 FROM accounts WHERE id = ? AND status = 'valid'`
+
+// checkAccountValid is ErrWrongState unless the account is valid, read
+// as accountValidForOrder reads it.
+func (db *DB) checkAccountValid(ctx context.Context, tx *sql.Tx, accountID string) error {
+	var one int
+	err := tx.QueryRowContext(ctx, db.q(accountValidForOrder+db.dialect.shareLock()), accountID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: account %s is not valid", ErrWrongState, accountID)
+	}
+	return err
 }
 
 // insertOrderAtOnce is CreateOrder's inserts — the order, its

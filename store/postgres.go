@@ -503,6 +503,8 @@ func (postgresDialect) announceJob() string {
 // takes the row's newest version.
 func (postgresDialect) rowLock() string { return ` FOR UPDATE` }
 
+func (postgresDialect) shareLock() string { return ` FOR SHARE` }
+
 // spendNonceAs spends the nonce in a data-modifying WITH and reads the
 // account in the statement around it (one snapshot; the insert's
 // conflict with a used key is decided as in a statement of its own); the

@@ -23,8 +23,9 @@ import (
 //     newest rows (spendOrderTx's, see pgOrderSpends);
 //  3. the order's rows inserted (insertOrderAtOnce's statement) under a
 //     guard that fails the statement — and with it the whole pipeline,
-//     the spends of 2 undone — unless every spend fits, as read from the
-//     rows 2 left and the buckets only checked, and no other order
+//     the spends of 2 undone — unless the account is valid (locked, as
+//     CreateOrder's transaction locks it), every spend fits, as read from
+//     the rows 2 left and the buckets only checked, and no other order
 //     replaces the order's certificate (checkNotReplaced's read, after
 //     the bound's lock as there).
 //
@@ -175,7 +176,10 @@ func pgOrderSpends(spends []LimitSpend, capAt int, capExpires, at int64) (string
 // Its reads come after pgOrderSpends' statement: a bucket spent holds the
 // TAT that statement left, the cap's bound -1 unless it had room.
 func pgOrderGuard(b *strings.Builder, args []any, o *Order, spends []LimitSpend, at int64) []any {
-	var terms []string
+	// The account valid, and locked so (see accountValidForOrder); one
+	// that is not is refused by CreateOrder's transaction.
+	terms := []string{`EXISTS (` + accountValidForOrder + ` FOR SHARE)`}
+	args = append(args, o.AccountID)
 	for _, s := range spends {
 		switch {
 		case s.PendingAuthzs:
@@ -196,10 +200,6 @@ func pgOrderGuard(b *strings.Builder, args []any, o *Order, spends []LimitSpend,
 		terms = append(terms, `NOT EXISTS (SELECT 1 FROM orders WHERE replaces_certificate_id = ?
 			AND status <> 'invalid' AND NOT (status IN ('pending','ready') AND expires_at <= ?::bigint))`)
 		args = append(args, o.ReplacesCertificateID, o.CreatedAt.UnixMilli())
-	}
-	if len(terms) == 0 {
-		b.WriteString(`1`)
-		return args
 	}
 	// Not a constant, so cast when the row is made, not when planned.
 	fmt.Fprintf(b, `CAST(CASE WHEN %s THEN '1' ELSE '%s' END AS integer)`, strings.Join(terms, " AND "), pgGuardRefusal)

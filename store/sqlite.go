@@ -235,6 +235,8 @@ func (sqliteDialect) announceJob() string { return "" }
 // that only lock rows are not sent.
 func (sqliteDialect) rowLock() string { return "" }
 
+func (sqliteDialect) shareLock() string { return "" }
+
 // spendNonceAs: none (SQLite has no INSERT in a WITH); the group commit
 // runs the transaction of two statements in the writer's process anyway.
 func (sqliteDialect) spendNonceAs() string { return "" }

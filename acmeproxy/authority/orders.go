@@ -70,6 +70,10 @@ func (au *Authority) CreateOrder(ctx context.Context, accountID string, idents [
 		}
 	}
 	o, err := au.db.CreateOrder(ctx, order, authzs, now, lim.spends()...)
+	if errors.Is(err, store.ErrWrongState) {
+		// Deactivated since its request was verified (RFC 8555 §7.3.6).
+		return store.Order{}, problem.DeactivatedAccountF("account %s is deactivated", accountID)
+	}
 	if errors.Is(err, store.ErrConflict) && replaces != nil && replaces.storedID != "" {
 		return store.Order{}, problem.AlreadyReplacedF("certificate %s is already replaced by another order that is not invalid", replaces.certID)
 	}
