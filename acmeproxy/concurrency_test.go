@@ -111,10 +111,38 @@ const racers = 20
 
 // RFC 8555 §7.3.1: a new-account with a key that has an account answers
 // 200 with that account's URL. Twenty at once with one new key make one
-// account; the other nineteen find it.
+// account; the other nineteen find it — also under an accounts_per_ip
+// limit that twenty new accounts would not pass, since only one is made.
+// The server's clock is a meetGate, so every registration has found the
+// key without an account before any creates it.
 func TestNewAccountsWithOneKeyAtOnceMakeOneAccount(t *testing.T) {
-	eachDialect(t, func(t *testing.T) {
-		e := newTestEnv(t, nil)
+	tests := []struct {
+		name string
+		set  func(*LimitsConfig)
+	}{
+		{"without limits", func(*LimitsConfig) {}},
+		{"under accounts_per_ip of 2", func(l *LimitsConfig) { l.AccountsPerIP = rate(2, time.Hour) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				gate := &meetGate{at: ".(*Authority).CreateAccount"}
+				e, _, _ := limitEnv(t, tc.set, func(eo *envOptions) {
+					opts := eo.opts
+					eo.opts = func(o *Options) { opts(o); gate.Clock, o.Clock = o.Clock, gate }
+				})
+				gate.expect(racers)
+				newAccountsWithOneKeyAtOnce(t, e)
+				if n := gate.met(); n != racers {
+					t.Errorf("%d of %d registrations reached authority.CreateAccount's clock reading together", n, racers)
+				}
+			})
+		})
+	}
+}
+
+func newAccountsWithOneKeyAtOnce(t *testing.T, e *testEnv) {
+	{
 		c := e.rawClient()
 		posts := times(racers, func() racedPost {
 			return c.signed(e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true}, jwsOpts{embedJWK: true})
@@ -137,7 +165,7 @@ func TestNewAccountsWithOneKeyAtOnceMakeOneAccount(t *testing.T) {
 		if created != 1 {
 			t.Errorf("%d new-accounts answered 201; want exactly one", created)
 		}
-	})
+	}
 }
 
 // RFC 8555 §6.5: a nonce is accepted once. Twenty requests carrying one

@@ -160,6 +160,20 @@ func readErr(err error, what string) error {
 // guarded update (see bindEABKey), and the read of an existing account
 // comes after the insert that found it.
 func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs ...NewJob) (Account, bool, error) {
+	return db.CreateAccountSpending(ctx, a, now, nil, jobs...)
+}
+
+// CreateAccountSpending is CreateAccount that spends spends from their
+// rate limit buckets in the account's own write, only when it creates the
+// account: when one does not fit, nothing is written and the error is a
+// *LimitError; a key that has an account already spends nothing (a
+// concurrent creation with the same key is waited for, see
+// CreateAccount), so registrations racing with one key are never refused
+// for the account only one of them makes.
+func (db *DB) CreateAccountSpending(ctx context.Context, a Account, now time.Time, spends []LimitSpend, jobs ...NewJob) (Account, bool, error) {
+	if err := checkSpends(spends); err != nil {
+		return Account{}, false, err
+	}
 	contact, err := json.Marshal(nonNil(a.Contact))
 	if err != nil {
 		return Account{}, false, fmt.Errorf("store: account contact: %w", err)
@@ -182,6 +196,11 @@ func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs 
 			id, a.Profile, a.Thumbprint, string(a.KeyJWK), string(contact), tos, now.UnixMilli(), now.UnixMilli(), a.EABKID, a.EABLabel))
 		if err == nil {
 			a, created = got, true
+			if out, ok, err := db.spendTx(ctx, tx, spends, now); err != nil {
+				return err
+			} else if !ok {
+				return &LimitError{Decisions: out}
+			}
 			if a.EABKID != "" {
 				if err := db.bindEABKey(ctx, tx, a.Profile, a.EABKID, a.ID, now); err != nil {
 					return err
@@ -196,7 +215,7 @@ func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs 
 			a.Profile, a.Thumbprint))
 		return err
 	})
-	if errors.Is(err, ErrWrongState) {
+	if _, over := errors.AsType[*LimitError](err); over || errors.Is(err, ErrWrongState) {
 		return Account{}, false, err
 	}
 	if err != nil {

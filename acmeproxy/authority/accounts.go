@@ -22,17 +22,22 @@ import (
 // binds that key in the same transaction; a key that binds nothing new
 // any more (revoked, expired, or single-use and bound, perhaps by a
 // registration racing this one) refuses the account, with an audit row.
+//
+// Its unit of accounts_per_ip is spent in the same transaction, only
+// when the account is created: a registration that finds the key's
+// account (made perhaps by one racing it) is never refused by the limit.
 func (au *Authority) CreateAccount(ctx context.Context, a store.Account, cl Client) (acct store.Account, created bool, err error) {
-	spent, err := au.spendAccountLimit(ctx, cl, a.EABLabel)
-	if err != nil {
-		return store.Account{}, false, err
+	ls := au.accountLimits(cl, a.EABLabel)
+	spends := make([]store.LimitSpend, len(ls))
+	for i, l := range ls {
+		spends[i] = l.spend
 	}
 	now := au.clock.Now()
 	a.ID, a.Profile = store.NewID(), au.cfg.Profile
 	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: cl.IP, Time: now})
-	acct, created, err = au.db.CreateAccount(ctx, a, now, jobs...)
-	if err != nil || !created {
-		spent.Refund(ctx) // no account was created for the unit it took
+	acct, created, err = au.db.CreateAccountSpending(ctx, a, now, spends, jobs...)
+	if le, over := errors.AsType[*store.LimitError](err); over {
+		return store.Account{}, false, au.deniedBy(ctx, ls, le.Decisions, "", cl)
 	}
 	if a.EABKID != "" && errors.Is(err, store.ErrWrongState) {
 		return acct, false, au.RefuseBinding(ctx, a.Thumbprint, a.EABKID, cl,

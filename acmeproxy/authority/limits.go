@@ -181,48 +181,9 @@ func (l limited) subject() string {
 	return l.what
 }
 
-// LimitSpent is what a request took from its profile's limits, for Refund.
-type LimitSpent struct {
-	au     *Authority
-	spends []store.LimitSpend
-}
-
-// Refund gives back what the request took, when what it spent for did not
-// happen. A failure is logged: the buckets refill by themselves.
-func (s *LimitSpent) Refund(ctx context.Context) {
-	if s == nil || len(s.spends) == 0 {
-		return
-	}
-	if err := s.au.db.RefundLimits(context.WithoutCancel(ctx), s.spends, s.au.clock.Now()); err != nil {
-		s.au.log.Warn("refunding rate limits", zap.String("event", "rate_limit_refund_failed"),
-			zap.String("profile", s.au.cfg.Profile), zap.Error(err))
-	}
-}
-
-// spendLimits takes every spend in one write, or none when one is over its
-// limit: then the request is refused with rateLimited naming that limit,
-// counted, and audited (once per limit and subject an interval).
-func (au *Authority) spendLimits(ctx context.Context, ls []limited, acct string, cl Client) (*LimitSpent, error) {
-	if len(ls) == 0 {
-		return &LimitSpent{au: au}, nil
-	}
-	spends := make([]store.LimitSpend, len(ls))
-	for i, l := range ls {
-		spends[i] = l.spend
-	}
-	now := au.clock.Now()
-	out, ok, err := au.db.SpendLimits(ctx, spends, now)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		return &LimitSpent{au: au, spends: spends}, nil
-	}
-	return nil, au.deniedBy(ctx, ls, out, acct, cl)
-}
-
 // deniedBy refuses a request whose spends ls the store decided as out,
-// by the first limit that denied it.
+// by the first limit that denied it: rateLimited naming that limit,
+// counted, and audited (once per limit and subject an interval).
 func (au *Authority) deniedBy(ctx context.Context, ls []limited, out []store.LimitDecision, acct string, cl Client) error {
 	for i, d := range out {
 		if !d.Allowed && i < len(ls) {
@@ -286,13 +247,13 @@ type LimitMetrics interface {
 	RateLimited(profile, limit string)
 }
 
-// spendAccountLimit takes a new account's unit of accounts_per_ip for the
-// client's address; eabLabel is the label of the key it binds, for an
-// override.
-func (au *Authority) spendAccountLimit(ctx context.Context, cl Client, eabLabel string) (*LimitSpent, error) {
+// accountLimits are what a new account costs: a unit of accounts_per_ip
+// for the client's address; eabLabel is the label of the key it binds,
+// for an override. The account's write spends them (CreateAccount).
+func (au *Authority) accountLimits(cl Client, eabLabel string) []limited {
 	r := au.cfg.Limits.For(LimitAccountsPerIP, "", eabLabel)
 	if r.Off() || cl.IP == "" {
-		return &LimitSpent{au: au}, nil
+		return nil
 	}
 	src := refusalSource(cl.IP)
 	subject := []string{src}
@@ -301,7 +262,7 @@ func (au *Authority) spendAccountLimit(ctx context.Context, cl Client, eabLabel 
 		// their own, at the label's rate.
 		subject = append(subject, "eab:"+eabLabel)
 	}
-	return au.spendLimits(ctx, []limited{{name: LimitAccountsPerIP, rate: r, spend: au.bucket(LimitAccountsPerIP, r, subject...), what: src}}, "", cl)
+	return []limited{{name: LimitAccountsPerIP, rate: r, spend: au.bucket(LimitAccountsPerIP, r, subject...), what: src}}
 }
 
 // MaxIdentifiers is how many identifiers one order of acct may have; 0
