@@ -43,6 +43,11 @@ type PostgresOptions struct {
 // password: no message of the store repeats it, nor the DSN itself; the
 // store names itself by host and database only.
 func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, error) {
+	if passwordCutURL(dsn) {
+		// It would parse, with the password's pieces as host, port and
+		// database, which every message naming the store repeats.
+		return nil, errors.New("store: the postgres DSN does not parse: an '@' in its database name (a password with '/' in a postgres:// URL?); percent-encode the password (/ as %2F) or leave it out and set PGPASSWORD")
+	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		// pgx's error quotes the DSN (password masked); ours does not
@@ -135,6 +140,28 @@ func checkEmpty(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	return nil
+}
+
+// passwordCutURL reports a postgres:// URL whose database name holds a
+// raw '@': libpq, and pgx after it, look for the '@' that ends the user
+// and password only up to the first '/', so a password with a '/' (such
+// as "1234/abc" or "/abc") ends them there, and what follows is read as
+// host, port and a database name holding the rest of the password and
+// the real host. (A database name with an '@' is written %40.)
+func passwordCutURL(dsn string) bool {
+	rest, ok := strings.CutPrefix(dsn, "postgresql://")
+	if !ok {
+		rest, ok = strings.CutPrefix(dsn, "postgres://")
+	}
+	if !ok {
+		return false
+	}
+	i := strings.IndexAny(rest, "@/")
+	if i < 0 || rest[i] == '@' {
+		return false // the user and password, if any, end before the path
+	}
+	path, _, _ := strings.Cut(rest[i:], "?")
+	return strings.Contains(path, "@")
 }
 
 // DefaultConnectTimeout bounds a connection attempt to PostgreSQL when the

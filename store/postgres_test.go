@@ -113,6 +113,8 @@ func TestAPostgresDSNNeverAppearsInTheStoresNameOrErrors(t *testing.T) {
 		{"a DSN that does not parse", "postgres://acmeuser:" + secret + "@db.example:notaport/acme"},
 		{"a server that is not there", "postgres://acmeuser:" + secret + "@127.0.0.1:1/acme?sslmode=disable&connect_timeout=5"},
 		{"a key=value DSN", "host=127.0.0.1 port=1 user=acmeuser password=" + secret + " dbname=acme sslmode=disable connect_timeout=5"},
+		{"a URL whose password holds a slash after digits", "postgres://acmeuser:1234/" + secret + "@127.0.0.1:1/acme?sslmode=disable&connect_timeout=5"},
+		{"a URL whose password starts with a slash", "postgresql://acmeuser:/" + secret + "@127.0.0.1:1/acme?connect_timeout=5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := OpenPostgres(ctx, tc.dsn, PostgresOptions{})
@@ -129,6 +131,32 @@ func TestAPostgresDSNNeverAppearsInTheStoresNameOrErrors(t *testing.T) {
 	name := db.String()
 	if !strings.HasPrefix(name, "postgres unix:/") || !strings.Contains(name, "/t") || strings.Contains(name, "user") {
 		t.Fatalf("store name %q; want postgres, the host and the database", name)
+	}
+}
+
+// A password with a '/' ends a URL's user and password early (libpq's
+// rule, which pgx follows); only such a URL is refused, not an '@' that
+// belongs where it is.
+func TestAPostgresURLIsRefusedOnlyWhenItsPasswordCutItShort(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dsn  string
+		cut  bool
+	}{
+		{"a password with a slash after digits", "postgres://acme:1234/abc@db/acme", true},
+		{"a password that starts with a slash", "postgresql://acme:/abc@db:5433/acme?sslmode=verify-full", true},
+		{"a user and password", "postgres://acme:s3cret@db/acme?sslmode=verify-full", false},
+		{"a percent-encoded slash", "postgres://acme:1234%2Fabc@db/acme", false},
+		{"a user with an at in the query", "postgres://db/acme?user=acme@server", false},
+		{"a password with an at", "postgres://acme:p@ss@db/acme", false},
+		{"no user at all", "postgres://db/acme", false},
+		{"a key=value DSN", "host=db user=acme password=1234/abc@x dbname=acme", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := passwordCutURL(tc.dsn); got != tc.cut {
+				t.Fatalf("passwordCutURL(%q) = %v, want %v", tc.dsn, got, tc.cut)
+			}
+		})
 	}
 }
 
