@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestOpenCreatesSchemaAndReopensIdempotently(t *testing.T) {
@@ -34,6 +35,63 @@ func TestOpenCreatesSchemaAndReopensIdempotently(t *testing.T) {
 			t.Fatalf("foreign_keys = %d, %v; want 1", fk, err)
 		}
 		db.Close()
+	}
+}
+
+// The database holds secrets (the nonce and CSRF keys, EAB MAC keys, the
+// relay's account keys): a new one, with its -wal and -shm, is its
+// owner's alone; an existing one loses what others could do with it, and
+// keeps its group's access.
+func TestASQLiteDatabaseAndItsWALAreKeptFromOtherUsers(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// before, when set, is the mode of a database (and of an empty
+		// -wal beside it) that exists before the open.
+		before os.FileMode
+		want   os.FileMode
+	}{
+		{"a new database is created for its owner only", 0, 0o600},
+		{"an existing world-readable database loses its others' access", 0o644, 0o640},
+		{"an existing database keeps its group's access", 0o660, 0o660},
+		{"an existing private database is left as it is", 0o600, 0o600},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "a.db")
+			if tc.before != 0 {
+				db, err := OpenSQLite(ctx, path, SQLiteOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				db.Close()
+				if err := os.Chmod(path, tc.before); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path+"-wal", nil, tc.before); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(path+"-wal", tc.before); err != nil { // whatever the umask
+					t.Fatal(err)
+				}
+			}
+			db, err := OpenSQLite(ctx, path, SQLiteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := db.Secret(ctx, "test", 32, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{path, path + "-wal", path + "-shm"} {
+				fi, err := os.Stat(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := fi.Mode().Perm(); got != tc.want {
+					t.Errorf("%s has mode %v, want %v", filepath.Base(f), got, tc.want)
+				}
+			}
+		})
 	}
 }
 

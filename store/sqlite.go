@@ -76,6 +76,9 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 	if err := refuseNewerSchema(ctx, path, opts, sqliteDialect{}); err != nil {
 		return nil, err
 	}
+	if err := restrictFile(path); err != nil {
+		return nil, err
+	}
 
 	// Writes: one connection. Writers serialize on the database lock
 	// anyway, and one connection turns lock contention inside this process
@@ -105,6 +108,41 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 	gc.observe = opts.observeCommit
 	gc.observeHold = opts.observeHold
 	return open(ctx, r, &sqliteEngine{w: w, gc: gc}, sqliteDialect{}, path)
+}
+
+// restrictFile keeps the database, which holds secrets (the nonce and
+// CSRF keys, EAB MAC keys, relay account keys), from other users: a new
+// file is created 0600 before SQLite opens it, so that its -wal and -shm,
+// which SQLite creates with the database's mode, are 0600 too; an
+// existing one (and its -wal and -shm, when there) loses any access for
+// others, such as the 0644 an earlier version left, keeping its owner's
+// and group's.
+func restrictFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("store: creating %s: %w", path, err)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("store: creating %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) && p != path {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if mode := fi.Mode().Perm(); mode&0o007 != 0 {
+			if err := os.Chmod(p, mode&^0o007); err != nil {
+				return fmt.Errorf("store: taking %s from other users: %w", p, err)
+			}
+		}
+	}
+	return nil
 }
 
 // sqliteDSN builds a modernc.org/sqlite DSN. _txlock=immediate makes every
