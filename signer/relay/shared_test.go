@@ -155,6 +155,9 @@ func TestAnUpstreamAccountAnEarlierVersionKeptInCaddyStorageIsMovedIntoTheStore(
 	if err != nil || stored.KeyPEM != legacy.KeyPEM || stored.Location != legacy.Location {
 		t.Errorf("the store holds %+v (%v); want the account from storage", stored, err)
 	}
+	if b.s.opts.Storage.Exists(ctx, b.s.accountKey("p")) {
+		t.Errorf("Caddy storage still holds the account key at %s; a move leaves one copy, the store's", b.s.accountKey("p"))
+	}
 	up.mu.Lock()
 	defer up.mu.Unlock()
 	if len(up.keys) != 0 {

@@ -550,6 +550,7 @@ func (s *Signer) account(ctx context.Context, c *acme.Client, profile string) (a
 func (s *Signer) createAccount(ctx context.Context, db *store.DB, profile string) (store.RelayAccount, error) {
 	rec := store.RelayAccount{Upstream: s.issuerKey, Profile: profile}
 	raw, err := s.opts.Storage.Load(ctx, s.accountKey(profile))
+	legacy := err == nil
 	switch {
 	case err == nil:
 		var old accountRecord
@@ -570,7 +571,18 @@ func (s *Signer) createAccount(ctx context.Context, db *store.DB, profile string
 	default:
 		return store.RelayAccount{}, fmt.Errorf("loading the upstream account from storage: %w", err)
 	}
-	return db.CreateRelayAccount(ctx, rec, s.clock.Now())
+	got, err := db.CreateRelayAccount(ctx, rec, s.clock.Now())
+	if err == nil && legacy && got.KeyPEM == rec.KeyPEM {
+		// Moved, not copied: the store holds the key now, and a second
+		// copy in Caddy storage (shared, backed up, kept as its backend
+		// keeps things) would outlive its use.
+		if err := s.opts.Storage.Delete(ctx, s.accountKey(profile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.bound.Logger().Warn("the upstream account moved into the store is still in Caddy storage; delete it there",
+				zap.String("event", "relay_account_move_incomplete"), zap.String("profile", profile),
+				zap.String("storage_key", s.accountKey(profile)), zap.Error(err))
+		}
+	}
+	return got, err
 }
 
 // forgetAccount drops the registration (not the key): the upstream said
