@@ -412,12 +412,16 @@ func (a *App) Stop() error {
 	return a.runner.Stop()
 }
 
-// Cleanup releases this app's use of the store.
+// Cleanup releases this app's use of the store, first writing the
+// summaries of refused revocations its profiles still count: Caddy cleans
+// modules up in no set order, so a handler's own Cleanup may come after
+// the store is closed.
 func (a *App) Cleanup() error {
 	a.retired.Store(true)
 	if a.dbKey == "" {
 		return nil
 	}
+	a.flushServers(true)
 	_, err := dbPool.Delete(a.dbKey)
 	return err
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/spf13/cobra"
 
@@ -106,6 +107,45 @@ func TestThrowawayKeysFloodingRevokeCertThroughCaddyCostOneSummaryRow(t *testing
 	if len(sum) != 1 || sum[0].ClientIP != "127.0.0.1" ||
 		!strings.HasPrefix(sum[0].Detail, "200 refused revocation requests from 127.0.0.1 ") || sum[0].UserAgent != "" {
 		t.Errorf("summary rows after the reload: %+v; want one of the 200 refusals", sum)
+	}
+}
+
+// Caddy stops its apps, then cleans its modules up in no set order: the
+// app may release the store before a handler's Cleanup writes what it
+// counted after the app stopped (a refused revoke-cert still in flight
+// while the HTTP server drained). Those counts must still be written.
+func TestRefusalsCountedAfterTheAppStoppedAreWrittenWhenTheAppIsCleanedUpFirst(t *testing.T) {
+	b, _ := newAuditBench(t, "")
+	app := activeApp(t)
+	path := app.Database
+	if err := app.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if status := b.throwawayRevoke(t, "late/1.0"); status != http.StatusBadRequest {
+			t.Fatalf("request %d: %d; want 400 malformed", i, status)
+		}
+	}
+	// The order Caddy may pick: the app first, then (at the stop) the
+	// handler, whose store is then closed unless the app wrote its counts.
+	if err := app.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sum, err := db.SearchAudit(context.Background(), store.AuditFilter{Event: acme.EventRevocationRefusals, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum) != 1 || !strings.HasPrefix(sum[0].Detail, "3 refused revocation requests from 127.0.0.1 ") {
+		t.Errorf("summary rows after the stop: %+v; want one of the 3 refusals", sum)
 	}
 }
 
