@@ -171,6 +171,18 @@ func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs 
 // CreateAccount), so registrations racing with one key are never refused
 // for the account only one of them makes.
 func (db *DB) CreateAccountSpending(ctx context.Context, a Account, now time.Time, spends []LimitSpend, jobs ...NewJob) (Account, bool, error) {
+	return db.createAccount(ctx, a, now, spends, nil, jobs)
+}
+
+// CreateAccountAudited is CreateAccountSpending that also writes ev, with
+// its jobs, when it creates the account (ev.AccountID is set to the new
+// account's id; ev.At is the account's creation time): a registration
+// that finds the key's account writes no row.
+func (db *DB) CreateAccountAudited(ctx context.Context, a Account, spends []LimitSpend, ev AuditEvent) (Account, bool, error) {
+	return db.createAccount(ctx, a, ev.At, spends, &ev, nil)
+}
+
+func (db *DB) createAccount(ctx context.Context, a Account, now time.Time, spends []LimitSpend, ev *AuditEvent, jobs []NewJob) (Account, bool, error) {
 	if err := checkSpends(spends); err != nil {
 		return Account{}, false, err
 	}
@@ -203,6 +215,13 @@ func (db *DB) CreateAccountSpending(ctx context.Context, a Account, now time.Tim
 			}
 			if a.EABKID != "" {
 				if err := db.bindEABKey(ctx, tx, a.Profile, a.EABKID, a.ID, now); err != nil {
+					return err
+				}
+			}
+			if ev != nil {
+				e := *ev
+				e.AccountID = a.ID
+				if err := db.insertAudit(ctx, tx, e); err != nil {
 					return err
 				}
 			}

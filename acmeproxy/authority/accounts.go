@@ -34,8 +34,19 @@ func (au *Authority) CreateAccount(ctx context.Context, a store.Account, cl Clie
 	}
 	now := au.clock.Now()
 	a.ID, a.Profile = store.NewID(), au.cfg.Profile
-	jobs := au.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: cl.IP, Time: now})
-	acct, created, err = au.db.CreateAccountSpending(ctx, a, now, spends, jobs...)
+	// The account_created row, by the new account, is written with it;
+	// a registration that finds the key's account writes none.
+	ev := au.event(ctx, acme.EventAccountCreated, OutcomeSuccess, Actor{Kind: ActorAccount, ID: a.ID}, cl)
+	ev.At = now
+	if a.EABKID != "" {
+		ev.Detail = "bound by external account binding key " + a.EABKID
+		if a.EABLabel != "" {
+			ev.Detail += " (label " + a.EABLabel + ")"
+		}
+	}
+	ev.Jobs = au.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: cl.IP, Time: ev.At})
+	jobs := ev.Jobs
+	acct, created, err = au.db.CreateAccountAudited(ctx, a, spends, ev)
 	if le, over := errors.AsType[*store.LimitError](err); over {
 		return store.Account{}, false, au.deniedBy(ctx, ls, le.Decisions, "", cl)
 	}
