@@ -160,24 +160,18 @@ func readErr(err error, what string) error {
 // guarded update (see bindEABKey), and the read of an existing account
 // comes after the insert that found it.
 func (db *DB) CreateAccount(ctx context.Context, a Account, now time.Time, jobs ...NewJob) (Account, bool, error) {
-	return db.CreateAccountSpending(ctx, a, now, nil, jobs...)
+	return db.createAccount(ctx, a, now, nil, nil, jobs)
 }
 
-// CreateAccountSpending is CreateAccount that spends spends from their
-// rate limit buckets in the account's own write, only when it creates the
-// account: when one does not fit, nothing is written and the error is a
-// *LimitError; a key that has an account already spends nothing (a
-// concurrent creation with the same key is waited for, see
-// CreateAccount), so registrations racing with one key are never refused
-// for the account only one of them makes.
-func (db *DB) CreateAccountSpending(ctx context.Context, a Account, now time.Time, spends []LimitSpend, jobs ...NewJob) (Account, bool, error) {
-	return db.createAccount(ctx, a, now, spends, nil, jobs)
-}
-
-// CreateAccountAudited is CreateAccountSpending that also writes ev, with
-// its jobs, when it creates the account (ev.AccountID is set to the new
-// account's id; ev.At is the account's creation time): a registration
-// that finds the key's account writes no row.
+// CreateAccountAudited is CreateAccount that spends spends from their rate
+// limit buckets and writes ev, with its jobs, in the account's own write,
+// only when it creates the account (ev.AccountID is set to the new
+// account's id; ev.At is its creation time). When a spend does not fit,
+// nothing is written and the error is a *LimitError. A key that has an
+// account already spends nothing and writes no row (a concurrent creation
+// with the same key is waited for, see CreateAccount), so registrations
+// racing with one key are never refused for the account only one of them
+// makes.
 func (db *DB) CreateAccountAudited(ctx context.Context, a Account, spends []LimitSpend, ev AuditEvent) (Account, bool, error) {
 	return db.createAccount(ctx, a, ev.At, spends, &ev, nil)
 }

@@ -492,41 +492,6 @@ type LimitError struct {
 
 func (e *LimitError) Error() string { return "store: over a rate limit" }
 
-// RefundLimits gives back what SpendLimits took for spends (CheckOnly
-// ones are skipped): each bucket's TAT moves Cost intervals earlier, never
-// before now. It is for a request that spent and then failed to do what
-// it spent for. It reads the buckets locked (on PostgreSQL; a bucket with
-// no row has nothing to give back), so that a spend committed between the
-// read and the write is not undone.
-func (db *DB) RefundLimits(ctx context.Context, spends []LimitSpend, now time.Time) error {
-	if err := checkSpends(spends); err != nil {
-		return err
-	}
-	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
-		tats, err := readTATs(ctx, db, tx, bucketKeys(spends), db.dialect.rowLock())
-		if err != nil {
-			return err
-		}
-		at := now.UnixNano()
-		for _, s := range spends {
-			tat, ok := tats[s.Key]
-			if s.CheckOnly || s.PendingAuthzs || !ok || tat <= at {
-				continue
-			}
-			tat = max(tat-s.Cost*int64(s.Emission), at)
-			tats[s.Key] = tat
-			if err := writeTAT(ctx, db, tx, s.Key, tat); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("store: refunding rate limits: %w", err)
-	}
-	return nil
-}
-
 // PruneLimits deletes up to batch buckets that are full again at now
 // (their TAT has passed: the same as no row), returning how many.
 //

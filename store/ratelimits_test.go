@@ -98,44 +98,6 @@ func TestACheckOnlySpendTakesNothing(t *testing.T) {
 	})
 }
 
-func TestARefundGivesBackWhatASpendTookAndNoMore(t *testing.T) {
-	eachDialect(t, func(t *testing.T) {
-		db := openTest(t)
-		ctx := context.Background()
-		clk := clocktest.New(t0)
-		b := perMinute("refund")
-		for range 3 {
-			spend(t, db, clk.Now(), b)
-		}
-		if err := db.RefundLimits(ctx, []LimitSpend{b}, clk.Now()); err != nil {
-			t.Fatal(err)
-		}
-		if out, ok := spend(t, db, clk.Now(), b); !ok || out[0].Remaining != 0 {
-			t.Fatalf("after a refund: %v %+v; want one more allowed", ok, out)
-		}
-		// Refunds beyond what was spent leave a full bucket, not a
-		// bigger one.
-		for range 10 {
-			if err := db.RefundLimits(ctx, []LimitSpend{b}, clk.Now()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i, want := range []bool{true, true, true, false} {
-			if _, ok := spend(t, db, clk.Now(), b); ok != want {
-				t.Fatalf("spend %d after over-refunding: allowed %v; want %v", i+1, ok, want)
-			}
-		}
-		// A refund of a bucket never spent writes nothing.
-		if err := db.RefundLimits(ctx, []LimitSpend{perMinute("never")}, clk.Now()); err != nil {
-			t.Fatal(err)
-		}
-		var n int
-		if err := db.r.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM rate_limits WHERE key = ?`), "never").Scan(&n); err != nil || n != 0 {
-			t.Fatalf("a refund of an unused bucket left %d rows (%v)", n, err)
-		}
-	})
-}
-
 func TestASpendOfMoreThanABurstIsDeniedForAFullRefill(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		db := openTest(t)

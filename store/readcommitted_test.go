@@ -176,35 +176,6 @@ func TestConcurrentSpendersOfOneBucketTwiceInACallTakeExactlyItsBurst(t *testing
 	})
 }
 
-func TestConcurrentRefundsEachGiveBackTheirSpend(t *testing.T) {
-	eachDialect(t, func(t *testing.T) {
-		place := newPlace(t)
-		dbs := []*DB{openAt(t, place), openAt(t, place)}
-		ctx := context.Background()
-		for round := range 5 {
-			b := LimitSpend{Key: fmt.Sprintf("refunded-%d", round), Emission: time.Hour, Burst: 8, Cost: 1}
-			full := b
-			full.Cost = b.Burst
-			if _, ok := spend(t, dbs[0], t0, full); !ok {
-				t.Fatal("a spend of the whole burst of a fresh bucket was refused")
-			}
-			errs := concurrently(int(b.Burst), func(i int) error { return dbs[i%2].RefundLimits(ctx, []LimitSpend{b}, t0) })
-			for _, err := range errs {
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			if out, ok := spend(t, dbs[0], t0, full); !ok {
-				t.Fatalf("round %d: after %d concurrent refunds of 1 the bucket refuses its burst (retry after %s); want it full again",
-					round, b.Burst, out[0].RetryAfter)
-			}
-		}
-	})
-}
-
-// Orders of one account with the pending authorizations cap and without
-// it (the limit off for the account on another instance) at once leave a
-// bound that still counts every pending authorization, or none.
 func TestOrdersWithAndWithoutThePendingCapAtOnceLeaveABoundThatCountsThemAll(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		place := newPlace(t)

@@ -28,10 +28,6 @@ import (
 // account (made perhaps by one racing it) is never refused by the limit.
 func (au *Authority) CreateAccount(ctx context.Context, a store.Account, cl Client) (acct store.Account, created bool, err error) {
 	ls := au.accountLimits(cl, a.EABLabel)
-	spends := make([]store.LimitSpend, len(ls))
-	for i, l := range ls {
-		spends[i] = l.spend
-	}
 	now := au.clock.Now()
 	a.ID, a.Profile = store.NewID(), au.cfg.Profile
 	// The account_created row, by the new account, is written with it;
@@ -45,8 +41,7 @@ func (au *Authority) CreateAccount(ctx context.Context, a store.Account, cl Clie
 		}
 	}
 	ev.Jobs = au.notifyJobs(notify.Event{Event: acme.EventAccountCreated, Account: a.ID, ClientAddress: cl.IP, Time: ev.At})
-	jobs := ev.Jobs
-	acct, created, err = au.db.CreateAccountAudited(ctx, a, spends, ev)
+	acct, created, err = au.db.CreateAccountAudited(ctx, a, spendsOf(ls), ev)
 	if le, over := errors.AsType[*store.LimitError](err); over {
 		return store.Account{}, false, au.deniedBy(ctx, ls, le.Decisions, "", cl)
 	}
@@ -57,7 +52,7 @@ func (au *Authority) CreateAccount(ctx context.Context, a store.Account, cl Clie
 	if err != nil || !created {
 		return acct, created, err
 	}
-	au.Notified(jobs)
+	au.Notified(ev.Jobs)
 	fields := []zap.Field{zap.String("event", acme.EventAccountCreated),
 		zap.String("profile", au.cfg.Profile), zap.String("account", acct.ID)}
 	if acct.EABKID != "" {

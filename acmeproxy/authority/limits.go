@@ -347,8 +347,13 @@ func (l *OrderLimits) spends() []store.LimitSpend {
 	if l == nil {
 		return nil
 	}
-	out := make([]store.LimitSpend, len(l.ls))
-	for i, x := range l.ls {
+	return spendsOf(l.ls)
+}
+
+// spendsOf are the store's spends of ls.
+func spendsOf(ls []limited) []store.LimitSpend {
+	out := make([]store.LimitSpend, len(ls))
+	for i, x := range ls {
 		out[i] = x.spend
 	}
 	return out
