@@ -343,10 +343,7 @@ func reasonText(r *int) string {
 	if r == nil {
 		return "-"
 	}
-	if name := acme.ReasonName(*r); name != "" {
-		return fmt.Sprintf("%d (%s)", *r, name)
-	}
-	return strconv.Itoa(*r)
+	return acme.ReasonText(*r)
 }
 
 func identsText(ids []acme.Identifier) string {

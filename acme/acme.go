@@ -6,6 +6,8 @@
 // can all share it without a cycle.
 package acme
 
+import "strconv"
+
 // Identifier is an ACME identifier (RFC 8555 §7.1.4; RFC 8738 for "ip").
 type Identifier struct {
 	Type  string `json:"type"`
@@ -131,6 +133,15 @@ var reasonNames = [...]string{ReasonUnspecified: "unspecified", ReasonKeyComprom
 	ReasonCACompromise: "cACompromise", ReasonAffiliationChanged: "affiliationChanged", ReasonSuperseded: "superseded",
 	ReasonCessationOfOperation: "cessationOfOperation", ReasonCertificateHold: "certificateHold",
 	ReasonRemoveFromCRL: "removeFromCRL", ReasonPrivilegeWithdrawn: "privilegeWithdrawn", ReasonAACompromise: "aACompromise"}
+
+// ReasonText writes a CRLReason code for people: "4 (superseded)", or the
+// bare code when RFC 5280 names none.
+func ReasonText(code int) string {
+	if name := ReasonName(code); name != "" {
+		return strconv.Itoa(code) + " (" + name + ")"
+	}
+	return strconv.Itoa(code)
+}
 
 // ReasonName is RFC 5280's name of a CRLReason code ("superseded"), or ""
 // for a code it names none for.

@@ -102,7 +102,16 @@ func reasonList(allowed []int) string {
 // un-revoke the certificate; a ledger row holding it (recorded before
 // clients were refused it) is listed without a reason.
 func crlReason(r *int) int {
-	if r == nil || *r == acme.ReasonRemoveFromCRL {
+	if reasonCode(r) == acme.ReasonRemoveFromCRL {
+		return acme.ReasonUnspecified
+	}
+	return reasonCode(r)
+}
+
+// reasonCode is a recorded reason's code: no reason is unspecified (0),
+// as on a CRL.
+func reasonCode(r *int) int {
+	if r == nil {
 		return acme.ReasonUnspecified
 	}
 	return *r
@@ -469,10 +478,7 @@ func reasonText(r *int) string {
 	if r == nil {
 		return "none"
 	}
-	if name := acme.ReasonName(*r); name != "" {
-		return fmt.Sprintf("%d (%s)", *r, name)
-	}
-	return strconv.Itoa(*r)
+	return acme.ReasonText(*r)
 }
 
 // leafIdentifiers lists a leaf's names as ACME identifiers.
@@ -556,17 +562,8 @@ func (au *Authority) queuedBy(ctx context.Context, rv revocation) bool {
 	return p.Actor == rv.actor && sameReason(p.Reason, rv.reason)
 }
 
-// sameReason reports whether two revocation reasons are one: no reason is
-// unspecified (0), as on a CRL.
-func sameReason(a, b *int) bool {
-	code := func(r *int) int {
-		if r == nil {
-			return acme.ReasonUnspecified
-		}
-		return *r
-	}
-	return code(a) == code(b)
-}
+// sameReason reports whether two revocation reasons are one (reasonCode).
+func sameReason(a, b *int) bool { return reasonCode(a) == reasonCode(b) }
 
 // awaitRevocation polls the job until it settles or the wait ends.
 func (au *Authority) awaitRevocation(ctx context.Context, job jobs.Job, cert store.Certificate) (RevokeResult, error) {

@@ -465,8 +465,8 @@ var funcs = template.FuncMap{
 		if event != acme.EventCertificateRevoked && event != acme.EventRevocationReasonChanged {
 			return reason
 		}
-		if n, err := strconv.Atoi(reason); err == nil && acme.ReasonName(n) != "" {
-			return fmt.Sprintf("%d (%s)", n, acme.ReasonName(n))
+		if n, err := strconv.Atoi(reason); err == nil {
+			return acme.ReasonText(n)
 		}
 		return reason
 	},
