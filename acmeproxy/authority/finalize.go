@@ -72,7 +72,7 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 		return o, err
 	}
 	if !won {
-		return o, problem.OrderNotReadyF("the order is already being finalized")
+		return au.lostClaim(ctx, acct.ID, o)
 	}
 	// From here the order is ours; finish it even if the client goes away
 	// or the request's deadline passes — within a deadline of its own, so
@@ -86,6 +86,27 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 		ClientAddr: cl.IP, UserAgent: cl.UserAgent, CRLURL: au.crlURL(),
 		CertificateProfile: cp.signerProfile(), Replaces: o.Replaces,
 	}, false)
+}
+
+// lostClaim answers a finalize whose claim took nothing: the order,
+// read again, changed since it was found ready. Another finalize claimed
+// it, it expired, or its account was deactivated (which invalidates its
+// orders) — each is said as it is, the last as any request of a
+// deactivated account is.
+func (au *Authority) lostClaim(ctx context.Context, accountID string, o store.Order) (store.Order, error) {
+	cur, err := au.OwnOrder(ctx, accountID, o.ID)
+	if err != nil {
+		return o, err
+	}
+	switch st := au.OrderStatus(cur); st {
+	case acme.StatusProcessing, acme.StatusValid:
+		return cur, problem.OrderNotReadyF("the order is already being finalized")
+	default:
+		if a, err := au.db.GetAccount(ctx, au.cfg.Profile, accountID); err == nil && a.Status == acme.StatusDeactivated {
+			return cur, problem.DeactivatedAccountF("account %s is deactivated", accountID)
+		}
+		return cur, problem.OrderNotReadyF("the order is %s, not ready", st)
+	}
 }
 
 // issue calls the signer for a claimed order and records what happened,
