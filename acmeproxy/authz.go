@@ -32,18 +32,18 @@ type challengeJSON struct {
 
 // authzJSON is an authorization as its client sees it. RFC 8555 §7.1.4:
 // a pending one lists the challenges the client may answer, a valid one
-// the challenge that was validated, an invalid one the challenge that was
-// attempted and failed. One that ended otherwise (deactivated, expired,
-// or invalid with no challenge attempted) keeps them all, rather than an
-// empty list.
+// the challenge that was validated (still once it has expired), an
+// invalid one the challenge that was attempted and failed. One that ended
+// otherwise (deactivated, expired while pending, or invalid with no
+// challenge attempted) keeps them all, rather than an empty list.
 func (s *Server) authzJSON(base string, a store.Authz) authzJSON {
 	out := authzJSON{
 		Identifier: acme.Identifier(a.Identifier), Status: s.core.AuthzStatus(a),
 		Expires: rfc3339(a.Expires), Wildcard: a.Wildcard, Challenges: []challengeJSON{},
 	}
-	ended := out.Status == acme.StatusValid || out.Status == acme.StatusInvalid
+	decided := a.Status == acme.StatusValid || a.Status == acme.StatusInvalid
 	for _, c := range a.Challenges {
-		if !ended || c.Status == out.Status {
+		if !decided || c.Status == a.Status {
 			out.Challenges = append(out.Challenges, challengeJSONOf(base, c))
 		}
 	}

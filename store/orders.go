@@ -752,8 +752,9 @@ func (db *DB) ProcessingChallenges(ctx context.Context) ([]ProcessingChallenge, 
 	return out, rows.Err()
 }
 
-// DeactivateAuthz moves a pending or valid authorization to deactivated
-// (RFC 8555 §7.5.2) and a pending or ready order that needed it to invalid.
+// DeactivateAuthz moves a pending or valid authorization not yet expired
+// at now to deactivated (RFC 8555 §7.5.2: expired is final, §7.1.6) and a
+// pending or ready order that needed it to invalid.
 // Both are guarded writes, which need no lock at READ COMMITTED: the
 // order's guard is re-checked on its newest row, so a concurrent promotion
 // to ready (CompleteChallenge) is either seen and undone, or finds the
@@ -762,9 +763,9 @@ func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) err
 	return db.withTx(ctx, func(tx *sql.Tx) error {
 		var orderID string
 		err := tx.QueryRowContext(ctx, db.q(`UPDATE authorizations SET status = 'deactivated', updated_at = ?
-			WHERE id = ? AND status IN ('pending','valid') RETURNING order_id`), now.UnixMilli(), id).Scan(&orderID)
+			WHERE id = ? AND status IN ('pending','valid') AND expires_at > ? RETURNING order_id`), now.UnixMilli(), id, now.UnixMilli()).Scan(&orderID)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("%w: authorization %s is neither pending nor valid", ErrWrongState, id)
+			return fmt.Errorf("%w: authorization %s is neither pending nor valid, or has expired", ErrWrongState, id)
 		}
 		if err != nil {
 			return fmt.Errorf("store: deactivating authorization %s: %w", id, err)

@@ -17,10 +17,11 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-// AuthzStatus is the authorization's status as of now: a pending one
-// past its expiry is expired even before anything rewrote its row.
+// AuthzStatus is the authorization's status as of now: a pending or
+// valid one past its expiry is expired (RFC 8555 §7.1.6), though nothing
+// rewrites its row.
 func (au *Authority) AuthzStatus(a store.Authz) acme.Status {
-	if a.Status == acme.StatusPending && !au.clock.Now().Before(a.Expires) {
+	if (a.Status == acme.StatusPending || a.Status == acme.StatusValid) && !au.clock.Now().Before(a.Expires) {
 		return acme.StatusExpired
 	}
 	return a.Status
@@ -41,7 +42,7 @@ func (au *Authority) OwnChallenge(ctx context.Context, accountID, id string) (st
 }
 
 // DeactivateAuthz deactivates a pending or valid authorization (RFC 8555
-// §7.5.2) and returns it as it then stands.
+// §7.5.2), not one past its expiry, and returns it as it then stands.
 func (au *Authority) DeactivateAuthz(ctx context.Context, a store.Authz) (store.Authz, error) {
 	err := au.db.DeactivateAuthz(ctx, a.ID, au.clock.Now())
 	if errors.Is(err, store.ErrWrongState) {
