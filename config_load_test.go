@@ -287,6 +287,16 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `crl_url: "https://ca.example.com/acme/a/crl" must be an absolute http:// URL`,
 		},
 		{
+			name:     "terms_of_service that is not an absolute URL",
+			handlers: []map[string]any{{"profile": "a", "terms_of_service": "/terms.html"}},
+			want:     `terms_of_service: "/terms.html" must be an absolute http:// or https:// URL`,
+		},
+		{
+			name:     "website that is not a web URL",
+			handlers: []map[string]any{{"profile": "a", "website": "mailto:pki@example.com"}},
+			want:     `website: "mailto:pki@example.com" must be an absolute http:// or https:// URL`,
+		},
+		{
 			name: "crl_url with a relay signer, whose leaves the upstream CA's CRL covers",
 			handlers: []map[string]any{{"profile": "a", "crl_url": "http://ca.example.com/acme/a/crl",
 				"signer": map[string]any{"module": "relay", "directory": "https://ca.example/dir", "challenge": "bypass"}}},

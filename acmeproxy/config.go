@@ -99,6 +99,13 @@ type ProfileConfig struct {
 	// an order that asks for none gets; unset, such an order gets the
 	// signer's plain leaf.
 	DefaultCertificateProfile string `json:"default_certificate_profile,omitempty"`
+	// TermsOfService and Website, when set, are the directory's
+	// meta.termsOfService and meta.website (RFC 8555 §7.1.1): the URL of
+	// the profile's current terms of service, which clients show their
+	// users to agree to, and of a web page about this CA. Each an absolute
+	// http:// or https:// URL.
+	TermsOfService string `json:"terms_of_service,omitempty"`
+	Website        string `json:"website,omitempty"`
 	// EAB is the profile's external account binding rule (RFC 8555
 	// §7.3.4): "required" (every new account binds a key an operator
 	// minted; the directory says externalAccountRequired), "optional" (a
@@ -383,6 +390,14 @@ func (c *ProfileConfig) Validate() error {
 		u, err := url.Parse(c.CRLURL)
 		if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil {
 			return fmt.Errorf("crl_url: %q must be an absolute http:// URL (CRLs are fetched without TLS)", c.CRLURL)
+		}
+	}
+	for key, v := range map[string]string{"terms_of_service": c.TermsOfService, "website": c.Website} {
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("%s: %q must be an absolute http:// or https:// URL", key, v)
 		}
 	}
 	switch c.EAB {

@@ -372,6 +372,10 @@ type directoryJSON struct {
 }
 
 type directoryMeta struct {
+	// TermsOfService and Website are the operator's URLs (RFC 8555
+	// §7.1.1), when configured.
+	TermsOfService string `json:"termsOfService,omitempty"`
+	Website        string `json:"website,omitempty"`
 	// CAAIdentities are the issuer domain names CAA records name this
 	// profile by (RFC 8555 §7.1.1), when it checks CAA.
 	CAAIdentities           []string `json:"caaIdentities,omitempty"`
@@ -393,7 +397,8 @@ func (s *Server) handleDirectory(w http.ResponseWriter, r *http.Request) error {
 		RevokeCert:  base + "/revoke-cert",
 		KeyChange:   base + "/key-change",
 		RenewalInfo: base + "/renewal-info",
-		Meta:        directoryMeta{ExternalAccountRequired: s.cfg.EAB == authority.EABRequired, Profiles: s.core.CertificateProfiles(), CAAIdentities: s.cfg.caaIdentities()},
+		Meta: directoryMeta{TermsOfService: s.cfg.TermsOfService, Website: s.cfg.Website,
+			ExternalAccountRequired: s.cfg.EAB == authority.EABRequired, Profiles: s.core.CertificateProfiles(), CAAIdentities: s.cfg.caaIdentities()},
 	})
 	return nil
 }

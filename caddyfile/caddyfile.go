@@ -150,6 +150,8 @@ func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
 //		deny  { domains <patterns...>; ip_ranges <cidrs...> }
 //		crl_url    <http://… URL put in leaves as their CRL distribution point>
 //		eab        required|optional (external account binding, RFC 8555 §7.3.4)
+//		terms_of_service <URL> (the directory's meta.termsOfService)
+//		website    <URL> (the directory's meta.website)
 //		caa { identities <issuer domain names...>; account_uri_prefix <https://…/account/> } (CAA checks, RFC 8659/8657)
 //		notify     webhook|email|script … (as in the global option; replaces its destinations for this profile)
 //		certificate_profile <name> {
@@ -209,7 +211,7 @@ func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 // gave (challenges, resolvers, allow, deny, caa, notify,
 // certificate_profile, limits) or refuse a repeat themselves
 // (renewal_info, and validation_ports per port).
-var singleProfileKeys = []string{"profile", "prefix", "signer", "crl_url", "eab", "default_certificate_profile"}
+var singleProfileKeys = []string{"profile", "prefix", "signer", "crl_url", "eab", "terms_of_service", "website", "default_certificate_profile"}
 
 // parseProfileKey reads one line (or block) of the directive's block.
 func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
@@ -244,6 +246,10 @@ func parseProfileKey(d *caddyfile.Dispenser, cfg *handlerJSON) error {
 		if cfg.EAB, err = OneArg(d, key); err == nil && cfg.EAB != "required" && cfg.EAB != "optional" {
 			err = d.Errf("acme_proxy: eab: %q must be required or optional", cfg.EAB)
 		}
+	case "terms_of_service":
+		cfg.TermsOfService, err = OneArg(d, key)
+	case "website":
+		cfg.Website, err = OneArg(d, key)
 	case "caa":
 		cfg.CAA, err = parseCAA(d, cfg.CAA)
 	case "notify":

@@ -189,6 +189,8 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"signer given twice", site("profile a\nsigner local_ca\nsigner local_ca {\nlifetime 1d\n}"), "acme_proxy: signer: given twice"},
 		{"crl_url given twice", site("profile a\ncrl_url http://a.example/crl\ncrl_url http://b.example/crl"), "acme_proxy: crl_url: given twice"},
 		{"eab given twice", site("profile a\neab required\neab optional"), "acme_proxy: eab: given twice"},
+		{"terms_of_service given twice", site("profile a\nterms_of_service https://a.example/t1\nterms_of_service https://a.example/t2"), "acme_proxy: terms_of_service: given twice"},
+		{"website without value", site("profile a\nwebsite"), "acme_proxy: website: want one value, got 0"},
 		{"default certificate profile given twice", site("profile a\ncertificate_profile c\ncertificate_profile d\ndefault_certificate_profile c\ndefault_certificate_profile d"),
 			"acme_proxy: default_certificate_profile: given twice"},
 		{"http validation port given twice in a block", site("profile a\nvalidation_ports {\nhttp 81\nhttp 82\n}"), "acme_proxy: validation_ports.http: given twice"},
