@@ -161,7 +161,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // ServeHTTP routes a request under the profile's prefix. Every response
 // carries a fresh Replay-Nonce, the directory Link and Cache-Control:
-// no-store (RFC 8555 §6.5, §7.1, §7.2).
+// no-store (RFC 8555 §6.5, §7.1, §7.2), but for the public answers a
+// cache may keep (ca.pem, the CRLs, renewalInfo), which set their own
+// Cache-Control and drop the nonce.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	handlerStacks.Run(func() { s.serveHTTP(w, r) })
 }
@@ -446,6 +448,8 @@ func (s *Server) handleCAChain(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", "application/pem-certificate-chain")
 	w.Header().Set("Cache-Control", "public, max-age=3600")
+	// A cached answer must not hand one nonce to many clients.
+	w.Header().Del("Replay-Nonce")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(authority.PEMChain(chain))
 	return nil
