@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
@@ -87,7 +88,8 @@ func (s *Server) handleAuthz(w http.ResponseWriter, r *http.Request, id string) 
 	}
 	for _, c := range a.Challenges {
 		if c.Status == acme.StatusProcessing {
-			w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
+			w.Header().Set("Retry-After", strconv.Itoa(int(s.core.ChallengeRetryAfter(ctx, c)/time.Second)))
+			break
 		}
 	}
 	s.writeJSON(w, http.StatusOK, s.authzJSON(s.baseURL(r), a))
@@ -126,7 +128,7 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 	w.Header().Add("Link", link(base+"/authz/"+a.ID, "up"))
 	if c.Status == acme.StatusProcessing {
 		// RFC 8555 §8.2: tell the client when to look again.
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterProcessing))
+		w.Header().Set("Retry-After", strconv.Itoa(int(s.core.ChallengeRetryAfter(ctx, c)/time.Second)))
 	}
 	s.writeJSON(w, http.StatusOK, challengeJSONOf(base, c))
 	return nil

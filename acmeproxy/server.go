@@ -28,12 +28,6 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-// Lifetimes of the resources a client creates.
-const (
-	// retryAfterProcessing is the Retry-After for resources still processing.
-	retryAfterProcessing = 1
-)
-
 // Options are a Server's collaborators: its authority's.
 type Options = authority.Options
 

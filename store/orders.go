@@ -623,6 +623,19 @@ func (db *DB) StartChallenge(ctx context.Context, id string, now time.Time) (boo
 	return n == 1, err
 }
 
+// NoteChallengeRetry records problem as the error of a challenge whose
+// validation attempt failed and is to be tried again (RFC 8555 §8.2: the
+// challenge stays processing, and its error says that an attempt
+// failed). A challenge settled meanwhile is left as it is; the error of
+// one that then becomes valid is cleared by CompleteChallenge.
+func (db *DB) NoteChallengeRetry(ctx context.Context, id string, problem []byte, now time.Time) error {
+	if _, err := db.wr.ExecContext(ctx, db.q(`UPDATE challenges SET error = ?, updated_at = ?
+		WHERE id = ? AND status IN ('pending','processing')`), nullBytes(problem), now.UnixMilli(), id); err != nil {
+		return fmt.Errorf("store: noting a retry of challenge %s: %w", id, err)
+	}
+	return nil
+}
+
 // ChallengeResult is what CompleteChallenge changed.
 type ChallengeResult struct {
 	OrderID     string

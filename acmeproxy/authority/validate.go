@@ -293,9 +293,40 @@ func (au *Authority) RunValidation(ctx context.Context, challengeID string) jobs
 	// the job tries again.
 	verr := au.runValidator(ctx, c, a, c.Token+"."+acct.Thumbprint)
 	if _, _, err := au.recordValidation(ctx, c, a, verr); err != nil {
+		if _, verdict := problem.As(verr); verr != nil && !verdict {
+			au.noteRetry(ctx, c)
+		}
 		return jobs.Retry(err.Error())
 	}
 	return jobs.Done()
+}
+
+// noteRetry tells the client of a challenge that its validation attempt
+// failed on our side and is tried again (RFC 8555 §8.2: the server MUST
+// add an entry to the challenge's error after each failed validation
+// query, and the challenge stays processing while it retries). What
+// failed is the operator's to see, in the job's last error.
+func (au *Authority) noteRetry(ctx context.Context, c store.Challenge) {
+	p := problem.Internal()
+	p.Detail = "a validation attempt could not be completed on the server's side; the server tries again"
+	body, _ := json.Marshal(p)
+	if err := au.db.NoteChallengeRetry(ctx, c.ID, body, au.clock.Now()); err != nil {
+		au.log.Warn("noting a validation retry", zap.String("event", "challenge_retry_note_failed"),
+			zap.String("profile", au.cfg.Profile), zap.String("challenge", c.ID), zap.Error(err))
+	}
+}
+
+// ChallengeRetryAfter is when a client should look at the processing
+// challenge c again (RFC 8555 §8.2: after the server's next validation
+// attempt): the wait of its validation job for that attempt, rounded up
+// to whole seconds, else a second (an attempt under way or due).
+func (au *Authority) ChallengeRetryAfter(ctx context.Context, c store.Challenge) time.Duration {
+	d, _, ok := au.queue.NextAttempt(ctx, ValidateKind, c.ID, au.clock.Now())
+	if !ok {
+		return minProcessingRetryAfter
+	}
+	d = (d + time.Second - 1).Truncate(time.Second)
+	return min(max(d, minProcessingRetryAfter), maxProcessingRetryAfter)
 }
 
 // recordValidation settles a challenge with a validation's verdict: nil
