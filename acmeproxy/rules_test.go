@@ -24,23 +24,27 @@ func (c *rawClient) on(t *testing.T, e *testEnv) *rawClient {
 // orders already authorized: finalize applies the policy as it stands
 // (RFC 8555 §7.4 lets the server refuse at finalize), so a name denied
 // since the order was made is refused with rejectedIdentifier, with a
-// subproblem naming it, and nothing is issued.
+// subproblem naming it — one for each such name (RFC 8555 §6.7.1), as
+// newOrder gives — and nothing is issued.
 func TestFinalizeRefusesANameThePolicyNoLongerAllows(t *testing.T) {
-	// Each order names later.example.com, the name the new policy refuses.
 	tests := []struct {
-		name   string
-		names  []string
-		reload func(*ProfileConfig)
+		name    string
+		names   []string
+		reload  func(*ProfileConfig)
+		refused []string // the subproblems' names, in the order's order
 	}{
 		{"fail/denied since the order", []string{"keep.example.com", "later.example.com"}, func(c *ProfileConfig) {
 			c.Deny = &IdentifierPolicy{Domains: []string{"later.example.com"}}
-		}},
+		}, []string{"later.example.com"}},
 		{"fail/under a suffix denied since the order", []string{"later.example.com"}, func(c *ProfileConfig) {
 			c.Deny = &IdentifierPolicy{Domains: []string{"*.example.com"}}
-		}},
+		}, []string{"later.example.com"}},
 		{"fail/no longer in the allow list", []string{"keep.example.com", "later.example.com"}, func(c *ProfileConfig) {
 			c.Allow = &IdentifierPolicy{Domains: []string{"keep.example.com"}}
-		}},
+		}, []string{"later.example.com"}},
+		{"fail/every name denied since the order, a subproblem each", []string{"first.example.com", "later.example.com"}, func(c *ProfileConfig) {
+			c.Deny = &IdentifierPolicy{Domains: []string{"*.example.com"}}
+		}, []string{"first.example.com", "later.example.com"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,12 +64,14 @@ func TestFinalizeRefusesANameThePolicyNoLongerAllows(t *testing.T) {
 			r := aliceAfter.post(after.url("/order/"+id+"/finalize"),
 				map[string]string{"csr": b64(newCSR(t, newKey(t), "", tc.names, nil))}, jwsOpts{})
 			wantProblem(t, r, http.StatusBadRequest, acme.ErrorRejectedIdentifier)
-			if len(r.problem.Subproblems) != 1 {
-				t.Fatalf("subproblems %+v, want one for later.example.com", r.problem.Subproblems)
+			if len(r.problem.Subproblems) != len(tc.refused) {
+				t.Fatalf("subproblems %+v, want one for each of %v", r.problem.Subproblems, tc.refused)
 			}
-			if sub := r.problem.Subproblems[0]; sub.Type != acme.ErrorRejectedIdentifier || sub.Identifier == nil ||
-				*sub.Identifier != (acme.Identifier{Type: acme.IdentifierDNS, Value: "later.example.com"}) {
-				t.Errorf("subproblem %+v, want rejectedIdentifier for dns later.example.com", sub)
+			for i, name := range tc.refused {
+				if sub := r.problem.Subproblems[i]; sub.Type != acme.ErrorRejectedIdentifier || sub.Identifier == nil ||
+					*sub.Identifier != (acme.Identifier{Type: acme.IdentifierDNS, Value: name}) {
+					t.Errorf("subproblem %+v, want rejectedIdentifier for dns %s", sub, name)
+				}
 			}
 
 			if _, err := after.db.CertificateOfOrder(ctx, id); !errors.Is(err, store.ErrNotFound) {

@@ -195,16 +195,24 @@ func failureClass(err error) string {
 
 // policyRefusal re-applies the profile's current identifier policy to an
 // order's identifiers (it may have changed since new-order, by a config
-// reload): nil, or the problem that refuses the first denied one.
+// reload): nil, or a problem with a subproblem for each denied one (RFC
+// 8555 §6.7.1), as new-order's.
 func (au *Authority) policyRefusal(idents []acme.Identifier) *problem.Problem {
+	var subs []*problem.Problem
 	for _, id := range idents {
 		if prob := au.cfg.Policy(id); prob != nil {
-			top := *prob
-			top.Identifier, top.Status = nil, http.StatusBadRequest
-			return problem.CompoundOf(&top, []*problem.Problem{prob})
+			subs = append(subs, prob)
 		}
 	}
-	return nil
+	if len(subs) == 0 {
+		return nil
+	}
+	top := *subs[0]
+	top.Identifier, top.Status = nil, http.StatusBadRequest
+	if len(subs) > 1 {
+		top.Detail = "several identifiers were refused; see subproblems"
+	}
+	return problem.CompoundOf(&top, subs)
 }
 
 // ValidityRefusal asks the signer, when it builds the leaf's validity
