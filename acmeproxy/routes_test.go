@@ -67,8 +67,10 @@ func TestEveryRequestIsCountedUnderItsRoutesNameNeverAResourceID(t *testing.T) {
 			if got := rec.last(); got != tc.want {
 				t.Errorf("%s %s counted as route %q (status %d); want %q", tc.method, tc.path, got, r.status, tc.want)
 			}
-			// A CRL is served without one: it is a cacheable public object.
-			if r.header.Get("Replay-Nonce") == "" && !(r.status == http.StatusOK && strings.HasPrefix(tc.path, "/crl")) {
+			// A CRL and the CA chain are served without one: they are
+			// cacheable public objects.
+			cacheable := strings.HasPrefix(tc.path, "/crl") || tc.path == "/ca.pem"
+			if r.header.Get("Replay-Nonce") == "" && !(r.status == http.StatusOK && cacheable) {
 				t.Errorf("%s %s: no Replay-Nonce", tc.method, tc.path)
 			}
 		})
