@@ -263,7 +263,11 @@ func isAllowedAlg(alg string) bool {
 }
 
 // parsePublicJWK parses a JWK that must be a public key the key policy
-// accepts (authority.GoodKey).
+// accepts (authority.GoodKey). It returns the key alone: the members a
+// client may add beside it (kid, use, alg, x5c…, tens of KiB of them in
+// a request's size) are no part of the key (RFC 7638 leaves them out of
+// its thumbprint, the account's identity) and are not kept, so an
+// account stores, and the verification caches remember, only its key.
 func parsePublicJWK(raw []byte) (*jose.JSONWebKey, error) {
 	var k jose.JSONWebKey
 	if err := json.Unmarshal(raw, &k); err != nil {
@@ -280,7 +284,7 @@ func parsePublicJWK(raw []byte) (*jose.JSONWebKey, error) {
 	} else if err != nil {
 		return nil, problem.BadPublicKeyF("%s", err)
 	}
-	return &k, nil
+	return &jose.JSONWebKey{Key: k.Key}, nil
 }
 
 // checkAlgForKey requires the algorithm to fit the key: ES256 with P-256,

@@ -858,6 +858,81 @@ func TestAKeyChangeThatFailsACheckIsRefused(t *testing.T) {
 	})
 }
 
+// withMembers is the JWK of pub with extra members beside the key's own.
+func withMembers(t testing.TB, pub crypto.PublicKey, extra map[string]any) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(jwkOf(t, pub), &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+// A JWK may carry members beside its key (kid, use, alg, x5t…), as many
+// as a request's size allows; none is part of the key (RFC 7638 leaves
+// them out of the thumbprint). An account keeps its key and nothing
+// else, whichever way the key arrived.
+func TestAnAccountStoresOnlyTheKeyOfTheJWKItWasSentWith(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e := newTestEnv(t, nil)
+		extra := map[string]any{
+			"kid": strings.Repeat("k", 30000), "use": "sig", "alg": "ES256",
+			"x5t": b64(bytes.Repeat([]byte{1}, 20)), "unknown": strings.Repeat("u", 1000),
+		}
+		storedKey := func(t *testing.T, kid string) []byte {
+			t.Helper()
+			a, err := e.db.GetAccount(t.Context(), "test", path.Base(kid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a.KeyJWK
+		}
+		tests := []struct {
+			name string
+			// send makes an account whose key arrives with extra members
+			// and returns its URL and key.
+			send func(t *testing.T) (string, crypto.Signer)
+		}{
+			{"ok/new-account", func(t *testing.T) (string, crypto.Signer) {
+				c := e.rawClient()
+				r := c.post(e.url("/new-account"), map[string]any{"termsOfServiceAgreed": true},
+					jwsOpts{extra: map[jose.HeaderKey]any{"jwk": withMembers(t, c.key.Public(), extra)}})
+				if r.status != http.StatusCreated {
+					t.Fatalf("new-account: %d %s", r.status, r.body)
+				}
+				return r.header.Get("Location"), c.key
+			}},
+			{"ok/key-change", func(t *testing.T) (string, crypto.Signer) {
+				c := e.rawClient()
+				c.register()
+				nk := newKey(t)
+				hdr := map[string]any{"alg": "ES256", "url": e.url("/key-change"), "jwk": withMembers(t, nk.Public(), extra)}
+				payload := marshal(t, map[string]any{"account": c.kid, "oldKey": jwkOf(t, c.key.Public())})
+				r := c.post(e.url("/key-change"), marshal(t, flatJWS(t, nk, hdr, string(payload))), jwsOpts{})
+				if r.status != http.StatusOK {
+					t.Fatalf("key-change: %d %s", r.status, r.body)
+				}
+				return c.kid, nk
+			}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				kid, key := tc.send(t)
+				if got, want := storedKey(t, kid), jwkOf(t, key.Public()); !bytes.Equal(got, want) {
+					t.Errorf("stored key (%d bytes) %.200s, want %s", len(got), got, want)
+				}
+				c := &rawClient{t: t, e: e, key: key, kid: kid}
+				if r := c.read(kid); r.status != http.StatusOK {
+					t.Fatalf("the account's key signs no more: %d %s", r.status, r.body)
+				}
+			})
+		}
+	})
+}
+
 // ---- orders and authorizations ----
 
 // RFC 8555 §7.1.3, §7.4: a new order echoes the requested notBefore and
