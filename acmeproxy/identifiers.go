@@ -11,6 +11,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
 )
 
 var idnaProfile = idna.New(idna.ValidateForRegistration(), idna.StrictDomainName(true))
@@ -99,6 +100,12 @@ func normalizeIdentifier(id acme.Identifier) (acme.Identifier, bool, *problem.Pr
 		ip, err := netip.ParseAddr(id.Value)
 		if err != nil || ip.Zone() != "" {
 			return id, false, problem.MalformedF("%q is not an IP address", id.Value).For(id.Type, id.Value)
+		}
+		// Validation never connects to such an address (it is no one
+		// host's), so its authorization could only ever expire: refused
+		// at newOrder, before it is stored or the client tries.
+		if why := validate.NeverDialled(ip); why != "" {
+			return id, false, problem.RejectedIdentifierF("%q is %s, which cannot be validated", id.Value, why).For(id.Type, id.Value)
 		}
 		return acme.Identifier{Type: acme.IdentifierIP, Value: ip.Unmap().String()}, false, nil
 	default:

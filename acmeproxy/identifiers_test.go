@@ -100,6 +100,18 @@ func TestNormalizeIdentifierCanonicalizesWhatItAcceptsAndRefusesTheRest(t *testi
 		// e_ext_san_dns_name_too_long): the wildcard name itself, "*."
 		// included, must fit in 253 octets.
 		{name: "fail/a wildcard whose full name is longer than 253 octets", in: dnsIdent("*." + nameOf(253)), wantType: acme.ErrorRejectedIdentifier},
+		// An address validation never connects to can never be validated
+		// (validate.NeverDialled); loopback can, for the host itself.
+		{name: "ok/a loopback address is kept", in: ipIdent("127.0.0.1"), want: ipIdent("127.0.0.1")},
+		{name: "fail/the unspecified IPv4 address", in: ipIdent("0.0.0.0"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an address in 0.0.0.0/8", in: ipIdent("0.1.2.3"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/the unspecified IPv6 address", in: ipIdent("::"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an IPv4 link-local address", in: ipIdent("169.254.169.254"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an IPv4-mapped link-local address", in: ipIdent("::ffff:169.254.169.254"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an IPv6 link-local address", in: ipIdent("fe80::1"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an IPv4 multicast address", in: ipIdent("224.0.0.1"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/an IPv6 multicast address", in: ipIdent("ff02::1"), wantType: acme.ErrorRejectedIdentifier},
+		{name: "fail/the limited broadcast address", in: ipIdent("255.255.255.255"), wantType: acme.ErrorRejectedIdentifier},
 		{name: "fail/an IPv6 address with a zone", in: ipIdent("fe80::1%eth0"), wantType: acme.ErrorMalformed},
 		{name: "fail/an IPv4 address with leading zeros", in: ipIdent("192.000.002.001"), wantType: acme.ErrorMalformed},
 		{name: "fail/an address range", in: ipIdent("192.0.2.0/24"), wantType: acme.ErrorMalformed},

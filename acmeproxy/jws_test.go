@@ -402,6 +402,7 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 		{"fail/wildcard without dns-01", newOrder(alice, dns("*.example.com")), 400, vocab.ErrorRejectedIdentifier},
 		{"fail/malformed identifier", newOrder(alice, dns("bad..example.com")), 400, vocab.ErrorRejectedIdentifier},
 		{"fail/IP with a zone", newOrder(alice, map[string]string{"type": "ip", "value": "fe80::1%eth0"}), 400, vocab.ErrorMalformed},
+		{"fail/IP that validation never connects to", newOrder(alice, map[string]string{"type": "ip", "value": "169.254.169.254"}), 400, vocab.ErrorRejectedIdentifier},
 		{"fail/unsupported identifier type", newOrder(alice, map[string]string{"type": "email", "value": "a@example.com"}), 400, vocab.ErrorUnsupportedIdentifier},
 		{"fail/no identifiers", newOrder(alice), 400, vocab.ErrorMalformed},
 		{"fail/finalize of an order that is not ready", func() rawResponse {

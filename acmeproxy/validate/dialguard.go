@@ -19,13 +19,14 @@ import (
 // limitedBroadcast is 255.255.255.255 (RFC 919).
 var limitedBroadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 
-// neverDialled names the class of ip if validation must never connect to
-// it, whoever asks: link-local addresses (169.254.0.0/16, where cloud
+// NeverDialled names the class of ip if validation must never connect to
+// it, whoever asks (so an IP identifier of that class can never be
+// validated): link-local addresses (169.254.0.0/16, where cloud
 // metadata services live, and fe80::/10), unspecified ones (0.0.0.0/8,
 // "this network", which Linux connects to the local host, and ::),
 // multicast and the limited broadcast address. ip is unmapped first, so
 // that ::ffff:169.254.169.254 is link-local too.
-func neverDialled(ip netip.Addr) string {
+func NeverDialled(ip netip.Addr) string {
 	ip = ip.Unmap()
 	switch {
 	case ip.IsLinkLocalUnicast():
@@ -145,7 +146,7 @@ func checkDialAddress(ctx context.Context, _, address string, _ syscall.RawConn)
 		return &refusedAddressError{addr: address, why: "not an IP address and port"}
 	}
 	ip := ap.Addr().Unmap()
-	if why := neverDialled(ip); why != "" {
+	if why := NeverDialled(ip); why != "" {
 		return &refusedAddressError{addr: ip.String(), why: why}
 	}
 	if ip.IsLoopback() {
