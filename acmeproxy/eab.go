@@ -29,7 +29,7 @@ type eabHeader struct {
 // RFC 8555 §7.3.4 says: a flattened JWS, MACed (HS256/384/512) with a key
 // of this profile named by kid, with no nonce and no crit, whose url is the newAccount
 // URL and whose payload is the outer JWS's key. It returns the key's kid
-// and label. Every refusal is audited (authority.RefuseBinding).
+// and label. Refusals are audited, spaced (authority.RefuseBinding).
 func (s *Server) verifyBinding(ctx context.Context, r *http.Request, outer *signedRequest, raw json.RawMessage) (kid, label string, err error) {
 	cl := clientOf(r)
 	refuse := func(p *problem.Problem) (string, string, error) {

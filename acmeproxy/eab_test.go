@@ -230,6 +230,9 @@ func TestBadBindingsAreRefusedWithAClearDetailAndAnAuditRow(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			// Each case's refusal is the first of its interval (the rows
+			// are spaced: TestRefusedBindingsAreAuditedOncePerAddressAndKeyAnInterval).
+			clk.Advance(authority.BindingAuditInterval)
 			rc := e.rawClient()
 			before := refusals(t, e)
 			r := rc.post(newAcct, map[string]any{"termsOfServiceAgreed": true,
@@ -251,6 +254,75 @@ func TestBadBindingsAreRefusedWithAClearDetailAndAnAuditRow(t *testing.T) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("the good binding: %d %s", r.status, r.body)
 	}
+}
+
+// Anyone can send a binding: a throwaway account key and a made-up kid
+// cost nothing. A flood of refused bindings must not cost a durable audit
+// row each: one per client address and key of the profile an interval,
+// any kid that names no key counting as one key.
+func TestRefusedBindingsAreAuditedOncePerAddressAndKeyAnInterval(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e, clk, _ := eabEnv(t, authority.EABRequired)
+		newAcct := e.url("/new-account")
+		first, second := mint(t, e, "first", false, 0), mint(t, e, "second", false, 0)
+		refuse := func(t *testing.T, b eabJWS) {
+			t.Helper()
+			rc := e.rawClient()
+			r := rc.post(newAcct, map[string]any{"termsOfServiceAgreed": true,
+				"externalAccountBinding": b.build(t, rc.key.(*ecdsa.PrivateKey))}, jwsOpts{embedJWK: true})
+			if r.status != http.StatusForbidden && r.status != http.StatusBadRequest {
+				t.Fatalf("a bad binding was answered %d %s", r.status, r.body)
+			}
+		}
+		unknown := func(i int) eabJWS {
+			return eabJWS{alg: "HS256", kid: fmt.Sprintf("made-up-%d", i), url: newAcct, macKey: first.HMACKey}
+		}
+		wrongMAC := func(k store.EABKey) eabJWS {
+			return eabJWS{alg: "HS256", kid: k.KID, url: newAcct, macKey: []byte("not the key")}
+		}
+		steps := []struct {
+			name     string
+			send     func(t *testing.T)
+			wantRows int // rows after the step
+		}{
+			{"ok/the first refusal of a made-up kid is audited", func(t *testing.T) { refuse(t, unknown(0)) }, 1},
+			{"ok/more made-up kids from the address add no row", func(t *testing.T) {
+				for i := 1; i <= 20; i++ {
+					refuse(t, unknown(i))
+				}
+			}, 1},
+			{"ok/the first refusal of a known key is audited", func(t *testing.T) { refuse(t, wrongMAC(first)) }, 2},
+			{"ok/more refusals of that key add no row", func(t *testing.T) {
+				for range 5 {
+					refuse(t, wrongMAC(first))
+				}
+				refuse(t, eabJWS{alg: "HS256", kid: first.KID, url: newAcct, macKey: first.HMACKey, nonce: true})
+			}, 2},
+			{"ok/another known key has its own row", func(t *testing.T) { refuse(t, wrongMAC(second)) }, 3},
+			{"ok/after the interval the refusals are audited again", func(t *testing.T) {
+				clk.Advance(authority.BindingAuditInterval)
+				refuse(t, unknown(21))
+				refuse(t, wrongMAC(first))
+				refuse(t, unknown(22))
+			}, 5},
+		}
+		for _, st := range steps {
+			t.Run(st.name, func(t *testing.T) {
+				st.send(t)
+				if got := refusals(t, e); len(got) != st.wantRows {
+					t.Fatalf("%d account_binding_refused rows, want %d: %+v", len(got), st.wantRows, got)
+				}
+			})
+		}
+		// The key refused above only for its MAC still binds.
+		rc := e.rawClient()
+		r := rc.post(newAcct, map[string]any{"termsOfServiceAgreed": true,
+			"externalAccountBinding": eabJWS{alg: "HS256", kid: first.KID, url: newAcct, macKey: first.HMACKey}.build(t, rc.key.(*ecdsa.PrivateKey))},
+			jwsOpts{embedJWK: true})
+		if r.status != http.StatusCreated {
+			t.Fatalf("the good binding: %d %s", r.status, r.body)
+		}
+	})
 }
 
 func refusals(t *testing.T, e *testEnv) []store.AuditEvent {

@@ -121,18 +121,55 @@ func (au *Authority) VerifyBinding(ctx context.Context, thumbprint, kid, alg str
 
 var eabHashes = map[string]func() hash.Hash{"HS256": sha256.New, "HS384": sha512.New384, "HS512": sha512.New}
 
+// BindingAuditInterval spaces the audit rows of refused bindings: anyone
+// can send a binding (a throwaway account key and a made-up kid cost
+// nothing), so a refusal is audited, and logged, once per client address
+// (an IPv6 one by its /64) and key of this profile an interval; a kid
+// that names no key of this profile, different in every request as it
+// may be, counts as one key. Further refusals change nothing durable but
+// the spacing's own bucket, which the rate_limit_sweep removes.
+const BindingAuditInterval = 10 * time.Minute
+
 // RefuseBinding records that a newAccount's external account binding was
 // refused with p, for the key with thumbprint, naming the binding's kid
 // (which may be anything the client sent, so it is clipped), and returns
-// p. The detail of p must not quote a MAC key; none of this package's do.
+// p: an audit row and a log line, unless this address's refusals for the
+// kid were recorded less than BindingAuditInterval ago. The detail of p
+// must not quote a MAC key; none of this package's do.
 func (au *Authority) RefuseBinding(ctx context.Context, thumbprint, kid string, cl Client, p *problem.Problem) error {
+	if !au.firstBindingRefusal(ctx, kid, cl) {
+		return p
+	}
 	ev := au.event(ctx, acme.EventAccountBindingRefused, OutcomeRefused, Actor{Kind: ActorAccountKey, ID: thumbprint}, cl)
-	ev.Reason, ev.Detail = store.Clip(kid, store.AuditFieldMax), store.Clip(p.Detail, store.AuditDetailMax)
+	ev.Reason = store.Clip(kid, store.AuditFieldMax)
+	ev.Detail = store.Clip(p.Detail+fmt.Sprintf(" (further refused bindings of this key from this address are not audited for %s)", BindingAuditInterval), store.AuditDetailMax)
 	au.audit(ctx, ev)
 	au.log.Info("account binding refused", zap.String("event", acme.EventAccountBindingRefused),
 		zap.String("profile", au.cfg.Profile), zap.String("eab_kid", store.Clip(kid, store.AuditFieldMax)),
-		zap.String("detail", p.Detail))
+		zap.String("detail", store.Clip(p.Detail, store.AuditDetailMax)))
 	return p
+}
+
+// firstBindingRefusal spends the audit spacing's bucket of a refused
+// binding (BindingAuditInterval) and reports whether the refusal is the
+// first of its interval, to be recorded. A store that cannot say is
+// answered yes: a refusal is then recorded rather than lost.
+func (au *Authority) firstBindingRefusal(ctx context.Context, kid string, cl Client) bool {
+	ctx = context.WithoutCancel(ctx)
+	subject := []string{refusalSource(cl.IP)}
+	if kid != "" {
+		if _, err := au.db.EABKeyForBinding(ctx, au.cfg.Profile, kid); err == nil {
+			subject = append(subject, kid)
+		}
+	}
+	gate := store.LimitSpend{Key: "audit/" + au.limitKey(acme.EventAccountBindingRefused, subject...),
+		Emission: BindingAuditInterval, Burst: 1, Cost: 1}
+	_, first, err := au.db.SpendLimits(ctx, []store.LimitSpend{gate}, au.clock.Now())
+	if err != nil {
+		au.log.Warn("spacing refused binding audit rows", zap.String("event", "binding_audit_spacing_failed"), zap.Error(err))
+		return true
+	}
+	return first
 }
 
 // newEABKID mints a key id: random base64url that does not begin with
