@@ -4,9 +4,13 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
+	"math/big"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -67,6 +71,91 @@ func TestACSRNamesEachIdentifierInTheSANOfItsType(t *testing.T) {
 				t.Fatal("accepted")
 			case !tc.wantOK && (!isProblem || p.Type != acme.ErrorBadCSR):
 				t.Fatalf("refused with %v; want a badCSR problem", err)
+			}
+		})
+	}
+}
+
+// csrWithKey is a CSR for names whose public key is pub and whose
+// signature is junk of the length pub's signatures have: what a client
+// that holds no private key can send.
+func csrWithKey(t *testing.T, pub *rsa.PublicKey, names []string) []byte {
+	t.Helper()
+	type pkInfo struct {
+		Algorithm pkix.AlgorithmIdentifier
+		PublicKey asn1.BitString
+	}
+	type tbs struct {
+		Version    int
+		Subject    asn1.RawValue
+		PublicKey  pkInfo
+		Attributes []asn1.RawValue `asn1:"tag:0"`
+	}
+	type csr struct {
+		TBS       tbs
+		Algorithm pkix.AlgorithmIdentifier
+		Signature asn1.BitString
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: names}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c csr
+	if _, err := asn1.Unmarshal(der, &c); err != nil {
+		t.Fatal(err)
+	}
+	pk := x509.MarshalPKCS1PublicKey(pub)
+	c.TBS.PublicKey = pkInfo{Algorithm: pkix.AlgorithmIdentifier{Algorithm: asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 1}, Parameters: asn1.NullRawValue},
+		PublicKey: asn1.BitString{Bytes: pk, BitLength: 8 * len(pk)}}
+	c.Algorithm = pkix.AlgorithmIdentifier{Algorithm: asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 11}, Parameters: asn1.NullRawValue} // sha256WithRSAEncryption
+	sig := make([]byte, (pub.N.BitLen()+7)/8)
+	sig[len(sig)-1] = 2
+	c.Signature = asn1.BitString{Bytes: sig, BitLength: 8 * len(sig)}
+	out, err := asn1.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Verifying an RSA signature costs the square of the modulus's size, and
+// the largest CSR a finalize carries holds a modulus of about 140,000
+// bits: a second of CPU to verify, on every finalize of one ready order,
+// for a key the policy refuses anyway. The key is refused first, for what
+// it is, and its signature never verified.
+func TestACSRKeyThePolicyRefusesIsRefusedBeforeItsSignatureIsVerified(t *testing.T) {
+	order := []acme.Identifier{{Type: acme.IdentifierDNS, Value: "a.example.com"}}
+	modulus := func(bits int) *big.Int {
+		n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), uint(bits)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.SetBit(n, bits-1, 1).SetBit(n, 0, 1)
+	}
+	tests := []struct {
+		name       string
+		key        *rsa.PublicKey
+		wantDetail string
+	}{
+		{"fail/an RSA key one bit over the policy", &rsa.PublicKey{N: modulus(8193), E: 65537}, "not 8193"},
+		{"fail/the largest RSA key a request carries", &rsa.PublicKey{N: modulus(140000), E: 1<<31 - 1}, "not 140000"},
+		{"fail/an RSA key under the policy", &rsa.PublicKey{N: modulus(1024), E: 65537}, "not 1024"},
+		{"fail/a key the policy takes, with a junk signature", &rsa.PublicKey{N: modulus(2048), E: 65537}, "signature does not verify"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			csr, err := x509.ParseCertificateRequest(csrWithKey(t, tc.key, []string{"a.example.com"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = CheckCSR(csr, order, nil)
+			p, ok := problem.As(err)
+			if !ok || p.Type != acme.ErrorBadCSR || !strings.Contains(p.Detail, tc.wantDetail) {
+				t.Fatalf("refused with %v; want badCSR saying %q", err, tc.wantDetail)
 			}
 		})
 	}
