@@ -22,6 +22,7 @@ import (
 	"encoding/asn1"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"net"
 	"net/url"
@@ -370,10 +371,22 @@ func (s *Signer) window(askedNB, askedNA time.Time, cp *signer.CertificateProfil
 		return notBefore, notAfter, badValidity("notAfter %s is before notBefore %s",
 			notAfter.UTC().Format(time.RFC3339), notBefore.UTC().Format(time.RFC3339))
 	case notAfter.Sub(notBefore) >= lifetime:
-		return notBefore, notAfter, badValidity("a certificate valid from %s to %s would be valid for %v; this profile issues certificates valid for at most %v",
-			notBefore.UTC().Format(time.RFC3339), notAfter.UTC().Format(time.RFC3339), notAfter.Sub(notBefore)+time.Second, lifetime)
+		return notBefore, notAfter, badValidity("a certificate valid from %s to %s would be valid for %s; this profile issues certificates valid for at most %v",
+			notBefore.UTC().Format(time.RFC3339), notAfter.UTC().Format(time.RFC3339), spanText(notBefore, notAfter), lifetime)
 	}
 	return notBefore, notAfter, nil
+}
+
+// spanText is how long a validity from notBefore to notAfter, both
+// inclusive, lasts. A time.Duration spans at most 292 years, and a
+// notAfter in year 9999 asks for more: said so, rather than the
+// saturated span plus its last second wrapping to a negative one.
+func spanText(notBefore, notAfter time.Time) string {
+	d := notAfter.Sub(notBefore)
+	if d > math.MaxInt64-time.Second {
+		return "more than 292 years"
+	}
+	return (d + time.Second).String()
 }
 
 // validity returns the leaf's NotBefore and NotAfter: the window (above)

@@ -445,6 +445,12 @@ func TestAWindowTheSignerWouldNotIssueIsRefusedAtNewOrder(t *testing.T) {
 		{name: "fail/a window longer than the lifetime", reqNB: T, reqNA: T.Add(30 * day), wantDetail: "valid for at most 168h0m0s"},
 		{name: "fail/a notAfter beyond the certificate profile's lifetime", profile: day, reqNA: T.Add(2 * day), wantDetail: "valid for at most 24h0m0s"},
 		{name: "fail/a notAfter before notBefore", reqNB: T.Add(2 * day), reqNA: T.Add(day), wantDetail: "is before notBefore"},
+		// A span past time.Duration's 292 years is said as such, not wrapped
+		// to a negative one.
+		{name: "fail/a notAfter in year 9999", reqNA: time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+			wantDetail: "would be valid for more than 292 years; this profile issues certificates valid for at most 168h0m0s"},
+		{name: "fail/a window of a week and a second", reqNB: T, reqNA: T.Add(DefaultLifetime),
+			wantDetail: "would be valid for 168h0m1s; this profile issues certificates valid for at most 168h0m0s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
