@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,6 +46,12 @@ func newAuditBench(t *testing.T, appExtra string) (*revokeBench, e2eConfig) {
 // status.
 func (b *revokeBench) throwawayRevoke(t *testing.T, userAgent string) int {
 	t.Helper()
+	return b.throwawayRevokeWith(t, http.Header{"User-Agent": {userAgent}})
+}
+
+// throwawayRevokeWith is throwawayRevoke with the request's headers.
+func (b *revokeBench) throwawayRevokeWith(t *testing.T, header http.Header) int {
+	t.Helper()
 	base := strings.TrimSuffix(b.env.directoryURL(e2eProfile), "directory")
 	resp, err := b.env.client.Head(base + "new-nonce")
 	if err != nil {
@@ -62,8 +69,10 @@ func (b *revokeBench) throwawayRevoke(t *testing.T, userAgent string) int {
 		t.Fatal(err)
 	}
 	req, _ := http.NewRequest(http.MethodPost, base+"revoke-cert", strings.NewReader(jws.FullSerialize()))
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	req.Header.Set("Content-Type", "application/jose+json")
-	req.Header.Set("User-Agent", userAgent)
 	resp, err = b.env.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +116,55 @@ func TestThrowawayKeysFloodingRevokeCertThroughCaddyCostOneSummaryRow(t *testing
 	if len(sum) != 1 || sum[0].ClientIP != "127.0.0.1" ||
 		!strings.HasPrefix(sum[0].Detail, "200 refused revocation requests from 127.0.0.1 ") || sum[0].UserAgent != "" {
 		t.Errorf("summary rows after the reload: %+v; want one of the 200 refusals", sum)
+	}
+}
+
+// Behind a proxy Caddy trusts (trusted_proxies), the client is the
+// address Caddy took from the proxy's X-Forwarded-For, as in Caddy's own
+// logs and client_ip matcher: refusals are tallied, and per-address
+// limits counted, by that client, not by the proxy all clients share.
+// A header from a peer Caddy does not trust changes nothing.
+func TestBehindATrustedProxyTheClientIsTheAddressCaddyResolved(t *testing.T) {
+	tests := []struct {
+		name    string
+		trusted string // the trusted_proxies ranges; "" for none
+		from    []string
+		want    []string // the summary rows' client addresses
+	}{
+		{"ok/a trusted proxy's forwarded clients are told apart", "127.0.0.1/32",
+			[]string{"203.0.113.7", "203.0.113.7", "198.51.100.9"}, []string{"198.51.100.9", "203.0.113.7"}},
+		{"ok/an untrusted peer's header is ignored", "",
+			[]string{"203.0.113.7", "198.51.100.9"}, []string{"127.0.0.1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newE2EEnv(t)
+			b := &revokeBench{env: env}
+			cfg := e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t)}
+			if tc.trusted != "" {
+				cfg.GlobalExtra = "servers {\n\t\ttrusted_proxies static " + tc.trusted + "\n\t}"
+			}
+			env.load(t, cfg)
+			for _, ip := range tc.from {
+				if status := b.throwawayRevokeWith(t, http.Header{"X-Forwarded-For": {ip}}); status != http.StatusBadRequest {
+					t.Fatalf("from %s: %d; want 400 malformed", ip, status)
+				}
+			}
+			// A reload writes what the profile's server counted.
+			env.load(t, cfg)
+			evs, err := activeApp(t).db.SearchAudit(context.Background(), store.AuditFilter{Event: acme.EventRevocationRefusals})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ev := range evs {
+				got = append(got, ev.ClientIP)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("summary rows from %q; want %q", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -76,6 +76,8 @@ type e2eConfig struct {
 	Admin string
 	// AppExtra is more of the global acme_proxy option's block (notify).
 	AppExtra string
+	// GlobalExtra is more of the global options block (servers).
+	GlobalExtra string
 	// NoAppOption leaves the global acme_proxy option out, as the
 	// quickstart does: the handler pulls the app in, its database in
 	// Caddy's data directory.
@@ -102,6 +104,7 @@ var e2eCaddyfile = template.Must(template.New("Caddyfile").Parse(`{
 	default_bind 127.0.0.1
 	http_port {{.Env.HTTPPort}}
 	https_port {{.Env.HTTPSPort}}
+	{{.Cfg.GlobalExtra}}
 	{{if not .Cfg.NoAppOption}}acme_proxy {
 		database {{.Env.Database}}
 		{{.Cfg.AppExtra}}

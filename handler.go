@@ -173,6 +173,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if !h.server.Handles(r.URL.Path) {
 		return next.ServeHTTP(w, r)
 	}
+	// Behind a trusted proxy the client is the address Caddy read from
+	// its headers (trusted_proxies), as Caddy's logs and matchers have
+	// it, not the proxy's connection.
+	if trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool); trusted {
+		if ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ip != "" {
+			r = r.WithContext(acmeproxy.WithClientIP(r.Context(), ip))
+		}
+	}
 	h.server.ServeHTTP(w, r)
 	return nil
 }

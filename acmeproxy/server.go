@@ -132,8 +132,25 @@ func (s *Server) requestURL(r *http.Request) string {
 	return u
 }
 
-// clientIP is the address the request came from (without the port).
+// clientIPKey carries a request's client address (WithClientIP).
+type clientIPKey struct{}
+
+// WithClientIP tells the Server that the client of the request with ctx
+// is ip, when that is not the connection's peer: a trusted proxy's
+// request, whose client the HTTP server in front (Caddy's
+// trusted_proxies) took from its headers. Limits per address, the
+// refusal tallies and the audit rows then count the client, not the
+// proxy every client shares.
+func WithClientIP(ctx context.Context, ip string) context.Context {
+	return context.WithValue(ctx, clientIPKey{}, ip)
+}
+
+// clientIP is the address the request came from: the one WithClientIP
+// gave, else the connection's peer (without the port).
 func clientIP(r *http.Request) string {
+	if ip, ok := r.Context().Value(clientIPKey{}).(string); ok {
+		return ip
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
