@@ -245,3 +245,32 @@ func checkCertbotCert(t *testing.T, live string, root *x509.Certificate, name st
 	}
 	return leaf
 }
+
+// TestCertbotMustStapleIsRefusedWithTheReasonAndTheSameNameIssuesWithout
+// has certbot ask for OCSP Must-Staple, which a local CA without an OCSP
+// responder cannot give: the finalize is refused (badCSR) with the
+// reason, where a leaf quietly without the extension would leave the
+// operator believing stapling is enforced. Without the flag the same
+// name issues.
+func TestCertbotMustStapleIsRefusedWithTheReasonAndTheSameNameIssuesWithout(t *testing.T) {
+	certbot := needTool(t, "certbot", "install it with `apt-get install --no-install-recommends certbot`")
+	caddy := buildCaddy(t)
+
+	const name = "staple.example.com"
+	s := startCertbotServer(t, caddy, certbot, certbotSite{profile: "certbot"})
+	out, err := s.cb.attempt(t, "certonly", "--standalone", "--agree-tos", "--register-unsafely-without-email",
+		"--must-staple", "-d", name)
+	// Debian 12's certbot (2.1, with Python 3.11) prints an AttributeError
+	// of its own for any ACME error at finalize; the server's problem is
+	// in its log.
+	log, lerr := os.ReadFile(filepath.Join(s.cb.logsDir, "letsencrypt.log"))
+	if err == nil || lerr != nil || !bytes.Contains(log, []byte("urn:ietf:params:acme:error:badCSR")) || !bytes.Contains(log, []byte("OCSP Must-Staple")) {
+		t.Fatalf("certbot --must-staple: %v\n%s\nits log (%v):\n%s\nwant a badCSR refusal naming OCSP Must-Staple", err, out, lerr, log)
+	}
+	if _, err := os.Stat(filepath.Join(s.cb.configDir, "live", name)); err == nil {
+		t.Errorf("certbot saved a certificate for %s from the refused request", name)
+	}
+
+	s.cb.run(t, "certonly", "--standalone", "-d", name)
+	checkCertbotCert(t, filepath.Join(s.cb.configDir, "live", name), s.root, name)
+}

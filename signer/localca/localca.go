@@ -215,13 +215,28 @@ func (s *Signer) CAChain(ctx context.Context) ([][]byte, error) {
 	return chain, nil
 }
 
+// oidTLSFeature is the TLS feature extension (RFC 7633), which a CSR
+// carries to ask for OCSP Must-Staple (certbot and lego --must-staple).
+var oidTLSFeature = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 1, 24}
+
 // leaf builds the certificate template for req. Everything in it comes
 // from the order, the CSR's public key and this signer's options; the
 // CSR's extensions are never copied, so a CSR cannot ask for CA:true, more
-// names or more key usages.
+// names or more key usages. One is refused rather than left out: the TLS
+// feature extension (OCSP Must-Staple). This CA runs no OCSP responder, so
+// it cannot issue what it asks for, and a leaf quietly without it would
+// leave its requester believing its servers enforce stapling (RFC 8555
+// §7.4: a finalize fails when the CSR asks for extensions the CA will not
+// include; Let's Encrypt refuses it too).
 func (s *Signer) leaf(req signer.IssueRequest, ca *x509.Certificate) (*x509.Certificate, error) {
 	if len(req.Identifiers) == 0 {
 		return nil, errors.New("localca: issue request without identifiers")
+	}
+	for _, ext := range req.CSR.Extensions {
+		if ext.Id.Equal(oidTLSFeature) {
+			return nil, &signer.Error{Kind: signer.KindBadCSR,
+				Detail: "the CSR asks for OCSP Must-Staple (the TLS feature extension); this CA runs no OCSP responder and does not issue it: request the certificate without it"}
+		}
 	}
 	tmpl := &x509.Certificate{
 		Subject:               pkix.Name{CommonName: commonName(req.CSR.Subject.CommonName, req.Identifiers)},

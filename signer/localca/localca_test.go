@@ -545,6 +545,10 @@ func TestIssueRefusesWhatItCannotSign(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := issueRequest(t, newKey(t, "p256"), dns("www.example.com"))
+	// What certbot and lego --must-staple put in the CSR: the TLS
+	// feature extension (RFC 7633) listing status_request (5).
+	mustStaple := newCSR(t, newKey(t, "p256"), &x509.CertificateRequest{DNSNames: []string{"www.example.com"},
+		ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 1, 24}, Value: mustMarshal(t, []int{5})}}})
 	tests := []struct {
 		name     string
 		req      signer.IssueRequest
@@ -556,6 +560,8 @@ func TestIssueRefusesWhatItCannotSign(t *testing.T) {
 			signer.IssueRequest{CSR: good.CSR, Identifiers: []acme.Identifier{ip("300.1.1.1")}}, signer.KindRejectedIdentifier},
 		{"fail/a key that cannot sign TLS is a bad CSR",
 			signer.IssueRequest{CSR: &x509.CertificateRequest{PublicKey: x25519.PublicKey()}, Identifiers: good.Identifiers}, signer.KindBadCSR},
+		{"fail/a CSR asking for OCSP Must-Staple is a bad CSR, since this CA has no OCSP responder",
+			signer.IssueRequest{CSR: mustStaple, Identifiers: good.Identifiers}, signer.KindBadCSR},
 		{"fail/a request without a CSR is a server fault",
 			signer.IssueRequest{Identifiers: good.Identifiers}, 0},
 		{"fail/a request without identifiers is a server fault",
