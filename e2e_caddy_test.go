@@ -1,12 +1,17 @@
 package caddyacmeproxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,4 +220,97 @@ func TestAConfigReloadLosesNoOrderInFlight(t *testing.T) {
 		})
 	}
 	t.Logf("all orders valid %s after the reload", time.Since(start).Round(time.Millisecond))
+}
+
+// TestCaddyAsAClientRegistersWithAnEABKeyAndReadsTheRenewalWindow has a
+// Caddy site's ACME issuer register at a profile that requires external
+// account binding, with a key minted by the CLI, obtain its certificate
+// there, and read that certificate's renewal window (RFC 9773), as the
+// README says Caddy does.
+func TestCaddyAsAClientRegistersWithAnEABKeyAndReadsTheRenewalWindow(t *testing.T) {
+	env := newE2EEnv(t)
+	env.createLocalCA(t)
+	b := &revokeBench{env: env, admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	bound := fmt.Sprintf("acme_proxy {\nprofile bound\neab required\nresolvers %s\nvalidation_ports {\nhttp %d\n}\n}", env.DNSAddr, env.HTTPPort)
+	cfg := e2eConfig{ValidationHTTP: env.HTTPPort, ValidationTLS: env.HTTPSPort, Admin: b.admin, ExtraProfiles: bound}
+	env.load(t, cfg)
+	unloadAdminOnCleanup(t)
+	key := b.mintByCLI(t, "--label", "caddy-sites")
+
+	const name = "eab-site.example.com"
+	cfg.ExtraSites = fmt.Sprintf(`
+https://%s {
+	tls {
+		issuer acme {
+			dir %s
+			trusted_roots %s
+			disable_tlsalpn_challenge
+			alt_http_port %d
+			eab %s %s
+		}
+	}
+	respond "hello"
+}
+`, name, env.directoryURL("bound"), env.rootFile, env.HTTPPort, key.KID, key.HMACKey)
+	env.load(t, cfg)
+
+	addr := fmt.Sprintf("127.0.0.1:%d", env.HTTPSPort)
+	var (
+		state tls.ConnectionState
+		err   error
+	)
+	for deadline := time.Now().Add(e2eWait); ; {
+		state, err = e2eHandshake(t.Context(), addr, &tls.Config{ServerName: name, RootCAs: env.rootPool})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no certificate for %s served by %s after %s: %v", name, addr, e2eWait, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var chain [][]byte
+	for _, c := range state.PeerCertificates {
+		chain = append(chain, c.Raw)
+	}
+	leaf := env.checkIssued(t, chain, name)
+	if !env.proxyIssued(t, leaf.SerialNumber) {
+		t.Errorf("the served certificate (serial %x) is not one the proxy issued", leaf.SerialNumber)
+	}
+
+	out, err := b.cliRun("accounts", "--profile", "bound", "--json")
+	if err != nil || !strings.Contains(out, `"caddy-sites"`) {
+		t.Errorf("caddy acme-proxy accounts --profile bound: %v\n%s\nwant Caddy's account, bound by the key labelled caddy-sites", err, out)
+	}
+
+	// certmagic reads the renewal window of a certificate it obtained and
+	// logs it (logger http.acme_client, "got renewal info").
+	for deadline := time.Now().Add(e2eWait); ; {
+		log, _ := os.ReadFile(env.LogFile)
+		if caddyLoggedRenewalInfo(log, name) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Caddy never read the renewal window of %s", name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// caddyLoggedRenewalInfo reports whether Caddy's JSON log holds certmagic's
+// line for a renewal window it read for name, with a window.
+func caddyLoggedRenewalInfo(log []byte, name string) bool {
+	for line := range bytes.Lines(log) {
+		var entry struct {
+			Msg         string   `json:"msg"`
+			Names       []string `json:"names"`
+			WindowStart int64    `json:"window_start"`
+			WindowEnd   int64    `json:"window_end"`
+		}
+		if json.Unmarshal(line, &entry) == nil && entry.Msg == "got renewal info" &&
+			slices.Contains(entry.Names, name) && entry.WindowStart > 0 && entry.WindowEnd >= entry.WindowStart {
+			return true
+		}
+	}
+	return false
 }
