@@ -274,3 +274,49 @@ func TestCertbotMustStapleIsRefusedWithTheReasonAndTheSameNameIssuesWithout(t *t
 	s.cb.run(t, "certonly", "--standalone", "-d", name)
 	checkCertbotCert(t, filepath.Join(s.cb.configDir, "live", name), s.root, name)
 }
+
+// TestCertbotRenewsASevenDayCertificateAtEveryRunUntilItsRenewalConfigSaysOtherwise
+// pins down what the README says of Debian 12's certbot (2.1), which has
+// no ARI: `certbot renew` renews a certificate with fewer than 30 days
+// left (its renew_before_expiry), so a local CA's 7-day leaf at every
+// run; with `renew_before_expiry = 2 days` in the certificate's renewal
+// config it waits.
+func TestCertbotRenewsASevenDayCertificateAtEveryRunUntilItsRenewalConfigSaysOtherwise(t *testing.T) {
+	certbot := needTool(t, "certbot", "install it with `apt-get install --no-install-recommends certbot`")
+	caddy := buildCaddy(t)
+
+	const name = "renew.example.com"
+	s := startCertbotServer(t, caddy, certbot, certbotSite{profile: "certbot"})
+	live := filepath.Join(s.cb.configDir, "live", name)
+	s.cb.run(t, "certonly", "--standalone", "--agree-tos", "--register-unsafely-without-email", "-d", name)
+	first := checkCertbotCert(t, live, s.root, name)
+	if left := time.Until(first.NotAfter); left > 7*24*time.Hour || left < 6*24*time.Hour {
+		t.Fatalf("the leaf has %s left; want about the local CA's 7 days", left)
+	}
+
+	s.cb.run(t, "renew", "--no-random-sleep-on-renew")
+	second := checkCertbotCert(t, live, s.root, name)
+	if second.SerialNumber.Cmp(first.SerialNumber) == 0 {
+		t.Fatalf("certbot renew kept serial %x with %s left; want it renewed (fewer than 30 days left)",
+			first.SerialNumber, time.Until(first.NotAfter).Round(time.Minute))
+	}
+
+	conf := filepath.Join(s.cb.configDir, "renewal", name+".conf")
+	text, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const commented = "# renew_before_expiry = 30 days"
+	if !bytes.Contains(text, []byte(commented)) {
+		t.Fatalf("%s lacks %q:\n%s", conf, commented, text)
+	}
+	text = bytes.Replace(text, []byte(commented), []byte("renew_before_expiry = 2 days"), 1)
+	if err := os.WriteFile(conf, text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.cb.run(t, "renew", "--no-random-sleep-on-renew")
+	if third := checkCertbotCert(t, live, s.root, name); third.SerialNumber.Cmp(second.SerialNumber) != 0 {
+		t.Errorf("certbot renew with renew_before_expiry = 2 days renewed serial %x (%s left) into %x; want it kept",
+			second.SerialNumber, time.Until(second.NotAfter).Round(time.Minute), third.SerialNumber)
+	}
+}
