@@ -320,3 +320,35 @@ func TestCertbotRenewsASevenDayCertificateAtEveryRunUntilItsRenewalConfigSaysOth
 			second.SerialNumber, time.Until(second.NotAfter).Round(time.Minute), third.SerialNumber)
 	}
 }
+
+// TestCertbotCannotRenewWithAKeyItRevokedForKeyCompromise has certbot
+// revoke a certificate with its own key for keyCompromise, then renew
+// with --reuse-key: the finalize is refused (badCSR), since a key known
+// compromised is not certified again; renewing with a new key succeeds.
+func TestCertbotCannotRenewWithAKeyItRevokedForKeyCompromise(t *testing.T) {
+	certbot := needTool(t, "certbot", "install it with `apt-get install --no-install-recommends certbot`")
+	caddy := buildCaddy(t)
+
+	const name = "compromised.example.com"
+	s := startCertbotServer(t, caddy, certbot, certbotSite{profile: "certbot"})
+	live := filepath.Join(s.cb.configDir, "live", name)
+	s.cb.run(t, "certonly", "--standalone", "--agree-tos", "--register-unsafely-without-email", "-d", name)
+	first := checkCertbotCert(t, live, s.root, name)
+	s.cb.run(t, "revoke", "--cert-path", filepath.Join(live, "cert.pem"), "--key-path", filepath.Join(live, "privkey.pem"),
+		"--reason", "keycompromise", "--no-delete-after-revoke")
+
+	out, err := s.cb.attempt(t, "renew", "--force-renewal", "--reuse-key", "--no-random-sleep-on-renew")
+	log, lerr := os.ReadFile(filepath.Join(s.cb.logsDir, "letsencrypt.log"))
+	if err == nil || lerr != nil || !bytes.Contains(log, []byte("urn:ietf:params:acme:error:badCSR")) || !bytes.Contains(log, []byte("revoked for keyCompromise")) {
+		t.Fatalf("certbot renew --reuse-key: %v\n%s\nits log (%v):\n%s\nwant a badCSR refusal of the compromised key", err, out, lerr, log)
+	}
+	if again := checkCertbotCert(t, live, s.root, name); again.SerialNumber.Cmp(first.SerialNumber) != 0 {
+		t.Errorf("certbot renew --reuse-key got serial %x for the compromised key", again.SerialNumber)
+	}
+
+	s.cb.run(t, "renew", "--force-renewal", "--no-random-sleep-on-renew")
+	renewed := checkCertbotCert(t, live, s.root, name)
+	if bytes.Equal(renewed.RawSubjectPublicKeyInfo, first.RawSubjectPublicKeyInfo) {
+		t.Errorf("the renewal with a new key certified the compromised key")
+	}
+}

@@ -34,9 +34,10 @@ func TestStatementsByKeyReachTheirRowByKeyOnANewPostgresDatabase(t *testing.T) {
 	keys := map[string]bool{
 		"accounts_pkey": true, "orders_pkey": true, "authorizations_pkey": true, "challenges_pkey": true,
 		"certificates_pkey": true, "used_nonces_pkey": true,
-		"authorizations_order": true, // an order's authorizations, by the order's key
-		"challenges_authz":     true, // an authorization's challenges, by its key
-		"revocations_tx":       true, // an issuer's ledger rows written since a snapshot
+		"authorizations_order":         true, // an order's authorizations, by the order's key
+		"challenges_authz":             true, // an authorization's challenges, by its key
+		"revocations_tx":               true, // an issuer's ledger rows written since a snapshot
+		"certificates_compromised_key": true, // a key revoked for keyCompromise
 	}
 	_, lateRows := postgresDialect{}.crlLateRows()
 	cases := []struct {
@@ -53,6 +54,7 @@ func TestStatementsByKeyReachTheirRowByKeyOnANewPostgresDatabase(t *testing.T) {
 		{"an order claimed for issuance", db.q(claimOrderForIssue)},
 		{"an order issued", db.q(postgresDialect{}.issueOrder(1))},
 		{"the ledger rows a CRL's base did not see", db.q(lateRows)},
+		{"a CSR's key looked up among those revoked for keyCompromise", db.q(compromisedKeyQuery)},
 	}
 	scan := regexp.MustCompile(`(Seq Scan on \w+|(?:Index|Index Only|Bitmap Index) Scan (?:using|on) \w+)`)
 	for i, c := range cases {

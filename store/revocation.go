@@ -68,6 +68,32 @@ func (db *DB) CertificateBySerial(ctx context.Context, profile, serial string) (
 	return c, readErr(err, "certificate with serial "+serial)
 }
 
+// compromisedKeyQuery finds a certificate of a key revoked for
+// keyCompromise, through the partial index certificates_compromised_key,
+// which holds those certificates only. The reason is written as the
+// index's predicate (1: keyCompromise), for the planners to match it.
+const compromisedKeyQuery = `SELECT 1 FROM certificates WHERE revocation_reason = 1 AND public_key = ? LIMIT 1`
+
+// KeyRevokedForCompromise reports whether a certificate of any profile
+// that certifies one of keys (SubjectPublicKeyInfo DER, as stored at
+// issuance) is revoked with reason keyCompromise: such a key is not
+// certified again (CA/Browser Forum Baseline Requirements §6.1.1.3). A
+// key stays known as long as its certificate's row is kept
+// (certificate_retention).
+func (db *DB) KeyRevokedForCompromise(ctx context.Context, keys ...[]byte) (bool, error) {
+	for _, k := range keys {
+		var one int
+		err := db.r.QueryRowContext(ctx, db.q(compromisedKeyQuery), k).Scan(&one)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return false, fmt.Errorf("store: looking up a key revoked for keyCompromise: %w", err)
+		}
+	}
+	return false, nil
+}
+
 // CertificateOfOrder reads the certificate issued for an order, whatever
 // its profile.
 func (db *DB) CertificateOfOrder(ctx context.Context, orderID string) (Certificate, error) {

@@ -14,6 +14,12 @@ import (
 // until notAfter, and returns the certificate.
 func issuedCert(t *testing.T, db *DB, serial string, notAfter time.Time) Certificate {
 	t.Helper()
+	return issuedCertFor(t, db, serial, []byte{1}, notAfter)
+}
+
+// issuedCertFor is issuedCert for a certificate of the key spki.
+func issuedCertFor(t *testing.T, db *DB, serial string, spki []byte, notAfter time.Time) Certificate {
+	t.Helper()
 	ctx := context.Background()
 	o := newOrderWithAuthzs(t, db, 1)
 	c := challengeOf(t, db, o.AuthzIDs[0])
@@ -27,7 +33,7 @@ func issuedCert(t *testing.T, db *DB, serial string, notAfter time.Time) Certifi
 		t.Fatalf("claiming order %s: %v %v", o.ID, ok, err)
 	}
 	cert, err := db.IssueOrder(ctx, Certificate{OrderID: o.ID, Profile: "p", AccountID: o.AccountID, Serial: serial,
-		ChainPEM: "-", PublicKey: []byte{1}, NotBefore: t0, NotAfter: notAfter},
+		ChainPEM: "-", PublicKey: spki, NotBefore: t0, NotAfter: notAfter},
 		AuditEvent{At: t0, Event: "certificate_issued", Outcome: "success", Profile: "p", OrderID: o.ID, Serial: serial}, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +75,48 @@ func TestARevocationIsRecordedOnceWithItsLedgerRowAndAuditRow(t *testing.T) {
 		}
 		if _, err := db.CertificateBySerial(ctx, "other", "0a"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("by serial in another profile: %v; want ErrNotFound", err)
+		}
+	})
+}
+
+func TestAKeyIsKnownCompromisedOnceACertificateOfItIsRevokedForKeyCompromise(t *testing.T) {
+	tests := []struct {
+		name   string
+		reason int  // the revocation's reason; -1: not revoked
+		change bool // then an operator changes the reason to keyCompromise
+		want   bool
+	}{
+		{name: "a certificate not revoked leaves its key usable", reason: -1},
+		{name: "a certificate revoked as superseded leaves its key usable", reason: acme.ReasonSuperseded},
+		{name: "a certificate revoked for keyCompromise makes its key compromised", reason: acme.ReasonKeyCompromise, want: true},
+		{name: "a revocation changed to keyCompromise makes its key compromised", reason: acme.ReasonSuperseded, change: true, want: true},
+	}
+	eachDialect(t, func(t *testing.T) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				db := openTest(t)
+				key, other := []byte("spki of the key"), []byte("spki of another key")
+				issuedCertFor(t, db, "0b", other, t0.Add(time.Hour))
+				c := issuedCertFor(t, db, "0a", key, t0.Add(time.Hour))
+				if tc.reason >= 0 {
+					if _, err := revoke(t, db, c, "ca", tc.reason); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if tc.change {
+					if err := db.ChangeRevocationReason(ctx, c.ID, acme.ReasonKeyCompromise, AuditEvent{At: t0, Event: "revocation_reason_changed", Outcome: "success"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, err := db.KeyRevokedForCompromise(ctx, []byte("a third key"), key)
+				if err != nil || got != tc.want {
+					t.Errorf("KeyRevokedForCompromise(the certificate's key) = %v, %v; want %v", got, err, tc.want)
+				}
+				if got, err := db.KeyRevokedForCompromise(ctx, other); err != nil || got {
+					t.Errorf("KeyRevokedForCompromise(another certificate's key) = %v, %v; want false", got, err)
+				}
+			})
 		}
 	})
 }

@@ -527,4 +527,12 @@ var postgresMigrations = []migration{
 			`CREATE INDEX revocations_tx ON revocations (issuer_key_id, tx) WHERE tx IS NOT NULL`,
 		},
 	},
+	{
+		version: 27,
+		name:    "certificates_compromised_key",
+		stmts: []string{
+			// As SQLite's step.
+			`CREATE INDEX certificates_compromised_key ON certificates (public_key) WHERE revocation_reason = 1`,
+		},
+	},
 }

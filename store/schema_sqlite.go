@@ -614,4 +614,14 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX revocations_tx ON revocations (issuer_key_id, tx) WHERE tx IS NOT NULL`,
 		},
 	},
+	{
+		version: 27,
+		name:    "certificates_compromised_key",
+		stmts: []string{
+			// A key whose certificate was revoked for keyCompromise is
+			// not certified again (KeyRevokedForCompromise): those
+			// certificates by their key, and no other.
+			`CREATE INDEX certificates_compromised_key ON certificates (public_key) WHERE revocation_reason = 1`,
+		},
+	},
 }

@@ -57,6 +57,9 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 	if err := CheckCSR(csr, idents, acct.KeyJWK); err != nil {
 		return o, err
 	}
+	if err := au.refuseCompromisedKey(ctx, csr); err != nil {
+		return o, err
+	}
 	if err := cp.checkKeyType(csr.PublicKey); err != nil {
 		return o, err
 	}
@@ -319,6 +322,29 @@ func (au *Authority) crlURL() string {
 		return ""
 	}
 	return au.cfg.CRLURL
+}
+
+// refuseCompromisedKey refuses a CSR for a key that a certificate of this
+// store was revoked for keyCompromise with (CA/Browser Forum Baseline
+// Requirements §6.1.1.3): a client renewing with the same key — certbot
+// --reuse-key, lego --reuse-key or --private-key — after revoking for
+// keyCompromise would otherwise get it certified again. The order stays
+// ready, for a CSR with another key. The key is looked up as the CSR
+// encodes it and as crypto/x509 does, which is how a local CA's leaf
+// stores it.
+func (au *Authority) refuseCompromisedKey(ctx context.Context, csr *x509.CertificateRequest) error {
+	keys := [][]byte{csr.RawSubjectPublicKeyInfo}
+	if der, err := x509.MarshalPKIXPublicKey(csr.PublicKey); err == nil && !bytes.Equal(der, csr.RawSubjectPublicKeyInfo) {
+		keys = append(keys, der)
+	}
+	compromised, err := au.db.KeyRevokedForCompromise(ctx, keys...)
+	if err != nil {
+		return err
+	}
+	if compromised {
+		return problem.BadCSRF("a certificate for the CSR's key was revoked for keyCompromise; that key is not certified again: generate a new one")
+	}
+	return nil
 }
 
 // CheckCSR requires a CSR to be exactly for the order: a valid signature,
