@@ -121,7 +121,7 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request, id stri
 		}
 	}
 	if !req.postAsGet && c.Status == acme.StatusPending {
-		if c, err = s.core.AnswerChallenge(ctx, c, a, req.thumbprint); err != nil {
+		if c, err = s.core.AnswerChallenge(ctx, c, a, req.thumbprint, clientOf(r)); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -190,7 +191,7 @@ func TestAnAuthorizationPastItsExpiryIsExpiredAndItsChallengeCannotBeAnswered(t 
 				t.Fatalf("start challenge: %v %v", started, err)
 			}
 		})
-		e.srv.Authority().RunValidation(ctx, challengeID(ch))
+		e.srv.Authority().RunValidation(ctx, challengeID(ch), authority.Client{})
 		got, _, err := e.db.GetChallenge(ctx, e.srv.Profile(), challengeID(ch))
 		if err != nil {
 			t.Fatal(err)

@@ -133,7 +133,7 @@ func TestEveryStatementOnTheIssuancePathReadsAFewRowsByIndex(t *testing.T) {
 		if _, _, err := au.OwnChallenge(ctx, acct.ID, a.Challenges[0].ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := au.AnswerChallenge(ctx, a.Challenges[0], a, acct.Thumbprint); err != nil {
+		if _, err := au.AnswerChallenge(ctx, a.Challenges[0], a, acct.Thumbprint, authority.Client{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -141,7 +141,7 @@ func (f *issuanceFlow) issue(acct store.Account, step func(string)) error {
 	if err := spend(); err != nil {
 		return err
 	}
-	if _, err := f.au.AnswerChallenge(ctx, a.Challenges[0], a, acct.Thumbprint); err != nil {
+	if _, err := f.au.AnswerChallenge(ctx, a.Challenges[0], a, acct.Thumbprint, authority.Client{}); err != nil {
 		return fmt.Errorf("challenge: %w", err)
 	}
 	step("challenge")

@@ -665,6 +665,19 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 	if e, ok := db.eng.(*postgresEngine); ok && valid && len(jobs) == 0 {
 		return db.completeValidChallenge(ctx, e, id, problem, now) // the same writes in one round trip
 	}
+	return db.completeChallenge(ctx, id, valid, problem, now, nil, jobs)
+}
+
+// FailChallengeAudited is CompleteChallenge for a failed validation that
+// also writes ev (its challenge_failed row, at ev.At), with the
+// notifications in ev.Jobs, in the same transaction: a challenge that
+// this call settles has its row, and one settled already (ErrWrongState)
+// gets none.
+func (db *DB) FailChallengeAudited(ctx context.Context, id string, problem []byte, ev AuditEvent) (ChallengeResult, error) {
+	return db.completeChallenge(ctx, id, false, problem, ev.At, &ev, nil)
+}
+
+func (db *DB) completeChallenge(ctx context.Context, id string, valid bool, problem []byte, now time.Time, ev *AuditEvent, jobs []NewJob) (ChallengeResult, error) {
 	status, validated := acme.StatusInvalid, time.Time{}
 	if valid {
 		status, validated = acme.StatusValid, now
@@ -684,6 +697,11 @@ func (db *DB) CompleteChallenge(ctx context.Context, id string, valid bool, prob
 		}
 		if err := db.enqueueAll(ctx, tx, jobs, now); err != nil {
 			return err
+		}
+		if ev != nil {
+			if err := db.insertAudit(ctx, tx, *ev); err != nil {
+				return err
+			}
 		}
 		err = tx.QueryRowContext(ctx, db.q(`UPDATE authorizations SET status = ?, updated_at = ?
 			WHERE id = ? AND status = 'pending' RETURNING order_id`), status, now.UnixMilli(), authzID).Scan(&res.OrderID)

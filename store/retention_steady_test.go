@@ -113,7 +113,7 @@ func TestASteadyStateOfOrdersKeepsEveryTableBoundedFor200Days(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := au.AnswerChallenge(ctx, a.Challenges[0], a, acct.Thumbprint); err != nil {
+				if _, err := au.AnswerChallenge(ctx, a.Challenges[0], a, acct.Thumbprint, authority.Client{}); err != nil {
 					t.Fatal(err)
 				}
 			}

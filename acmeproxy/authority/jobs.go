@@ -109,7 +109,7 @@ func ValidationJobs(profiles Profiles, db *store.DB, clk clock.Clock) jobs.Handl
 	return &profileJobs[validatePayload]{
 		kind: ValidateKind, profiles: profiles, concurrency: 32,
 		run: func(ctx context.Context, au *Authority, _ *jobs.Job, p validatePayload) jobs.Outcome {
-			return au.RunValidation(ctx, p.Challenge)
+			return au.RunValidation(ctx, p.Challenge, Client{IP: p.ClientIP, UserAgent: p.UserAgent})
 		},
 		// Re-queue validations owed to challenges left in processing
 		// (their job was pruned or lost with an older binary); the

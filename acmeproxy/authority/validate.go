@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -58,7 +57,8 @@ func (au *Authority) DeactivateAuthz(ctx context.Context, a store.Authz) (store.
 // authorization a (RFC 8555 §7.5.1), keyThumbprint being the signing
 // account key's: the validation is tried at once, within the request,
 // else handed to a challenge_validate job. It returns the challenge as it
-// then stands (processing while the job runs).
+// then stands (processing while the job runs). cl is the answering
+// client, for the audit row of a failed validation.
 //
 // Answers to one challenge that arrive while its validation is under way
 // here, or soon after it ended (a client, or a fleet of them, posting it
@@ -67,12 +67,12 @@ func (au *Authority) DeactivateAuthz(ctx context.Context, a store.Authz) (store.
 // others wait for its outcome and are answered the challenge it left, so
 // that the client's server is asked once. One that ends in an error
 // hands the challenge to the next, which tries in its turn.
-func (au *Authority) AnswerChallenge(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string) (store.Challenge, error) {
+func (au *Authority) AnswerChallenge(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string, cl Client) (store.Challenge, error) {
 	id := c.ID
 	for {
 		call, first := au.answers.join(id)
 		if first {
-			c, err := au.answerChallenge(ctx, c, a, keyThumbprint)
+			c, err := au.answerChallenge(ctx, c, a, keyThumbprint, cl)
 			au.answers.leave(id, call, c, err)
 			return c, err
 		}
@@ -149,7 +149,7 @@ func (w *answering) leave(id string, call *answerCall, c store.Challenge, err er
 }
 
 // answerChallenge is AnswerChallenge's one answer.
-func (au *Authority) answerChallenge(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string) (store.Challenge, error) {
+func (au *Authority) answerChallenge(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string, cl Client) (store.Challenge, error) {
 	if st := au.AuthzStatus(a); st != acme.StatusPending {
 		return c, problem.MalformedF("the authorization is %s; its challenges can no longer be answered", st)
 	}
@@ -158,7 +158,7 @@ func (au *Authority) answerChallenge(ctx context.Context, c store.Challenge, a s
 	// durable write, with no job to store, run and settle. A crash
 	// meanwhile leaves the challenge pending and the client without an
 	// answer, free to post again.
-	settled, late, err := au.validateInline(ctx, &c, a, keyThumbprint)
+	settled, late, err := au.validateInline(ctx, &c, a, keyThumbprint, cl)
 	if err != nil || settled {
 		return c, err
 	}
@@ -168,7 +168,7 @@ func (au *Authority) answerChallenge(ctx context.Context, c store.Challenge, a s
 	if late {
 		wait = 0
 	}
-	if err := au.validateByJob(ctx, c, a, wait); err != nil {
+	if err := au.validateByJob(ctx, c, a, wait, cl); err != nil {
 		return c, err
 	}
 	c, _, err = au.db.GetChallenge(ctx, au.cfg.Profile, c.ID)
@@ -183,10 +183,10 @@ func (au *Authority) answerChallenge(ctx context.Context, c store.Challenge, a s
 // job starts at once, and an attempt that ends within wait is answered in
 // this response; a slower one goes on in the background and the client
 // polls as usual.
-func (au *Authority) validateByJob(ctx context.Context, c store.Challenge, a store.Authz, wait time.Duration) error {
+func (au *Authority) validateByJob(ctx context.Context, c store.Challenge, a store.Authz, wait time.Duration, cl Client) error {
 	_, done, err := au.queue.RunNow(ctx, jobs.Spec{
 		Kind: ValidateKind, Key: c.ID,
-		Payload:     validatePayload{Profile: au.cfg.Profile, Challenge: c.ID},
+		Payload:     validatePayload{Profile: au.cfg.Profile, Challenge: c.ID, ClientIP: cl.IP, UserAgent: cl.UserAgent},
 		Deadline:    a.Expires,
 		MaxAttempts: validateAttempts,
 	}, wait)
@@ -218,7 +218,7 @@ const maxInlineValidations = 32
 // out of time (late), failed on our side, or found too many others
 // running: the durable job takes over from there, with its retries and its
 // full timeout. keyThumbprint is the signing account key's.
-func (au *Authority) validateInline(ctx context.Context, c *store.Challenge, a store.Authz, keyThumbprint string) (settled, late bool, err error) {
+func (au *Authority) validateInline(ctx context.Context, c *store.Challenge, a store.Authz, keyThumbprint string, cl Client) (settled, late bool, err error) {
 	select {
 	case au.inline <- struct{}{}:
 		defer func() { <-au.inline }()
@@ -235,7 +235,7 @@ func (au *Authority) validateInline(ctx context.Context, c *store.Challenge, a s
 	if _, ok := problem.As(verr); verr != nil && !ok {
 		return false, false, nil // our fault: the job retries it
 	}
-	now, mine, err := au.recordValidation(ctx, *c, a, verr)
+	now, mine, err := au.recordValidation(ctx, *c, a, verr, cl)
 	if err != nil {
 		return false, false, err
 	}
@@ -261,11 +261,16 @@ const validateAttempts = 5
 type validatePayload struct {
 	Profile   string `json:"profile"`
 	Challenge string `json:"challenge"`
+	// The client that answered the challenge, for the audit row of a
+	// failed validation; empty in a job re-queued at start.
+	ClientIP  string `json:"client_ip,omitempty"`
+	UserAgent string `json:"user_agent,omitempty"`
 }
 
 // RunValidation runs one validation of a challenge and records the
-// result: one attempt of its challenge_validate job.
-func (au *Authority) RunValidation(ctx context.Context, challengeID string) jobs.Outcome {
+// result: one attempt of its challenge_validate job. cl is the client
+// that answered the challenge, when known.
+func (au *Authority) RunValidation(ctx context.Context, challengeID string, cl Client) jobs.Outcome {
 	c, a, err := au.db.GetChallenge(ctx, au.cfg.Profile, challengeID)
 	if errors.Is(err, store.ErrNotFound) {
 		return jobs.Failed("challenge not found")
@@ -292,7 +297,7 @@ func (au *Authority) RunValidation(ctx context.Context, challengeID string) jobs
 	// A fault on our side is no verdict: recordValidation refuses it, and
 	// the job tries again.
 	verr := au.runValidator(ctx, c, a, c.Token+"."+acct.Thumbprint)
-	if _, _, err := au.recordValidation(ctx, c, a, verr); err != nil {
+	if _, _, err := au.recordValidation(ctx, c, a, verr, cl); err != nil {
 		if _, verdict := problem.As(verr); verr != nil && !verdict {
 			au.noteRetry(ctx, c)
 		}
@@ -330,10 +335,12 @@ func (au *Authority) ChallengeRetryAfter(ctx context.Context, c store.Challenge)
 }
 
 // recordValidation settles a challenge with a validation's verdict: nil
-// for the expected answer, else the problem with the client's answer. It
-// returns the challenge as recorded; mine is false when someone else
-// settled it meanwhile, which is left as it is.
-func (au *Authority) recordValidation(ctx context.Context, c store.Challenge, a store.Authz, verdict error) (now store.Challenge, mine bool, err error) {
+// for the expected answer, else the problem with the client's answer,
+// audited (challenge_failed, by the authorization's account, from cl)
+// and notified in the same write. It returns the challenge as recorded;
+// mine is false when someone else settled it meanwhile, which is left as
+// it is.
+func (au *Authority) recordValidation(ctx context.Context, c store.Challenge, a store.Authz, verdict error, cl Client) (now store.Challenge, mine bool, err error) {
 	prob, ok := problem.As(verdict)
 	if verdict != nil && !ok {
 		return c, false, fmt.Errorf("validating %s: %w", c.Type, verdict) // a fault, not a verdict
@@ -344,13 +351,19 @@ func (au *Authority) recordValidation(ctx context.Context, c store.Challenge, a 
 	var (
 		body []byte
 		owed []store.NewJob
+		res  store.ChallengeResult
 	)
 	at := au.clock.Now()
 	if prob != nil {
 		body, _ = json.Marshal(prob)
-		owed = au.challengeFailedJobs(a, c, prob, at)
+		ev := au.challengeFailedEvent(ctx, a, c, prob, cl)
+		ev.At = at
+		ev.Jobs = au.AuditNotifyJobs(ev)
+		owed = ev.Jobs
+		res, err = au.db.FailChallengeAudited(ctx, c.ID, body, ev)
+	} else {
+		res, err = au.db.CompleteChallenge(ctx, c.ID, true, nil, at)
 	}
-	res, err := au.db.CompleteChallenge(ctx, c.ID, prob == nil, body, at, owed...)
 	if errors.Is(err, store.ErrWrongState) {
 		return c, false, nil
 	}
@@ -380,16 +393,15 @@ func (au *Authority) recordValidation(ctx context.Context, c store.Challenge, a 
 	return c, true, nil
 }
 
-// challengeFailedJobs are the notifications of a failed challenge.
-func (au *Authority) challengeFailedJobs(a store.Authz, c store.Challenge, prob *problem.Problem, now time.Time) []store.NewJob {
-	if len(au.notify) == 0 {
-		return nil
-	}
-	return au.notifyJobs(notify.Event{
-		Event: acme.EventChallengeFailed, Order: a.OrderID, Account: a.AccountID,
-		Identifiers: []acme.Identifier{a.Identifier},
-		Reason:      string(prob.Type), Detail: c.Type + ": " + prob.Detail, Time: now,
-	})
+// challengeFailedEvent is the audit row of a failed challenge, by the
+// authorization's account, from cl: its identifier, the problem's type as
+// the reason and the challenge type with the problem's detail as the
+// detail. Its notifications carry the same.
+func (au *Authority) challengeFailedEvent(ctx context.Context, a store.Authz, c store.Challenge, prob *problem.Problem, cl Client) store.AuditEvent {
+	ev := au.event(ctx, acme.EventChallengeFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: a.AccountID}, cl)
+	ev.OrderID, ev.AccountID, ev.Identifiers = a.OrderID, a.AccountID, []acme.Identifier{a.Identifier}
+	ev.Reason, ev.Detail = string(prob.Type), c.Type+": "+prob.Detail
+	return ev
 }
 
 // inlineValidationWait is how long a challenge POST waits for its
