@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"mime/quotedprintable"
 	"net"
 	"net/smtp"
 	"net/textproto"
@@ -104,7 +105,10 @@ func smtpError(step string, err error) error {
 }
 
 // mailMessage is the RFC 5322 message of an event: a subject naming the
-// event, the profile and the first identifier, and a plain-text body.
+// event, the profile and the first identifier, and a plain-text body,
+// quoted-printable: a detail may be longer than a mail's 998-octet line
+// (an audit row keeps 1 KiB) or hold UTF-8, which a server without
+// 8BITMIME may not be sent as it is.
 func mailMessage(dst Destination, ev Event, now time.Time) []byte {
 	var b bytes.Buffer
 	subject := "[acme_proxy] " + ev.Event + " (" + ev.Profile + ")"
@@ -124,11 +128,12 @@ func mailMessage(dst Destination, ev Event, now time.Time) []byte {
 	header("Message-ID", "<"+hex.EncodeToString(id[:])+"@acme-proxy>")
 	header("MIME-Version", "1.0")
 	header("Content-Type", "text/plain; charset=utf-8")
-	header("Content-Transfer-Encoding", "8bit")
+	header("Content-Transfer-Encoding", "quoted-printable")
 	b.WriteString("\r\n")
+	body := quotedprintable.NewWriter(&b)
 	line := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(&b, "%-15s %s\r\n", k+":", oneLine(v))
+			fmt.Fprintf(body, "%-15s %s\r\n", k+":", oneLine(v))
 		}
 	}
 	line("event", ev.Event)
@@ -143,6 +148,7 @@ func mailMessage(dst Destination, ev Event, now time.Time) []byte {
 	line("reason", ev.Reason)
 	line("detail", ev.Detail)
 	line("client address", ev.ClientAddress)
+	_ = body.Close() // a bytes.Buffer takes every write
 	return b.Bytes()
 }
 

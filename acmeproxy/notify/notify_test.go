@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"io"
+	"mime/quotedprintable"
 	"net/http"
 	"net/http/httptest"
+	netmail "net/mail"
 	"os"
 	"path/filepath"
 	"strings"
@@ -392,6 +394,64 @@ func TestASettingOfAnotherTypeOfDestinationFailsNamingIt(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := tt.d.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Validate: %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// An e-mail keeps to RFC 5322's 998-octet lines and to 7-bit text, which
+// a server without 8BITMIME must be sent, whatever an event's detail
+// holds: a detail as long as an audit row keeps (1 KiB, a signer
+// backend's error, say) or one in UTF-8 reaches its reader whole once
+// the body is decoded.
+func TestAnEmailKeepsItsLinesShortAndSevenBitWithALongOrUTF8Detail(t *testing.T) {
+	tests := []struct {
+		name   string
+		detail string
+	}{
+		{name: "ok/a detail of an audit row's full length", detail: strings.Repeat("upstream said no; ", store.AuditDetailMax/18)},
+		{name: "ok/a detail in UTF-8", detail: "le programme a refusé la requête — « clé inconnue »"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startSMTP(t, false)
+			dst := notify.Destination{Type: notify.TypeEmail, SMTP: srv.addr, From: "acme@example.com", To: []string{"ops@example.com"}}
+			r := newRig(t, notify.Options{TLS: &tls.Config{RootCAs: srv.certs}}, dst)
+			ev := sampleEvent(acme.EventCertificateIssueFailed)
+			ev.Detail = tt.detail
+			ids := r.event(t, ev, dst)
+			if j := r.wait(t, ids[0]); j.Status != store.JobDone {
+				t.Fatalf("job %s: %s", j.Status, j.LastError)
+			}
+			m := srv.received()
+			if len(m) != 1 {
+				t.Fatalf("%d mails", len(m))
+			}
+			for i, line := range strings.Split(m[0].data, "\n") {
+				if n := len(strings.TrimSuffix(line, "\r")); n > 998 {
+					t.Errorf("line %d is %d octets long, over RFC 5322's 998", i+1, n)
+				}
+				for _, b := range []byte(line) {
+					if b >= 0x80 {
+						t.Errorf("line %d carries 8-bit octets: %q", i+1, line)
+						break
+					}
+				}
+			}
+			msg, err := netmail.ReadMessage(strings.NewReader(m[0].data))
+			if err != nil {
+				t.Fatalf("the mail does not parse: %v", err)
+			}
+			body := io.Reader(msg.Body)
+			if strings.EqualFold(msg.Header.Get("Content-Transfer-Encoding"), "quoted-printable") {
+				body = quotedprintable.NewReader(body)
+			}
+			text, err := io.ReadAll(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "detail:         " + tt.detail; !strings.Contains(string(text), want) {
+				t.Errorf("the decoded body lacks the whole detail %q:\n%s", want, text)
 			}
 		})
 	}
