@@ -128,7 +128,7 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 	if err := a.notifier.Register(a.Notify...); err != nil {
 		return err
 	}
-	if err := registerProxyMetrics(ctx.GetMetricsRegistry(), a.db); err != nil {
+	if err := registerProxyMetrics(ctx.GetMetricsRegistry(), a.db, a.crlIssuersInService); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
@@ -444,6 +444,24 @@ func (a *App) unregister(s *acmeproxy.Server) {
 	if a.profiles[s.Profile()] == s {
 		delete(a.profiles, s.Profile())
 	}
+}
+
+// crlIssuersInService is the set of CAs, by key id, whose CRLs the
+// mounted profiles keep publishing: the metrics' CRL gauge reports
+// those.
+func (a *App) crlIssuersInService(ctx context.Context) (map[string]bool, error) {
+	live := map[string]bool{}
+	var errs []error
+	for _, au := range a.authorities() {
+		issuers, err := au.CRLIssuersInService(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, iss := range issuers {
+			live[iss.KeyID] = true
+		}
+	}
+	return live, errors.Join(errs...)
 }
 
 // authorities are the cores of the mounted profiles.

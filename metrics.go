@@ -73,12 +73,13 @@ func initProxyMetrics() {
 }
 
 // registerProxyMetrics registers the collectors, and one reading the
-// store at scrape time, on a config's registry.
-func registerProxyMetrics(reg *prometheus.Registry, db *store.DB) error {
+// store at scrape time, on a config's registry. inService lists the CAs
+// whose CRLs the mounted profiles keep publishing (see storeCollector).
+func registerProxyMetrics(reg *prometheus.Registry, db *store.DB, inService func(context.Context) (map[string]bool, error)) error {
 	initProxyMetrics()
 	m := &proxyMetrics
 	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.issued, m.failed, m.revoked,
-		m.validations, m.refusals, m.rateLimited, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db}} {
+		m.validations, m.refusals, m.rateLimited, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db, inService: inService}} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -198,7 +199,18 @@ func measured(hs []jobs.Handler) []jobs.Handler {
 // storeCollector reads gauges from the store at scrape time: the job
 // queue by kind and status, the used-nonce store's size, and each CRL's
 // nextUpdate. Each is one cheap aggregate query.
-type storeCollector struct{ db *store.DB }
+//
+// A CRL's nextUpdate is reported while its CA is in service — inService
+// names it: a mounted profile keeps publishing its CRL, until the CA
+// expires. The CRL of an expired CA stays in the store but is refreshed
+// no more, so its nextUpdate falls behind for good: reported, it would
+// keep an alert on a lapsing CRL firing for ever after each renewal of
+// the CA, one series more each time. When inService cannot tell (it
+// fails), every CRL is reported.
+type storeCollector struct {
+	db        *store.DB
+	inService func(context.Context) (map[string]bool, error)
+}
 
 var (
 	jobsDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "jobs"),
@@ -206,7 +218,7 @@ var (
 	noncesDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "used_nonces"),
 		"Nonces remembered as used (the nonce store's size).", nil, nil)
 	crlNextUpdateDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "crl_next_update_timestamp_seconds"),
-		"The nextUpdate of each issuer's published CRL, as a Unix time.", []string{"issuer"}, nil)
+		"The nextUpdate of the published CRL of each issuing CA in service (until it expires), as a Unix time.", []string{"issuer"}, nil)
 )
 
 // storeScrapeTimeout bounds the store's reads of one scrape.
@@ -234,7 +246,16 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(noncesDesc, err)
 	}
 	if crls, err := c.db.CRLNextUpdates(ctx); err == nil {
+		var live map[string]bool
+		if c.inService != nil {
+			if l, err := c.inService(ctx); err == nil {
+				live = l
+			}
+		}
 		for _, u := range crls {
+			if live != nil && !live[u.IssuerKeyID] {
+				continue // its CA expired, or no profile here publishes it
+			}
 			ch <- prometheus.MustNewConstMetric(crlNextUpdateDesc, prometheus.GaugeValue, float64(u.NextUpdate.Unix()), u.IssuerKeyID)
 		}
 	} else {

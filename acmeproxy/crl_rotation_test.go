@@ -487,3 +487,52 @@ func TestTheRefreshKeepsARetiredCAsCRLUntilTheCAExpires(t *testing.T) {
 		t.Errorf("once the old CA expired, jobs for %v; want only the new CA %s", got, newID)
 	}
 }
+
+// The CAs in service — whose CRLs the metrics' gauge reports — are the
+// issuing CA and each earlier one until it expires: an expired CA's CRL,
+// refreshed no more, is not among them.
+func TestTheCAsInServiceEndWithTheirCertificate(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now()
+	clk := clocktest.New(start)
+	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ca := newRenewingCA(t, start)
+	oldCA := ca.renew(t, start, start.Add(2*time.Hour))
+	sgn, err := localca.New(ca.source, localca.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(ctx, ProfileConfig{Profile: "p"}, Options{DB: db, Queue: jobs.NewQueue(db, clk), Signer: sgn, Validator: sjValidator{}, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authority().RegenerateCRL(ctx); err != nil { // the old CA signs, and is remembered
+		t.Fatal(err)
+	}
+	newCA := ca.renew(t, start, start.Add(72*time.Hour))
+	oldID, newID := signer.CAKeyID(oldCA), signer.CAKeyID(newCA)
+	inService := func() []string {
+		t.Helper()
+		issuers, err := s.Authority().CRLIssuersInService(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, iss := range issuers {
+			ids = append(ids, iss.KeyID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	if got, want := inService(), slices.Sorted(slices.Values([]string{oldID, newID})); !slices.Equal(got, want) {
+		t.Fatalf("after the renewal, CAs in service %v; want both %v", got, want)
+	}
+	clk.Advance(3 * time.Hour)
+	if got := inService(); !slices.Equal(got, []string{newID}) {
+		t.Errorf("once the old CA expired, CAs in service %v; want only the new CA %s", got, newID)
+	}
+}

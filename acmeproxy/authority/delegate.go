@@ -193,6 +193,36 @@ func publishedIssuer(p store.SignerPublication, keyID string) (signer.IssuerInfo
 	return signer.IssuerInfo{}, fmt.Errorf("%w: profile %s published no CA %s", signer.ErrIssuerUnknown, p.Profile, keyID)
 }
 
+// CRLIssuersInService lists the CAs whose CRLs the profile keeps
+// publishing now: its signer's — the CA it issues from and each earlier
+// one until that CA expires — or, for a delegate, those its signing
+// instances published and that have not expired. None for a signer that
+// publishes no CRL.
+func (au *Authority) CRLIssuersInService(ctx context.Context) ([]signer.IssuerInfo, error) {
+	if au.Delegates() {
+		p, err := au.published(ctx)
+		if errors.Is(err, errNotPublished) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		now := au.clock.Now()
+		var out []signer.IssuerInfo
+		for _, iss := range p.Issuers {
+			if now.Before(iss.NotAfter) {
+				out = append(out, signer.IssuerInfo{KeyID: iss.KeyID, NameID: iss.NameID, Subject: iss.Subject, NotAfter: iss.NotAfter})
+			}
+		}
+		return out, nil
+	}
+	cs, ok := au.CRLSigner()
+	if !ok {
+		return nil, nil
+	}
+	return cs.CRLIssuers(ctx)
+}
+
 // LookupIssuer describes the CA with key id keyID whose CRL the profile
 // serves. The error wraps signer.ErrIssuerUnknown when the profile
 // publishes no CRL for it (or none at all).
