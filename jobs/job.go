@@ -73,6 +73,7 @@ type Outcome struct {
 	kind   outcomeKind
 	reason string
 	after  time.Duration
+	spend  bool // a retry_after that spends its attempt (RetryNoSooner)
 }
 
 // Done: the work is finished.
@@ -86,6 +87,15 @@ func Retry(reason string) Outcome { return Outcome{kind: outcomeRetry, reason: r
 // Retry-After header). It does not spend the attempt budget.
 func RetryAfter(reason string, d time.Duration) Outcome {
 	return Outcome{kind: outcomeRetryAfter, reason: reason, after: d}
+}
+
+// RetryNoSooner: a transient failure whose other side said when to come
+// back (a Retry-After header): try again after d or the runner's backoff,
+// whichever is later. Unlike RetryAfter it spends one attempt, as Retry
+// does, so a side that keeps asking for a short pause does not have the
+// job tried every few moments until its deadline.
+func RetryNoSooner(reason string, d time.Duration) Outcome {
+	return Outcome{kind: outcomeRetryAfter, reason: reason, after: d, spend: true}
 }
 
 // Failed: a permanent failure; the job is retired and abandoned.

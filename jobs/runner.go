@@ -678,14 +678,14 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 			return err
 		})
 	case outcomeRetry, outcomeRetryAfter:
-		refund := out.kind == outcomeRetryAfter
+		refund := out.kind == outcomeRetryAfter && !out.spend
 		if !refund && job.Attempts >= job.MaxAttempts {
 			r.retire(ks, job, store.JobFailed, "attempts exhausted; last error: "+out.reason)
 			return false
 		}
 		delay := out.after
 		if !refund {
-			delay = r.backoff(job.Attempts)
+			delay = max(r.backoff(job.Attempts), out.after)
 		}
 		runAt := now.Add(delay)
 		if !job.Deadline.IsZero() && !runAt.Before(job.Deadline) {

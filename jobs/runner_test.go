@@ -352,6 +352,75 @@ func TestRetryAfterAnExplicitDelayDoesNotSpendAnAttempt(t *testing.T) {
 	})
 }
 
+// RetryNoSooner honours the other side's pause and spends the attempt:
+// a side that asks for no pause at all, every time, has the job tried
+// MaxAttempts times and retired, not every poll until its deadline; a
+// pause longer than the backoff is waited out.
+func TestRetryNoSoonerWaitsTheGivenPauseAndSpendsTheAttempt(t *testing.T) {
+	tests := []struct {
+		name        string
+		pause       time.Duration
+		maxAttempts int
+		wantStatus  store.JobStatus
+		wantRuns    int32
+	}{
+		{name: "fail/no pause, every time: retired after its attempts", pause: 0, maxAttempts: 3, wantStatus: store.JobFailed, wantRuns: 3},
+		{name: "fail/a long pause is waited out, and each one spends an attempt", pause: time.Hour, maxAttempts: 3, wantStatus: store.JobFailed, wantRuns: 3},
+	}
+	eachDialect(t, func(t *testing.T) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				clk := clocktest.New(start)
+				q := NewQueue(openDB(t, ""), clk)
+				var runs atomic.Int32
+				h := newFuncHandler("k", func(context.Context, *Job) Outcome {
+					runs.Add(1)
+					return RetryNoSooner("503 from the receiver", tt.pause)
+				})
+				r := startRunner(t, q, RunnerOptions{Clock: clk}, h)
+				job, _, err := q.Enqueue(ctx, Spec{Kind: "k", MaxAttempts: tt.maxAttempts, Deadline: start.Add(24 * time.Hour)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for {
+					if ctx.Err() != nil {
+						t.Fatalf("the job did not settle: %v", ctx.Err())
+					}
+					waitFor(t, "runner idle", func() bool { return r.Running() == 0 })
+					j, err := q.Get(ctx, job.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if j.Status == store.JobRunning || j.Status == store.JobReady && !j.RunAt.After(clk.Now()) {
+						time.Sleep(5 * time.Millisecond) // claimed, or about to be
+						continue
+					}
+					if j.Status != store.JobReady {
+						break
+					}
+					at, err := clk.NextTimer(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					clk.Set(at)
+				}
+				got := waitStatus(t, q, job.ID, tt.wantStatus)
+				if n := runs.Load(); n != tt.wantRuns || got.Attempts != tt.maxAttempts {
+					t.Errorf("ran %d times, %d attempts recorded; want %d runs and %d attempts", n, got.Attempts, tt.wantRuns, tt.maxAttempts)
+				}
+				if want := time.Duration(tt.maxAttempts-1) * tt.pause; clk.Now().Sub(start) < want {
+					t.Errorf("retired after %s; the pauses (%s) were not waited out", clk.Now().Sub(start), want)
+				}
+				if a := h.abandons(job.ID); len(a) != 1 {
+					t.Errorf("abandon called %d times, want 1", len(a))
+				}
+			})
+		}
+	})
+}
+
 func TestEnqueueWakesTheLocalRunnerWithoutWaitingForAPoll(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

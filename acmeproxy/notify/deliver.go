@@ -158,7 +158,10 @@ func (d *Deliverer) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	case errors.As(err, &pe):
 		return jobs.Failed(reason)
 	case errors.As(err, &ra):
-		return jobs.RetryAfter(reason, ra.after)
+		// The receiver's pause is honoured, and the attempt spent: one
+		// that answers "503, Retry-After: 0" for a day must not be asked
+		// again every poll until the delivery's deadline.
+		return jobs.RetryNoSooner(reason, ra.after)
 	}
 	d.log.Debug("notification attempt failed", zap.String("event", "notification_attempt_failed"),
 		zap.String("notification", p.Event.Event), zap.String("destination", dst.Describe()),

@@ -11,6 +11,7 @@ import (
 	netmail "net/mail"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -126,7 +127,11 @@ func TestWebhookFailuresAreRetriedOrAbandonedByStatus(t *testing.T) {
 	}{
 		{"ok/500 twice then 200: three attempts, one success", []int{500, 500, 200}, "", store.JobDone, 3, 3},
 		{"ok/408 and 502 are retried", []int{408, 502}, "", store.JobDone, 3, 3},
-		{"ok/429 with Retry-After waits without spending an attempt", []int{429}, "0", store.JobDone, 1, 2},
+		{"ok/429 with Retry-After waits as asked, then delivers on the next attempt", []int{429}, "0", store.JobDone, 2, 2},
+		// A receiver asking for no pause at all, for ever, is asked
+		// MaxAttempts times, not every poll until the deadline.
+		{"fail/503 with Retry-After 0 each time is abandoned once the attempts are spent",
+			slices.Repeat([]int{503}, notify.MaxAttempts+5), "0", store.JobFailed, notify.MaxAttempts, notify.MaxAttempts},
 		{"fail/400 is abandoned after one attempt", []int{400}, "", store.JobFailed, 1, 1},
 		{"fail/a redirect is not followed", []int{302}, "", store.JobFailed, 1, 1},
 	}
@@ -135,6 +140,7 @@ func TestWebhookFailuresAreRetriedOrAbandonedByStatus(t *testing.T) {
 			rcv := newReceiver(t, tc.statuses...)
 			if tc.retryAfter != "" {
 				rcv.headers[429] = http.Header{"Retry-After": {tc.retryAfter}}
+				rcv.headers[503] = http.Header{"Retry-After": {tc.retryAfter}}
 			}
 			// Credentials in the URL must never reach a log or the job row.
 			url := strings.Replace(rcv.URL, "http://", "http://user:hunter2@", 1) + "/hook?token=topsecret"
