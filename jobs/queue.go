@@ -210,8 +210,8 @@ func (q *Queue) Cancel(ctx context.Context, id int64) (Job, error) {
 		return Job{}, err
 	}
 	if job.Status == store.JobCancelled {
-		if h := q.localHandler(job.Kind); h != nil {
-			h.Abandon(ctx, &job, cancelledReason)
+		if r := q.localRunnerOf(job.Kind); r != nil {
+			r.abandon(ctx, r.handlers[job.Kind], &job, cancelledReason)
 		}
 	}
 	return job, nil
@@ -255,12 +255,13 @@ func (q *Queue) wake(kind string) {
 	}
 }
 
-func (q *Queue) localHandler(kind string) Handler {
+// localRunnerOf is a local runner with a handler for kind, or nil.
+func (q *Queue) localRunnerOf(kind string) *Runner {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, r := range q.runners {
-		if h, ok := r.handlers[kind]; ok {
-			return h.Handler
+		if _, ok := r.handlers[kind]; ok {
+			return r
 		}
 	}
 	return nil

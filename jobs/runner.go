@@ -704,7 +704,7 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 	if status == store.JobCancelled {
 		// An operator cancelled it while this attempt ran; the guarded
 		// write above retired it, so this runner is the one to abandon it.
-		ks.Abandon(ctx, job, cancelledReason)
+		r.abandon(ctx, ks, job, cancelledReason)
 	}
 	return out.kind == outcomeDone
 }
@@ -714,11 +714,25 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 func (r *Runner) retire(ks *kindState, job *Job, status store.JobStatus, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ks.Abandon(ctx, job, reason)
+	r.abandon(ctx, ks, job, reason)
 	now := r.opts.Clock.Now()
 	if err := persist(ctx, func() error { return r.q.db.RetireJob(ctx, job.ID, r.opts.Owner, status, reason, now) }); err != nil {
 		r.logSettleError(job, err)
 	}
+}
+
+// abandon runs the handler's Abandon, recovering a panic: in a worker
+// goroutine it would end the process, and the job, reclaimed after a
+// restart and abandoned again, would end the next one too. The panic is
+// logged and the job is retired all the same.
+func (r *Runner) abandon(ctx context.Context, h Handler, job *Job, reason string) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("job handler's abandon panicked", zap.String("event", "jobs_abandon_panic"),
+				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Any("panic", p), zap.StackSkip("stack", 1))
+		}
+	}()
+	h.Abandon(ctx, job, reason)
 }
 
 // persist retries a settling write that failed for a reason other than a
