@@ -659,8 +659,6 @@ func (r *Runner) runSafely(ctx context.Context, ks *kindState, job *Job) (out Ou
 
 // settle writes an attempt's outcome, guarded on this runner's lease.
 func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	now := r.opts.Clock.Now()
 	var (
 		status store.JobStatus
@@ -668,12 +666,12 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 	)
 	switch out.kind {
 	case outcomeDone:
-		err = persist(ctx, func() error { return r.q.db.CompleteJob(ctx, job.ID, r.opts.Owner, now) })
+		err = r.persist(job, func(ctx context.Context) error { return r.q.db.CompleteJob(ctx, job.ID, r.opts.Owner, now) })
 	case outcomeFailed:
 		r.retire(ks, job, store.JobFailed, out.reason)
 		return false
 	case outcomeReschedule:
-		err = persist(ctx, func() (err error) {
+		err = r.persist(job, func(ctx context.Context) (err error) {
 			status, err = r.q.db.RescheduleJob(ctx, job.ID, r.opts.Owner, now.Add(out.after), now)
 			return err
 		})
@@ -692,7 +690,7 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 			r.retire(ks, job, store.JobFailed, "deadline passes before the next attempt; last error: "+out.reason)
 			return false
 		}
-		err = persist(ctx, func() (err error) {
+		err = r.persist(job, func(ctx context.Context) (err error) {
 			status, err = r.q.db.RetryJob(ctx, job.ID, r.opts.Owner, runAt, out.reason, refund, now)
 			return err
 		})
@@ -704,7 +702,9 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 	if status == store.JobCancelled {
 		// An operator cancelled it while this attempt ran; the guarded
 		// write above retired it, so this runner is the one to abandon it.
-		r.abandon(ctx, ks, job, cancelledReason)
+		actx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+		defer cancel()
+		r.abandon(actx, ks, job, cancelledReason)
 	}
 	return out.kind == outcomeDone
 }
@@ -712,14 +712,19 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 // retire abandons a job and then settles it for good. Abandon runs while
 // the lease is still held, so no other runner can retire it concurrently.
 func (r *Runner) retire(ks *kindState, job *Job, status store.JobStatus, reason string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r.abandon(ctx, ks, job, reason)
+	actx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+	r.abandon(actx, ks, job, reason)
+	cancel()
 	now := r.opts.Clock.Now()
-	if err := persist(ctx, func() error { return r.q.db.RetireJob(ctx, job.ID, r.opts.Owner, status, reason, now) }); err != nil {
+	if err := r.persist(job, func(ctx context.Context) error {
+		return r.q.db.RetireJob(ctx, job.ID, r.opts.Owner, status, reason, now)
+	}); err != nil {
 		r.logSettleError(job, err)
 	}
 }
+
+// abandonTimeout bounds the context a handler's Abandon runs with.
+const abandonTimeout = 30 * time.Second
 
 // abandon runs the handler's Abandon, recovering a panic: in a worker
 // goroutine it would end the process, and the job, reclaimed after a
@@ -737,19 +742,32 @@ func (r *Runner) abandon(ctx context.Context, h Handler, job *Job, reason string
 
 // persist retries a settling write that failed for a reason other than a
 // lost lease (the database locked by a backup beyond the busy timeout, a
-// full disk), until ctx ends. While it retries the attempt stays in flight,
-// so its lease keeps being renewed; giving up at once would leave the job
-// running under a lease no runner of this process reclaims.
-func persist(ctx context.Context, write func() error) error {
+// full disk, a PostgreSQL restart) for as long as the runner works: until
+// Stop, done waiting for handlers, cancels the runner's work context. While
+// it retries the attempt stays in flight, so its lease keeps being
+// renewed; giving up earlier would leave the job running under a lease
+// that no claim of this runner takes back (and that its renewals keep
+// alive while other jobs of the kind run): stuck until the next start.
+// Each write has a context of its own, so one that Stop's cancel finds
+// under way still lands (Stop gives it a moment). The failures are
+// logged the first time, then once a minute.
+func (r *Runner) persist(job *Job, write func(ctx context.Context) error) error {
 	delay := 100 * time.Millisecond
+	failures := logevery.Limiter{Every: time.Minute}
 	for {
-		err := write()
-		if err == nil || errors.Is(err, store.ErrLeaseLost) {
+		ctx, cancel := context.WithTimeout(context.Background(), settleWriteTimeout)
+		err := write(ctx)
+		cancel()
+		if err == nil || errors.Is(err, store.ErrLeaseLost) || r.workCtx.Err() != nil {
 			return err
+		}
+		if log, n := failures.Note(time.Now()); log {
+			r.log.Warn("recording a job's outcome failed; trying again", zap.String("event", "jobs_settle_retrying"),
+				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Int("failures", n), zap.Error(err))
 		}
 		t := time.NewTimer(delay)
 		select {
-		case <-ctx.Done():
+		case <-r.workCtx.Done():
 			t.Stop()
 			return err
 		case <-t.C:
@@ -759,6 +777,10 @@ func persist(ctx context.Context, write func() error) error {
 		}
 	}
 }
+
+// settleWriteTimeout bounds one try of a settling write (one that waits
+// on a lock, say); persist tries again after it.
+const settleWriteTimeout = 30 * time.Second
 
 func (r *Runner) logSettleError(job *Job, err error) {
 	if errors.Is(err, store.ErrLeaseLost) {
