@@ -74,6 +74,15 @@ type Outcome struct {
 	reason string
 	after  time.Duration
 	spend  bool // a retry_after that spends its attempt (RetryNoSooner)
+	// panicked is the panic the handler recovered from itself to give
+	// this outcome (see Periodic.Run), for the runner to log.
+	panicked *recovered
+}
+
+// recovered is a panic and the stack it was raised on.
+type recovered struct {
+	value any
+	stack string
 }
 
 // Done: the work is finished.

@@ -3,12 +3,14 @@ package jobs
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -97,6 +99,53 @@ func TestAPanickingAbandonIsLoggedAndTheJobStillRetired(t *testing.T) {
 					t.Errorf("logged panics: %+v; want one naming the panic", panics)
 				}
 			})
+		}
+	})
+}
+
+// Periodic housekeeping never retires itself: a round that panics, like
+// one that fails, is tried again after Every, without spending the
+// attempt budget. Spent, it would retire the sweep on every instance
+// until the next start. The panic is logged all the same.
+func TestAPanickingPeriodicRoundIsTriedAgainAfterItsIntervalAndNeverRetired(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		const every, rounds = time.Hour, DefaultMaxAttempts + 2
+		clk := clocktest.New(start)
+		q := NewQueue(openDB(t, ""), clk)
+		core, logs := observer.New(zap.ErrorLevel)
+		var runs atomic.Int32
+		p := &Periodic{Name: "sweep", Every: every, Do: func(context.Context) error {
+			runs.Add(1)
+			panic("nil map in the sweep")
+		}}
+		r := startRunner(t, q, RunnerOptions{Clock: clk, Logger: zap.New(core), BackoffBase: time.Second, PollInterval: 24 * time.Hour}, p)
+		for runs.Load() < rounds {
+			waitFor(t, "runner idle", func() bool { return r.Running() == 0 })
+			if js, _ := q.List(ctx, store.JobFilter{Kind: "sweep", Status: store.JobFailed}); len(js) > 0 {
+				t.Fatalf("the housekeeping was retired after %d panicking rounds: %q", runs.Load(), js[0].LastError)
+			}
+			at, err := clk.NextTimer(ctx)
+			if err != nil {
+				t.Fatalf("after %d rounds: %v", runs.Load(), err)
+			}
+			clk.Set(at)
+		}
+		waitFor(t, "runner idle", func() bool { return r.Running() == 0 })
+		js, err := q.List(ctx, store.JobFilter{Kind: "sweep"})
+		if err != nil || len(js) != 1 {
+			t.Fatalf("periodic rows: %+v %v; want one", js, err)
+		}
+		got := waitStatus(t, q, js[0].ID, store.JobReady)
+		if gap := got.RunAt.Sub(got.UpdatedAt); gap != every {
+			t.Errorf("after a panicking round the next is in %s, want %s", gap, every)
+		}
+		if got.Attempts != 0 || !strings.Contains(got.LastError, "nil map in the sweep") {
+			t.Errorf("after %d panicking rounds: attempts %d, last error %q; want 0 and the panic", rounds, got.Attempts, got.LastError)
+		}
+		if n := logs.FilterField(zap.String("event", "jobs_handler_panic")).Len(); n < rounds {
+			t.Errorf("%d panics logged, want %d", n, rounds)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"time"
 )
 
@@ -22,8 +23,16 @@ type Periodic struct {
 // Kind is the periodic job's name.
 func (p *Periodic) Kind() string { return p.Name }
 
-// Run does one round.
-func (p *Periodic) Run(ctx context.Context, _ *Job) Outcome {
+// Run does one round. A round that panics is a failed one: left to the
+// runner, the panic would spend an attempt, and the housekeeping would
+// retire itself once the budget ran out.
+func (p *Periodic) Run(ctx context.Context, _ *Job) (out Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			out = RetryAfter(fmt.Sprintf("handler panicked: %v", v), p.Every)
+			out.panicked = &recovered{value: v, stack: string(debug.Stack())}
+		}
+	}()
 	if err := p.Do(ctx); err != nil {
 		return RetryAfter(err.Error(), p.Every)
 	}

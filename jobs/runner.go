@@ -8,6 +8,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"sync"
@@ -641,20 +642,28 @@ func withLast(what, last string) string {
 	return what + "; last error: " + last
 }
 
-// runSafely runs the handler, turning a panic into a retry.
+// runSafely runs the handler, turning a panic into a retry, and logs
+// the panics, those a handler recovered from itself too.
 func (r *Runner) runSafely(ctx context.Context, ks *kindState, job *Job) (out Outcome) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.log.Error("job handler panicked", zap.String("event", "jobs_handler_panic"),
-				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Any("panic", p))
+			r.logPanic(job, &recovered{value: p, stack: string(debug.Stack())})
 			out = Retry(fmt.Sprintf("handler panicked: %v", p))
 		}
 	}()
 	out = ks.Run(ctx, job)
+	if out.panicked != nil {
+		r.logPanic(job, out.panicked)
+	}
 	if out.kind == 0 {
 		out = Retry("handler returned no outcome")
 	}
 	return out
+}
+
+func (r *Runner) logPanic(job *Job, p *recovered) {
+	r.log.Error("job handler panicked", zap.String("event", "jobs_handler_panic"),
+		zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Any("panic", p.value), zap.String("stack", p.stack))
 }
 
 // settle writes an attempt's outcome, guarded on this runner's lease.
