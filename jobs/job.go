@@ -27,8 +27,9 @@ func Decode(job *Job, v any) error {
 // Handler does the work of one kind of job.
 //
 // Run MUST honour ctx: it is cancelled when the runner stops and the bound
-// for running handlers passes. Abandon and Recover run with a context of
-// their own and should be quick.
+// for running handlers passes, and when another runner has taken the job
+// over (its lease lapsed unrenewed). Abandon and Recover run with a
+// context of their own and should be quick.
 type Handler interface {
 	// Kind names the jobs this handler runs, e.g. "challenge_validate".
 	Kind() string

@@ -116,6 +116,10 @@ type flight struct {
 	ks       *kindState
 	settling bool
 	released bool
+	// lost: a renewal found the job no longer leased to this runner;
+	// cancel stops its handler (nil until the handler runs).
+	lost   bool
+	cancel context.CancelFunc
 }
 
 // Runner claims due jobs of the kinds it has handlers for and runs them.
@@ -530,13 +534,59 @@ func (r *Runner) renewLeases(ctx context.Context) {
 		if !busy || now.Sub(ks.renewedAt) < ks.lease/3 {
 			continue
 		}
-		if err := r.q.db.ExtendJobLeases(ctx, kind, r.opts.Owner, now.Add(ks.lease), now); err != nil {
+		// The attempts to judge by the renewal: those in flight before it,
+		// whose rows it would find if they are still this runner's.
+		held := r.runningFlights(ks)
+		renewed, err := r.q.db.ExtendJobLeases(ctx, kind, r.opts.Owner, now.Add(ks.lease), now)
+		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Error("renewing leases", zap.String("event", "jobs_renew_failed"), zap.String("kind", kind), zap.Error(err))
 			}
 			continue
 		}
 		ks.renewedAt = now
+		for _, id := range held {
+			if !slices.Contains(renewed, id) {
+				r.lose(id)
+			}
+		}
+	}
+}
+
+// runningFlights are the ids of ks's attempts whose handlers run (not
+// settling).
+func (r *Runner) runningFlights(ks *kindState) []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []int64
+	for id, f := range r.inflight {
+		if f.ks == ks && !f.settling {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// lose stops the handler of a job whose lease a renewal did not find held
+// by this runner: another runner took the job over after the lease lapsed
+// (this process was paused, or cut off from the database, for longer than
+// the lease), and two runs of one job at once are what leases exist to
+// prevent. An attempt that settled meanwhile is left alone. The handler's
+// outcome then meets the lease guard (ErrLeaseLost) and is not recorded.
+func (r *Runner) lose(id int64) {
+	r.mu.Lock()
+	f := r.inflight[id]
+	if f == nil || f.settling || f.lost {
+		r.mu.Unlock()
+		return
+	}
+	f.lost = true
+	cancel := f.cancel
+	r.mu.Unlock()
+	r.log.Warn("job taken over by another runner after its lease lapsed; stopping its handler here",
+		zap.String("event", "jobs_lease_lost"), zap.String("kind", f.ks.Kind()), zap.Int64("job", id))
+	if cancel != nil {
+		cancel()
 	}
 }
 
@@ -606,12 +656,16 @@ func (r *Runner) work(ks *kindState, job *Job) (completed bool) {
 		r.retire(ks, job, store.JobFailed, withLast("attempts exhausted", job.LastError))
 		return
 	}
+	ctx, cancel := context.WithCancel(r.workCtx)
 	r.mu.Lock()
 	if f := r.inflight[job.ID]; f != nil {
 		f.settling = false // running the handler, not settling
+		f.cancel = cancel
+		if f.lost {
+			cancel()
+		}
 	}
 	r.mu.Unlock()
-	ctx, cancel := context.WithCancel(r.workCtx)
 	out := r.runSafely(ctx, ks, job)
 	cancel()
 	if r.beginSettle(job.ID) {

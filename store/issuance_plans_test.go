@@ -172,7 +172,7 @@ func TestEveryStatementOnTheIssuancePathReadsAFewRowsByIndex(t *testing.T) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claimed %d jobs, %v", len(claimed), err)
 	}
-	if err := db.ExtendJobLeases(ctx, "k", "me", now.Add(2*time.Minute), now); err != nil {
+	if _, err := db.ExtendJobLeases(ctx, "k", "me", now.Add(2*time.Minute), now); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.CompleteJob(ctx, claimed[0].ID, "me", now); err != nil {

@@ -299,16 +299,28 @@ func (db *DB) AnyJobDue(ctx context.Context, kind string, lanes []string, owner 
 }
 
 // ExtendJobLeases pushes out the leases of every running job of kind held
-// by owner; a runner calls it while handlers are still working.
+// by owner; a runner calls it while handlers are still working. It
+// returns the ids of the jobs it extended: a job the runner works on that
+// is not among them is no longer its own (another runner took it over
+// after the lease lapsed, or it settled).
 //
 // One statement guarded on the lease owner and status.
-func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUntil, now time.Time) error {
-	_, err := db.wr.ExecContext(ctx, db.q(`UPDATE jobs SET lease_until = ?, updated_at = ?
-		WHERE kind = ? AND lease_owner = ? AND status = 'running'`), leaseUntil.UnixMilli(), now.UnixMilli(), kind, owner)
+func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUntil, now time.Time) ([]int64, error) {
+	var ids []int64
+	err := db.wr.queryEach(ctx, db.q(`UPDATE jobs SET lease_until = ?, updated_at = ?
+		WHERE kind = ? AND lease_owner = ? AND status = 'running'
+		RETURNING id`), []any{leaseUntil.UnixMilli(), now.UnixMilli(), kind, owner},
+		func() { ids = ids[:0] },
+		func(r rowScanner) error {
+			var id int64
+			err := r.Scan(&id)
+			ids = append(ids, id)
+			return err
+		})
 	if err != nil {
-		return fmt.Errorf("store: extending %s leases: %w", kind, err)
+		return nil, fmt.Errorf("store: extending %s leases: %w", kind, err)
 	}
-	return nil
+	return ids, nil
 }
 
 // settle runs a guarded write on a job the caller holds the lease of and

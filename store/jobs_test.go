@@ -96,6 +96,17 @@ func TestClaimTakesOnlyDueJobsAndExpiredLeases(t *testing.T) {
 		if len(got) != 1 || got[0].ID != due.ID || got[0].LeaseOwner != "b" || got[0].Attempts != 2 {
 			t.Fatalf("reclaim after lease: %+v", got)
 		}
+		// The renewals say whose the job is now: the runner that lost it
+		// renews nothing, its new holder renews it.
+		for _, tc := range []struct {
+			owner string
+			want  []int64
+		}{{"a", nil}, {"b", []int64{due.ID}}} {
+			ids, err := db.ExtendJobLeases(ctx, "k", tc.owner, t0.Add(3*time.Minute), t0.Add(time.Minute))
+			if err != nil || len(ids) != len(tc.want) || len(ids) == 1 && ids[0] != tc.want[0] {
+				t.Errorf("renewal by %s extended %v (%v), want %v", tc.owner, ids, err, tc.want)
+			}
+		}
 	})
 }
 
