@@ -428,7 +428,8 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 // skips its backoff, a failed or cancelled one is revived with a fresh
 // attempt budget. ErrConflict if another live job has its kind and key
 // (the partial unique index refuses it, a concurrent enqueue included);
-// ErrWrongState if it is running or done. Guarded as CancelJob is.
+// ErrWrongState if it is running or done, or its deadline has passed (its
+// next claim would retire it unrun). Guarded as CancelJob is.
 func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, error) {
 	var job Job
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -436,8 +437,8 @@ func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, er
 		job, err = scanJob(tx.QueryRowContext(ctx, db.q(`UPDATE jobs
 			SET attempts = CASE WHEN status = 'ready' THEN attempts ELSE 0 END,
 			    status = 'ready', run_at = ?, cancel_requested = 0, finished_at = NULL, updated_at = ?
-			WHERE id = ? AND status IN ('ready','failed','cancelled')
-			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id))
+			WHERE id = ? AND status IN ('ready','failed','cancelled') AND (deadline IS NULL OR deadline > ?)
+			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id, now.UnixMilli()))
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return db.explainMissing(ctx, tx, id, "retry")
@@ -451,13 +452,19 @@ func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, er
 
 // explainMissing turns "no row updated" into ErrNotFound or ErrWrongState.
 func (db *DB) explainMissing(ctx context.Context, tx *sql.Tx, id int64, op string) error {
-	var st JobStatus
-	err := tx.QueryRowContext(ctx, db.q(`SELECT status FROM jobs WHERE id = ?`), id).Scan(&st)
+	var (
+		st       JobStatus
+		deadline sql.NullInt64
+	)
+	err := tx.QueryRowContext(ctx, db.q(`SELECT status, deadline FROM jobs WHERE id = ?`), id).Scan(&st, &deadline)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: job %d", ErrNotFound, id)
 	}
 	if err != nil {
 		return fmt.Errorf("store: job %d: %w", id, err)
+	}
+	if op == "retry" && st != JobRunning && st != JobDone && deadline.Valid {
+		return fmt.Errorf("%w: cannot %s job %d: its deadline passed at %s", ErrWrongState, op, id, nullMs(deadline).Format(time.RFC3339))
 	}
 	return fmt.Errorf("%w: cannot %s job %d: it is %s", ErrWrongState, op, id, st)
 }
