@@ -149,3 +149,30 @@ func TestAPanickingPeriodicRoundIsTriedAgainAfterItsIntervalAndNeverRetired(t *t
 		}
 	})
 }
+
+// panickyRecover is a handler whose Recover panics.
+type panickyRecover struct{ *funcHandler }
+
+func (panickyRecover) Recover(context.Context, *Queue) error { panic("recover blew up") }
+
+// A panic in a handler's Recover fails the runner's start with an error
+// naming the kind — Caddy then refuses the config and says why — instead
+// of ending the process (at every start: a crash loop) or, in a reload
+// through the admin API, leaving the new config half started.
+func TestAPanickingRecoverFailsTheStartWithAnErrorNamingTheKind(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		q := NewQueue(openDB(t, ""), nil)
+		h := panickyRecover{newFuncHandler("k", func(context.Context, *Job) Outcome { return Done() })}
+		r, err := NewRunner(q, []Handler{h}, RunnerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = r.Start(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "recovering k") || !strings.Contains(err.Error(), "recover blew up") {
+			t.Fatalf("start: %v; want an error naming the kind and the panic", err)
+		}
+		if err := r.Stop(); err != nil {
+			t.Errorf("stopping a runner that did not start: %v", err)
+		}
+	})
+}

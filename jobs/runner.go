@@ -216,7 +216,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.started = true
 	r.mu.Unlock()
 	for _, kind := range r.kinds {
-		if err := r.handlers[kind].Recover(ctx, r.q); err != nil {
+		if err := recoverSafely(ctx, r.handlers[kind], r.q); err != nil {
 			return fmt.Errorf("jobs: recovering %s: %w", kind, err)
 		}
 	}
@@ -233,6 +233,18 @@ func (r *Runner) Start(ctx context.Context) error {
 	}()
 	go r.loop(loopCtx)
 	return nil
+}
+
+// recoverSafely runs a handler's Recover, turning a panic into an error:
+// Start's caller (Caddy starting a config) then refuses the config and
+// says why, where a panic would end the process at every start.
+func recoverSafely(ctx context.Context, h Handler, q *Queue) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return h.Recover(ctx, q)
 }
 
 // Wake makes the runner look for due jobs of every kind now.
