@@ -211,7 +211,11 @@ func (q *Queue) Cancel(ctx context.Context, id int64) (Job, error) {
 	}
 	if job.Status == store.JobCancelled {
 		if r := q.localRunnerOf(job.Kind); r != nil {
-			r.abandon(ctx, r.handlers[job.Kind], &job, cancelledReason)
+			// A context of its own, as the runner gives it: the cancel
+			// is recorded, and the caller's request may end any time.
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+			defer cancel()
+			r.abandon(actx, r.handlers[job.Kind], &job, cancelledReason)
 		}
 	}
 	return job, nil
