@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // An operator's cancel of a waiting job runs its handler's Abandon with a
@@ -43,4 +45,52 @@ func (h *ctxAbandon) Abandon(ctx context.Context, job *Job, reason string) {
 	h.during()
 	h.err <- ctx.Err()
 	h.funcHandler.Abandon(ctx, job, reason)
+}
+
+// An operator's cancel of a running job makes its attempt the last, and
+// the job ends cancelled — also when that attempt, asking to be retried,
+// had no attempt or time left to be retried in: the cancel, not the
+// budget, is why it is not retried, and its Abandon says so.
+func TestACancelledAttemptThatAsksForARetryEndsCancelledWhateverItsBudget(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		tests := []struct {
+			name        string
+			maxAttempts int
+			deadline    time.Duration // from now; 0: none
+		}{
+			{name: "attempts left", maxAttempts: 3},
+			{name: "last attempt", maxAttempts: 1},
+			{name: "deadline before the next attempt", maxAttempts: 3, deadline: 20 * time.Second}, // the backoff is 30s
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				q := NewQueue(openDB(t, ""), nil)
+				started, release := make(chan struct{}, 1), make(chan struct{})
+				h := newFuncHandler("k", func(context.Context, *Job) Outcome {
+					started <- struct{}{}
+					<-release
+					return Retry("still failing")
+				})
+				startRunner(t, q, RunnerOptions{}, h)
+				spec := Spec{Kind: "k", MaxAttempts: tc.maxAttempts}
+				if tc.deadline > 0 {
+					spec.Deadline = time.Now().Add(tc.deadline)
+				}
+				job, _, err := q.Enqueue(context.Background(), spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-started
+				if _, err := q.Cancel(context.Background(), job.ID); err != nil {
+					t.Fatal(err)
+				}
+				close(release)
+				waitStatus(t, q, job.ID, store.JobCancelled)
+				waitFor(t, "the abandon", func() bool { return len(h.abandons(job.ID)) > 0 })
+				if a := h.abandons(job.ID); len(a) != 1 || a[0] != cancelledReason {
+					t.Errorf("abandon calls %q, want one %q", a, cancelledReason)
+				}
+			})
+		}
+	})
 }

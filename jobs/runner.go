@@ -753,7 +753,7 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 	case outcomeRetry, outcomeRetryAfter:
 		refund := out.kind == outcomeRetryAfter && !out.spend
 		if !refund && job.Attempts >= job.MaxAttempts {
-			r.retire(ks, job, store.JobFailed, "attempts exhausted; last error: "+out.reason)
+			r.retireUnretried(ks, job, "attempts exhausted; last error: "+out.reason)
 			return false
 		}
 		delay := out.after
@@ -762,7 +762,7 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 		}
 		runAt := now.Add(delay)
 		if !job.Deadline.IsZero() && !runAt.Before(job.Deadline) {
-			r.retire(ks, job, store.JobFailed, "deadline passes before the next attempt; last error: "+out.reason)
+			r.retireUnretried(ks, job, "deadline passes before the next attempt; last error: "+out.reason)
 			return false
 		}
 		err = r.persist(job, func(ctx context.Context) (err error) {
@@ -796,6 +796,21 @@ func (r *Runner) retire(ks *kindState, job *Job, status store.JobStatus, reason 
 	}); err != nil {
 		r.logSettleError(job, err)
 	}
+}
+
+// retireUnretried retires a job whose attempt asked for a retry it has no
+// attempt or time left for: as failed, for reason — or, when an operator
+// cancelled it while the attempt ran, as cancelled, as RetryJob would
+// have settled it: the cancel is why it is not retried.
+func (r *Runner) retireUnretried(ks *kindState, job *Job, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleWriteTimeout)
+	cur, err := r.q.db.GetJob(ctx, job.ID)
+	cancel()
+	if err == nil && cur.CancelRequested && cur.Status == store.JobRunning && cur.LeaseOwner == r.opts.Owner {
+		r.retire(ks, job, store.JobCancelled, cancelledReason)
+		return
+	}
+	r.retire(ks, job, store.JobFailed, reason)
 }
 
 // abandonTimeout bounds the context a handler's Abandon runs with.
