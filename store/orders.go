@@ -425,7 +425,7 @@ func (db *DB) ReplacementOf(ctx context.Context, certID string, now time.Time) (
 	case err != nil:
 		return false, false, fmt.Errorf("store: the replacement of certificate %s: %w", certID, err)
 	}
-	return true, status == "processing" || status == "valid", nil
+	return true, status == string(acme.StatusProcessing) || status == string(acme.StatusValid), nil
 }
 
 // GetOrder reads an order of a profile, with its authorization ids.

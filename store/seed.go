@@ -71,9 +71,9 @@ func (db *DB) SeedIssued(ctx context.Context, orders []SeededOrder) ([]Order, er
 				o.AuthzIDs = append(o.AuthzIDs, aid)
 				insAuthz.add(aid, o.ID, i, o.AccountID, id.Type, id.Value, at+30*24*3600*1000, at, at+1)
 				for j, typ := range s.Challenges {
-					status, validated := "pending", sql.NullInt64{}
+					status, validated := string(acme.StatusPending), sql.NullInt64{}
 					if j == 0 {
-						status, validated = "valid", sql.NullInt64{Int64: at + 1, Valid: true}
+						status, validated = string(acme.StatusValid), sql.NullInt64{Int64: at + 1, Valid: true}
 					}
 					insChall.add(NewID(), aid, j, typ, NewID()+NewID(), status, validated, at+1)
 				}

@@ -172,7 +172,7 @@ func (au *Authority) failOrder(ctx context.Context, o store.Order, prob *problem
 		au.log.Error("recording a failed issuance", zap.String("event", "order_fail_record_failed"),
 			zap.String("order", o.ID), zap.Error(ferr))
 	}
-	au.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
+	au.log.Warn("certificate issuance failed", zap.String("event", acme.EventCertificateIssueFailed),
 		zap.String("profile", au.cfg.Profile), zap.String("order", o.ID), zap.String("detail", detail))
 	au.auditIssueFailed(ctx, o, cl, detail)
 }
@@ -300,7 +300,7 @@ func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]
 	}
 	au.Notified(ev.Jobs)
 	au.metrics.Issued(au.cfg.Profile)
-	au.log.Info("certificate issued", zap.String("event", "certificate_issued"),
+	au.log.Info("certificate issued", zap.String("event", acme.EventCertificateIssued),
 		zap.String("profile", au.cfg.Profile), zap.String("order", o.ID), zap.String("account", o.AccountID),
 		zap.String("serial", c.Serial), zap.Time("not_after", c.NotAfter))
 	return c, nil

@@ -48,7 +48,7 @@ func (au *Authority) Failed(ctx context.Context, orderID, detail string) error {
 	if o, err := au.db.GetOrder(ctx, au.cfg.Profile, orderID); err == nil {
 		au.auditIssueFailed(ctx, o, pendingClient(o), detail)
 	}
-	au.log.Warn("certificate issuance failed", zap.String("event", "certificate_issue_failed"),
+	au.log.Warn("certificate issuance failed", zap.String("event", acme.EventCertificateIssueFailed),
 		zap.String("profile", au.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
 	return nil
 }
@@ -78,7 +78,7 @@ func (au *Authority) Refused(ctx context.Context, orderID string, kind signer.Ki
 	if o, err := au.db.GetOrder(ctx, au.cfg.Profile, orderID); err == nil {
 		au.auditIssueFailed(ctx, o, pendingClient(o), detail)
 	}
-	au.log.Warn("certificate issuance refused by the signer", zap.String("event", "certificate_issue_failed"),
+	au.log.Warn("certificate issuance refused by the signer", zap.String("event", acme.EventCertificateIssueFailed),
 		zap.String("profile", au.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
 	return nil
 }

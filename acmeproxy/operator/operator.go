@@ -432,7 +432,7 @@ func jobView(j jobs.Job) JobView {
 	return v
 }
 
-var jobStatuses = []string{"ready", "running", "done", "failed", "cancelled"}
+var jobStatuses = []string{string(store.JobReady), string(store.JobRunning), string(store.JobDone), string(store.JobFailed), string(store.JobCancelled)}
 
 // ListJobs lists jobs newest first.
 func (op *Operator) ListJobs(ctx context.Context, f store.JobFilter) (Page[JobView], error) {

@@ -255,9 +255,9 @@ func (s *Signer) leaf(req signer.IssueRequest, ca *x509.Certificate) (*x509.Cert
 	}
 	for _, id := range req.Identifiers {
 		switch id.Type {
-		case "dns":
+		case acme.IdentifierDNS:
 			tmpl.DNSNames = append(tmpl.DNSNames, id.Value)
-		case "ip":
+		case acme.IdentifierIP:
 			ip := net.ParseIP(id.Value)
 			if ip == nil {
 				return nil, &signer.Error{Kind: signer.KindRejectedIdentifier, Detail: fmt.Sprintf("%q is not an IP address", id.Value)}
@@ -458,14 +458,14 @@ func commonName(csrCN string, ids []acme.Identifier) string {
 			if len(id.Value) > maxCommonName {
 				continue
 			}
-			if id.Type == "dns" && strings.EqualFold(id.Value, csrCN) ||
-				id.Type == "ip" && csrIP != nil && csrIP.Equal(net.ParseIP(id.Value)) {
+			if id.Type == acme.IdentifierDNS && strings.EqualFold(id.Value, csrCN) ||
+				id.Type == acme.IdentifierIP && csrIP != nil && csrIP.Equal(net.ParseIP(id.Value)) {
 				return id.Value
 			}
 		}
 	}
 	for _, id := range ids {
-		if id.Type == "dns" && len(id.Value) <= maxCommonName {
+		if id.Type == acme.IdentifierDNS && len(id.Value) <= maxCommonName {
 			return id.Value
 		}
 	}

@@ -287,10 +287,10 @@ func (s *Signer) sharedStore() (*store.DB, error) {
 // §7).
 func (s *Signer) CheckIdentifier(id vocab.Identifier) error {
 	switch {
-	case s.opts.Challenge == ChallengeHTTP01 && id.Type == "dns" && strings.HasPrefix(id.Value, "*."):
+	case s.opts.Challenge == ChallengeHTTP01 && id.Type == vocab.IdentifierDNS && strings.HasPrefix(id.Value, "*."):
 		return &signer.Error{Kind: signer.KindRejectedIdentifier,
 			Detail: fmt.Sprintf("%s cannot be issued by this profile: its upstream CA validates by http-01, which cannot prove a wildcard", id.Value)}
-	case s.opts.Challenge == ChallengeDNS01 && id.Type == "ip":
+	case s.opts.Challenge == ChallengeDNS01 && id.Type == vocab.IdentifierIP:
 		return &signer.Error{Kind: signer.KindRejectedIdentifier,
 			Detail: fmt.Sprintf("%s cannot be issued by this profile: its upstream CA validates by dns-01, which cannot prove an IP address", id.Value)}
 	}
