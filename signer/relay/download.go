@@ -154,11 +154,11 @@ func (s *Signer) postAsGet(ctx context.Context, c *acme.Client, acct acme.Accoun
 		}
 		jws, err := signPostAsGet(acct.PrivateKey, acct.Location, nonce, u)
 		if err != nil {
-			return nil, nil, permanent("signing a request with the upstream account key: %v", err)
+			return nil, nil, permanent("signing a request with the upstream account key: %w", err)
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(jws))
 		if err != nil {
-			return nil, nil, permanent("the upstream's certificate URL %q: %v", u, err)
+			return nil, nil, permanent("the upstream's certificate URL %q: %w", u, err)
 		}
 		req.Header.Set("Content-Type", "application/jose+json")
 		req.Header.Set("Accept", "application/pem-certificate-chain")

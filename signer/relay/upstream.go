@@ -434,7 +434,7 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 	}
 	csr, err := x509.ParseCertificateRequest(ro.CSR)
 	if err != nil {
-		return nil, permanent("the stored CSR does not parse: %v", err)
+		return nil, permanent("the stored CSR does not parse: %w", err)
 	}
 	if !samePublicKey(leaf.PublicKey, csr.PublicKey) {
 		return nil, permanent("the upstream issued a certificate for another key than the CSR's")
@@ -515,7 +515,7 @@ func (s *Signer) account(ctx context.Context, c *acme.Client, profile string) (a
 	}
 	priv, err := parseKey(rec.KeyPEM)
 	if err != nil {
-		return acme.Account{}, permanent("the upstream account key of profile %s: %v", profile, err)
+		return acme.Account{}, permanent("the upstream account key of profile %s: %w", profile, err)
 	}
 	acct := acme.Account{Location: rec.Location, PrivateKey: priv, Contact: rec.Contact}
 	if acct.Location == "" {
@@ -555,17 +555,17 @@ func (s *Signer) createAccount(ctx context.Context, db *store.DB, profile string
 	case err == nil:
 		var old accountRecord
 		if err := json.Unmarshal(raw, &old); err != nil {
-			return store.RelayAccount{}, permanent("the upstream account in storage at %s does not parse: %v", s.accountKey(profile), err)
+			return store.RelayAccount{}, permanent("the upstream account in storage at %s does not parse: %w", s.accountKey(profile), err)
 		}
 		rec.KeyPEM, rec.Location, rec.Contact = old.KeyPEM, old.Location, old.Contact
 	case errors.Is(err, fs.ErrNotExist):
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
-			return store.RelayAccount{}, permanent("generating the upstream account key: %v", err)
+			return store.RelayAccount{}, permanent("generating the upstream account key: %w", err)
 		}
 		der, err := x509.MarshalPKCS8PrivateKey(k)
 		if err != nil {
-			return store.RelayAccount{}, permanent("encoding the upstream account key: %v", err)
+			return store.RelayAccount{}, permanent("encoding the upstream account key: %w", err)
 		}
 		rec.KeyPEM = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 	default:
