@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -187,6 +188,25 @@ func flatJWSOf(header map[string]any, payload, signature string) []byte {
 	return body
 }
 
+// es256Signed is the flattened JWS of header and payload with an ES256
+// signature (SHA-256, r and s each as long as k's curve's order) by k,
+// whatever k's curve: a signature that verifies with an algorithm that
+// does not fit the key.
+func es256Signed(tb testing.TB, k *ecdsa.PrivateKey, header map[string]any, payload string) []byte {
+	tb.Helper()
+	h, _ := json.Marshal(header)
+	sum := sha256.Sum256([]byte(b64(h) + "." + b64([]byte(payload))))
+	r, s, err := ecdsa.Sign(rand.Reader, k, sum[:])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	size := (k.Curve.Params().BitSize + 7) / 8
+	sig := make([]byte, 2*size)
+	r.FillBytes(sig[:size])
+	s.FillBytes(sig[size:])
+	return flatJWSOf(header, payload, b64(sig))
+}
+
 func strp(s string) *string { return &s }
 
 func TestBadRequestsGetTheRightProblem(t *testing.T) {
@@ -318,6 +338,14 @@ func TestBadRequestsGetTheRightProblem(t *testing.T) {
 		{"fail/alg that does not fit the key", func() rawResponse {
 			return alice.postRaw(e.url("/new-order"), "application/jose+json",
 				handMade(map[string]any{"alg": "ES384", "kid": alice.kid, "nonce": alice.nonce(), "url": e.url("/new-order")}, `{}`))
+		}, 400, vocab.ErrorBadSignatureAlgorithm},
+		{"fail/ES256 by a P-384 key, with a signature that verifies", func() rawResponse {
+			// RFC 7518 §3.4: ES256 is ECDSA on P-256 with SHA-256. A P-384
+			// key's valid signature over the SHA-256 digest is refused for
+			// its algorithm, not accepted because it verifies.
+			k, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+			hdr := map[string]any{"alg": "ES256", "jwk": jwkOf(t, k.Public()), "nonce": alice.nonce(), "url": e.url("/new-account")}
+			return alice.postRaw(e.url("/new-account"), "application/jose+json", es256Signed(t, k, hdr, `{"termsOfServiceAgreed":true}`))
 		}, 400, vocab.ErrorBadSignatureAlgorithm},
 		{"fail/crit header", func() rawResponse {
 			return alice.post(e.url("/new-order"), map[string]any{}, jwsOpts{extra: map[jose.HeaderKey]any{"crit": []string{"exp"}, "exp": 1}})
