@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -263,9 +262,8 @@ func (au *Authority) RevokeCert(ctx context.Context, req Requester, decode func(
 			return RevokeResult{RetryAfter: 30 * time.Second}, refuse(problem.Unavailable("the key of the CA that issued this certificate cannot be reached now, "+
 				"so no CRL could list its revocation; nothing was recorded: retry later"), &cert, serial, err.Error(), RefusalUnpublishable)
 		}
-		return res, refuse(&problem.Problem{Type: acme.ErrorServerInternal, Status: http.StatusInternalServerError,
-			Detail: "this server no longer holds the CA that issued this certificate, so no CRL could list its revocation; " +
-				"nothing was recorded: the operator's log has the cause"}, &cert, serial, err.Error(), RefusalUnpublishable)
+		return res, refuse(problem.InternalF("this server no longer holds the CA that issued this certificate, so no CRL could list its revocation; "+
+			"nothing was recorded: the operator's log has the cause"), &cert, serial, err.Error(), RefusalUnpublishable)
 	case errors.Is(err, ErrRevocationRefused):
 		// A 4xx: a client retries a 5xx, and each retry would ask the
 		// backend again (the revocation_failed audit row has the reason).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 
 	"go.uber.org/zap"
 
@@ -36,8 +35,7 @@ func (au *Authority) Issued(ctx context.Context, orderID string, chain [][]byte)
 // client sees a generic problem; detail is kept for the operator. An order
 // settled already is left as it is, unaudited: failing twice is harmless.
 func (au *Authority) Failed(ctx context.Context, orderID, detail string) error {
-	p := &problem.Problem{Type: acme.ErrorServerInternal, Status: http.StatusInternalServerError,
-		Detail: "the certificate could not be issued; the operator can see why"}
+	p := problem.InternalF("the certificate could not be issued; the operator can see why")
 	body, _ := json.Marshal(p)
 	if err := au.db.FailOrder(ctx, orderID, body, detail, au.clock.Now()); errors.Is(err, store.ErrWrongState) {
 		return nil // settled already: nothing failed now

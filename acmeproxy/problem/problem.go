@@ -201,6 +201,13 @@ func Internal() *Problem {
 	return newf(acme.ErrorServerInternal, http.StatusInternalServerError, "the server could not complete the request; the operator's log has the cause")
 }
 
+// InternalF answers a server fault with a detail of its own, for a fault
+// whose kind the client may know (never its cause, which belongs in the
+// operator's log).
+func InternalF(format string, args ...any) *Problem {
+	return newf(acme.ErrorServerInternal, http.StatusInternalServerError, format, args...)
+}
+
 // Compound wraps per-identifier problems under one top-level problem.
 func CompoundOf(top *Problem, subs []*Problem) *Problem {
 	top.Subproblems = subs

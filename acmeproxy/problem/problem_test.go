@@ -87,6 +87,7 @@ func TestEachConstructorGivesItsTypeStatusAndDetail(t *testing.T) {
 		{"unsupported contact", problem.UnsupportedContactF("contact %q", "tel:1"), acme.ErrorUnsupportedContact, 400, `contact "tel:1"`},
 		{"already revoked", problem.AlreadyRevokedF("serial %s", "01"), acme.ErrorAlreadyRevoked, 400, "serial 01"},
 		{"bad revocation reason", problem.BadRevocationReasonF("reason %d", 7), acme.ErrorBadRevocationReason, 400, "reason 7"},
+		{"internal with a detail", problem.InternalF("could not %s", "issue"), acme.ErrorServerInternal, 500, "could not issue"},
 		{"unavailable", problem.Unavailable("queued %s", "upstream"), acme.ErrorServerInternal, 503, "queued upstream"},
 		{"conflict", problem.ConflictF("key %s", "taken"), acme.ErrorMalformed, 409, "key taken"},
 		{"already replaced", problem.AlreadyReplacedF("certificate %s", "x.y"), acme.ErrorAlreadyReplaced, 409, "certificate x.y"},
