@@ -174,14 +174,13 @@ func TestEachWayTheProgramEndsHasItsOutcome(t *testing.T) {
 		// body is the program; CHAIN in it is replaced by a file holding
 		// a chain for the order's key and name, WRONG by one for another
 		// key, OTHER by one for the order's key and another name.
-		body        string
-		timeout     time.Duration
-		outcome     string // the job outcome's kind
-		reason      string // in the outcome, for a retry
-		issued      bool
-		refused     signer.Kind
-		refusedWhy  string
-		unsettledOK bool
+		body       string
+		timeout    time.Duration
+		outcome    string // the job outcome's kind
+		reason     string // in the outcome, for a retry
+		issued     bool
+		refused    signer.Kind
+		refusedWhy string
 		// dates: the client asked for a notAfter in its newOrder.
 		dates bool
 	}{
