@@ -6,7 +6,10 @@
 // can all share it without a cycle.
 package acme
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // Identifier is an ACME identifier (RFC 8555 §7.1.4; RFC 8738 for "ip").
 type Identifier struct {
@@ -48,6 +51,10 @@ type ProblemType string
 
 // errorNS is the URN prefix of ACME error types.
 const errorNS = "urn:ietf:params:acme:error:"
+
+// Short is t without the ACME error namespace ("badCSR" for
+// urn:ietf:params:acme:error:badCSR); a type outside it is returned whole.
+func (t ProblemType) Short() string { return strings.TrimPrefix(string(t), errorNS) }
 
 // The ACME error types (RFC 8555 §6.7; draft-ietf-acme-profiles for
 // invalidProfile; RFC 9773 §7.4 for alreadyReplaced).

@@ -512,7 +512,7 @@ func problemText(doc any) string {
 	if err := json.Unmarshal(raw, &p); err != nil || p.Type == "" {
 		return string(raw)
 	}
-	short := func(t string) string { return strings.TrimPrefix(t, "urn:ietf:params:acme:error:") }
+	short := func(t string) string { return acme.ProblemType(t).Short() }
 	out := short(p.Type) + ": " + p.Detail
 	for _, sp := range p.Subproblems {
 		out += "; " + sp.Identifier.Value + " " + short(sp.Type) + ": " + sp.Detail
