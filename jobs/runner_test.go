@@ -314,6 +314,53 @@ func TestAJobPastItsDeadlineIsRetiredWithoutRunning(t *testing.T) {
 	})
 }
 
+// A retry whose next attempt would come at or after the job's deadline
+// retires the job at once, saying so, rather than leaving it waiting to be
+// retired when it is next claimed; one whose next attempt comes before the
+// deadline waits for it.
+func TestARetryWhoseNextAttemptFallsPastTheDeadlineRetiresTheJobAtOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		tests := []struct {
+			name         string
+			deadline     time.Duration // after start; every backoff here is about 5m
+			wantStatus   store.JobStatus
+			wantReason   string
+			wantAbandons int
+		}{
+			{"retired/the next attempt would fall past the deadline", time.Minute, store.JobFailed,
+				"deadline passes before the next attempt; last error: upstream down", 1},
+			{"rescheduled/the next attempt falls before the deadline", time.Hour, store.JobReady, "upstream down", 0},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				clk := clocktest.New(start)
+				q := NewQueue(openDB(t, ""), clk)
+				var runs atomic.Int32
+				h := newFuncHandler("k", func(context.Context, *Job) Outcome { runs.Add(1); return Retry("upstream down") })
+				job, _, err := q.Enqueue(context.Background(), Spec{Kind: "k", Deadline: start.Add(tc.deadline), MaxAttempts: 5})
+				if err != nil {
+					t.Fatal(err)
+				}
+				startRunner(t, q, RunnerOptions{Clock: clk, BackoffBase: 5 * time.Minute, BackoffCap: 5 * time.Minute}, h)
+				var got Job
+				waitFor(t, "the first attempt recorded", func() bool {
+					got, err = q.Get(context.Background(), job.ID)
+					return err == nil && got.Attempts == 1 && got.LastError != ""
+				})
+				if got.Status != tc.wantStatus || got.LastError != tc.wantReason {
+					t.Errorf("after one attempt the job is %s with %q; want %s with %q", got.Status, got.LastError, tc.wantStatus, tc.wantReason)
+				}
+				if n := runs.Load(); n != 1 {
+					t.Errorf("the handler ran %d times; want once (the clock did not move)", n)
+				}
+				if a := h.abandons(job.ID); len(a) != tc.wantAbandons {
+					t.Errorf("abandon calls %q; want %d", a, tc.wantAbandons)
+				}
+			})
+		}
+	})
+}
+
 func TestRetryAfterAnExplicitDelayDoesNotSpendAnAttempt(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
