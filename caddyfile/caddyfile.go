@@ -21,6 +21,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddypki"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
@@ -203,7 +204,41 @@ func parseHandler(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
 	if matcherSet != nil {
 		route.MatcherSetsRaw = []caddy.ModuleMap{matcherSet}
 	}
-	return []httpcaddyfile.ConfigValue{{Class: "route", Value: route}}, nil
+	vals := []httpcaddyfile.ConfigValue{{Class: "route", Value: route}}
+	// Caddy applies skip_install_trust to the pki CAs a Caddyfile names
+	// (acme_server's, tls internal's) and, when it names none and
+	// auto_https is on, to its default one, which it adds; a CA this
+	// profile signs with is named here so that the option reaches it too,
+	// and its root stays out of the system's trust store as the operator
+	// asked. Naming one CA stops Caddy adding its default, so that is
+	// named too while auto_https may use it.
+	if id, ok := caddyCAOf(cfg.Signer); ok && h.Option("skip_install_trust") != nil {
+		vals = append(vals, httpcaddyfile.ConfigValue{Class: "pki.ca", Value: &caddypki.CA{ID: id}})
+		if autoHTTPS, _ := h.Option("auto_https").([]string); id != caddypki.DefaultCAID && !slices.Contains(autoHTTPS, "off") {
+			vals = append(vals, httpcaddyfile.ConfigValue{Class: "pki.ca", Value: &caddypki.CA{ID: caddypki.DefaultCAID}})
+		}
+	}
+	return vals, nil
+}
+
+// caddyCAOf is the ID of the CA of Caddy's pki app that a profile's
+// signer (its JSON) signs with: the local_ca signer's, which is the
+// default signer, unless it signs with a CA of its own PEM files.
+func caddyCAOf(signer json.RawMessage) (string, bool) {
+	var s struct {
+		Module string `json:"module"`
+		CA     string `json:"ca"`
+		Cert   string `json:"cert"`
+	}
+	if len(signer) > 0 {
+		if err := json.Unmarshal(signer, &s); err != nil || s.Module != "local_ca" || s.Cert != "" {
+			return "", false
+		}
+	}
+	if s.CA == "" {
+		return caddypki.DefaultCAID, true
+	}
+	return s.CA, true
 }
 
 // singleProfileKeys are the keys of the directive's block that take one
