@@ -14,7 +14,26 @@ import (
 // the job over, as a dead runner's. Its handler is then told to stop
 // (its context is cancelled): the job must not run on two instances at
 // once — two runs of an issuing script, say, sign two certificates.
+// Whatever the stopped handler then answers, the job is the other
+// runner's: this one neither records it nor abandons it (an abandon
+// would undo the other runner's work: fail its order, say), even when
+// the answer would have retired it here.
 func TestAHandlerWhoseJobAnotherRunnerTookOverIsCancelled(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		maxAttempts int
+		out         Outcome
+	}{
+		{"a retry with attempts left", 0, Retry("interrupted")},
+		{"a retry on its last attempt", 1, Retry("interrupted")},
+		{"a retry whose next attempt falls past its deadline", 0, RetryAfter("interrupted", time.Hour)},
+		{"a failure", 0, Failed("interrupted")},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tookOver(t, tc.maxAttempts, tc.out) })
+	}
+}
+
+func tookOver(t *testing.T, maxAttempts int, out Outcome) {
 	eachDialect(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -28,11 +47,11 @@ func TestAHandlerWhoseJobAnotherRunnerTookOverIsCancelled(t *testing.T) {
 			started <- struct{}{}
 			<-ctx.Done()
 			close(stopped)
-			return Retry("interrupted")
+			return out
 		})
 		h.lease = lease
 		r := startRunner(t, q, RunnerOptions{Clock: clk, PollInterval: lease / 3}, h)
-		job, _, err := q.Enqueue(ctx, Spec{Kind: "k"})
+		job, _, err := q.Enqueue(ctx, Spec{Kind: "k", MaxAttempts: maxAttempts, Deadline: start.Add(50 * time.Minute)})
 		if err != nil {
 			t.Fatal(err)
 		}

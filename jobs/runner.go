@@ -584,7 +584,7 @@ func (r *Runner) runningFlights(ks *kindState) []int64 {
 // (this process was paused, or cut off from the database, for longer than
 // the lease), and two runs of one job at once are what leases exist to
 // prevent. An attempt that settled meanwhile is left alone. The handler's
-// outcome then meets the lease guard (ErrLeaseLost) and is not recorded.
+// outcome is then neither recorded nor acted on (beginSettle).
 func (r *Runner) lose(id int64) {
 	r.mu.Lock()
 	f := r.inflight[id]
@@ -686,7 +686,11 @@ func (r *Runner) work(ks *kindState, job *Job) (completed bool) {
 	return false
 }
 
-// beginSettle marks a flight as settling unless Stop released it first.
+// beginSettle marks a flight as settling unless Stop released it first,
+// or a renewal found its job taken over (lose): that job is another
+// runner's now, and neither its outcome nor an abandon is this one's to
+// write — a retirement here would run the handler's Abandon on the
+// job the other runner is working on.
 func (r *Runner) beginSettle(id int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -694,7 +698,7 @@ func (r *Runner) beginSettle(id int64) bool {
 	if f == nil {
 		return true // not tracked: nothing can have released it
 	}
-	if f.released {
+	if f.released || f.lost {
 		return false
 	}
 	f.settling = true
