@@ -298,7 +298,9 @@ func (au *Authority) RunValidation(ctx context.Context, challengeID string, cl C
 	// the job tries again.
 	verr := au.runValidator(ctx, c, a, c.Token+"."+acct.Thumbprint)
 	if _, _, err := au.recordValidation(ctx, c, a, verr, cl); err != nil {
-		if _, verdict := problem.As(verr); verr != nil && !verdict {
+		// An attempt cut short (the runner stopping, the job taken over)
+		// made no validation query to note.
+		if _, verdict := problem.As(verr); verr != nil && !verdict && ctx.Err() == nil {
 			au.noteRetry(ctx, c)
 		}
 		return jobs.Retry(err.Error())
@@ -312,9 +314,7 @@ func (au *Authority) RunValidation(ctx context.Context, challengeID string, cl C
 // query, and the challenge stays processing while it retries). What
 // failed is the operator's to see, in the job's last error.
 func (au *Authority) noteRetry(ctx context.Context, c store.Challenge) {
-	p := problem.Internal()
-	p.Detail = "a validation attempt could not be completed on the server's side; the server tries again"
-	body, _ := json.Marshal(p)
+	body, _ := json.Marshal(problem.InternalF("a validation attempt could not be completed on the server's side; the server tries again"))
 	if err := au.db.NoteChallengeRetry(ctx, c.ID, body, au.clock.Now()); err != nil {
 		au.log.Warn("noting a validation retry", zap.String("event", "challenge_retry_note_failed"),
 			zap.String("profile", au.cfg.Profile), zap.String("challenge", c.ID), zap.Error(err))
