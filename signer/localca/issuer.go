@@ -144,6 +144,18 @@ func (iss Issuer) check() error {
 	if ca.KeyUsage&x509.KeyUsageCertSign == 0 {
 		return fmt.Errorf("certificate %q may not sign certificates (keyUsage lacks keyCertSign)", ca.Subject)
 	}
+	// The CA signs the CRL of its leaves too (SignCRL): one that may not,
+	// or that has no key identifier for the CRL's authority key
+	// identifier, would issue leaves whose revocations no CRL could ever
+	// list. Without a subject key identifier (which RFC 5280 §4.2.1.2
+	// requires of a CA) its leaves would also lack the authority key
+	// identifier §4.2.1.1 requires of them.
+	if ca.KeyUsage&x509.KeyUsageCRLSign == 0 {
+		return fmt.Errorf("certificate %q may not sign CRLs (keyUsage lacks cRLSign); this CA publishes the revocations of its leaves on a CRL it signs", ca.Subject)
+	}
+	if len(ca.SubjectKeyId) == 0 {
+		return fmt.Errorf("certificate %q has no subject key identifier (RFC 5280 §4.2.1.2): its leaves could carry no authority key identifier, nor could its CRL", ca.Subject)
+	}
 	pub, ok := iss.Key.Public().(interface{ Equal(crypto.PublicKey) bool })
 	if !ok || !pub.Equal(ca.PublicKey) {
 		return fmt.Errorf("the key does not match certificate %q", ca.Subject)

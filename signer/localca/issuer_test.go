@@ -7,11 +7,16 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
 func pemBlock(typ string, der []byte) []byte {
@@ -46,7 +51,7 @@ func TestFromPEMFiles(t *testing.T) {
 	rsaKey := newKey(t, "rsa2048")
 	rsaInter := createCert(t, &x509.Certificate{
 		Subject: pkix.Name{CommonName: "Test RSA Intermediate"}, NotBefore: nb, NotAfter: na,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true,
 	}, ca.root, rsaKey.Public(), ca.rootKey)
 	leafKey := newKey(t, "p256")
 	notCA := createCert(t, &x509.Certificate{
@@ -57,6 +62,24 @@ func TestFromPEMFiles(t *testing.T) {
 		Subject: pkix.Name{CommonName: "CA without keyCertSign"}, NotBefore: nb, NotAfter: na,
 		KeyUsage: x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true,
 	}, ca.root, leafKey.Public(), ca.rootKey)
+	noCRLSign := createCert(t, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "CA without cRLSign"}, NotBefore: nb, NotAfter: na,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+	}, ca.root, leafKey.Public(), ca.rootKey)
+	// crypto/x509 gives every CA it creates a subject key identifier;
+	// basicConstraints written by hand keep it from knowing this is one.
+	caTrue, err := asn1.Marshal(struct{ IsCA bool }{true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSKI := createCert(t, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "CA without a subject key identifier"}, NotBefore: nb, NotAfter: na,
+		KeyUsage:        x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Critical: true, Value: caTrue}},
+	}, ca.root, leafKey.Public(), ca.rootKey)
+	if !noSKI.IsCA || len(noSKI.SubjectKeyId) != 0 {
+		t.Fatalf("test CA: cA %v, subject key id %x; want a CA without one", noSKI.IsCA, noSKI.SubjectKeyId)
+	}
 	interKeyPEM := pkcs8PEM(t, ca.interKey)
 
 	const (
@@ -68,6 +91,7 @@ func TestFromPEMFiles(t *testing.T) {
 		cert, key []byte // file contents; nil: the file does not exist
 		wantLen   int    // certificates in the chain, when it loads
 		atFault   string // the file the error must name
+		wantErr   string // and what else it must say
 	}{
 		{name: "ok/intermediate and root with a PKCS #8 key",
 			cert: certsPEM(ca.inter, ca.root), key: interKeyPEM, wantLen: 2},
@@ -89,6 +113,10 @@ func TestFromPEMFiles(t *testing.T) {
 			cert: certsPEM(notCA), key: pkcs8PEM(t, leafKey), atFault: certAtFault},
 		{name: "fail/a CA that may not sign certificates is refused",
 			cert: certsPEM(noCertSign), key: pkcs8PEM(t, leafKey), atFault: certAtFault},
+		{name: "fail/a CA that may not sign the CRL of its leaves is refused",
+			cert: certsPEM(noCRLSign, ca.root), key: pkcs8PEM(t, leafKey), atFault: certAtFault, wantErr: "cRLSign"},
+		{name: "fail/a CA without a subject key identifier for its leaves' authority key identifier is refused",
+			cert: certsPEM(noSKI, ca.root), key: pkcs8PEM(t, leafKey), atFault: certAtFault, wantErr: "subject key identifier"},
 		{name: "fail/a key file without PEM is named",
 			cert: certsPEM(ca.inter), key: []byte("this is not PEM\n"), atFault: keyAtFault},
 		{name: "fail/a key file with a corrupt key is named",
@@ -118,6 +146,9 @@ func TestFromPEMFiles(t *testing.T) {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not name %s", err, want)
 				}
+				if !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("error %q does not mention %q", err, tc.wantErr)
+				}
 				for line := range strings.Lines(string(tc.key)) {
 					if len(line) > 20 && !strings.HasPrefix(line, "-----") && strings.Contains(err.Error(), strings.TrimSpace(line)) {
 						t.Errorf("error %q quotes the key file", err)
@@ -139,6 +170,16 @@ func TestFromPEMFiles(t *testing.T) {
 			leaf := issue(t, s, issueRequest(t, newKey(t, "p256"), dns("www.example.com")))[0]
 			if err := leaf.CheckSignatureFrom(iss.Chain[0]); err != nil {
 				t.Errorf("leaf is not signed by the file's CA: %v", err)
+			}
+			// Every CA that loads signs the CRL of its leaves, which name it
+			// by its key identifier.
+			if !bytes.Equal(leaf.AuthorityKeyId, iss.Chain[0].SubjectKeyId) {
+				t.Errorf("leaf's authority key id = %x, want the CA's subject key id %x", leaf.AuthorityKeyId, iss.Chain[0].SubjectKeyId)
+			}
+			if _, err := s.SignCRL(t.Context(), signer.LeafIssuerKeyID(leaf), &x509.RevocationList{
+				Number: big.NewInt(1), ThisUpdate: testNow, NextUpdate: testNow.Add(24 * time.Hour),
+			}); err != nil {
+				t.Errorf("the CA cannot sign the CRL of its leaf: %v", err)
 			}
 		})
 	}

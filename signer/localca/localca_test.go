@@ -664,14 +664,14 @@ func TestChainLeavesOutOnlyASelfSignedRoot(t *testing.T) {
 	inter2Key := newKey(t, "p256")
 	inter2 := createCert(t, &x509.Certificate{
 		Subject: pkix.Name{CommonName: "Test Intermediate 2"}, NotBefore: nb, NotAfter: na,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true,
 	}, ca.inter, inter2Key.Public(), ca.interKey)
 	// A CA renewing its key issues its new certificate under its own name
 	// with the old key: self-issued, not self-signed, and not a root.
 	rekeyedKey := newKey(t, "p256")
 	rekeyed := createCert(t, &x509.Certificate{
 		Subject: ca.root.Subject, NotBefore: nb, NotAfter: na,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true,
 	}, ca.root, rekeyedKey.Public(), ca.rootKey)
 	tests := []struct {
 		name      string
