@@ -309,6 +309,14 @@ func (s *Signer) leaf(req signer.IssueRequest, ca *x509.Certificate) (*x509.Cert
 // be: a client's clock a little behind ours, not a backdated certificate.
 const maxRequestedBackdate = 5 * time.Minute
 
+// maxPostdate is how far after the signing a leaf's notBefore may be: the
+// CA/Browser Forum's 48 hours (BRs §7.1.2.7). A leaf that starts months
+// after the validation it was issued on would vouch for a name its
+// requester may no longer hold by then; and a short-lived leaf, which
+// carries no CRL distribution point when crl_url is unset, could not even
+// be revoked in the meantime.
+const maxPostdate = 48 * time.Hour
+
 // leafLifetime is the longest validity of a leaf under cp: the signer's,
 // or the certificate profile's when that is shorter.
 func (s *Signer) leafLifetime(cp *signer.CertificateProfile) time.Duration {
@@ -353,8 +361,8 @@ func badValidity(format string, args ...any) *signer.Error {
 // lifetime's end. Both ends are inclusive (RFC 5280 §4.1.2.5), hence the
 // second taken off the lifetime, and whole seconds, the resolution of the
 // encoding; a fraction of a second asked for is rounded inward. A window
-// longer than the lifetime, or already over, is refused, never narrowed
-// (RFC 8555 §7.4).
+// longer than the lifetime, already over, or starting more than
+// maxPostdate ahead, is refused, never narrowed (RFC 8555 §7.4).
 func (s *Signer) window(askedNB, askedNA time.Time, cp *signer.CertificateProfile, now time.Time) (notBefore, notAfter time.Time, err error) {
 	lifetime := s.leafLifetime(cp)
 	notBefore = now.Add(-backdate)
@@ -380,6 +388,9 @@ func (s *Signer) window(askedNB, askedNA time.Time, cp *signer.CertificateProfil
 		notAfter = askedNA.Truncate(time.Second)
 	}
 	switch {
+	case notBefore.After(now.Add(maxPostdate)):
+		return notBefore, notAfter, badValidity("notBefore %s is more than %v ahead; this CA does not postdate certificates",
+			notBefore.UTC().Format(time.RFC3339), maxPostdate)
 	case !notAfter.After(now):
 		return notBefore, notAfter, badValidity("notAfter %s has passed", notAfter.UTC().Format(time.RFC3339))
 	case notAfter.Before(notBefore):
