@@ -442,6 +442,12 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 // one HTTP server whose one route runs handlers; Caddy logs to dir/caddy.log.
 func loadHandlers(t *testing.T, dir string, app map[string]any, handlers []map[string]any) error {
 	t.Helper()
+	return loadHandlersWithPKI(t, dir, app, map[string]any{"certificate_authorities": map[string]any{"local": map[string]any{"install_trust": false}}}, handlers)
+}
+
+// loadHandlersWithPKI is loadHandlers with pki as the pki app's JSON.
+func loadHandlersWithPKI(t *testing.T, dir string, app, pki map[string]any, handlers []map[string]any) error {
+	t.Helper()
 	appCfg := map[string]any{"database": filepath.Join(dir, "acme_proxy.db")}
 	for k, v := range app {
 		appCfg[k] = v
@@ -452,7 +458,7 @@ func loadHandlers(t *testing.T, dir string, app map[string]any, handlers []map[s
 		"storage": map[string]any{"module": "file_system", "root": filepath.Join(dir, "storage")},
 		"apps": map[string]any{
 			"acme_proxy": appCfg,
-			"pki":        map[string]any{"certificate_authorities": map[string]any{"local": map[string]any{"install_trust": false}}},
+			"pki":        pki,
 			"http": map[string]any{"servers": map[string]any{"srv0": map[string]any{
 				"listen":          []string{fmt.Sprintf("127.0.0.1:%d", freePort(t))},
 				"automatic_https": map[string]any{"disable": true},
@@ -466,6 +472,60 @@ func loadHandlers(t *testing.T, dir string, app map[string]any, handlers []map[s
 	}
 	t.Cleanup(func() { caddy.Stop() })
 	return caddy.Load(cfgJSON, true)
+}
+
+// A pki CA given an intermediate that may not sign CRLs fails the load,
+// naming signer.ca: the local CA signs the CRL of its leaves with it, so
+// it would issue leaves whose revocation no CRL could list.
+func TestAPKICAWhoseIntermediateCannotSignItsLeavesCRLFailsTheLoad(t *testing.T) {
+	dir := isolate(t)
+	now := time.Now()
+	rootKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	interKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	rootTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test root"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	rootDER, err := x509.CreateCertificate(rand.Reader, rootTmpl, rootTmpl, rootKey.Public(), rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := x509.ParseCertificate(rootDER)
+	interDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
+		Subject: pkix.Name{CommonName: "intermediate without cRLSign"}, NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(0, 6, 0),
+		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign}, root, interKey.Public(), rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"root.crt": rootDER, "inter.crt": interDER}
+	for name, key := range map[string]*ecdsa.PrivateKey{"root.key": rootKey, "inter.key": interKey} {
+		der, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = der
+	}
+	for name, der := range files {
+		typ := "CERTIFICATE"
+		if strings.HasSuffix(name, ".key") {
+			typ = "PRIVATE KEY"
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pki := map[string]any{"certificate_authorities": map[string]any{"local": map[string]any{"install_trust": false,
+		"root":         map[string]string{"certificate": filepath.Join(dir, "root.crt"), "private_key": filepath.Join(dir, "root.key")},
+		"intermediate": map[string]string{"certificate": filepath.Join(dir, "inter.crt"), "private_key": filepath.Join(dir, "inter.key")},
+	}}}
+	err = loadHandlersWithPKI(t, dir, nil, pki, []map[string]any{{"handler": "acme_proxy", "profile": "a"}})
+	if err == nil {
+		t.Fatal("loaded; want the pki CA refused")
+	}
+	for _, want := range []string{"signer.ca", "intermediate without cRLSign", "cRLSign"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q\ndoes not contain %q", err, want)
+		}
+	}
 }
 
 // An issuing CA from files that expires within a month loads, and says so

@@ -104,6 +104,12 @@ func (l *LocalCA) Provision(ctx caddy.Context) error {
 	if l.Cert != "" {
 		return l.checkFileCA(ctx)
 	}
+	// Caddy renews its pki CA's intermediate itself, but one it was given
+	// (the pki app's intermediate files) that this signer cannot use — no
+	// cRLSign, so no CRL for its leaves — fails the load, not every order.
+	if _, err := l.Signer.Issuer(ctx); err != nil {
+		return fmt.Errorf("signer.ca: %w", err)
+	}
 	return nil
 }
 
