@@ -137,6 +137,10 @@ type Runner struct {
 	// claimFailures spaces the log lines of failed claims: while the
 	// database is away every poll of every kind fails.
 	claimFailures logevery.Limiter
+	// renewFailures spaces the log lines of failed lease renewals: while
+	// the database is away an overdue renewal is tried at every turn of
+	// the loop, ten a second.
+	renewFailures logevery.Limiter
 	// watchDone is closed when the watcher of other instances' jobs
 	// (store.WatchJobs) has returned.
 	watchDone chan struct{}
@@ -174,6 +178,7 @@ func NewRunner(q *Queue, handlers []Handler, opts RunnerOptions) (*Runner, error
 		hinted:   map[string]bool{},
 
 		claimFailures: logevery.Limiter{Every: claimFailureLogEvery},
+		renewFailures: logevery.Limiter{Every: claimFailureLogEvery},
 	}
 	for _, h := range handlers {
 		kind := h.Kind()
@@ -552,9 +557,15 @@ func (r *Runner) renewLeases(ctx context.Context) {
 		renewed, err := r.q.db.ExtendJobLeases(ctx, kind, r.opts.Owner, now.Add(ks.lease), now)
 		if err != nil {
 			if ctx.Err() == nil {
-				r.log.Error("renewing leases", zap.String("event", "jobs_renew_failed"), zap.String("kind", kind), zap.Error(err))
+				if log, n := r.renewFailures.Note(r.opts.Clock.Now()); log {
+					r.log.Error("renewing leases", zap.String("event", "jobs_renew_failed"), zap.String("kind", kind),
+						zap.Int("failures", n), zap.Duration("interval", claimFailureLogEvery), zap.Error(err))
+				}
 			}
 			continue
+		}
+		if log, n := r.renewFailures.Recovered(); log {
+			r.log.Info("renewing leases again", zap.String("event", "jobs_renew_recovered"), zap.Int("failures", n))
 		}
 		ks.renewedAt = now
 		for _, id := range held {
