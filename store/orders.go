@@ -869,6 +869,29 @@ func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail s
 	return nil
 }
 
+// FailOrderAudited is FailOrder with ev, the failure's audit row (and
+// its notification jobs), written in the same transaction: a crash or an
+// outage between the two never leaves an invalid order without its
+// certificate_issue_failed row, nor a row for an order that did not fail.
+// ErrWrongState when the order is finished already (nothing is written).
+func (db *DB) FailOrderAudited(ctx context.Context, id string, problem []byte, detail string, ev AuditEvent, now time.Time) error {
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
+			WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(detail), now.UnixMilli(), id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 0 {
+			return fmt.Errorf("%w: order %s is settled already (or does not exist)", ErrWrongState, id)
+		}
+		return db.insertAudit(ctx, tx, ev)
+	})
+	if err != nil && !errors.Is(err, ErrWrongState) {
+		return fmt.Errorf("store: failing order %s: %w", id, err)
+	}
+	return err
+}
+
 const certCols = `id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, revoked_at, revocation_reason,
 	issuer_key_id, renew_early_at, explanation_url`
 

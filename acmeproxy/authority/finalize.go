@@ -163,18 +163,22 @@ func isVerdict(err error) bool {
 }
 
 // failOrder makes a processing order invalid with prob (what the client
-// sees) and detail (what the operator sees), audited and logged.
+// sees) and detail (what the operator sees), audited and logged. The order
+// and its audit row are one write: should it fail, the order stays
+// processing (the resume sweep finishes it) and nothing is audited.
 func (au *Authority) failOrder(ctx context.Context, o store.Order, prob *problem.Problem, detail string, cl Client) {
 	body, _ := json.Marshal(prob)
-	if ferr := au.db.FailOrder(ctx, o.ID, body, detail, au.clock.Now()); errors.Is(ferr, store.ErrWrongState) {
+	ev := au.issueFailedEvent(ctx, o, cl, detail)
+	if ferr := au.db.FailOrderAudited(ctx, o.ID, body, detail, ev, au.clock.Now()); errors.Is(ferr, store.ErrWrongState) {
 		return // settled by someone else meanwhile: this failure is not the order's
 	} else if ferr != nil {
 		au.log.Error("recording a failed issuance", zap.String("event", "order_fail_record_failed"),
 			zap.String("order", o.ID), zap.Error(ferr))
+	} else {
+		au.Notified(ev.Jobs)
 	}
 	au.log.Warn("certificate issuance failed", zap.String("event", acme.EventCertificateIssueFailed),
 		zap.String("profile", au.cfg.Profile), zap.String("order", o.ID), zap.String("detail", detail))
-	au.auditIssueFailed(ctx, o, cl, detail)
 }
 
 // failureClass is a failed issuance's reason for metrics: a small fixed set.
@@ -306,13 +310,13 @@ func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]
 	return c, nil
 }
 
-// auditIssueFailed records a failed issuance.
-func (au *Authority) auditIssueFailed(ctx context.Context, o store.Order, cl Client, detail string) {
+// issueFailedEvent is the audit row of o's failed issuance, with its
+// notifications, for FailOrderAudited to write with the order's failure.
+func (au *Authority) issueFailedEvent(ctx context.Context, o store.Order, cl Client, detail string) store.AuditEvent {
 	ev := au.event(ctx, acme.EventCertificateIssueFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
 	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Detail = o.ID, o.AccountID, o.Identifiers, detail
 	ev.Jobs = au.AuditNotifyJobs(ev)
-	au.audit(ctx, ev)
-	au.Notified(ev.Jobs)
+	return ev
 }
 
 // crlURL is the CRL distribution point leaves of this profile carry: the

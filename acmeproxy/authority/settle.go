@@ -36,16 +36,10 @@ func (au *Authority) Issued(ctx context.Context, orderID string, chain [][]byte)
 // settled already is left as it is, unaudited: failing twice is harmless.
 func (au *Authority) Failed(ctx context.Context, orderID, detail string) error {
 	p := problem.InternalF("the certificate could not be issued; the operator can see why")
-	body, _ := json.Marshal(p)
-	if err := au.db.FailOrder(ctx, orderID, body, detail, au.clock.Now()); errors.Is(err, store.ErrWrongState) {
-		return nil // settled already: nothing failed now
-	} else if err != nil {
+	if settled, err := au.failAudited(ctx, orderID, p, detail); err != nil || settled {
 		return err
 	}
 	au.metrics.IssueFailed(au.cfg.Profile, "abandoned")
-	if o, err := au.db.GetOrder(ctx, au.cfg.Profile, orderID); err == nil {
-		au.auditIssueFailed(ctx, o, pendingClient(o), detail)
-	}
 	au.log.Warn("certificate issuance failed", zap.String("event", acme.EventCertificateIssueFailed),
 		zap.String("profile", au.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
 	return nil
@@ -66,19 +60,35 @@ func (au *Authority) Refused(ctx context.Context, orderID string, kind signer.Ki
 	default:
 		return au.Failed(ctx, orderID, detail)
 	}
-	body, _ := json.Marshal(p)
-	if err := au.db.FailOrder(ctx, orderID, body, detail, au.clock.Now()); errors.Is(err, store.ErrWrongState) {
-		return nil // settled already: nothing failed now
-	} else if err != nil {
+	if settled, err := au.failAudited(ctx, orderID, p, detail); err != nil || settled {
 		return err
 	}
 	au.metrics.IssueFailed(au.cfg.Profile, failureClass(&signer.Error{Kind: kind}))
-	if o, err := au.db.GetOrder(ctx, au.cfg.Profile, orderID); err == nil {
-		au.auditIssueFailed(ctx, o, pendingClient(o), detail)
-	}
 	au.log.Warn("certificate issuance refused by the signer", zap.String("event", acme.EventCertificateIssueFailed),
 		zap.String("profile", au.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
 	return nil
+}
+
+// failAudited fails a processing order with p, the client's problem, and
+// its certificate_issue_failed audit row in one write, so that neither is
+// ever recorded without the other. settled reports an order that was
+// finished already: nothing was written.
+func (au *Authority) failAudited(ctx context.Context, orderID string, p *problem.Problem, detail string) (settled bool, err error) {
+	o, err := au.db.GetOrder(ctx, au.cfg.Profile, orderID)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil // gone (pruned): nothing to fail
+	} else if err != nil {
+		return false, err
+	}
+	body, _ := json.Marshal(p)
+	ev := au.issueFailedEvent(ctx, o, pendingClient(o), detail)
+	if err := au.db.FailOrderAudited(ctx, orderID, body, detail, ev, au.clock.Now()); errors.Is(err, store.ErrWrongState) {
+		return true, nil // settled already: nothing failed now
+	} else if err != nil {
+		return false, err
+	}
+	au.Notified(ev.Jobs)
+	return false, nil
 }
 
 // pendingClient is the client that finalized an order a signer finished
