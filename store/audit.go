@@ -94,18 +94,18 @@ func Clip(s string, max int) string {
 }
 
 // Bounded returns ev with every string clipped to its bound (AuditFieldMax,
-// AuditDetailMax for the detail). Every row is bounded as it is written;
+// AuditDetailMax for the detail), made valid text first (see text). Every row is bounded as it is written;
 // callers that copy an event elsewhere (a notification) use it too.
 func (ev AuditEvent) Bounded() AuditEvent {
 	for _, f := range []*string{&ev.Event, &ev.Outcome, &ev.Profile, &ev.ActorKind, &ev.ActorID, &ev.OrderID, &ev.AccountID,
 		&ev.Serial, &ev.ClientIP, &ev.ClientName, &ev.UserAgent, &ev.Reason} {
-		*f = Clip(*f, AuditFieldMax)
+		*f = Clip(text(*f), AuditFieldMax)
 	}
-	ev.Detail = Clip(ev.Detail, AuditDetailMax)
+	ev.Detail = Clip(text(ev.Detail), AuditDetailMax)
 	if len(ev.Identifiers) > 0 {
 		ids := make([]acme.Identifier, len(ev.Identifiers))
 		for i, id := range ev.Identifiers {
-			ids[i] = acme.Identifier{Type: Clip(id.Type, AuditFieldMax), Value: Clip(id.Value, AuditFieldMax)}
+			ids[i] = acme.Identifier{Type: Clip(text(id.Type), AuditFieldMax), Value: Clip(text(id.Value), AuditFieldMax)}
 		}
 		ev.Identifiers = ids
 	}

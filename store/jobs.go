@@ -377,7 +377,7 @@ func (db *DB) RetryJob(ctx context.Context, id int64, owner string, runAt time.T
 		`status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'ready' END,
 		 finished_at = CASE WHEN cancel_requested = 1 THEN CAST(? AS BIGINT) ELSE NULL END,
 		 attempts = attempts - ?, run_at = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
-		now.UnixMilli(), refunded, runAt.UnixMilli(), reason, now.UnixMilli())
+		now.UnixMilli(), refunded, runAt.UnixMilli(), text(reason), now.UnixMilli())
 }
 
 // RetireJob settles a job as failed or cancelled for good.
@@ -387,7 +387,7 @@ func (db *DB) RetireJob(ctx context.Context, id int64, owner string, status JobS
 	}
 	_, err := db.settle(ctx, "retire", id, owner,
 		`status = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?, finished_at = ?`,
-		string(status), reason, now.UnixMilli(), now.UnixMilli())
+		string(status), text(reason), now.UnixMilli(), now.UnixMilli())
 	return err
 }
 

@@ -817,7 +817,7 @@ func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) err
 // row, so one claimer wins. The guard reaches the order by its key alone
 // (see "Rows read by their key" in dialect.go).
 func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, client OrderClient, now time.Time) (bool, error) {
-	res, err := db.lazyWr.ExecContext(ctx, db.q(claimOrderForIssue), csr, Clip(client.Addr, AuditFieldMax), Clip(client.UserAgent, AuditFieldMax),
+	res, err := db.lazyWr.ExecContext(ctx, db.q(claimOrderForIssue), csr, Clip(text(client.Addr), AuditFieldMax), Clip(text(client.UserAgent), AuditFieldMax),
 		now.UnixMilli(), id, now.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("store: claiming order %s: %w", id, err)
@@ -859,7 +859,7 @@ type Certificate struct {
 // One guarded statement.
 func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail string, now time.Time) error {
 	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
-		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(detail), now.UnixMilli(), id)
+		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(text(detail)), now.UnixMilli(), id)
 	if err != nil {
 		return fmt.Errorf("store: failing order %s: %w", id, err)
 	}
@@ -877,7 +877,7 @@ func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail s
 func (db *DB) FailOrderAudited(ctx context.Context, id string, problem []byte, detail string, ev AuditEvent, now time.Time) error {
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
-			WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(detail), now.UnixMilli(), id)
+			WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(text(detail)), now.UnixMilli(), id)
 		if err != nil {
 			return err
 		}

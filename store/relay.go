@@ -119,7 +119,7 @@ func (db *DB) CreateRelayOrder(ctx context.Context, n NewRelayOrder, now time.Ti
 			(order_id, profile, upstream_order_url, csr, client_addr, user_agent, status, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, 'processing', ?, ?)
 			ON CONFLICT DO NOTHING`),
-			n.OrderID, n.Profile, sql.NullString{String: n.UpstreamOrderURL, Valid: n.UpstreamOrderURL != ""}, n.CSR, Clip(n.ClientAddr, AuditFieldMax), Clip(n.UserAgent, AuditFieldMax), now.UnixMilli(), now.UnixMilli())
+			n.OrderID, n.Profile, sql.NullString{String: n.UpstreamOrderURL, Valid: n.UpstreamOrderURL != ""}, n.CSR, Clip(text(n.ClientAddr), AuditFieldMax), Clip(text(n.UserAgent), AuditFieldMax), now.UnixMilli(), now.UnixMilli())
 		if err != nil {
 			return err
 		}
@@ -174,7 +174,7 @@ func (db *DB) SettleRelayOrder(ctx context.Context, orderID, status, detail stri
 		return fmt.Errorf("store: cannot settle relay order %s as %q", orderID, status)
 	}
 	if _, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE relay_orders SET status = ?, detail = ?, updated_at = ?
-		WHERE order_id = ? AND status = 'processing'`), status, detail, now.UnixMilli(), orderID); err != nil {
+		WHERE order_id = ? AND status = 'processing'`), status, text(detail), now.UnixMilli(), orderID); err != nil {
 		return fmt.Errorf("store: settling relay order %s: %w", orderID, err)
 	}
 	return nil
