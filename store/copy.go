@@ -26,7 +26,7 @@ type TableCount struct {
 // them). dst must be empty — no table holds a row — or ErrTargetNotEmpty
 // is returned and nothing is written. The copy is one transaction on dst:
 // a failure leaves it empty. Tables are copied parents first (foreign
-// keys), identity sequences are moved past the copied ids, and the row
+// keys), identity sequences are moved past every id the source ever gave, and the row
 // counts of both sides are compared before the transaction commits; then
 // the target's planner statistics are gathered (Analyze), so that a fleet
 // moved onto it is not planned for empty tables. (The
@@ -50,6 +50,19 @@ func CopyStore(ctx context.Context, src, dst *DB) ([]TableCount, error) {
 		return nil, fmt.Errorf("store: reading the source: %w", err)
 	}
 	defer func() { _ = stx.Rollback() }()
+	// An AUTOINCREMENT table's next id is past every id it ever gave, a
+	// deleted row's too (a revocation pruned with its certificate, a
+	// settled job): the target's sequences go on from there, not from
+	// the highest id still held. A revocation's id is compared with the
+	// ledger_seq of the CRL that took it (StaleCRLIssuers), and a job's
+	// or an audit row's names it in the operator's routes.
+	given, err := sqliteSequences(ctx, stx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range tables {
+		tables[i].given = given[tables[i].name]
+	}
 	var counts []TableCount
 	err = dst.eng.do(ctx, func(tx *sql.Tx) error {
 		counts = counts[:0] // fn may run again (see engine)
@@ -88,4 +101,5 @@ func CopyStore(ctx context.Context, src, dst *DB) ([]TableCount, error) {
 type copyTableInfo struct {
 	name    string
 	columns []string
+	given   int64 // the highest id the source's AUTOINCREMENT ever gave (0: none)
 }

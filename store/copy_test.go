@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -244,5 +245,96 @@ func TestMigrateStoreReadsTheSourceInOneSnapshot(t *testing.T) {
 	close(stop)
 	if err := <-written; err != nil {
 		t.Fatalf("the writer: %v", err)
+	}
+}
+
+// An id the source gave once is never given again in the target, though
+// its row was deleted before the move: SQLite's AUTOINCREMENT never
+// reuses one, and neither may the target's sequence. A revocation given
+// the id of a pruned ledger row at or below the CRL's ledger_seq would
+// look already listed: StaleCRLIssuers would miss it, and a CRL
+// regeneration lost to a crash after it would never be queued.
+func TestMigrateStoreGivesNoIdTheSourceGaveBeforeItsRowWasDeleted(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		// fill writes rows and deletes the one of the highest id, and
+		// returns that id.
+		fill func(t *testing.T, src *DB) int64
+		// next writes a new row in the target and returns its id.
+		next func(t *testing.T, dst *DB) int64
+	}{
+		{
+			name: "revocations: the last ledger row pruned with its expired certificate",
+			fill: func(t *testing.T, src *DB) int64 {
+				kept := issuedCert(t, src, "0a", t0.Add(100*24*time.Hour))
+				expired := issuedCert(t, src, "0b", t0.Add(time.Hour))
+				if _, err := revoke(t, src, kept, "ca", 1); err != nil {
+					t.Fatal(err)
+				}
+				last, err := revoke(t, src, expired, "ca", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				publishDER(t, src, func(n int64) []byte { return []byte{byte(n)} })
+				if p, err := src.PruneRetention(ctx, Retention{Now: t0.Add(48 * time.Hour), CertificatesBefore: t0.Add(24 * time.Hour)}); err != nil || p.Revocations != 1 {
+					t.Fatalf("pruning the expired certificate: %+v %v", p, err)
+				}
+				return last.ID
+			},
+			next: func(t *testing.T, dst *DB) int64 {
+				r, err := revoke(t, dst, issuedCert(t, dst, "0c", t0.Add(100*24*time.Hour)), "ca", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if stale, err := dst.StaleCRLIssuers(ctx); err != nil || !slices.Equal(stale, []string{"ca"}) {
+					t.Errorf("issuers whose CRL lacks a revocation, after one in the target: %v (%v); want ca", stale, err)
+				}
+				return r.ID
+			},
+		},
+		{
+			name: "jobs: the last job settled and pruned",
+			fill: func(t *testing.T, src *DB) int64 {
+				var last int64
+				for _, k := range []string{"a", "b"} {
+					j, _, err := src.EnqueueJob(ctx, NewJob{Kind: "k", Key: k, RunAt: t0, MaxAttempts: 1}, t0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					last = j.ID
+				}
+				if _, err := src.ClaimJobs(ctx, "k", "w", t0, t0.Add(time.Minute), 2); err != nil {
+					t.Fatal(err)
+				}
+				if err := src.CompleteJob(ctx, last, "w", t0); err != nil {
+					t.Fatal(err)
+				}
+				if n, err := src.PruneJobs(ctx, t0.Add(time.Hour)); err != nil || n != 1 {
+					t.Fatalf("pruning the settled job: %d %v", n, err)
+				}
+				return last
+			},
+			next: func(t *testing.T, dst *DB) int64 {
+				j, _, err := dst.EnqueueJob(ctx, NewJob{Kind: "k", Key: "new", RunAt: t0, MaxAttempts: 1}, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return j.ID
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "src.db"), SQLiteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			given := c.fill(t, src)
+			dst, _ := copyToPostgres(t, src)
+			if id := c.next(t, dst); id <= given {
+				t.Errorf("the first new row in the target got id %d; the source had given ids up to %d", id, given)
+			}
+		})
 	}
 }

@@ -92,15 +92,16 @@ func copyTable(ctx context.Context, src *sql.Tx, tx *sql.Tx, t copyTableInfo) (T
 	if err := write(); err != nil {
 		return c, err
 	}
-	// Identity columns go on from the highest id copied.
+	// Identity columns go on past the highest id copied and the highest
+	// the source ever gave (t.given), whichever is higher.
 	ids, err := queryStrings(ctx, tx, `SELECT column_name FROM information_schema.columns
 		WHERE table_schema = current_schema() AND table_name = $1 AND is_identity = 'YES'`, t.name)
 	if err != nil {
 		return c, fmt.Errorf("store: identity columns of %s: %w", t.name, err)
 	}
 	for _, col := range ids {
-		if _, err := tx.ExecContext(ctx, `SELECT setval(pg_get_serial_sequence($1, $2), COALESCE(MAX("`+col+`"), 0) + 1, false) FROM `+t.name,
-			t.name, col); err != nil {
+		if _, err := tx.ExecContext(ctx, `SELECT setval(pg_get_serial_sequence($1, $2), GREATEST(COALESCE(MAX("`+col+`"), 0), $3) + 1, false) FROM `+t.name,
+			t.name, col, t.given); err != nil {
 			return c, fmt.Errorf("store: moving the sequence of %s.%s: %w", t.name, col, err)
 		}
 	}

@@ -61,6 +61,31 @@ func sqliteTablesParentsFirst(ctx context.Context, db *sql.DB) ([]copyTableInfo,
 	return out, nil
 }
 
+// sqliteSequences is, per AUTOINCREMENT table of a SQLite store, the
+// highest id it ever gave (sqlite_sequence), read through q.
+func sqliteSequences(ctx context.Context, q stringQuerier) (map[string]int64, error) {
+	rows, err := q.QueryContext(ctx, `SELECT name, seq FROM sqlite_sequence`)
+	if err != nil {
+		return nil, fmt.Errorf("store: reading the source's id sequences: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			name string
+			seq  int64
+		)
+		if err := rows.Scan(&name, &seq); err != nil {
+			return nil, fmt.Errorf("store: reading the source's id sequences: %w", err)
+		}
+		out[name] = seq
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: reading the source's id sequences: %w", err)
+	}
+	return out, nil
+}
+
 // stringQuerier is what queryStrings reads through: a pool or a
 // transaction.
 type stringQuerier interface {
