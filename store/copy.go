@@ -26,10 +26,12 @@ type TableCount struct {
 // them). dst must be empty — no table holds a row — or ErrTargetNotEmpty
 // is returned and nothing is written. The copy is one transaction on dst:
 // a failure leaves it empty. Tables are copied parents first (foreign
-// keys), identity sequences are moved past every id the source ever gave, and the row
-// counts of both sides are compared before the transaction commits; then
-// the target's planner statistics are gathered (Analyze), so that a fleet
-// moved onto it is not planned for empty tables. (The
+// keys), text PostgreSQL refuses (not UTF-8, a NUL) is copied with U+FFFD
+// in its place (textOnly), identity sequences are moved past every id
+// the source ever gave, and the row counts of both sides are compared
+// before the transaction commits; then the target's planner statistics
+// are gathered (Analyze), so that a fleet moved onto it is not planned
+// for empty tables. (The
 // emptiness check does not lock the tables: of two copies into one
 // target at once, READ COMMITTED, the second fails on the rows' primary
 // keys and is undone, leaving the first's copy.)

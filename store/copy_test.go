@@ -338,3 +338,61 @@ func TestMigrateStoreGivesNoIdTheSourceGaveBeforeItsRowWasDeleted(t *testing.T) 
 		})
 	}
 }
+
+// SQLite keeps any bytes in a TEXT column; PostgreSQL refuses bytes that
+// are not UTF-8, and NUL, and a single such value failed the whole copy
+// (a client's User-Agent in Latin-1, a script's stderr in a job's error,
+// as older binaries stored them). Such text is copied with U+FFFD in
+// place of each run of what PostgreSQL cannot hold; the rest as it is.
+func TestMigrateStoreCopiesTextPostgreSQLCannotHoldWithReplacementCharacters(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, table, column, stored, want string
+	}{
+		{"a User-Agent in Latin-1 in the audit trail", "audit_events", "user_agent", "curl f\xfcr Windows", "curl f\uFFFDr Windows"},
+		{"a script's stderr, not UTF-8, as a job's error", "jobs", "last_error", "exited with status 1: \xff\xfe", "exited with status 1: \uFFFD"},
+		{"a NUL in an order's failure detail", "orders", "failure_detail", "refused\x00here", "refused\uFFFDhere"},
+		{"text that is UTF-8 already", "orders", "failure_detail", "refusé ✓", "refusé ✓"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "src.db"), SQLiteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			// One row of each table, its column then rewritten as an
+			// older binary stored it.
+			auditAt(t, src, t0)
+			if _, _, err := src.EnqueueJob(ctx, NewJob{Kind: "k", Key: "a", RunAt: t0, MaxAttempts: 1}, t0); err != nil {
+				t.Fatal(err)
+			}
+			processingOrder(t, src)
+			if c.table == "audit_events" {
+				// Insert-only: the row is written with the text.
+				_, err = rawW(src).Exec(`INSERT INTO audit_events (at, event, outcome, `+c.column+`) VALUES (?, 'x', 'success', ?)`, t0.UnixMilli(), c.stored)
+			} else {
+				_, err = rawW(src).Exec(`UPDATE `+c.table+` SET `+c.column+` = ?`, c.stored)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst, _ := copyToPostgres(t, src)
+			var got []string
+			rows, err := dst.r.QueryContext(ctx, `SELECT `+c.column+` FROM `+c.table+` WHERE `+c.column+` <> ''`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var s string
+				if err := rows.Scan(&s); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, s)
+			}
+			if !slices.Equal(got, []string{c.want}) {
+				t.Errorf("%s.%s in the target: %q; want %q", c.table, c.column, got, c.want)
+			}
+		})
+	}
+}

@@ -78,6 +78,12 @@ func copyTable(ctx context.Context, src *sql.Tx, tx *sql.Tx, t copyTableInfo) (T
 			case isBytes && b == nil && notNull[col]:
 				vals[i] = []byte{}
 			}
+			// Text PostgreSQL cannot hold (not UTF-8, a NUL), which
+			// SQLite kept as it was given, is copied as textOnly makes
+			// it, rather than failing the copy.
+			if s, ok := vals[i].(string); ok && types[col] != "bytea" {
+				vals[i] = textOnly(s)
+			}
 		}
 		batch.add(vals...)
 		if batch.full() {
