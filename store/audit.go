@@ -73,16 +73,6 @@ const (
 	CutMark = "…[cut]"
 )
 
-// textOnly is s as text both databases store alike: each run of bytes
-// that are not UTF-8, and each NUL, becomes U+FFFD. SQLite keeps any
-// bytes in a TEXT column; PostgreSQL refuses those, failing the write.
-func textOnly(s string) string {
-	if utf8.ValidString(s) && !strings.Contains(s, "\x00") {
-		return s
-	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-}
-
 // Clip bounds s to at most max bytes: a longer s is cut at a UTF-8
 // character boundary and ends with CutMark, so a reader sees that it was
 // cut. s is returned as is when it fits.

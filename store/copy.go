@@ -27,7 +27,7 @@ type TableCount struct {
 // is returned and nothing is written. The copy is one transaction on dst:
 // a failure leaves it empty. Tables are copied parents first (foreign
 // keys), text PostgreSQL refuses (not UTF-8, a NUL) is copied with U+FFFD
-// in its place (textOnly), identity sequences are moved past every id
+// in its place (text), identity sequences are moved past every id
 // the source ever gave, and the row counts of both sides are compared
 // before the transaction commits; then the target's planner statistics
 // are gathered (Analyze), so that a fleet moved onto it is not planned

@@ -79,10 +79,10 @@ func copyTable(ctx context.Context, src *sql.Tx, tx *sql.Tx, t copyTableInfo) (T
 				vals[i] = []byte{}
 			}
 			// Text PostgreSQL cannot hold (not UTF-8, a NUL), which
-			// SQLite kept as it was given, is copied as textOnly makes
+			// SQLite kept as it was given, is copied as text makes
 			// it, rather than failing the copy.
 			if s, ok := vals[i].(string); ok && types[col] != "bytea" {
-				vals[i] = textOnly(s)
+				vals[i] = text(s)
 			}
 		}
 		batch.add(vals...)
