@@ -203,6 +203,7 @@ func start() (*cluster, error) {
 		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, log)
 	}
 	started.Store(c)
+	c.watch()
 	c.admin, err = sql.Open("pgx", c.dsn("postgres"))
 	if err == nil {
 		err = c.admin.PingContext(context.Background())
@@ -386,6 +387,27 @@ func (c *cluster) run(tool string, args ...string) ([]byte, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = c.dir
 	return cmd.CombinedOutput()
+}
+
+// watch starts a watcher, in a session of its own, that outlives this
+// binary: once the binary is gone it stops the cluster and removes its
+// directory if they are still there. A binary that dies without Main's
+// Shutdown — go test's -timeout panics it, a test panics, a kill — would
+// otherwise leave PostgreSQL running, orphaned, and its directory behind.
+// After a Shutdown it finds nothing left to do.
+func (c *cluster) watch() {
+	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	stop := append(append([]string(nil), c.asUser...), filepath.Join(c.bin, "pg_ctl"), "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "-s", "stop")
+	for i, a := range stop {
+		stop[i] = q(a)
+	}
+	script := fmt.Sprintf(`while kill -0 %d 2>/dev/null; do sleep 1; done; if [ -d %s ]; then %s; rm -rf %s; fi`,
+		os.Getpid(), q(c.dir), strings.Join(stop, " "), q(c.dir))
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if cmd.Start() == nil {
+		go cmd.Wait() // reaps it if this binary outlives it
+	}
 }
 
 func (c *cluster) stop() error {
