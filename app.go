@@ -188,11 +188,16 @@ func parseRetention(key, v string, def, least time.Duration) (time.Duration, err
 }
 
 // profileNotify returns a profile's notification destinations — its own
-// (placeholders already replaced), else the app's — and makes them
-// deliverable.
-func (a *App) profileNotify(own []notify.Destination) ([]notify.Destination, error) {
+// (placeholders already replaced), scoped to the profile so that its
+// secrets may differ from another list's for the same receiver, else the
+// app's — and makes them deliverable.
+func (a *App) profileNotify(profile string, own []notify.Destination) ([]notify.Destination, error) {
 	if len(own) == 0 {
 		return a.Notify, nil
+	}
+	own = slices.Clone(own)
+	for i := range own {
+		own[i].Scope = profile
 	}
 	if err := a.notifier.Register(own...); err != nil {
 		return nil, err

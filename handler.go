@@ -79,7 +79,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		// rules (validate.ResolverAddr), so this is not expected.
 		return fmt.Errorf("resolvers: %w", err)
 	}
-	dests, err := h.app.profileNotify(h.Notify)
+	dests, err := h.app.profileNotify(h.Profile, h.Notify)
 	if err != nil {
 		return err
 	}

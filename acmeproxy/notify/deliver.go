@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"sync"
 	"time"
 
@@ -53,6 +54,10 @@ type Deliverer struct {
 
 	mu    sync.RWMutex
 	dests map[string]Destination
+	// legacy finds destinations by the ID earlier releases wrote
+	// (legacyID), so that jobs queued before an upgrade are delivered
+	// while the config is the same.
+	legacy map[string]Destination
 }
 
 // NewDeliverer returns a Deliverer that knows no destination yet.
@@ -71,7 +76,7 @@ func NewDeliverer(opts Options) *Deliverer {
 		tr = http.DefaultTransport
 	}
 	return &Deliverer{
-		opts: opts, log: opts.Logger, dests: map[string]Destination{},
+		opts: opts, log: opts.Logger, dests: map[string]Destination{}, legacy: map[string]Destination{},
 		client: &http.Client{
 			Transport: tr, Timeout: opts.Timeout,
 			// A redirect is an answer of its own: not followed (it could
@@ -97,8 +102,24 @@ func (d *Deliverer) Register(dests ...Destination) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// Two destinations of one notify list (one scope) that differ only
+	// in their secrets have one ID: which secret a queued delivery was
+	// meant to carry could not be told.
+	seen := map[string]Destination{}
 	for _, dst := range dests {
-		d.dests[dst.ID()] = dst
+		id := dst.ID()
+		prev, ok := seen[id]
+		if !ok {
+			prev, ok = d.dests[id]
+		}
+		if ok && !reflect.DeepEqual(prev, dst) {
+			return fmt.Errorf("notify %s: two destinations to %s differ only in their secrets (secret, header values, username, password or the URL's credentials); merge them or give them different events", dst.Type, dst.Describe())
+		}
+		seen[id] = dst
+	}
+	for id, dst := range seen {
+		d.dests[id] = dst
+		d.legacy[dst.legacyID()] = dst
 	}
 	return nil
 }
@@ -106,7 +127,10 @@ func (d *Deliverer) Register(dests ...Destination) error {
 func (d *Deliverer) lookup(id string) (Destination, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	dst, ok := d.dests[id]
+	if dst, ok := d.dests[id]; ok {
+		return dst, true
+	}
+	dst, ok := d.legacy[id]
 	return dst, ok
 }
 

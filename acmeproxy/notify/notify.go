@@ -4,9 +4,12 @@
 // owes it, and delivered by a webhook (HMAC-signed JSON), an e-mail over
 // SMTP, or an operator's script.
 //
-// Destinations are identified in job payloads by ID, a hash of their
-// non-secret settings: no secret (HMAC key, SMTP password) is ever written
-// to the job table, which operators list through the admin API.
+// Destinations are identified in job payloads by ID, a hash of where they
+// deliver and never of how they authenticate: no secret (HMAC key, header
+// value, SMTP credentials, a URL's userinfo or query values) is written to
+// the job table, which operators list through the admin API, nor anything
+// derived from one; and a secret rotated by a config reload leaves the
+// queued deliveries finding the destination, now with the new secret.
 package notify
 
 import (
@@ -16,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"net/mail"
+	"net/textproto"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -93,6 +97,11 @@ type Destination struct {
 	// it reads the event's JSON on stdin.
 	Command string   `json:"command,omitempty"`
 	Args    []string `json:"args,omitempty"`
+
+	// Scope is not config: the app's glue sets it to the profile whose
+	// own notify list holds the destination ("" for the app's list), so
+	// that two profiles may send to one receiver with different secrets.
+	Scope string `json:"-"`
 }
 
 // Validate checks a destination; each message names the offending key.
@@ -191,15 +200,66 @@ func (d *Destination) Wants(event string) bool {
 	return len(d.Events) == 0 || slices.Contains(d.Events, event)
 }
 
-// ID identifies the destination in job payloads: a hash of its settings
-// less its secrets, so that it is stable across config reloads and across
-// instances with the same config, and reveals nothing secret.
+// ID identifies the destination in job payloads, stable across config
+// reloads and across instances with the same config: its type and a hash
+// of where it delivers — the URL less its userinfo, query values and
+// fragment, the names of its headers, the SMTP server, sender and
+// recipients, the script and its arguments — with its event filter and
+// scope. Nothing secret goes in (the HMAC key, header values, the SMTP
+// username and password, a URL's credentials), so rotating a secret keeps
+// the ID, and the ID, which the admin API shows, cannot be used to guess
+// a secret.
 func (d *Destination) ID() string {
+	var headers []string
+	for k := range d.Headers {
+		headers = append(headers, textproto.CanonicalMIMEHeaderKey(k))
+	}
+	slices.Sort(headers)
+	b, _ := json.Marshal(struct {
+		Scope   string   `json:"scope,omitempty"`
+		Events  []string `json:"events,omitempty"`
+		URL     string   `json:"url,omitempty"`
+		Headers []string `json:"headers,omitempty"`
+		SMTP    string   `json:"smtp,omitempty"`
+		TLS     string   `json:"tls,omitempty"`
+		From    string   `json:"from,omitempty"`
+		To      []string `json:"to,omitempty"`
+		Command string   `json:"command,omitempty"`
+		Args    []string `json:"args,omitempty"`
+	}{d.Scope, d.Events, endpoint(d.URL), headers, d.SMTP, d.TLS, d.From, d.To, d.Command, d.Args})
+	sum := sha256.Sum256(append([]byte("notify destination v2\n"), b...))
+	return d.Type + "-" + hex.EncodeToString(sum[:8])
+}
+
+// legacyID is the ID earlier releases wrote in job payloads: a hash
+// of every setting but the HMAC key and the SMTP password (so of header
+// values too). It is only ever computed to recognise their queued jobs,
+// never written or shown.
+func (d *Destination) legacyID() string {
 	c := *d
 	c.Secret, c.Password = "", ""
 	b, _ := json.Marshal(c)
 	sum := sha256.Sum256(b)
 	return d.Type + "-" + hex.EncodeToString(sum[:8])
+}
+
+// endpoint is a webhook URL as far as it says where requests go: no
+// userinfo, only the names of its query parameters, no fragment.
+func endpoint(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || raw == "" {
+		return ""
+	}
+	u.User, u.Fragment, u.RawFragment = nil, "", ""
+	if u.RawQuery != "" {
+		var names []string
+		for k := range u.Query() {
+			names = append(names, url.QueryEscape(k))
+		}
+		slices.Sort(names)
+		u.RawQuery = strings.Join(names, "&")
+	}
+	return u.String()
 }
 
 // Describe names the destination for logs and job errors: its type and

@@ -1,0 +1,155 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+)
+
+// An operator rotates a webhook's bearer token (its {env.*} placeholder
+// now holds the new one) and reloads Caddy while a notification is still
+// being retried: the queued delivery reaches the receiver with the new
+// token, and the destination the admin API shows in the job neither
+// changes with the token nor carries it.
+func TestAReloadThatRotatesAWebhooksBearerTokenDeliversTheQueuedNotificationWithTheNewToken(t *testing.T) {
+	const oldToken, newToken = "old-token-e2e", "new-token-e2e"
+	t.Setenv("E2E_HOOK_TOKEN", oldToken)
+	var (
+		mu   sync.Mutex
+		auth []string // the Authorization of each delivery attempt
+	)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer "+newToken {
+			// The receiver already expects the new token: come back soon.
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer hook.Close()
+	attempts := func(token string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, a := range auth {
+			if a == "Bearer "+token {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(e2eWait); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("%s never happened; attempts carried %q", what, auth)
+			}
+		}
+	}
+
+	env := newE2EEnv(t)
+	b := &revokeBench{env: env, admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	cfg := e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), Admin: b.admin,
+		AppExtra: fmt.Sprintf("notify webhook %s/acme {\n header Authorization \"Bearer {env.E2E_HOOK_TOKEN}\"\n events %s\n}",
+			hook.URL, acme.EventAccountCreated)}
+	env.load(t, cfg)
+	unloadAdminOnCleanup(t)
+	job := func() operator.JobView {
+		t.Helper()
+		status, body := b.adminCall(t, http.MethodGet, "/acme_proxy/jobs?kind="+notify.Kind, "")
+		var jobs operator.Page[operator.JobView]
+		if status != http.StatusOK || json.Unmarshal(body, &jobs) != nil || len(jobs.Items) != 1 {
+			t.Fatalf("the notify_deliver jobs: %d %s; want one", status, body)
+		}
+		return jobs.Items[0]
+	}
+	destination := func(j operator.JobView) string {
+		t.Helper()
+		var p struct {
+			Destination string `json:"destination"`
+		}
+		if err := json.Unmarshal(j.Payload, &p); err != nil || p.Destination == "" {
+			t.Fatalf("job payload %s names no destination", j.Payload)
+		}
+		return p.Destination
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*e2eWait)
+	defer cancel()
+	newE2EXCrypto(ctx, t, env) // account_created
+	waitFor("a delivery with the old token", func() bool { return attempts(oldToken) > 0 })
+	before := job()
+	if before.Status == "done" {
+		t.Fatalf("the delivery with the old token was accepted: %+v", before)
+	}
+
+	t.Setenv("E2E_HOOK_TOKEN", newToken)
+	env.load(t, cfg)
+	waitFor("a delivery with the new token", func() bool { return attempts(newToken) > 0 })
+	var after operator.JobView
+	waitFor("the delivery's job settling", func() bool { after = job(); return after.Status == "done" })
+
+	if destination(before) != destination(after) {
+		t.Errorf("the job's destination was %q before the rotation and %q after; want it unchanged", destination(before), destination(after))
+	}
+	for _, j := range []operator.JobView{before, after} {
+		if s := fmt.Sprintf("%+v %s", j, j.Payload); strings.Contains(s, oldToken) || strings.Contains(s, newToken) {
+			t.Errorf("the admin API's job carries the token: %s", s)
+		}
+	}
+}
+
+// Profiles may send to one receiver each with its own token, as before
+// destinations were identified without their secrets; one notify list
+// holding the same receiver twice, differing only in a token, is refused
+// at load: a queued delivery could not tell which token it was owed.
+func TestNotifyDestinationsThatDifferOnlyInTheirSecretsLoadOnlyInDifferentProfiles(t *testing.T) {
+	hook := func(token string) map[string]any {
+		return map[string]any{"type": "webhook", "url": "https://hooks.example.com/acme",
+			"headers": map[string]string{"Authorization": "Bearer " + token}}
+	}
+	tests := []struct {
+		name     string
+		app      map[string]any
+		handlers []map[string]any
+		want     string // "" for a config that loads
+	}{
+		{name: "two profiles, one receiver, a token each",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "notify": []any{hook("token-a")}}, {"handler": "acme_proxy", "profile": "b", "notify": []any{hook("token-b")}}}},
+		{name: "a profile's token and the app's for the same receiver",
+			app:      map[string]any{"notify": []any{hook("token-app")}},
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "notify": []any{hook("token-a")}}, {"handler": "acme_proxy", "profile": "b"}}},
+		{name: "one list holding the receiver twice with two tokens",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "notify": []any{hook("token-a"), hook("token-b")}}},
+			want:     "notify webhook: two destinations to webhook hooks.example.com differ only in their secrets"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := loadHandlers(t, isolate(t), tc.app, tc.handlers)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("load: %v; want it to load", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("load: %v; want an error containing %q", err, tc.want)
+			case err != nil && strings.Contains(err.Error(), "token-"):
+				t.Errorf("the error quotes a token: %v", err)
+			}
+		})
+	}
+}
