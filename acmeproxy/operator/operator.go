@@ -51,6 +51,10 @@ type Operator struct {
 	Clock    clock.Clock // default: the wall clock
 }
 
+// Now is the operator's clock's time: what a front asks a view's
+// CanRetry with.
+func (op *Operator) Now() time.Time { return op.now() }
+
 // now is the operator's clock's time.
 func (op *Operator) now() time.Time {
 	if op.Clock == nil {
@@ -399,15 +403,26 @@ type JobView struct {
 	Finished  *time.Time      `json:"finished,omitempty"`
 }
 
-// CanRetry reports whether RetryJob would take the job: one waiting for its
-// turn (ready), or settled without success (failed, cancelled). A running
-// job is already running; a done one has nothing left to do.
-func (v JobView) CanRetry() bool {
+// CanRetry reports whether RetryJob would take the job at now: one waiting
+// for its turn (ready), or settled without success (failed, cancelled),
+// whose deadline, if it has one, is still ahead. A running job is already
+// running; a done one has nothing left to do; one past its deadline would
+// only be retired again at its first claim, so its retry is refused.
+func (v JobView) CanRetry(now time.Time) bool {
+	if v.PastDeadline(now) {
+		return false
+	}
 	switch store.JobStatus(v.Status) {
 	case store.JobReady, store.JobFailed, store.JobCancelled:
 		return true
 	}
 	return false
+}
+
+// PastDeadline reports whether the job's deadline, if it has one, has
+// passed at now.
+func (v JobView) PastDeadline(now time.Time) bool {
+	return v.Deadline != nil && !v.Deadline.After(now)
 }
 
 // CanCancel reports whether CancelJob would take the job: a waiting one, or

@@ -92,3 +92,58 @@ func (f *fixture) claim(t *testing.T) store.Job {
 	}
 	return js[0]
 }
+
+// A job past its deadline is refused a retry (409) by the queue, so its
+// page offers none and its confirmation says why instead of a form; a job
+// whose deadline is ahead is offered its retry and the retry is done.
+func TestAJobPastItsDeadlineIsNotOfferedARetryTheServerWouldRefuse(t *testing.T) {
+	tests := []struct {
+		name     string
+		deadline time.Duration // from the fixture's clock's now
+		cancel   bool
+		offered  bool
+	}{
+		{name: "refused/waiting, past its deadline", deadline: -time.Minute},
+		{name: "refused/cancelled, past its deadline", deadline: -time.Minute, cancel: true},
+		{name: "refused/cancelled, at its deadline", deadline: 0, cancel: true},
+		{name: "ok/cancelled, deadline ahead", deadline: time.Minute, cancel: true, offered: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, false)
+			j, _, err := f.db.EnqueueJob(t.Context(), store.NewJob{Kind: "revoke_upstream", RunAt: t0, Deadline: t0.Add(tt.deadline), MaxAttempts: 3},
+				t0.Add(-time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.cancel {
+				if _, err := f.db.CancelJob(t.Context(), j.ID, t0.Add(-30*time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			page := f.get(t, fmt.Sprintf("/ops/jobs/%d", j.ID)).Body.String()
+			if got := strings.Contains(page, "Retry now…"); got != tt.offered {
+				t.Errorf("the job's page offers a retry: %v, want %v:\n%s", got, tt.offered, page)
+			}
+			if past := strings.Contains(page, "(passed"); past == tt.offered {
+				t.Errorf("the job's page says its deadline passed: %v, want %v", past, !tt.offered)
+			}
+
+			w := f.get(t, fmt.Sprintf("/ops/jobs/%d/retry", j.ID))
+			wantStatus := http.StatusConflict
+			if tt.offered {
+				wantStatus = http.StatusOK
+			}
+			if w.Code != wantStatus || (!tt.offered && !strings.Contains(w.Body.String(), "past its deadline")) {
+				t.Errorf("the retry's confirmation: %d, want %d saying why:\n%s", w.Code, wantStatus, w.Body.String())
+			}
+
+			// What the page offers is what the queue takes.
+			w = f.post(t, fmt.Sprintf("/ops/jobs/%d/do-retry", j.ID), nil, nil)
+			if took := w.Code == http.StatusSeeOther; took != tt.offered {
+				t.Errorf("the retry itself: %d, taken %v; the page offered it: %v:\n%s", w.Code, took, tt.offered, w.Body.String())
+			}
+		})
+	}
+}

@@ -334,7 +334,11 @@ func showJob(rq *request, id string) {
 	if !ok {
 		return
 	}
-	rq.render(http.StatusOK, "job", fmt.Sprintf("Job %d", j.ID), j)
+	now := rq.op().Now()
+	rq.render(http.StatusOK, "job", fmt.Sprintf("Job %d", j.ID), struct {
+		operator.JobView
+		CanRetry, PastDeadline bool
+	}{j, j.CanRetry(now), j.PastDeadline(now)})
 }
 
 func confirmJob(action string) func(*request, string) {
@@ -345,7 +349,7 @@ func confirmJob(action string) func(*request, string) {
 		}
 		// A job whose state the action does not take is answered as the
 		// action would be (409), not with a form bound to fail.
-		if err := jobRefusal(j, action); err != nil {
+		if err := jobRefusal(j, action, rq.op().Now()); err != nil {
 			rq.fail(0, err)
 			return
 		}
@@ -358,11 +362,14 @@ func confirmJob(action string) func(*request, string) {
 	}
 }
 
-// jobRefusal says why a job's state does not take action ("retry" or
-// "cancel"), or is nil when it does.
-func jobRefusal(j operator.JobView, action string) error {
+// jobRefusal says why a job's state at now does not take action ("retry"
+// or "cancel"), or is nil when it does.
+func jobRefusal(j operator.JobView, action string, now time.Time) error {
 	switch {
-	case action == "retry" && !j.CanRetry():
+	case action == "retry" && j.Status != string(store.JobRunning) && j.Status != string(store.JobDone) && j.PastDeadline(now):
+		return fmt.Errorf("%w: job %d (%s) is past its deadline (%s), so a retry would only see it retired again",
+			operator.ErrConflict, j.ID, j.Kind, j.Deadline.UTC().Format(time.RFC3339))
+	case action == "retry" && !j.CanRetry(now):
 		return fmt.Errorf("%w: job %d (%s) is %s, which is not retried", operator.ErrConflict, j.ID, j.Kind, j.Status)
 	case action == "cancel" && j.Recurring:
 		return fmt.Errorf("%w: job %d (%s) is recurring housekeeping, which is not cancelled; retry runs it now", operator.ErrConflict, j.ID, j.Kind)
