@@ -466,17 +466,7 @@ var funcs = template.FuncMap{
 		}
 		return strconv.Itoa(*r)
 	},
-	// auditReason shows an audit row's reason: a revocation's code with
-	// its name ("4 (superseded)"), anything else as recorded.
-	"auditReason": func(event, reason string) string {
-		if event != acme.EventCertificateRevoked && event != acme.EventRevocationReasonChanged {
-			return reason
-		}
-		if n, err := strconv.Atoi(reason); err == nil {
-			return acme.ReasonText(n)
-		}
-		return reason
-	},
+	"auditReason": auditReason,
 	"idents": func(ids []acme.Identifier) string {
 		s := ""
 		for i, id := range ids {
@@ -487,6 +477,27 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
+}
+
+// problemReasons are the events whose audit reason is an ACME problem
+// type; the reason of any other (an account_binding_refused row's kid,
+// which the client chose) is never read as one.
+var problemReasons = map[string]bool{acme.EventChallengeFailed: true, acme.EventRevocationRefused: true, acme.EventFinalizeRefused: true}
+
+// auditReason shows an audit row's reason: a revocation's code with its
+// name ("4 (superseded)"), a problem type without the ACME error
+// namespace ("incorrectResponse", as an order's problem reads), anything
+// else as recorded.
+func auditReason(event, reason string) string {
+	switch {
+	case problemReasons[event]:
+		return acme.ProblemType(reason).Short()
+	case event == acme.EventCertificateRevoked, event == acme.EventRevocationReasonChanged:
+		if n, err := strconv.Atoi(reason); err == nil {
+			return acme.ReasonText(n)
+		}
+	}
+	return reason
 }
 
 // problemText renders a stored problem document (RFC 7807) as an operator
