@@ -39,10 +39,15 @@ func (db *DB) OrderCountsSince(ctx context.Context, since time.Time) ([]OrderCou
 	return out, rows.Err()
 }
 
-// OldestReadyJobs returns, for each kind with a job waiting to run
-// (ready), when the oldest of them was created. CountJobs counts them.
-func (db *DB) OldestReadyJobs(ctx context.Context) (map[string]time.Time, error) {
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT kind, MIN(created_at) FROM jobs WHERE status = ? GROUP BY kind`), JobReady)
+// OldestReadyJobs returns, for each kind with a job waiting for a runner
+// at now (ready and due), when the longest waiting of them fell due. A
+// ready job due later is scheduled, not waiting: a periodic row, ready
+// again after each round and as old as the first start, or a job in its
+// backoff would otherwise count the whole time since it was created.
+// CountJobs counts the ready jobs, due or not.
+func (db *DB) OldestReadyJobs(ctx context.Context, now time.Time) (map[string]time.Time, error) {
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT kind, MIN(run_at) FROM jobs WHERE status = ? AND run_at <= ? GROUP BY kind`),
+		JobReady, now.UnixMilli())
 	if err != nil {
 		return nil, fmt.Errorf("store: reading the oldest waiting jobs: %w", err)
 	}

@@ -32,8 +32,8 @@ type Overview struct {
 	Hours  []HourCount `json:"hours"`
 	Issued int         `json:"issued"`
 	Failed int         `json:"failed"`
-	// Jobs counts the queue by kind and status; OldestWaiting is the age
-	// of the oldest ready job of its kind.
+	// Jobs counts the queue by kind and status; OldestWaiting is how long
+	// the longest waiting job of its kind has been due and not taken.
 	Jobs []JobQueueView `json:"jobs"`
 	CRLs []CRLStatus    `json:"crls"`
 	// Failures are the last audit rows with outcome failure.
@@ -52,7 +52,7 @@ type JobQueueView struct {
 	Kind          string        `json:"kind"`
 	Status        string        `json:"status"`
 	Count         int64         `json:"count"`
-	OldestWaiting time.Duration `json:"oldest_waiting,omitempty"` // ready jobs only
+	OldestWaiting time.Duration `json:"oldest_waiting,omitempty"` // ready jobs due now only
 }
 
 // CRLStatus is a profile's CRL, or why it has none to show.
@@ -107,7 +107,7 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
-	oldest, err := op.DB.OldestReadyJobs(ctx)
+	oldest, err := op.DB.OldestReadyJobs(ctx, now)
 	if err != nil {
 		return Overview{}, err
 	}

@@ -59,3 +59,27 @@ func TestAnAuditRowShowsItsIdentifierAndItsReasonAsAnOperatorReadsItOnEveryPage(
 		})
 	}
 }
+
+// The overview's job queue shows, per kind, how long its longest waiting
+// job has been due: recurring housekeeping scheduled for its next round
+// (a row as old as the first start) and a job due later are not waiting.
+func TestTheOverviewsOldestWaitingJobIsTheOneDueTheLongest(t *testing.T) {
+	f := newFixture(t, false) // its notify_deliver job is due in an hour
+	for _, j := range []store.NewJob{
+		{Kind: "crl_refresh", Key: "crl_refresh", RunAt: t0.Add(time.Hour), MaxAttempts: 3},
+		{Kind: "notify_deliver", RunAt: t0.Add(-10 * time.Minute), MaxAttempts: 3},
+	} {
+		if _, _, err := f.db.EnqueueJob(t.Context(), j, t0.Add(-30*24*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := f.get(t, "/ops/").Body.String()
+	for _, want := range []string{
+		`crl_refresh</a></td><td><span class="status s-ready">ready</span></td><td class="n">1</td><td>—</td>`,
+		`notify_deliver</a></td><td><span class="status s-ready">ready</span></td><td class="n">2</td><td>10m0s</td>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the overview lacks %s:\n%s", want, body)
+		}
+	}
+}

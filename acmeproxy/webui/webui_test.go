@@ -486,8 +486,8 @@ func TestTheOverviewCountsTheLastDaysOrdersAndIssuances(t *testing.T) {
 	}
 	body := f.get(t, "/ops/").Body.String()
 	for _, want := range []string{`<b id="issued">2</b>`, `<b id="failed">1</b>`, "33.3% of attempts", "signer refused: key too small",
-		// order1, pending, in the pending column; the job, ready for 30 minutes.
-		`<td class="n"><a href="/ops/orders?profile=test&amp;status=pending">1</a></td>`, "30m0s"} {
+		// order1, pending, in the pending column; the job, due in an hour, not waiting yet.
+		`<td class="n"><a href="/ops/orders?profile=test&amp;status=pending">1</a></td>`, `<td class="n">1</td><td>—</td>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the overview lacks %q", want)
 		}
