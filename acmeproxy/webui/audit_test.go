@@ -1,6 +1,9 @@
 package webui
 
 import (
+	"fmt"
+	"html"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +83,52 @@ func TestTheOverviewsOldestWaitingJobIsTheOneDueTheLongest(t *testing.T) {
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the overview lacks %s:\n%s", want, body)
+		}
+	}
+}
+
+// An order's page lists its newest audit rows, a page of them; an order
+// with more links to the audit search for the rest, which then lists each
+// of the order's rows once, none missing.
+func TestAnOrdersPageLinksToItsAuditRowsBeyondTheFirstPage(t *testing.T) {
+	f := newFixture(t, false)
+	const rows = pageLimit + 3
+	var evs []store.AuditEvent
+	for i := range rows {
+		evs = append(evs, store.AuditEvent{At: t0.Add(time.Duration(i-rows) * time.Second), Event: acme.EventRevocationRefused, Outcome: "refused",
+			Profile: "test", ActorKind: "acme_account", ActorID: f.account, OrderID: f.order, Reason: string(acme.ErrorUnauthorized),
+			Detail: fmt.Sprintf("row-%03d", i)})
+	}
+	if err := f.db.InsertAudits(t.Context(), evs); err != nil {
+		t.Fatal(err)
+	}
+	rowRE := regexp.MustCompile(`row-\d{3}`)
+	body := f.get(t, "/ops/orders/order1").Body.String()
+	seen := map[string]int{}
+	for _, r := range rowRE.FindAllString(body, -1) {
+		seen[r]++
+	}
+	more := regexp.MustCompile(`id="more-audit" href="([^"]+)"`).FindStringSubmatch(body)
+	if more == nil {
+		t.Fatalf("the order's page shows %d of its %d audit rows and no way to the rest:\n%s", len(seen), rows, body)
+	}
+	next := html.UnescapeString(more[1])
+	for pages := 0; next != ""; pages++ {
+		if pages > rows {
+			t.Fatal("the audit search never ends")
+		}
+		body := f.get(t, next).Body.String()
+		for _, r := range rowRE.FindAllString(body, -1) {
+			seen[r]++
+		}
+		next = ""
+		if m := regexp.MustCompile(`rel="next" href="([^"]+)"`).FindStringSubmatch(body); m != nil {
+			next = "/ops/audit" + html.UnescapeString(m[1])
+		}
+	}
+	for i := range rows {
+		if r := fmt.Sprintf("row-%03d", i); seen[r] != 1 {
+			t.Errorf("%s listed %d times, want once", r, seen[r])
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -133,12 +134,18 @@ func showOrder(rq *request, id string) {
 	if rq.failed(err) {
 		return
 	}
+	// More rows than a page: the audit search lists them all, page by page.
+	more := ""
+	if audit.Next != "" {
+		more = rq.ui.base + "audit?" + url.Values{"order": {id}, "before": {audit.Next}}.Encode()
+	}
 	rq.render(http.StatusOK, "order", "Order "+id, struct {
 		Order             operator.OrderView
 		Authzs            []operator.AuthzView
 		Audit             []operator.AuditView
+		MoreAudit         string
 		MarkKeyCompromise bool
-	}{o, authzs, audit.Items, rq.canMarkKeyCompromise(o)})
+	}{o, authzs, audit.Items, more, rq.canMarkKeyCompromise(o)})
 }
 
 // canMarkKeyCompromise says whether an operator may change the reason of
