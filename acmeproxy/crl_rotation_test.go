@@ -14,6 +14,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
@@ -535,4 +536,62 @@ func TestTheCAsInServiceEndWithTheirCertificate(t *testing.T) {
 	if got := inService(); !slices.Equal(got, []string{newID}) {
 		t.Errorf("once the old CA expired, CAs in service %v; want only the new CA %s", got, newID)
 	}
+}
+
+// The first leaf a CA signs — on a new server, or after Caddy renewed its
+// intermediate — names its CA's CRL, and that CRL is there the moment the
+// certificate is: a relying party that checks revocation (openssl verify
+// -crl_check) does not refuse the leaf until the periodic refresh
+// publishes it. Another instance on the same store serves it too.
+func TestTheFirstLeafOfACANamesACRLThatIsServedAtOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		place := newPlace(t)
+		ca := newRenewingCA(t, time.Now())
+		storage := &certmagic.FileStorage{Path: t.TempDir()}
+		env := func() *testEnv {
+			return newTestEnvWith(t, envOptions{dbPath: place, ca: &testCA{root: ca.root, src: ca.source},
+				wrap: withStorage(t, ca, storage), mutate: func(c *ProfileConfig) { c.CRLURL = rotationCRLBase }})
+		}
+		issuing, other := env(), env()
+		c := issuing.client(ctx)
+		tests := []struct {
+			name  string
+			renew bool
+		}{
+			{"ok/the first leaf of a new server", false},
+			{"ok/the first leaf after the CA is renewed", true},
+		}
+		for i, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.renew {
+					ca.renew(t, time.Now(), time.Now().Add(72*time.Hour))
+				}
+				inter := ca.current()
+				leaf := issuing.issue(ctx, c, fmt.Sprintf("first-%d.example.com", i)).leaf
+				if len(leaf.CRLDistributionPoints) != 1 || leaf.CRLDistributionPoints[0] != rotationCRLBase+"/"+signer.CAKeyID(inter) {
+					t.Fatalf("the leaf's CRL distribution points %q; want the CRL of its CA %s", leaf.CRLDistributionPoints, signer.CAKeyID(inter))
+				}
+				for _, inst := range []struct {
+					name string
+					e    *testEnv
+				}{{"the issuing instance", issuing}, {"another instance", other}} {
+					p := "/crl/" + path.Base(leaf.CRLDistributionPoints[0])
+					code, der := get(t, inst.e, p)
+					if code != http.StatusOK {
+						t.Fatalf("GET %s from %s right after the certificate was issued: %d %s; want 200 and the CRL", p, inst.name, code, der)
+					}
+					crl, err := x509.ParseRevocationList(der)
+					if err != nil {
+						t.Fatalf("the CRL %s serves does not parse: %v", inst.name, err)
+					}
+					if err := crl.CheckSignatureFrom(inter); err != nil {
+						t.Fatalf("the CRL %s serves is not signed by the leaf's CA: %v", inst.name, err)
+					}
+					lintcheck.CRL(t, der, nil)
+				}
+			})
+		}
+	})
 }

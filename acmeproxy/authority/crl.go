@@ -71,6 +71,35 @@ type crlCache struct {
 	m       map[string]cachedCRL
 	started map[string]time.Time
 	built   map[string]*keptCRL
+	// stored holds the issuers known to have a CRL in the store (rows of
+	// crls are never deleted): a leaf of one of them may be recorded
+	// without asking the store (see ensureLeafCRL).
+	stored map[string]bool
+	// first serializes the publishing of issuers' first CRLs at
+	// issuance, so that the concurrent first leaves of a new CA wait
+	// for one CRL rather than each publishing its own.
+	first sync.Mutex
+}
+
+// isStored reports whether issuer is known to have a CRL in the store.
+func (c *crlCache) isStored(issuer string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stored[issuer]
+}
+
+// markStored notes that issuer has a CRL in the store.
+func (c *crlCache) markStored(issuer string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.markStoredLocked(issuer)
+}
+
+func (c *crlCache) markStoredLocked(issuer string) {
+	if c.stored == nil {
+		c.stored = map[string]bool{}
+	}
+	c.stored[issuer] = true
 }
 
 // begin notes that a build of issuer's CRL starts at now.
@@ -127,6 +156,7 @@ func (c *crlCache) put(crl store.CRL, now time.Time) {
 	if c.m == nil {
 		c.m = map[string]cachedCRL{}
 	}
+	c.markStoredLocked(crl.IssuerKeyID)
 	if old, ok := c.m[crl.IssuerKeyID]; ok && old.crl.Number > crl.Number {
 		old.checked = now
 		c.m[crl.IssuerKeyID] = old
@@ -227,6 +257,56 @@ func (au *Authority) IssuerCRL(ctx context.Context, iss signer.IssuerInfo) (stor
 	au.crls.put(crl, now)
 	e, _ = au.crls.get(iss.KeyID)
 	return e.crl, nil
+}
+
+// ensureLeafCRL makes sure the CRL that leaf's distribution point names
+// can be fetched before the leaf is recorded (and so returned): the first
+// leaf of a CA — Caddy renewed its intermediate, an operator imported
+// another — would otherwise name a CRL that no instance serves until the
+// periodic refresh publishes one, and a relying party that checks
+// revocation (openssl verify -crl_check) refuses the leaf meanwhile. The
+// CA's first CRL is published here, and the signer's publication is
+// updated so that instances serving the profile without its signer serve
+// it too. A CA known to have a CRL costs a map lookup; one this server
+// has not seen one of, a read of the store (another instance may have
+// published it). Leaves without a distribution point, and those of a
+// signer that publishes no CRL, need nothing.
+func (au *Authority) ensureLeafCRL(ctx context.Context, leaf *x509.Certificate) error {
+	if _, ok := au.CRLSigner(); !ok || len(leaf.CRLDistributionPoints) == 0 {
+		return nil
+	}
+	id := signer.LeafIssuerKeyID(leaf)
+	if au.crls.isStored(id) {
+		return nil
+	}
+	au.crls.first.Lock()
+	defer au.crls.first.Unlock()
+	if au.crls.isStored(id) {
+		return nil
+	}
+	_, err := au.db.GetCRLInfo(ctx, id)
+	if err == nil {
+		au.crls.markStored(id)
+		return nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("looking up the CRL of CA %s: %w", id, err)
+	}
+	iss, err := au.knownIssuer(ctx, id)
+	if err != nil {
+		return fmt.Errorf("the CA of a new leaf: %w", err)
+	}
+	if _, err := au.publishCRL(ctx, iss); err != nil {
+		return fmt.Errorf("publishing the first CRL of CA %s: %w", id, err)
+	}
+	if err := au.Publish(ctx); err != nil {
+		// The CRL is in the store; instances without the signer serve it
+		// once the next refresh publishes the CA (within a minute).
+		au.log.Warn("publishing a new issuing CA for instances serving the profile without its signer",
+			zap.String("event", "signer_publish_failed"), zap.String("profile", au.cfg.Profile),
+			zap.String("issuer", id), zap.Error(err))
+	}
+	return nil
 }
 
 // crlPayload is a crl_regenerate job's payload.

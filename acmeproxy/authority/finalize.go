@@ -289,6 +289,12 @@ func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]
 	if err != nil {
 		return store.Certificate{}, fmt.Errorf("signer returned an unparsable leaf for order %s: %w", o.ID, err)
 	}
+	// Not recorded (and so not returned) until the CRL it names can be
+	// fetched; failing that, the order stays processing, signed again by
+	// the resume sweep, as after any fault on our side.
+	if err := au.ensureLeafCRL(ctx, leaf); err != nil {
+		return store.Certificate{}, fmt.Errorf("order %s: %w", o.ID, err)
+	}
 	serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
 	ev := au.event(ctx, acme.EventCertificateIssued, OutcomeSuccess, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
 	ev.OrderID, ev.AccountID, ev.Identifiers, ev.Serial = o.ID, o.AccountID, o.Identifiers, serial
