@@ -34,6 +34,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/internal/lintcheck"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/delegated"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -542,7 +543,9 @@ func TestTheCAsInServiceEndWithTheirCertificate(t *testing.T) {
 // intermediate — names its CA's CRL, and that CRL is there the moment the
 // certificate is: a relying party that checks revocation (openssl verify
 // -crl_check) does not refuse the leaf until the periodic refresh
-// publishes it. Another instance on the same store serves it too.
+// publishes it. Another instance on the same store serves it too, and so
+// does a front end serving the profile without its signer, which read
+// what the signer published before the CA was renewed.
 func TestTheFirstLeafOfACANamesACRLThatIsServedAtOnce(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -555,6 +558,8 @@ func TestTheFirstLeafOfACANamesACRLThatIsServedAtOnce(t *testing.T) {
 				wrap: withStorage(t, ca, storage), mutate: func(c *ProfileConfig) { c.CRLURL = rotationCRLBase }})
 		}
 		issuing, other := env(), env()
+		front := newTestEnvWith(t, envOptions{dbPath: place, ca: &testCA{root: ca.root, src: ca.source},
+			opts: func(o *Options) { o.Signer = new(delegated.Signer) }})
 		c := issuing.client(ctx)
 		tests := []struct {
 			name  string
@@ -576,7 +581,7 @@ func TestTheFirstLeafOfACANamesACRLThatIsServedAtOnce(t *testing.T) {
 				for _, inst := range []struct {
 					name string
 					e    *testEnv
-				}{{"the issuing instance", issuing}, {"another instance", other}} {
+				}{{"the issuing instance", issuing}, {"another instance", other}, {"a front end without the signer", front}} {
 					p := "/crl/" + path.Base(leaf.CRLDistributionPoints[0])
 					code, der := get(t, inst.e, p)
 					if code != http.StatusOK {

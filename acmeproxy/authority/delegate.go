@@ -95,6 +95,14 @@ func (au *Authority) published(ctx context.Context) (store.SignerPublication, er
 	return c.pub, nil
 }
 
+// publishedNow is published, read from the store now.
+func (au *Authority) publishedNow(ctx context.Context) (store.SignerPublication, error) {
+	au.pub.mu.Lock()
+	au.pub.read = time.Time{}
+	au.pub.mu.Unlock()
+	return au.published(ctx)
+}
+
 // Publish writes, for a profile whose signer is mounted here, what the
 // instances serving it without the signer need: the signer's name, its
 // revocation route, its CA chain and the CAs whose CRLs it publishes. It
@@ -233,6 +241,21 @@ func (au *Authority) LookupIssuer(ctx context.Context, keyID string) (signer.Iss
 			return signer.IssuerInfo{}, fmt.Errorf("%w: %w", signer.ErrIssuerUnknown, err)
 		}
 		if err != nil {
+			return signer.IssuerInfo{}, err
+		}
+		iss, err := publishedIssuer(p, keyID)
+		if !errors.Is(err, signer.ErrIssuerUnknown) {
+			return iss, err
+		}
+		// A CA the publication read last does not name but whose CRL is
+		// in the store began issuing since: its worker published both
+		// before its first leaf was returned (ensureLeafCRL), and that
+		// leaf's distribution point is asked for now. Read the
+		// publication again rather than answer 404 until the recheck.
+		if _, cerr := au.db.GetCRLInfo(ctx, keyID); cerr != nil {
+			return iss, err
+		}
+		if p, err = au.publishedNow(ctx); err != nil {
 			return signer.IssuerInfo{}, err
 		}
 		return publishedIssuer(p, keyID)
