@@ -574,7 +574,8 @@ func TestTheFirstLeafOfACANamesACRLThatIsServedAtOnce(t *testing.T) {
 					ca.renew(t, time.Now(), time.Now().Add(72*time.Hour))
 				}
 				inter := ca.current()
-				leaf := issuing.issue(ctx, c, fmt.Sprintf("first-%d.example.com", i)).leaf
+				got := issuing.issue(ctx, c, fmt.Sprintf("first-%d.example.com", i))
+				leaf := got.leaf
 				if len(leaf.CRLDistributionPoints) != 1 || leaf.CRLDistributionPoints[0] != rotationCRLBase+"/"+signer.CAKeyID(inter) {
 					t.Fatalf("the leaf's CRL distribution points %q; want the CRL of its CA %s", leaf.CRLDistributionPoints, signer.CAKeyID(inter))
 				}
@@ -595,6 +596,16 @@ func TestTheFirstLeafOfACANamesACRLThatIsServedAtOnce(t *testing.T) {
 						t.Fatalf("the CRL %s serves is not signed by the leaf's CA: %v", inst.name, err)
 					}
 					lintcheck.CRL(t, der, nil)
+					// What a relying party that checks revocation makes of it.
+					dir := t.TempDir()
+					out, err := exec.CommandContext(ctx, lookOpenSSL(t), "verify", "-crl_check",
+						"-CAfile", writePEM(t, dir, "root.pem", "CERTIFICATE", ca.root.Raw),
+						"-untrusted", writePEM(t, dir, "ca.pem", "CERTIFICATE", inter.Raw),
+						"-CRLfile", writePEM(t, dir, "crl.pem", "X509 CRL", der),
+						writePEM(t, dir, "leaf.pem", "CERTIFICATE", got.der)).CombinedOutput()
+					if err != nil {
+						t.Errorf("openssl verify -crl_check of the leaf with the CRL %s serves: %v\n%s", inst.name, err, out)
+					}
 				}
 			})
 		}
