@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -608,6 +610,92 @@ func TestTheFirstLeafOfACANamesACRLThatIsServedAtOnce(t *testing.T) {
 					}
 				}
 			})
+		}
+	})
+}
+
+// crlFaultySigner is the local CA, unable to sign a CRL while faults > 0
+// (the CA's key momentarily unreadable, say).
+type crlFaultySigner struct {
+	*localca.Signer
+	faults atomic.Int32
+}
+
+func (f *crlFaultySigner) fault() error {
+	if f.faults.Load() > 0 {
+		return errors.New("the CA's key cannot be read now")
+	}
+	return nil
+}
+
+func (f *crlFaultySigner) SignCRL(ctx context.Context, issuerKeyID string, tmpl *x509.RevocationList) ([]byte, error) {
+	if err := f.fault(); err != nil {
+		return nil, err
+	}
+	return f.Signer.SignCRL(ctx, issuerKeyID, tmpl)
+}
+
+func (f *crlFaultySigner) SignEncodedCRL(ctx context.Context, issuerKeyID string, tmpl *x509.RevocationList, entries [][]byte) ([]byte, error) {
+	if err := f.fault(); err != nil {
+		return nil, err
+	}
+	return f.Signer.SignEncodedCRL(ctx, issuerKeyID, tmpl, entries)
+}
+
+// A leaf whose CA's first CRL cannot be published is not handed out: the
+// order stays processing, as after any fault on our side, and the resume
+// sweep issues it once the CRL can be signed, with the CRL served.
+func TestALeafWhoseCRLCannotBePublishedIsNotHandedOut(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		fake := clocktest.New(time.Now())
+		ca := newRenewingCA(t, time.Now())
+		sg := &crlFaultySigner{}
+		e := newTestEnvWith(t, envOptions{ca: &testCA{root: ca.root, src: ca.source},
+			wrap:   func(l *localca.Signer) signer.Signer { sg.Signer = l; return sg },
+			opts:   func(o *Options) { o.Clock = fake },
+			mutate: func(c *ProfileConfig) { c.CRLURL = rotationCRLBase }})
+		e.issue(ctx, e.client(ctx), "before-renewal.example.com")
+
+		inter := ca.renew(t, time.Now(), time.Now().Add(72*time.Hour))
+		sg.faults.Store(1)
+		c, o, csr := readyOrder(t, ctx, e, "unpublished-crl.example.com")
+		r := e.raw(c).post(o.FinalizeURL, map[string]string{"csr": b64(csr)}, jwsOpts{})
+		var got struct{ Status, Certificate string }
+		_ = json.Unmarshal(r.body, &got)
+		if r.status != http.StatusOK || got.Status != "processing" || got.Certificate != "" {
+			t.Fatalf("finalize while the new CA's CRL cannot be signed: %d %s; want 200 and a processing order without a certificate", r.status, r.body)
+		}
+		id := path.Base(o.URI)
+		if cert, err := e.db.CertificateOfOrder(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a certificate was recorded (%s, %v) whose CRL nobody can fetch", cert.Serial, err)
+		}
+
+		sg.faults.Store(0)
+		fake.Advance(authority.StuckAfter + time.Minute)
+		if n, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil || n != 1 {
+			t.Fatalf("resume: %d %v; want the order resumed", n, err)
+		}
+		after, err := c.GetOrder(ctx, o.URI)
+		if err != nil || after.Status != "valid" || after.CertURL == "" {
+			t.Fatalf("the order once the CRL can be signed: %+v %v; want valid with a certificate", after, err)
+		}
+		chain, err := c.FetchCert(ctx, after.CertURL, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(chain[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := "/crl/" + path.Base(leaf.CRLDistributionPoints[0])
+		code, der := get(t, e, p)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s right after the certificate was issued: %d %s; want 200", p, code, der)
+		}
+		if crl, err := x509.ParseRevocationList(der); err != nil || crl.CheckSignatureFrom(inter) != nil {
+			t.Fatalf("the CRL the leaf names does not parse or is not its CA's: %v", err)
 		}
 	})
 }

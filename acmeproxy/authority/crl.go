@@ -64,6 +64,10 @@ const (
 // ErrNoCRL: no CRL has been published for the issuer yet.
 var ErrNoCRL = errors.New("no CRL has been published for this CA yet")
 
+// errLeafCRLUnpublished: a leaf is not recorded, since the CRL it names
+// could not be published (ensureLeafCRL).
+var errLeafCRLUnpublished = errors.New("the CRL the leaf names cannot be published now")
+
 // crlCache keeps the CRLs a server publishes or serves, by issuer, and
 // when this server last began building one.
 type crlCache struct {
@@ -290,14 +294,14 @@ func (au *Authority) ensureLeafCRL(ctx context.Context, leaf *x509.Certificate) 
 		return nil
 	}
 	if !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("looking up the CRL of CA %s: %w", id, err)
+		return fmt.Errorf("%w: looking up the CRL of CA %s: %w", errLeafCRLUnpublished, id, err)
 	}
 	iss, err := au.knownIssuer(ctx, id)
 	if err != nil {
-		return fmt.Errorf("the CA of a new leaf: %w", err)
+		return fmt.Errorf("%w: the CA of a new leaf: %w", errLeafCRLUnpublished, err)
 	}
 	if _, err := au.publishCRL(ctx, iss); err != nil {
-		return fmt.Errorf("publishing the first CRL of CA %s: %w", id, err)
+		return fmt.Errorf("%w: publishing the first CRL of CA %s: %w", errLeafCRLUnpublished, id, err)
 	}
 	if err := au.Publish(ctx); err != nil {
 		// The CRL is in the store; instances without the signer serve it

@@ -147,6 +147,14 @@ func (au *Authority) issue(ctx context.Context, o store.Order, req signer.IssueR
 		return au.db.GetOrder(ctx, au.cfg.Profile, o.ID)
 	}
 	c, err := au.recordIssued(ctx, o, out.Chain, Client{IP: req.ClientAddr, UserAgent: req.UserAgent})
+	if errors.Is(err, errLeafCRLUnpublished) && !resumed {
+		au.log.Warn("certificate issuance deferred: the first CRL of the leaf's CA could not be published; the order stays processing and is retried",
+			zap.String("event", "certificate_issue_deferred"), zap.String("profile", au.cfg.Profile),
+			zap.String("order", o.ID), zap.Error(err))
+		au.metrics.IssueFailed(au.cfg.Profile, "internal")
+		o.Status = acme.StatusProcessing
+		return o, nil
+	}
 	if err != nil {
 		return o, err
 	}
