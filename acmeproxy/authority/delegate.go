@@ -95,6 +95,18 @@ func (au *Authority) published(ctx context.Context) (store.SignerPublication, er
 	return c.pub, nil
 }
 
+// newCRLSkew is how much earlier than a delegate's read of the
+// publication a CRL's thisUpdate, by its worker's clock, may be for the
+// CA to be taken as one that began issuing since (LookupIssuer).
+const newCRLSkew = time.Minute
+
+// publishedAt is when the publication was last read.
+func (au *Authority) publishedAt() time.Time {
+	au.pub.mu.Lock()
+	defer au.pub.mu.Unlock()
+	return au.pub.read
+}
+
 // publishedNow is published, read from the store now.
 func (au *Authority) publishedNow(ctx context.Context) (store.SignerPublication, error) {
 	au.pub.mu.Lock()
@@ -247,12 +259,15 @@ func (au *Authority) LookupIssuer(ctx context.Context, keyID string) (signer.Iss
 		if !errors.Is(err, signer.ErrIssuerUnknown) {
 			return iss, err
 		}
-		// A CA the publication read last does not name but whose CRL is
-		// in the store began issuing since: its worker published both
-		// before its first leaf was returned (ensureLeafCRL), and that
-		// leaf's distribution point is asked for now. Read the
-		// publication again rather than answer 404 until the recheck.
-		if _, cerr := au.db.GetCRLInfo(ctx, keyID); cerr != nil {
+		// A CA the publication read last does not name but whose CRL
+		// was published about when it was read began issuing since: its
+		// worker published both before its first leaf was returned
+		// (ensureLeafCRL), and that leaf's distribution point is asked
+		// for now. Read the publication again rather than answer 404
+		// until the recheck. (An expired CA, left out of the
+		// publication, has an older CRL: asking for it reads no more.)
+		crl, cerr := au.db.GetCRLInfo(ctx, keyID)
+		if cerr != nil || !crl.ThisUpdate.After(au.publishedAt().Add(-newCRLSkew)) {
 			return iss, err
 		}
 		if p, err = au.publishedNow(ctx); err != nil {
