@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -44,35 +45,12 @@ https://%s {
 `, name, env.directoryURL(e2eProfile), env.rootFile, env.HTTPPort, body),
 	})
 
-	addr := fmt.Sprintf("127.0.0.1:%d", env.HTTPSPort)
 	start := time.Now()
-	var (
-		state tls.ConnectionState
-		err   error
-	)
-	for deadline := start.Add(e2eWait); ; {
-		state, err = e2eHandshake(t.Context(), addr, &tls.Config{ServerName: name, RootCAs: env.rootPool})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no certificate for %s served by %s after %s: %v", name, addr, e2eWait, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	env.servedByProxy(t, name)
 	t.Logf("Caddy obtained and served the certificate in %s", time.Since(start).Round(time.Millisecond))
-	var chain [][]byte
-	for _, c := range state.PeerCertificates {
-		chain = append(chain, c.Raw)
-	}
-	leaf := env.checkIssued(t, chain, name)
-	// Caddy's internal issuer signs with the same CA: make sure this one
-	// came through the proxy.
-	if !env.proxyIssued(t, leaf.SerialNumber) {
-		t.Errorf("the served certificate (serial %x) is not one the proxy issued", leaf.SerialNumber)
-	}
 
 	// The site answers over that certificate.
+	addr := fmt.Sprintf("127.0.0.1:%d", env.HTTPSPort)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: env.rootPool},
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -254,29 +232,7 @@ https://%s {
 `, name, env.directoryURL("bound"), env.rootFile, env.HTTPPort, key.KID, key.HMACKey)
 	env.load(t, cfg)
 
-	addr := fmt.Sprintf("127.0.0.1:%d", env.HTTPSPort)
-	var (
-		state tls.ConnectionState
-		err   error
-	)
-	for deadline := time.Now().Add(e2eWait); ; {
-		state, err = e2eHandshake(t.Context(), addr, &tls.Config{ServerName: name, RootCAs: env.rootPool})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no certificate for %s served by %s after %s: %v", name, addr, e2eWait, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	var chain [][]byte
-	for _, c := range state.PeerCertificates {
-		chain = append(chain, c.Raw)
-	}
-	leaf := env.checkIssued(t, chain, name)
-	if !env.proxyIssued(t, leaf.SerialNumber) {
-		t.Errorf("the served certificate (serial %x) is not one the proxy issued", leaf.SerialNumber)
-	}
+	env.servedByProxy(t, name)
 
 	out, err := b.cliRun("accounts", "--profile", "bound", "--json")
 	if err != nil || !strings.Contains(out, `"caddy-sites"`) {
@@ -313,4 +269,36 @@ func caddyLoggedRenewalInfo(log []byte, name string) bool {
 		}
 	}
 	return false
+}
+
+// servedByProxy waits until Caddy serves a certificate for name on its
+// HTTPS port, checks that it is issued for name and that the proxy issued
+// it (Caddy's internal issuer signs with the same CA), and returns its
+// leaf.
+func (env *e2eEnv) servedByProxy(t *testing.T, name string) *x509.Certificate {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", env.HTTPSPort)
+	var (
+		state tls.ConnectionState
+		err   error
+	)
+	for deadline := time.Now().Add(e2eWait); ; {
+		state, err = e2eHandshake(t.Context(), addr, &tls.Config{ServerName: name, RootCAs: env.rootPool})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no certificate for %s served by %s after %s: %v", name, addr, e2eWait, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var chain [][]byte
+	for _, c := range state.PeerCertificates {
+		chain = append(chain, c.Raw)
+	}
+	leaf := env.checkIssued(t, chain, name)
+	if !env.proxyIssued(t, leaf.SerialNumber) {
+		t.Errorf("the served certificate (serial %x) is not one the proxy issued", leaf.SerialNumber)
+	}
+	return leaf
 }
