@@ -52,9 +52,9 @@ func TestAReloadThatRotatesAWebhooksBearerTokenDeliversTheQueuedNotificationWith
 		}
 		return n
 	}
-	waitFor := func(what string, ok func() bool) {
+	waitFor := func(what string, within time.Duration, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(e2eWait); !ok(); time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(within); !ok(); time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -93,7 +93,7 @@ func TestAReloadThatRotatesAWebhooksBearerTokenDeliversTheQueuedNotificationWith
 	ctx, cancel := context.WithTimeout(t.Context(), 2*e2eWait)
 	defer cancel()
 	newE2EXCrypto(ctx, t, env) // account_created
-	waitFor("a delivery with the old token", func() bool { return attempts(oldToken) > 0 })
+	waitFor("a delivery with the old token", e2eWait, func() bool { return attempts(oldToken) > 0 })
 	before := job()
 	if before.Status == "done" {
 		t.Fatalf("the delivery with the old token was accepted: %+v", before)
@@ -101,9 +101,11 @@ func TestAReloadThatRotatesAWebhooksBearerTokenDeliversTheQueuedNotificationWith
 
 	t.Setenv("E2E_HOOK_TOKEN", newToken)
 	env.load(t, cfg)
-	waitFor("a delivery with the new token", func() bool { return attempts(newToken) > 0 })
+	// The next attempt comes after the runner's backoff (30 s, ±10 %),
+	// counted from the refused one.
+	waitFor("a delivery with the new token", e2eWait+40*time.Second, func() bool { return attempts(newToken) > 0 })
 	var after operator.JobView
-	waitFor("the delivery's job settling", func() bool { after = job(); return after.Status == "done" })
+	waitFor("the delivery's job settling", e2eWait, func() bool { after = job(); return after.Status == "done" })
 
 	if destination(before) != destination(after) {
 		t.Errorf("the job's destination was %q before the rotation and %q after; want it unchanged", destination(before), destination(after))
