@@ -682,11 +682,11 @@ func (r *Runner) work(ks *kindState, job *Job) (completed bool) {
 	ctx, cancel := context.WithCancel(r.workCtx)
 	r.mu.Lock()
 	if f := r.inflight[job.ID]; f != nil {
-		f.settling = false // running the handler, not settling
+		// Not settling: a renewal that finds the job taken over now
+		// cancels the handler (lose). It cannot have found it so
+		// before, while the flight was settling.
+		f.settling = false
 		f.cancel = cancel
-		if f.lost {
-			cancel()
-		}
 	}
 	r.mu.Unlock()
 	out := r.runSafely(ctx, ks, job)
