@@ -24,15 +24,22 @@ import (
 // the order's id.
 func (f *fixture) issued(t *testing.T) string {
 	t.Helper()
+	return f.issuedFor(t, "www.example.test", big.NewInt(0x1234567))
+}
+
+// issuedFor gives the fixture a valid order for name with a certificate
+// of serial and returns the order's id.
+func (f *fixture) issuedFor(t *testing.T, name string, serialNumber *big.Int) string {
+	t.Helper()
 	ctx := context.Background()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(0x1234567), Subject: pkix.Name{CommonName: "www.example.test"},
-		DNSNames: []string{"www.example.test"}, NotBefore: t0.Add(-time.Minute), NotAfter: t0.Add(24 * time.Hour)}
+	tmpl := &x509.Certificate{SerialNumber: serialNumber, Subject: pkix.Name{CommonName: "issued"},
+		DNSNames: []string{name}, NotBefore: t0.Add(-time.Minute), NotAfter: t0.Add(24 * time.Hour)}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := acme.Identifier{Type: "dns", Value: "www.example.test"}
+	id := acme.Identifier{Type: "dns", Value: name}
 	o, err := f.db.CreateOrder(ctx, store.Order{Profile: "test", AccountID: f.account, Identifiers: []acme.Identifier{id}, Expires: t0.Add(time.Hour)},
 		[]store.Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []store.Challenge{{Type: "http-01", Token: store.NewID()}}}}, t0)
 	if err != nil {
