@@ -368,7 +368,7 @@ func (a *AdminAPI) listProfiles(w http.ResponseWriter, r *http.Request, op *oper
 func (a *AdminAPI) listOrders(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
 	q := readQuery(r, operator.OrderFilters...)
 	f := store.OrderFilter{Profile: q.str("profile"), Status: acme.Status(q.str("status")), Identifier: q.str("identifier"),
-		AccountID: q.str("account"), Serial: q.str("serial"), After: q.str("after"), Limit: q.int("limit", 1, store.MaxPage)}
+		AccountID: q.str("account"), Serial: q.str("serial"), Since: q.time("since"), After: q.str("after"), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}

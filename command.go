@@ -383,7 +383,27 @@ func (c *cli) profiles(cmd *cobra.Command, _ []string) error {
 	})
 }
 
+// ageFlags makes the time flags names an RFC 3339 time for the admin API:
+// they take an age too (1h, 7d), as prune's --before.
+func ageFlags(cmd *cobra.Command, names ...string) error {
+	for _, name := range names {
+		if v, _ := cmd.Flags().GetString(name); v != "" {
+			t, err := timeOrAge("--"+name, v, time.Now())
+			if err != nil {
+				return err
+			}
+			if err := cmd.Flags().Set(name, t.UTC().Format(time.RFC3339)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (c *cli) orders(cmd *cobra.Command, _ []string) error {
+	if err := ageFlags(cmd, "since"); err != nil {
+		return err
+	}
 	body, err := c.call(cmd, http.MethodGet, adminBase+"orders"+filterQuery(cmd, operator.OrderFilters...), nil)
 	if err != nil {
 		return err
@@ -519,17 +539,8 @@ func (c *cli) jobOp(method, action string) func(*cobra.Command, []string) error 
 }
 
 func (c *cli) audit(cmd *cobra.Command, _ []string) error {
-	// --since and --until take an age too (1h, 7d), as prune's --before.
-	for _, name := range []string{"since", "until"} {
-		if v, _ := cmd.Flags().GetString(name); v != "" {
-			t, err := timeOrAge("--"+name, v, time.Now())
-			if err != nil {
-				return err
-			}
-			if err := cmd.Flags().Set(name, t.UTC().Format(time.RFC3339)); err != nil {
-				return err
-			}
-		}
+	if err := ageFlags(cmd, "since", "until"); err != nil {
+		return err
 	}
 	body, err := c.call(cmd, http.MethodGet, adminBase+"audit"+filterQuery(cmd, operator.AuditFilters...), nil)
 	if err != nil {

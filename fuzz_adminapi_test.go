@@ -33,7 +33,7 @@ var adminListRoutes = []struct {
 	params []string
 }{
 	{"profiles", nil},
-	{"orders", []string{"profile", "status", "identifier", "account", "serial", "after", "limit"}},
+	{"orders", []string{"profile", "status", "identifier", "account", "serial", "since", "after", "limit"}},
 	{"accounts", []string{"profile", "status", "after", "limit"}},
 	{"jobs", []string{"kind", "status", "key", "before", "limit"}},
 	{"audit", []string{"profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"}},
@@ -66,7 +66,7 @@ func FuzzAdminListQuery(f *testing.F) {
 	}{
 		{0, ""}, {0, "x=1"},
 		{1, ""}, {1, "limit=1"}, {1, "limit=1000"}, {1, "limit=1001"}, {1, "limit=0"}, {1, "limit=-1"}, {1, "limit=1e3"},
-		{1, "status=valid&profile=p&identifier=A.EXAMPLE.com.&account=x&after=y"}, {1, "status=bogus"},
+		{1, "status=valid&profile=p&identifier=A.EXAMPLE.com.&account=x&after=y"}, {1, "status=bogus"}, {1, "since=2020-01-01T00:00:00Z"}, {1, "since=yesterday"},
 		{1, "status=valid&status=invalid"}, {1, "limit="}, {1, "limit=%31"}, {1, "limit=5%"}, {1, "status=valid%zz"},
 		{1, "limit=5;profile=p"}, {1, "%zz=1"},
 		{2, "limit=2"}, {2, "status=deactivated&after=z"}, {2, "status=pending"}, {2, "before=3"},

@@ -28,10 +28,11 @@ type OrderFilter struct {
 	Profile    string
 	Status     acme.Status
 	AccountID  string
-	Identifier string // an identifier value, exactly as stored (normalized)
-	Serial     string // a certificate serial, lower-case hex as stored
-	After      string // page: orders listed after this order id
-	Limit      int    // default 100, at most 1000
+	Identifier string    // an identifier value, exactly as stored (normalized)
+	Serial     string    // a certificate serial, lower-case hex as stored
+	Since      time.Time // created at or after
+	After      string    // page: orders listed after this order id
+	Limit      int       // default 100, at most 1000
 }
 
 const orderSummaryCols = `o.id, o.profile, o.account_id, o.status, o.identifiers, o.not_before, o.not_after, o.expires_at,
@@ -138,6 +139,14 @@ func listOrdersQuery(f OrderFilter) (string, []any) {
 	}
 	if f.AccountID != "" {
 		add(col("o.account_id")+" = ?", f.AccountID)
+	}
+	if !f.Since.IsZero() {
+		// A number: after a selective filter, as an expression too.
+		created := "o.created_at"
+		if selective {
+			created += " + 0"
+		}
+		add(created+" >= ?", f.Since.UnixMilli())
 	}
 	if f.After != "" {
 		// A row value, so that the page starts with a seek in the index

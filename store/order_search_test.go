@@ -69,6 +69,11 @@ func TestTheOrderSearchFindsOrdersByIdentifierAccountAndSerialNewestFirst(t *tes
 			{"ok/by account, the page after one", OrderFilter{AccountID: "acct-b", After: orders[25].ID, Limit: 2}, []int{23, 21}},
 			{"ok/by identifier, the page after one", OrderFilter{Identifier: "n3.example.com", After: orders[13].ID}, []int{3}},
 			{"ok/after an order that does not exist", OrderFilter{After: "nosuchorder"}, nil},
+			{"ok/created since a time, that time's order first", OrderFilter{Since: t0.Add(27 * time.Minute)}, []int{29, 28, 27}},
+			{"ok/by account, created since a time", OrderFilter{AccountID: "acct-a", Since: t0.Add(25 * time.Minute)}, []int{28, 26}},
+			{"ok/by identifier, created since a time", OrderFilter{Identifier: "n3.example.com", Since: t0.Add(4 * time.Minute)}, []int{23, 13}},
+			{"ok/created since a time, the page after one", OrderFilter{Since: t0.Add(26 * time.Minute), After: orders[28].ID}, []int{27, 26}},
+			{"ok/created since a time after every order", OrderFilter{Since: t0.Add(time.Hour)}, nil},
 		}
 		for _, c := range cases {
 			got, err := db.ListOrders(ctx, c.f)
@@ -108,6 +113,9 @@ func TestTheOrderSearchReadsAnIndexInsteadOfEveryOrder(t *testing.T) {
 		{"ok/by account", OrderFilter{AccountID: "a"}, false},
 		{"ok/the page after an order", OrderFilter{After: "o"}, false},
 		{"ok/by status, the page after an order", OrderFilter{Status: acme.StatusValid, After: "o"}, false},
+		{"ok/created since a time", OrderFilter{Since: t0}, false},
+		{"ok/by status, created since a time", OrderFilter{Status: acme.StatusValid, Since: t0}, false},
+		{"ok/by identifier, created since a time", OrderFilter{Identifier: "n.example.com", Since: t0}, true},
 		{"ok/by identifier", OrderFilter{Identifier: "n.example.com"}, true},
 		{"ok/by identifier and profile", OrderFilter{Identifier: "n.example.com", Profile: "p"}, true},
 		{"ok/by identifier, profile and status", OrderFilter{Identifier: "n.example.com", Profile: "p", Status: acme.StatusValid}, true},

@@ -67,7 +67,7 @@ func (op *Operator) now() time.Time {
 // flags of the CLI that sets them, one set for both. Each list's names are
 // those of its store filter's fields.
 var (
-	OrderFilters   = []string{"profile", "status", "identifier", "account", "serial", "after", "limit"}
+	OrderFilters   = []string{"profile", "status", "identifier", "account", "serial", "since", "after", "limit"}
 	AccountFilters = []string{"profile", "status", "after", "limit"}
 	JobFilters     = []string{"kind", "status", "key", "before", "limit"}
 	AuditFilters   = []string{"profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"}

@@ -25,10 +25,14 @@ const overviewFailures = 10
 type Overview struct {
 	At       time.Time     `json:"at"`
 	Profiles []ProfileView `json:"profiles"`
-	// Orders counts the orders created in the window, by profile and status.
-	Orders []store.OrderCount `json:"orders"`
+	// Orders counts the orders created since OrdersSince (the window, to
+	// the second), by profile and status: the orders list filtered by
+	// since=OrdersSince shows them.
+	Orders      []store.OrderCount `json:"orders"`
+	OrdersSince time.Time          `json:"orders_since"`
 	// Hours are the window's hours, oldest first, with the certificates
-	// issued and the issuances failed in each.
+	// issued and the issuances failed in each; Issued and Failed are
+	// their sums, the audit rows of their events since the first hour.
 	Hours  []HourCount `json:"hours"`
 	Issued int         `json:"issued"`
 	Failed int         `json:"failed"`
@@ -78,9 +82,10 @@ func (o Overview) IssuedPerHour() float64 {
 func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 	now := op.now()
 	since := now.Add(-OverviewWindow).Truncate(time.Hour).Add(time.Hour) // 24 whole hours, the current one last
-	ov := Overview{At: now, Profiles: op.ListProfiles()}
+	// To the second, as the orders list's since filter reads it.
+	ov := Overview{At: now, Profiles: op.ListProfiles(), OrdersSince: now.Add(-OverviewWindow).Truncate(time.Second).UTC()}
 	var err error
-	if ov.Orders, err = op.DB.OrderCountsSince(ctx, now.Add(-OverviewWindow)); err != nil {
+	if ov.Orders, err = op.DB.OrderCountsSince(ctx, ov.OrdersSince); err != nil {
 		return Overview{}, err
 	}
 	hours, err := op.DB.EventsPerHour(ctx, since, acme.EventCertificateIssued, acme.EventCertificateIssueFailed)

@@ -72,13 +72,26 @@ func overview(rq *request, _ string) {
 		rows[i].Total += c.Count
 	}
 	bars, peak := chart(ov.Hours)
+	// The lists behind the window's counts, filtered by the same window:
+	// each shows the rows its number counts.
+	since := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	eventsSince := ov.At
+	if len(ov.Hours) > 0 {
+		eventsSince = ov.Hours[0].Hour
+	}
+	audit := func(event string) string {
+		return rq.ui.base + "audit?" + url.Values{"event": {event}, "since": {since(eventsSince)}}.Encode()
+	}
 	rq.render(http.StatusOK, "overview", "Overview", struct {
 		operator.Overview
-		Statuses  []acme.Status
-		OrderRows []row
-		Bars      []bar
-		Peak      int
-	}{ov, statuses, rows, bars, peak})
+		Statuses               []acme.Status
+		OrderRows              []row
+		Bars                   []bar
+		Peak                   int
+		OrdersSince            string
+		IssuedList, FailedList string
+	}{ov, statuses, rows, bars, peak, since(ov.OrdersSince),
+		audit(acme.EventCertificateIssued), audit(acme.EventCertificateIssueFailed)})
 }
 
 // ---- orders ----
@@ -93,8 +106,12 @@ func listOrders(rq *request, _ string) {
 			Filter: rq.filters(operator.OrderFilters, "serial")})
 		return
 	}
+	since, err := parseTime("since", rq.query("since"))
+	if rq.failed(err) {
+		return
+	}
 	f := store.OrderFilter{Profile: rq.query("profile"), Status: acme.Status(rq.query("status")), AccountID: rq.query("account"),
-		Identifier: rq.query("identifier"), After: rq.query("after"), Limit: pageLimit}
+		Identifier: rq.query("identifier"), Since: since, After: rq.query("after"), Limit: pageLimit}
 	p, err := rq.op().ListOrders(rq.r.Context(), f)
 	if rq.failed(err) {
 		return

@@ -485,9 +485,11 @@ func TestTheOverviewCountsTheLastDaysOrdersAndIssuances(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := f.get(t, "/ops/").Body.String()
-	for _, want := range []string{`<b id="issued">2</b>`, `<b id="failed">1</b>`, "33.3% of attempts", "signer refused: key too small",
+	for _, want := range []string{`id="issued" href="/ops/audit?event=certificate_issued&amp;since=2026-02-28T13%3A00%3A00Z">2</a>`,
+		`id="failed" href="/ops/audit?event=certificate_issue_failed&amp;since=2026-02-28T13%3A00%3A00Z">1</a>`,
+		"33.3% of attempts", "signer refused: key too small",
 		// order1, pending, in the pending column; the job, due in an hour, not waiting yet.
-		`<td class="n"><a href="/ops/orders?profile=test&amp;status=pending">1</a></td>`, `<td class="n">1</td><td>—</td>`} {
+		`<td class="n"><a href="/ops/orders?profile=test&amp;status=pending&amp;since=2026-02-28T12%3a00%3a00Z">1</a></td>`, `<td class="n">1</td><td>—</td>`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the overview lacks %q", want)
 		}
