@@ -45,6 +45,9 @@ type App struct {
 	db     *store.DB
 	queue  *jobs.Queue
 	runner *jobs.Runner
+	// runKinds are the kinds the runner handles, set at Start: the
+	// operator's pages read it while a reload may be starting the app.
+	runKinds atomic.Pointer[[]string]
 	// notifier delivers notify_deliver jobs to the destinations of the
 	// app and of every profile mounted.
 	notifier *notify.Deliverer
@@ -292,6 +295,8 @@ func (a *App) Start() error {
 	if err != nil {
 		return err
 	}
+	kinds := r.Kinds()
+	a.runKinds.Store(&kinds)
 	if len(lanes) > 0 {
 		// What instances serving these profiles without their signer
 		// answer from; the CRL refresh keeps it current.
@@ -498,7 +503,16 @@ func (a *App) All() []*authority.Authority { return a.authorities() }
 // Operator returns the operator operations over this app's store, queue
 // and profiles, for the admin API.
 func (a *App) Operator() *operator.Operator {
-	return &operator.Operator{DB: a.db, Queue: a.queue, Profiles: a}
+	return &operator.Operator{DB: a.db, Queue: a.queue, Profiles: a, RunKinds: a.runnerKinds}
+}
+
+// runnerKinds lists the kinds of job this app's runner handles; nil
+// before Start.
+func (a *App) runnerKinds() []string {
+	if k := a.runKinds.Load(); k != nil {
+		return *k
+	}
+	return nil
 }
 
 var errNoApp = errors.New("the acme_proxy app is not loaded")

@@ -377,3 +377,34 @@ http://ops.test:%d {
 		t.Errorf("the job is %v (%v); want cancelled", j.Status, err)
 	}
 }
+
+// The overview knows the kinds this process's runner handles: a ready job
+// of a kind it does not (left by a profile since removed from the
+// config) is counted there, and its own housekeeping is not.
+func TestTheWebPagesOverviewCountsTheJobsOfKindsThisProcessDoesNotRun(t *testing.T) {
+	env := newE2EEnv(t)
+	env.load(t, e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), ExtraProfiles: `
+	route /open* {
+		acme_proxy_ui {
+			prefix /open
+			insecure_no_auth
+		}
+	}
+`})
+	if _, _, err := activeApp(t).queue.Enqueue(t.Context(), jobs.Spec{Kind: "relay_issue_of_a_removed_profile", Key: "o1", Delay: -time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	status, page := getEventually(t, env.client, fmt.Sprintf("https://127.0.0.1:%d/open/", env.HTTPSPort))
+	if status != http.StatusOK {
+		t.Fatalf("the overview: %d %s", status, page)
+	}
+	line := regexp.MustCompile(`(?s)<p class="warn" id="unrun">.*?</p>`).FindString(string(page))
+	if !strings.Contains(line, "1 job of a kind nobody here runs") || !strings.Contains(line, ">relay_issue_of_a_removed_profile</a> (1)") {
+		t.Errorf("the overview's line of jobs nobody here runs: %q\n%s", line, page)
+	}
+	for _, kind := range activeApp(t).runnerKinds() {
+		if strings.Contains(line, ">"+kind+"<") {
+			t.Errorf("the overview counts %s, which this process runs, as nobody's: %q", kind, line)
+		}
+	}
+}

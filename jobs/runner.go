@@ -207,6 +207,9 @@ func (r *Runner) serves(lane string) bool {
 	return lane == "" || slices.Contains(r.opts.Lanes, lane)
 }
 
+// Kinds lists the kinds of job the runner handles, sorted.
+func (r *Runner) Kinds() []string { return slices.Clone(r.kinds) }
+
 // Owner is the name this runner puts on its leases.
 func (r *Runner) Owner() string { return r.opts.Owner }
 

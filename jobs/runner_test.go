@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -826,6 +827,25 @@ func TestNewRunnerRefusesDuplicateKinds(t *testing.T) {
 			t.Fatalf("got %v, want an error naming kind k", err)
 		}
 	})
+}
+
+// A runner says which kinds it handles: what an operator's page compares
+// the queue's kinds with, to find the jobs nobody here runs.
+func TestARunnerListsTheKindsItHandlesSorted(t *testing.T) {
+	q := NewQueue(openDB(t, ""), nil)
+	noop := func(context.Context, *Job) Outcome { return Done() }
+	r, err := NewRunner(q, []Handler{newFuncHandler("relay_issue", noop), newFuncHandler("crl_regenerate", noop)}, RunnerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := r.Kinds()
+	if !slices.Equal(kinds, []string{"crl_regenerate", "relay_issue"}) {
+		t.Fatalf("kinds %v; want crl_regenerate, relay_issue", kinds)
+	}
+	kinds[0] = "changed"
+	if r.Kinds()[0] != "crl_regenerate" {
+		t.Error("changing the list Kinds returned changed the runner's")
+	}
 }
 
 func TestSweepPrunesSettledJobsPastRetention(t *testing.T) {

@@ -49,6 +49,10 @@ type Operator struct {
 	Queue    *jobs.Queue
 	Profiles ProfileLister
 	Clock    clock.Clock // default: the wall clock
+	// RunKinds lists the kinds of job this process's runner handles, for
+	// the overview's count of jobs nobody here runs; nil, or a nil answer,
+	// when not known (no runner yet), and the overview then counts none.
+	RunKinds func() []string
 }
 
 // Now is the operator's clock's time: what a front asks a view's

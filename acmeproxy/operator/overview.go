@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,7 +40,12 @@ type Overview struct {
 	// Jobs counts the queue by kind and status; OldestWaiting is how long
 	// the longest waiting job of its kind has been due and not taken.
 	Jobs []JobQueueView `json:"jobs"`
-	CRLs []CRLStatus    `json:"crls"`
+	// Unrun are the ready jobs of the kinds this process's runner does
+	// not handle, by kind: left by a profile or a notifier since removed
+	// from the config (or for another instance to run), they wait here
+	// for ever. Empty when the operator was not told the runner's kinds.
+	Unrun []KindCount `json:"unrun,omitempty"`
+	CRLs  []CRLStatus `json:"crls"`
 	// Failures are the last audit rows with outcome failure.
 	Failures []AuditView `json:"failures"`
 }
@@ -57,6 +63,21 @@ type JobQueueView struct {
 	Status        string        `json:"status"`
 	Count         int64         `json:"count"`
 	OldestWaiting time.Duration `json:"oldest_waiting,omitempty"` // ready jobs due now only
+}
+
+// KindCount is the number of jobs of one kind.
+type KindCount struct {
+	Kind  string `json:"kind"`
+	Count int64  `json:"count"`
+}
+
+// UnrunJobs is the number of jobs Unrun counts.
+func (o Overview) UnrunJobs() int64 {
+	var n int64
+	for _, k := range o.Unrun {
+		n += k.Count
+	}
+	return n
 }
 
 // CRLStatus is a profile's CRL, or why it has none to show.
@@ -116,7 +137,14 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
+	var run []string
+	if op.RunKinds != nil {
+		run = op.RunKinds()
+	}
 	for _, c := range counts {
+		if run != nil && c.Status == store.JobReady && !slices.Contains(run, c.Kind) {
+			ov.Unrun = append(ov.Unrun, KindCount{Kind: c.Kind, Count: c.N})
+		}
 		v := JobQueueView{Kind: c.Kind, Status: string(c.Status), Count: c.N}
 		if t, ok := oldest[c.Kind]; ok && c.Status == store.JobReady {
 			v.OldestWaiting = max(now.Sub(t), 0)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -115,5 +116,56 @@ func TestTheOrdersListRefusesASinceThatIsNotATime(t *testing.T) {
 	w := f.get(t, "/ops/orders?since=yesterday")
 	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "since &#34;yesterday&#34; is not a time") {
 		t.Errorf("GET orders?since=yesterday: %d\n%s", w.Code, w.Body)
+	}
+}
+
+// Jobs of a kind no runner here handles wait for ever; the overview says
+// how many of each kind, each linking to its ready jobs, where the
+// operator can cancel them.
+func TestTheOverviewShowsTheJobsOfKindsNobodyHereRunsLinkingToThem(t *testing.T) {
+	tests := []struct {
+		name     string
+		run      func() []string
+		wantLine string
+		wantKind []string // kinds linked
+	}{
+		{"ok/two kinds the runner lacks", func() []string { return []string{"notify_deliver"} },
+			"3 jobs of kinds nobody here runs", []string{"relay_issue", "script_issue"}},
+		{"ok/one job", func() []string { return []string{"notify_deliver", "relay_issue"} },
+			"1 job of a kind nobody here runs", []string{"script_issue"}},
+		{"ok/nothing when the runner runs every kind", func() []string { return []string{"notify_deliver", "relay_issue", "script_issue"} }, "", nil},
+		{"ok/nothing when the runner's kinds are not known", nil, "", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, false)
+			q := jobs.NewQueue(f.db, nil)
+			for _, s := range []jobs.Spec{{Kind: "relay_issue", Key: "o1"}, {Kind: "relay_issue", Key: "o2"}, {Kind: "script_issue", Key: "o3"}} {
+				if _, _, err := q.Enqueue(t.Context(), s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.ui.cfg.Operator.RunKinds = tc.run
+			body := f.get(t, "/ops/").Body.String()
+			line := regexp.MustCompile(`(?s)<p class="warn" id="unrun">.*?</p>`).FindString(body)
+			if tc.wantLine == "" {
+				if line != "" {
+					t.Errorf("the overview says %s", line)
+				}
+				return
+			}
+			if !strings.Contains(line, tc.wantLine) {
+				t.Fatalf("the overview's line %q lacks %q:\n%s", line, tc.wantLine, body)
+			}
+			for _, kind := range tc.wantKind {
+				href := "/ops/jobs?kind=" + kind + "&status=ready"
+				if !strings.Contains(html.UnescapeString(line), `<a href="`+href+`">`+kind+`</a>`) {
+					t.Errorf("the line %q does not link %s", line, href)
+				}
+				if page := f.get(t, href).Body.String(); !strings.Contains(page, "<td>"+kind+"</td>") {
+					t.Errorf("%s lists no %s job:\n%s", href, kind, page)
+				}
+			}
+		})
 	}
 }
