@@ -50,7 +50,8 @@ func longName() string {
 // shows: a 253-character identifier, a 20-octet serial, an account with a
 // long id and contact, a failed order whose problem and failure detail are
 // one long token each, a failed job with a long kind, key and error, and
-// failure audit rows with long identifiers and details. It returns the
+// failure audit rows with long identifiers and details, and a ready job
+// of a long kind nobody here runs. It returns the
 // pages that show them.
 func (f *fixture) seedLongValues(t *testing.T) []string {
 	t.Helper()
@@ -99,6 +100,11 @@ func (f *fixture) seedLongValues(t *testing.T) []string {
 			t.Fatal(err)
 		}
 	}
+	// A ready job of a kind nobody here runs, for the overview's line.
+	if _, _, err := f.db.EnqueueJob(ctx, store.NewJob{Kind: longToken("removed_profile_", 64), Key: "k", MaxAttempts: 1, RunAt: t0}, t0); err != nil {
+		t.Fatal(err)
+	}
+	f.ui.cfg.Operator.RunKinds = func() []string { return []string{"notify_deliver"} }
 	job := fmt.Sprintf("/ops/jobs/%d", claimed[0].ID)
 	return []string{"/ops/", "/ops/orders", "/ops/orders/" + o.ID, "/ops/orders/" + issued, "/ops/orders/" + issued + "/revoke?done=revoked",
 		"/ops/accounts", "/ops/accounts/" + acct.ID, "/ops/accounts/" + acct.ID + "/deactivate",
