@@ -38,6 +38,14 @@ type AuditEvent struct {
 	// back): the notifications the event owes, so that an event recorded
 	// is an event whose deliveries are queued, across any crash.
 	Jobs []NewJob
+
+	// DedupKey, when set, makes the row one of a kind (never read back):
+	// a row whose key a stored row has already is not written, nor are
+	// its Jobs, and the write succeeds. A retired job's Abandon sets it
+	// (jobs.AbandonKey), so that an Abandon run again after a crash, or
+	// tried again after an outage whose first write did land, records
+	// its event once.
+	DedupKey string
 }
 
 const auditCols = `id, at, event, outcome, profile, actor_kind, actor_id, order_id, account_id, identifiers, serial,
@@ -117,6 +125,19 @@ func (db *DB) insertAudit(ctx context.Context, tx *sql.Tx, ev AuditEvent) error 
 	args, err := auditRow(ev)
 	if err != nil {
 		return err
+	}
+	if ev.DedupKey != "" {
+		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO audit_events (`+auditInsertCols+`, dedup_key)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dedup_key) DO NOTHING`), append(args, text(ev.DedupKey))...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return nil // written before, and its jobs queued with it
+		}
+		return db.enqueueAll(ctx, tx, ev.Jobs, ev.At)
 	}
 	if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO audit_events (`+auditInsertCols+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), args...); err != nil {

@@ -44,6 +44,10 @@ type Job struct {
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	FinishedAt      time.Time
+	// Revivals counts the operator's revivals of the job once retired
+	// (RetryJobNow of a failed or cancelled job): each later retirement
+	// is a new one, which jobs.AbandonKey tells apart.
+	Revivals int
 }
 
 // NewJob describes a job to enqueue.
@@ -58,7 +62,7 @@ type NewJob struct {
 }
 
 const jobCols = `id, kind, key, lane, payload, status, attempts, max_attempts, run_at, deadline,
-	lease_owner, lease_until, last_error, cancel_requested, created_at, updated_at, finished_at`
+	lease_owner, lease_until, last_error, cancel_requested, created_at, updated_at, finished_at, revivals`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -72,7 +76,7 @@ func scanJob(r rowScanner) (Job, error) {
 		cancel                         int
 	)
 	if err := r.Scan(&j.ID, &j.Kind, &key, &j.Lane, &payload, &j.Status, &j.Attempts, &j.MaxAttempts, &runAt, &deadline,
-		&owner, &leaseUntil, &j.LastError, &cancel, &created, &updated, &finished); err != nil {
+		&owner, &leaseUntil, &j.LastError, &cancel, &created, &updated, &finished, &j.Revivals); err != nil {
 		return Job{}, err
 	}
 	j.Key, j.LeaseOwner, j.Payload = key.String, owner.String, []byte(payload)
@@ -426,8 +430,9 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 
 // RetryJobNow makes a job ready to run now for an operator: a waiting job
 // skips its backoff, a failed or cancelled one is revived with a fresh
-// attempt budget. ErrConflict if another live job has its kind and key
-// (the partial unique index refuses it, a concurrent enqueue included);
+// attempt budget (and counted in Revivals). ErrConflict if another live
+// job has its kind and key (the partial unique index refuses it, a
+// concurrent enqueue included);
 // ErrWrongState if it is running or done, or its deadline has passed (its
 // next claim would retire it unrun). Guarded as CancelJob is.
 func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, error) {
@@ -436,6 +441,7 @@ func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, er
 		var err error
 		job, err = scanJob(tx.QueryRowContext(ctx, db.q(`UPDATE jobs
 			SET attempts = CASE WHEN status = 'ready' THEN attempts ELSE 0 END,
+			    revivals = CASE WHEN status = 'ready' THEN revivals ELSE revivals + 1 END,
 			    status = 'ready', run_at = ?, cancel_requested = 0, finished_at = NULL, updated_at = ?
 			WHERE id = ? AND status IN ('ready','failed','cancelled') AND (deadline IS NULL OR deadline > ?)
 			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id, now.UnixMilli()))

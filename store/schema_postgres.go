@@ -535,4 +535,14 @@ var postgresMigrations = []migration{
 			`CREATE INDEX certificates_compromised_key ON certificates (public_key) WHERE revocation_reason = 1`,
 		},
 	},
+	{
+		version: 28,
+		name:    "abandon_once",
+		stmts: []string{
+			// As SQLite's step.
+			`ALTER TABLE audit_events ADD COLUMN dedup_key TEXT`,
+			`CREATE UNIQUE INDEX audit_dedup_key ON audit_events (dedup_key)`,
+			`ALTER TABLE jobs ADD COLUMN revivals INTEGER NOT NULL DEFAULT 0`,
+		},
+	},
 }

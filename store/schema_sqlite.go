@@ -624,4 +624,22 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX certificates_compromised_key ON certificates (public_key) WHERE revocation_reason = 1`,
 		},
 	},
+	{
+		version: 28,
+		name:    "abandon_once",
+		stmts: []string{
+			// A retired job's side effects are written once (see
+			// jobs.AbandonKey): an audit row that a job's Abandon writes
+			// carries a key naming that retirement, and a second row with
+			// the key — Abandon run again after a crash before the job's
+			// retirement was recorded — is not written. Rows without a
+			// key (NULL) never collide.
+			`ALTER TABLE audit_events ADD COLUMN dedup_key TEXT`,
+			`CREATE UNIQUE INDEX audit_dedup_key ON audit_events (dedup_key)`,
+			// How often an operator revived the job once it was retired:
+			// a revived job that fails again is a second retirement, with
+			// a key of its own.
+			`ALTER TABLE jobs ADD COLUMN revivals INTEGER NOT NULL DEFAULT 0`,
+		},
+	},
 }
