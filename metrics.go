@@ -168,9 +168,14 @@ func (m measuredJobs) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	return out
 }
 
-func (m measuredJobs) Abandon(ctx context.Context, job *jobs.Job, reason string) {
-	proxyMetrics.jobRuns.WithLabelValues(job.Kind, "abandoned").Inc()
-	m.Handler.Abandon(ctx, job, reason)
+// Abandon counts an abandon once it succeeded: one that failed is tried
+// again.
+func (m measuredJobs) Abandon(ctx context.Context, job *jobs.Job, reason string) error {
+	err := m.Handler.Abandon(ctx, job, reason)
+	if err == nil {
+		proxyMetrics.jobRuns.WithLabelValues(job.Kind, "abandoned").Inc()
+	}
+	return err
 }
 
 func (m measuredJobs) Lease() time.Duration {

@@ -40,10 +40,11 @@ func (s *sjSigner) RunJob(_ context.Context, job *jobs.Job) jobs.Outcome {
 	return jobs.Done()
 }
 
-func (s *sjSigner) AbandonJob(_ context.Context, _ *jobs.Job, reason string) {
+func (s *sjSigner) AbandonJob(_ context.Context, _ *jobs.Job, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.abandoned = append(s.abandoned, reason)
+	return nil
 }
 
 func (s *sjSigner) RecoverJobs(context.Context, *jobs.Queue) error {
@@ -102,8 +103,11 @@ func TestSignerJobsReachTheSignerOfTheirProfileOrWait(t *testing.T) {
 			t.Errorf("%s: %s; want a retry after 30s saying %q", profile, out, why)
 		}
 	}
-	h.Abandon(ctx, job("worker"), "deadline passed")
-	h.Abandon(ctx, job("elsewhere"), "deadline passed")
+	for _, profile := range []string{"worker", "elsewhere"} {
+		if err := h.Abandon(ctx, job(profile), "deadline passed"); err != nil {
+			t.Errorf("abandoning the job of %s: %v", profile, err)
+		}
+	}
 	if len(sgn.abandoned) != 1 || sgn.abandoned[0] != "deadline passed" {
 		t.Errorf("abandoned %v; want the mounted profile's job only", sgn.abandoned)
 	}

@@ -41,10 +41,10 @@ type ctxAbandon struct {
 	err    chan error
 }
 
-func (h *ctxAbandon) Abandon(ctx context.Context, job *Job, reason string) {
+func (h *ctxAbandon) Abandon(ctx context.Context, job *Job, reason string) error {
 	h.during()
 	h.err <- ctx.Err()
-	h.funcHandler.Abandon(ctx, job, reason)
+	return h.funcHandler.Abandon(ctx, job, reason)
 }
 
 // An operator's cancel of a running job makes its attempt the last, and

@@ -98,6 +98,10 @@ type funcHandler struct {
 	run   func(ctx context.Context, job *Job) Outcome
 	lease time.Duration
 
+	// abandonErr, when set, is what each Abandon returns (after it is
+	// recorded).
+	abandonErr func(job *Job) error
+
 	mu        sync.Mutex
 	abandoned map[int64][]string
 	abandonCh chan int64
@@ -111,11 +115,15 @@ func (h *funcHandler) Kind() string                              { return h.kind
 func (h *funcHandler) Run(ctx context.Context, job *Job) Outcome { return h.run(ctx, job) }
 func (h *funcHandler) Recover(context.Context, *Queue) error     { return nil }
 func (h *funcHandler) Lease() time.Duration                      { return h.lease }
-func (h *funcHandler) Abandon(_ context.Context, job *Job, reason string) {
+func (h *funcHandler) Abandon(_ context.Context, job *Job, reason string) error {
 	h.mu.Lock()
 	h.abandoned[job.ID] = append(h.abandoned[job.ID], reason)
 	h.mu.Unlock()
 	h.abandonCh <- job.ID
+	if h.abandonErr != nil {
+		return h.abandonErr(job)
+	}
+	return nil
 }
 
 func (h *funcHandler) abandons(id int64) []string {

@@ -38,12 +38,28 @@ type Handler interface {
 	// Recover runs once when a runner starts, before it claims anything;
 	// a handler re-queues here work that a crash may have left unqueued.
 	Recover(ctx context.Context, q *Queue) error
-	// Abandon is called exactly once when the job is retired without
-	// success: Failed, attempts exhausted, deadline passed, or cancelled by
-	// an operator. reason is for the operator; it is also stored on the job.
-	// (Across a crash in the middle of Abandon it is called again when the
-	// job is reclaimed, so it should be idempotent.)
-	Abandon(ctx context.Context, job *Job, reason string)
+	// Abandon is called when the job is retired without success: Failed,
+	// attempts exhausted, deadline passed, or cancelled by an operator.
+	// reason is for the operator; it is also stored on the job.
+	//
+	// An error says the side effects could not all be written (the
+	// database is away) and trying again may succeed: the runner calls
+	// Abandon again, with backoff, and retires the job only once it
+	// returned nil (or AbandonRetry passed, or the runner stopped: then
+	// the job is left to be reclaimed). So Abandon may run more than once
+	// for one retirement — tried again after an error, or again when the
+	// job is reclaimed after a crash before its retirement was recorded —
+	// and its side effects must be idempotent: guarded writes, or rows
+	// keyed by AbandonKey. A panic is logged and taken as done.
+	Abandon(ctx context.Context, job *Job, reason string) error
+}
+
+// AbandonKey names one retirement of job, for the side effects of its
+// Abandon: the same for every run of Abandon for that retirement (tried
+// again, or run again after a crash), different for another job, and for
+// the same job's next retirement once an operator revived it.
+func AbandonKey(job *Job) string {
+	return fmt.Sprintf("job/%d/%d", job.ID, job.Revivals)
 }
 
 // Leaser is implemented by handlers whose attempts need a lease other than

@@ -18,8 +18,8 @@ import (
 // handler's clean-up would.
 type panickyAbandon struct{ *funcHandler }
 
-func (h panickyAbandon) Abandon(ctx context.Context, job *Job, reason string) {
-	h.funcHandler.Abandon(ctx, job, reason)
+func (h panickyAbandon) Abandon(ctx context.Context, job *Job, reason string) error {
+	_ = h.funcHandler.Abandon(ctx, job, reason)
 	panic("abandon blew up")
 }
 

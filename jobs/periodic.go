@@ -58,7 +58,7 @@ func (p *Periodic) Recover(ctx context.Context, q *Queue) error {
 // Abandon does nothing: periodic work is never retired (an operator may
 // not cancel it, see IsPeriodic; a row an older version let an operator
 // cancel is scheduled again at the next start).
-func (p *Periodic) Abandon(context.Context, *Job, string) {}
+func (p *Periodic) Abandon(context.Context, *Job, string) error { return nil }
 
 // IsPeriodic reports whether job is a Periodic handler's row: its key is
 // its kind, which no other job's is. Such a row is the housekeeping itself

@@ -44,6 +44,12 @@ type RunnerOptions struct {
 	// StopTimeout is how long Stop waits for running handlers before it
 	// cancels them and releases their leases. 10s.
 	StopTimeout time.Duration
+	// AbandonRetry is how long, on Clock, a handler's Abandon that keeps
+	// failing is tried again before the job is retired without it (the
+	// failure logged): long enough for a database outage, bounded so that
+	// an Abandon that can never succeed does not hold a slot of its kind
+	// for ever. 1h.
+	AbandonRetry time.Duration
 	// Lanes are the lanes this runner serves besides the default one: it
 	// claims a job only when the job's lane (Spec.Lane) is "" or one of
 	// these. A job of a lane no runner serves waits, unclaimed, until one
@@ -89,6 +95,9 @@ func (o *RunnerOptions) setDefaults() {
 	}
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = 10 * time.Second
+	}
+	if o.AbandonRetry <= 0 {
+		o.AbandonRetry = time.Hour
 	}
 }
 
@@ -795,19 +804,21 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 	if status == store.JobCancelled {
 		// An operator cancelled it while this attempt ran; the guarded
 		// write above retired it, so this runner is the one to abandon it.
-		actx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
-		defer cancel()
-		r.abandon(actx, ks, job, cancelledReason)
+		r.abandonDurably(ks, job, cancelledReason)
 	}
 	return out.kind == outcomeDone
 }
 
 // retire abandons a job and then settles it for good. Abandon runs while
-// the lease is still held, so no other runner can retire it concurrently.
+// the lease is still held, so no other runner can retire it concurrently,
+// and is tried again through an outage before the job is retired: its
+// side effects are not lost to one. A runner that stops before Abandon
+// succeeded leaves the job unretired, as a crash would: it is reclaimed
+// when its lease lapses.
 func (r *Runner) retire(ks *kindState, job *Job, status store.JobStatus, reason string) {
-	actx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
-	r.abandon(actx, ks, job, reason)
-	cancel()
+	if !r.abandonDurably(ks, job, reason) {
+		return
+	}
 	now := r.opts.Clock.Now()
 	if err := r.persist(job, func(ctx context.Context) error {
 		return r.q.db.RetireJob(ctx, job.ID, r.opts.Owner, status, reason, now)
@@ -834,18 +845,63 @@ func (r *Runner) retireUnretried(ks *kindState, job *Job, reason string) {
 // abandonTimeout bounds the context a handler's Abandon runs with.
 const abandonTimeout = 30 * time.Second
 
+// abandonDurably runs the handler's Abandon until it succeeds, as persist
+// does a settling write: an Abandon that failed (the database away) is
+// tried again with backoff, the attempt staying in flight so its lease
+// keeps being renewed. It gives up after AbandonRetry, logging it, and
+// reports true: retire the job all the same. It reports false when the
+// runner stopped first: the job is then left to be reclaimed and
+// abandoned again, as after a crash.
+func (r *Runner) abandonDurably(h Handler, job *Job, reason string) bool {
+	began := r.opts.Clock.Now()
+	delay := 100 * time.Millisecond
+	failures := logevery.Limiter{Every: time.Minute}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+		err := r.abandon(ctx, h, job, reason)
+		cancel()
+		switch {
+		case err == nil:
+			return true
+		case r.workCtx.Err() != nil:
+			r.log.Warn("job's abandon did not succeed before the runner stopped; it is abandoned again when reclaimed",
+				zap.String("event", "jobs_abandon_interrupted"), zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Error(err))
+			return false
+		case r.opts.Clock.Now().Sub(began) >= r.opts.AbandonRetry:
+			r.log.Error("job's abandon kept failing; retiring the job without it", zap.String("event", "jobs_abandon_failed"),
+				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Duration("tried_for", r.opts.AbandonRetry), zap.Error(err))
+			return true
+		}
+		if log, n := failures.Note(time.Now()); log {
+			r.log.Warn("job's abandon failed; trying again", zap.String("event", "jobs_abandon_retrying"),
+				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Int("failures", n), zap.Error(err))
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-r.workCtx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if delay < 5*time.Second {
+			delay *= 2
+		}
+	}
+}
+
 // abandon runs the handler's Abandon, recovering a panic: in a worker
 // goroutine it would end the process, and the job, reclaimed after a
 // restart and abandoned again, would end the next one too. The panic is
-// logged and the job is retired all the same.
-func (r *Runner) abandon(ctx context.Context, h Handler, job *Job, reason string) {
+// logged and taken as done: the job is retired all the same (an Abandon
+// that panics would panic again).
+func (r *Runner) abandon(ctx context.Context, h Handler, job *Job, reason string) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("job handler's abandon panicked", zap.String("event", "jobs_abandon_panic"),
 				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Any("panic", p), zap.StackSkip("stack", 1))
+			err = nil
 		}
 	}()
-	h.Abandon(ctx, job, reason)
+	return h.Abandon(ctx, job, reason)
 }
 
 // persist retries a settling write that failed for a reason other than a

@@ -191,10 +191,12 @@ type JobWorker interface {
 	JobKinds() []string
 	// RunJob does one attempt, as jobs.Handler.Run.
 	RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome
-	// AbandonJob is called exactly once when a job is retired without
-	// success, as jobs.Handler.Abandon. It must be idempotent across a
-	// crash in the middle of it.
-	AbandonJob(ctx context.Context, job *jobs.Job, reason string)
+	// AbandonJob is called when a job is retired without success, as
+	// jobs.Handler.Abandon: an error (what it writes could not be
+	// written, the database away) has it called again, and the job is
+	// retired once it returns nil. Its side effects must be idempotent:
+	// it may run more than once for one retirement.
+	AbandonJob(ctx context.Context, job *jobs.Job, reason string) error
 	// RecoverJobs re-queues, when a runner starts, the work of this
 	// signer's profile that a crash may have left without a live job.
 	RecoverJobs(ctx context.Context, q *jobs.Queue) error

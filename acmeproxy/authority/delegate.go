@@ -337,19 +337,32 @@ func DelegatedIssueJobs(profiles Profiles, logger *zap.Logger) jobs.Handler {
 			return au.runDelegatedIssue(ctx, p.Order)
 		}}
 	// The order cannot be signed: it fails with a generic problem, the
-	// reason is the operator's.
-	h.abandon = func(ctx context.Context, job *jobs.Job, reason string) {
+	// reason is the operator's. Failing it is a guarded write, so an
+	// abandon tried again (after an outage, or a crash before the job's
+	// retirement was recorded) fails it once.
+	h.abandon = func(ctx context.Context, job *jobs.Job, reason string) error {
 		au, p, ok, err := h.lookup(job)
 		if err != nil || !ok || au.Delegates() {
 			logger.Warn("delegated issuance abandoned where the profile's signer is not mounted", zap.String("event", "signer_job_orphaned"),
 				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.String("order", p.Order), zap.String("reason", reason))
-			return
+			return nil
 		}
 		o, err := au.db.GetOrder(ctx, au.cfg.Profile, p.Order)
-		if err != nil || o.Status != acme.StatusProcessing || o.CertificateID != "" {
-			return
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case o.Status != acme.StatusProcessing || o.CertificateID != "":
+			return nil
 		}
-		au.failOrder(ctx, o, problem.Internal(), "the delegated issuance was abandoned: "+reason, Client{IP: o.Client.Addr, UserAgent: o.Client.UserAgent})
+		detail := "the delegated issuance was abandoned: " + reason
+		if settled, err := au.failAudited(ctx, o.ID, problem.Internal(), detail); err != nil || settled {
+			return err
+		}
+		au.log.Warn("certificate issuance failed", zap.String("event", acme.EventCertificateIssueFailed),
+			zap.String("profile", au.cfg.Profile), zap.String("order", o.ID), zap.String("detail", detail))
+		return nil
 	}
 	return h
 }

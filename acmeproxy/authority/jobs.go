@@ -49,8 +49,11 @@ type profileJobs[P profilePayload] struct {
 	// unmounted, when set, runs the attempt of a job whose profile is not
 	// mounted here.
 	unmounted func(ctx context.Context, job *jobs.Job, p P) jobs.Outcome
-	recover   func(ctx context.Context, q *jobs.Queue) error          // nil: nothing to recover
-	abandon   func(ctx context.Context, job *jobs.Job, reason string) // nil: nothing to undo
+	recover   func(ctx context.Context, q *jobs.Queue) error // nil: nothing to recover
+	// abandon (nil: nothing to undo) returns an error when what it
+	// writes could not be written and may be on a later try (see
+	// jobs.Handler.Abandon): it must be idempotent.
+	abandon func(ctx context.Context, job *jobs.Job, reason string) error
 }
 
 // Kind implements jobs.Handler.
@@ -92,10 +95,11 @@ func (h *profileJobs[P]) Recover(ctx context.Context, q *jobs.Queue) error {
 }
 
 // Abandon implements jobs.Handler.
-func (h *profileJobs[P]) Abandon(ctx context.Context, job *jobs.Job, reason string) {
-	if h.abandon != nil {
-		h.abandon(ctx, job, reason)
+func (h *profileJobs[P]) Abandon(ctx context.Context, job *jobs.Job, reason string) error {
+	if h.abandon == nil {
+		return nil
 	}
+	return h.abandon(ctx, job, reason)
 }
 
 // ---- challenge_validate ----
@@ -129,14 +133,19 @@ func ValidationJobs(profiles Profiles, db *store.DB, clk clock.Clock) jobs.Handl
 			return nil
 		},
 		// The challenge becomes invalid: validation could not be carried
-		// out (our fault, or the authorization expired first).
-		abandon: func(ctx context.Context, job *jobs.Job, _ string) {
+		// out (our fault, or the authorization expired first). A
+		// challenge settled already is left as it is.
+		abandon: func(ctx context.Context, job *jobs.Job, _ string) error {
 			var p validatePayload
 			if jobs.Decode(job, &p) != nil {
-				return
+				return nil
 			}
 			body, _ := json.Marshal(problem.Internal())
-			_, _ = db.CompleteChallenge(ctx, p.Challenge, false, body, clk.Now())
+			_, err := db.CompleteChallenge(ctx, p.Challenge, false, body, clk.Now())
+			if errors.Is(err, store.ErrWrongState) || errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			return err
 		},
 	}
 }
@@ -207,7 +216,7 @@ func signerJobs(kind string, profiles Profiles, workers []signer.JobWorker, logg
 	// A job retired here while its profile is not mounted cannot reach its
 	// signer; the order it was working for is then resumed, and failed, by
 	// an instance that mounts the profile.
-	h.abandon = func(ctx context.Context, job *jobs.Job, reason string) {
+	h.abandon = func(ctx context.Context, job *jobs.Job, reason string) error {
 		au, p, ok, err := h.lookup(job)
 		var w signer.JobWorker
 		why := fmt.Sprintf("profile %s is not mounted in this process", p.Profile)
@@ -220,9 +229,9 @@ func signerJobs(kind string, profiles Profiles, workers []signer.JobWorker, logg
 		if w == nil {
 			logger.Warn("signer job abandoned where its signer is not mounted", zap.String("event", "signer_job_orphaned"),
 				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.String("why", why), zap.String("reason", reason))
-			return
+			return nil
 		}
-		w.AbandonJob(ctx, job, reason)
+		return w.AbandonJob(ctx, job, reason)
 	}
 	return h
 }
@@ -262,11 +271,12 @@ func revokeJobs(profiles Profiles, logger *zap.Logger) jobs.Handler {
 			return au.runRevoke(ctx, p)
 		}}
 	// The certificate stays unrevoked; the failure is audited and logged
-	// for the operator.
-	h.abandon = func(ctx context.Context, job *jobs.Job, reason string) {
+	// for the operator. One that cannot write the row says so, and is
+	// tried again.
+	h.abandon = func(ctx context.Context, job *jobs.Job, reason string) error {
 		au, p, ok, err := h.lookup(job)
 		if err != nil {
-			return
+			return nil
 		}
 		serial := ""
 		if ok {
@@ -274,16 +284,23 @@ func revokeJobs(profiles Profiles, logger *zap.Logger) jobs.Handler {
 			ev.OrderID, ev.Detail = p.Order, reason
 			// The serial, so that a search of the audit trail by it finds
 			// the failure beside the certificate's other rows.
-			if c, err := au.db.GetCertificate(ctx, p.Profile, p.Certificate); err == nil {
+			c, err := au.db.GetCertificate(ctx, p.Profile, p.Certificate)
+			switch {
+			case err == nil:
 				ev.Serial, serial = c.Serial, c.Serial
+			case !errors.Is(err, store.ErrNotFound):
+				return fmt.Errorf("reading the certificate of a failed revocation: %w", err)
 			}
 			if p.Reason != nil {
 				ev.Reason = strconv.Itoa(*p.Reason)
 			}
-			au.audit(ctx, ev)
+			if err := au.db.InsertAudit(ctx, ev); err != nil {
+				return err
+			}
 		}
 		logger.Warn("revocation abandoned", zap.String("event", acme.EventRevocationFailed), zap.String("profile", p.Profile),
 			zap.String("order", p.Order), zap.String("serial", serial), zap.Int64("job", job.ID), zap.String("reason", reason))
+		return nil
 	}
 	return h
 }
@@ -322,9 +339,10 @@ func crlJobs(profiles Profiles, authorities func() []*Authority, logger *zap.Log
 			}
 			return queueStaleCRLs(ctx, authorities())
 		},
-		abandon: func(_ context.Context, job *jobs.Job, reason string) {
+		abandon: func(_ context.Context, job *jobs.Job, reason string) error {
 			logger.Error("CRL regeneration abandoned", zap.String("event", "crl_abandoned"),
 				zap.String("key", job.Key), zap.Int64("job", job.ID), zap.String("reason", reason))
+			return nil
 		},
 	}
 }

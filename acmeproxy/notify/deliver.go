@@ -196,13 +196,14 @@ func (d *Deliverer) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
 // Abandon implements jobs.Handler: the one log line of a notification
 // that will not be delivered (a permanent refusal, attempts or time
 // exhausted, an operator's cancel). reason names the destination by host.
-func (d *Deliverer) Abandon(_ context.Context, job *jobs.Job, reason string) {
+func (d *Deliverer) Abandon(_ context.Context, job *jobs.Job, reason string) error {
 	var p payload
 	_ = jobs.Decode(job, &p)
 	d.log.Error("notification abandoned", zap.String("event", "notification_abandoned"),
 		zap.String("notification", p.Event.Event), zap.String("profile", p.Event.Profile),
 		zap.String("destination", p.Via), zap.Int64("job", job.ID), zap.Int("attempts", job.Attempts),
 		zap.String("reason", reason))
+	return nil
 }
 
 // permanentError is a delivery failure that no retry can fix.

@@ -18,8 +18,8 @@ func (h relayHandler) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	return h.s.RunJob(ctx, job)
 }
 func (relayHandler) Recover(context.Context, *jobs.Queue) error { return nil }
-func (h relayHandler) Abandon(ctx context.Context, job *jobs.Job, reason string) {
-	h.s.AbandonJob(ctx, job, reason)
+func (h relayHandler) Abandon(ctx context.Context, job *jobs.Job, reason string) error {
+	return h.s.AbandonJob(ctx, job, reason)
 }
 
 func TestARelayedFinalizeAnswersOnceTheCertificateIsRecordedWithoutWaitingForTheJobsBookkeeping(t *testing.T) {

@@ -37,7 +37,9 @@ func TestAnUpstreamsRefusalOfTheClientsRequestFailsTheOrderWithThatRefusal(t *te
 			if out.Kind() != "failed" {
 				t.Fatalf("the attempt: %s; want failed (a stated reason is not retried)", out)
 			}
-			b.s.AbandonJob(ctx, job, out.String())
+			if err := b.s.AbandonJob(ctx, job, out.String()); err != nil {
+				t.Fatal(err)
+			}
 			b.settler.mu.Lock()
 			defer b.settler.mu.Unlock()
 			if got := b.settler.refused[req.OrderID]; got != tt.want {
@@ -50,6 +52,46 @@ func TestAnUpstreamsRefusalOfTheClientsRequestFailsTheOrderWithThatRefusal(t *te
 				t.Errorf("refusals kept after the abandon: %v", b.s.refusals)
 			}
 		})
+	}
+}
+
+// An abandon whose failure of the order could not be recorded (the
+// database away) says so, for the runner to call it again, and keeps the
+// upstream's refusal for that call: the order then fails with it, not
+// with the generic failure, and once.
+func TestAnAbandonThatCouldNotFailTheOrderSaysSoAndTheRetryFailsItWithTheRefusal(t *testing.T) {
+	ctx := context.Background()
+	up := registeredUpstream(t, problemAnswer(400, acme.ProblemTypeBadCSR, "key too small"))
+	b := newBench(t, up.URL+"/dir", ChallengeBypass)
+	req := b.finalized(t, "refused-in-outage.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	job := b.job(t, req.OrderID)
+	out := b.s.RunJob(ctx, job)
+	if out.Kind() != "failed" {
+		t.Fatalf("the attempt: %s; want failed", out)
+	}
+	away := errors.New("the database is away")
+	b.settler.mu.Lock()
+	b.settler.failErr = away
+	b.settler.mu.Unlock()
+	if err := b.s.AbandonJob(ctx, job, out.String()); !errors.Is(err, away) {
+		t.Fatalf("an abandon that could not fail the order: %v; want the settler's error", err)
+	}
+	b.settler.mu.Lock()
+	b.settler.failErr = nil
+	b.settler.mu.Unlock()
+	if err := b.s.AbandonJob(ctx, job, out.String()); err != nil {
+		t.Fatalf("the abandon tried again: %v", err)
+	}
+	b.settler.mu.Lock()
+	defer b.settler.mu.Unlock()
+	if got := b.settler.refused[req.OrderID]; got != signer.KindBadCSR {
+		t.Errorf("the order failed with refusal %d; want %d (badCSR)", got, signer.KindBadCSR)
+	}
+	if n := len(b.settler.failed[req.OrderID]); n != 1 {
+		t.Errorf("the order was settled %d times; want once", n)
 	}
 }
 

@@ -553,22 +553,25 @@ func outcomeFor(f failure, reason string) jobs.Outcome {
 // AbandonJob marks the order invalid through the Settler, with the real
 // reason for the operator, and records it on the mapping too. An order the
 // upstream refused for its CSR or names fails with that refusal's problem
-// (badCSR, rejectedIdentifier) instead of the generic one.
-func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
+// (badCSR, rejectedIdentifier) instead of the generic one. Both writes are
+// guarded on the order still processing, so a second run changes nothing;
+// one that could not write (the database away) returns the error, and
+// the runner calls it again — the refusal is kept for that call.
+func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) error {
 	var p issuePayload
 	if jobs.Decode(job, &p) != nil {
-		return
+		return nil
 	}
 	b, log, err := s.binding()
 	if err != nil {
-		return
+		return nil
 	}
 	if job.Kind == PreparedKind {
 		// A prepared upstream order left active was never finalized: it
 		// expires upstream.
 		log.Warn("a prepared upstream order was not deactivated", zap.String("event", "relay_prepared_left"),
 			zap.String("profile", b.Profile), zap.String("order", p.Order), zap.String("reason", reason))
-		return
+		return nil
 	}
 	detail := "relay failed: " + reason
 	if !strings.Contains(reason, s.opts.Directory) {
@@ -576,7 +579,6 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 	}
 	s.mu.Lock()
 	refusal := s.refusals[p.Order]
-	delete(s.refusals, p.Order)
 	s.mu.Unlock()
 	settle := b.Settler.Failed
 	if refusal != 0 {
@@ -585,13 +587,15 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 		}
 	}
 	if err := settle(ctx, p.Order, detail); err != nil {
-		log.Error("recording a failed relay", zap.String("event", "relay_fail_record_failed"),
-			zap.String("order", p.Order), zap.Error(err))
+		return fmt.Errorf("relay: recording the failure of order %s: %w", p.Order, err)
 	}
+	s.mu.Lock()
+	delete(s.refusals, p.Order)
+	s.mu.Unlock()
 	if err := b.DB.SettleRelayOrder(ctx, p.Order, store.RelayInvalid, detail, s.clock.Now()); err != nil {
-		log.Error("recording a failed relay", zap.String("event", "relay_fail_record_failed"),
-			zap.String("order", p.Order), zap.Error(err))
+		return fmt.Errorf("relay: recording the failure of order %s: %w", p.Order, err)
 	}
+	return nil
 }
 
 func (s *Signer) coolingDown() time.Duration {

@@ -31,6 +31,9 @@ type fakeSettler struct {
 	issued  map[string][][]byte
 	failed  map[string][]string
 	refused map[string]signer.Kind
+	// failErr, while set, is what Failed and Refused answer, recording
+	// nothing (the database away).
+	failErr error
 }
 
 func (f *fakeSettler) Issued(_ context.Context, id string, chain [][]byte) error {
@@ -43,6 +46,9 @@ func (f *fakeSettler) Issued(_ context.Context, id string, chain [][]byte) error
 func (f *fakeSettler) Failed(_ context.Context, id, detail string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failErr != nil {
+		return f.failErr
+	}
 	f.failed[id] = append(f.failed[id], detail)
 	return nil
 }
@@ -50,6 +56,10 @@ func (f *fakeSettler) Failed(_ context.Context, id, detail string) error {
 // Refused records the refusal's kind, and its detail as a failure.
 func (f *fakeSettler) Refused(ctx context.Context, id string, kind signer.Kind, detail string) error {
 	f.mu.Lock()
+	if f.failErr != nil {
+		defer f.mu.Unlock()
+		return f.failErr
+	}
 	if f.refused == nil {
 		f.refused = map[string]signer.Kind{}
 	}
@@ -189,8 +199,12 @@ func TestAbandonFailsTheOrderWithTheRealReasonForTheOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := b.job(t, req.OrderID)
-	b.s.AbandonJob(ctx, j, "deadline passed; last error: HTTP 503")
-	b.s.AbandonJob(ctx, j, "again, after a crash") // idempotent for the mapping
+	if err := b.s.AbandonJob(ctx, j, "deadline passed; last error: HTTP 503"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.s.AbandonJob(ctx, j, "again, after a crash"); err != nil { // idempotent for the mapping
+		t.Fatal(err)
+	}
 
 	if got := b.settler.failed[req.OrderID]; len(got) == 0 || !strings.Contains(got[0], "https://ca.example/dir") || !strings.Contains(got[0], "HTTP 503") {
 		t.Errorf("settler told %q; want the upstream and the reason", got)

@@ -360,14 +360,14 @@ func (s *Signer) forgetTempFails(order string) {
 // AbandonJob fails the order through the Settler, with the real reason
 // for the operator: why the job was retired and what the program last
 // did.
-func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
+func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) error {
 	var p issuePayload
 	if jobs.Decode(job, &p) != nil {
-		return
+		return nil
 	}
-	b, log, err := s.binding()
+	b, _, err := s.binding()
 	if err != nil {
-		return
+		return nil
 	}
 	s.forgetTempFails(p.Order)
 	if job.LastError != "" && !strings.Contains(reason, job.LastError) {
@@ -375,10 +375,12 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) {
 		// the reason the order failed.
 		reason += "; last error: " + job.LastError
 	}
+	// Failing the order is guarded on it still processing: a second run
+	// changes nothing, and one that could not write is called again.
 	if err := b.Settler.Failed(ctx, p.Order, "script signer "+s.opts.Command[0]+" failed: "+reason); err != nil {
-		log.Error("recording a failed script issuance", zap.String("event", "script_fail_record_failed"),
-			zap.String("order", p.Order), zap.Error(err))
+		return fmt.Errorf("script: recording the failure of order %s: %w", p.Order, err)
 	}
+	return nil
 }
 
 // Revoke runs the program to revoke cert (when revoke is on). Exit 2 is

@@ -279,7 +279,9 @@ func TestAnAbandonedJobFailsTheOrderWithTheRealReasonForTheOperator(t *testing.T
 	if _, err := b.s.Issue(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	b.s.AbandonJob(ctx, b.job(t, req.OrderID), "attempts exhausted; last error: /bin/false exited with status 1")
+	if err := b.s.AbandonJob(ctx, b.job(t, req.OrderID), "attempts exhausted; last error: /bin/false exited with status 1"); err != nil {
+		t.Fatal(err)
+	}
 	if got := b.settler.failed[req.OrderID]; got != "script signer /bin/false failed: attempts exhausted; last error: /bin/false exited with status 1" {
 		t.Errorf("failed with %q", got)
 	}
@@ -292,7 +294,9 @@ func TestAnAbandonedJobFailsTheOrderWithTheRealReasonForTheOperator(t *testing.T
 	}
 	j := b.job(t, req2.OrderID)
 	j.LastError = "/bin/false exited with status 1"
-	b.s.AbandonJob(ctx, j, "cancelled by an operator")
+	if err := b.s.AbandonJob(ctx, j, "cancelled by an operator"); err != nil {
+		t.Fatal(err)
+	}
 	if got := b.settler.failed[req2.OrderID]; got != "script signer /bin/false failed: cancelled by an operator; last error: /bin/false exited with status 1" {
 		t.Errorf("cancelled, failed with %q", got)
 	}
