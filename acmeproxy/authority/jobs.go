@@ -271,8 +271,11 @@ func revokeJobs(profiles Profiles, logger *zap.Logger) jobs.Handler {
 			return au.runRevoke(ctx, p)
 		}}
 	// The certificate stays unrevoked; the failure is audited and logged
-	// for the operator. One that cannot write the row says so, and is
-	// tried again.
+	// for the operator. The audit row carries the retirement's key
+	// (jobs.AbandonKey): an abandon tried again after an outage, or run
+	// again after a crash before the job's retirement was recorded,
+	// writes it once. One that cannot write it says so, and is tried
+	// again.
 	h.abandon = func(ctx context.Context, job *jobs.Job, reason string) error {
 		au, p, ok, err := h.lookup(job)
 		if err != nil {
@@ -281,7 +284,7 @@ func revokeJobs(profiles Profiles, logger *zap.Logger) jobs.Handler {
 		serial := ""
 		if ok {
 			ev := au.event(ctx, acme.EventRevocationFailed, OutcomeFailure, p.Actor, Client{IP: p.ClientIP, UserAgent: p.UserAgent})
-			ev.OrderID, ev.Detail = p.Order, reason
+			ev.OrderID, ev.Detail, ev.DedupKey = p.Order, reason, jobs.AbandonKey(job)
 			// The serial, so that a search of the audit trail by it finds
 			// the failure beside the certificate's other rows.
 			c, err := au.db.GetCertificate(ctx, p.Profile, p.Certificate)
