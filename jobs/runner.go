@@ -850,8 +850,10 @@ const abandonTimeout = 30 * time.Second
 // tried again with backoff, the attempt staying in flight so its lease
 // keeps being renewed. It gives up after AbandonRetry, logging it, and
 // reports true: retire the job all the same. It reports false when the
-// runner stopped first: the job is then left to be reclaimed and
-// abandoned again, as after a crash.
+// runner stopped first: retire then leaves the job to be reclaimed and
+// abandoned again, as after a crash. (A job an operator's cancel retired
+// before its abandon, see settle, is not reclaimed: a stop or a crash
+// there loses the abandon.)
 func (r *Runner) abandonDurably(h Handler, job *Job, reason string) bool {
 	began := r.opts.Clock.Now()
 	delay := 100 * time.Millisecond
@@ -864,7 +866,7 @@ func (r *Runner) abandonDurably(h Handler, job *Job, reason string) bool {
 		case err == nil:
 			return true
 		case r.workCtx.Err() != nil:
-			r.log.Warn("job's abandon did not succeed before the runner stopped; it is abandoned again when reclaimed",
+			r.log.Warn("job's abandon did not succeed before the runner stopped",
 				zap.String("event", "jobs_abandon_interrupted"), zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Error(err))
 			return false
 		case r.opts.Clock.Now().Sub(began) >= r.opts.AbandonRetry:
