@@ -489,13 +489,22 @@ func nonceKey(expires time.Time, nonce string) []byte {
 }
 
 // PruneNonces forgets used nonces that have expired anyway: every key
-// below now's expiry prefix.
+// below now's expiry prefix, in batches of sweepBatch, each its own write
+// (see sweepInBatches). It returns how many it forgot.
 //
-// One statement deleting expired keys, which nothing writes again.
+// Each batch is one statement deleting expired keys, which nothing writes
+// again, lowest first, found by the primary key.
 func (db *DB) PruneNonces(ctx context.Context, now time.Time) (int64, error) {
-	res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM used_nonces WHERE k < ?`), nonceKey(now, ""))
+	n, err := sweepInBatches(ctx, func(batch int) (int64, error) {
+		res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM used_nonces WHERE k IN
+			(SELECT k FROM used_nonces WHERE k < ? ORDER BY k LIMIT ?)`), nonceKey(now, ""), batch)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
 	if err != nil {
-		return 0, fmt.Errorf("store: pruning nonces: %w", err)
+		return n, fmt.Errorf("store: pruning nonces: %w", err)
 	}
-	return res.RowsAffected()
+	return n, nil
 }

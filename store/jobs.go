@@ -592,13 +592,24 @@ func (db *DB) MoveJobLane(ctx context.Context, kind, key, lane string, now time.
 	return n > 0, err
 }
 
-// PruneJobs deletes settled jobs that finished before cutoff.
+// PruneJobs deletes settled jobs that finished before cutoff, in
+// batches of sweepBatch, each its own write (see sweepInBatches), and
+// returns how many it deleted.
 //
-// One statement deleting settled rows, which nothing changes again.
+// Each batch is one statement deleting settled rows, which nothing
+// changes again, oldest first, found by the index on finished_at.
 func (db *DB) PruneJobs(ctx context.Context, cutoff time.Time) (int64, error) {
-	res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled')`), cutoff.UnixMilli())
+	n, err := sweepInBatches(ctx, func(batch int) (int64, error) {
+		res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM jobs WHERE id IN
+			(SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled')
+			ORDER BY finished_at LIMIT ?)`), cutoff.UnixMilli(), batch)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
 	if err != nil {
-		return 0, fmt.Errorf("store: pruning jobs: %w", err)
+		return n, fmt.Errorf("store: pruning jobs: %w", err)
 	}
-	return res.RowsAffected()
+	return n, nil
 }

@@ -14,7 +14,8 @@ import (
 // TestTheRetentionSweepAndTheResumeSweepReadOnlyTheRowsTheyTake runs the
 // background sweeps that look for their rows among every order — the
 // retention sweep (expired certificates, unfinished orders, deactivated
-// accounts), the resume sweep's reclaim of stuck orders, the nonce prune —
+// accounts), the resume sweep's reclaim of stuck orders, the nonce and
+// settled jobs prunes —
 // and asks SQLite for the plan of every statement they run: each must
 // find its rows by an index that holds only candidates (a status, an
 // expiry), never read every order of a profile or every order there is.
@@ -54,6 +55,9 @@ func TestTheRetentionSweepAndTheResumeSweepReadOnlyTheRowsTheyTake(t *testing.T)
 		t.Fatalf("the sweep pruned %d orders, want both (the expired certificate's and the failed one)", pruned.Orders)
 	}
 	if _, err := db.PruneNonces(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.PruneJobs(ctx, later); err != nil {
 		t.Fatal(err)
 	}
 

@@ -1,0 +1,35 @@
+package store
+
+import (
+	"context"
+)
+
+// sweepBatch is how many rows one statement of a sweep that deletes
+// whatever is due (PruneJobs, PruneNonces) deletes. Each statement is a
+// write of its own, and on SQLite every other write — issuance's — waits
+// for the one writer while it runs: a backlog of a million settled jobs
+// deleted in one statement held it for seconds (on PostgreSQL, one long
+// transaction). A few thousand rows hold it for milliseconds. A variable
+// so that the tests can make a backlog of a few rows span batches.
+var sweepBatch = 5000
+
+// sweepInBatches runs del — one statement deleting at most batch of the
+// rows due, each its own write — until a run deletes fewer than batch,
+// and returns how many rows it deleted. Between batches it stops when
+// ctx ends, returning what it deleted so far. A concurrent sweep of the
+// same rows (a second instance) may make a batch come short and this one
+// stop early; that one goes on, and the next round takes what is left.
+func sweepInBatches(ctx context.Context, del func(batch int) (int64, error)) (int64, error) {
+	batch := sweepBatch
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := del(batch)
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
+		}
+	}
+}
