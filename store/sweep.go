@@ -9,9 +9,11 @@ import (
 // write of its own, and on SQLite every other write — issuance's — waits
 // for the one writer while it runs: a backlog of a million settled jobs
 // deleted in one statement held it for seconds (on PostgreSQL, one long
-// transaction). A few thousand rows hold it for milliseconds. A variable
-// so that the tests can make a backlog of a few rows span batches.
-var sweepBatch = 5000
+// transaction). A thousand rows hold it for a few milliseconds (see
+// BenchmarkTheWriterHeldByPruningABacklogOfSettledJobs: 5,000 held it
+// for tens). A variable so that the tests can make a backlog of a few
+// rows span batches.
+var sweepBatch = 1000
 
 // sweepInBatches runs del — one statement deleting at most batch of the
 // rows due, each its own write — until a run deletes fewer than batch,
