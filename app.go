@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -158,13 +160,47 @@ func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), 
 	if a.Database == "" {
 		a.Database = filepath.Join(caddy.AppDataDir(), "acme_proxy", "acme_proxy.db")
 	}
-	path, err := filepath.Abs(a.Database)
+	path, err := resolvedPath(a.Database)
 	if err != nil {
 		return "", nil, fmt.Errorf("database: %w", err)
 	}
 	return "sqlite:" + path, func() (*store.DB, error) {
 		return store.OpenSQLite(ctx, path, store.SQLiteOptions{})
 	}, nil
+}
+
+// resolvedPath is the file path p names, absolute and without symlinks,
+// so that two configs naming one SQLite file by different paths (through
+// a symlink to it or to a directory above it, or a/../b) share one store
+// in dbPool rather than open two, each with its own writer contending for
+// the file's lock. Where the file, or directories above it, do not exist
+// yet, the deepest existing directory is resolved and the rest appended.
+// p is not cleaned first: a/../b is b in the directory a's target sits
+// in, as the system opens it, not b beside a.
+func resolvedPath(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", err
+		}
+		p = wd + string(filepath.Separator) + p
+	}
+	head, rest := p, ""
+	for {
+		resolved, err := filepath.EvalSymlinks(head)
+		if err == nil {
+			return filepath.Join(resolved, rest), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(head)
+		if parent == head {
+			return filepath.Clean(p), nil
+		}
+		rest = filepath.Join(filepath.Base(head), rest)
+		head = parent
+	}
 }
 
 // parseRetention reads a retention setting, key: a positive duration in

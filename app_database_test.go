@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -74,4 +75,63 @@ func fieldStrings(m map[string]any) []string {
 		out = append(out, k+"="+strings.TrimSpace(strings.ReplaceAll(fmt.Sprint(v), "\n", " ")))
 	}
 	return out
+}
+
+// Two apps (two configs, or the old and new of a reload) naming one
+// SQLite file by different paths — through a symlink to its directory or
+// to the file, or through a/../b — share one store: two would each run
+// their own writer and group commit on one file, contending for its lock
+// with SQLITE_BUSY.
+func TestAppsNamingOneSQLiteFileThroughASymlinkShareOneStore(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// paths returns the paths the two apps name, in dir.
+		paths func(t *testing.T, dir string) (string, string)
+	}{
+		{"a symlinked directory, before the file exists", func(t *testing.T, dir string) (string, string) {
+			mustSymlink(t, filepath.Join(dir, "real"), filepath.Join(dir, "link"))
+			return filepath.Join(dir, "real", "acme.db"), filepath.Join(dir, "link", "acme.db")
+		}},
+		{"a symlink to the file", func(t *testing.T, dir string) (string, string) {
+			mustSymlink(t, filepath.Join(dir, "real", "acme.db"), filepath.Join(dir, "acme.db"))
+			return filepath.Join(dir, "real", "acme.db"), filepath.Join(dir, "acme.db")
+		}},
+		{"a/../b where a is a symlink to another directory", func(t *testing.T, dir string) (string, string) {
+			// other/sub/.. is other, wherever the name other/sub is.
+			if err := os.MkdirAll(filepath.Join(dir, "elsewhere", "sub"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			mustSymlink(t, filepath.Join(dir, "elsewhere", "sub"), filepath.Join(dir, "real", "sub"))
+			return filepath.Join(dir, "elsewhere", "acme.db"), filepath.Join(dir, "real", "sub") + "/../acme.db"
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "real"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			first, second := c.paths(t, dir)
+			a := &App{AppConfig: acmeproxy.AppConfig{Database: first}}
+			if _, err := provisionApp(t, a); err != nil {
+				t.Fatal(err)
+			}
+			b := &App{AppConfig: acmeproxy.AppConfig{Database: second}}
+			if _, err := provisionApp(t, b); err != nil {
+				t.Fatal(err)
+			}
+			if a.db != b.db {
+				t.Errorf("%s and %s opened two stores (%s, %s); want one", first, second, a.db, b.db)
+			}
+		})
+	}
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
 }
