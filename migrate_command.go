@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/spf13/cobra"
@@ -16,7 +18,8 @@ import (
 // migrateStore is `caddy acme-proxy migrate-store --from <sqlite file>
 // --to <postgres dsn>`: it copies a stopped instance's SQLite store into
 // an empty PostgreSQL database (store.CopyStore), offline — it talks to
-// no admin API. The DSN may hold Caddy placeholders ({env.PGPASSWORD});
+// no admin API — and refuses a source that looks in use
+// (store.SQLiteInUse). The DSN may hold Caddy placeholders ({env.PGPASSWORD});
 // it is never printed.
 func (c *cli) migrateStore(cmd *cobra.Command, _ []string) error {
 	from, _ := cmd.Flags().GetString("from")
@@ -40,6 +43,18 @@ func (c *cli) migrateStore(cmd *cobra.Command, _ []string) error {
 		return fmt.Errorf("migrate-store: opening the target: %w", err)
 	}
 	defer dst.Close()
+	// A source a running Caddy still writes to would lose, without a
+	// word, whatever it wrote after the copy began: refused before the
+	// copy, the target left empty. (After the target's check, as reading
+	// the source leaves a WAL file by it.)
+	use, err := store.SQLiteInUse(ctx, from, time.Now())
+	if err != nil {
+		return fmt.Errorf("migrate-store: %w", err)
+	}
+	if use.InUse() {
+		return fmt.Errorf("migrate-store: %s is in use: %s; stop Caddy first (what it writes after the copy began would not be copied), then run migrate-store again",
+			from, describeUse(use))
+	}
 	src, err := store.OpenSQLite(ctx, from, store.SQLiteOptions{})
 	if err != nil {
 		return fmt.Errorf("migrate-store: opening %s: %w", from, err)
@@ -61,4 +76,27 @@ func (c *cli) migrateStore(cmd *cobra.Command, _ []string) error {
 	}
 	fmt.Fprintf(c.out, "copied %d rows of %d tables from %s to %s; every count matches\n", total, len(counts), src, dst)
 	return nil
+}
+
+// describeUse says what SQLiteInUse saw: the process that has the file
+// open, and the newest job lease, with when it lapses should its instance
+// have crashed (one stopped releases its leases).
+func describeUse(u store.SQLiteUse) string {
+	var seen []string
+	switch {
+	case u.OpenBy > 0:
+		seen = append(seen, fmt.Sprintf("it is open in process %d", u.OpenBy))
+	case u.OpenBy < 0:
+		seen = append(seen, "it is open in another process")
+	}
+	if len(u.Leases) > 0 {
+		l := u.Leases[0] // the longest-lasting
+		more := ""
+		if n := len(u.Leases) - 1; n > 0 {
+			more = fmt.Sprintf(" (and %d more)", n)
+		}
+		seen = append(seen, fmt.Sprintf("job %d (%s) is leased to %s until %s%s (a Caddy holds a lease while it runs a job and releases it when it stops; "+
+			"if that Caddy crashed, its lease lapses then: run migrate-store again after it)", l.ID, l.Kind, l.Owner, l.Until.UTC().Format(time.RFC3339), more))
+	}
+	return strings.Join(seen, "; ")
 }

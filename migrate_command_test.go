@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -168,4 +170,156 @@ func emptySQLiteStore(t *testing.T) string {
 	}
 	src.Close()
 	return path
+}
+
+// sourceUse is a SQLite store left as an instance leaves it, for
+// migrate-store's source.
+type sourceUse struct {
+	name  string
+	leave func(t *testing.T, path string)
+}
+
+// sourceWithAnAccount is a stopped instance's SQLite store holding one
+// account.
+func sourceWithAnAccount(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "acme_proxy.db")
+	db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, _, err := db.CreateAccount(context.Background(), store.Account{Profile: "internal", Thumbprint: "th", KeyJWK: []byte(`{}`)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runPeriodic starts a runner on db whose one periodic job runs until its
+// context ends, and returns once the job runs (holding its lease).
+func runPeriodic(t *testing.T, db *store.DB) *jobs.Runner {
+	t.Helper()
+	running := make(chan struct{})
+	h := &jobs.Periodic{Name: "migrate_test_sweep", Every: time.Hour, Do: func(ctx context.Context) error {
+		close(running)
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+	r, err := jobs.NewRunner(jobs.NewQueue(db, nil), []jobs.Handler{h}, jobs.RunnerOptions{Owner: "caddy-host:4242:abc", StopTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the periodic job did not start")
+	}
+	return r
+}
+
+// leaseJob leaves a job of kind leased to owner from claimed for a minute,
+// as a runner that claimed it then and died leaves it.
+func leaseJob(t *testing.T, path, kind, owner string, claimed time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.OpenSQLite(ctx, path, store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, _, err := db.EnqueueJob(ctx, store.NewJob{Kind: kind, MaxAttempts: 3, RunAt: claimed}, claimed); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := db.ClaimJobs(ctx, kind, owner, claimed, claimed.Add(time.Minute), 1); err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+}
+
+// migrate-store refuses a source a running Caddy may still write to —
+// whatever it wrote after the copy began would be lost without a word —
+// copying nothing, and says what it saw: the process that has the file
+// open, a job lease not lapsed (and when a crashed instance's lapses).
+func TestMigrateStoreRefusesASourceARunningInstanceMayWriteToAndSaysWhatItSaw(t *testing.T) {
+	leaseUntil := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	for _, c := range []struct {
+		sourceUse
+		want []string
+	}{
+		{sourceUse{"a running instance, idle", func(t *testing.T, path string) {
+			db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+		}}, []string{fmt.Sprintf("open in process %d", os.Getpid())}},
+		{sourceUse{"a running instance running a periodic job", func(t *testing.T, path string) {
+			db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			r := runPeriodic(t, db)
+			t.Cleanup(func() { r.Stop() })
+		}}, []string{fmt.Sprintf("open in process %d", os.Getpid()), "migrate_test_sweep", "leased to caddy-host:4242:abc"}},
+		{sourceUse{"a crashed instance's lease", func(t *testing.T, path string) {
+			leaseJob(t, path, "relay_issue", "crashed-host:99:xyz", leaseUntil.Add(-time.Minute))
+		}}, []string{"relay_issue", "leased to crashed-host:99:xyz", "until " + leaseUntil.UTC().Format(time.RFC3339), "crashed"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := sourceWithAnAccount(t)
+			c.leave(t, path)
+			dsn := pgtest.DSN(t)
+			out, err := runCLI("migrate-store", "--from", path, "--to", dsn)
+			if err == nil {
+				t.Fatalf("migrate-store copied a source in use:\n%s", out)
+			}
+			for _, w := range append(c.want, "stop Caddy") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the refusal %q does not say %q", err, w)
+				}
+			}
+			raw, err := sql.Open("pgx", dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			var accounts int
+			if err := raw.QueryRow(`SELECT COUNT(*) FROM accounts`).Scan(&accounts); err != nil || accounts != 0 {
+				t.Errorf("the target holds %d accounts (%v); want none copied", accounts, err)
+			}
+		})
+	}
+}
+
+// A source whose Caddy stopped — its runner released the leases of the
+// jobs it ran — or crashed long enough ago that its leases lapsed is
+// copied.
+func TestMigrateStoreCopiesASourceWhoseInstanceStoppedOrWhoseLeasesLapsed(t *testing.T) {
+	for _, c := range []sourceUse{
+		{"an instance stopped while a periodic job ran", func(t *testing.T, path string) {
+			db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := runPeriodic(t, db)
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+		}},
+		{"a crashed instance's lease, lapsed", func(t *testing.T, path string) {
+			leaseJob(t, path, "relay_issue", "crashed-host:99:xyz", time.Now().Add(-2*time.Minute))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := emptySQLiteStore(t)
+			c.leave(t, path)
+			if out, err := runCLI("migrate-store", "--from", path, "--to", pgtest.DSN(t)); err != nil || !strings.Contains(out, "every count matches") {
+				t.Fatalf("migrate-store: %v\n%s", err, out)
+			}
+		})
+	}
 }
