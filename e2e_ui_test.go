@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,25 +16,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/acmeproxy/caddy-acme-proxy/internal/browsertest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
-
-// uiBrowser finds Debian's chromium, or skips the test (fails it under
-// ACMEPROXY_E2E=1, where .ci/run has installed it).
-func uiBrowser(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("ACMEPROXY_E2E") == "1" {
-		t.Fatal("chromium is not on PATH; ACMEPROXY_E2E=1 requires it (apt-get install chromium)")
-	}
-	t.Skip("chromium is not on PATH (apt-get install chromium)")
-	return ""
-}
 
 // uiChrome starts a headless chromium for the test, its window 1200×900,
 // with more command-line flags, and returns the context that drives it.
@@ -85,7 +69,7 @@ const uiSite = `
 `
 
 func TestAnOperatorRevokesACertificateFromTheWebPageInARealBrowser(t *testing.T) {
-	browser := uiBrowser(t)
+	browser := browsertest.Chromium(t)
 	shots := uiScreenshots(t)
 	const user, password = "alice", "correct horse battery staple"
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
@@ -341,7 +325,7 @@ func TestAConfirmationFormServedBeforeAReloadIsAcceptedAfterIt(t *testing.T) {
 // the page's Referrer-Policy keeps it. A real chromium, resolving the
 // name to loopback, confirms a job's cancel there.
 func TestAChangeIsConfirmedFromAPlainHTTPPageUnderALANName(t *testing.T) {
-	browser := uiBrowser(t)
+	browser := browsertest.Chromium(t)
 	const user, password = "carol", "lan password"
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {

@@ -6,8 +6,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,24 +13,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/browsertest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
-
-// chromium finds Debian's chromium, or skips the test (fails it under
-// ACMEPROXY_E2E=1, where .ci/run has installed it).
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("ACMEPROXY_E2E") == "1" {
-		t.Fatal("chromium is not on PATH; ACMEPROXY_E2E=1 requires it (apt-get install chromium)")
-	}
-	t.Skip("chromium is not on PATH (apt-get install chromium)")
-	return ""
-}
 
 // longToken is an unbroken run of n characters that no browser breaks at
 // a space or a hyphen: a stand-in for a DNS name, a URL or a key.
@@ -116,7 +99,7 @@ func (f *fixture) seedLongValues(t *testing.T) []string {
 // whatever long strings it shows: each wraps in its cell, or its table
 // scrolls inside its own box, and the page itself never scrolls sideways.
 func TestNoPageIsWiderThanAPhonesScreenWithLongValues(t *testing.T) {
-	browser := chromium(t)
+	browser := browsertest.Chromium(t)
 	f := newFixture(t, true)
 	pages := f.seedLongValues(t)
 	// The user as a client certificate's subject names it: one token.
