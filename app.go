@@ -312,7 +312,7 @@ func (a *App) Start() error {
 		}},
 		// Orders a crash left between claim and certificate are resumed
 		// by whichever instance mounts their profile.
-		&jobs.Periodic{Name: "order_resume", Every: time.Minute, Do: func(ctx context.Context) error {
+		&jobs.Periodic{Name: "order_resume", Every: authority.ResumeEvery, Do: func(ctx context.Context) error {
 			var errs []error
 			for _, au := range a.authorities() {
 				if _, err := au.ResumeStuckOrders(ctx); err != nil {

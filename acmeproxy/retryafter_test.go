@@ -4,18 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path"
 	"testing"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 )
 
-// pendingSigner accepts every order and finishes none, with an estimate of
-// the wait when estimate is set.
+// pendingSigner accepts every order and finishes none, with an answer to
+// how long it takes when wait is set.
 type pendingSigner struct {
 	*localca.Signer
-	estimate *time.Duration
+	wait *signer.Wait
 }
 
 func (l *pendingSigner) Issue(context.Context, signer.IssueRequest) (signer.IssueOutcome, error) {
@@ -24,9 +27,7 @@ func (l *pendingSigner) Issue(context.Context, signer.IssueRequest) (signer.Issu
 
 type estimatingSigner struct{ *pendingSigner }
 
-func (e estimatingSigner) ExpectedWait(context.Context, string) (time.Duration, bool) {
-	return *e.estimate, true
-}
+func (e estimatingSigner) ExpectedWait(context.Context, string) signer.Wait { return *e.wait }
 
 func TestAProcessingOrderTellsTheClientToComeBackWhenItsSignerExpectsToBeDone(t *testing.T) {
 	dur := func(d time.Duration) *time.Duration { return &d }
@@ -44,7 +45,10 @@ func TestAProcessingOrderTellsTheClientToComeBackWhenItsSignerExpectsToBeDone(t 
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			later := &pendingSigner{estimate: tc.estimate}
+			later := &pendingSigner{}
+			if tc.estimate != nil {
+				later.wait = &signer.Wait{For: *tc.estimate, Known: true}
+			}
 			e := newTestEnvWith(t, envOptions{wrap: func(l *localca.Signer) signer.Signer {
 				later.Signer = l
 				if tc.estimate == nil {
@@ -66,6 +70,75 @@ func TestAProcessingOrderTellsTheClientToComeBackWhenItsSignerExpectsToBeDone(t 
 			if ra := r.header.Get("Retry-After"); r.status != http.StatusOK || ra != tc.want {
 				t.Errorf("polling the order: %d, Retry-After %q; want %q", r.status, ra, tc.want)
 			}
+		})
+	}
+}
+
+// An order processing while no work on it is under way — its signer signs
+// within the request and faulted, or its signer's job was lost — moves
+// only when the resume sweep hands it to the signer again: the client is
+// told to come back then, not every second. Within signTimeout of the
+// claim a finalize may still be signing it, and work that is due or under
+// way may end at any moment: a second then.
+func TestAProcessingOrderNothingWorksOnTellsTheClientToComeBackWhenTheResumeSweepTakesIt(t *testing.T) {
+	idle, busy := &signer.Wait{Idle: true}, &signer.Wait{}
+	tests := []struct {
+		name string
+		wait *signer.Wait // nil: the signer gives no estimate (it signs within the request)
+		// handover, when set, queues the order's signer_issue job to run
+		// this long after the poll (0: due).
+		handover *time.Duration
+		after    time.Duration // between the finalize and the poll
+		want     string
+	}{
+		{name: "ok/signing in the request, just claimed: a second", after: 30 * time.Second, want: "1"},
+		{name: "ok/signing in the request, claimed two minutes ago: until the sweep takes it", after: 2 * time.Minute, want: "180"},
+		{name: "ok/signing in the request, past the sweep's cutoff: the next sweep", after: 6 * time.Minute, want: "60"},
+		{name: "ok/signer idle, claimed two minutes ago: until the sweep takes it", wait: idle, after: 2 * time.Minute, want: "180"},
+		{name: "ok/signer idle, just claimed: a second", wait: idle, after: 30 * time.Second, want: "1"},
+		{name: "ok/signer busy without an estimate: a second", wait: busy, after: 2 * time.Minute, want: "1"},
+		{name: "ok/signer idle but the order's handover due: a second", wait: idle, handover: new(time.Duration(0)),
+			after: 2 * time.Minute, want: "1"},
+		{name: "ok/signer idle but the order's handover waiting: until its attempt", wait: idle, handover: new(90 * time.Second),
+			after: 2 * time.Minute, want: "90"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				// On whole milliseconds, as the store keeps times.
+				fake := clocktest.New(time.Now().Truncate(time.Millisecond))
+				later := &pendingSigner{wait: tc.wait}
+				e := newTestEnvWith(t, envOptions{
+					opts: func(o *Options) { o.Clock = fake },
+					wrap: func(l *localca.Signer) signer.Signer {
+						later.Signer = l
+						if tc.wait == nil {
+							return later
+						}
+						return estimatingSigner{later}
+					}})
+				c, o, csr := readyOrder(t, ctx, e, "stuck.example.com")
+				r := e.raw(c).post(o.FinalizeURL, map[string]string{"csr": b64(csr)}, jwsOpts{})
+				var got struct{ Status string }
+				_ = json.Unmarshal(r.body, &got)
+				if r.status != http.StatusOK || got.Status != "processing" {
+					t.Fatalf("finalize: %d %s; want a processing order", r.status, r.body)
+				}
+				fake.Advance(tc.after)
+				if tc.handover != nil {
+					// In no lane the test's runner serves: it stays as queued.
+					if _, _, err := e.queue.Enqueue(ctx, jobs.Spec{Kind: signer.IssueKind, Key: path.Base(o.URI), Lane: "elsewhere",
+						RunAt: fake.Now().Add(*tc.handover)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r = e.raw(c).post(o.URI, nil, jwsOpts{})
+				if ra := r.header.Get("Retry-After"); r.status != http.StatusOK || ra != tc.want {
+					t.Errorf("polling the order %s after the finalize: %d, Retry-After %q; want %q", tc.after, r.status, ra, tc.want)
+				}
+			})
 		})
 	}
 }

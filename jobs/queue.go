@@ -166,23 +166,44 @@ func (q *Queue) newJob(s Spec) (store.NewJob, error) {
 // Get reads one job.
 func (q *Queue) Get(ctx context.Context, id int64) (Job, error) { return q.db.GetJob(ctx, id) }
 
+// Next is what NextAttempt finds of a job's next attempt.
+type Next int
+
+const (
+	// NextNone: no live job, only settled ones or none at all; nothing
+	// will run until someone queues the work again.
+	NextNone Next = iota
+	// NextDue: the job is ready and due, waiting for a worker to claim it.
+	NextDue
+	// NextWaiting: the job is ready and waits for a later attempt (a
+	// retry's backoff, a delay it was queued with).
+	NextWaiting
+	// NextRunning: an attempt runs now, in any process.
+	NextRunning
+)
+
 // NextAttempt says when the newest job of kind and key runs next, for a
-// caller that tells its client how long to wait: running, when an
-// attempt runs now (in any process); else wait, the time from now until
-// its next attempt, with ok false when there is none waiting (no such
-// job, a settled one, one due now).
-func (q *Queue) NextAttempt(ctx context.Context, kind, key string, now time.Time) (wait time.Duration, running, ok bool) {
+// caller that tells its client how long to wait: next is what that job
+// is doing, and wait, when it is NextWaiting, the time from now until its
+// next attempt. An error (the store not answering) says nothing about
+// the job.
+func (q *Queue) NextAttempt(ctx context.Context, kind, key string, now time.Time) (wait time.Duration, next Next, err error) {
 	js, err := q.db.ListJobs(ctx, store.JobFilter{Kind: kind, Key: key, Limit: 1})
-	if err != nil || len(js) == 0 {
-		return 0, false, false
+	if err != nil {
+		return 0, NextNone, err
+	}
+	if len(js) == 0 {
+		return 0, NextNone, nil
 	}
 	switch j := js[0]; {
 	case j.Status == store.JobRunning:
-		return 0, true, false
+		return 0, NextRunning, nil
 	case j.Status == store.JobReady && j.RunAt.After(now):
-		return j.RunAt.Sub(now), false, true
+		return j.RunAt.Sub(now), NextWaiting, nil
+	case j.Status == store.JobReady:
+		return 0, NextDue, nil
 	}
-	return 0, false, false
+	return 0, NextNone, nil
 }
 
 // List returns jobs newest first.

@@ -136,8 +136,22 @@ type CAChainer interface {
 // ACME layer tells a client polling the processing order (Retry-After).
 type WaitEstimator interface {
 	// ExpectedWait is how long from now the signer expects to settle the
-	// order; ok is false when it has no estimate.
-	ExpectedWait(ctx context.Context, orderID string) (d time.Duration, ok bool)
+	// order, or why it cannot say.
+	ExpectedWait(ctx context.Context, orderID string) Wait
+}
+
+// Wait is a WaitEstimator's answer for one order.
+type Wait struct {
+	// For is how long from now the signer expects to settle the order;
+	// meaningful when Known.
+	For   time.Duration
+	Known bool
+	// Idle reports that the signer has no work for the order, neither
+	// under way nor waiting (its job is settled or missing): nothing it
+	// does will settle the order until the order is handed to it again
+	// (the ACME layer resumes orders left processing). Never set when
+	// the signer could not look (its store not answering).
+	Idle bool
 }
 
 // Settler is how a signer that answered Pending reports the end of the

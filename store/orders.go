@@ -27,6 +27,10 @@ type Order struct {
 	CertificateID string
 	AuthzIDs      []string // filled by GetOrder
 	CreatedAt     time.Time
+	// UpdatedAt is when the order last changed: for a processing order,
+	// when it was claimed for issuance or last resumed (see
+	// ReclaimStuckOrders).
+	UpdatedAt time.Time
 	// Client is the client that finalized the order, recorded by
 	// ClaimOrderForIssue; zero before.
 	Client OrderClient
@@ -75,7 +79,7 @@ type Challenge struct {
 
 // orderScanCols are the columns scanOrder reads, in its order.
 var orderScanCols = []string{"id", "profile", "account_id", "status", "identifiers", "not_before", "not_after", "expires_at",
-	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent", "certificate_profile", "replaces", "replaces_certificate_id"}
+	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent", "certificate_profile", "replaces", "replaces_certificate_id", "updated_at"}
 
 var orderCols = strings.Join(orderScanCols, ", ")
 
@@ -88,19 +92,20 @@ func scanOrder(r rowScanner) (Order, error) {
 		idents           string
 		nb, na           sql.NullInt64
 		expires, created int64
+		updated          int64
 		problem, certID  sql.NullString
 		replacesCert     sql.NullString
 		csr              []byte
 	)
 	if err := r.Scan(&o.ID, &o.Profile, &o.AccountID, &o.Status, &idents, &nb, &na, &expires, &problem, &csr, &certID, &created,
-		&o.Client.Addr, &o.Client.UserAgent, &o.CertificateProfile, &o.Replaces, &replacesCert); err != nil {
+		&o.Client.Addr, &o.Client.UserAgent, &o.CertificateProfile, &o.Replaces, &replacesCert, &updated); err != nil {
 		return Order{}, err
 	}
 	o.ReplacesCertificateID = replacesCert.String
 	if err := json.Unmarshal([]byte(idents), &o.Identifiers); err != nil {
 		return Order{}, fmt.Errorf("order %s identifiers: %w", o.ID, err)
 	}
-	o.NotBefore, o.NotAfter, o.Expires, o.CreatedAt = nullMs(nb), nullMs(na), ms(expires), ms(created)
+	o.NotBefore, o.NotAfter, o.Expires, o.CreatedAt, o.UpdatedAt = nullMs(nb), nullMs(na), ms(expires), ms(created), ms(updated)
 	if problem.Valid {
 		o.Error = []byte(problem.String)
 	}

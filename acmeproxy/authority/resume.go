@@ -21,6 +21,11 @@ const (
 	StuckAfter  = 5 * time.Minute
 )
 
+// ResumeEvery is how often the resume sweep (ResumeStuckOrders) runs: an
+// order stuck for StuckAfter is resumed by the next sweep, at most
+// ResumeEvery later.
+const ResumeEvery = time.Minute
+
 // ResumeStuckOrders finishes orders a crash, or a fault on our side, left
 // in processing: it re-applies the profile's current policy (a config
 // reload may have denied a name since; such an order fails), then hands

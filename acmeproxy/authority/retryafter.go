@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -18,17 +19,55 @@ const (
 )
 
 // ProcessingRetryAfter is when a client should look at the processing
-// order o again: the signer's estimate (signer.WaitEstimator) rounded up
-// to whole seconds, else a second.
+// order o again, rounded up to whole seconds:
+//   - the signer's estimate (signer.WaitEstimator), or the wait of the
+//     order's signer_issue job for its next attempt where the order is
+//     handed to an instance holding the signer;
+//   - a second while work on the order is under way or due, or may be
+//     (a finalize or a resume gives the signer up to signTimeout), or
+//     when nothing can tell;
+//   - when no work on the order is live (the signer signs within the
+//     request, as the local CA does, or its job is settled or lost), the
+//     time until the resume sweep hands the order to the signer again.
 func (au *Authority) ProcessingRetryAfter(ctx context.Context, o store.Order) time.Duration {
-	e, ok := au.signer.(signer.WaitEstimator)
-	if !ok {
+	now := au.clock.Now()
+	var w signer.Wait
+	if e, ok := au.signer.(signer.WaitEstimator); ok {
+		w = e.ExpectedWait(ctx, o.ID)
+	} else if !au.Delegates() {
+		// It signs within the finalize (or resume) that calls it.
+		w.Idle = true
+	}
+	if w.Idle || au.Delegates() {
+		// The handover to an instance holding the signer is work on the
+		// order too, and keeps the resume sweep away from it.
+		switch d, next, err := au.queue.NextAttempt(ctx, signer.IssueKind, o.ID, now); {
+		case err != nil:
+			w = signer.Wait{}
+		case next == jobs.NextWaiting:
+			w = signer.Wait{For: d, Known: true}
+		case next != jobs.NextNone:
+			w = signer.Wait{}
+		}
+	}
+	switch {
+	case w.Known:
+		return retryAfterOf(w.For)
+	case !w.Idle || now.Sub(o.UpdatedAt) < signTimeout:
 		return minProcessingRetryAfter
 	}
-	d, ok := e.ExpectedWait(ctx, o.ID)
-	if !ok {
-		return minProcessingRetryAfter
+	// The first sweep after the order has been processing for StuckAfter
+	// resumes it; one overdue (no sweep ran yet) is resumed by the next.
+	d := o.UpdatedAt.Add(StuckAfter).Sub(now)
+	if d <= 0 {
+		d = ResumeEvery
 	}
+	return retryAfterOf(d)
+}
+
+// retryAfterOf is the Retry-After of a wait d: rounded up to whole
+// seconds, within the bounds above.
+func retryAfterOf(d time.Duration) time.Duration {
 	d = (d + time.Second - 1).Truncate(time.Second)
 	return min(max(d, minProcessingRetryAfter), maxProcessingRetryAfter)
 }

@@ -326,12 +326,11 @@ func (au *Authority) noteRetry(ctx context.Context, c store.Challenge) {
 // attempt): the wait of its validation job for that attempt, rounded up
 // to whole seconds, else a second (an attempt under way or due).
 func (au *Authority) ChallengeRetryAfter(ctx context.Context, c store.Challenge) time.Duration {
-	d, _, ok := au.queue.NextAttempt(ctx, ValidateKind, c.ID, au.clock.Now())
-	if !ok {
+	d, next, err := au.queue.NextAttempt(ctx, ValidateKind, c.ID, au.clock.Now())
+	if err != nil || next != jobs.NextWaiting {
 		return minProcessingRetryAfter
 	}
-	d = (d + time.Second - 1).Truncate(time.Second)
-	return min(max(d, minProcessingRetryAfter), maxProcessingRetryAfter)
+	return retryAfterOf(d)
 }
 
 // recordValidation settles a challenge with a validation's verdict: nil

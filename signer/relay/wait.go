@@ -3,6 +3,9 @@ package relay
 import (
 	"context"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
 // noteLook records when this process's attempt at relaying an order will
@@ -27,19 +30,27 @@ func (s *Signer) forgetLook(orderID string) {
 // process is in (as the upstream asked, or its backoff), or else the time
 // its job waits for its next attempt (a retry's backoff, the upstream's
 // Retry-After, a rate limit's cool-down). No estimate while an attempt is
-// busy with the upstream, or when the job runs elsewhere and is due.
-func (s *Signer) ExpectedWait(ctx context.Context, orderID string) (time.Duration, bool) {
+// busy with the upstream, or when the job runs elsewhere and is due; idle
+// when the job is settled or missing.
+func (s *Signer) ExpectedWait(ctx context.Context, orderID string) signer.Wait {
 	now := s.clock.Now()
 	s.mu.Lock()
 	next, ok := s.nextLook[orderID]
 	s.mu.Unlock()
 	if ok && next.After(now) {
-		return next.Sub(now), true
+		return signer.Wait{For: next.Sub(now), Known: true}
 	}
 	b, _, err := s.binding()
 	if err != nil {
-		return 0, false
+		return signer.Wait{}
 	}
-	d, _, ok := b.Queue.NextAttempt(ctx, IssueKind, orderID, now)
-	return d, ok
+	switch d, n, err := b.Queue.NextAttempt(ctx, IssueKind, orderID, now); {
+	case err != nil:
+		return signer.Wait{}
+	case n == jobs.NextWaiting:
+		return signer.Wait{For: d, Known: true}
+	case n == jobs.NextNone:
+		return signer.Wait{Idle: true}
+	}
+	return signer.Wait{}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
@@ -16,17 +17,24 @@ const runningWait = time.Second
 // script_issue job: while an attempt runs the program (in any process),
 // a short wait; while the job waits for its next attempt (an exit 75's
 // backoff, a failed run's), the time until then. No estimate when the job
-// is due, settled or missing.
-func (s *Signer) ExpectedWait(ctx context.Context, orderID string) (time.Duration, bool) {
+// is due; idle when it is settled or missing.
+func (s *Signer) ExpectedWait(ctx context.Context, orderID string) signer.Wait {
 	b, _, err := s.binding()
 	if err != nil {
-		return 0, false
+		return signer.Wait{}
 	}
-	d, running, ok := b.Queue.NextAttempt(ctx, IssueKind, orderID, s.opts.Clock.Now())
-	if running {
-		return runningWait, true
+	d, next, err := b.Queue.NextAttempt(ctx, IssueKind, orderID, s.opts.Clock.Now())
+	switch {
+	case err != nil:
+		return signer.Wait{}
+	case next == jobs.NextRunning:
+		return signer.Wait{For: runningWait, Known: true}
+	case next == jobs.NextWaiting:
+		return signer.Wait{For: d, Known: true}
+	case next == jobs.NextNone:
+		return signer.Wait{Idle: true}
 	}
-	return d, ok
+	return signer.Wait{}
 }
 
 var _ signer.WaitEstimator = (*Signer)(nil)

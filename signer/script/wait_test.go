@@ -8,7 +8,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
-func TestTheExpectedWaitIsUntilTheJobsNextAttemptOrShortWhileOneRuns(t *testing.T) {
+func TestTheExpectedWaitIsUntilTheJobsNextAttemptOrShortWhileOneRunsOrIdleWithoutOne(t *testing.T) {
 	const owner = "test"
 	claim := func(t *testing.T, b *bench) int64 {
 		t.Helper()
@@ -32,21 +32,25 @@ func TestTheExpectedWaitIsUntilTheJobsNextAttemptOrShortWhileOneRuns(t *testing.
 		name string
 		// then brings the order's job to the state under test; the
 		// order's job is queued and due.
-		then   func(t *testing.T, b *bench)
-		want   time.Duration
-		wantOK bool
+		then func(t *testing.T, b *bench)
+		want signer.Wait
 	}{
 		{name: "a job due now has no estimate", then: func(*testing.T, *bench) {}},
-		{name: "while an attempt runs the program the wait is short", want: time.Second, wantOK: true,
+		{name: "while an attempt runs the program the wait is short", want: signer.Wait{For: time.Second, Known: true},
 			then: func(t *testing.T, b *bench) { claim(t, b) }},
-		{name: "after an exit 75 the wait is until the next attempt", want: 15 * time.Second, wantOK: true,
+		{name: "after an exit 75 the wait is until the next attempt", want: signer.Wait{For: 15 * time.Second, Known: true},
 			then: func(t *testing.T, b *bench) { retryIn(t, b, 15*time.Second) }},
-		{name: "a long backoff counts down", want: 6 * time.Minute, wantOK: true,
+		{name: "a long backoff counts down", want: signer.Wait{For: 6 * time.Minute, Known: true},
 			then: func(t *testing.T, b *bench) { retryIn(t, b, 10*time.Minute); b.clock.Advance(4 * time.Minute) }},
 		{name: "a job past its next attempt has no estimate",
 			then: func(t *testing.T, b *bench) { retryIn(t, b, 15*time.Second); b.clock.Advance(time.Minute) }},
-		{name: "a settled job has no estimate", then: func(t *testing.T, b *bench) {
+		{name: "a settled job leaves the signer idle", want: signer.Wait{Idle: true}, then: func(t *testing.T, b *bench) {
 			if err := b.db.CompleteJob(context.Background(), claim(t, b), owner, b.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "a store that does not answer gives no estimate and is not idle", then: func(t *testing.T, b *bench) {
+			if err := b.db.Close(); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -62,15 +66,15 @@ func TestTheExpectedWaitIsUntilTheJobsNextAttemptOrShortWhileOneRuns(t *testing.
 				t.Fatal(err)
 			}
 			tt.then(t, b)
-			if d, ok := b.s.ExpectedWait(ctx, req.OrderID); d != tt.want || ok != tt.wantOK {
-				t.Errorf("expected wait %s (%v); want %s (%v)", d, ok, tt.want, tt.wantOK)
+			if got := b.s.ExpectedWait(ctx, req.OrderID); got != tt.want {
+				t.Errorf("expected wait %+v; want %+v", got, tt.want)
 			}
 		})
 	}
-	t.Run("an order without a job has no estimate", func(t *testing.T) {
+	t.Run("an order without a job leaves the signer idle", func(t *testing.T) {
 		b := newBench(t, Options{Command: []string{"/bin/true"}})
-		if d, ok := b.s.ExpectedWait(context.Background(), "no-such-order"); ok {
-			t.Errorf("expected wait %s; want no estimate", d)
+		if got := b.s.ExpectedWait(context.Background(), "no-such-order"); got != (signer.Wait{Idle: true}) {
+			t.Errorf("expected wait %+v; want idle", got)
 		}
 	})
 }
