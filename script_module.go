@@ -26,7 +26,8 @@ type Script struct {
 	// Env are variables added to the program's environment, which
 	// otherwise holds only PATH and the ACME_PROXY_ variables. Values may
 	// hold Caddy placeholders ({env.NAME}, {file.path}), replaced when
-	// the config loads.
+	// the config loads; the values (of 6 bytes or more) are redacted from
+	// the program's stderr before it is stored or logged.
 	Env map[string]string `json:"env,omitempty"`
 	// RevokeOn runs the program to revoke; when false, revocation is
 	// recorded by the proxy alone. Default true.

@@ -32,6 +32,9 @@ type run struct {
 	Env     []string // the whole environment; nothing is inherited
 	Stdin   []byte
 	Timeout time.Duration
+	// Redact takes the configured values out of what the program writes
+	// on stderr, the output that is stored and logged.
+	Redact redactor
 }
 
 // result is what one execution did.
@@ -205,7 +208,7 @@ func execute(ctx context.Context, r run) (result, error) {
 	errR.Close()
 
 	res.Stdout, res.StdoutCapped = stdout.buf, stdout.over
-	res.Stderr, res.StderrCapped = stderr.buf, stderr.over
+	res.Stderr, res.StderrCapped = r.Redact.redact(stderr.buf, stderr.over), stderr.over
 	res.Exit = cmd.ProcessState.ExitCode()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = ws.Signal()

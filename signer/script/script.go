@@ -8,7 +8,9 @@
 //
 // The program runs without a shell, in a clean environment (PATH and the
 // configured variables only), in a process group of its own that is
-// killed at the timeout and once the program exits; its output is capped.
+// killed at the timeout and once the program exits; its output is capped,
+// and the configured variables' values are taken out of its stderr before
+// anything of it is stored or logged.
 package script
 
 import (
@@ -68,7 +70,8 @@ type Options struct {
 	// Timeout bounds one run of the program (DefaultTimeout).
 	Timeout time.Duration
 	// Env is added to the program's environment; a PATH here replaces
-	// Caddy's.
+	// Caddy's. Its values are taken out of the program's stderr (see
+	// redactor).
 	Env map[string]string
 	// Revoke, when set, runs the program to revoke; when not, revocation
 	// is recorded by the proxy alone.
@@ -82,8 +85,9 @@ type Options struct {
 
 // Signer is the script signer of one profile.
 type Signer struct {
-	opts Options
-	env  []string // PATH and Env, sorted by name
+	opts   Options
+	env    []string // PATH and Env, sorted by name
+	redact redactor // Env's values, out of the program's stderr
 
 	mu        sync.Mutex
 	bound     signer.Bound   // its profile, once bound
@@ -131,7 +135,7 @@ func New(opts Options) (*Signer, error) {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	return &Signer{opts: opts, env: env, tempFails: map[string]int{}, signed: map[string][][]byte{}}, nil
+	return &Signer{opts: opts, env: env, redact: newRedactor(opts.Env), tempFails: map[string]int{}, signed: map[string][][]byte{}}, nil
 }
 
 // Bind gives the signer its profile's Settler, queue and store.
@@ -245,7 +249,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 		return jobs.Failed(err.Error())
 	}
 	res, err := execute(ctx, run{Argv: s.opts.Command, Env: s.environ("issue", p.Order, p.Profile, p.Identifiers),
-		Stdin: in, Timeout: s.opts.Timeout})
+		Stdin: in, Timeout: s.opts.Timeout, Redact: s.redact})
 	if err != nil {
 		return jobs.Retry(err.Error())
 	}
@@ -410,7 +414,7 @@ func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int
 		return err
 	}
 	res, err := execute(ctx, run{Argv: s.opts.Command, Env: s.environ("revoke", orderID, b.Profile, certIdentifiers(cert)),
-		Stdin: in, Timeout: s.opts.Timeout})
+		Stdin: in, Timeout: s.opts.Timeout, Redact: s.redact})
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,12 @@ type bench struct {
 
 func newBench(t *testing.T, opts Options) *bench {
 	t.Helper()
+	return newBenchLogging(t, opts, zap.NewNop())
+}
+
+// newBenchLogging is newBench with the signer logging to log.
+func newBenchLogging(t *testing.T, opts Options, log *zap.Logger) *bench {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
 	if err != nil {
@@ -86,7 +92,7 @@ func newBench(t *testing.T, opts Options) *bench {
 	if b.s, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.s.Bind(signer.Binding{Profile: "p", Settler: b.settler, Queue: b.queue, DB: db, Logger: zap.NewNop()}); err != nil {
+	if err := b.s.Bind(signer.Binding{Profile: "p", Settler: b.settler, Queue: b.queue, DB: db, Logger: log}); err != nil {
 		t.Fatal(err)
 	}
 	return b
