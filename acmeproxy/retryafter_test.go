@@ -142,3 +142,35 @@ func TestAProcessingOrderNothingWorksOnTellsTheClientToComeBackWhenTheResumeSwee
 		})
 	}
 }
+
+// A finalize whose signing faulted answers the order processing, and the
+// resume sweep takes it StuckAfter after the claim — not after the order
+// became ready, however long it waited for its finalize.
+func TestAFinalizeWhoseSigningFaultedCountsTheWaitFromItsClaim(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		fake := clocktest.New(time.Now().Truncate(time.Millisecond))
+		sg := &faultySigner{}
+		sg.faults.Store(1)
+		e := newTestEnvWith(t, envOptions{
+			opts: func(o *Options) { o.Clock = fake },
+			wrap: func(l *localca.Signer) signer.Signer { sg.Signer = l; return sg }})
+		c, o, csr := readyOrder(t, ctx, e, "faulted.example.com")
+		fake.Advance(time.Hour) // ready, waiting for its finalize
+		r := e.raw(c).post(o.FinalizeURL, map[string]string{"csr": b64(csr)}, jwsOpts{})
+		var got struct{ Status string }
+		_ = json.Unmarshal(r.body, &got)
+		if r.status != http.StatusOK || got.Status != "processing" {
+			t.Fatalf("finalize: %d %s; want a processing order", r.status, r.body)
+		}
+		if ra := r.header.Get("Retry-After"); ra != "1" {
+			t.Errorf("finalize: Retry-After %q; want \"1\" (a finalize may still be signing it)", ra)
+		}
+		fake.Advance(2 * time.Minute)
+		r = e.raw(c).post(o.URI, nil, jwsOpts{})
+		if ra := r.header.Get("Retry-After"); r.status != http.StatusOK || ra != "180" {
+			t.Errorf("polling two minutes after the claim: %d, Retry-After %q; want \"180\"", r.status, ra)
+		}
+	})
+}

@@ -70,13 +70,17 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 		return o, err
 	}
 
-	won, err := au.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{Addr: cl.IP, UserAgent: cl.UserAgent}, au.clock.Now())
+	claimed := au.clock.Now()
+	won, err := au.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{Addr: cl.IP, UserAgent: cl.UserAgent}, claimed)
 	if err != nil {
 		return o, err
 	}
 	if !won {
 		return au.lostClaim(ctx, acct.ID, o)
 	}
+	// As the claim wrote it, for an answer built from o (a fault leaves
+	// it processing: its Retry-After counts from the claim).
+	o.UpdatedAt = claimed
 	// From here the order is ours; finish it even if the client goes away
 	// or the request's deadline passes — within a deadline of its own, so
 	// that a database that stops answering now leaves the order processing
