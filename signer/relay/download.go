@@ -14,7 +14,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -119,22 +119,145 @@ func (s *Signer) fetchChain(ctx context.Context, c *acme.Client, acct acme.Accou
 	return nil, fmt.Errorf("the upstream's certificate chain goes on past %d issuers", maxUpLinks)
 }
 
-var linkRE = regexp.MustCompile(`<(.+?)>;\s*rel="?([^";]+)"?`)
-
-// upLinks are the Link rel="up" targets of resp.
+// upLinks are the Link rel="up" targets of resp, resolved against the
+// URL it answered.
 func upLinks(resp *http.Response) []string {
 	var out []string
-	for _, l := range resp.Header.Values("Link") {
-		for _, m := range linkRE.FindAllStringSubmatch(l, -1) {
-			if m[2] == "up" {
-				u, err := resp.Request.URL.Parse(m[1])
-				if err == nil {
-					out = append(out, u.String())
-				}
+	for _, ref := range linkTargets(resp.Header.Values("Link"), "up") {
+		u, err := resp.Request.URL.Parse(ref)
+		if err == nil {
+			out = append(out, u.String())
+		}
+	}
+	return out
+}
+
+// linkTargets are the targets, as sent, of the links in Link header
+// values whose rel parameter names relation type rel (RFC 8288 §3):
+// a link's parameters may come in any order, a title among them may hold
+// anything a quoted-string can (a comma, "<", rel="up"), a rel may list
+// several types (§3.3), and types compare without regard to case
+// (§2.1.1). Only a link's first rel counts. A value is read up to where
+// it stops being a list of links.
+func linkTargets(values []string, rel string) []string {
+	var out []string
+	for _, v := range values {
+		p := linkParser{s: v}
+		for {
+			target, rels, ok := p.next()
+			if !ok {
+				break
+			}
+			if slices.ContainsFunc(strings.Fields(rels), func(r string) bool { return strings.EqualFold(r, rel) }) {
+				out = append(out, target)
 			}
 		}
 	}
 	return out
+}
+
+// linkParser reads a Link header value (RFC 8288 §3):
+//
+//	Link       = #link-value
+//	link-value = "<" URI-Reference ">" *( OWS ";" OWS link-param )
+//	link-param = token BWS [ "=" BWS ( token / quoted-string ) ]
+type linkParser struct {
+	s string
+	i int
+}
+
+// next reads the next link-value: its target and its first rel
+// parameter's value. ok is false at the end of the value or where it is
+// not a link-value.
+func (p *linkParser) next() (target, rels string, ok bool) {
+	p.skip(", \t") // a list may have empty elements (RFC 9110 §5.6.1)
+	if !p.eat('<') {
+		return "", "", false
+	}
+	end := strings.IndexByte(p.s[p.i:], '>')
+	if end < 0 {
+		return "", "", false
+	}
+	target = p.s[p.i : p.i+end]
+	p.i += end + 1
+	seenRel := false
+	for {
+		p.skip(" \t")
+		if !p.eat(';') {
+			break
+		}
+		p.skip(" \t")
+		name := p.token()
+		if name == "" {
+			return "", "", false
+		}
+		p.skip(" \t")
+		value := ""
+		if p.eat('=') {
+			p.skip(" \t")
+			if value, ok = p.value(); !ok {
+				return "", "", false
+			}
+		}
+		if strings.EqualFold(name, "rel") && !seenRel {
+			rels, seenRel = value, true
+		}
+	}
+	if p.i < len(p.s) && p.s[p.i] != ',' {
+		return "", "", false
+	}
+	return target, rels, true
+}
+
+func (p *linkParser) skip(set string) {
+	for p.i < len(p.s) && strings.IndexByte(set, p.s[p.i]) >= 0 {
+		p.i++
+	}
+}
+
+func (p *linkParser) eat(c byte) bool {
+	if p.i < len(p.s) && p.s[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// token reads a token (RFC 9110 §5.6.2).
+func (p *linkParser) token() string {
+	start := p.i
+	for p.i < len(p.s) && isTchar(p.s[p.i]) {
+		p.i++
+	}
+	return p.s[start:p.i]
+}
+
+// value reads a parameter's value: a token or a quoted-string (RFC 9110
+// §5.6.4), unquoted.
+func (p *linkParser) value() (string, bool) {
+	if !p.eat('"') {
+		v := p.token()
+		return v, v != ""
+	}
+	var b strings.Builder
+	for p.i < len(p.s) {
+		c := p.s[p.i]
+		p.i++
+		switch {
+		case c == '"':
+			return b.String(), true
+		case c == '\\' && p.i < len(p.s):
+			b.WriteByte(p.s[p.i])
+			p.i++
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", false // no closing quote
+}
+
+func isTchar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // postAsGet reads u as acct, sending it again with the fresh nonce of a
