@@ -145,6 +145,9 @@ func refusalOf(typ string) signer.Kind {
 type response struct {
 	status     int
 	retryAfter time.Duration
+	// retryAfterSet says the answer's Retry-After held a value (which
+	// may be a wait of 0).
+	retryAfterSet bool
 }
 
 // recorder is an http.RoundTripper that remembers the last response it
@@ -172,7 +175,8 @@ func (r *recorder) note(resp *http.Response, err error) {
 		r.last = response{}
 		return
 	}
-	r.last = response{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), r.now())}
+	wait, ok := retryafter.Parse(resp.Header.Get("Retry-After"), r.now(), maxRetryAfter)
+	r.last = response{status: resp.StatusCode, retryAfter: wait, retryAfterSet: ok}
 }
 
 type recorderKey struct{}

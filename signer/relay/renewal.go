@@ -28,6 +28,12 @@ const (
 	// its directory is not asked again; ariFailureHold, one that failed.
 	ariUnsupportedHold = time.Hour
 	ariFailureHold     = time.Minute
+	// ariMinHold and ariMaxHold bound how long an upstream window is
+	// kept, whatever the upstream's Retry-After: RFC 9773 §4.3.2 has a
+	// client treat less than a minute as a minute and more than a day
+	// as a day. A day is also the most a client of ours is told to wait.
+	ariMinHold = time.Minute
+	ariMaxHold = 24 * time.Hour
 	// ariPruneAt is the cache size from which a store drops the expired
 	// entries.
 	ariPruneAt = 256
@@ -105,7 +111,8 @@ func (s *Signer) RenewalInfo(ctx context.Context, leaf *x509.Certificate, _ [][]
 func (s *Signer) upstreamRenewalInfo(ctx context.Context, leaf *x509.Certificate) ariEntry {
 	ctx, cancel := context.WithTimeout(ctx, ariTimeout)
 	defer cancel()
-	c := s.client(&recorder{base: s.transport, now: s.clock.Now})
+	rec := &recorder{base: s.transport, now: s.clock.Now}
+	c := s.client(rec)
 	// acmez decides from its process-wide copy of the directory; the
 	// signer's own read of it says first (directory.go).
 	o, err := s.offer(ctx, c)
@@ -123,10 +130,13 @@ func (s *Signer) upstreamRenewalInfo(ctx context.Context, leaf *x509.Certificate
 	case err != nil:
 		return ariEntry{err: fmt.Errorf("relay: renewal information from %s: %w", s.opts.Directory, err), until: now.Add(ariFailureHold)}
 	}
+	// The Retry-After of the renewalInfo answer, the last the recorder
+	// saw, read here rather than from acmez's ari.RetryAfter: acmez
+	// reads it against the wall clock, and wraps round a delay too large
+	// for a time.Duration to a past instant.
 	hold := ariDefaultHold
-	if ari.RetryAfter != nil {
-		// acmez reads Retry-After against the wall clock.
-		hold = max(time.Until(*ari.RetryAfter), time.Second)
+	if last := rec.lastResponse(); last.retryAfterSet {
+		hold = min(max(last.retryAfter, ariMinHold), ariMaxHold)
 	}
 	return ariEntry{
 		info: signer.RenewalInfo{Start: ari.SuggestedWindow.Start, End: ari.SuggestedWindow.End, ExplanationURL: ari.ExplanationURL},

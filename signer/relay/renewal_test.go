@@ -134,6 +134,43 @@ func TestTheUpstreamsWindowIsKeptUntilItsRetryAfterAndThenReadAgain(t *testing.T
 	}
 }
 
+// RFC 9773 §4.3.2: a client treats a Retry-After under a minute as a
+// minute and one over a day as a day. The relay, a client of the
+// upstream, keeps the upstream's window that long, and tells its own
+// clients no more: an upstream asking for a year (or for more seconds
+// than a time.Duration holds) would otherwise keep every client from
+// seeing an incident's early window for that long, and one asking for
+// none would send each client's request on upstream.
+func TestTheUpstreamsRetryAfterHoldsItsWindowFromAMinuteToADay(t *testing.T) {
+	cases := []struct {
+		name, retryAfter string
+		want             time.Duration
+	}{
+		{"ok/an hour", "3600", time.Hour},
+		{"ok/none is the default", "", ariDefaultHold},
+		{"fail/a year is a day", "31536000", 24 * time.Hour},
+		{"fail/more seconds than a duration holds is a day", "9223372037", 24 * time.Hour},
+		{"fail/a date in year 9999 is a day", "Fri, 31 Dec 9999 23:59:59 GMT", 24 * time.Hour},
+		{"fail/a second is a minute", "1", time.Minute},
+		{"fail/zero is a minute", "0", time.Minute},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newARIUpstream(t, true, tc.retryAfter)
+			b := newBench(t, up.srv.URL+"/dir", ChallengeBypass)
+			start := b.clock.Now().Add(48 * time.Hour).UTC().Truncate(time.Second)
+			up.setWindow(start, start.Add(time.Hour))
+			info, err := b.s.RenewalInfo(context.Background(), issuedLeaf(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.RetryAfter > tc.want || info.RetryAfter < tc.want-time.Minute/2 {
+				t.Errorf("Retry-After %q: the window holds for %v; want %v", tc.retryAfter, info.RetryAfter, tc.want)
+			}
+		})
+	}
+}
+
 func TestAnUpstreamWithoutRenewalInfoAnswersNoRenewalInfo(t *testing.T) {
 	up := newARIUpstream(t, false, "3600")
 	b := newBench(t, up.srv.URL+"/dir", ChallengeBypass)
