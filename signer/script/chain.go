@@ -79,7 +79,7 @@ func parseChain(out []byte, csrKey crypto.PublicKey, idents []acme.Identifier) (
 }
 
 // sameNames requires the leaf's subject alternative names to be exactly
-// the order's identifiers.
+// the order's identifiers, and its common name, if any, one of them.
 func sameNames(leaf *x509.Certificate, idents []acme.Identifier) error {
 	if len(leaf.EmailAddresses) > 0 || len(leaf.URIs) > 0 {
 		return &notTheOrders{"the leaf names e-mail addresses or URIs, which the order does not"}
@@ -90,6 +90,16 @@ func sameNames(leaf *x509.Certificate, idents []acme.Identifier) error {
 	}
 	for _, ip := range leaf.IPAddresses {
 		got = append(got, "ip:"+ip.String())
+	}
+	// The common name is a name too: a client that reads it takes it
+	// for one the leaf certifies. It must be one of the order's, as
+	// the CSR's must (an address there is an IP identifier).
+	if cn := leaf.Subject.CommonName; cn != "" {
+		if ip := net.ParseIP(cn); ip != nil {
+			got = append(got, "ip:"+ip.String())
+		} else {
+			got = append(got, "dns:"+strings.ToLower(cn))
+		}
 	}
 	for _, id := range idents {
 		v := strings.ToLower(id.Value)

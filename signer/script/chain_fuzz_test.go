@@ -4,15 +4,18 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"math/big"
+	"strings"
 	"testing"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // FuzzParseChain feeds parseChain arbitrary program output. Whatever it
-// accepts is a chain of parsable certificates whose leaf certifies the
-// CSR's key for exactly the order's name, each signed by the next.
+// accepts is a chain of parsable certificates whose leaf, not a CA,
+// certifies the CSR's key for exactly the order's name (in its SANs and
+// its common name alike), each signed by the next.
 func FuzzParseChain(f *testing.F) {
 	ca := newTestCA(f)
 	// A fixed key, so that seeds stay meaningful across runs: the fuzz
@@ -22,6 +25,9 @@ func FuzzParseChain(f *testing.F) {
 	key.PublicKey.X, key.PublicKey.Y = elliptic.P256().ScalarBaseMult(key.D.Bytes())
 	good := ca.leaf(f, &key.PublicKey, []string{"a.example.com"})
 	f.Add(pemOf(good, ca.inter, ca.root))
+	// The order's name in the SAN, another in the common name.
+	f.Add(pemOf(sign(f, &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "b.example.com"},
+		NotBefore: good.NotBefore, NotAfter: good.NotAfter, DNSNames: []string{"a.example.com"}}, ca.inter, &key.PublicKey, ca.interKey)))
 	f.Add(pemOf(good))
 	f.Add(pemOf(ca.inter, good))
 	f.Add(append(pemOf(good), "trailing"...))
@@ -50,8 +56,23 @@ func FuzzParseChain(f *testing.F) {
 		if !key.PublicKey.Equal(certs[0].PublicKey) {
 			t.Fatal("accepted a leaf for another key")
 		}
-		if len(certs[0].DNSNames) == 0 || len(certs[0].IPAddresses) != 0 {
-			t.Fatalf("accepted a leaf naming %v %v", certs[0].DNSNames, certs[0].IPAddresses)
+		leaf := certs[0]
+		if leaf.IsCA {
+			t.Fatal("accepted a CA certificate as the leaf")
+		}
+		// Every name the leaf holds, the common name too (a client
+		// that reads it would take it for one the leaf certifies), is
+		// the order's one name.
+		names := map[string]bool{}
+		for _, n := range leaf.DNSNames {
+			names[strings.ToLower(n)] = true
+		}
+		if cn := leaf.Subject.CommonName; cn != "" {
+			names[strings.ToLower(cn)] = true
+		}
+		if len(names) != 1 || !names["a.example.com"] || len(leaf.IPAddresses)+len(leaf.EmailAddresses)+len(leaf.URIs) != 0 {
+			t.Fatalf("accepted a leaf naming %v %v %v %v (common name %q) for an order of a.example.com",
+				leaf.DNSNames, leaf.IPAddresses, leaf.EmailAddresses, leaf.URIs, leaf.Subject.CommonName)
 		}
 		for i := 0; i+1 < len(certs); i++ {
 			if err := certs[i].CheckSignatureFrom(certs[i+1]); err != nil {

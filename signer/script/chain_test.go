@@ -3,7 +3,9 @@ package script
 import (
 	"bytes"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"strings"
 	"testing"
 
@@ -23,6 +25,13 @@ func TestOnlyAChainCertifyingTheCSRKeyForTheOrdersNamesIsACertificate(t *testing
 	caLeafTmpl.DNSNames, caLeafTmpl.IPAddresses = names, good.IPAddresses
 	caLeaf := sign(t, caLeafTmpl, ca.inter, pub, ca.interKey)
 
+	withCN := func(cn string) *x509.Certificate {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(len(cn)) + 1000), Subject: pkix.Name{CommonName: cn},
+			NotBefore: good.NotBefore, NotAfter: good.NotAfter, DNSNames: names, IPAddresses: good.IPAddresses}
+		return sign(t, tmpl, ca.inter, pub, ca.interKey)
+	}
+	cnInOrder, cnAddress, cnOutside := withCN("B.EXAMPLE.COM"), withCN("10.0.0.1"), withCN("c.example.com")
+
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: []byte("not really")})
 	tests := []struct {
 		name    string
@@ -35,6 +44,9 @@ func TestOnlyAChainCertifyingTheCSRKeyForTheOrdersNamesIsACertificate(t *testing
 		{name: "a chain for another key", out: pemOf(ca.leaf(t, newKey(t).Public(), names, "10.0.0.1"), ca.inter), wantErr: "another key"},
 		{name: "a name missing", out: pemOf(ca.leaf(t, pub, names[:1], "10.0.0.1"), ca.inter), wantErr: "the leaf names"},
 		{name: "a name too many", out: pemOf(ca.leaf(t, pub, append(names, "c.example.com"), "10.0.0.1"), ca.inter), wantErr: "the leaf names"},
+		{name: "a common name among the order's names", out: pemOf(cnInOrder, ca.inter), want: []*x509.Certificate{cnInOrder, ca.inter}},
+		{name: "an address of the order as the common name", out: pemOf(cnAddress, ca.inter), want: []*x509.Certificate{cnAddress, ca.inter}},
+		{name: "a common name outside the order", out: pemOf(cnOutside, ca.inter), wantErr: "the leaf names"},
 		{name: "an address for a name", out: pemOf(ca.leaf(t, pub, names, "10.0.0.2"), ca.inter), wantErr: "the leaf names"},
 		{name: "garbage", out: []byte("Signed OK, see /tmp/cert.pem\n"), wantErr: "other than PEM"},
 		{name: "nothing", out: nil, wantErr: "no PEM certificate"},
