@@ -552,13 +552,20 @@ func TestTheUsersNameIsEscapedOnThePage(t *testing.T) {
 	}
 }
 
+// fuzzMarkup is markup a fuzzed path or query may carry; no page holds it,
+// so a page that does copied it from the request unescaped.
+const fuzzMarkup = "<x-fuzz"
+
 // FuzzUIPath sends GET and POST requests to any path below the prefix and
 // checks that the page never panics, never answers 5xx (a path is the
-// caller's), always sends its security headers, and that a POST without
+// caller's), always sends its security headers, never copies markup from
+// the path or the query into the page unescaped, and that a POST without
 // the token never answers 2xx or 3xx.
 func FuzzUIPath(f *testing.F) {
 	for _, s := range []string{"", "orders", "orders/x", "orders/x/revoke", "orders/x/do-revoke", "jobs/1/do-retry", "jobs/-1", "jobs/99999999999999999999",
-		"accounts//deactivate", "audit?since=x", "orders?serial=::", "static/ui.css", "static/../webui.go", "a/b/c/d", "%2e%2e/"} {
+		"accounts//deactivate", "audit?since=x", "orders?serial=::", "static/ui.css", "static/../webui.go", "a/b/c/d", "%2e%2e/",
+		fuzzMarkup + ">", "orders/" + fuzzMarkup + ">", "orders/%3Cx-fuzz%3E/revoke", "audit?event=%3Cx-fuzz%3E&since=" + fuzzMarkup,
+		"orders?done=" + fuzzMarkup + ">", "accounts?status=" + fuzzMarkup, "jobs?kind=%3Cx-fuzz"} {
 		f.Add(s, false)
 		f.Add(s, true)
 	}
@@ -585,6 +592,10 @@ func FuzzUIPath(f *testing.F) {
 		}
 		if post && w.Code < 400 {
 			t.Errorf("POST %s without a token: %d", rel, w.Code)
+		}
+		query, _ := url.QueryUnescape(u.RawQuery)
+		if strings.Contains(u.Path+"?"+query, fuzzMarkup) && strings.Contains(w.Body.String(), fuzzMarkup) {
+			t.Errorf("%s %s: the page holds the request's markup unescaped: %s", method, rel, w.Body)
 		}
 	})
 }
