@@ -264,19 +264,43 @@ func TestAKeyOnAnotherCurveIsRefused(t *testing.T) {
 	}
 }
 
+// FuzzVerifyAgreesWithCryptoECDSA: the table verifier gives crypto/ecdsa's
+// answer for any hash and signature halves, and for a signature the key
+// made over the hash (which both must accept) and its variants: (r, n−s),
+// which ECDSA accepts too, and r or s plus n, which it does not. Random
+// halves are almost never a signature; these are, or nearly.
 func FuzzVerifyAgreesWithCryptoECDSA(f *testing.F) {
 	sg := newSigned(f, "seed")
 	f.Add(sg.hash, sg.r, sg.s)
 	f.Add(sg.hash, sg.s, sg.r)
 	f.Add([]byte{}, []byte{1}, []byte{1})
+	f.Add(append(sg.hash, 0xff), sg.r, sg.s)
+	f.Add(sg.hash[:31], sg.r, sg.s)
 	k := tabled(f, &sg.key.PublicKey)
+	agree := func(t *testing.T, hash, r, s []byte) bool {
+		t.Helper()
+		got, want := k.Verify(hash, r, s), stdVerify(&sg.key.PublicKey, hash, r, s)
+		if got != want {
+			t.Errorf("Verify(%x, %x, %x) = %v; crypto/ecdsa says %v", hash, r, s, got, want)
+		}
+		return got
+	}
 	f.Fuzz(func(t *testing.T, hash, r, s []byte) {
 		if len(r) > 40 || len(s) > 40 {
 			return
 		}
-		if got, want := k.Verify(hash, r, s), stdVerify(&sg.key.PublicKey, hash, r, s); got != want {
-			t.Errorf("Verify(%x, %x, %x) = %v; crypto/ecdsa says %v", hash, r, s, got, want)
+		agree(t, hash, r, s)
+
+		r0, s0, err := ecdsa.Sign(rand.Reader, sg.key, hash)
+		if err != nil {
+			t.Fatal(err)
 		}
+		if !agree(t, hash, r0.Bytes(), s0.Bytes()) {
+			t.Errorf("the key's own signature of %x does not verify", hash)
+		}
+		agree(t, hash, r0.Bytes(), new(big.Int).Sub(n, s0).Bytes())
+		agree(t, hash, new(big.Int).Add(r0, n).Bytes(), s0.Bytes())
+		agree(t, hash, r0.Bytes(), new(big.Int).Add(s0, n).Bytes())
 	})
 }
 
