@@ -639,71 +639,98 @@ func FuzzCheckCSR(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	d := sha256.Sum256([]byte("acmeproxy fuzz certificate key"))
+	certKey, err := ecdsa.ParseRawPrivateKey(elliptic.P256(), d[:])
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, der []byte) {
 		csr, err := x509.ParseCertificateRequest(der)
 		if err != nil {
 			return
 		}
-		if err := authority.CheckCSR(csr, fuzzOrder, accountJWK); err != nil {
-			if p, ok := problem.As(err); !ok || p.Type != acme.ErrorBadCSR {
-				t.Fatalf("checkCSR refused with %v, want a badCSR problem", err)
-			}
+		checkCSROracle(t, csr, accountJWK, accountSPKI)
+		// A mutated CSR's signature no longer verifies, so the names
+		// the fuzzer finds are refused before they are compared: the
+		// same names again, signed by a key the order may have.
+		again, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+			Subject:  pkix.Name{CommonName: csr.Subject.CommonName},
+			DNSNames: csr.DNSNames, IPAddresses: csr.IPAddresses, EmailAddresses: csr.EmailAddresses, URIs: csr.URIs,
+		}, certKey)
+		if err != nil {
+			return // names Go does not encode
+		}
+		if csr, err = x509.ParseCertificateRequest(again); err != nil {
 			return
 		}
-		if err := csr.CheckSignature(); err != nil {
-			t.Fatalf("accepted a CSR whose signature does not verify: %v", err)
-		}
-		switch k := csr.PublicKey.(type) {
-		case *rsa.PublicKey:
-			if b := k.N.BitLen(); b < 2048 || b > 8192 {
-				t.Fatalf("accepted a %d-bit RSA key", b)
-			}
-		case *ecdsa.PublicKey:
-			if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
-				t.Fatalf("accepted an ECDSA key on %s", k.Curve.Params().Name)
-			}
-		case ed25519.PublicKey:
-			// go-jose keeps a list of the low-order encodings Go's
-			// verifier accepts; such a key verifies forged signatures.
-			if _, err := (&jose.JSONWebKey{Key: k}).Thumbprint(crypto.SHA256); err != nil {
-				t.Fatalf("accepted a weak Ed25519 key: %v", err)
-			}
-		default:
-			t.Fatalf("accepted a %T key", k)
-		}
-		if spki, err := x509.MarshalPKIXPublicKey(csr.PublicKey); err == nil && bytes.Equal(spki, accountSPKI) {
-			t.Fatalf("accepted the account key as the certificate key")
-		}
-		if len(csr.EmailAddresses)+len(csr.URIs) > 0 {
-			t.Fatalf("accepted a CSR with e-mail or URI names")
-		}
-		// Names with their types: an IP address in a dNSName is a DNS name.
-		got := map[string]bool{}
-		for _, n := range csr.DNSNames {
-			got["dns:"+strings.ToLower(n)] = true
-		}
-		for _, ip := range csr.IPAddresses {
-			a, ok := netip.AddrFromSlice(ip)
-			if !ok {
-				t.Fatalf("accepted an IP SAN of %d bytes", len(ip))
-			}
-			got["ip:"+a.Unmap().String()] = true
-		}
-		if cn := csr.Subject.CommonName; cn != "" {
-			if a, err := netip.ParseAddr(cn); err == nil {
-				got["ip:"+a.Unmap().String()] = true
-			} else {
-				got["dns:"+strings.ToLower(cn)] = true
-			}
-		}
-		want := map[string]bool{}
-		for _, id := range fuzzOrder {
-			want[id.Type+":"+id.Value] = true
-		}
-		if fmt.Sprint(sortedKeys(got)) != fmt.Sprint(sortedKeys(want)) {
-			t.Fatalf("accepted a CSR naming %v for an order of %v", sortedKeys(got), sortedKeys(want))
-		}
+		checkCSROracle(t, csr, accountJWK, accountSPKI)
 	})
+}
+
+// checkCSROracle fails t unless checkCSR refuses csr with a badCSR
+// problem or csr is signed, carries an acceptable key other than the
+// account's, and names exactly fuzzOrder's identifiers.
+func checkCSROracle(t *testing.T, csr *x509.CertificateRequest, accountJWK json.RawMessage, accountSPKI []byte) {
+	t.Helper()
+	if err := authority.CheckCSR(csr, fuzzOrder, accountJWK); err != nil {
+		if p, ok := problem.As(err); !ok || p.Type != acme.ErrorBadCSR {
+			t.Fatalf("checkCSR refused with %v, want a badCSR problem", err)
+		}
+		return
+	}
+	if err := csr.CheckSignature(); err != nil {
+		t.Fatalf("accepted a CSR whose signature does not verify: %v", err)
+	}
+	switch k := csr.PublicKey.(type) {
+	case *rsa.PublicKey:
+		if b := k.N.BitLen(); b < 2048 || b > 8192 {
+			t.Fatalf("accepted a %d-bit RSA key", b)
+		}
+	case *ecdsa.PublicKey:
+		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
+			t.Fatalf("accepted an ECDSA key on %s", k.Curve.Params().Name)
+		}
+	case ed25519.PublicKey:
+		// go-jose keeps a list of the low-order encodings Go's
+		// verifier accepts; such a key verifies forged signatures.
+		if _, err := (&jose.JSONWebKey{Key: k}).Thumbprint(crypto.SHA256); err != nil {
+			t.Fatalf("accepted a weak Ed25519 key: %v", err)
+		}
+	default:
+		t.Fatalf("accepted a %T key", k)
+	}
+	if spki, err := x509.MarshalPKIXPublicKey(csr.PublicKey); err == nil && bytes.Equal(spki, accountSPKI) {
+		t.Fatalf("accepted the account key as the certificate key")
+	}
+	if len(csr.EmailAddresses)+len(csr.URIs) > 0 {
+		t.Fatalf("accepted a CSR with e-mail or URI names")
+	}
+	// Names with their types: an IP address in a dNSName is a DNS name.
+	got := map[string]bool{}
+	for _, n := range csr.DNSNames {
+		got["dns:"+strings.ToLower(n)] = true
+	}
+	for _, ip := range csr.IPAddresses {
+		a, ok := netip.AddrFromSlice(ip)
+		if !ok {
+			t.Fatalf("accepted an IP SAN of %d bytes", len(ip))
+		}
+		got["ip:"+a.Unmap().String()] = true
+	}
+	if cn := csr.Subject.CommonName; cn != "" {
+		if a, err := netip.ParseAddr(cn); err == nil {
+			got["ip:"+a.Unmap().String()] = true
+		} else {
+			got["dns:"+strings.ToLower(cn)] = true
+		}
+	}
+	want := map[string]bool{}
+	for _, id := range fuzzOrder {
+		want[id.Type+":"+id.Value] = true
+	}
+	if fmt.Sprint(sortedKeys(got)) != fmt.Sprint(sortedKeys(want)) {
+		t.Fatalf("accepted a CSR naming %v for an order of %v", sortedKeys(got), sortedKeys(want))
+	}
 }
 
 func sortedKeys(m map[string]bool) []string {
