@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -313,9 +314,33 @@ func acmeProxyFailure(msg string) (string, bool) {
 	return found, best >= 0
 }
 
-// configKeys are the JSON keys of the app and the handler.
-var configKeys = []string{"database", "notify", "profile", "prefix", "challenges", "resolvers", "validation_ports",
-	"allow", "deny", "crl_url", "signer"}
+// configKeys are the JSON keys of the app and the handler, read from
+// their structs (and the structs they embed), so that a key added to
+// either is one an error may name: a list written out here missed caa,
+// eab, limits and the rest as they came.
+var configKeys = func() []string {
+	var keys []string
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if f.Anonymous && ft.Kind() == reflect.Struct {
+				walk(ft)
+				continue
+			}
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); f.IsExported() && name != "" && name != "-" {
+				keys = append(keys, name)
+			}
+		}
+	}
+	walk(reflect.TypeFor[App]())
+	walk(reflect.TypeFor[Handler]())
+	return keys
+}()
 
 var jsonFieldError = regexp.MustCompile(`^json: (unknown field "([^"]*)"|cannot unmarshal .+? into Go struct field \w+(?:\.\w+)*\.(\w+) of type)`)
 
