@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,6 +29,8 @@ type pebbleUpstream struct {
 	srv *httptest.Server
 	mu  sync.Mutex
 	n   map[string]int
+	// certs, when set, rewrites the body of each certificate download.
+	certs func(t *testing.T, chain []byte) []byte
 }
 
 func newPebbleUpstream(t *testing.T) *pebbleUpstream {
@@ -51,8 +54,18 @@ func newPebbleUpstream(t *testing.T) *pebbleUpstream {
 		kind, _, _ := strings.Cut(path, "/")
 		u.mu.Lock()
 		u.n[r.Method+" "+kind]++
+		rewrite := u.certs
 		u.mu.Unlock()
-		h.ServeHTTP(w, r)
+		if kind != "certZ" || rewrite == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		maps.Copy(w.Header(), rec.Header())
+		w.Header().Del("Content-Length")
+		w.WriteHeader(rec.Code)
+		w.Write(rewrite(t, rec.Body.Bytes()))
 	}))
 	t.Cleanup(u.srv.Close)
 	return u

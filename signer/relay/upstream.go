@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -404,8 +403,8 @@ func orNone(s string) string {
 	return s
 }
 
-// download fetches the upstream's chain and checks that its leaf is for
-// the CSR's key: the chain is what the client gets.
+// download fetches the upstream's chain and checks that its leaf is the
+// order's (signer.CheckLeaf): the chain is what the client gets.
 func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order, ro store.RelayOrder) ([][]byte, error) {
 	if order.Certificate == "" {
 		return nil, fmt.Errorf("the upstream order %s is valid without a certificate URL", order.Location)
@@ -436,16 +435,10 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 	if err != nil {
 		return nil, permanent("the stored CSR does not parse: %w", err)
 	}
-	if !samePublicKey(leaf.PublicKey, csr.PublicKey) {
-		return nil, permanent("the upstream issued a certificate for another key than the CSR's")
+	if err := signer.CheckLeaf(leaf, csr.PublicKey, ro.Identifiers); err != nil {
+		return nil, permanent("the upstream issued a certificate that is not the order's: %w", err)
 	}
 	return ders, nil
-}
-
-func samePublicKey(a, b crypto.PublicKey) bool {
-	x, err1 := x509.MarshalPKIXPublicKey(a)
-	y, err2 := x509.MarshalPKIXPublicKey(b)
-	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
 // problemText renders an upstream problem for an operator.

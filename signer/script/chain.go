@@ -7,11 +7,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
-	"slices"
-	"strings"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
 // notTheOrders is the error of a chain whose leaf is a certificate, but
@@ -56,15 +54,8 @@ func parseChain(out []byte, csrKey crypto.PublicKey, idents []acme.Identifier) (
 	if len(certs) == 0 {
 		return nil, errors.New("output holds no PEM certificate")
 	}
-	leaf := certs[0]
-	if k, ok := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(csrKey) {
-		return nil, &notTheOrders{"the leaf certifies another key than the CSR's"}
-	}
-	if leaf.IsCA {
-		return nil, &notTheOrders{"the leaf is a CA certificate"}
-	}
-	if err := sameNames(leaf, idents); err != nil {
-		return nil, err
+	if err := signer.CheckLeaf(certs[0], csrKey, idents); err != nil {
+		return nil, &notTheOrders{err.Error()}
 	}
 	for i := 0; i+1 < len(certs); i++ {
 		if err := certs[i].CheckSignatureFrom(certs[i+1]); err != nil {
@@ -76,46 +67,4 @@ func parseChain(out []byte, csrKey crypto.PublicKey, idents []acme.Identifier) (
 		chain[i] = c.Raw
 	}
 	return chain, nil
-}
-
-// sameNames requires the leaf's subject alternative names to be exactly
-// the order's identifiers, and its common name, if any, one of them.
-func sameNames(leaf *x509.Certificate, idents []acme.Identifier) error {
-	if len(leaf.EmailAddresses) > 0 || len(leaf.URIs) > 0 {
-		return &notTheOrders{"the leaf names e-mail addresses or URIs, which the order does not"}
-	}
-	var got, want []string
-	for _, n := range leaf.DNSNames {
-		got = append(got, "dns:"+strings.ToLower(n))
-	}
-	for _, ip := range leaf.IPAddresses {
-		got = append(got, "ip:"+ip.String())
-	}
-	// The common name is a name too: a client that reads it takes it
-	// for one the leaf certifies. It must be one of the order's, as
-	// the CSR's must (an address there is an IP identifier).
-	if cn := leaf.Subject.CommonName; cn != "" {
-		if ip := net.ParseIP(cn); ip != nil {
-			got = append(got, "ip:"+ip.String())
-		} else {
-			got = append(got, "dns:"+strings.ToLower(cn))
-		}
-	}
-	for _, id := range idents {
-		v := strings.ToLower(id.Value)
-		if id.Type == acme.IdentifierIP {
-			if ip := net.ParseIP(id.Value); ip != nil {
-				v = ip.String()
-			}
-		}
-		want = append(want, id.Type+":"+v)
-	}
-	slices.Sort(got)
-	got = slices.Compact(got)
-	slices.Sort(want)
-	want = slices.Compact(want)
-	if !slices.Equal(got, want) {
-		return &notTheOrders{fmt.Sprintf("the leaf names %s; the order is for %s", strings.Join(got, ", "), strings.Join(want, ", "))}
-	}
-	return nil
 }
