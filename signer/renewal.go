@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"net/url"
 	"time"
 )
 
@@ -17,6 +19,24 @@ type RenewalInfo struct {
 	// RetryAfter is how long the answer holds before a client should ask
 	// again; 0 for the profile's default.
 	RetryAfter time.Duration
+}
+
+// MaxExplanationURL bounds an explanation URL: it is stored with every
+// certificate an operator renews early and sent in every renewalInfo
+// answer about them.
+const MaxExplanationURL = 1024
+
+// CheckExplanationURL says whether u may be a renewal window's
+// explanation URL: an absolute http(s) URL without credentials, of at
+// most MaxExplanationURL bytes. Clients show it to their operators, so
+// neither an operator's typo nor an upstream CA's answer reaches them as
+// a javascript: or data: link, a page behind a password, or a megabyte.
+func CheckExplanationURL(u string) error {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || p.User != nil || len(u) > MaxExplanationURL {
+		return fmt.Errorf("%q must be an absolute http(s) URL of at most %d bytes, without credentials", u, MaxExplanationURL)
+	}
+	return nil
 }
 
 // RenewalInfoSource is implemented by signers whose backend decides when

@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -59,10 +58,6 @@ var (
 	identPatRE    = regexp.MustCompile(`^[a-z0-9.*:_\[\]-]{1,255}$`)
 )
 
-// maxExplanationURL bounds the explanation URL stored with each
-// certificate.
-const maxExplanationURL = 1024
-
 // selection checks req and turns it into the store's selection.
 func (req RenewEarlyRequest) selection() (store.RenewEarlySelection, error) {
 	sel := store.RenewEarlySelection{Profile: req.Profile, OrderIDs: req.Orders, AccountID: req.Account,
@@ -87,10 +82,8 @@ func (req RenewEarlyRequest) selection() (store.RenewEarlySelection, error) {
 		return sel, fmt.Errorf("%w: at most %d serials and %d orders at once", ErrInvalid, store.MaxRenewEarlyList, store.MaxRenewEarlyList)
 	}
 	if u := req.ExplanationURL; u != "" {
-		p, err := url.Parse(u)
-		if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || p.User != nil || len(u) > maxExplanationURL {
-			return sel, fmt.Errorf("%w: explanation_url %q must be an absolute http(s) URL of at most %d bytes, without credentials",
-				ErrInvalid, u, maxExplanationURL)
+		if err := signer.CheckExplanationURL(u); err != nil {
+			return sel, fmt.Errorf("%w: explanation_url %w", ErrInvalid, err)
 		}
 	}
 	return sel, nil

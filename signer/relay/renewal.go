@@ -138,8 +138,15 @@ func (s *Signer) upstreamRenewalInfo(ctx context.Context, leaf *x509.Certificate
 	if last := rec.lastResponse(); last.retryAfterSet {
 		hold = min(max(last.retryAfter, ariMinHold), ariMaxHold)
 	}
+	// The window is passed on; an explanation URL that is no plain web
+	// page (signer.CheckExplanationURL) is not: the clients' operators
+	// would be shown it.
+	explanation := ari.ExplanationURL
+	if signer.CheckExplanationURL(explanation) != nil {
+		explanation = ""
+	}
 	return ariEntry{
-		info: signer.RenewalInfo{Start: ari.SuggestedWindow.Start, End: ari.SuggestedWindow.End, ExplanationURL: ari.ExplanationURL},
+		info: signer.RenewalInfo{Start: ari.SuggestedWindow.Start, End: ari.SuggestedWindow.End, ExplanationURL: explanation},
 		// The answer holds from when it was asked for, the clock the
 		// cache reads.
 		until: now.Add(hold),

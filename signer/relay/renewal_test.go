@@ -35,6 +35,8 @@ type ariUpstream struct {
 	srv        *httptest.Server
 	start, end atomic.Pointer[time.Time]
 	reads      atomic.Int32
+	// explanation is the explanationURL of each answer; "" for none.
+	explanation atomic.Pointer[string]
 }
 
 func newARIUpstream(t *testing.T, offer bool, retryAfter string) *ariUpstream {
@@ -53,7 +55,11 @@ func newARIUpstream(t *testing.T, offer bool, retryAfter string) *ariUpstream {
 			u.reads.Add(1)
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Retry-After", retryAfter)
-			_ = json.NewEncoder(w).Encode(map[string]any{"suggestedWindow": map[string]time.Time{"start": *u.start.Load(), "end": *u.end.Load()}})
+			answer := map[string]any{"suggestedWindow": map[string]time.Time{"start": *u.start.Load(), "end": *u.end.Load()}}
+			if e := u.explanation.Load(); e != nil && *e != "" {
+				answer["explanationURL"] = *e
+			}
+			_ = json.NewEncoder(w).Encode(answer)
 		default:
 			http.NotFound(w, r)
 		}
@@ -166,6 +172,42 @@ func TestTheUpstreamsRetryAfterHoldsItsWindowFromAMinuteToADay(t *testing.T) {
 			}
 			if info.RetryAfter > tc.want || info.RetryAfter < tc.want-time.Minute/2 {
 				t.Errorf("Retry-After %q: the window holds for %v; want %v", tc.retryAfter, info.RetryAfter, tc.want)
+			}
+		})
+	}
+}
+
+// The clients' operators are shown the explanation URL: one from the
+// upstream that is no plain web page is not passed on, and its window
+// still is.
+func TestTheUpstreamsExplanationURLIsPassedOnOnlyWhenItIsAWebPage(t *testing.T) {
+	cases := []struct {
+		name, url, want string
+	}{
+		{"ok/an https page", "https://status.example.org/incident/42", "https://status.example.org/incident/42"},
+		{"ok/an http page", "http://status.example.org/", "http://status.example.org/"},
+		{"fail/a javascript link", "javascript:alert(1)", ""},
+		{"fail/a data URL", "data:text/html,<script>alert(1)</script>", ""},
+		{"fail/a relative path", "/incident/42", ""},
+		{"fail/credentials in it", "https://user:pass@status.example.org/", ""},
+		{"fail/longer than the bound", "https://status.example.org/" + strings.Repeat("a", signer.MaxExplanationURL), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newARIUpstream(t, true, "3600")
+			b := newBench(t, up.srv.URL+"/dir", ChallengeBypass)
+			start := b.clock.Now().Add(48 * time.Hour).UTC().Truncate(time.Second)
+			up.setWindow(start, start.Add(time.Hour))
+			up.explanation.Store(&tc.url)
+			info, err := b.s.RenewalInfo(context.Background(), issuedLeaf(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.ExplanationURL != tc.want {
+				t.Errorf("explanation URL %q passed on as %q; want %q", tc.url, info.ExplanationURL, tc.want)
+			}
+			if !info.Start.Equal(start) {
+				t.Errorf("window from %v; want the upstream's %v", info.Start, start)
 			}
 		})
 	}
