@@ -128,7 +128,7 @@ func (db *DB) insertAudit(ctx context.Context, tx *sql.Tx, ev AuditEvent) error 
 	}
 	if ev.DedupKey != "" {
 		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO audit_events (`+auditInsertCols+`, dedup_key)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dedup_key) DO NOTHING`), append(args, text(ev.DedupKey))...)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`), append(args, text(ev.DedupKey))...)
 		if err != nil {
 			return err
 		}

@@ -541,7 +541,7 @@ var postgresMigrations = []migration{
 		stmts: []string{
 			// As SQLite's step.
 			`ALTER TABLE audit_events ADD COLUMN dedup_key TEXT`,
-			`CREATE UNIQUE INDEX audit_dedup_key ON audit_events (dedup_key)`,
+			`CREATE UNIQUE INDEX audit_dedup_key ON audit_events (dedup_key) WHERE dedup_key IS NOT NULL`,
 			`ALTER TABLE jobs ADD COLUMN revivals INTEGER NOT NULL DEFAULT 0`,
 		},
 	},

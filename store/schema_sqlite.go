@@ -633,9 +633,11 @@ var sqliteMigrations = []migration{
 			// carries a key naming that retirement, and a second row with
 			// the key — Abandon run again after a crash before the job's
 			// retirement was recorded — is not written. Rows without a
-			// key (NULL) never collide.
+			// key (NULL, nearly all) stay out of the index: an audit row
+			// costs no more to write, and the migration of a large
+			// table builds an empty index.
 			`ALTER TABLE audit_events ADD COLUMN dedup_key TEXT`,
-			`CREATE UNIQUE INDEX audit_dedup_key ON audit_events (dedup_key)`,
+			`CREATE UNIQUE INDEX audit_dedup_key ON audit_events (dedup_key) WHERE dedup_key IS NOT NULL`,
 			// How often an operator revived the job once it was retired:
 			// a revived job that fails again is a second retirement, with
 			// a key of its own.
