@@ -2,8 +2,12 @@ package jobs
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -91,6 +95,39 @@ func TestACancelledAttemptThatAsksForARetryEndsCancelledWhateverItsBudget(t *tes
 					t.Errorf("abandon calls %q, want one %q", a, cancelledReason)
 				}
 			})
+		}
+	})
+}
+
+// An operator's cancel of a waiting job whose Abandon could not write its
+// side effects (the database away) says so in the operator's log: the
+// cancel is recorded and not undone, and nothing tries the Abandon again,
+// so a failure dropped there would leave the order processing, or the
+// audit row unwritten, without a word.
+func TestAnAbandonThatFailsAfterAnOperatorsCancelIsLogged(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		q := NewQueue(openDB(t, ""), nil)
+		core, logs := observer.New(zap.WarnLevel)
+		h := newFuncHandler("k", func(context.Context, *Job) Outcome { return Done() })
+		h.abandonErr = func(*Job) error { return errDatabaseAway }
+		startRunner(t, q, RunnerOptions{Logger: zap.New(core)}, h)
+		job, _, err := q.Enqueue(context.Background(), Spec{Kind: "k", Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := q.Cancel(context.Background(), job.ID)
+		if err != nil || got.Status != store.JobCancelled {
+			t.Fatalf("cancel: %s, %v; want cancelled", got.Status, err)
+		}
+		if n := len(h.abandons(job.ID)); n != 1 {
+			t.Fatalf("abandon called %d times, want once", n)
+		}
+		lines := logs.FilterField(zap.String("event", "jobs_abandon_failed")).All()
+		if len(lines) != 1 {
+			t.Fatalf("%d jobs_abandon_failed log lines, want 1", len(lines))
+		}
+		if e, ok := lines[0].ContextMap()["error"].(string); !ok || !strings.Contains(e, errDatabaseAway.Error()) {
+			t.Errorf("the log line's error is %q, want the Abandon's", e)
 		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -234,9 +236,14 @@ func (q *Queue) Cancel(ctx context.Context, id int64) (Job, error) {
 		if r := q.localRunnerOf(job.Kind); r != nil {
 			// A context of its own, as the runner gives it: the cancel
 			// is recorded, and the caller's request may end any time.
+			// Nothing tries it again (the job is settled, and
+			// not reclaimed): a failure is the operator's to see.
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 			defer cancel()
-			r.abandon(actx, r.handlers[job.Kind], &job, cancelledReason)
+			if err := r.abandon(actx, r.handlers[job.Kind], &job, cancelledReason); err != nil {
+				r.log.Error("cancelled job's abandon failed; its side effects are not written", zap.String("event", "jobs_abandon_failed"),
+					zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Error(err))
+			}
 		}
 	}
 	return job, nil
