@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -51,6 +52,11 @@ type JobLease struct {
 // A file that is not a store (no jobs table) has no leases.
 func SQLiteInUse(ctx context.Context, path string, now time.Time) (SQLiteUse, error) {
 	var use SQLiteUse
+	// SQLite resolves a symlink to the database and keeps its -shm file
+	// beside the file it resolves to: that one holds the locks.
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		path = resolved
+	}
 	pid, err := lockHolder(path + "-shm")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return use, fmt.Errorf("store: looking for processes that have %s open: %w", path, err)
