@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -128,6 +129,111 @@ func TestAnAbandonThatFailsAfterAnOperatorsCancelIsLogged(t *testing.T) {
 		}
 		if e, ok := lines[0].ContextMap()["error"].(string); !ok || !strings.Contains(e, errDatabaseAway.Error()) {
 			t.Errorf("the log line's error is %q, want the Abandon's", e)
+		}
+	})
+}
+
+// An operator's cancel of a running job whose attempt then asks to run
+// again (a retry, a periodic job's reschedule) leaves the job unretired
+// while its Abandon has not succeeded: a runner that stops meanwhile
+// leaves it to the next runner, which reclaims it when its lease lapses,
+// abandons it and retires it as cancelled. A runner that let its settling
+// write retire the job first lost the Abandon for good to a stop or a
+// crash: a retired job is never reclaimed.
+func TestACancelledAttemptWhoseAbandonFailedUntilTheRunnerStoppedIsAbandonedByTheNextRunner(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		tests := []struct {
+			name    string
+			outcome Outcome
+		}{
+			{name: "retry", outcome: Retry("still down")},
+			{name: "reschedule", outcome: Reschedule(time.Hour)},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				const lease = 30 * time.Second
+				place := newPlace(t)
+				clk := clocktest.New(start)
+				q := NewQueue(openDB(t, place), clk)
+				started, release := make(chan struct{}, 1), make(chan struct{})
+				first := newFuncHandler("k", func(context.Context, *Job) Outcome {
+					started <- struct{}{}
+					<-release
+					return tc.outcome
+				})
+				first.abandonErr = func(*Job) error { return errDatabaseAway }
+				first.lease = lease
+				r, err := NewRunner(q, []Handler{first}, RunnerOptions{Clock: clk, StopTimeout: 10 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Start(ctx); err != nil {
+					t.Fatal(err)
+				}
+				job, _, err := q.Enqueue(ctx, Spec{Kind: "k", MaxAttempts: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-started
+				if _, err := q.Cancel(ctx, job.ID); err != nil {
+					t.Fatal(err)
+				}
+				close(release)
+				waitFor(t, "a failed abandon", func() bool { return len(first.abandons(job.ID)) >= 1 })
+				if err := r.Stop(); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := q.Get(ctx, job.ID); err != nil || got.Status != store.JobRunning {
+					t.Fatalf("after the stop the job is %s (%v), want still running, unretired", got.Status, err)
+				}
+
+				clk.Advance(lease + time.Second)
+				next := newFuncHandler("k", func(context.Context, *Job) Outcome {
+					t.Error("the cancelled job was run again")
+					return Done()
+				})
+				startRunner(t, NewQueue(openDB(t, place), clk), RunnerOptions{Clock: clk}, next)
+				got := waitStatus(t, q, job.ID, store.JobCancelled)
+				if a := next.abandons(job.ID); len(a) != 1 || a[0] != cancelledReason {
+					t.Errorf("the next runner's abandon calls %q, want one %q", a, cancelledReason)
+				}
+				if got.LastError != cancelledReason {
+					t.Errorf("retired with %q, want %q", got.LastError, cancelledReason)
+				}
+			})
+		}
+	})
+}
+
+// An attempt that succeeds although an operator cancelled it meanwhile
+// has done its work: the job ends done, and nothing is abandoned.
+func TestACancelledAttemptThatSucceedsEndsDoneUnabandoned(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		q := NewQueue(openDB(t, ""), nil)
+		started, release := make(chan struct{}, 1), make(chan struct{})
+		h := newFuncHandler("k", func(context.Context, *Job) Outcome {
+			started <- struct{}{}
+			<-release
+			return Done()
+		})
+		r := startRunner(t, q, RunnerOptions{}, h)
+		job, _, err := q.Enqueue(ctx, Spec{Kind: "k", MaxAttempts: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		if _, err := q.Cancel(ctx, job.ID); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		waitStatus(t, q, job.ID, store.JobDone)
+		if err := r.Stop(); err != nil { // no Abandon can be still on its way
+			t.Fatal(err)
+		}
+		if a := h.abandons(job.ID); len(a) != 0 {
+			t.Errorf("abandon calls %q, want none", a)
 		}
 	})
 }

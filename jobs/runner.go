@@ -801,10 +801,13 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 		r.logSettleError(job, err)
 		return false
 	}
-	if status == store.JobCancelled {
-		// An operator cancelled it while this attempt ran; the guarded
-		// write above retired it, so this runner is the one to abandon it.
-		r.abandonDurably(ks, job, cancelledReason)
+	if status == store.JobRunning {
+		// An operator cancelled it while this attempt ran: the guarded
+		// write above left it running under this runner's lease, to be
+		// retired as cancelled once its Abandon succeeded — or, should
+		// this runner stop first, reclaimed and abandoned by the next.
+		r.retire(ks, job, store.JobCancelled, cancelledReason)
+		return false
 	}
 	return out.kind == outcomeDone
 }
@@ -829,8 +832,8 @@ func (r *Runner) retire(ks *kindState, job *Job, status store.JobStatus, reason 
 
 // retireUnretried retires a job whose attempt asked for a retry it has no
 // attempt or time left for: as failed, for reason — or, when an operator
-// cancelled it while the attempt ran, as cancelled, as RetryJob would
-// have settled it: the cancel is why it is not retried.
+// cancelled it while the attempt ran, as cancelled, as settle does after
+// RetryJob: the cancel is why it is not retried.
 func (r *Runner) retireUnretried(ks *kindState, job *Job, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), settleWriteTimeout)
 	cur, err := r.q.db.GetJob(ctx, job.ID)
@@ -851,9 +854,9 @@ const abandonTimeout = 30 * time.Second
 // keeps being renewed. It gives up after AbandonRetry, logging it, and
 // reports true: retire the job all the same. It reports false when the
 // runner stopped first: retire then leaves the job to be reclaimed and
-// abandoned again, as after a crash. (A job an operator's cancel retired
-// before its abandon, see settle, is not reclaimed: a stop or a crash
-// there loses the abandon.)
+// abandoned again, as after a crash. A job an operator cancelled while
+// its attempt ran takes the same path: the settling write leaves it
+// running for retire (see settle), as no retired job is reclaimed.
 func (r *Runner) abandonDurably(h Handler, job *Job, reason string) bool {
 	began := r.opts.Clock.Now()
 	delay := 100 * time.Millisecond

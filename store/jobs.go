@@ -336,8 +336,43 @@ func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUnti
 // it, the job is back to running under a lease that lapses, and runs again
 // — which at-least-once delivery already asks every handler to bear.
 func (db *DB) settle(ctx context.Context, what string, id int64, owner, set string, args ...any) (JobStatus, error) {
+	return db.settleWhere(ctx, what, id, owner, "", set, args...)
+}
+
+// settleUnlessCancelled is settle for a write that would have the job run
+// again (a retry, a reschedule): a job an operator cancelled while its
+// attempt ran is left as it is — running, under the caller's lease — and
+// reported as JobRunning, for the caller to retire once the handler's
+// Abandon has succeeded. A write that retired it here would leave a stop
+// or a crash before that Abandon nothing to reclaim: the Abandon lost.
+// (A running job's cancel request is never withdrawn, so the read that
+// tells a cancel from a lost lease cannot mistake one for the other.)
+func (db *DB) settleUnlessCancelled(ctx context.Context, what string, id int64, owner, set string, args ...any) (JobStatus, error) {
+	st, err := db.settleWhere(ctx, what, id, owner, " AND cancel_requested = 0", set, args...)
+	if !errors.Is(err, ErrLeaseLost) {
+		return st, err
+	}
+	var (
+		status     JobStatus
+		leaseOwner sql.NullString
+		cancelled  int64
+	)
+	err = db.r.QueryRowContext(ctx, db.q(`SELECT status, lease_owner, cancel_requested FROM jobs WHERE id = ?`), id).
+		Scan(&status, &leaseOwner, &cancelled)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", fmt.Errorf("%w: job %d (%s)", ErrLeaseLost, id, what)
+	case err != nil:
+		return "", fmt.Errorf("store: job %d (%s): %w", id, what, err)
+	case status == JobRunning && leaseOwner.String == owner && cancelled == 1:
+		return JobRunning, nil
+	}
+	return "", fmt.Errorf("%w: job %d (%s)", ErrLeaseLost, id, what)
+}
+
+func (db *DB) settleWhere(ctx context.Context, what string, id int64, owner, guard, set string, args ...any) (JobStatus, error) {
 	stmt := db.q(`UPDATE jobs SET ` + set + `
-		WHERE id = ? AND lease_owner = ? AND status = 'running'
+		WHERE id = ? AND lease_owner = ? AND status = 'running'` + guard + `
 		RETURNING status`)
 	var st JobStatus
 	err := db.lazyWr.QueryRowContext(ctx, stmt, append(args, id, owner)...).Scan(&st)
@@ -359,29 +394,30 @@ func (db *DB) CompleteJob(ctx context.Context, id int64, owner string, now time.
 }
 
 // RescheduleJob makes a periodic job ready again at runAt with a fresh
-// attempt budget; an operator's cancel retires it instead.
+// attempt budget. A job an operator cancelled meanwhile is left running
+// under the lease and JobRunning returned: the caller retires it, after
+// its Abandon (see settleUnlessCancelled).
 func (db *DB) RescheduleJob(ctx context.Context, id int64, owner string, runAt, now time.Time) (JobStatus, error) {
-	return db.settle(ctx, "reschedule", id, owner,
-		`status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'ready' END,
-		 finished_at = CASE WHEN cancel_requested = 1 THEN CAST(? AS BIGINT) ELSE NULL END,
+	return db.settleUnlessCancelled(ctx, "reschedule", id, owner,
+		`status = 'ready', finished_at = NULL,
 		 attempts = 0, run_at = ?, last_error = '', lease_owner = NULL, lease_until = NULL, updated_at = ?`,
-		now.UnixMilli(), runAt.UnixMilli(), now.UnixMilli())
+		runAt.UnixMilli(), now.UnixMilli())
 }
 
 // RetryJob makes a job ready again at runAt, recording reason. refund gives
 // back the attempt the run counted (a rate limit is not the job's failure).
-// If an operator cancelled the job meanwhile it is retired as cancelled
-// instead; the returned status says which.
+// A job an operator cancelled meanwhile is left running under the lease
+// and JobRunning returned: the caller retires it, after its Abandon (see
+// settleUnlessCancelled).
 func (db *DB) RetryJob(ctx context.Context, id int64, owner string, runAt time.Time, reason string, refund bool, now time.Time) (JobStatus, error) {
 	refunded := 0
 	if refund {
 		refunded = 1
 	}
-	return db.settle(ctx, "retry", id, owner,
-		`status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'ready' END,
-		 finished_at = CASE WHEN cancel_requested = 1 THEN CAST(? AS BIGINT) ELSE NULL END,
+	return db.settleUnlessCancelled(ctx, "retry", id, owner,
+		`status = 'ready', finished_at = NULL,
 		 attempts = attempts - ?, run_at = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
-		now.UnixMilli(), refunded, runAt.UnixMilli(), text(reason), now.UnixMilli())
+		refunded, runAt.UnixMilli(), text(reason), now.UnixMilli())
 }
 
 // RetireJob settles a job as failed or cancelled for good.

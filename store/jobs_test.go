@@ -136,18 +136,71 @@ func TestCancelAndRetryNowFollowTheJobsState(t *testing.T) {
 		if err != nil || r.Status != JobReady || r.Attempts != 0 || !r.RunAt.Equal(t0.Add(time.Second)) || r.CancelRequested {
 			t.Fatalf("retry now: %+v %v", r, err)
 		}
-		// Cancelling a running job marks it; its retry then retires it.
+		// Cancelling a running job marks it (see
+		// TestARetryOfACancelledRunningJobLeavesItForTheRunnerToRetire).
 		db.ClaimJobs(ctx, "k", "a", t0.Add(time.Second), t0.Add(time.Minute), 1)
 		c, err = db.CancelJob(ctx, j.ID, t0)
 		if err != nil || c.Status != JobRunning || !c.CancelRequested {
 			t.Fatalf("cancel running: %+v %v", c, err)
 		}
-		st, err := db.RetryJob(ctx, j.ID, "a", t0.Add(time.Hour), "boom", false, t0)
-		if err != nil || st != JobCancelled {
-			t.Fatalf("retry of a cancelled running job: %v %v, want cancelled", st, err)
-		}
 		if _, err := db.RetryJobNow(ctx, 12345, t0); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("retry unknown: %v", err)
+		}
+	})
+}
+
+// A retry or a reschedule of a job an operator cancelled while it ran
+// leaves it running under its lease and says so (JobRunning): the runner
+// retires it as cancelled once its handler's Abandon has succeeded. A
+// write that retired it at once would leave a runner stopping before that
+// Abandon nothing to reclaim. A non-owner's write is still ErrLeaseLost.
+func TestARetryOfACancelledRunningJobLeavesItForTheRunnerToRetire(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		tests := []struct {
+			name  string
+			owner string
+			write func(db *DB, id int64, owner string) (JobStatus, error)
+		}{
+			{"retry", "a", func(db *DB, id int64, owner string) (JobStatus, error) {
+				return db.RetryJob(context.Background(), id, owner, t0.Add(time.Hour), "boom", false, t0)
+			}},
+			{"reschedule", "a", func(db *DB, id int64, owner string) (JobStatus, error) {
+				return db.RescheduleJob(context.Background(), id, owner, t0.Add(time.Hour), t0)
+			}},
+			{"retry by a non-owner", "b", func(db *DB, id int64, owner string) (JobStatus, error) {
+				return db.RetryJob(context.Background(), id, owner, t0.Add(time.Hour), "boom", false, t0)
+			}},
+			{"reschedule by a non-owner", "b", func(db *DB, id int64, owner string) (JobStatus, error) {
+				return db.RescheduleJob(context.Background(), id, owner, t0.Add(time.Hour), t0)
+			}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				db := openTest(t)
+				j, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3}, t0)
+				if _, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 1); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.CancelJob(ctx, j.ID, t0); err != nil {
+					t.Fatal(err)
+				}
+				st, err := tc.write(db, j.ID, tc.owner)
+				if tc.owner != "a" {
+					if !errors.Is(err, ErrLeaseLost) {
+						t.Fatalf("got %v %v, want ErrLeaseLost", st, err)
+					}
+				} else if err != nil || st != JobRunning {
+					t.Fatalf("got %v %v, want running", st, err)
+				}
+				got, err := db.GetJob(ctx, j.ID)
+				if err != nil || got.Status != JobRunning || got.LeaseOwner != "a" || !got.CancelRequested || got.Attempts != 1 {
+					t.Fatalf("after the write the job is %+v (%v), want running under a's lease, unchanged", got, err)
+				}
+				if err := db.RetireJob(ctx, j.ID, "a", JobCancelled, "cancelled", t0); err != nil {
+					t.Fatalf("retiring it then: %v", err)
+				}
+			})
 		}
 	})
 }
