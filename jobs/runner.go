@@ -881,16 +881,25 @@ func (r *Runner) abandonDurably(h Handler, job *Job, reason string) bool {
 			r.log.Warn("job's abandon failed; trying again", zap.String("event", "jobs_abandon_retrying"),
 				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Int("failures", n), zap.Error(err))
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-r.workCtx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		if delay < 5*time.Second {
-			delay *= 2
-		}
+		r.backOff(&delay)
 	}
+}
+
+// backOff waits delay, or until the runner's work ends, and doubles delay
+// up to 5 s: the pace at which persist and abandonDurably try a write
+// again through an outage. It reports whether the runner still works.
+func (r *Runner) backOff(delay *time.Duration) bool {
+	t := time.NewTimer(*delay)
+	defer t.Stop()
+	select {
+	case <-r.workCtx.Done():
+		return false
+	case <-t.C:
+	}
+	if *delay < 5*time.Second {
+		*delay *= 2
+	}
+	return true
 }
 
 // abandon runs the handler's Abandon, recovering a panic: in a worker
@@ -934,15 +943,8 @@ func (r *Runner) persist(job *Job, write func(ctx context.Context) error) error 
 			r.log.Warn("recording a job's outcome failed; trying again", zap.String("event", "jobs_settle_retrying"),
 				zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Int("failures", n), zap.Error(err))
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-r.workCtx.Done():
-			t.Stop()
+		if !r.backOff(&delay) {
 			return err
-		case <-t.C:
-		}
-		if delay < 5*time.Second {
-			delay *= 2
 		}
 	}
 }
