@@ -490,19 +490,13 @@ func nonceKey(expires time.Time, nonce string) []byte {
 
 // PruneNonces forgets used nonces that have expired anyway: every key
 // below now's expiry prefix, in batches of sweepBatch, each its own write
-// (see sweepInBatches). It returns how many it forgot.
+// (see deleteInBatches). It returns how many it forgot.
 //
 // Each batch is one statement deleting expired keys, which nothing writes
 // again, lowest first, found by the primary key.
 func (db *DB) PruneNonces(ctx context.Context, now time.Time) (int64, error) {
-	n, err := sweepInBatches(ctx, func(batch int) (int64, error) {
-		res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM used_nonces WHERE k IN
-			(SELECT k FROM used_nonces WHERE k < ? ORDER BY k LIMIT ?)`), nonceKey(now, ""), batch)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	})
+	n, err := db.deleteInBatches(ctx, `DELETE FROM used_nonces WHERE k IN
+		(SELECT k FROM used_nonces WHERE k < ? ORDER BY k LIMIT ?)`, nonceKey(now, ""))
 	if err != nil {
 		return n, fmt.Errorf("store: pruning nonces: %w", err)
 	}

@@ -629,21 +629,15 @@ func (db *DB) MoveJobLane(ctx context.Context, kind, key, lane string, now time.
 }
 
 // PruneJobs deletes settled jobs that finished before cutoff, in
-// batches of sweepBatch, each its own write (see sweepInBatches), and
+// batches of sweepBatch, each its own write (see deleteInBatches), and
 // returns how many it deleted.
 //
 // Each batch is one statement deleting settled rows, which nothing
 // changes again, oldest first, found by the index on finished_at.
 func (db *DB) PruneJobs(ctx context.Context, cutoff time.Time) (int64, error) {
-	n, err := sweepInBatches(ctx, func(batch int) (int64, error) {
-		res, err := db.wr.ExecContext(ctx, db.q(`DELETE FROM jobs WHERE id IN
-			(SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled')
-			ORDER BY finished_at LIMIT ?)`), cutoff.UnixMilli(), batch)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	})
+	n, err := db.deleteInBatches(ctx, `DELETE FROM jobs WHERE id IN
+		(SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled')
+		ORDER BY finished_at LIMIT ?)`, cutoff.UnixMilli())
 	if err != nil {
 		return n, fmt.Errorf("store: pruning jobs: %w", err)
 	}

@@ -15,20 +15,27 @@ import (
 // rows span batches.
 var sweepBatch = 1000
 
-// sweepInBatches runs del — one statement deleting at most batch of the
-// rows due, each its own write — until a run deletes fewer than batch,
-// and returns how many rows it deleted. Between batches it stops when
-// ctx ends, returning what it deleted so far. A concurrent sweep of the
-// same rows (a second instance) may make a batch come short and this one
-// stop early; that one goes on, and the next round takes what is left.
-func sweepInBatches(ctx context.Context, del func(batch int) (int64, error)) (int64, error) {
+// deleteInBatches runs stmt — a DELETE of at most batch of the rows due,
+// its last placeholder the batch's LIMIT, args the others — as writes of
+// their own until one deletes fewer than a batch, and returns how many
+// rows it deleted. Between batches it stops when ctx ends, returning what
+// it deleted so far. A concurrent sweep of the same rows (a second
+// instance) may make a batch come short and this one stop early; that one
+// goes on, and the next round takes what is left.
+func (db *DB) deleteInBatches(ctx context.Context, stmt string, args ...any) (int64, error) {
 	batch := sweepBatch
+	stmt = db.q(stmt)
+	args = append(args, batch)
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		n, err := del(batch)
+		res, err := db.wr.ExecContext(ctx, stmt, args...)
+		if err != nil {
+			return total, err
+		}
+		n, err := res.RowsAffected()
 		total += n
 		if err != nil || n < int64(batch) {
 			return total, err
