@@ -154,6 +154,26 @@ type Wait struct {
 	Idle bool
 }
 
+// JobWait is the Wait of the newest job of kind and key in q, for a
+// signer's ExpectedWait (and the ACME layer's handover job): the time
+// until its next attempt while it waits for one; running, when set, while
+// an attempt runs (in any process); Idle when no live job is left; else
+// no estimate (an attempt running, one due, the store not answering).
+func JobWait(ctx context.Context, q *jobs.Queue, kind, key string, now time.Time, running time.Duration) Wait {
+	d, next, err := q.NextAttempt(ctx, kind, key, now)
+	switch {
+	case err != nil:
+		return Wait{}
+	case next == jobs.NextWaiting:
+		return Wait{For: d, Known: true}
+	case next == jobs.NextRunning && running > 0:
+		return Wait{For: running, Known: true}
+	case next == jobs.NextNone:
+		return Wait{Idle: true}
+	}
+	return Wait{}
+}
+
 // Settler is how a signer that answered Pending reports the end of the
 // work. It is given to the signer when it is built.
 type Settler interface {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -41,13 +40,8 @@ func (au *Authority) ProcessingRetryAfter(ctx context.Context, o store.Order) ti
 	if w.Idle || au.Delegates() {
 		// The handover to an instance holding the signer is work on the
 		// order too, and keeps the resume sweep away from it.
-		switch d, next, err := au.queue.NextAttempt(ctx, signer.IssueKind, o.ID, now); {
-		case err != nil:
-			w = signer.Wait{}
-		case next == jobs.NextWaiting:
-			w = signer.Wait{For: d, Known: true}
-		case next != jobs.NextNone:
-			w = signer.Wait{}
+		if jw := signer.JobWait(ctx, au.queue, signer.IssueKind, o.ID, now, 0); !jw.Idle {
+			w = jw
 		}
 	}
 	switch {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
@@ -44,13 +43,5 @@ func (s *Signer) ExpectedWait(ctx context.Context, orderID string) signer.Wait {
 	if err != nil {
 		return signer.Wait{}
 	}
-	switch d, n, err := b.Queue.NextAttempt(ctx, IssueKind, orderID, now); {
-	case err != nil:
-		return signer.Wait{}
-	case n == jobs.NextWaiting:
-		return signer.Wait{For: d, Known: true}
-	case n == jobs.NextNone:
-		return signer.Wait{Idle: true}
-	}
-	return signer.Wait{}
+	return signer.JobWait(ctx, b.Queue, IssueKind, orderID, now, 0)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
@@ -23,18 +22,7 @@ func (s *Signer) ExpectedWait(ctx context.Context, orderID string) signer.Wait {
 	if err != nil {
 		return signer.Wait{}
 	}
-	d, next, err := b.Queue.NextAttempt(ctx, IssueKind, orderID, s.opts.Clock.Now())
-	switch {
-	case err != nil:
-		return signer.Wait{}
-	case next == jobs.NextRunning:
-		return signer.Wait{For: runningWait, Known: true}
-	case next == jobs.NextWaiting:
-		return signer.Wait{For: d, Known: true}
-	case next == jobs.NextNone:
-		return signer.Wait{Idle: true}
-	}
-	return signer.Wait{}
+	return signer.JobWait(ctx, b.Queue, IssueKind, orderID, s.opts.Clock.Now(), runningWait)
 }
 
 var _ signer.WaitEstimator = (*Signer)(nil)
