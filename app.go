@@ -164,19 +164,26 @@ func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), 
 	if err != nil {
 		return "", nil, fmt.Errorf("database: %w", err)
 	}
-	return "sqlite:" + path, func() (*store.DB, error) {
+	// Keyed by the file, not the path: names no path resolution joins (a
+	// hard link, a bind mount) name one file too, and two stores on it
+	// would be two single writers, each with its own group commit and
+	// caches.
+	file, err := store.SQLiteFileKey(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("database: %w", err)
+	}
+	return "sqlite:" + file, func() (*store.DB, error) {
 		return store.OpenSQLite(ctx, path, store.SQLiteOptions{})
 	}, nil
 }
 
-// resolvedPath is the file path p names, absolute and without symlinks,
-// so that two configs naming one SQLite file by different paths (through
-// a symlink to it or to a directory above it, or a/../b) share one store
-// in dbPool rather than open two, each with its own writer contending for
-// the file's lock. Where the file, or directories above it, do not exist
-// yet, the deepest existing directory is resolved and the rest appended.
-// p is not cleaned first: a/../b is b in the directory a's target sits
-// in, as the system opens it, not b beside a.
+// resolvedPath is the file path p names, absolute and without symlinks:
+// the path the store opens, and, where the system gives no file identity
+// (see store.SQLiteFileKey), its key in dbPool. Where the file, or
+// directories above it, do not exist yet, the deepest existing directory
+// is resolved and the rest appended. p is not cleaned first: a/../b is b
+// in the directory a's target sits in, as the system opens it, not b
+// beside a.
 func resolvedPath(p string) (string, error) {
 	if !filepath.IsAbs(p) {
 		wd, err := os.Getwd()

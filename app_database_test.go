@@ -15,6 +15,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -79,23 +80,28 @@ func fieldStrings(m map[string]any) []string {
 
 // Two apps (two configs, or the old and new of a reload) naming one
 // SQLite file by different paths — through a symlink to its directory or
-// to the file, or through a/../b — share one store: two would each run
-// their own writer and group commit on one file, contending for its lock
-// with SQLITE_BUSY.
-func TestAppsNamingOneSQLiteFileThroughASymlinkShareOneStore(t *testing.T) {
+// to the file, through a/../b, or through a hard link (a bind mount is
+// the same file under another name too) — share one store: two would each
+// run their own writer and group commit on one file, contending for its
+// lock with SQLITE_BUSY, and each trust caches the other's writes do not
+// update.
+func TestAppsNamingOneSQLiteFileByTwoNamesShareOneStore(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		// paths returns the paths the two apps name, in dir.
 		paths func(t *testing.T, dir string) (string, string)
+		// between, when set, runs after the first app opened the store
+		// and before the second names it.
+		between func(t *testing.T, first, second string)
 	}{
 		{"a symlinked directory, before the file exists", func(t *testing.T, dir string) (string, string) {
 			mustSymlink(t, filepath.Join(dir, "real"), filepath.Join(dir, "link"))
 			return filepath.Join(dir, "real", "acme.db"), filepath.Join(dir, "link", "acme.db")
-		}},
+		}, nil},
 		{"a symlink to the file", func(t *testing.T, dir string) (string, string) {
 			mustSymlink(t, filepath.Join(dir, "real", "acme.db"), filepath.Join(dir, "acme.db"))
 			return filepath.Join(dir, "real", "acme.db"), filepath.Join(dir, "acme.db")
-		}},
+		}, nil},
 		{"a/../b where a is a symlink to another directory", func(t *testing.T, dir string) (string, string) {
 			// other/sub/.. is other, wherever the name other/sub is.
 			if err := os.MkdirAll(filepath.Join(dir, "elsewhere", "sub"), 0o700); err != nil {
@@ -103,7 +109,22 @@ func TestAppsNamingOneSQLiteFileThroughASymlinkShareOneStore(t *testing.T) {
 			}
 			mustSymlink(t, filepath.Join(dir, "elsewhere", "sub"), filepath.Join(dir, "real", "sub"))
 			return filepath.Join(dir, "elsewhere", "acme.db"), filepath.Join(dir, "real", "sub") + "/../acme.db"
-		}},
+		}, nil},
+		{"a hard link to a store that exists", func(t *testing.T, dir string) (string, string) {
+			first := filepath.Join(dir, "real", "acme.db")
+			db, err := store.OpenSQLite(context.Background(), first, store.SQLiteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			mustLink(t, first, filepath.Join(dir, "other", "acme.db"))
+			return first, filepath.Join(dir, "other", "acme.db")
+		}, nil},
+		{"a hard link made to the file the first app created", func(t *testing.T, dir string) (string, string) {
+			return filepath.Join(dir, "real", "acme.db"), filepath.Join(dir, "other", "linked.db")
+		}, func(t *testing.T, first, second string) { mustLink(t, first, second) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -114,6 +135,9 @@ func TestAppsNamingOneSQLiteFileThroughASymlinkShareOneStore(t *testing.T) {
 			a := &App{AppConfig: acmeproxy.AppConfig{Database: first}}
 			if _, err := provisionApp(t, a); err != nil {
 				t.Fatal(err)
+			}
+			if c.between != nil {
+				c.between(t, first, second)
 			}
 			b := &App{AppConfig: acmeproxy.AppConfig{Database: second}}
 			if _, err := provisionApp(t, b); err != nil {
@@ -132,6 +156,16 @@ func mustSymlink(t *testing.T, target, link string) {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustLink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(link), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(target, link); err != nil {
 		t.Fatal(err)
 	}
 }

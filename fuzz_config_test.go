@@ -2,6 +2,7 @@ package caddyacmeproxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"maps"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 )
 
 // FuzzProvisionConfig provisions the JSON of the acme_proxy app and of a
@@ -142,7 +145,7 @@ func FuzzProvisionConfig(f *testing.F) {
 			t.Skip("not a JSON object and a JSON list of objects")
 		}
 		err := sb.validate(t, app, handlers)
-		if refs, held := dbPool.References(sb.dbKey()); held {
+		if refs, held := dbPool.References(sb.dbKey(t)); held {
 			t.Fatalf("after provisioning (error: %v) the database is still held %d times", err, refs)
 		}
 		if err != nil {
@@ -200,7 +203,14 @@ func newProvisionSandbox(f *testing.F) *provisionSandbox {
 func (sb *provisionSandbox) dbPath() string { return filepath.Join(sb.dir, "acme_proxy.db") }
 
 // dbKey is the app's key for the database in dbPool.
-func (sb *provisionSandbox) dbKey() string { return "sqlite:" + sb.dbPath() }
+func (sb *provisionSandbox) dbKey(t *testing.T) string {
+	t.Helper()
+	key, _, err := (&App{AppConfig: acmeproxy.AppConfig{Database: sb.dbPath()}}).database(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
 
 // validate provisions the app and handlers inside the sandbox's config,
 // as `caddy validate` does.
