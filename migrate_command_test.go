@@ -324,25 +324,37 @@ func TestMigrateStoreCopiesASourceWhoseInstanceStoppedOrWhoseLeasesLapsed(t *tes
 	}
 }
 
-// migrate-store refuses a source in use also when --from names it
-// through a symlink: SQLite opens, and locks, the -shm file beside the
-// file the link resolves to, not beside the link.
-func TestMigrateStoreRefusesASourceInUseNamedThroughASymlink(t *testing.T) {
-	path := sourceWithAnAccount(t)
-	db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	link := filepath.Join(t.TempDir(), "link.db")
-	if err := os.Symlink(path, link); err != nil {
-		t.Fatal(err)
-	}
-	out, err := runCLI("migrate-store", "--from", link, "--to", pgtest.DSN(t))
-	if err == nil {
-		t.Fatalf("migrate-store copied a source in use, named through a symlink:\n%s", out)
-	}
-	if !strings.Contains(err.Error(), "open in process") {
-		t.Errorf("the refusal %q does not say the source is open", err)
+// migrate-store refuses a source in use also when --from names it by
+// another name than the running instance does: through a symlink (SQLite
+// opens, and locks, the -shm file beside the file the link resolves to,
+// not beside the link) or a hard link (the -shm file is beside the other
+// name; no path leads from this one to it).
+func TestMigrateStoreRefusesASourceInUseNamedByAnotherName(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		link func(target, link string) error
+	}{
+		{"a symlink", os.Symlink},
+		{"a hard link", os.Link},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := sourceWithAnAccount(t)
+			db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			link := filepath.Join(t.TempDir(), "link.db")
+			if err := c.link(path, link); err != nil {
+				t.Fatal(err)
+			}
+			out, err := runCLI("migrate-store", "--from", link, "--to", pgtest.DSN(t))
+			if err == nil {
+				t.Fatalf("migrate-store copied a source in use, named through %s:\n%s", c.name, out)
+			}
+			if !strings.Contains(err.Error(), "open in process") {
+				t.Errorf("the refusal %q does not say the source is open", err)
+			}
+		})
 	}
 }

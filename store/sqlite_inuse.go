@@ -34,16 +34,29 @@ type JobLease struct {
 	Until time.Time
 }
 
+// The bytes SQLite locks (its unix VFS): in the database file, from
+// PENDING_BYTE (1 GiB) the pending, reserved and the 510 shared bytes; in
+// the -shm file, the WAL-index lock bytes.
+const (
+	sqliteLockBytes, sqliteLockBytesLen = 0x40000000, 512
+	shmLockBytes, shmLockBytesLen       = 120, 9
+)
+
 // SQLiteInUse looks, without writing anything, for signs that the SQLite
 // store at path is in use by a running instance, for a caller about to
 // copy it (migrate-store), which would miss what that instance writes
 // after the copy began:
 //
-//   - another process holding the database open: every connection holds
-//     a shared lock on the database's -shm file (SQLite's WAL-index lock
-//     bytes, 120–128, the last the "DMS" lock held for as long as a
-//     connection is open) — seen where the system answers which process
-//     holds a lock (Unix; on Linux also a connection of this process);
+//   - another process holding the database open: a connection in WAL
+//     mode holds a shared lock on the database file itself (SQLite's lock
+//     bytes at 1 GiB: pending, reserved, shared) once it has read it, and
+//     one on its -shm file (the WAL-index lock bytes, 120–128, the last
+//     the "DMS" lock held for as long as a connection is open) — seen
+//     where the system answers which process holds a lock (Unix; on Linux
+//     also a connection of this process). The database file's lock is
+//     the file's, whichever name reached it; the -shm file is beside the
+//     name the process opened, which from a hard link to the database no
+//     path leads to;
 //   - a job whose lease has not lapsed at now: a running instance's
 //     runner holds one while it runs a job (its periodic sweeps among
 //     them, every few minutes); one that crashed leaves its leases until
@@ -57,11 +70,22 @@ func SQLiteInUse(ctx context.Context, path string, now time.Time) (SQLiteUse, er
 	if resolved, err := filepath.EvalSymlinks(path); err == nil {
 		path = resolved
 	}
-	pid, err := lockHolder(path + "-shm")
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return use, fmt.Errorf("store: looking for processes that have %s open: %w", path, err)
+	for _, l := range []struct {
+		file     string
+		start, n int64
+	}{
+		{path, sqliteLockBytes, sqliteLockBytesLen},
+		{path + "-shm", shmLockBytes, shmLockBytesLen},
+	} {
+		pid, err := lockHolder(l.file, l.start, l.n)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return use, fmt.Errorf("store: looking for processes that have %s open: %w", path, err)
+		}
+		if pid != 0 {
+			use.OpenBy = pid
+			break
+		}
 	}
-	use.OpenBy = pid
 	ro, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?mode=ro&_pragma=busy_timeout(5000)")
 	if err != nil {
 		return use, fmt.Errorf("store: opening %s read-only: %w", path, err)
