@@ -148,7 +148,7 @@ func (b *relayBench) start() *relayProcess {
 	profiles := relayProfiles{srv.Profile(): srv}
 	handlers := append([]jobs.Handler{authority.ValidationJobs(profiles, db, clock.Real())},
 		authority.SignerJobHandlers(profiles, []*authority.Authority{srv.Authority()}, nil)...)
-	handlers = append(handlers, authority.RevocationJobHandlers(profiles, func() []*authority.Authority { return []*authority.Authority{srv.Authority()} }, nil)...)
+	handlers = append(handlers, authority.RevocationJobHandlers(profiles, func() []*authority.Authority { return []*authority.Authority{srv.Authority()} }, db, clock.Real(), nil)...)
 	opts := jobs.RunnerOptions{
 		BackoffBase: 50 * time.Millisecond, BackoffCap: 200 * time.Millisecond, PollInterval: 100 * time.Millisecond,
 		// The relay's jobs are in its profile's signing lane, which the

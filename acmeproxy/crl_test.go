@@ -264,7 +264,7 @@ func TestARevocationQueuedAtABackendIsConfirmedByAskingAgain(t *testing.T) {
 	backend.down.Store(true)
 	profiles := staticProfiles{e.srv.Profile(): e.srv}
 	handlers := append([]jobs.Handler{authority.ValidationJobs(profiles, e.db, e.srv.clock)},
-		authority.RevocationJobHandlers(profiles, profiles.All, nil)...)
+		authority.RevocationJobHandlers(profiles, profiles.All, e.db, e.srv.clock, nil)...)
 	runner, err := jobs.NewRunner(e.queue, handlers, jobs.RunnerOptions{Lanes: signingLanes(e.srv)})
 	if err != nil {
 		t.Fatal(err)

@@ -192,7 +192,7 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 	}
 	profiles := staticProfiles{srv.Profile(): srv}
 	handlers := append([]jobs.Handler{authority.ValidationJobs(profiles, db, srv.clock)},
-		authority.RevocationJobHandlers(profiles, func() []*authority.Authority { return []*authority.Authority{srv.Authority()} }, nil)...)
+		authority.RevocationJobHandlers(profiles, func() []*authority.Authority { return []*authority.Authority{srv.Authority()} }, db, srv.clock, nil)...)
 	handlers = append(handlers, eo.handlers...)
 	if eo.profileHandlers != nil {
 		handlers = append(handlers, eo.profileHandlers(profiles)...)

@@ -146,7 +146,7 @@ func TestARevocationAbandonedAgainAfterACrashIsAuditedOnce(t *testing.T) {
 
 		profiles := staticProfiles{e.srv.Profile(): e.srv}
 		var revoke jobs.Handler
-		for _, h := range authority.RevocationJobHandlers(profiles, profiles.All, nil) {
+		for _, h := range authority.RevocationJobHandlers(profiles, profiles.All, e.db, e.srv.clock, nil) {
 			if h.Kind() == authority.RevokeKind {
 				revoke = h
 			}
@@ -183,6 +183,84 @@ func TestARevocationAbandonedAgainAfterACrashIsAuditedOnce(t *testing.T) {
 		}
 		if n := revocationFailedRows(t, e.db, cert.order); n != 1 {
 			t.Errorf("%d revocation_failed rows after the abandon ran again; want 1", n)
+		}
+	})
+}
+
+// A revocation retired on an instance that does not mount its profile —
+// an operator cancels it there, on a front end or on an instance whose
+// config dropped the profile — still leaves its revocation_failed row:
+// what the row says is in the job's payload and the store. It is written
+// once, however often the abandon runs. Written only where the profile
+// was mounted, the trail lost the record that a revocation never reached
+// its backend.
+func TestARevocationRetiredWhereItsProfileIsNotMountedIsAuditedOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		backend := &refusingBackend{}
+		e := newTestEnvWith(t, envOptions{
+			opts: func(o *Options) { o.RevokeWait = 10 * time.Millisecond },
+			wrap: func(l *localca.Signer) signer.Signer { backend.Signer = l; return backend },
+			// The revocation waits in its profile's lane: no runner
+			// here serves it.
+			runner: jobs.RunnerOptions{Lanes: []string{}},
+		})
+		c := e.client(ctx)
+		cert := e.issue(ctx, c, "retired-elsewhere.example.com")
+		e.raw(c).post(e.url("/revoke-cert"), map[string]any{"certificate": b64(cert.der), "reason": 4}, jwsOpts{})
+		js, err := e.queue.List(ctx, store.JobFilter{Kind: authority.RevokeKind, Key: cert.order})
+		if err != nil || len(js) != 1 {
+			t.Fatalf("signer_revoke jobs: %+v (%v); want one", js, err)
+		}
+
+		// The other instance: same store, no profile mounted.
+		none := staticProfiles{}
+		handlers := authority.RevocationJobHandlers(none, none.All, e.db, e.srv.clock, nil)
+		var revoke jobs.Handler
+		for _, h := range handlers {
+			if h.Kind() == authority.RevokeKind {
+				revoke = h
+			}
+		}
+		q := jobs.NewQueue(e.db, nil)
+		r, err := jobs.NewRunner(q, handlers, jobs.RunnerOptions{Lanes: []string{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Stop() })
+		job, err := q.Cancel(ctx, js[0].ID)
+		if err != nil || job.Status != store.JobCancelled {
+			t.Fatalf("cancel: %+v %v; want the job cancelled", job, err)
+		}
+		// Run again, as after a crash before the retirement was recorded.
+		if err := revoke.Abandon(ctx, &job, "cancelled by an operator"); err != nil {
+			t.Fatal(err)
+		}
+
+		rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventRevocationFailed, OrderID: cert.order})
+		if len(rows) != 1 {
+			t.Fatalf("%d revocation_failed rows; want 1", len(rows))
+		}
+		stored, err := e.db.CertificateOfOrder(ctx, cert.order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rows[0]
+		for _, f := range []struct{ name, got, want string }{
+			{"outcome", got.Outcome, authority.OutcomeFailure},
+			{"profile", got.Profile, e.srv.Profile()},
+			{"serial", got.Serial, stored.Serial},
+			{"reason", got.Reason, "4"},
+			{"detail", got.Detail, "cancelled by an operator"},
+			{"actor", got.ActorKind, authority.ActorAccount},
+		} {
+			if f.got != f.want {
+				t.Errorf("the row's %s is %q; want %q", f.name, f.got, f.want)
+			}
 		}
 	})
 }

@@ -246,13 +246,15 @@ func (p crlPayload) profileName() string    { return p.Profile }
 // crl_refresh. authorities lists the mounted profiles when called. The
 // refresh runs only on instances holding a signer (signer.AnySignerLane),
 // and also republishes what their profiles publish for the instances
-// serving them without the signer (a CA renewed, a new issuer).
-func RevocationJobHandlers(profiles Profiles, authorities func() []*Authority, logger *zap.Logger) []jobs.Handler {
+// serving them without the signer (a CA renewed, a new issuer). db and
+// clk write the audit row of a revocation retired where its profile is
+// not mounted.
+func RevocationJobHandlers(profiles Profiles, authorities func() []*Authority, db *store.DB, clk clock.Clock, logger *zap.Logger) []jobs.Handler {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
 	return []jobs.Handler{
-		revokeJobs(profiles, logger),
+		revokeJobs(profiles, db, clk, logger),
 		crlJobs(profiles, authorities, logger),
 		&jobs.Periodic{Name: CRLRefreshKind, Every: CRLRefreshEvery, Lane: signer.AnySignerLane, Do: func(ctx context.Context) error {
 			aus := authorities()
@@ -265,44 +267,51 @@ func RevocationJobHandlers(profiles Profiles, authorities func() []*Authority, l
 // named in its payload to revoke at its backend, then records the
 // revocation. Nothing is recovered: a queued revocation is a live job
 // already, and a request that found none queues one.
-func revokeJobs(profiles Profiles, logger *zap.Logger) jobs.Handler {
+func revokeJobs(profiles Profiles, db *store.DB, clk clock.Clock, logger *zap.Logger) jobs.Handler {
 	h := &profileJobs[revokePayload]{kind: RevokeKind, profiles: profiles,
 		run: func(ctx context.Context, au *Authority, _ *jobs.Job, p revokePayload) jobs.Outcome {
 			return au.runRevoke(ctx, p)
 		}}
 	// The certificate stays unrevoked; the failure is audited and logged
-	// for the operator. The audit row carries the retirement's key
-	// (jobs.AbandonKey): an abandon tried again after an outage, or run
-	// again after a crash before the job's retirement was recorded,
-	// writes it once. One that cannot write it says so, and is tried
-	// again.
+	// for the operator, wherever the job is retired: an operator may
+	// cancel it on an instance that does not mount its profile, and the
+	// row needs only the payload and the store. The audit row carries the
+	// retirement's key (jobs.AbandonKey): an abandon tried again after an
+	// outage, or run again after a crash before the job's retirement was
+	// recorded, writes it once. One that cannot write it says so, and is
+	// tried again.
 	h.abandon = func(ctx context.Context, job *jobs.Job, reason string) error {
 		au, p, ok, err := h.lookup(job)
 		if err != nil {
 			return nil
 		}
-		serial := ""
+		cl := Client{IP: p.ClientIP, UserAgent: p.UserAgent}
+		ev := store.AuditEvent{At: clk.Now(), Event: acme.EventRevocationFailed, Outcome: OutcomeFailure, Profile: p.Profile,
+			ActorKind: p.Actor.Kind, ActorID: p.Actor.ID, ClientIP: cl.IP, UserAgent: cl.UserAgent}
 		if ok {
-			ev := au.event(ctx, acme.EventRevocationFailed, OutcomeFailure, p.Actor, Client{IP: p.ClientIP, UserAgent: p.UserAgent})
-			ev.OrderID, ev.Detail, ev.DedupKey = p.Order, reason, jobs.AbandonKey(job)
-			// The serial, so that a search of the audit trail by it finds
-			// the failure beside the certificate's other rows.
-			c, err := au.db.GetCertificate(ctx, p.Profile, p.Certificate)
-			switch {
-			case err == nil:
-				ev.Serial, serial = c.Serial, c.Serial
-			case !errors.Is(err, store.ErrNotFound):
-				return fmt.Errorf("reading the certificate of a failed revocation: %w", err)
-			}
-			if p.Reason != nil {
-				ev.Reason = strconv.Itoa(*p.Reason)
-			}
-			if err := au.db.InsertAudit(ctx, ev); err != nil {
-				return err
-			}
+			// The same, with the client's reverse name, as the
+			// profile's other rows have it.
+			ev = au.event(ctx, acme.EventRevocationFailed, OutcomeFailure, p.Actor, cl)
+		}
+		ev.OrderID, ev.Detail, ev.DedupKey = p.Order, reason, jobs.AbandonKey(job)
+		// The serial, so that a search of the audit trail by it finds
+		// the failure beside the certificate's other rows.
+		c, err := db.GetCertificate(ctx, p.Profile, p.Certificate)
+		switch {
+		case err == nil:
+			ev.Serial = c.Serial
+		case !errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("reading the certificate of a failed revocation: %w", err)
+		}
+		if p.Reason != nil {
+			ev.Reason = strconv.Itoa(*p.Reason)
+		}
+		if err := db.InsertAudit(ctx, ev); err != nil {
+			return err
 		}
 		logger.Warn("revocation abandoned", zap.String("event", acme.EventRevocationFailed), zap.String("profile", p.Profile),
-			zap.String("order", p.Order), zap.String("serial", serial), zap.Int64("job", job.ID), zap.String("reason", reason))
+			zap.String("order", p.Order), zap.String("serial", ev.Serial), zap.Int64("job", job.ID), zap.Bool("profile_mounted", ok),
+			zap.String("reason", reason))
 		return nil
 	}
 	return h
