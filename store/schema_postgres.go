@@ -545,4 +545,17 @@ var postgresMigrations = []migration{
 			`ALTER TABLE jobs ADD COLUMN revivals INTEGER NOT NULL DEFAULT 0`,
 		},
 	},
+	{
+		version: 29,
+		name:    "serial_per_issuer",
+		stmts: []string{
+			// As SQLite's step, without its table rebuild: the column's
+			// UNIQUE is a constraint that can be dropped (migration 2
+			// created it, under PostgreSQL's name for it). Building the
+			// index holds off writes to certificates until the migration
+			// commits.
+			`ALTER TABLE certificates DROP CONSTRAINT certificates_serial_key`,
+			`CREATE UNIQUE INDEX certificates_serial_issuer ON certificates (serial, issuer_key_id)`,
+		},
+	},
 }

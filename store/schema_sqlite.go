@@ -644,4 +644,86 @@ var sqliteMigrations = []migration{
 			`ALTER TABLE jobs ADD COLUMN revivals INTEGER NOT NULL DEFAULT 0`,
 		},
 	},
+	{
+		version: 29,
+		name:    "serial_per_issuer",
+		stmts: []string{
+			// A serial is unique per issuing CA (RFC 5280 §4.1.2.2), not
+			// across the store: script and relay signers store what CAs
+			// this server does not run issued, and two `openssl ca` CAs
+			// (or one created again) each count from 01. Uniqueness is
+			// now on (serial, issuer_key_id) — serial first, so that the
+			// one index also serves every lookup by serial — and
+			// certificates stored before migration renewal_info share
+			// issuer_key_id '', under which their serials were unique.
+			//
+			// SQLite cannot drop a column's inline UNIQUE: the table is
+			// built again (https://sqlite.org/lang_altertable.html, the
+			// 12 steps), in the migration's transaction. Foreign keys are
+			// on and PRAGMA foreign_keys cannot change inside a
+			// transaction, so, rather than turning them off, the one
+			// table that references certificates — revocations — is
+			// built again too, referencing the new table: the old
+			// certificates table is then dropped with no row pointing at
+			// it, and renaming the new one to certificates renames that
+			// reference with it. Every row is copied as it is, in rowid
+			// order, and revocations keeps its AUTOINCREMENT sequence
+			// (crls.ledger_seq is a revocation id: a new ledger row must
+			// never take an id at or below one a CRL already took into
+			// account, even when retention deleted the rows that had them).
+			`CREATE TABLE certificates_new (
+				id                TEXT PRIMARY KEY,
+				order_id          TEXT NOT NULL UNIQUE REFERENCES orders (id),
+				profile           TEXT NOT NULL,
+				account_id        TEXT NOT NULL,
+				serial            TEXT NOT NULL,
+				chain_pem         TEXT NOT NULL,
+				public_key        BLOB NOT NULL,
+				not_before        BIGINT NOT NULL,
+				not_after         BIGINT NOT NULL,
+				revoked_at        BIGINT,
+				revocation_reason INTEGER,
+				created_at        BIGINT NOT NULL,
+				issuer_key_id     TEXT NOT NULL DEFAULT '',
+				renew_early_at    BIGINT,
+				explanation_url   TEXT NOT NULL DEFAULT ''
+			)`,
+			`INSERT INTO certificates_new (id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after,
+					revoked_at, revocation_reason, created_at, issuer_key_id, renew_early_at, explanation_url)
+				SELECT id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after,
+					revoked_at, revocation_reason, created_at, issuer_key_id, renew_early_at, explanation_url
+				FROM certificates ORDER BY rowid`,
+			`CREATE TABLE revocations_new (
+				id             INTEGER PRIMARY KEY AUTOINCREMENT,
+				certificate_id TEXT NOT NULL UNIQUE REFERENCES certificates_new (id),
+				profile        TEXT NOT NULL,
+				order_id       TEXT NOT NULL,
+				serial         TEXT NOT NULL,
+				issuer_key_id  TEXT,
+				reason         INTEGER,
+				revoked_at     BIGINT NOT NULL,
+				not_after      BIGINT NOT NULL,
+				actor_kind     TEXT NOT NULL,
+				actor_id       TEXT NOT NULL DEFAULT '',
+				tx             BIGINT
+			)`,
+			`INSERT INTO revocations_new (id, certificate_id, profile, order_id, serial, issuer_key_id, reason, revoked_at, not_after,
+					actor_kind, actor_id, tx)
+				SELECT id, certificate_id, profile, order_id, serial, issuer_key_id, reason, revoked_at, not_after,
+					actor_kind, actor_id, tx
+				FROM revocations ORDER BY id`,
+			`DELETE FROM sqlite_sequence WHERE name = 'revocations_new'`,
+			`INSERT INTO sqlite_sequence (name, seq) SELECT 'revocations_new', seq FROM sqlite_sequence WHERE name = 'revocations'`,
+			`DROP TABLE revocations`,
+			`DROP TABLE certificates`,
+			`ALTER TABLE certificates_new RENAME TO certificates`,
+			`ALTER TABLE revocations_new RENAME TO revocations`,
+			`CREATE UNIQUE INDEX certificates_serial_issuer ON certificates (serial, issuer_key_id)`,
+			`CREATE INDEX certificates_unnamed_issuer ON certificates (id) WHERE issuer_key_id = ''`,
+			`CREATE INDEX certificates_expiry ON certificates (not_after)`,
+			`CREATE INDEX certificates_compromised_key ON certificates (public_key) WHERE revocation_reason = 1`,
+			`CREATE INDEX revocations_crl ON revocations (issuer_key_id, not_after) WHERE issuer_key_id IS NOT NULL`,
+			`CREATE INDEX revocations_tx ON revocations (issuer_key_id, tx) WHERE tx IS NOT NULL`,
+		},
+	},
 }
