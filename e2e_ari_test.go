@@ -178,10 +178,11 @@ func TestLegoReadsTheRenewalWindowOfAScriptSignedCertificateAndRenewsIt(t *testi
 		t.Fatal(err)
 	}
 	db := activeApp(t).db
-	stored, err := db.CertificateBySerial(ctx, scriptProfile, hex.EncodeToString(leaf.SerialNumber.Bytes()))
-	if err != nil {
-		t.Fatal(err)
+	found, err := db.CertificatesBySerial(ctx, scriptProfile, hex.EncodeToString(leaf.SerialNumber.Bytes()))
+	if err != nil || len(found) != 1 {
+		t.Fatalf("the certificates with serial %x: %d, %v; want 1", leaf.SerialNumber, len(found), err)
 	}
+	stored := found[0]
 	if want := hex.EncodeToString(ca.SubjectKeyId); stored.IssuerKeyID != want {
 		t.Errorf("the certificate is stored as issued by %q, want the outside CA's key id %q", stored.IssuerKeyID, want)
 	}

@@ -159,10 +159,11 @@ func TestLegoIssuesRenewsAndRevokesThroughTheOpenSSLCAExampleScript(t *testing.T
 		t.Errorf("the CA's index line for %s is %q; want it revoked as superseded\n%s", serialHex, line, index)
 	}
 	// And so is the proxy's ledger.
-	c, err := activeApp(t).db.CertificateBySerial(ctx, scriptProfile, hex.EncodeToString(first.SerialNumber.Bytes()))
-	if err != nil {
-		t.Fatal(err)
+	cs, err := activeApp(t).db.CertificatesBySerial(ctx, scriptProfile, hex.EncodeToString(first.SerialNumber.Bytes()))
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("the certificates with serial %x: %d, %v; want 1", first.SerialNumber, len(cs), err)
 	}
+	c := cs[0]
 	if c.RevokedAt.IsZero() || c.Reason == nil || *c.Reason != 4 {
 		t.Errorf("the proxy recorded revoked at %v, reason %v; want revoked, reason 4", c.RevokedAt, c.Reason)
 	}

@@ -350,10 +350,11 @@ func (fx *revokeFixture) revokePayload(t testing.TB, payload []byte, byCertKey b
 		w = fx.serve(t, fuzzBase+"/revoke-cert", fx.keys.p256, fx.kidP, payload)
 	}
 	prob := checkAnswer(t, "revoke-cert", w, http.StatusOK)
-	stored, err := fx.db.CertificateBySerial(ctx, fuzzProfile, fx.cert.serial)
-	if err != nil {
-		t.Fatal(err)
+	found, err := fx.db.CertificatesBySerial(ctx, fuzzProfile, fx.cert.serial)
+	if err != nil || len(found) != 1 {
+		t.Fatalf("the certificates with serial %s: %d, %v; want 1", fx.cert.serial, len(found), err)
 	}
+	stored := found[0]
 	if prob != nil {
 		if !stored.RevokedAt.IsZero() {
 			t.Fatalf("a revocation refused with %s revoked the certificate", prob.Type)

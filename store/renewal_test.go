@@ -117,10 +117,11 @@ func TestRenewEarlyStampsExactlyTheSelectedLiveCertificatesAndAuditsEach(t *test
 				t.Errorf("%s: chose %v, want %v", c.name, serials, c.want)
 			}
 			for _, s := range c.want {
-				cert, err := f.db.CertificateBySerial(ctx, "p", s)
-				if err != nil {
-					t.Fatal(err)
+				cs, err := f.db.CertificatesBySerial(ctx, "p", s)
+				if err != nil || len(cs) != 1 {
+					t.Fatalf("the certificates with serial %s: %d, %v; want 1", s, len(cs), err)
 				}
+				cert := cs[0]
 				if !cert.RenewEarlyAt.Equal(at) || cert.ExplanationURL != url {
 					t.Errorf("%s: %s stamped %v %q, want %v %q", c.name, s, cert.RenewEarlyAt, cert.ExplanationURL, at, url)
 				}

@@ -60,12 +60,36 @@ func intOrNull(p *int) any {
 	return *p
 }
 
-// CertificateBySerial reads the certificate of a profile with the given
-// serial (lower-case hex, without leading zero bytes).
-func (db *DB) CertificateBySerial(ctx context.Context, profile, serial string) (Certificate, error) {
-	c, err := scanCertificate(db.r.QueryRowContext(ctx, db.q(`SELECT `+certCols+` FROM certificates WHERE serial = ? AND profile = ?`),
-		serial, profile))
-	return c, readErr(err, "certificate with serial "+serial)
+// CertificatesBySerial reads every certificate of a profile with the
+// given serial (lower-case hex, without leading zero bytes), oldest
+// first; ErrNotFound when there is none. A serial is unique per issuing
+// CA only (RFC 5280 §4.1.2.2): the CAs behind a script or a relay, which
+// this server does not run, may each have issued it — two CAs counting
+// from 01, one created again with its serial file reset — so the caller
+// picks among them by what it holds: the certificate's own bytes, a
+// certID's key identifier.
+func (db *DB) CertificatesBySerial(ctx context.Context, profile, serial string) ([]Certificate, error) {
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT `+certCols+` FROM certificates WHERE serial = ? AND profile = ?
+		ORDER BY created_at, id`), serial, profile)
+	if err != nil {
+		return nil, fmt.Errorf("store: reading certificates with serial %s: %w", serial, err)
+	}
+	defer rows.Close()
+	var out []Certificate
+	for rows.Next() {
+		c, err := scanCertificate(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store: reading certificates with serial %s: %w", serial, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: reading certificates with serial %s: %w", serial, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: certificate with serial %s", ErrNotFound, serial)
+	}
+	return out, nil
 }
 
 // compromisedKeyQuery finds a certificate of a key revoked for

@@ -70,10 +70,10 @@ func TestARevocationIsRecordedOnceWithItsLedgerRowAndAuditRow(t *testing.T) {
 		if evs, _ := db.SearchAudit(ctx, AuditFilter{Event: "certificate_revoked"}); len(evs) != 1 {
 			t.Errorf("%d certificate_revoked rows; want 1", len(evs))
 		}
-		if _, err := db.CertificateBySerial(ctx, "p", "0a"); err != nil {
-			t.Errorf("by serial: %v", err)
+		if cs, err := db.CertificatesBySerial(ctx, "p", "0a"); err != nil || len(cs) != 1 {
+			t.Errorf("by serial: %d, %v; want 1", len(cs), err)
 		}
-		if _, err := db.CertificateBySerial(ctx, "other", "0a"); !errors.Is(err, ErrNotFound) {
+		if _, err := db.CertificatesBySerial(ctx, "other", "0a"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("by serial in another profile: %v; want ErrNotFound", err)
 		}
 	})

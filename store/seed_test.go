@@ -93,10 +93,11 @@ func TestSeededOrdersReadBackAsAnIssuanceLeavesThemAcrossStatementBoundaries(t *
 					}
 				}
 			}
-			c, err := db.CertificateBySerial(ctx, "p", seeds[i].Certificate.Serial)
-			if err != nil {
-				t.Fatalf("order %d's certificate: %v", i, err)
+			cs, err := db.CertificatesBySerial(ctx, "p", seeds[i].Certificate.Serial)
+			if err != nil || len(cs) != 1 {
+				t.Fatalf("order %d's certificate: %d, %v; want 1", i, len(cs), err)
 			}
+			c := cs[0]
 			if c.ID != o.CertificateID || c.OrderID != o.ID || c.PublicKey[0] != byte(i) {
 				t.Errorf("order %d's certificate reads back as %+v", i, c)
 			}
@@ -127,10 +128,11 @@ func TestSeededRevocationsStampEveryCertificateAndRecordItsLedgerRow(t *testing.
 			t.Fatal(err)
 		}
 		for _, i := range []int{0, 1, 2, 998, 1000, 1001, 1002, 1098, 1099} {
-			c, err := db.CertificateBySerial(ctx, "p", seeds[i].Certificate.Serial)
-			if err != nil {
-				t.Fatal(err)
+			cs, err := db.CertificatesBySerial(ctx, "p", seeds[i].Certificate.Serial)
+			if err != nil || len(cs) != 1 {
+				t.Fatalf("order %d's certificate: %d, %v; want 1", i, len(cs), err)
 			}
+			c := cs[0]
 			revoked := i%2 == 0
 			if c.RevokedAt.IsZero() == revoked || (revoked && !c.RevokedAt.Equal(at)) {
 				t.Errorf("certificate %d: revoked at %v, want revoked %v at %v", i, c.RevokedAt, revoked, at)

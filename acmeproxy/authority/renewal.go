@@ -173,30 +173,34 @@ func isBase64URL(r rune) bool {
 }
 
 // certificateOf finds the certificate of this profile a certID names:
-// its serial, issued under the key the certID's key identifier names.
-// Another issuer's serial, another profile's and an unknown one are all
-// the same NotFound problem.
+// its serial, issued under the key the certID's key identifier names —
+// a serial is unique per issuing CA only, so several CAs' certificates
+// may have it, and the key identifier picks one. Another issuer's
+// serial, another profile's and an unknown one are all the same NotFound
+// problem.
 func (au *Authority) certificateOf(ctx context.Context, id CertID) (store.Certificate, *x509.Certificate, [][]byte, error) {
 	notFound := problem.NotFound("certificate")
-	c, err := au.db.CertificateBySerial(ctx, au.cfg.Profile, hex.EncodeToString(id.Serial.Bytes()))
+	candidates, err := au.db.CertificatesBySerial(ctx, au.cfg.Profile, hex.EncodeToString(id.Serial.Bytes()))
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Certificate{}, nil, nil, notFound
 	}
 	if err != nil {
 		return store.Certificate{}, nil, nil, err
 	}
-	chain, err := chainDER(c.ChainPEM)
-	if err != nil {
-		return store.Certificate{}, nil, nil, fmt.Errorf("certificate %s: %w", c.ID, err)
+	for _, c := range candidates {
+		chain, err := chainDER(c.ChainPEM)
+		if err != nil {
+			return store.Certificate{}, nil, nil, fmt.Errorf("certificate %s: %w", c.ID, err)
+		}
+		leaf, err := x509.ParseCertificate(chain[0])
+		if err != nil {
+			return store.Certificate{}, nil, nil, fmt.Errorf("certificate %s: %w", c.ID, err)
+		}
+		if bytes.Equal(leaf.AuthorityKeyId, id.AKI) {
+			return c, leaf, chain, nil
+		}
 	}
-	leaf, err := x509.ParseCertificate(chain[0])
-	if err != nil {
-		return store.Certificate{}, nil, nil, fmt.Errorf("certificate %s: %w", c.ID, err)
-	}
-	if !bytes.Equal(leaf.AuthorityKeyId, id.AKI) {
-		return store.Certificate{}, nil, nil, notFound
-	}
-	return c, leaf, chain, nil
+	return store.Certificate{}, nil, nil, notFound
 }
 
 // chainDER reads a stored PEM chain.

@@ -220,19 +220,27 @@ func (au *Authority) RevokeCert(ctx context.Context, req Requester, decode func(
 		return RevokeResult{}, refuse(problem.MalformedF("the certificate cannot be parsed: %v", err), nil, "", "certificate does not parse", RefusalMalformed)
 	}
 	serial := hex.EncodeToString(submitted.SerialNumber.Bytes())
-	cert, err := au.db.CertificateBySerial(ctx, au.cfg.Profile, serial)
+	candidates, err := au.db.CertificatesBySerial(ctx, au.cfg.Profile, serial)
 	if errors.Is(err, store.ErrNotFound) {
 		return RevokeResult{}, refuse(notYours(), nil, serial, "no certificate with this serial was issued by this profile", RefusalUnknownCertificate)
 	}
 	if err != nil {
 		return RevokeResult{}, err
 	}
-	storedDER, leaf, err := storedLeaf(cert)
+	// A serial is unique per issuing CA only: the certificate is the one
+	// whose stored leaf is the submitted one, byte for byte.
+	cert, leaf, found, err := storedLeafOf(candidates, der)
 	if err != nil {
 		return RevokeResult{}, err
 	}
-	if !bytes.Equal(der, storedDER) {
-		return RevokeResult{}, refuse(notYours(), &cert, serial, "the submitted certificate differs from the stored leaf with its serial",
+	if !found {
+		// The refusal names the certificate it was mistaken for only
+		// when there is one.
+		var named *store.Certificate
+		if len(candidates) == 1 {
+			named = &candidates[0]
+		}
+		return RevokeResult{}, refuse(notYours(), named, serial, "the submitted certificate differs from every stored leaf with its serial",
 			RefusalUnknownCertificate)
 	}
 	ok, err := au.mayRevoke(ctx, req, cert)
@@ -294,6 +302,22 @@ func (au *Authority) mayRevoke(ctx context.Context, req Requester, cert store.Ce
 		return false, err
 	}
 	return au.db.HoldsAuthorizations(ctx, au.cfg.Profile, req.Account.ID, o.Identifiers, au.clock.Now())
+}
+
+// storedLeafOf finds, among certificates with one serial, the one whose
+// stored leaf is der, and returns it with its parsed leaf; found is false
+// when none is.
+func storedLeafOf(candidates []store.Certificate, der []byte) (store.Certificate, *x509.Certificate, bool, error) {
+	for _, c := range candidates {
+		storedDER, leaf, err := storedLeaf(c)
+		if err != nil {
+			return store.Certificate{}, nil, false, err
+		}
+		if bytes.Equal(der, storedDER) {
+			return c, leaf, true, nil
+		}
+	}
+	return store.Certificate{}, nil, false, nil
 }
 
 // storedLeaf returns the DER and the parsed leaf of a stored chain.

@@ -14,11 +14,13 @@
 package script
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -398,10 +400,8 @@ func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int
 	if err != nil {
 		return err
 	}
-	orderID := ""
-	if c, err := b.DB.CertificateBySerial(ctx, b.Profile, hex.EncodeToString(cert.SerialNumber.Bytes())); err == nil {
-		orderID = c.OrderID
-	} else if !errors.Is(err, store.ErrNotFound) {
+	orderID, err := orderOf(ctx, b, cert)
+	if err != nil {
 		return err
 	}
 	code := 0
@@ -425,6 +425,26 @@ func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int
 		return fmt.Errorf("script: revoking serial %x: %s %s", cert.SerialNumber, s.opts.Command[0], res.describe())
 	}
 	return nil
+}
+
+// orderOf is the order of the profile's certificate cert, "" when the
+// store has none. A serial is unique per issuing CA only (two `openssl
+// ca` CAs both count from 01): the order is the one whose stored leaf is
+// cert, byte for byte.
+func orderOf(ctx context.Context, b *signer.Binding, cert *x509.Certificate) (string, error) {
+	cs, err := b.DB.CertificatesBySerial(ctx, b.Profile, hex.EncodeToString(cert.SerialNumber.Bytes()))
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, c := range cs {
+		if block, _ := pem.Decode([]byte(c.ChainPEM)); block != nil && bytes.Equal(block.Bytes, cert.Raw) {
+			return c.OrderID, nil
+		}
+	}
+	return "", nil
 }
 
 // RevocationRoute is signer.RevokeByJob: the program must be told.
