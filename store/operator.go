@@ -37,7 +37,7 @@ type OrderFilter struct {
 
 const orderSummaryCols = `o.id, o.profile, o.account_id, o.status, o.identifiers, o.not_before, o.not_after, o.expires_at,
 	o.error, o.csr, o.certificate_id, o.created_at, o.client_addr, o.user_agent, o.failure_detail, o.updated_at,
-	c.id, c.serial, c.chain_pem, c.not_before, c.not_after, c.revoked_at, c.revocation_reason, oa.eab_label, o.replaces`
+	c.id, c.serial, c.chain_pem, c.not_before, c.not_after, c.revoked_at, c.revocation_reason, oa.eab_label, o.replaces, c.issuer_key_id`
 
 const orderSummaryFrom = ` FROM orders o LEFT JOIN certificates c ON c.order_id = o.id LEFT JOIN accounts oa ON oa.id = o.account_id`
 
@@ -55,9 +55,10 @@ func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
 		cNB, cNA         sql.NullInt64
 		cRevoked, cWhy   sql.NullInt64
 		eabLabel         sql.NullString
+		cIssuer          sql.NullString
 	)
 	if err := r.Scan(&s.ID, &s.Profile, &s.AccountID, &s.Status, &idents, &nb, &na, &expires, &problem, &s.CSR, &certID,
-		&created, &s.Client.Addr, &s.Client.UserAgent, &failed, &updated, &cID, &cSerial, &cChain, &cNB, &cNA, &cRevoked, &cWhy, &eabLabel, &s.Replaces); err != nil {
+		&created, &s.Client.Addr, &s.Client.UserAgent, &failed, &updated, &cID, &cSerial, &cChain, &cNB, &cNA, &cRevoked, &cWhy, &eabLabel, &s.Replaces, &cIssuer); err != nil {
 		return OrderSummary{}, err
 	}
 	o := &s.Order
@@ -72,7 +73,7 @@ func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
 	s.FailureDetail, s.UpdatedAt, s.AccountEABLabel = failed.String, ms(updated), eabLabel.String
 	if cID.Valid {
 		c := &Certificate{ID: cID.String, OrderID: o.ID, Profile: o.Profile, AccountID: o.AccountID, Serial: cSerial.String,
-			NotBefore: nullMs(cNB), NotAfter: nullMs(cNA), RevokedAt: nullMs(cRevoked), Reason: nullInt(cWhy)}
+			NotBefore: nullMs(cNB), NotAfter: nullMs(cNA), RevokedAt: nullMs(cRevoked), Reason: nullInt(cWhy), IssuerKeyID: cIssuer.String}
 		if withChain {
 			c.ChainPEM = cChain.String
 		}

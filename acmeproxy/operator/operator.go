@@ -149,13 +149,18 @@ func signerName(sg signer.Signer) string {
 
 // CertificateView is an issued certificate.
 type CertificateView struct {
-	ID        string     `json:"id"`
-	Serial    string     `json:"serial"`
-	NotBefore time.Time  `json:"not_before"`
-	NotAfter  time.Time  `json:"not_after"`
-	RevokedAt *time.Time `json:"revoked_at,omitempty"`
-	Reason    *int       `json:"reason,omitempty"`
-	ChainPEM  string     `json:"chain_pem,omitempty"`
+	ID     string `json:"id"`
+	Serial string `json:"serial"`
+	// IssuerKeyID names the CA that issued it, as renew-early's issuer
+	// and the CRL routes do (its authority key identifier in hex); ""
+	// for a certificate stored before the store recorded it. A serial is
+	// unique per issuer only.
+	IssuerKeyID string     `json:"issuer_key_id,omitempty"`
+	NotBefore   time.Time  `json:"not_before"`
+	NotAfter    time.Time  `json:"not_after"`
+	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+	Reason      *int       `json:"reason,omitempty"`
+	ChainPEM    string     `json:"chain_pem,omitempty"`
 }
 
 // OrderView is an order as operators see it.
@@ -193,7 +198,7 @@ func orderView(o store.OrderSummary) OrderView {
 		Created: o.CreatedAt, Updated: o.UpdatedAt, Expires: o.Expires, NotBefore: timePtr(o.NotBefore), NotAfter: timePtr(o.NotAfter),
 		Error: o.Error, FailureDetail: o.FailureDetail, AccountEABLabel: o.AccountEABLabel, Replaces: o.Replaces}
 	if c := o.Certificate; c != nil {
-		v.Certificate = &CertificateView{ID: c.ID, Serial: c.Serial, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
+		v.Certificate = &CertificateView{ID: c.ID, Serial: c.Serial, IssuerKeyID: c.IssuerKeyID, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
 			RevokedAt: timePtr(c.RevokedAt), Reason: c.Reason, ChainPEM: c.ChainPEM}
 	}
 	return v

@@ -69,8 +69,8 @@ func TestEverySearchBySerialFindsACertificateWhoseSerialStartsWithAZeroDigit(t *
 			if err != nil || len(orders.Items) != 1 || orders.Items[0].Certificate == nil || orders.Items[0].Certificate.Serial != stored {
 				t.Errorf("the order search by serial %s: %+v, %v; want the certificate's order alone", form, orders.Items, err)
 			}
-			if o, err := op.FindOrderBySerial(ctx, form); err != nil || o.Certificate == nil || o.Certificate.Serial != stored {
-				t.Errorf("finding the order of serial %s: %+v, %v", form, o, err)
+			if found, err := op.FindOrdersBySerial(ctx, form); err != nil || len(found) != 1 || found[0].Certificate == nil || found[0].Certificate.Serial != stored {
+				t.Errorf("finding the orders of serial %s: %+v, %v; want the certificate's order alone", form, found, err)
 			}
 			audit, err := op.SearchAudit(ctx, store.AuditFilter{Event: acme.EventCertificateIssued, Serial: form})
 			if err != nil || len(audit.Items) != 1 || audit.Items[0].Serial != stored {
@@ -82,4 +82,62 @@ func TestEverySearchBySerialFindsACertificateWhoseSerialStartsWithAZeroDigit(t *
 			}
 		})
 	}
+}
+
+// A serial is unique per issuing CA only: when two CAs issued it (one
+// before the store recorded issuers, one since), finding the orders by
+// serial answers both, each certificate naming its issuer, oldest first;
+// an unknown serial is not found.
+func TestFindingOrdersBySerialAnswersEveryCertificateWithItEachNamingItsIssuer(t *testing.T) {
+	ctx := context.Background()
+	db := openTestStore(t)
+	now := time.Now().Truncate(time.Millisecond)
+	serial := big.NewInt(1)
+	first := legacyCertWithSerial(t, db, now, "first.example.com", []byte{0xaa}, serial)
+	o := issuedOrder(t, db, now.Add(time.Second), "second.example.com")
+	if _, err := db.IssueOrder(ctx, store.Certificate{OrderID: o.ID, Profile: "p", AccountID: o.AccountID, Serial: first,
+		ChainPEM: "-", PublicKey: []byte{2}, NotBefore: now, NotAfter: now.Add(time.Hour), IssuerKeyID: "bbcc"},
+		store.AuditEvent{At: now, Event: acme.EventCertificateIssued, Outcome: "success"}, now.Add(time.Second)); err != nil {
+		t.Fatalf("a second CA's certificate with serial %s: %v", first, err)
+	}
+	op := &Operator{DB: db, Clock: clocktest.New(now)}
+	got, err := op.FindOrdersBySerial(ctx, "01")
+	if err != nil || len(got) != 2 {
+		t.Fatalf("the orders of serial 01: %+v, %v; want two", got, err)
+	}
+	for i, want := range []struct{ identifier, issuer string }{{"first.example.com", ""}, {"second.example.com", "bbcc"}} {
+		if c := got[i].Certificate; got[i].Identifiers[0].Value != want.identifier || c == nil || c.Serial != first || c.IssuerKeyID != want.issuer {
+			t.Errorf("order %d of serial 01: %s with %+v; want %s's, issued by %q", i, got[i].Identifiers[0].Value, c, want.identifier, want.issuer)
+		}
+	}
+	if _, err := op.FindOrdersBySerial(ctx, "02"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the orders of an unknown serial: %v; want not found", err)
+	}
+}
+
+// issuedOrder creates an order for name of profile p claimed for issue.
+func issuedOrder(t *testing.T, db *store.DB, now time.Time, name string) store.Order {
+	t.Helper()
+	ctx := context.Background()
+	acct, _, err := db.CreateAccount(ctx, store.Account{Profile: "p", Thumbprint: store.NewID(), KeyJWK: []byte(`{}`)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := acme.Identifier{Type: "dns", Value: name}
+	o, err := db.CreateOrder(ctx, store.Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{id}, Expires: now.Add(time.Hour)},
+		[]store.Authz{{Identifier: id, Expires: now.Add(time.Hour), Challenges: []store.Challenge{{Type: "http-01", Token: store.NewID()}}}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, store.OrderClient{}, now); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	return o
 }

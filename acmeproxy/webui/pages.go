@@ -98,11 +98,11 @@ func overview(rq *request, _ string) {
 
 func listOrders(rq *request, _ string) {
 	if serial := rq.query("serial"); serial != "" {
-		o, err := rq.op().FindOrderBySerial(rq.r.Context(), serial)
+		found, err := rq.op().FindOrdersBySerial(rq.r.Context(), serial)
 		if rq.failed(err) {
 			return
 		}
-		rq.render(http.StatusOK, "orders", "Orders", listPage[operator.OrderView]{Page: operator.Page[operator.OrderView]{Items: []operator.OrderView{o}},
+		rq.render(http.StatusOK, "orders", "Orders", listPage[operator.OrderView]{Page: operator.Page[operator.OrderView]{Items: found},
 			Filter: rq.filters(operator.OrderFilters, "serial")})
 		return
 	}
