@@ -31,6 +31,13 @@ func (f *fixture) issued(t *testing.T) string {
 // of serial and returns the order's id.
 func (f *fixture) issuedFor(t *testing.T, name string, serialNumber *big.Int) string {
 	t.Helper()
+	return f.issuedBy(t, name, serialNumber, "")
+}
+
+// issuedBy is issuedFor with the certificate's issuer key id as stored
+// ("" as before the store recorded it).
+func (f *fixture) issuedBy(t *testing.T, name string, serialNumber *big.Int, issuerKeyID string) string {
+	t.Helper()
 	ctx := context.Background()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: serialNumber, Subject: pkix.Name{CommonName: "issued"},
@@ -58,7 +65,7 @@ func (f *fixture) issuedFor(t *testing.T, name string, serialNumber *big.Int) st
 	serial := hex.EncodeToString(tmpl.SerialNumber.Bytes())
 	if _, err := f.db.IssueOrder(ctx, store.Certificate{OrderID: o.ID, Profile: "test", AccountID: f.account, Serial: serial,
 		ChainPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), PublicKey: []byte{1},
-		NotBefore: tmpl.NotBefore, NotAfter: tmpl.NotAfter},
+		NotBefore: tmpl.NotBefore, NotAfter: tmpl.NotAfter, IssuerKeyID: issuerKeyID},
 		store.AuditEvent{At: t0, Event: acme.EventCertificateIssued, Outcome: "success", Serial: serial}, t0); err != nil {
 		t.Fatal(err)
 	}
