@@ -91,9 +91,16 @@ func classify(err error, last response) failure {
 	}
 	var p acme.Problem
 	if errors.As(err, &p) {
-		status := p.Status
-		if status == 0 && last.status >= 400 {
-			status = last.status
+		// The HTTP status decides, not the document's status member,
+		// which is advisory (RFC 7807 §3.1) and may disagree: a 503 is
+		// retried whatever its body says, as acmez itself retries it.
+		// The member stands in only without an error status to go on.
+		status := last.status
+		if status < 400 {
+			status = p.Status
+		} else if p.Status != 0 && p.Status != status {
+			// acmez's error names the member's; the operator sees both.
+			f.reason += fmt.Sprintf(" (answered with HTTP status %d)", status)
 		}
 		switch {
 		case status == http.StatusTooManyRequests || p.Type == acme.ProblemTypeRateLimited:

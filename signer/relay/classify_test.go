@@ -74,6 +74,16 @@ func problemAnswer(status int, typ, detail string, header ...string) http.Handle
 	}
 }
 
+// disagreeingProblem answers HTTP status with a problem document whose
+// status member says bodyStatus.
+func disagreeingProblem(status, bodyStatus int, typ, detail string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": typ, "detail": detail, "status": bodyStatus})
+	}
+}
+
 func closedPort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -98,6 +108,8 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 		forgetAccount bool
 		// refusal is what the client is told, zero for the generic problem.
 		refusal signer.Kind
+		// reasonHas, if set, is in the reason the operator sees.
+		reasonHas string
 	}{
 		{name: "connection refused", want: retry, outcome: "retry: "},
 		{name: "timeout", hang: true, want: retry, outcome: "retry: timed out"},
@@ -125,6 +137,14 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 		{name: "403 caa", answer: problemAnswer(403, ns+"caa", "CAA forbids issuance"), want: giveUp, outcome: "failed: ", refusal: signer.KindRejectedIdentifier},
 		{name: "400 malformed JWS", answer: problemAnswer(400, ns+"malformed", "JWS verification error"), want: giveUp, outcome: "failed: "},
 		{name: "400 badSignatureAlgorithm", answer: problemAnswer(400, ns+"badSignatureAlgorithm", "ES512 is not supported"), want: giveUp, outcome: "failed: "},
+		// The HTTP status decides; the document's status member is
+		// advisory (RFC 7807 §3.1).
+		{name: "503 whose problem document says 400", answer: disagreeingProblem(503, 400, ns+"malformed", "overloaded"),
+			want: retry, outcome: "retry: ", reasonHas: "answered with HTTP status 503"},
+		{name: "400 whose problem document says 500", answer: disagreeingProblem(400, 500, ns+"malformed", "JWS verification error"),
+			want: giveUp, outcome: "failed: "},
+		{name: "403 whose problem document says 429", answer: disagreeingProblem(403, 429, ns+"unauthorized", "account is not allowed"),
+			want: giveUp, outcome: "failed: "},
 		{name: "accountDoesNotExist", answer: problemAnswer(400, ns+"accountDoesNotExist", "no such account"),
 			want: retry, outcome: "retry: ", forgetAccount: true},
 	}
@@ -159,6 +179,9 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 			if f.verdict != tt.want || f.after != tt.after || f.forgetAccount != tt.forgetAccount {
 				t.Errorf("classify = %s after %s (forget account %v); want %s after %s (%v)\nerror: %v",
 					f.verdict, f.after, f.forgetAccount, tt.want, tt.after, tt.forgetAccount, err)
+			}
+			if !strings.Contains(f.reason, tt.reasonHas) {
+				t.Errorf("reason %q; want it to hold %q", f.reason, tt.reasonHas)
 			}
 			if got := outcomeFor(f, f.reason).String(); !strings.HasPrefix(got, tt.outcome) {
 				t.Errorf("outcome %q; want it to start with %q", got, tt.outcome)
