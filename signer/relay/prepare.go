@@ -32,7 +32,10 @@ import (
 // free slot, or dies with its process costs the order nothing, since its
 // finalize relays whatever is not prepared (an upstream order placed by a
 // preparation that died before its relay_prepared job was stored is never
-// finalized; it expires upstream).
+// finalized; it expires upstream). A relay that starts while this
+// process still prepares its order waits for the preparation and relays
+// what it recorded (adoptPrepared), so one local order gets one upstream
+// order however slowly the upstream answers the preparation's newOrder.
 const PreparedKind = "relay_prepared"
 
 // preparedPayload is a relay_prepared job's payload.
@@ -108,6 +111,34 @@ func (s *Signer) awaitPreparation(ctx context.Context, orderID string, d time.Du
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// adoptPrepared records as the relay's upstream order the one prepared
+// for orderID, and returns the upstream order the relay then carries on
+// with; "" when none was prepared. A relay whose finalize found no
+// prepared order (its wait for the preparation, FinalizeWait, ran out:
+// an upstream slow to answer its newOrder) waits first for this
+// process's preparation of the order, if one is still under way, for
+// as long as the attempt may take: placing an order of its own beside
+// it would leave two upstream orders for one local order.
+func (s *Signer) adoptPrepared(ctx context.Context, b *signer.Binding, orderID string) (string, error) {
+	s.mu.Lock()
+	_, preparing := s.preparing[orderID]
+	s.mu.Unlock()
+	if preparing {
+		if s.awaitingPreparation != nil {
+			s.awaitingPreparation()
+		}
+		s.awaitPreparation(ctx, orderID, s.opts.AttemptTimeout)
+		if err := ctx.Err(); err != nil {
+			return "", fmt.Errorf("waiting for the preparation of the upstream order: %w", err)
+		}
+	}
+	prepared, err := s.preparedUpstream(ctx, b.Queue, orderID)
+	if err != nil || prepared == "" {
+		return "", err
+	}
+	return b.DB.SetRelayUpstreamOrder(ctx, orderID, prepared, s.clock.Now())
 }
 
 // preparedUpstream is the upstream order prepared for orderID, "" for none.

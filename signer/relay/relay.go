@@ -148,6 +148,9 @@ type Signer struct {
 	// afterIssued, if set, runs in an attempt after it announced the
 	// certificate recorded (tests: the job's own bookkeeping held back).
 	afterIssued func()
+	// awaitingPreparation, if set, runs in an attempt about to wait for
+	// this process's preparation of its order (tests).
+	awaitingPreparation func()
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded

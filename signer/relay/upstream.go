@@ -51,6 +51,11 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 		order acme.Order
 		gate  *recordGate // nil: the mapping is durable
 	)
+	if ro.UpstreamOrderURL == "" && s.opts.PrepareUpstream {
+		if ro.UpstreamOrderURL, err = s.adoptPrepared(ctx, b, ro.OrderID); err != nil {
+			return nil, err
+		}
+	}
 	if ro.UpstreamOrderURL == "" {
 		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro)
 	} else {
