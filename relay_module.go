@@ -219,6 +219,9 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 		opts.HTTPChallengeIssuerKeys = httpChallengeIssuerKeys(tlsApp.(*caddytls.TLS))
 	}
 	opts.Observe = observeUpstream
+	// The config's context: done when Caddy unloads it, before any
+	// module's Cleanup, so preparations stop as early as they can.
+	opts.Context = ctx
 	if r.Signer, err = relay.New(opts); err != nil {
 		if oe, ok := errors.AsType[*relay.OptionError](err); ok {
 			return fmt.Errorf("signer.%s: %s", oe.Option, oe.Problem)
@@ -226,6 +229,15 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("signer: %w", err)
 	}
 	return nil
+}
+
+// Cleanup stops the signer's background preparations and waits for
+// them: a reload leaves none of the old config's running on.
+func (r *Relay) Cleanup() error {
+	if r.Signer == nil {
+		return nil
+	}
+	return r.Signer.Close()
 }
 
 // acmeCapable is how caddytls recognizes the issuers it asks to answer an
@@ -299,5 +311,6 @@ func covers(p *caddytls.AutomationPolicy, name string) bool {
 // Interface guards
 var (
 	_ caddy.Provisioner     = (*Relay)(nil)
+	_ caddy.CleanerUpper    = (*Relay)(nil)
 	_ caddyfile.Unmarshaler = (*Relay)(nil)
 )

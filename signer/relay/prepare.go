@@ -73,23 +73,29 @@ func (s *Signer) PrepareOrder(ctx context.Context, orderID string, expires time.
 	}
 	done := make(chan struct{})
 	s.mu.Lock()
-	if len(s.preparing) >= maxPreparing {
+	if s.life == nil || s.life.Err() != nil || len(s.preparing) >= maxPreparing {
 		s.mu.Unlock()
-		return
+		return // closed (or built without New), or full
 	}
 	if s.preparing == nil {
 		s.preparing = map[string]chan struct{}{}
 	}
 	s.preparing[orderID] = done
+	s.preparations.Add(1) // under mu, with life checked: Close waits for it
 	s.mu.Unlock()
+	// Not the request's: the preparation outlives it. The signer's life
+	// ends it (Close), as does AttemptTimeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.AttemptTimeout)
+	stopOnClose := context.AfterFunc(s.life, cancel)
 	go func() {
 		defer func() {
+			stopOnClose()
 			cancel()
 			s.mu.Lock()
 			delete(s.preparing, orderID)
 			s.mu.Unlock()
 			close(done)
+			s.preparations.Done()
 		}()
 		s.runPrepare(ctx, b, log, orderID)
 	}()
@@ -168,6 +174,13 @@ func (s *Signer) runPrepare(ctx context.Context, b *signer.Binding, log *zap.Log
 	}
 	rec := &recorder{base: s.transport, now: s.clock.Now}
 	if err := s.prepare(withRecorder(ctx, rec), b, log, o); err != nil {
+		if s.life.Err() != nil {
+			// Closed (its config unloaded): not the upstream's doing,
+			// and nothing to tell the account or the cool-down.
+			log.Info("preparing the upstream order stopped: the signer was closed", zap.String("event", "relay_prepare_stopped"),
+				zap.String("profile", b.Profile), zap.String("order", o.ID), zap.String("reason", err.Error()))
+			return
+		}
 		f := classify(err, rec.lastResponse())
 		if f.forgetAccount {
 			s.forgetAccount(ctx, b.Profile)
@@ -205,8 +218,11 @@ func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger
 	// the record leaves an upstream order that nothing finalizes, its
 	// authorizations perhaps valid, to expire upstream — as a crash
 	// between its placement and its record always could.
+	// The record is written even when the signer is closed meanwhile
+	// (Close waits for it): an upstream order placed is then one its
+	// relay_prepared job deactivates, not one nothing names.
 	gate := startRecord(func() (string, error) {
-		if _, _, err := b.Queue.Enqueue(ctx, jobs.Spec{
+		if _, _, err := b.Queue.Enqueue(context.WithoutCancel(ctx), jobs.Spec{
 			Kind: PreparedKind, Key: o.ID, Lane: signer.SigningLane(b.Profile),
 			Payload: preparedPayload{Profile: b.Profile, Order: o.ID, Upstream: order.Location},
 			RunAt:   o.Expires, Deadline: o.Expires.Add(preparedGrace), MaxAttempts: s.opts.MaxAttempts,

@@ -109,6 +109,10 @@ type Options struct {
 	// proves its names here, so that a finalize only has the CSR and the
 	// certificate left to relay (see prepare.go).
 	PrepareUpstream bool
+	// Context, if set, is the signer's lifetime (the Caddy config's):
+	// once it is done, the preparations under way stop and none starts.
+	// Close ends it too, and waits for them.
+	Context context.Context
 }
 
 // Signer is the relay signer of one profile.
@@ -135,8 +139,14 @@ type Signer struct {
 	// reads the upstream (see ExpectedWait).
 	nextLook map[string]time.Time
 	// preparing holds, per order this process is preparing, a channel
-	// closed once the preparation is over.
-	preparing map[string]chan struct{}
+	// closed once the preparation is over; preparations counts them
+	// until their goroutines return (Close waits for it).
+	preparing    map[string]chan struct{}
+	preparations sync.WaitGroup
+	// life is done once the signer is closed or its Options.Context is
+	// done: no preparation runs past it.
+	life    context.Context
+	endLife context.CancelFunc
 	// issued holds, per order whose finalize waits here for its relay, a
 	// channel closed once the order's certificate is recorded (see Issue).
 	issued map[string]chan struct{}
@@ -223,6 +233,11 @@ func New(opts Options) (*Signer, error) {
 		clock:     opts.Clock,
 		transport: opts.Transport,
 	}
+	parent := opts.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	s.life, s.endLife = context.WithCancel(parent)
 	if s.transport == nil {
 		s.transport = newTransport(opts.RootCAs)
 	}
@@ -269,6 +284,22 @@ func newTransport(roots *x509.CertPool) http.RoundTripper {
 		t.TLSClientConfig.RootCAs = roots
 	}
 	return t
+}
+
+// Close stops the preparations under way (prepare.go) and waits for
+// their goroutines to return; none starts after it. The Caddy module
+// calls it when its config is unloaded, so that the old signer's
+// background work ends with its config rather than writing, later, to a
+// store the unload may close. Jobs are not its business: the app's
+// runner stops and waits for them. Calling it again does nothing more.
+func (s *Signer) Close() error {
+	s.mu.Lock()
+	if s.endLife != nil {
+		s.endLife()
+	}
+	s.mu.Unlock()
+	s.preparations.Wait()
+	return nil
 }
 
 // Bind gives the signer its profile's Settler, queue and store.
