@@ -146,6 +146,25 @@ type relayPebble struct {
 	// noARI hides renewalInfo from Pebble's directory: an upstream
 	// without renewal information.
 	noARI atomic.Bool
+	// held, while set, holds each newOrder without an answer
+	// until its request is cancelled (holdNewOrders).
+	held atomic.Pointer[heldNewOrders]
+}
+
+// heldNewOrders tells a test about the newOrders Pebble's front holds.
+type heldNewOrders struct {
+	arrived   chan struct{} // one send per newOrder held
+	cancelled chan struct{} // one send per held newOrder cancelled
+	released  chan struct{} // closed when the test ends
+}
+
+// holdNewOrders makes the front hold every newOrder from now on, never
+// answering it, until its client gives up on it or the test ends.
+func (p *relayPebble) holdNewOrders(t *testing.T) *heldNewOrders {
+	h := &heldNewOrders{arrived: make(chan struct{}, 16), cancelled: make(chan struct{}, 16), released: make(chan struct{})}
+	p.held.Store(h)
+	t.Cleanup(func() { close(h.released) })
+	return h
 }
 
 // startRelayPebble runs Pebble validating http-01 on httpPort and dns-01
@@ -221,6 +240,19 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 			p.mu.Lock()
 			p.counts[kind]++
 			p.mu.Unlock()
+		}
+		if h := p.held.Load(); h != nil && kind == pebbleNewOrder && r.Method == http.MethodPost {
+			// Read to its end: only then does the server notice a
+			// client that gives up and closes the connection.
+			_, _ = io.Copy(io.Discard, r.Body)
+			h.arrived <- struct{}{}
+			select {
+			case <-r.Context().Done():
+				h.cancelled <- struct{}{}
+			case <-h.released:
+				http.Error(w, "the test is over", http.StatusServiceUnavailable)
+			}
+			return
 		}
 		if kind == pebbleNewOrder && r.Method == http.MethodPost {
 			body, _ := io.ReadAll(r.Body)

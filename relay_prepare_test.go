@@ -3,15 +3,22 @@ package caddyacmeproxy
 import (
 	"context"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/certmagic"
 	acmez "github.com/mholt/acmez/v3/acme"
 	"golang.org/x/crypto/acme"
@@ -243,5 +250,88 @@ func TestAPreparedUpstreamOrderWhoseClientNeverFinalizesIsDeactivatedWithoutACer
 	}
 	if n := b.pebble.count(pebbleFinalize); n != 0 {
 		t.Errorf("Pebble saw %d finalizes; want none for an order its client never finalized", n)
+	}
+}
+
+// preparedRelayCaddyfile serves one relay profile with prepare_upstream
+// on, its store at the database path given.
+const preparedRelayCaddyfile = `{
+	admin off
+	persist_config off
+	storage file_system %[1]s
+	skip_install_trust
+	auto_https disable_redirects
+	default_bind 127.0.0.1
+	https_port %[2]d
+	acme_proxy {
+		database %[3]s
+	}
+}
+
+https://127.0.0.1:%[2]d {
+	tls internal
+	acme_proxy {
+		profile prepared
+		challenges dns-01
+		signer relay {
+			directory %[4]s
+			trusted_roots %[5]s
+			challenge bypass
+			prepare_upstream on
+		}
+	}
+}
+`
+
+func TestAReloadToAnotherDatabaseStopsTheOldConfigsUpstreamPreparation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := isolate(t)
+	pebble := startRelayPebble(t, "127.0.0.1:1", 1, true)
+	storage, port := filepath.Join(dir, "storage"), freePort(t)
+	config := func(db string) []byte {
+		t.Helper()
+		cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(fmt.Sprintf(preparedRelayCaddyfile,
+			storage, port, filepath.Join(dir, db), pebble.dir, pebble.rootsFile)), nil)
+		if err != nil {
+			t.Fatalf("adapt: %v", err)
+		}
+		return cfg
+	}
+	load(t, config("first.db"))
+	base := fmt.Sprintf("https://127.0.0.1:%d/acme/prepared/", port)
+	hc := relayCaddyClient(t, storage)
+	if status, body := getEventually(t, hc, base+"directory"); status != http.StatusOK {
+		t.Fatalf("directory: %d %s", status, body)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &acme.Client{Key: key, DirectoryURL: base + "directory", HTTPClient: hc}
+	if _, err := c.Register(ctx, &acme.Account{}, acme.AcceptTOS); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+
+	// The preparation of a new order waits on the upstream's newOrder.
+	held := pebble.holdNewOrders(t)
+	if _, err := c.AuthorizeOrder(ctx, acme.DomainIDs("reload.example.com")); err != nil {
+		t.Fatalf("new order: %v", err)
+	}
+	select {
+	case <-held.arrived:
+	case <-ctx.Done():
+		t.Fatal("the preparation never asked the upstream for its order")
+	}
+
+	// A reload to another database unloads the first config, whose
+	// store is then closed.
+	if err := caddy.Load(config("second.db"), true); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	select {
+	case <-held.cancelled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the old config's preparation still waits on the upstream 20s after the reload; want it stopped with its config")
 	}
 }
