@@ -2,22 +2,20 @@ package jobs
 
 import (
 	"context"
-	"strings"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-// An operator's cancel of a waiting job runs its handler's Abandon with a
-// context of its own, as the runner does: not the request's, which ends
-// when the operator's client gives up or the admin API's bound passes —
-// half an Abandon (a challenge left processing, an audit row unwritten)
-// once the cancel itself has been recorded.
+// An operator's cancel of a waiting job has its handler's Abandon run with
+// a context of its own, by a runner: not the request's, which ends when
+// the operator's client gives up or the admin API's bound passes — half
+// an Abandon (a challenge left processing, an audit row unwritten) once
+// the cancel itself has been recorded.
 func TestAbandonAfterAnOperatorsCancelOutlivesTheRequest(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		q := NewQueue(openDB(t, ""), nil)
@@ -100,37 +98,270 @@ func TestACancelledAttemptThatAsksForARetryEndsCancelledWhateverItsBudget(t *tes
 	})
 }
 
-// An operator's cancel of a waiting job whose Abandon could not write its
-// side effects (the database away) says so in the operator's log: the
-// cancel is recorded and not undone, and nothing tries the Abandon again,
-// so a failure dropped there would leave the order processing, or the
-// audit row unwritten, without a word.
-func TestAnAbandonThatFailsAfterAnOperatorsCancelIsLogged(t *testing.T) {
+// An operator's cancel of a waiting job, made on an instance that runs no
+// handler of its kind (a front end facing signers elsewhere), is
+// abandoned by a runner of that kind on another instance, once: there is
+// no Abandon to run where the cancel is made, and without one elsewhere
+// the order the job worked for stays processing, its client polling for
+// ever. Two instances run the kind; only one of them takes the Abandon.
+func TestAWaitingJobCancelledWhereNoRunnerOfItsKindRunsIsAbandonedOnceByAnotherInstance(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
-		q := NewQueue(openDB(t, ""), nil)
-		core, logs := observer.New(zap.WarnLevel)
-		h := newFuncHandler("k", func(context.Context, *Job) Outcome { return Done() })
-		h.abandonErr = func(*Job) error { return errDatabaseAway }
-		startRunner(t, q, RunnerOptions{Logger: zap.New(core)}, h)
-		job, _, err := q.Enqueue(context.Background(), Spec{Kind: "k", Delay: time.Hour})
+		ctx := context.Background()
+		place := newPlace(t)
+		front := NewQueue(openDB(t, place), nil)
+		startRunner(t, front, RunnerOptions{PollInterval: 10 * time.Millisecond},
+			newFuncHandler("other", func(context.Context, *Job) Outcome { return Done() }))
+		job, _, err := front.Enqueue(ctx, Spec{Kind: "k", Delay: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := q.Cancel(context.Background(), job.ID)
-		if err != nil || got.Status != store.JobCancelled {
+		if got, err := front.Cancel(ctx, job.ID); err != nil || got.Status != store.JobCancelled {
 			t.Fatalf("cancel: %s, %v; want cancelled", got.Status, err)
 		}
-		if n := len(h.abandons(job.ID)); n != 1 {
-			t.Fatalf("abandon called %d times, want once", n)
+
+		var (
+			handlers []*funcHandler
+			runners  []*Runner
+		)
+		for range 2 { // two instances, each its own connection pool
+			h := newFuncHandler("k", func(context.Context, *Job) Outcome {
+				t.Error("the cancelled job was run")
+				return Done()
+			})
+			handlers = append(handlers, h)
+			runners = append(runners, startRunner(t, NewQueue(openDB(t, place), nil), RunnerOptions{PollInterval: 10 * time.Millisecond}, h))
 		}
-		lines := logs.FilterField(zap.String("event", "jobs_abandon_failed")).All()
-		if len(lines) != 1 {
-			t.Fatalf("%d jobs_abandon_failed log lines, want 1", len(lines))
+		abandons := func() (all []string) {
+			for _, h := range handlers {
+				all = append(all, h.abandons(job.ID)...)
+			}
+			return all
 		}
-		if e, ok := lines[0].ContextMap()["error"].(string); !ok || !strings.Contains(e, errDatabaseAway.Error()) {
-			t.Errorf("the log line's error is %q, want the Abandon's", e)
+		waitFor(t, "the abandon", func() bool { return len(abandons()) > 0 })
+		waitFor(t, "the abandon to be recorded", func() bool { return !abandonOwed(t, front, job.ID) })
+		for _, r := range runners { // no abandon can still be on its way
+			if err := r.Stop(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a := abandons(); len(a) != 1 || a[0] != cancelledReason {
+			t.Errorf("abandon calls %q, want one %q", a, cancelledReason)
+		}
+		if got, err := front.Get(ctx, job.ID); err != nil || got.Status != store.JobCancelled || got.Attempts != 0 {
+			t.Errorf("after its abandon the job is %s at attempt %d (%v), want cancelled, never attempted", got.Status, got.Attempts, err)
 		}
 	})
+}
+
+// An operator's cancel of a waiting job whose Abandon could not write its
+// side effects — its handler failed, or the database was away — has the
+// Abandon tried again until it succeeds, as a job retired by its runner
+// does: the cancel is recorded and not undone, so an Abandon tried once
+// and dropped left the order processing, or the audit row unwritten,
+// for good. Run again, the Abandon writes its audit row once (its
+// AbandonKey).
+func TestAWaitingJobsCancelWhoseAbandonFailsHasItTriedAgainUntilItSucceeds(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		tests := []struct {
+			name string
+			rows int // audit rows the Abandons write
+			// fail is the nth Abandon's side effect and answer.
+			fail func(t *testing.T, place string) func(n int32, job *Job) error
+		}{
+			{name: "the handler fails", fail: func(*testing.T, string) func(int32, *Job) error {
+				return func(n int32, _ *Job) error {
+					if n <= 2 {
+						return errDatabaseAway
+					}
+					return nil
+				}
+			}},
+			{name: "the store is away", rows: 1, fail: func(t *testing.T, place string) func(int32, *Job) error {
+				away := openDB(t, place)
+				away.Close()
+				here := openDB(t, place)
+				return func(n int32, job *Job) error {
+					db := here
+					if n == 1 {
+						db = away
+					}
+					err := db.InsertAudit(context.Background(), store.AuditEvent{At: start, Event: "job_abandoned",
+						Outcome: "failure", ActorKind: "system", Detail: fmt.Sprint(job.ID), DedupKey: AbandonKey(job)})
+					if n == 2 && err == nil {
+						// The write landed; its answer was lost.
+						return errDatabaseAway
+					}
+					return err
+				}
+			}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				place := newPlace(t)
+				q := NewQueue(openDB(t, place), nil)
+				var calls atomic.Int32
+				h := newFuncHandler("k", func(context.Context, *Job) Outcome { return Done() })
+				fail := tc.fail(t, place)
+				h.abandonErr = func(job *Job) error { return fail(calls.Add(1), job) }
+				r := startRunner(t, q, RunnerOptions{}, h)
+				job, _, err := q.Enqueue(ctx, Spec{Kind: "k", Delay: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := q.Cancel(ctx, job.ID); err != nil || got.Status != store.JobCancelled {
+					t.Fatalf("cancel: %s, %v; want cancelled", got.Status, err)
+				}
+				waitFor(t, "an abandon that succeeds", func() bool { return calls.Load() >= 3 })
+				waitFor(t, "the abandon to be recorded", func() bool { return !abandonOwed(t, q, job.ID) })
+				if err := r.Stop(); err != nil {
+					t.Fatal(err)
+				}
+				if n := calls.Load(); n != 3 {
+					t.Errorf("abandon called %d times, want 3 (until it succeeded)", n)
+				}
+				evs, err := q.db.SearchAudit(ctx, store.AuditFilter{Event: "job_abandoned"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(evs) != tc.rows {
+					t.Errorf("%d audit rows of the abandon, want %d", len(evs), tc.rows)
+				}
+			})
+		}
+	})
+}
+
+// An operator's cancel of a waiting job whose Abandon kept failing until
+// the runner running it stopped leaves the Abandon owed: the next runner
+// of the kind claims it once the lease lapses and runs it. The job stays
+// cancelled throughout.
+func TestAWaitingJobsAbandonInterruptedByAStopIsRunByTheNextRunner(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		const lease = 30 * time.Second
+		place := newPlace(t)
+		clk := clocktest.New(start)
+		q := NewQueue(openDB(t, place), clk)
+		first := newFuncHandler("k", func(context.Context, *Job) Outcome { return Done() })
+		first.abandonErr = func(*Job) error { return errDatabaseAway }
+		first.lease = lease
+		r, err := NewRunner(q, []Handler{first}, RunnerOptions{Clock: clk, StopTimeout: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		job, _, err := q.Enqueue(ctx, Spec{Kind: "k", Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Cancel(ctx, job.ID); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "a failed abandon", func() bool { return len(first.abandons(job.ID)) >= 1 })
+		if err := r.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := q.Get(ctx, job.ID); err != nil || got.Status != store.JobCancelled {
+			t.Fatalf("after the stop the job is %s (%v), want cancelled", got.Status, err)
+		}
+
+		clk.Advance(lease + time.Second)
+		next := newFuncHandler("k", func(context.Context, *Job) Outcome {
+			t.Error("the cancelled job was run")
+			return Done()
+		})
+		r2 := startRunner(t, NewQueue(openDB(t, place), clk), RunnerOptions{Clock: clk}, next)
+		waitFor(t, "the next runner's abandon", func() bool { return len(next.abandons(job.ID)) > 0 })
+		waitFor(t, "the abandon to be recorded", func() bool { return !abandonOwed(t, q, job.ID) })
+		if err := r2.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if a := next.abandons(job.ID); len(a) != 1 || a[0] != cancelledReason {
+			t.Errorf("the next runner's abandon calls %q, want one %q", a, cancelledReason)
+		}
+		if got, err := q.Get(ctx, job.ID); err != nil || got.Status != store.JobCancelled {
+			t.Errorf("after its abandon the job is %s (%v), want cancelled", got.Status, err)
+		}
+	})
+}
+
+// An operator's cancel of a waiting job is the operator's answer at once:
+// the job reads cancelled — to Get, to List by status, to the counts —
+// while its Abandon still runs (a slow one, or one tried again through an
+// outage), and Cancel does not wait for it. A claim of the Abandon that
+// showed the job running, or a cancel that answered only once the
+// Abandon was done, told the operator something else.
+func TestAWaitingJobReadsCancelledAtOnceWhileItsAbandonRuns(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		q := NewQueue(openDB(t, ""), nil)
+		abandoning, release := make(chan struct{}, 1), make(chan struct{})
+		h := &blockingAbandon{funcHandler: newFuncHandler("k", func(context.Context, *Job) Outcome { return Done() }),
+			started: abandoning, release: release}
+		startRunner(t, q, RunnerOptions{}, h)
+		defer close(release)
+		job, _, err := q.Enqueue(ctx, Spec{Kind: "k", Delay: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered := make(chan Job, 1)
+		go func() {
+			got, err := q.Cancel(ctx, job.ID)
+			if err != nil {
+				t.Error(err)
+			}
+			answered <- got
+		}()
+		select {
+		case <-abandoning:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the cancelled job's Abandon did not start")
+		}
+		select {
+		case got := <-answered:
+			if got.Status != store.JobCancelled {
+				t.Errorf("Cancel answered %s, want cancelled", got.Status)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Cancel did not answer while the Abandon ran")
+		}
+		if got, err := q.Get(ctx, job.ID); err != nil || got.Status != store.JobCancelled || got.FinishedAt.IsZero() {
+			t.Errorf("while its Abandon runs the job reads %s, finished %v (%v); want cancelled, finished", got.Status, got.FinishedAt, err)
+		}
+		for _, st := range []store.JobStatus{store.JobCancelled, store.JobRunning, store.JobReady} {
+			js, err := q.List(ctx, store.JobFilter{Status: st})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := st == store.JobCancelled; (len(js) == 1) != want {
+				t.Errorf("listed as %s: %d jobs, want the job there: %v", st, len(js), want)
+			}
+		}
+		counts, err := q.Count(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(counts) != 1 || counts[0] != (store.JobCount{Kind: "k", Status: store.JobCancelled, N: 1}) {
+			t.Errorf("counts %+v, want one cancelled k", counts)
+		}
+	})
+}
+
+// blockingAbandon is a handler whose Abandon says it started, then waits
+// for release.
+type blockingAbandon struct {
+	*funcHandler
+	started chan<- struct{}
+	release <-chan struct{}
+}
+
+func (h *blockingAbandon) Abandon(ctx context.Context, job *Job, reason string) error {
+	h.started <- struct{}{}
+	<-h.release
+	return h.funcHandler.Abandon(ctx, job, reason)
 }
 
 // An operator's cancel of a running job whose attempt then asks to run
@@ -236,4 +467,14 @@ func TestACancelledAttemptThatSucceedsEndsDoneUnabandoned(t *testing.T) {
 			t.Errorf("abandon calls %q, want none", a)
 		}
 	})
+}
+
+// abandonOwed reads whether the job's Abandon is still owed.
+func abandonOwed(t testing.TB, q *Queue, id int64) bool {
+	t.Helper()
+	j, err := q.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j.AbandonOwed
 }

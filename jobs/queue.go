@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -216,11 +214,15 @@ func (q *Queue) List(ctx context.Context, f store.JobFilter) ([]Job, error) {
 // Count counts jobs by kind and status.
 func (q *Queue) Count(ctx context.Context) ([]store.JobCount, error) { return q.db.CountJobs(ctx) }
 
-// Cancel retires a job for an operator. A waiting job is cancelled now and
-// its handler's Abandon runs here if this process has one for its kind; a
-// running job finishes its current attempt and is then retired instead of
-// retried (it may still succeed). Cancelling a settled job, or a Periodic
-// handler's row (IsPeriodic), is an error wrapping store.ErrWrongState.
+// Cancel retires a job for an operator. A waiting job is cancelled now,
+// as the answer and every read of it says, and owes its handler's
+// Abandon: a runner of its kind — this process's, woken at once, or any
+// other instance's — claims it, runs Abandon, trying again through an
+// outage as for any retired job (RunnerOptions.AbandonRetry), and then
+// records it done; Cancel does not wait for it. A running job finishes
+// its current attempt and is then retired instead of retried (it may
+// still succeed). Cancelling a settled job, or a Periodic handler's row
+// (IsPeriodic), is an error wrapping store.ErrWrongState.
 func (q *Queue) Cancel(ctx context.Context, id int64) (Job, error) {
 	if cur, err := q.db.GetJob(ctx, id); err != nil {
 		return Job{}, err
@@ -232,19 +234,8 @@ func (q *Queue) Cancel(ctx context.Context, id int64) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
-	if job.Status == store.JobCancelled {
-		if r := q.localRunnerOf(job.Kind); r != nil {
-			// A context of its own, as the runner gives it: the cancel
-			// is recorded, and the caller's request may end any time.
-			// Nothing tries it again (the job is settled, and
-			// not reclaimed): a failure is the operator's to see.
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
-			defer cancel()
-			if err := r.abandon(actx, r.handlers[job.Kind], &job, cancelledReason); err != nil {
-				r.log.Error("cancelled job's abandon failed; its side effects are not written", zap.String("event", "jobs_abandon_failed"),
-					zap.String("kind", job.Kind), zap.Int64("job", job.ID), zap.Error(err))
-			}
-		}
+	if job.AbandonOwed {
+		q.wake(job.Kind)
 	}
 	return job, nil
 }
@@ -285,18 +276,6 @@ func (q *Queue) wake(kind string) {
 	for _, r := range q.runners {
 		r.wakeKind(kind)
 	}
-}
-
-// localRunnerOf is a local runner with a handler for kind, or nil.
-func (q *Queue) localRunnerOf(kind string) *Runner {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, r := range q.runners {
-		if _, ok := r.handlers[kind]; ok {
-			return r
-		}
-	}
-	return nil
 }
 
 // Wake tells the local runners that jobs of kind were stored by a write

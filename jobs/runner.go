@@ -680,6 +680,10 @@ func (r *Runner) work(ks *kindState, job *Job) (completed bool) {
 	switch {
 	case !r.beginSettle(job.ID):
 		return
+	case job.AbandonOwed:
+		// Cancelled while it waited: claimed for its Abandon alone.
+		r.payAbandon(ks, job)
+		return
 	case job.CancelRequested:
 		r.retire(ks, job, store.JobCancelled, cancelledReason)
 		return
@@ -825,6 +829,22 @@ func (r *Runner) retire(ks *kindState, job *Job, status store.JobStatus, reason 
 	now := r.opts.Clock.Now()
 	if err := r.persist(job, func(ctx context.Context) error {
 		return r.q.db.RetireJob(ctx, job.ID, r.opts.Owner, status, reason, now)
+	}); err != nil {
+		r.logSettleError(job, err)
+	}
+}
+
+// payAbandon runs the Abandon a job cancelled while it waited owes (see
+// store.Job.AbandonOwed), as retire does for a job it retires, and then
+// records it run. The job is settled already: it stays cancelled
+// throughout. A runner that stops before the Abandon succeeded leaves it
+// owed, to be claimed again when the lease lapses.
+func (r *Runner) payAbandon(ks *kindState, job *Job) {
+	if !r.abandonDurably(ks, job, cancelledReason) {
+		return
+	}
+	if err := r.persist(job, func(ctx context.Context) error {
+		return r.q.db.SettleJobAbandon(ctx, job.ID, r.opts.Owner, r.opts.Clock.Now())
 	}); err != nil {
 		r.logSettleError(job, err)
 	}

@@ -740,7 +740,7 @@ func TestOperatorCancelAbandonsAWaitingJobOnce(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		q := NewQueue(openDB(t, ""), nil)
 		h := newFuncHandler("k", func(context.Context, *Job) Outcome { return Done() })
-		startRunner(t, q, RunnerOptions{}, h)
+		r := startRunner(t, q, RunnerOptions{}, h)
 		job, _, _ := q.Enqueue(context.Background(), Spec{Kind: "k", Delay: time.Hour})
 		got, err := q.Cancel(context.Background(), job.ID)
 		if err != nil || got.Status != store.JobCancelled {
@@ -748,6 +748,11 @@ func TestOperatorCancelAbandonsAWaitingJobOnce(t *testing.T) {
 		}
 		if _, err := q.Cancel(context.Background(), job.ID); !errors.Is(err, store.ErrWrongState) {
 			t.Errorf("second cancel: %v, want ErrWrongState", err)
+		}
+		// The runner abandons it in a moment (Cancel does not wait).
+		waitFor(t, "the abandon to be recorded", func() bool { return !abandonOwed(t, q, job.ID) })
+		if err := r.Stop(); err != nil { // no Abandon can be still on its way
+			t.Fatal(err)
 		}
 		if a := h.abandons(job.ID); len(a) != 1 || a[0] != cancelledReason {
 			t.Errorf("abandon calls %q, want one %q", a, cancelledReason)

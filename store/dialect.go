@@ -40,12 +40,14 @@ type dialect interface {
 	unavailable(err error) bool
 	// uniqueViolation reports whether err is a unique constraint's refusal.
 	uniqueViolation(err error) bool
-	// claimJobs is the statement that leases due jobs (see ClaimJobsIn),
-	// returning cols of each, from the lanes whose placeholders lanes
-	// lists ("?,?"). Its arguments, in order: owner, lease until, now,
-	// kind, each lane, now, now, owner, limit. The rows it picks must be locked
-	// against a concurrent claimer: SQLite's single writer does that by
-	// itself; PostgreSQL picks them FOR UPDATE SKIP LOCKED.
+	// claimJobs is the statement that leases due jobs and owed abandons
+	// (see ClaimJobsIn), returning cols of each, from the lanes whose
+	// placeholders lanes lists ("?,?"). Its arguments, in order: owner,
+	// lease until, now, kind, each lane, now, now, owner; then
+	// abandonOwedWhere's (kind, each lane, now, owner); limit. The rows it
+	// picks must be locked against a concurrent claimer: SQLite's single
+	// writer does that by itself; PostgreSQL picks them FOR UPDATE SKIP
+	// LOCKED.
 	claimJobs(cols, lanes string) string
 	// reclaimStuckOrders is the statement that takes over orders left
 	// processing (see ReclaimStuckOrders), returning cols of each. Its

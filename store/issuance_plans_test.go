@@ -26,6 +26,12 @@ import (
 var smallTables = []string{"secrets", "crls", "crl_numbers", "crl_name_numbers", "signer_publications",
 	"flushes", "audit_prune_cutoff", "schema_migrations"}
 
+// partialIndexes hold only rows in a passing state, few whatever the
+// history: a search of one by a class's columns reads those alone.
+var partialIndexes = []string{
+	"jobs_abandon_owed", // the cancelled jobs whose Abandon has not run yet
+}
+
 // everyRowOf is the plan step's table when the step reads every row of a
 // table that grows with the orders served, or with their history: a
 // SCAN of it, or a SEARCH constrained only by columns that a whole class
@@ -42,6 +48,9 @@ func everyRowOf(step string, subqueries []string) (string, bool) {
 	table := f[1]
 	if slices.Contains(smallTables, table) || slices.Contains(subqueries, table) || table == "CONSTANT" ||
 		strings.Contains(step, "VALUES CLAUSE") || strings.Contains(step, "VIRTUAL TABLE") {
+		return "", false
+	}
+	if i := slices.Index(f, "INDEX"); i >= 0 && i+1 < len(f) && slices.Contains(partialIndexes, f[i+1]) {
 		return "", false
 	}
 	if f[0] == "SCAN" {
@@ -205,10 +214,11 @@ func TestEveryStatementOnTheIssuancePathReadsAFewRowsByIndex(t *testing.T) {
 			case all:
 				t.Errorf("reads every row of %s (%s):\n%s\nplan: %s", table, step, oneLine(stmt), strings.Join(plan, "; "))
 			case strings.Contains(step, "TEMP B-TREE") && strings.HasPrefix(oneLine(stmt), claimPrefix):
-				// The claim takes the oldest of the due jobs of its
-				// kind, ready or with a lapsed lease: two ranges of
-				// the index, merged by a sort of the live jobs it
-				// read — the backlog, never the history.
+				// The claim takes the owed Abandons of its kind,
+				// then the oldest of its due jobs, ready or with a
+				// lapsed lease: ranges of the indexes, merged by a
+				// sort of the live jobs it read — the backlog, never
+				// the history.
 			case strings.Contains(step, "TEMP B-TREE"):
 				t.Errorf("sorts what it reads (%s):\n%s\nplan: %s", step, oneLine(stmt), strings.Join(plan, "; "))
 			}
@@ -222,7 +232,7 @@ func TestEveryStatementOnTheIssuancePathReadsAFewRowsByIndex(t *testing.T) {
 }
 
 // claimPrefix begins the statement of ClaimJobsIn.
-const claimPrefix = "UPDATE jobs SET status = 'running', attempts = attempts + 1"
+const claimPrefix = "UPDATE jobs SET status = CASE WHEN status = 'cancelled' THEN status ELSE 'running' END"
 
 // openRecording opens a SQLite store that records every distinct
 // statement its connections run; ran returns them in the order first run.

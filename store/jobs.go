@@ -48,6 +48,11 @@ type Job struct {
 	// (RetryJobNow of a failed or cancelled job): each later retirement
 	// is a new one, which jobs.AbandonKey tells apart.
 	Revivals int
+	// AbandonOwed: an operator cancelled the job while it waited; it is
+	// settled as cancelled, and its handler's Abandon has not yet
+	// succeeded. A runner of its kind claims it for that (ClaimJobsIn),
+	// leaving it cancelled, and clears the debt (SettleJobAbandon).
+	AbandonOwed bool
 }
 
 // NewJob describes a job to enqueue.
@@ -62,7 +67,7 @@ type NewJob struct {
 }
 
 const jobCols = `id, kind, key, lane, payload, status, attempts, max_attempts, run_at, deadline,
-	lease_owner, lease_until, last_error, cancel_requested, created_at, updated_at, finished_at, revivals`
+	lease_owner, lease_until, last_error, cancel_requested, created_at, updated_at, finished_at, revivals, abandon_owed`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -73,16 +78,16 @@ func scanJob(r rowScanner) (Job, error) {
 		payload                        string
 		runAt, created, updated        int64
 		deadline, leaseUntil, finished sql.NullInt64
-		cancel                         int
+		cancel, owed                   int
 	)
 	if err := r.Scan(&j.ID, &j.Kind, &key, &j.Lane, &payload, &j.Status, &j.Attempts, &j.MaxAttempts, &runAt, &deadline,
-		&owner, &leaseUntil, &j.LastError, &cancel, &created, &updated, &finished, &j.Revivals); err != nil {
+		&owner, &leaseUntil, &j.LastError, &cancel, &created, &updated, &finished, &j.Revivals, &owed); err != nil {
 		return Job{}, err
 	}
 	j.Key, j.LeaseOwner, j.Payload = key.String, owner.String, []byte(payload)
 	j.RunAt, j.CreatedAt, j.UpdatedAt = ms(runAt), ms(created), ms(updated)
 	j.Deadline, j.LeaseUntil, j.FinishedAt = nullMs(deadline), nullMs(leaseUntil), nullMs(finished)
-	j.CancelRequested = cancel != 0
+	j.CancelRequested, j.AbandonOwed = cancel != 0, owed != 0
 	return j, nil
 }
 
@@ -236,13 +241,20 @@ func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil
 // jobs of the default lane ("") and of lanes are claimed: a job of any
 // other lane is left for a runner that serves it.
 //
+// Cancelled jobs whose Abandon is owed (AbandonOwed), unleased or under a
+// lease another owner let lapse, are claimed too, first, by the same
+// rules: they stay cancelled, and no attempt is counted; the claimer runs
+// the Abandon and then SettleJobAbandon.
+//
 // On PostgreSQL the rows are picked FOR UPDATE SKIP LOCKED (see
 // postgresDialect.claimJobs), so concurrent claimers never take one job
 // twice.
 func (db *DB) ClaimJobsIn(ctx context.Context, kind string, lanes []string, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
 	marks, laneArgs := laneList(lanes)
 	args := append([]any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind}, laneArgs...)
-	args = append(args, now.UnixMilli(), now.UnixMilli(), owner, limit)
+	args = append(args, now.UnixMilli(), now.UnixMilli(), owner, kind)
+	args = append(args, laneArgs...)
+	args = append(args, now.UnixMilli(), owner, limit)
 	var out []Job
 	err := db.wr.queryEach(ctx, db.q(db.dialect.claimJobs(jobCols, marks)), args,
 		func() { out = nil },
@@ -291,10 +303,15 @@ func laneList(lanes []string) (string, []any) {
 func (db *DB) AnyJobDue(ctx context.Context, kind string, lanes []string, owner string, now time.Time) (bool, error) {
 	marks, laneArgs := laneList(lanes)
 	args := append([]any{kind}, laneArgs...)
-	args = append(args, now.UnixMilli(), now.UnixMilli(), owner)
+	args = append(args, now.UnixMilli(), now.UnixMilli(), owner, kind)
+	args = append(args, laneArgs...)
+	args = append(args, now.UnixMilli(), owner)
 	var n int
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM (SELECT 1 FROM jobs
 		WHERE kind = ? AND status IN ('ready','running') AND lane IN (`+marks+`) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
+		UNION ALL
+		SELECT 1 FROM jobs
+		WHERE `+abandonOwedWhere(marks)+`
 		LIMIT 1) AS due`), args...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("store: looking for due %s jobs: %w", kind, err)
@@ -303,17 +320,19 @@ func (db *DB) AnyJobDue(ctx context.Context, kind string, lanes []string, owner 
 }
 
 // ExtendJobLeases pushes out the leases of every running job of kind held
-// by owner; a runner calls it while handlers are still working. It
-// returns the ids of the jobs it extended: a job the runner works on that
-// is not among them is no longer its own (another runner took it over
-// after the lease lapsed, or it settled).
+// by owner, and of every cancelled one whose Abandon it claimed; a runner
+// calls it while handlers are still working. It returns the ids of the
+// jobs it extended: a job the runner works on that is not among them is
+// no longer its own (another runner took it over after the lease lapsed,
+// or it settled).
 //
 // One statement guarded on the lease owner and status.
 func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUntil, now time.Time) ([]int64, error) {
 	var ids []int64
 	err := db.wr.queryEach(ctx, db.q(`UPDATE jobs SET lease_until = ?, updated_at = ?
-		WHERE kind = ? AND lease_owner = ? AND status = 'running'
-		RETURNING id`), []any{leaseUntil.UnixMilli(), now.UnixMilli(), kind, owner},
+		WHERE (kind = ? AND lease_owner = ? AND status = 'running')
+		   OR (abandon_owed = 1 AND kind = ? AND lease_owner = ?)
+		RETURNING id`), []any{leaseUntil.UnixMilli(), now.UnixMilli(), kind, owner, kind, owner},
 		func() { ids = ids[:0] },
 		func(r rowScanner) error {
 			var id int64
@@ -336,8 +355,17 @@ func (db *DB) ExtendJobLeases(ctx context.Context, kind, owner string, leaseUnti
 // it, the job is back to running under a lease that lapses, and runs again
 // — which at-least-once delivery already asks every handler to bear.
 func (db *DB) settle(ctx context.Context, what string, id int64, owner, set string, args ...any) (JobStatus, error) {
-	return db.settleWhere(ctx, what, id, owner, "", set, args...)
+	return db.settleWhere(ctx, what, id, owner, heldRunning, set, args...)
 }
+
+// The guards of settleWhere: a job running under the caller's lease; a
+// cancelled one whose Abandon the caller claimed; either.
+const (
+	heldRunning  = `status = 'running'`
+	heldAbandon  = `status = 'cancelled' AND abandon_owed = 1`
+	heldEither   = `(status = 'running' OR (status = 'cancelled' AND abandon_owed = 1))`
+	notCancelled = ` AND cancel_requested = 0`
+)
 
 // settleUnlessCancelled is settle for a write that would have the job run
 // again (a retry, a reschedule): a job an operator cancelled while its
@@ -348,7 +376,7 @@ func (db *DB) settle(ctx context.Context, what string, id int64, owner, set stri
 // (A running job's cancel request is never withdrawn, so the read that
 // tells a cancel from a lost lease cannot mistake one for the other.)
 func (db *DB) settleUnlessCancelled(ctx context.Context, what string, id int64, owner, set string, args ...any) (JobStatus, error) {
-	st, err := db.settleWhere(ctx, what, id, owner, " AND cancel_requested = 0", set, args...)
+	st, err := db.settleWhere(ctx, what, id, owner, heldRunning+notCancelled, set, args...)
 	if !errors.Is(err, ErrLeaseLost) {
 		return st, err
 	}
@@ -370,9 +398,9 @@ func (db *DB) settleUnlessCancelled(ctx context.Context, what string, id int64, 
 	return "", fmt.Errorf("%w: job %d (%s)", ErrLeaseLost, id, what)
 }
 
-func (db *DB) settleWhere(ctx context.Context, what string, id int64, owner, guard, set string, args ...any) (JobStatus, error) {
+func (db *DB) settleWhere(ctx context.Context, what string, id int64, owner, held, set string, args ...any) (JobStatus, error) {
 	stmt := db.q(`UPDATE jobs SET ` + set + `
-		WHERE id = ? AND lease_owner = ? AND status = 'running'` + guard + `
+		WHERE id = ? AND lease_owner = ? AND ` + held + `
 		RETURNING status`)
 	var st JobStatus
 	err := db.lazyWr.QueryRowContext(ctx, stmt, append(args, id, owner)...).Scan(&st)
@@ -432,20 +460,50 @@ func (db *DB) RetireJob(ctx context.Context, id int64, owner string, status JobS
 }
 
 // ReleaseJob hands a leased job back as ready now, refunding the attempt:
-// the runner is stopping and could not let the handler finish.
+// the runner is stopping and could not let the handler finish, or has no
+// slot for it. A cancelled job whose Abandon the runner claimed is handed
+// back still cancelled, its Abandon still owed, for any runner to claim.
 func (db *DB) ReleaseJob(ctx context.Context, id int64, owner string, now time.Time) error {
-	_, err := db.settle(ctx, "release", id, owner,
-		`status = 'ready', attempts = attempts - 1, run_at = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
+	_, err := db.settleWhere(ctx, "release", id, owner, heldEither,
+		`attempts = CASE WHEN status = 'running' THEN attempts - 1 ELSE attempts END,
+		 run_at = CASE WHEN status = 'running' THEN ? ELSE run_at END,
+		 status = CASE WHEN status = 'running' THEN 'ready' ELSE status END,
+		 lease_owner = NULL, lease_until = NULL, updated_at = ?`,
 		now.UnixMilli(), now.UnixMilli())
 	return err
 }
 
+// SettleJobAbandon records that the Abandon owed by a cancelled job (see
+// Job.AbandonOwed), which owner claimed, has been run: the debt is
+// cleared and the lease let go. ErrLeaseLost when owner no longer holds
+// it (its lease lapsed and another runner took it, or an operator
+// revived the job).
+func (db *DB) SettleJobAbandon(ctx context.Context, id int64, owner string, now time.Time) error {
+	_, err := db.settleWhere(ctx, "abandoned", id, owner, heldAbandon,
+		`abandon_owed = 0, lease_owner = NULL, lease_until = NULL, updated_at = ?`, now.UnixMilli())
+	return err
+}
+
+// abandonOwedWhere is the condition of the jobs whose owed Abandon a
+// claim takes (see ClaimJobsIn), in the lanes whose placeholders marks
+// lists. Its arguments: kind, each lane, now, owner. The partial index
+// jobs_abandon_owed finds them. (Only a cancelled job owes one: a
+// condition on the status too would have SQLite read every cancelled
+// job of the kind through jobs_due instead.)
+func abandonOwedWhere(marks string) string {
+	return `abandon_owed = 1 AND kind = ? AND lane IN (` + marks + `)
+		AND (lease_owner IS NULL OR (lease_until <= ? AND lease_owner <> ?))`
+}
+
 // CancelJob cancels a job for an operator. A ready job is settled as
-// cancelled at once (returned with Status cancelled); a running one is
-// marked so that its current attempt is its last. A settled job is
-// ErrWrongState. The change is one guarded statement (its CASEs, too, are
-// evaluated on the job's newest row); the read that explains a refusal
-// only names the status the job was found in.
+// cancelled at once (returned with Status cancelled), owing its handler's
+// Abandon (AbandonOwed), which a runner of its kind claims like a due job
+// — on PostgreSQL, the runners of other instances are told at once, as of
+// an enqueued job; a running one is marked so that its current attempt is
+// its last. A settled job is ErrWrongState. The change is one guarded
+// statement (its CASEs, too, are evaluated on the job's newest row); the
+// read that explains a refusal only names the status the job was found
+// in.
 func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, error) {
 	var job Job
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -453,24 +511,34 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 		job, err = scanJob(tx.QueryRowContext(ctx, db.q(`UPDATE jobs
 			SET status = CASE WHEN status = 'ready' THEN 'cancelled' ELSE status END,
 			    finished_at = CASE WHEN status = 'ready' THEN ? ELSE finished_at END,
+			    abandon_owed = CASE WHEN status = 'ready' THEN 1 ELSE abandon_owed END,
 			    cancel_requested = 1, updated_at = ?
 			WHERE id = ? AND status IN ('ready','running')
 			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return db.explainMissing(ctx, tx, id, "cancel")
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		if announce := db.dialect.announceJob(); announce != "" && job.AbandonOwed {
+			if _, err := tx.ExecContext(ctx, db.q(announce), job.Kind); err != nil {
+				return fmt.Errorf("store: cancel job %d: announcing its abandon: %w", id, err)
+			}
+		}
+		return nil
 	})
 	return job, err
 }
 
 // RetryJobNow makes a job ready to run now for an operator: a waiting job
 // skips its backoff, a failed or cancelled one is revived with a fresh
-// attempt budget (and counted in Revivals). ErrConflict if another live
-// job has its kind and key (the partial unique index refuses it, a
-// concurrent enqueue included);
-// ErrWrongState if it is running or done, or its deadline has passed (its
-// next claim would retire it unrun). Guarded as CancelJob is.
+// attempt budget (and counted in Revivals). A cancelled job's Abandon
+// still owed is dropped: the work is to happen after all. ErrConflict if
+// another live job has its kind and key (the partial unique index refuses
+// it, a concurrent enqueue included); ErrWrongState if it is running or
+// done, or its deadline has passed (its next claim would retire it
+// unrun). Guarded as CancelJob is.
 func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, error) {
 	var job Job
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -478,7 +546,8 @@ func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, er
 		job, err = scanJob(tx.QueryRowContext(ctx, db.q(`UPDATE jobs
 			SET attempts = CASE WHEN status = 'ready' THEN attempts ELSE 0 END,
 			    revivals = CASE WHEN status = 'ready' THEN revivals ELSE revivals + 1 END,
-			    status = 'ready', run_at = ?, cancel_requested = 0, finished_at = NULL, updated_at = ?
+			    status = 'ready', run_at = ?, cancel_requested = 0, finished_at = NULL, updated_at = ?,
+			    abandon_owed = 0, lease_owner = NULL, lease_until = NULL
 			WHERE id = ? AND status IN ('ready','failed','cancelled') AND (deadline IS NULL OR deadline > ?)
 			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id, now.UnixMilli()))
 		switch {
@@ -591,8 +660,9 @@ func (db *DB) CountJobs(ctx context.Context) ([]JobCount, error) {
 }
 
 // NextJobDue returns the earliest time a job of one of kinds in lanes
-// (and the default lane) becomes claimable (a ready job's run_at, or a
-// running job's lease expiry), and false when there is none.
+// (and the default lane) becomes claimable (a ready job's run_at, a
+// running job's lease expiry, a cancelled job's owed Abandon: now, or
+// its lease's expiry), and false when there is none.
 func (db *DB) NextJobDue(ctx context.Context, kinds, lanes []string) (time.Time, bool, error) {
 	if len(kinds) == 0 {
 		return time.Time{}, false, nil
@@ -604,9 +674,14 @@ func (db *DB) NextJobDue(ctx context.Context, kinds, lanes []string) (time.Time,
 	}
 	laneMarks, laneArgs := laneList(lanes)
 	args = append(args, laneArgs...)
+	args = append(args, args...)
 	var next sql.NullInt64
-	err := db.r.QueryRowContext(ctx, db.q(`SELECT MIN(CASE WHEN status = 'ready' THEN run_at ELSE lease_until END)
-		FROM jobs WHERE status IN ('ready','running') AND kind IN (`+marks+`) AND lane IN (`+laneMarks+`)`), args...).Scan(&next)
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT MIN(at) FROM (
+		SELECT CASE WHEN status = 'ready' THEN run_at ELSE lease_until END AS at
+		FROM jobs WHERE status IN ('ready','running') AND kind IN (`+marks+`) AND lane IN (`+laneMarks+`)
+		UNION ALL
+		SELECT COALESCE(lease_until, 0)
+		FROM jobs WHERE abandon_owed = 1 AND kind IN (`+marks+`) AND lane IN (`+laneMarks+`)) AS due`), args...).Scan(&next)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("store: next due job: %w", err)
 	}
@@ -633,10 +708,11 @@ func (db *DB) MoveJobLane(ctx context.Context, kind, key, lane string, now time.
 // returns how many it deleted.
 //
 // Each batch is one statement deleting settled rows, which nothing
-// changes again, oldest first, found by the index on finished_at.
+// changes again, oldest first, found by the index on finished_at. A
+// cancelled job whose Abandon is still owed is kept until it has run.
 func (db *DB) PruneJobs(ctx context.Context, cutoff time.Time) (int64, error) {
 	n, err := db.deleteInBatches(ctx, `DELETE FROM jobs WHERE id IN
-		(SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled')
+		(SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled') AND abandon_owed = 0
 		ORDER BY finished_at LIMIT ?)`, cutoff.UnixMilli())
 	if err != nil {
 		return n, fmt.Errorf("store: pruning jobs: %w", err)

@@ -138,7 +138,8 @@ func TestCancelAndRetryNowFollowTheJobsState(t *testing.T) {
 		}
 		// Cancelling a running job marks it (see
 		// TestARetryOfACancelledRunningJobLeavesItForTheRunnerToRetire).
-		db.ClaimJobs(ctx, "k", "a", t0.Add(time.Second), t0.Add(time.Minute), 1)
+		// (The claim takes the cancelled twin's owed Abandon too.)
+		db.ClaimJobs(ctx, "k", "a", t0.Add(time.Second), t0.Add(time.Minute), 10)
 		c, err = db.CancelJob(ctx, j.ID, t0)
 		if err != nil || c.Status != JobRunning || !c.CancelRequested {
 			t.Fatalf("cancel running: %+v %v", c, err)
@@ -228,6 +229,151 @@ func TestPruneDeletesOnlyOldSettledJobs(t *testing.T) {
 			if _, err := db.GetJob(ctx, id); err != nil {
 				t.Fatalf("job %d pruned: %v", id, err)
 			}
+		}
+	})
+}
+
+// cancelWaiting stores a job waiting for a later attempt and cancels it at
+// t0, for the tests of the Abandon it then owes.
+func cancelWaiting(t *testing.T, db *DB) Job {
+	t.Helper()
+	ctx := context.Background()
+	j, _, err := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3, RunAt: t0.Add(time.Hour)}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := db.CancelJob(ctx, j.ID, t0)
+	if err != nil || c.Status != JobCancelled || !c.AbandonOwed || !c.FinishedAt.Equal(t0) {
+		t.Fatalf("cancel of a waiting job: %+v %v; want cancelled, finished, its abandon owed", c, err)
+	}
+	return c
+}
+
+// A waiting job an operator cancelled is cancelled at once and owes its
+// Abandon, which one runner claims: the job stays cancelled, with no
+// attempt counted, and no other runner claims it while the lease lives;
+// once the Abandon is recorded, nothing claims it again.
+func TestACancelledWaitingJobsAbandonIsClaimedByOneRunnerAndTheJobStaysCancelled(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		j := cancelWaiting(t, db)
+		if due, err := db.AnyJobDue(ctx, "k", nil, "a", t0); err != nil || !due {
+			t.Fatalf("AnyJobDue = %v, %v; the abandon is due", due, err)
+		}
+		if next, ok, err := db.NextJobDue(ctx, []string{"k"}, nil); err != nil || !ok || next.After(t0) {
+			t.Fatalf("NextJobDue = %v %v %v; the abandon is due now", next, ok, err)
+		}
+		got, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10)
+		if err != nil || len(got) != 1 || got[0].ID != j.ID || got[0].Status != JobCancelled || got[0].Attempts != 0 ||
+			!got[0].AbandonOwed || got[0].LeaseOwner != "a" {
+			t.Fatalf("claim: %+v %v; want the job, cancelled, unattempted, leased to a", got, err)
+		}
+		if got, err := db.ClaimJobs(ctx, "k", "b", t0, t0.Add(time.Minute), 10); err != nil || len(got) != 0 {
+			t.Fatalf("a second claimer took %+v (%v) while a's lease lives", got, err)
+		}
+		if due, err := db.AnyJobDue(ctx, "k", nil, "b", t0); err != nil || due {
+			t.Fatalf("AnyJobDue for b = %v, %v; the abandon is a's", due, err)
+		}
+		if ids, err := db.ExtendJobLeases(ctx, "k", "a", t0.Add(2*time.Minute), t0); err != nil || len(ids) != 1 || ids[0] != j.ID {
+			t.Fatalf("extending a's leases: %v %v; want the abandon's", ids, err)
+		}
+		if err := db.SettleJobAbandon(ctx, j.ID, "a", t0); err != nil {
+			t.Fatal(err)
+		}
+		after, err := db.GetJob(ctx, j.ID)
+		if err != nil || after.Status != JobCancelled || after.AbandonOwed || after.LeaseOwner != "" || !after.FinishedAt.Equal(t0) {
+			t.Fatalf("after its abandon the job is %+v (%v); want cancelled, owing nothing, unleased", after, err)
+		}
+		if got, err := db.ClaimJobs(ctx, "k", "b", t0.Add(time.Hour), t0.Add(2*time.Hour), 10); err != nil || len(got) != 0 {
+			t.Fatalf("claimed again once abandoned: %+v %v", got, err)
+		}
+	})
+}
+
+// An owed Abandon whose claimer stopped renewing its lease (a crash) is
+// claimed by another runner once the lease lapsed, and the first
+// claimer's late record of it is refused.
+func TestAnOwedAbandonWhoseLeaseLapsedIsTakenOverByAnotherRunner(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		j := cancelWaiting(t, db)
+		if got, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10); err != nil || len(got) != 1 {
+			t.Fatalf("claim: %+v %v", got, err)
+		}
+		later := t0.Add(2 * time.Minute)
+		if got, err := db.ClaimJobs(ctx, "k", "b", later, later.Add(time.Minute), 10); err != nil || len(got) != 1 || got[0].ID != j.ID {
+			t.Fatalf("takeover: %+v %v; want the job", got, err)
+		}
+		if err := db.SettleJobAbandon(ctx, j.ID, "a", later); !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("a's record after the takeover: %v, want ErrLeaseLost", err)
+		}
+		if err := db.SettleJobAbandon(ctx, j.ID, "b", later); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A claimed Abandon handed back (the runner had no slot for it) stays
+// cancelled and owed, for the next claim.
+func TestAReleasedAbandonStaysCancelledAndOwed(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		j := cancelWaiting(t, db)
+		if _, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.ReleaseJob(ctx, j.ID, "a", t0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.GetJob(ctx, j.ID)
+		if err != nil || got.Status != JobCancelled || !got.AbandonOwed || got.LeaseOwner != "" || got.Attempts != 0 {
+			t.Fatalf("released: %+v %v; want cancelled, owed, unleased", got, err)
+		}
+		if got, err := db.ClaimJobs(ctx, "k", "b", t0, t0.Add(time.Minute), 10); err != nil || len(got) != 1 {
+			t.Fatalf("claim after the release: %+v %v; want the job", got, err)
+		}
+	})
+}
+
+// An operator's retry of a cancelled job whose Abandon has not run yet
+// revives it and drops the Abandon: the work is to happen after all.
+func TestARevivedCancelledJobNoLongerOwesItsAbandon(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		j := cancelWaiting(t, db)
+		r, err := db.RetryJobNow(ctx, j.ID, t0)
+		if err != nil || r.Status != JobReady || r.AbandonOwed || r.Revivals != 1 {
+			t.Fatalf("revived: %+v %v; want ready, owing nothing", r, err)
+		}
+		got, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10)
+		if err != nil || len(got) != 1 || got[0].Status != JobRunning || got[0].Attempts != 1 {
+			t.Fatalf("claim of the revived job: %+v %v; want an attempt", got, err)
+		}
+	})
+}
+
+// The prune of settled jobs keeps a cancelled job whose Abandon is still
+// owed, however old: deleting it would drop the Abandon.
+func TestPruneKeepsACancelledJobWhoseAbandonIsOwed(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		j := cancelWaiting(t, db)
+		if n, err := db.PruneJobs(ctx, t0.Add(24*time.Hour)); err != nil || n != 0 {
+			t.Fatalf("pruned %d, %v; want the owing job kept", n, err)
+		}
+		if _, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SettleJobAbandon(ctx, j.ID, "a", t0); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := db.PruneJobs(ctx, t0.Add(24*time.Hour)); err != nil || n != 1 {
+			t.Fatalf("pruned %d, %v; want the job, abandoned", n, err)
 		}
 	})
 }

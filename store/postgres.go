@@ -497,13 +497,20 @@ func (postgresDialect) uniqueViolation(err error) bool {
 // subquery re-checks its WHERE on the row's newest version (which another
 // claim made running under a live lease), and a row it has locked no one
 // else changes before the update commits.
+//
+// The due jobs and the owed abandons are one select (FOR UPDATE takes no
+// UNION), the abandons first; the planner finds each side by its index
+// (jobs_due, the partial jobs_abandon_owed) and ORs the two.
 func (postgresDialect) claimJobs(cols, lanes string) string {
 	return `UPDATE jobs
-		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
+		SET status = CASE WHEN status = 'cancelled' THEN status ELSE 'running' END,
+		    attempts = CASE WHEN status = 'cancelled' THEN attempts ELSE attempts + 1 END,
+		    lease_owner = ?, lease_until = ?, updated_at = ?
 		WHERE id IN (
 			SELECT id FROM jobs
-			WHERE kind = ? AND status IN ('ready','running') AND lane IN (` + lanes + `) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
-			ORDER BY run_at, id
+			WHERE (kind = ? AND status IN ('ready','running') AND lane IN (` + lanes + `) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?)))
+			   OR (` + abandonOwedWhere(lanes) + `)
+			ORDER BY abandon_owed DESC, run_at, id
 			LIMIT ?
 			FOR UPDATE SKIP LOCKED)
 		RETURNING ` + cols

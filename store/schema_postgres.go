@@ -558,4 +558,13 @@ var postgresMigrations = []migration{
 			`CREATE UNIQUE INDEX certificates_serial_issuer ON certificates (serial, issuer_key_id)`,
 		},
 	},
+	{
+		version: 30,
+		name:    "abandon_owed",
+		stmts: []string{
+			// As SQLite's step.
+			`ALTER TABLE jobs ADD COLUMN abandon_owed INTEGER NOT NULL DEFAULT 0`,
+			`CREATE INDEX jobs_abandon_owed ON jobs (kind, lane) WHERE abandon_owed = 1`,
+		},
+	},
 }

@@ -726,4 +726,19 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX revocations_tx ON revocations (issuer_key_id, tx) WHERE tx IS NOT NULL`,
 		},
 	},
+	{
+		version: 30,
+		name:    "abandon_owed",
+		stmts: []string{
+			// A job an operator cancelled while it waited is settled as
+			// cancelled at once, and owes its handler's Abandon: a runner
+			// of its kind, on any instance, claims it to run the Abandon
+			// (store.ClaimJobsIn) and clears the debt once it succeeded.
+			// Owed jobs are few and short-lived: a partial index by kind
+			// and lane finds them without reading the cancelled jobs of
+			// the past (which jobs_due, by kind and status, would).
+			`ALTER TABLE jobs ADD COLUMN abandon_owed INTEGER NOT NULL DEFAULT 0`,
+			`CREATE INDEX jobs_abandon_owed ON jobs (kind, lane) WHERE abandon_owed = 1`,
+		},
+	},
 }

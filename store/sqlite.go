@@ -236,13 +236,22 @@ func (sqliteDialect) uniqueViolation(err error) bool {
 
 // claimJobs needs no row locks: the group commit is the only writer, so
 // the subquery's pick and the update are one step for every claimer.
+//
+// The due jobs and the owed abandons are two selects, each served by its
+// index (jobs_due, the partial jobs_abandon_owed), the abandons first: an
+// OR of the two would have the planner read every job of the kind.
 func (sqliteDialect) claimJobs(cols, lanes string) string {
 	return `UPDATE jobs
-		SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = ?, updated_at = ?
-		WHERE id IN (
-			SELECT id FROM jobs
+		SET status = CASE WHEN status = 'cancelled' THEN status ELSE 'running' END,
+		    attempts = CASE WHEN status = 'cancelled' THEN attempts ELSE attempts + 1 END,
+		    lease_owner = ?, lease_until = ?, updated_at = ?
+		WHERE id IN (SELECT id FROM (
+			SELECT id, 0 AS owed, run_at FROM jobs
 			WHERE kind = ? AND status IN ('ready','running') AND lane IN (` + lanes + `) AND ((status = 'ready' AND run_at <= ?) OR (status = 'running' AND lease_until <= ? AND lease_owner <> ?))
-			ORDER BY run_at, id
+			UNION ALL
+			SELECT id, 1, run_at FROM jobs
+			WHERE ` + abandonOwedWhere(lanes) + `)
+			ORDER BY owed DESC, run_at, id
 			LIMIT ?)
 		RETURNING ` + cols
 }
