@@ -516,7 +516,7 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 			WHERE id = ? AND status IN ('ready','running')
 			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id))
 		if errors.Is(err, sql.ErrNoRows) {
-			return db.explainMissing(ctx, tx, id, "cancel")
+			return db.explainMissing(ctx, tx, id, "cancel", now)
 		}
 		if err != nil {
 			return err
@@ -534,11 +534,12 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 // RetryJobNow makes a job ready to run now for an operator: a waiting job
 // skips its backoff, a failed or cancelled one is revived with a fresh
 // attempt budget (and counted in Revivals). A cancelled job's Abandon
-// still owed is dropped: the work is to happen after all. ErrConflict if
-// another live job has its kind and key (the partial unique index refuses
-// it, a concurrent enqueue included); ErrWrongState if it is running or
-// done, or its deadline has passed (its next claim would retire it
-// unrun). Guarded as CancelJob is.
+// still owed and not yet claimed is dropped: the work is to happen after
+// all. ErrConflict if another live job has its kind and key (the partial
+// unique index refuses it, a concurrent enqueue included); ErrWrongState
+// if it is running or done, its deadline has passed (its next claim would
+// retire it unrun), or a runner is running its owed Abandon now (under a
+// lease not lapsed). Guarded as CancelJob is.
 func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, error) {
 	var job Job
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -549,10 +550,11 @@ func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, er
 			    status = 'ready', run_at = ?, cancel_requested = 0, finished_at = NULL, updated_at = ?,
 			    abandon_owed = 0, lease_owner = NULL, lease_until = NULL
 			WHERE id = ? AND status IN ('ready','failed','cancelled') AND (deadline IS NULL OR deadline > ?)
-			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id, now.UnixMilli()))
+			  AND NOT (abandon_owed = 1 AND lease_until IS NOT NULL AND lease_until > ?)
+			RETURNING `+jobCols), now.UnixMilli(), now.UnixMilli(), id, now.UnixMilli(), now.UnixMilli()))
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return db.explainMissing(ctx, tx, id, "retry")
+			return db.explainMissing(ctx, tx, id, "retry", now)
 		case err != nil && db.dialect.uniqueViolation(err):
 			return fmt.Errorf("%w: job %d: another job with its kind and key is live", ErrConflict, id)
 		}
@@ -562,20 +564,25 @@ func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, er
 }
 
 // explainMissing turns "no row updated" into ErrNotFound or ErrWrongState.
-func (db *DB) explainMissing(ctx context.Context, tx *sql.Tx, id int64, op string) error {
+func (db *DB) explainMissing(ctx context.Context, tx *sql.Tx, id int64, op string, now time.Time) error {
 	var (
-		st       JobStatus
-		deadline sql.NullInt64
+		st                   JobStatus
+		deadline, leaseUntil sql.NullInt64
+		owed                 int
 	)
-	err := tx.QueryRowContext(ctx, db.q(`SELECT status, deadline FROM jobs WHERE id = ?`), id).Scan(&st, &deadline)
+	err := tx.QueryRowContext(ctx, db.q(`SELECT status, deadline, abandon_owed, lease_until FROM jobs WHERE id = ?`), id).
+		Scan(&st, &deadline, &owed, &leaseUntil)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: job %d", ErrNotFound, id)
 	}
 	if err != nil {
 		return fmt.Errorf("store: job %d: %w", id, err)
 	}
-	if op == "retry" && st != JobRunning && st != JobDone && deadline.Valid {
+	if op == "retry" && st != JobRunning && st != JobDone && deadline.Valid && deadline.Int64 <= now.UnixMilli() {
 		return fmt.Errorf("%w: cannot %s job %d: its deadline passed at %s", ErrWrongState, op, id, nullMs(deadline).Format(time.RFC3339))
+	}
+	if op == "retry" && st == JobCancelled && owed == 1 && leaseUntil.Valid && leaseUntil.Int64 > now.UnixMilli() {
+		return fmt.Errorf("%w: cannot %s job %d: a runner is giving it up now; retry once it has", ErrWrongState, op, id)
 	}
 	return fmt.Errorf("%w: cannot %s job %d: it is %s", ErrWrongState, op, id, st)
 }

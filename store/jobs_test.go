@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -352,6 +353,28 @@ func TestARevivedCancelledJobNoLongerOwesItsAbandon(t *testing.T) {
 		got, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10)
 		if err != nil || len(got) != 1 || got[0].Status != JobRunning || got[0].Attempts != 1 {
 			t.Fatalf("claim of the revived job: %+v %v; want an attempt", got, err)
+		}
+	})
+}
+
+// An operator's retry of a cancelled job while a runner runs its owed
+// Abandon is refused, saying so: reviving it then would have the job run
+// while its giving up lands. Once that runner's lease has lapsed (it
+// died), the retry revives it.
+func TestARetryOfACancelledJobWhoseAbandonARunnerIsRunningIsRefused(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		j := cancelWaiting(t, db)
+		if _, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.RetryJobNow(ctx, j.ID, t0); !errors.Is(err, ErrWrongState) || !strings.Contains(err.Error(), "giving it up") {
+			t.Fatalf("retry while its abandon runs: %v; want ErrWrongState saying so", err)
+		}
+		r, err := db.RetryJobNow(ctx, j.ID, t0.Add(2*time.Minute))
+		if err != nil || r.Status != JobReady || r.AbandonOwed || r.LeaseOwner != "" {
+			t.Fatalf("retry once the lease lapsed: %+v %v; want ready, owing nothing, unleased", r, err)
 		}
 	})
 }
