@@ -928,13 +928,18 @@ func scanCertificateRow(row rowScanner, id string) (Certificate, error) {
 // An order with a live job (ready or running) of kind jobKind keyed by its
 // id is not stuck: that job will finish it, and resuming the order beside
 // it would sign it twice (one certificate recorded, the other thrown
-// away). "" names no kind.
+// away). "" names no kind. Nor is one whose job of that kind an operator
+// cancelled while it waited, its Abandon still owed (jobs.abandon_owed):
+// that Abandon settles the order (failing it), and a resume beside it
+// would race it. The two are two NOT EXISTS, each served by its partial
+// index (jobs_live_key, jobs_abandon_owed): an OR of them would have
+// SQLite read every job of the kind.
 //
 // On PostgreSQL the orders are picked FOR UPDATE SKIP LOCKED and the guard
 // repeated on the update, so one caller takes each.
 func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int, jobKind string) ([]Order, error) {
 	var out []Order
-	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols)), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), jobKind, limit, cutoff.UnixMilli()},
+	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols)), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), jobKind, jobKind, limit, cutoff.UnixMilli()},
 		func() { out = nil },
 		func(r rowScanner) error {
 			o, err := scanOrder(r)

@@ -443,12 +443,14 @@ func TestAStuckOrderIsNotReclaimedWhileALiveJobOfTheNamedKindWillFinishIt(t *tes
 			name    string
 			job     *NewJob // keyed by the order; nil for none
 			settle  bool    // the job is done before the sweep
+			cancel  bool    // an operator cancels the waiting job before the sweep
 			reclaim bool
 		}{
-			{"an order with no job is reclaimed", nil, false, true},
-			{"an order whose job is waiting is left to it", &NewJob{Kind: "signer_issue"}, false, false},
-			{"an order whose job is done is reclaimed", &NewJob{Kind: "signer_issue"}, true, true},
-			{"a job of another kind keeps nothing", &NewJob{Kind: "notify_deliver"}, false, true},
+			{"an order with no job is reclaimed", nil, false, false, true},
+			{"an order whose job is waiting is left to it", &NewJob{Kind: "signer_issue"}, false, false, false},
+			{"an order whose job is done is reclaimed", &NewJob{Kind: "signer_issue"}, true, false, true},
+			{"an order whose cancelled job still owes its Abandon is left to that Abandon", &NewJob{Kind: "signer_issue"}, false, true, false},
+			{"a job of another kind keeps nothing", &NewJob{Kind: "notify_deliver"}, false, false, true},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -488,6 +490,11 @@ func TestAStuckOrderIsNotReclaimedWhileALiveJobOfTheNamedKindWillFinishIt(t *tes
 						}
 						if err := db.CompleteJob(ctx, j.ID, "w", t0); err != nil {
 							t.Fatal(err)
+						}
+					}
+					if tt.cancel {
+						if cancelled, err := db.CancelJob(ctx, j.ID, t0); err != nil || !cancelled.AbandonOwed {
+							t.Fatalf("cancel: %+v %v", cancelled, err)
 						}
 					}
 				}

@@ -521,7 +521,8 @@ func (postgresDialect) claimJobs(cols, lanes string) string {
 func (postgresDialect) reclaimStuckOrders(cols string) string {
 	return `UPDATE orders SET updated_at = ?
 		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ?
-			AND NOT EXISTS (SELECT 1 FROM jobs WHERE kind = ? AND key = orders.id AND status IN ('ready','running')) LIMIT ? FOR UPDATE SKIP LOCKED)
+			AND NOT EXISTS (SELECT 1 FROM jobs WHERE kind = ? AND key = orders.id AND status IN ('ready','running'))
+			AND NOT EXISTS (SELECT 1 FROM jobs WHERE kind = ? AND key = orders.id AND abandon_owed = 1) LIMIT ? FOR UPDATE SKIP LOCKED)
 		AND status = 'processing' AND updated_at < ?
 		RETURNING ` + cols
 }
