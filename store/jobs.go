@@ -666,6 +666,27 @@ func (db *DB) CountJobs(ctx context.Context) ([]JobCount, error) {
 	return out, rows.Err()
 }
 
+// CountOwedAbandons counts, by kind, the cancelled jobs whose Abandon is
+// still owed (Job.AbandonOwed): an operator cancelled them while they
+// waited and no runner of their kind has given them up yet. The partial
+// index jobs_abandon_owed holds exactly these rows, so this reads no other.
+func (db *DB) CountOwedAbandons(ctx context.Context) ([]JobCount, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT kind, COUNT(*) FROM jobs WHERE abandon_owed = 1 GROUP BY kind ORDER BY kind`)
+	if err != nil {
+		return nil, fmt.Errorf("store: counting owed abandons: %w", err)
+	}
+	defer rows.Close()
+	var out []JobCount
+	for rows.Next() {
+		c := JobCount{Status: JobCancelled}
+		if err := rows.Scan(&c.Kind, &c.N); err != nil {
+			return nil, fmt.Errorf("store: counting owed abandons: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
 // NextJobDue returns the earliest time a job of one of kinds in lanes
 // (and the default lane) becomes claimable (a ready job's run_at, a
 // running job's lease expiry, a cancelled job's owed Abandon: now, or

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -397,6 +398,43 @@ func TestPruneKeepsACancelledJobWhoseAbandonIsOwed(t *testing.T) {
 		}
 		if n, err := db.PruneJobs(ctx, t0.Add(24*time.Hour)); err != nil || n != 1 {
 			t.Fatalf("pruned %d, %v; want the job, abandoned", n, err)
+		}
+	})
+}
+
+// The operator's count of owed abandons names, by kind, the cancelled
+// jobs still owing theirs: not a waiting job, not a cancelled one whose
+// Abandon a runner has recorded.
+func TestOwedAbandonsAreCountedByKindUntilARunnerRecordsThem(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		for _, kind := range []string{"k", "k", "other", "given_up"} {
+			j, _, err := db.EnqueueJob(ctx, NewJob{Kind: kind, MaxAttempts: 3, RunAt: t0.Add(time.Hour)}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.CancelJob(ctx, j.ID, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := db.EnqueueJob(ctx, NewJob{Kind: "waiting", MaxAttempts: 3, RunAt: t0}, t0); err != nil {
+			t.Fatal(err)
+		}
+		given, err := db.ClaimJobs(ctx, "given_up", "a", t0, t0.Add(time.Minute), 10)
+		if err != nil || len(given) != 1 {
+			t.Fatalf("claiming the abandon: %+v %v", given, err)
+		}
+		if err := db.SettleJobAbandon(ctx, given[0].ID, "a", t0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.CountOwedAbandons(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []JobCount{{Kind: "k", Status: JobCancelled, N: 2}, {Kind: "other", Status: JobCancelled, N: 1}}
+		if !slices.Equal(got, want) {
+			t.Errorf("owed abandons %+v; want %+v", got, want)
 		}
 	})
 }

@@ -403,6 +403,12 @@ type JobView struct {
 	Deadline        *time.Time `json:"deadline,omitempty"`
 	LastError       string     `json:"last_error,omitempty"`
 	CancelRequested bool       `json:"cancel_requested,omitempty"`
+	// AbandonOwed: an operator cancelled the job while it waited, and its
+	// kind's Abandon (failing the order it worked for, recording a
+	// revocation that will not happen) has not run yet. A runner of the
+	// kind, on any instance, runs it; until then the order stays as the
+	// job left it.
+	AbandonOwed bool `json:"abandon_owed,omitempty"`
 	// Recurring is housekeeping that runs again and again (a CRL's
 	// refresh, a sweep): it may be run now, not cancelled.
 	Recurring bool            `json:"recurring,omitempty"`
@@ -410,6 +416,15 @@ type JobView struct {
 	Created   time.Time       `json:"created"`
 	Updated   time.Time       `json:"updated"`
 	Finished  *time.Time      `json:"finished,omitempty"`
+}
+
+// StatusText is the job's status as a person reads it: a cancelled job
+// still owing its Abandon says on whom it waits.
+func (v JobView) StatusText() string {
+	if v.AbandonOwed {
+		return v.Status + " — abandon pending on a runner of " + v.Kind
+	}
+	return v.Status
 }
 
 // CanRetry reports whether RetryJob would take the job at now: one waiting
@@ -448,7 +463,7 @@ func (v JobView) CanCancel() bool {
 
 func jobView(j jobs.Job) JobView {
 	v := JobView{ID: j.ID, Kind: j.Kind, Key: j.Key, Lane: j.Lane, Status: string(j.Status), Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
-		RunAt: j.RunAt, Deadline: timePtr(j.Deadline), LastError: j.LastError, CancelRequested: j.CancelRequested,
+		RunAt: j.RunAt, Deadline: timePtr(j.Deadline), LastError: j.LastError, CancelRequested: j.CancelRequested, AbandonOwed: j.AbandonOwed,
 		Recurring: jobs.IsPeriodic(j), Created: j.CreatedAt, Updated: j.UpdatedAt, Finished: timePtr(j.FinishedAt)}
 	if json.Valid(j.Payload) {
 		v.Payload = j.Payload

@@ -46,7 +46,14 @@ type Overview struct {
 	// from the config (or for another instance to run), they wait here
 	// for ever. Empty when the operator was not told the runner's kinds.
 	Unrun []KindCount `json:"unrun,omitempty"`
-	CRLs  []CRLStatus `json:"crls"`
+	// UnrunAbandons are the cancelled jobs of the kinds this process's
+	// runner does not handle whose Abandon is still owed, by kind: the
+	// orders they worked for stay as they are (processing, a revocation
+	// unrecorded) until a runner of the kind, here or on another
+	// instance, gives them up. Empty when the operator was not told the
+	// runner's kinds.
+	UnrunAbandons []KindCount `json:"unrun_abandons,omitempty"`
+	CRLs          []CRLStatus `json:"crls"`
 	// Failures are the last audit rows with outcome failure.
 	Failures []AuditView `json:"failures"`
 }
@@ -76,6 +83,15 @@ type KindCount struct {
 func (o Overview) UnrunJobs() int64 {
 	var n int64
 	for _, k := range o.Unrun {
+		n += k.Count
+	}
+	return n
+}
+
+// UnrunAbandonJobs is the number of jobs UnrunAbandons counts.
+func (o Overview) UnrunAbandonJobs() int64 {
+	var n int64
+	for _, k := range o.UnrunAbandons {
 		n += k.Count
 	}
 	return n
@@ -151,6 +167,17 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 			v.OldestWaiting = max(now.Sub(t), 0)
 		}
 		ov.Jobs = append(ov.Jobs, v)
+	}
+	if run != nil {
+		owed, err := op.DB.CountOwedAbandons(ctx)
+		if err != nil {
+			return Overview{}, err
+		}
+		for _, c := range owed {
+			if !slices.Contains(run, c.Kind) {
+				ov.UnrunAbandons = append(ov.UnrunAbandons, KindCount{Kind: c.Kind, Count: c.N})
+			}
+		}
 	}
 	for _, p := range ov.Profiles {
 		if !p.CRL {
