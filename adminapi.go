@@ -470,6 +470,11 @@ func (a *AdminAPI) listJobs(w http.ResponseWriter, r *http.Request, op *operator
 	if err := q.check(); err != nil {
 		return err
 	}
+	owed, err := operator.ParseAbandonOwed(q.str("abandon_owed"))
+	if err != nil {
+		return opError(err)
+	}
+	f.AbandonOwed = owed
 	p, err := op.ListJobs(r.Context(), f)
 	if err != nil {
 		return opError(err)

@@ -48,7 +48,7 @@ migrate-store is the exception: it runs offline, on the database files.
   caddy acme-proxy revoke <order-id> [--reason N]
   caddy acme-proxy accounts [--profile P] [--status S] [--after ID] [--limit N]
   caddy acme-proxy accounts show|deactivate <account-id>
-  caddy acme-proxy jobs [--kind K] [--status S] [--key K] [--before ID] [--limit N]
+  caddy acme-proxy jobs [--kind K] [--status S] [--key K] [--abandon_owed true] [--before ID] [--limit N]
   caddy acme-proxy jobs show|retry|cancel <job-id>
   caddy acme-proxy audit [--profile P] [--event E] [--outcome O] [--order ID] [--account ID] [--serial HEX] [--since T|AGE] [--until T|AGE] [--before ID] [--limit N]
   caddy acme-proxy audit prune --before <RFC 3339 time | age such as 90d>
@@ -509,7 +509,7 @@ func (c *cli) jobs(cmd *cobra.Command, _ []string) error {
 	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "JOB\tKIND\tKEY\tSTATUS\tATTEMPTS\tRUN AT\tLAST ERROR")
 		for _, j := range v.Items {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Kind, dash(j.Key), j.Status, j.Attempts, j.MaxAttempts,
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Kind, dash(j.Key), j.StatusText(), j.Attempts, j.MaxAttempts,
 				ts(j.RunAt), dash(oneLine(j.LastError, 60)))
 		}
 		next(w, v.Next, "before")
@@ -533,7 +533,7 @@ func (c *cli) jobOp(method, action string) func(*cobra.Command, []string) error 
 		var j operator.JobView
 		return c.show(cmd, body, &j, func(w *tabwriter.Writer) {
 			fmt.Fprintf(w, "job:\t%d\nkind:\t%s\nkey:\t%s\nstatus:\t%s\nattempts:\t%d/%d\nrun at:\t%s\ndeadline:\t%s\nlast error:\t%s\n",
-				j.ID, j.Kind, dash(j.Key), j.Status, j.Attempts, j.MaxAttempts, ts(j.RunAt), tsp(j.Deadline), dash(j.LastError))
+				j.ID, j.Kind, dash(j.Key), j.StatusText(), j.Attempts, j.MaxAttempts, ts(j.RunAt), tsp(j.Deadline), dash(j.LastError))
 		})
 	}
 }

@@ -601,11 +601,14 @@ func (db *DB) GetJob(ctx context.Context, id int64) (Job, error) {
 
 // JobFilter selects jobs for operators. Zero fields do not filter.
 type JobFilter struct {
-	Kind     string
-	Status   JobStatus
-	Key      string
-	BeforeID int64 // page: only jobs with a smaller id
-	Limit    int   // default 100
+	Kind   string
+	Status JobStatus
+	Key    string
+	// AbandonOwed: only the cancelled jobs whose Abandon is still owed
+	// (Job.AbandonOwed).
+	AbandonOwed bool
+	BeforeID    int64 // page: only jobs with a smaller id
+	Limit       int   // default 100
 }
 
 // ListJobs returns jobs newest first.
@@ -622,6 +625,9 @@ func (db *DB) ListJobs(ctx context.Context, f JobFilter) ([]Job, error) {
 	}
 	if f.Key != "" {
 		where, args = append(where, "key = ?"), append(args, f.Key)
+	}
+	if f.AbandonOwed {
+		where = append(where, "abandon_owed = 1")
 	}
 	if f.BeforeID > 0 {
 		where, args = append(where, "id < ?"), append(args, f.BeforeID)

@@ -438,3 +438,36 @@ func TestOwedAbandonsAreCountedByKindUntilARunnerRecordsThem(t *testing.T) {
 		}
 	})
 }
+
+// The jobs list filtered to owed abandons lists the cancelled jobs still
+// owing theirs, and neither a waiting job nor a cancelled one given up.
+func TestTheJobsListFilteredToOwedAbandonsListsOnlyTheJobsStillOwingOne(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		owed := cancelWaiting(t, db)
+		given, _, err := db.EnqueueJob(ctx, NewJob{Kind: "given_up", MaxAttempts: 3, RunAt: t0.Add(time.Hour)}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.CancelJob(ctx, given.ID, t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ClaimJobs(ctx, "given_up", "a", t0, t0.Add(time.Minute), 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SettleJobAbandon(ctx, given.ID, "a", t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: "waiting", MaxAttempts: 3, RunAt: t0}, t0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.ListJobs(ctx, JobFilter{AbandonOwed: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].ID != owed.ID {
+			t.Errorf("listed %+v; want only job %d", got, owed.ID)
+		}
+	})
+}

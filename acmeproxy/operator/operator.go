@@ -73,7 +73,7 @@ func (op *Operator) now() time.Time {
 var (
 	OrderFilters   = []string{"profile", "status", "identifier", "account", "serial", "since", "after", "limit"}
 	AccountFilters = []string{"profile", "status", "after", "limit"}
-	JobFilters     = []string{"kind", "status", "key", "before", "limit"}
+	JobFilters     = []string{"kind", "status", "key", "abandon_owed", "before", "limit"}
 	AuditFilters   = []string{"profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"}
 )
 
@@ -469,6 +469,19 @@ func jobView(j jobs.Job) JobView {
 		v.Payload = j.Payload
 	}
 	return v
+}
+
+// ParseAbandonOwed reads the jobs list's abandon_owed filter: "true"
+// lists only the cancelled jobs whose Abandon is still owed; "" or
+// "false" does not filter.
+func ParseAbandonOwed(v string) (bool, error) {
+	switch v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: abandon_owed %q is not true or false", ErrInvalid, v)
 }
 
 var jobStatuses = []string{string(store.JobReady), string(store.JobRunning), string(store.JobDone), string(store.JobFailed), string(store.JobCancelled)}
