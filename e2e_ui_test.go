@@ -3,6 +3,7 @@ package caddyacmeproxy
 import (
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
@@ -390,5 +391,44 @@ func TestTheWebPagesOverviewCountsTheJobsOfKindsThisProcessDoesNotRun(t *testing
 		if strings.Contains(line, ">"+kind+"<") {
 			t.Errorf("the overview counts %s, which this process runs, as nobody's: %q", kind, line)
 		}
+	}
+}
+
+// The overview knows the kinds this process's runner handles: a job of a
+// kind it does not, cancelled while it waited, still owes its Abandon
+// (its order left as it was) and is counted there, linking to it.
+func TestTheWebPagesOverviewCountsTheOwedAbandonsOfKindsThisProcessDoesNotRun(t *testing.T) {
+	env := newE2EEnv(t)
+	env.load(t, e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), ExtraProfiles: `
+	route /open* {
+		acme_proxy_ui {
+			prefix /open
+			insecure_no_auth
+		}
+	}
+`})
+	q := activeApp(t).queue
+	j, _, err := q.Enqueue(t.Context(), jobs.Spec{Kind: "signer_issue_of_a_removed_profile", Key: "o1", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Cancel(t.Context(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("https://127.0.0.1:%d/open/", env.HTTPSPort)
+	status, page := getEventually(t, env.client, base)
+	if status != http.StatusOK {
+		t.Fatalf("the overview: %d %s", status, page)
+	}
+	line := html.UnescapeString(regexp.MustCompile(`(?s)<p class="warn" id="unrun-abandons">.*?</p>`).FindString(string(page)))
+	href := "/open/jobs?kind=signer_issue_of_a_removed_profile&status=cancelled&abandon_owed=true"
+	if !strings.Contains(line, "1 cancelled job of a kind nobody here runs still owes its abandon") ||
+		!strings.Contains(line, `<a href="`+href+`">signer_issue_of_a_removed_profile</a> (1)`) {
+		t.Fatalf("the overview's line of owed abandons: %q\n%s", line, page)
+	}
+	status, list := getEventually(t, env.client, fmt.Sprintf("https://127.0.0.1:%d", env.HTTPSPort)+href)
+	if want := fmt.Sprintf(`/open/jobs/%d"`, j.ID); status != http.StatusOK || !strings.Contains(string(list), want) ||
+		!strings.Contains(string(list), "abandon pending on a runner of signer_issue_of_a_removed_profile") {
+		t.Errorf("%s: %d, want job %d, its abandon pending:\n%s", href, status, j.ID, list)
 	}
 }

@@ -330,7 +330,12 @@ func listJobs(rq *request, _ string) {
 		}
 		before = n
 	}
-	f := store.JobFilter{Kind: rq.query("kind"), Status: store.JobStatus(rq.query("status")), Key: rq.query("key"), BeforeID: before, Limit: pageLimit}
+	owed, err := operator.ParseAbandonOwed(rq.query("abandon_owed"))
+	if rq.failed(err) {
+		return
+	}
+	f := store.JobFilter{Kind: rq.query("kind"), Status: store.JobStatus(rq.query("status")), Key: rq.query("key"), AbandonOwed: owed,
+		BeforeID: before, Limit: pageLimit}
 	p, err := rq.op().ListJobs(rq.r.Context(), f)
 	if rq.failed(err) {
 		return

@@ -33,8 +33,9 @@ func longName() string {
 // shows: a 253-character identifier, a 20-octet serial, an account with a
 // long id and contact, a failed order whose problem and failure detail are
 // one long token each, a failed job with a long kind, key and error, and
-// failure audit rows with long identifiers and details, and a ready job
-// of a long kind nobody here runs. It returns the
+// failure audit rows with long identifiers and details, a ready job of a
+// long kind nobody here runs, and a cancelled one of another such kind
+// still owing its Abandon. It returns the
 // pages that show them.
 func (f *fixture) seedLongValues(t *testing.T) []string {
 	t.Helper()
@@ -87,11 +88,14 @@ func (f *fixture) seedLongValues(t *testing.T) []string {
 	if _, _, err := f.db.EnqueueJob(ctx, store.NewJob{Kind: longToken("removed_profile_", 64), Key: "k", MaxAttempts: 1, RunAt: t0}, t0); err != nil {
 		t.Fatal(err)
 	}
+	// A job of a long kind nobody here runs, cancelled while it waited:
+	// its Abandon is owed, for the overview's line and its own page.
+	owed := f.cancelWhileWaiting(t, longToken("signer_issue_", 64), longToken("order", 200))
 	f.ui.cfg.Operator.RunKinds = func() []string { return []string{"notify_deliver"} }
 	job := fmt.Sprintf("/ops/jobs/%d", claimed[0].ID)
 	return []string{"/ops/", "/ops/orders", "/ops/orders/" + o.ID, "/ops/orders/" + issued, "/ops/orders/" + issued + "/revoke?done=revoked",
 		"/ops/accounts", "/ops/accounts/" + acct.ID, "/ops/accounts/" + acct.ID + "/deactivate",
-		"/ops/jobs?kind=" + longToken("relay_issue_", 64), job, job + "/retry", "/ops/audit",
+		"/ops/jobs?kind=" + longToken("relay_issue_", 64), job, job + "/retry", fmt.Sprintf("/ops/jobs/%d", owed), "/ops/jobs?abandon_owed=true", "/ops/audit",
 		"/ops/orders?status=" + longToken("no-such-status", 300), "/ops/orders?serial=" + strings.Repeat("f", 300)}
 }
 
