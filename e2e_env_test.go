@@ -100,6 +100,9 @@ var e2eCaddyfile = template.Must(template.New("Caddyfile").Parse(`{
 	}
 	storage file_system {{.Env.Storage}}
 	skip_install_trust
+	# Fresh storage: nothing to clean. Caddy's clean at start can delete
+	# the site certificate's folder while it is obtained (retried in 60 s).
+	storage_clean_interval off
 	local_certs
 	default_bind 127.0.0.1
 	http_port {{.Env.HTTPPort}}

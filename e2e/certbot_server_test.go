@@ -57,6 +57,9 @@ func startCertbotServer(t *testing.T, caddy, certbot string, site certbotSite) c
 	https_port %d
 	local_certs
 	skip_install_trust
+	# Fresh storage: nothing to clean. Caddy's clean at start can delete
+	# the site certificate's folder while it is obtained (retried in 60 s).
+	storage_clean_interval off
 	storage file_system %q
 %s
 	acme_proxy {
