@@ -3,6 +3,7 @@ package authority
 import (
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -137,13 +138,33 @@ func TestTheRefusalTallyIsBoundedAndCountsIPv6ByItsSlash64(t *testing.T) {
 	}
 }
 
-func TestAnEABKeyIDNeverBeginsWithADashThatACommandLineWouldTakeForAFlag(t *testing.T) {
-	// 4,096 ids: a leading dash (one in 64 of plain base64url) would show
-	// with a probability of 1 - (63/64)^4096, all but certainly.
-	for range 4096 {
-		kid := newEABKID()
-		if strings.HasPrefix(kid, "-") || len(kid) != 22 {
-			t.Fatalf("key id %q: want 22 base64url characters, the first not a dash", kid)
-		}
+func TestNeitherHalfOfAMintedEABKeyBeginsWithADashThatACommandLineWouldTakeForAFlag(t *testing.T) {
+	// certbot --eab-kid <kid> --eab-hmac-key <key> (and lego's --eab.kid,
+	// --eab.hmac) read a value beginning with a dash as the next flag.
+	// 4,096 of each: a leading dash (one in 64 of plain base64url) would
+	// show with a probability of 1 - (63/64)^4096, all but certainly.
+	tests := []struct {
+		name string
+		mint func() (string, error)
+		size int // characters
+	}{
+		{"the key id", func() (string, error) { return newEABKID(), nil }, 22},
+		{"the MAC key as the operator is shown it", func() (string, error) {
+			k, err := newEABMACKey()
+			return base64.RawURLEncoding.EncodeToString(k), err
+		}, 43},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for range 4096 {
+				v, err := tt.mint()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.HasPrefix(v, "-") || len(v) != tt.size {
+					t.Fatalf("%q: want %d base64url characters, the first not a dash", v, tt.size)
+				}
+			}
+		})
 	}
 }

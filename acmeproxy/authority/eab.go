@@ -43,11 +43,12 @@ func (au *Authority) MintEABKey(ctx context.Context, label string, reusable bool
 		return store.EABKey{}, fmt.Errorf("an EAB key's lifetime must not be negative")
 	}
 	now := au.clock.Now()
-	k := store.EABKey{KID: newEABKID(), Profile: au.cfg.Profile, Label: label,
-		HMACKey: make([]byte, EABMACKeySize), Reusable: reusable, Created: now}
-	if _, err := rand.Read(k.HMACKey); err != nil {
+	mac, err := newEABMACKey()
+	if err != nil {
 		return store.EABKey{}, fmt.Errorf("minting an EAB key: %w", err)
 	}
+	k := store.EABKey{KID: newEABKID(), Profile: au.cfg.Profile, Label: label,
+		HMACKey: mac, Reusable: reusable, Created: now}
 	if ttl > 0 {
 		k.Expires = now.Add(ttl)
 	}
@@ -180,6 +181,23 @@ func newEABKID() string {
 	for {
 		if kid := randomB64(eabKIDSize); kid[0] != '-' {
 			return kid
+		}
+	}
+}
+
+// newEABMACKey is a MAC key of EABMACKeySize random bytes whose base64url
+// form, which the operator hands to the client's command line, does not
+// begin with a dash, as newEABKID's: certbot's --eab-hmac-key and lego's
+// --eab.hmac would take "-…" for a flag. A first byte of 0xf8–0xfb (one
+// in 64) encodes as "-"; drawing again costs the key 0.02 bits.
+func newEABMACKey() ([]byte, error) {
+	for {
+		k := make([]byte, EABMACKeySize)
+		if _, err := rand.Read(k); err != nil {
+			return nil, err
+		}
+		if k[0]>>2 != 62 {
+			return k, nil
 		}
 	}
 }
