@@ -179,8 +179,8 @@ func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string
 		job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), nj.Lane, payload, status, attempts, nj.MaxAttempts,
 			runAt.UnixMilli(), msOrNull(nj.Deadline), strOrNull(owner), msOrNull(leaseUntil), now.UnixMilli(), now.UnixMilli()))
 		if err == nil {
-			if announce := db.dialect.announceJob(); announce != "" && owner == "" {
-				if _, err := tx.ExecContext(ctx, db.q(announce), nj.Kind); err != nil {
+			if owner == "" {
+				if err := db.announce(ctx, tx, nj.Kind); err != nil {
 					return Job{}, false, fmt.Errorf("store: enqueue %s: announcing it: %w", nj.Kind, err)
 				}
 			}
@@ -495,6 +495,18 @@ func abandonOwedWhere(marks string) string {
 		AND (lease_owner IS NULL OR (lease_until <= ? AND lease_owner <> ?))`
 }
 
+// announce tells the runners of other instances, when tx commits, that a
+// job of kind is there to claim (PostgreSQL's NOTIFY; nothing on SQLite,
+// whose runners poll).
+func (db *DB) announce(ctx context.Context, tx *sql.Tx, kind string) error {
+	stmt := db.dialect.announceJob()
+	if stmt == "" {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, db.q(stmt), kind)
+	return err
+}
+
 // CancelJob cancels a job for an operator. A ready job is settled as
 // cancelled at once (returned with Status cancelled), owing its handler's
 // Abandon (AbandonOwed), which a runner of its kind claims like a due job
@@ -521,8 +533,8 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 		if err != nil {
 			return err
 		}
-		if announce := db.dialect.announceJob(); announce != "" && job.AbandonOwed {
-			if _, err := tx.ExecContext(ctx, db.q(announce), job.Kind); err != nil {
+		if job.AbandonOwed {
+			if err := db.announce(ctx, tx, job.Kind); err != nil {
 				return fmt.Errorf("store: cancel job %d: announcing its abandon: %w", id, err)
 			}
 		}
@@ -656,20 +668,7 @@ type JobCount struct {
 
 // CountJobs counts jobs by kind and status.
 func (db *DB) CountJobs(ctx context.Context) ([]JobCount, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT kind, status, COUNT(*) FROM jobs GROUP BY kind, status ORDER BY kind, status`)
-	if err != nil {
-		return nil, fmt.Errorf("store: counting jobs: %w", err)
-	}
-	defer rows.Close()
-	var out []JobCount
-	for rows.Next() {
-		var c JobCount
-		if err := rows.Scan(&c.Kind, &c.Status, &c.N); err != nil {
-			return nil, fmt.Errorf("store: counting jobs: %w", err)
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return db.countJobs(ctx, "counting jobs", `SELECT kind, status, COUNT(*) FROM jobs GROUP BY kind, status ORDER BY kind, status`)
 }
 
 // CountOwedAbandons counts, by kind, the cancelled jobs whose Abandon is
@@ -677,16 +676,22 @@ func (db *DB) CountJobs(ctx context.Context) ([]JobCount, error) {
 // waited and no runner of their kind has given them up yet. The partial
 // index jobs_abandon_owed holds exactly these rows, so this reads no other.
 func (db *DB) CountOwedAbandons(ctx context.Context) ([]JobCount, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT kind, COUNT(*) FROM jobs WHERE abandon_owed = 1 GROUP BY kind ORDER BY kind`)
+	return db.countJobs(ctx, "counting owed abandons",
+		`SELECT kind, 'cancelled', COUNT(*) FROM jobs WHERE abandon_owed = 1 GROUP BY kind ORDER BY kind`)
+}
+
+// countJobs runs a count of jobs whose rows are kind, status, count.
+func (db *DB) countJobs(ctx context.Context, what, query string) ([]JobCount, error) {
+	rows, err := db.r.QueryContext(ctx, query)
 	if err != nil {
-		return nil, fmt.Errorf("store: counting owed abandons: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []JobCount
 	for rows.Next() {
-		c := JobCount{Status: JobCancelled}
-		if err := rows.Scan(&c.Kind, &c.N); err != nil {
-			return nil, fmt.Errorf("store: counting owed abandons: %w", err)
+		var c JobCount
+		if err := rows.Scan(&c.Kind, &c.Status, &c.N); err != nil {
+			return nil, fmt.Errorf("store: %s: %w", what, err)
 		}
 		out = append(out, c)
 	}

@@ -80,18 +80,15 @@ type KindCount struct {
 }
 
 // UnrunJobs is the number of jobs Unrun counts.
-func (o Overview) UnrunJobs() int64 {
-	var n int64
-	for _, k := range o.Unrun {
-		n += k.Count
-	}
-	return n
-}
+func (o Overview) UnrunJobs() int64 { return totalOf(o.Unrun) }
 
 // UnrunAbandonJobs is the number of jobs UnrunAbandons counts.
-func (o Overview) UnrunAbandonJobs() int64 {
+func (o Overview) UnrunAbandonJobs() int64 { return totalOf(o.UnrunAbandons) }
+
+// totalOf is the number of jobs counts counts.
+func totalOf(counts []KindCount) int64 {
 	var n int64
-	for _, k := range o.UnrunAbandons {
+	for _, k := range counts {
 		n += k.Count
 	}
 	return n
