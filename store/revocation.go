@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"strings"
@@ -58,6 +60,28 @@ func intOrNull(p *int) any {
 		return nil
 	}
 	return *p
+}
+
+// LeafDER is the DER of the certificate's leaf, the first block of its
+// stored chain; nil when the chain holds no PEM block.
+func (c Certificate) LeafDER() []byte {
+	if b, _ := pem.Decode([]byte(c.ChainPEM)); b != nil {
+		return b.Bytes
+	}
+	return nil
+}
+
+// CertificateWithLeaf is the certificate among cs whose stored leaf is
+// der, byte for byte: of the certificates CertificatesBySerial answers
+// (one serial, several issuing CAs), the one a caller holding the
+// certificate means.
+func CertificateWithLeaf(cs []Certificate, der []byte) (Certificate, bool) {
+	for _, c := range cs {
+		if leaf := c.LeafDER(); leaf != nil && bytes.Equal(leaf, der) {
+			return c, true
+		}
+	}
+	return Certificate{}, false
 }
 
 // CertificatesBySerial reads every certificate of a profile with the

@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
@@ -228,11 +227,9 @@ func (au *Authority) RevokeCert(ctx context.Context, req Requester, decode func(
 		return RevokeResult{}, err
 	}
 	// A serial is unique per issuing CA only: the certificate is the one
-	// whose stored leaf is the submitted one, byte for byte.
-	cert, leaf, found, err := storedLeafOf(candidates, der)
-	if err != nil {
-		return RevokeResult{}, err
-	}
+	// whose stored leaf is the submitted one, byte for byte (so submitted
+	// is its leaf).
+	cert, found := store.CertificateWithLeaf(candidates, der)
 	if !found {
 		// The refusal names the certificate it was mistaken for only
 		// when there is one.
@@ -253,7 +250,7 @@ func (au *Authority) RevokeCert(ctx context.Context, req Requester, decode func(
 	}
 	known = true
 
-	res, err := au.revoke(ctx, revocation{cert: cert, leaf: leaf, reason: p.Reason, actor: actor, client: cl})
+	res, err := au.revoke(ctx, revocation{cert: cert, leaf: submitted, reason: p.Reason, actor: actor, client: cl})
 	switch {
 	case errors.Is(err, ErrAlreadyRevoked):
 		return res, refuse(problem.AlreadyRevokedF("the certificate is already revoked"), &cert, serial, err.Error(), RefusalAlreadyRevoked)
@@ -304,33 +301,17 @@ func (au *Authority) mayRevoke(ctx context.Context, req Requester, cert store.Ce
 	return au.db.HoldsAuthorizations(ctx, au.cfg.Profile, req.Account.ID, o.Identifiers, au.clock.Now())
 }
 
-// storedLeafOf finds, among certificates with one serial, the one whose
-// stored leaf is der, and returns it with its parsed leaf; found is false
-// when none is.
-func storedLeafOf(candidates []store.Certificate, der []byte) (store.Certificate, *x509.Certificate, bool, error) {
-	for _, c := range candidates {
-		storedDER, leaf, err := storedLeaf(c)
-		if err != nil {
-			return store.Certificate{}, nil, false, err
-		}
-		if bytes.Equal(der, storedDER) {
-			return c, leaf, true, nil
-		}
+// storedLeaf returns the parsed leaf of a stored chain.
+func storedLeaf(c store.Certificate) (*x509.Certificate, error) {
+	der := c.LeafDER()
+	if der == nil {
+		return nil, fmt.Errorf("certificate %s: the stored chain holds no PEM block", c.ID)
 	}
-	return store.Certificate{}, nil, false, nil
-}
-
-// storedLeaf returns the DER and the parsed leaf of a stored chain.
-func storedLeaf(c store.Certificate) ([]byte, *x509.Certificate, error) {
-	block, _ := pem.Decode([]byte(c.ChainPEM))
-	if block == nil {
-		return nil, nil, fmt.Errorf("certificate %s: the stored chain holds no PEM block", c.ID)
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
+	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, nil, fmt.Errorf("certificate %s: the stored leaf does not parse: %w", c.ID, err)
+		return nil, fmt.Errorf("certificate %s: the stored leaf does not parse: %w", c.ID, err)
 	}
-	return block.Bytes, leaf, nil
+	return leaf, nil
 }
 
 // RevokeOrder revokes the certificate of an order for an operator, who is
@@ -347,7 +328,7 @@ func (au *Authority) RevokeOrder(ctx context.Context, orderID string, reason *in
 	if cert.Profile != au.cfg.Profile {
 		return RevokeResult{}, fmt.Errorf("%w: order %s is not of profile %s", store.ErrNotFound, orderID, au.cfg.Profile)
 	}
-	_, leaf, err := storedLeaf(cert)
+	leaf, err := storedLeaf(cert)
 	if err != nil {
 		return RevokeResult{}, err
 	}
@@ -645,7 +626,7 @@ func (au *Authority) runRevoke(ctx context.Context, p revokePayload) jobs.Outcom
 	if !cert.RevokedAt.IsZero() {
 		return jobs.Done()
 	}
-	_, leaf, err := storedLeaf(cert)
+	leaf, err := storedLeaf(cert)
 	if err != nil {
 		return jobs.Failed(err.Error())
 	}

@@ -14,13 +14,11 @@
 package script
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -439,12 +437,8 @@ func orderOf(ctx context.Context, b *signer.Binding, cert *x509.Certificate) (st
 	if err != nil {
 		return "", err
 	}
-	for _, c := range cs {
-		if block, _ := pem.Decode([]byte(c.ChainPEM)); block != nil && bytes.Equal(block.Bytes, cert.Raw) {
-			return c.OrderID, nil
-		}
-	}
-	return "", nil
+	c, _ := store.CertificateWithLeaf(cs, cert.Raw)
+	return c.OrderID, nil
 }
 
 // RevocationRoute is signer.RevokeByJob: the program must be told.
