@@ -432,3 +432,71 @@ func TestTheWebPagesOverviewCountsTheOwedAbandonsOfKindsThisProcessDoesNotRun(t 
 		t.Errorf("%s: %d, want job %d, its abandon pending:\n%s", href, status, j.ID, list)
 	}
 }
+
+// Mounted the way Caddy mounts most things under a path, handle_path
+// (which strips /ops before the page sees the request, so that the page
+// itself answers at "/"), the page keeps /ops in its links, its
+// stylesheet's address, its forms and its redirect after a change: a
+// real chromium, behind basic_auth, clicks from the overview to a job and
+// cancels it, styled all the way.
+func TestThePageMountedWithHandlePathLinksUnderItsPath(t *testing.T) {
+	browser := browsertest.Chromium(t)
+	const user, password = "dave", "handle path password"
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newE2EEnv(t)
+	env.load(t, e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), ExtraProfiles: fmt.Sprintf(`
+	handle_path /ops/* {
+		basic_auth {
+			%s %s
+		}
+		acme_proxy_ui
+	}
+`, user, hash)})
+	idle, _, err := activeApp(t).queue.Enqueue(t.Context(), jobs.Spec{Kind: "test_idle", Key: "handle_path", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*e2eWait)
+	defer cancel()
+	bctx := uiChrome(ctx, t, browser)
+	base := fmt.Sprintf("https://127.0.0.1:%d", env.HTTPSPort)
+	login := strings.Replace(base, "https://", "https://"+user+":"+url.PathEscape(password)+"@", 1)
+	// The first run starts the browser, with the test's deadline: a
+	// deadline of its own would stop the browser with it.
+	if err := chromedp.Do(bctx, chromedp.Navigate(login+"/ops/"), chromedp.WaitVisible(chromedp.CSS("#user"))); err != nil {
+		t.Fatalf("the browser, logging in: %v", err)
+	}
+	// Each later step waits for what its page shows; a link that leads
+	// off the page fails the step after a while, saying where the browser
+	// is.
+	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(bctx, e2eWait/2)
+		defer scancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			at, _ := chromedp.Run(bctx, chromedp.Location())
+			body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("the browser, %s: %v; it is at %s, showing:\n%s", what, err, at, body)
+		}
+	}
+	jobLink := fmt.Sprintf(`a[href$="/jobs/%d"]`, idle.ID)
+	rules, err := chromedp.Run(bctx, chromedp.Evaluate[int]("Array.from(document.styleSheets).reduce((n, s) => n + s.cssRules.length, 0)"))
+	if err != nil || rules == 0 {
+		t.Errorf("the overview's stylesheets hold %d rules (%v); want ui.css's", rules, err)
+	}
+	step("following the Jobs link", chromedp.Click(chromedp.CSS(`nav a[href$="jobs"]`)), chromedp.WaitVisible(chromedp.CSS(jobLink)))
+	step("opening the job", chromedp.Click(chromedp.CSS(jobLink)), chromedp.WaitVisible(chromedp.CSS(`a.danger[href$="/cancel"]`)))
+	step("asking to cancel it", chromedp.Click(chromedp.CSS(`a.danger[href$="/cancel"]`)), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+	step("confirming", chromedp.Click(chromedp.CSS("#confirm")), chromedp.WaitVisible(chromedp.CSS(".done")))
+	at, err := chromedp.Run(bctx, chromedp.Location())
+	if want := fmt.Sprintf("%s/ops/jobs/%d?done=cancelled", base, idle.ID); err != nil || at != want {
+		t.Errorf("after the cancel the browser is at %s (%v), want %s", at, err, want)
+	}
+	j, err := activeApp(t).queue.Get(t.Context(), idle.ID)
+	if err != nil || j.Status != store.JobCancelled {
+		t.Errorf("the job is %v (%v); want cancelled", j.Status, err)
+	}
+}

@@ -33,7 +33,10 @@ const defaultUIUser = "{http.auth.user.id}"
 // rather than walking the route at provision, holds however the route is
 // built (matchers, subroutes, forward_auth's handle_response).
 type UI struct {
-	// Prefix is the path the pages live under; default "/".
+	// Prefix is the path the pages live under; default "/". Under
+	// handle_path, which strips its path before the page sees a request,
+	// leave it out: the page puts the stripped path back in its links
+	// (strippedPrefix).
 	Prefix string `json:"prefix,omitempty"`
 	// User is a placeholder naming the authenticated user; default
 	// {http.auth.user.id}. Behind forward_auth, name the header of the
@@ -96,6 +99,7 @@ func (u *UI) Provision(ctx caddy.Context) error {
 			}
 			return repl.ReplaceAll(user, "")
 		},
+		Mount: strippedPrefix,
 	})
 	if err != nil {
 		return err
@@ -127,6 +131,24 @@ func checkUIUser(user string) error {
 	return fmt.Errorf("%s names no one Caddy authenticated: use {http.auth.user.id} (basic_auth and other authentication handlers) "+
 		"or, behind forward_auth, {http.reverse_proxy.header.<name>} of the auth service's answer; a placeholder of what the client sent "+
 		"can be forged whenever nothing in front replaces it", user)
+}
+
+// strippedPrefix is the path a handler in front of the page stripped from
+// r (handle_path /ops/*, uri strip_prefix): the original request's path
+// less the path the page sees, when that is its tail. Under handle_path
+// the page sees /orders for /ops/orders, and its links must say
+// /ops/orders again. What is not a path of plain segments (a doubled
+// slash would make a link "//host/…", another site) is not used.
+func strippedPrefix(r *http.Request) string {
+	orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request)
+	if !ok || orig.URL == nil {
+		return ""
+	}
+	mount, ok := strings.CutSuffix(orig.URL.EscapedPath(), r.URL.EscapedPath())
+	if !ok || mount == "" || acmeproxy.CheckPrefix(mount) != nil {
+		return ""
+	}
+	return mount
 }
 
 // uiUserSources are the placeholder prefixes checkUIUser takes.

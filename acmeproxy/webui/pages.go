@@ -80,7 +80,7 @@ func overview(rq *request, _ string) {
 		eventsSince = ov.Hours[0].Hour
 	}
 	audit := func(event string) string {
-		return rq.ui.base + "audit?" + url.Values{"event": {event}, "since": {since(eventsSince)}}.Encode()
+		return rq.base + "audit?" + url.Values{"event": {event}, "since": {since(eventsSince)}}.Encode()
 	}
 	rq.render(http.StatusOK, "overview", "Overview", struct {
 		operator.Overview
@@ -154,7 +154,7 @@ func showOrder(rq *request, id string) {
 	// More rows than a page: the audit search lists them all, page by page.
 	more := ""
 	if audit.Next != "" {
-		more = rq.ui.base + "audit?" + url.Values{"order": {id}, "before": {audit.Next}}.Encode()
+		more = rq.base + "audit?" + url.Values{"order": {id}, "before": {audit.Next}}.Encode()
 	}
 	rq.render(http.StatusOK, "order", "Order "+id, struct {
 		Order             operator.OrderView

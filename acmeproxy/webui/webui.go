@@ -61,6 +61,12 @@ type Config struct {
 	// reload or another instance would not share (the Caddy module passes
 	// one kept in the database).
 	CSRFKey []byte
+	// Mount says what path a handler in front stripped from a request
+	// before the page saw it (Caddy's handle_path): "" for none, else
+	// "/segment…" with no trailing slash. Links, forms and redirects put
+	// it back before Prefix, so that they lead where the browser can
+	// reach; which page answers is read without it. Default none.
+	Mount func(*http.Request) string
 }
 
 // UI serves the pages.
@@ -80,6 +86,9 @@ func New(cfg Config) (*UI, error) {
 	}
 	if cfg.User == nil {
 		cfg.User = func(*http.Request) string { return "" }
+	}
+	if cfg.Mount == nil {
+		cfg.Mount = func(*http.Request) string { return "" }
 	}
 	if len(cfg.CSRFKey) == 0 {
 		cfg.CSRFKey = make([]byte, 32)
@@ -170,7 +179,7 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.ServeFileFS(w, r, files, "static/ui.css")
 		return
 	}
-	rq := &request{ui: u, w: w, r: r, user: user}
+	rq := &request{ui: u, w: w, r: r, user: user, base: u.cfg.Mount(r) + u.base}
 	parts := strings.Split(rel, "/")
 	kind, id, action := parts[0], "", ""
 	if len(parts) > 1 {
@@ -258,6 +267,9 @@ type request struct {
 	w    http.ResponseWriter
 	r    *http.Request
 	user string
+	// base is where the browser reaches the pages: the mount a handler
+	// in front stripped, then the UI's base.
+	base string
 }
 
 func (rq *request) op() *operator.Operator { return rq.ui.cfg.Operator }
@@ -278,7 +290,7 @@ type page struct {
 }
 
 func (rq *request) render(status int, name, title string, data any) {
-	p := page{Base: rq.ui.base, User: rq.user, CSRF: rq.ui.csrfToken(rq.user), Title: title, Nav: navOf[name], Data: data,
+	p := page{Base: rq.base, User: rq.user, CSRF: rq.ui.csrfToken(rq.user), Title: title, Nav: navOf[name], Data: data,
 		Done: doneText[rq.r.URL.Query().Get("done")]}
 	var b strings.Builder
 	if err := rq.ui.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
@@ -322,7 +334,7 @@ func (rq *request) failed(err error) bool {
 
 // done redirects after a change to a page that says what was done.
 func (rq *request) done(path, what string) {
-	http.Redirect(rq.w, rq.r, rq.ui.base+path+"?done="+url.QueryEscape(what), http.StatusSeeOther)
+	http.Redirect(rq.w, rq.r, rq.base+path+"?done="+url.QueryEscape(what), http.StatusSeeOther)
 }
 
 var doneText = map[string]string{

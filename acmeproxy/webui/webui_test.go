@@ -552,6 +552,24 @@ func TestTheUsersNameIsEscapedOnThePage(t *testing.T) {
 	}
 }
 
+// Behind a handler that stripped a path before the page saw the request
+// (Config.Mount), the page's links, its forms and its redirect after a
+// change carry that path again, before the prefix.
+func TestLinksFormsAndRedirectsKeepThePathStrippedInFront(t *testing.T) {
+	f := newFixture(t, false)
+	f.ui.cfg.Mount = func(*http.Request) string { return "/front" }
+	page := f.get(t, "/ops/accounts/acct1/deactivate").Body.String()
+	for _, want := range []string{`href="/front/ops/static/ui.css"`, `href="/front/ops/jobs"`, `action="/front/ops/accounts/acct1/do-deactivate"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the confirmation page lacks %s:\n%s", want, page)
+		}
+	}
+	w := f.post(t, "/ops/accounts/acct1/do-deactivate", nil, nil)
+	if loc := w.Header().Get("Location"); w.Code != http.StatusSeeOther || loc != "/front/ops/accounts/acct1?done=deactivated" {
+		t.Errorf("the change answered %d, Location %q; want 303 to /front/ops/accounts/acct1?done=deactivated", w.Code, loc)
+	}
+}
+
 // fuzzMarkup is markup a fuzzed path or query may carry; no page holds it,
 // so a page that does copied it from the request unescaped.
 const fuzzMarkup = "<x-fuzz"

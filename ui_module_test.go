@@ -1,0 +1,38 @@
+package caddyacmeproxy
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// The path a handler in front stripped (handle_path) is what the page's
+// links put back; what would make a link lead to another host, or is not
+// a stripped head of the path at all, is not used.
+func TestTheStrippedPrefixIsOnlyAPathOfPlainSegmentsCutFromTheFront(t *testing.T) {
+	tests := []struct {
+		name, orig, path, want string
+	}{
+		{"ok/handle_path stripped /ops", "/ops/orders", "/orders", "/ops"},
+		{"ok/handle_path stripped /ops from its root", "/ops/", "/", "/ops"},
+		{"ok/two segments", "/admin/acme/jobs/3", "/jobs/3", "/admin/acme"},
+		{"ok/nothing stripped", "/ops/orders", "/ops/orders", ""},
+		{"fail/a rewrite to another path", "/legacy", "/orders", ""},
+		{"fail/a doubled slash would link to host ops", "//ops/orders", "/orders", ""},
+		{"fail/a dot segment", "/ops/../orders", "/orders", ""},
+		{"fail/an escaped character", "/o%2Fps/orders", "/orders", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := httptest.NewRequest(http.MethodGet, "https://ops.example.test"+tc.orig, nil)
+			r := httptest.NewRequest(http.MethodGet, "https://ops.example.test"+tc.path, nil)
+			r = r.WithContext(context.WithValue(r.Context(), caddyhttp.OriginalRequestCtxKey, *orig))
+			if got := strippedPrefix(r); got != tc.want {
+				t.Errorf("strippedPrefix(%s seen as %s) = %q, want %q", tc.orig, tc.path, got, tc.want)
+			}
+		})
+	}
+}
