@@ -253,7 +253,14 @@ func revokeOrder(rq *request, id string) {
 	if rq.failed(err) {
 		return
 	}
-	if _, err := rq.op().RevokeOrder(rq.r.Context(), id, reason, rq.actor()); rq.failed(err) {
+	res, err := rq.op().RevokeOrder(rq.r.Context(), id, reason, rq.actor())
+	if rq.failed(err) {
+		return
+	}
+	if res.Queued {
+		// The backend (a relay's upstream, a script) has not confirmed
+		// yet, and may still refuse: not announced as done.
+		rq.done("orders/"+id, "revoke-queued")
 		return
 	}
 	if c := before.Certificate; c != nil && c.RevokedAt != nil {

@@ -12,11 +12,17 @@ import (
 	"math/big"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -181,5 +187,39 @@ func TestTheAuditPageNamesARevocationsReason(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("the audit page lacks %q:\n%s", want, body)
 		}
+	}
+}
+
+// backendSigner revokes at a backend, through a signer_revoke job.
+type backendSigner struct{ stubSigner }
+
+func (backendSigner) RevocationRoute() signer.RevocationRoute { return signer.RevokeByJob }
+
+// A revocation the signer's backend has not confirmed within the request
+// (its signer_revoke job still waits: here no runner runs it) is not
+// announced as done: the order's page says it is queued, and still shows
+// the certificate not revoked, as the admin API answers 202 "queued".
+func TestARevocationTheBackendHasNotConfirmedIsShownQueuedNotRevoked(t *testing.T) {
+	f := newFixture(t, false)
+	order := f.issued(t)
+	clk := clocktest.New(t0)
+	au, err := authority.New(authority.Config{Profile: "test", Prefix: "/acme"}, authority.Options{DB: f.db, Queue: jobs.NewQueue(f.db, clk),
+		Signer: backendSigner{}, Validator: stubValidator{}, Clock: clk, RevokeWait: 50 * time.Millisecond,
+		LookupAddr: func(context.Context, string) ([]string, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ui.cfg.Operator = &operator.Operator{DB: f.db, Queue: jobs.NewQueue(f.db, clk), Profiles: profiles{au}, Clock: clk}
+	w := f.post(t, "/ops/orders/"+order+"/do-revoke", url.Values{"reason": {"4"}}, nil)
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("the revocation answered %d, want 303: %s", w.Code, w.Body)
+	}
+	page := f.get(t, w.Header().Get("Location")).Body.String()
+	done := regexp.MustCompile(`<p class="done" role="status">(.*?)</p>`).FindStringSubmatch(page)
+	if done == nil || !strings.Contains(done[1], "queued") || strings.Contains(done[1], "was revoked") {
+		t.Errorf("after a revocation still queued the page says %q; want that it is queued, not that it was revoked", done)
+	}
+	if !strings.Contains(page, "not revoked") {
+		t.Errorf("the order's page does not show the certificate not revoked yet:\n%s", page)
 	}
 }

@@ -338,7 +338,9 @@ func (rq *request) done(path, what string) {
 }
 
 var doneText = map[string]string{
-	"revoked":        "The certificate was revoked.",
+	"revoked": "The certificate was revoked.",
+	"revoke-queued": "The revocation is queued: the signer's backend has not confirmed it yet, and may still refuse it. " +
+		"Its signer_revoke job carries it (see Jobs); this page shows the certificate revoked once it is. Revoke again to wait for it once more.",
 	"key-compromise": "The revocation reason is now keyCompromise; the CRL is rebuilt with it.",
 	"deactivated":    "The account was deactivated.",
 	"retried":        "The job will run now.",
