@@ -3,6 +3,7 @@ package webui
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,25 @@ func TestAJobPastItsDeadlineIsNotOfferedARetryTheServerWouldRefuse(t *testing.T)
 				t.Errorf("the retry itself: %d, taken %v; the page offered it: %v:\n%s", w.Code, took, tt.offered, w.Body.String())
 			}
 		})
+	}
+}
+
+// Cancelling a running job makes its current attempt its last: it is
+// still running, its cancel requested, and the page says that rather than
+// that the job was cancelled.
+func TestCancellingARunningJobSaysItsCancelIsRequestedNotDone(t *testing.T) {
+	f := newFixture(t, false)
+	j := f.claim(t)
+	w := f.post(t, fmt.Sprintf("/ops/jobs/%d/do-cancel", j.ID), nil, nil)
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("the cancel answered %d, want 303: %s", w.Code, w.Body)
+	}
+	page := f.get(t, w.Header().Get("Location")).Body.String()
+	done := regexp.MustCompile(`<p class="done" role="status">(.*?)</p>`).FindStringSubmatch(page)
+	if done == nil || strings.Contains(done[1], "was cancelled") || !strings.Contains(done[1], "requested") {
+		t.Errorf("after cancelling a running job the page says %q; want that its cancel is requested, not done", done)
+	}
+	if !strings.Contains(page, "(cancel requested)") {
+		t.Errorf("the job's page does not show it running with its cancel requested:\n%s", page)
 	}
 }

@@ -427,8 +427,14 @@ func jobAction(action string) func(*request, string) {
 		if action == "cancel" {
 			do, done = rq.op().CancelJobAs, "cancelled"
 		}
-		if _, err := do(rq.r.Context(), n, rq.actor()); rq.failed(err) {
+		j, err := do(rq.r.Context(), n, rq.actor())
+		if rq.failed(err) {
 			return
+		}
+		if action == "cancel" && j.Status == string(store.JobRunning) {
+			// A running job is not stopped mid-attempt: it is cancelled
+			// when this attempt ends.
+			done = "cancel-requested"
 		}
 		rq.done("jobs/"+id, done)
 	}

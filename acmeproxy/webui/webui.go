@@ -345,6 +345,8 @@ var doneText = map[string]string{
 	"deactivated":    "The account was deactivated.",
 	"retried":        "The job will run now.",
 	"cancelled":      "The job was cancelled.",
+	"cancel-requested": "The job's cancel is requested: it is running, and its current attempt is its last; " +
+		"it is cancelled when that attempt ends, unless the attempt finishes the job.",
 }
 
 // ---- routes ----
