@@ -92,6 +92,12 @@ func (s *Server) handleNewAccount(w http.ResponseWriter, r *http.Request) error 
 	case p.OnlyReturnExisting:
 		return problem.AccountDoesNotExistF("no account exists for this key")
 	}
+	// RFC 8555 §7.3: a server naming terms of service in its directory
+	// "MUST reject newAccount requests that do not have the
+	// termsOfServiceAgreed field set to true".
+	if s.cfg.TermsOfService != "" && !p.TermsOfServiceAgreed {
+		return problem.MalformedF("a new account must agree to this server's terms of service (%s): send termsOfServiceAgreed: true", s.cfg.TermsOfService)
+	}
 	if err := checkContacts(p.Contact); err != nil {
 		return err
 	}
