@@ -16,6 +16,8 @@ func TestAChallengePOSTWhosePayloadIsNotAJSONObjectIsMalformedAndStartsNoValidat
 		{"an array", "[]"},
 		{"a string", `"{}"`},
 		{"a truncated object", `{"a":`},
+		{"null", "null"},
+		{"null padded with spaces", " null "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEnv(t, nil)

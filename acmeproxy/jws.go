@@ -103,7 +103,12 @@ func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*si
 
 // decodePayload unmarshals a JSON payload strictly enough to catch a
 // client that sent something else: the payload must be one JSON object.
+// encoding/json takes a literal null into a struct or map as "nothing to
+// set", so null is refused here, not read as an empty object.
 func decodePayload(payload []byte, v any) error {
+	if t := bytes.TrimLeft(payload, " \t\r\n"); len(t) > 0 && t[0] != '{' {
+		return problem.MalformedF("the request payload is not a JSON object")
+	}
 	if err := json.Unmarshal(payload, v); err != nil {
 		return problem.MalformedF("the request payload is not the expected JSON object: %v", err)
 	}

@@ -421,7 +421,7 @@ var keyChangeSeeds = []payloadSeed{
 	{"fail-old-key-a-string", `{"account":"$ACCOUNT","oldKey":"key"}`, false, acme.ErrorMalformed},
 	{"fail-old-key-missing", `{"account":"$ACCOUNT"}`, false, acme.ErrorMalformed},
 	{"fail-old-key-private", `{"account":"$ACCOUNT","oldKey":$PRIVATEKEY}`, false, acme.ErrorMalformed},
-	{"fail-null", `null`, false, acme.ErrorUnauthorized},
+	{"fail-null", `null`, false, acme.ErrorMalformed},
 	{"fail-not-an-object", `[1]`, false, acme.ErrorMalformed},
 	{"fail-empty", ``, false, acme.ErrorMalformed},
 }
