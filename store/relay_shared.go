@@ -157,3 +157,108 @@ func scanRelayAccount(row rowScanner) (RelayAccount, error) {
 	}
 	return a, nil
 }
+
+// RelayPlacement is the claim on placing the upstream order of a local
+// order (relay_placements): Owner places it, unless Until passed, and
+// records its URL here once placed; then every instance relays that one.
+type RelayPlacement struct {
+	OrderID string
+	Owner   string
+	Until   time.Time
+	// UpstreamOrderURL is the upstream order placed; "" while the claim
+	// is only a claim.
+	UpstreamOrderURL string
+}
+
+// Placed reports whether the upstream order is recorded.
+func (p RelayPlacement) Placed() bool { return p.UpstreamOrderURL != "" }
+
+// ClaimRelayPlacement claims, for owner until until, placing the upstream
+// order of orderID: unless an upstream order is recorded for it, or
+// another owner's claim is still live at now (its claimed_until after
+// now), which it then leaves as it is. It returns the placement after the
+// call and whether owner holds the claim (and must place the order).
+//
+// One upsert guarded on no URL and a lapsed claim (at READ COMMITTED
+// PostgreSQL re-checks the guard on the newest row of a conflict), then a
+// read of the row that won. A lazy write (see engine): a claim lost to a
+// power loss went with its owner.
+func (db *DB) ClaimRelayPlacement(ctx context.Context, orderID, owner string, now, until time.Time) (RelayPlacement, bool, error) {
+	var p RelayPlacement
+	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO relay_placements (order_id, owner, claimed_until, updated_at)
+			VALUES (?, ?, ?, ?)
+			ON CONFLICT (order_id) DO UPDATE SET owner = excluded.owner, claimed_until = excluded.claimed_until,
+				updated_at = excluded.updated_at
+			WHERE relay_placements.upstream_order_url IS NULL AND relay_placements.claimed_until <= ?`),
+			orderID, owner, until.UnixMilli(), now.UnixMilli(), now.UnixMilli()); err != nil {
+			return err
+		}
+		var err error
+		p, err = scanRelayPlacement(tx.QueryRowContext(ctx, db.q(relayPlacementSelect), orderID))
+		return err
+	})
+	if err != nil {
+		return RelayPlacement{}, false, fmt.Errorf("store: claiming the upstream order of relay order %s: %w", orderID, err)
+	}
+	return p, p.Owner == owner && !p.Placed(), nil
+}
+
+// RecordRelayPlacement records url as the upstream order of orderID,
+// placed under owner's claim, unless the claim is no longer owner's (it
+// lapsed and another took it over) or an order is recorded already. It
+// returns the placement after the call: the caller's url is the one
+// relayed only when the placement names it. ErrNotFound: no claim at all
+// (released, or lost with the database).
+//
+// A guarded update, then a read of the row. A lazy write (see engine):
+// its callers make it durable with the durable write that follows it.
+func (db *DB) RecordRelayPlacement(ctx context.Context, orderID, owner, url string, now time.Time) (RelayPlacement, error) {
+	var p RelayPlacement
+	err := db.withLazyTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, db.q(`UPDATE relay_placements SET upstream_order_url = ?, updated_at = ?
+			WHERE order_id = ? AND owner = ? AND upstream_order_url IS NULL`), url, now.UnixMilli(), orderID, owner); err != nil {
+			return err
+		}
+		var err error
+		p, err = scanRelayPlacement(tx.QueryRowContext(ctx, db.q(relayPlacementSelect), orderID))
+		return err
+	})
+	return p, readErr(err, "recording the upstream order of relay order "+orderID)
+}
+
+// ReleaseRelayPlacement gives up owner's claim on placing the upstream
+// order of orderID when it placed none (its newOrder failed), so that
+// another may place it at once rather than when the claim lapses. A claim
+// no longer owner's, or one with an order recorded, is left alone.
+//
+// One guarded statement, lazy (see engine).
+func (db *DB) ReleaseRelayPlacement(ctx context.Context, orderID, owner string) error {
+	if _, err := db.lazyWr.ExecContext(ctx, db.q(`DELETE FROM relay_placements
+		WHERE order_id = ? AND owner = ? AND upstream_order_url IS NULL`), orderID, owner); err != nil {
+		return fmt.Errorf("store: releasing the claim on the upstream order of relay order %s: %w", orderID, db.unavailable(err))
+	}
+	return nil
+}
+
+// GetRelayPlacement reads the placement of orderID's upstream order;
+// ErrNotFound when nobody claimed it.
+func (db *DB) GetRelayPlacement(ctx context.Context, orderID string) (RelayPlacement, error) {
+	p, err := scanRelayPlacement(db.r.QueryRowContext(ctx, db.q(relayPlacementSelect), orderID))
+	return p, readErr(err, "upstream order placement of relay order "+orderID)
+}
+
+const relayPlacementSelect = `SELECT order_id, owner, claimed_until, upstream_order_url FROM relay_placements WHERE order_id = ?`
+
+func scanRelayPlacement(row rowScanner) (RelayPlacement, error) {
+	var (
+		p     RelayPlacement
+		until int64
+		url   sql.NullString
+	)
+	if err := row.Scan(&p.OrderID, &p.Owner, &until, &url); err != nil {
+		return RelayPlacement{}, err
+	}
+	p.Until, p.UpstreamOrderURL = ms(until), url.String
+	return p, nil
+}

@@ -112,3 +112,67 @@ func TestInstancesCreatingARelayAccountAtOnceEndUpWithTheFirstKey(t *testing.T) 
 		}
 	})
 }
+
+// Two instances preparing or relaying one order: one places its upstream
+// order, the other waits for it or, once the claim lapsed unrecorded
+// (its owner died), takes it over; a lapsed owner cannot record.
+func TestOneInstanceAtATimeMayPlaceTheUpstreamOrderOfALocalOrder(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		place := newPlace(t)
+		a, b := openAt(t, place), openAt(t, place)
+		o := makeOrder(t, a, newAccount(t, a, t0).ID, life{at: t0, state: "pending"}).order
+		until := t0.Add(time.Minute)
+
+		if _, err := b.GetRelayPlacement(ctx, o.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("before any claim: %v; want ErrNotFound", err)
+		}
+		if p, won, err := a.ClaimRelayPlacement(ctx, o.ID, "A", t0, until); err != nil || !won || p.Owner != "A" || !p.Until.Equal(until) {
+			t.Fatalf("the first claim: %+v %v %v; want A's until %v", p, won, err, until)
+		}
+		if p, won, err := b.ClaimRelayPlacement(ctx, o.ID, "B", t0.Add(59*time.Second), t0.Add(2*time.Minute)); err != nil || won || p.Owner != "A" {
+			t.Errorf("a claim while A's is live: %+v %v %v; want A's left alone", p, won, err)
+		}
+		if p, won, err := b.ClaimRelayPlacement(ctx, o.ID, "B", until, until.Add(time.Minute)); err != nil || !won || p.Owner != "B" {
+			t.Fatalf("a claim once A's lapsed: %+v %v %v; want B's", p, won, err)
+		}
+		if p, err := a.RecordRelayPlacement(ctx, o.ID, "A", "https://ca.example/order/a", until); err != nil || p.Placed() {
+			t.Errorf("A recording after losing its claim: %+v %v; want nothing recorded", p, err)
+		}
+		if p, err := b.RecordRelayPlacement(ctx, o.ID, "B", "https://ca.example/order/b", until); err != nil || p.UpstreamOrderURL != "https://ca.example/order/b" {
+			t.Fatalf("B recording under its claim: %+v %v", p, err)
+		}
+		if p, won, err := a.ClaimRelayPlacement(ctx, o.ID, "C", until.Add(time.Hour), until.Add(2*time.Hour)); err != nil || won || p.UpstreamOrderURL != "https://ca.example/order/b" {
+			t.Errorf("a claim once an order is recorded, however late: %+v %v %v; want B's order", p, won, err)
+		}
+		if err := a.ReleaseRelayPlacement(ctx, o.ID, "B"); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := a.GetRelayPlacement(ctx, o.ID); err != nil || p.UpstreamOrderURL != "https://ca.example/order/b" {
+			t.Errorf("after releasing a claim whose order is recorded: %+v %v; want the record kept", p, err)
+		}
+	})
+}
+
+func TestAReleasedClaimOnPlacingAnUpstreamOrderMayBeTakenAtOnce(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		o := makeOrder(t, db, newAccount(t, db, t0).ID, life{at: t0, state: "pending"}).order
+		if _, won, err := db.ClaimRelayPlacement(ctx, o.ID, "A", t0, t0.Add(time.Minute)); err != nil || !won {
+			t.Fatalf("A's claim: %v %v", won, err)
+		}
+		if err := db.ReleaseRelayPlacement(ctx, o.ID, "B"); err != nil {
+			t.Fatal(err)
+		}
+		if _, won, _ := db.ClaimRelayPlacement(ctx, o.ID, "B", t0, t0.Add(time.Minute)); won {
+			t.Fatal("B released A's claim")
+		}
+		if err := db.ReleaseRelayPlacement(ctx, o.ID, "A"); err != nil {
+			t.Fatal(err)
+		}
+		if p, won, err := db.ClaimRelayPlacement(ctx, o.ID, "B", t0, t0.Add(time.Minute)); err != nil || !won || p.Owner != "B" {
+			t.Errorf("a claim after A released its own: %+v %v %v; want B's", p, won, err)
+		}
+	})
+}

@@ -222,6 +222,7 @@ func (db *DB) pruneOrderBatch(ctx context.Context, tx *sql.Tx, r Retention, b *P
 		{&b.Authorizations, `DELETE FROM authorizations WHERE order_id IN ` + in(orders), orders},
 		{nil, `DELETE FROM order_identifiers WHERE order_id IN ` + in(orders), orders},
 		{nil, `DELETE FROM relay_orders WHERE order_id IN ` + in(orders), orders},
+		{nil, `DELETE FROM relay_placements WHERE order_id IN ` + in(orders), orders},
 	}
 	if len(certs) > 0 {
 		steps = append(steps,

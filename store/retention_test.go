@@ -23,6 +23,9 @@ type life struct {
 	idents    int
 	state     string // pending, ready, processing, invalid, valid, revoked; relayed, abandoned (processing, invalid, with a relay mapping)
 	notAfter  time.Time
+	// prepared: the relay placed an upstream order for it at new-order
+	// (prepare_upstream on), recorded in relay_placements.
+	prepared bool
 }
 
 // lived is what makeOrder stored.
@@ -57,6 +60,14 @@ func makeOrder(t testing.TB, db *DB, acct string, l life) lived {
 		t.Fatal(err)
 	}
 	out := lived{order: o}
+	if l.prepared {
+		if _, won, err := db.ClaimRelayPlacement(ctx, o.ID, "instance", l.at, l.at.Add(time.Minute)); err != nil || !won {
+			t.Fatalf("claiming the upstream order of %s: %v %v", o.ID, won, err)
+		}
+		if _, err := db.RecordRelayPlacement(ctx, o.ID, "instance", "https://ca.example/order/"+o.ID, l.at); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if l.state == "pending" {
 		return out
 	}
@@ -129,7 +140,7 @@ func rowCounts(t testing.TB, db *DB) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, table := range []string{"accounts", "orders", "order_identifiers", "authorizations", "challenges", "certificates", "revocations",
-		"relay_orders", "audit_events", "jobs", "crls", "used_nonces"} {
+		"relay_orders", "relay_placements", "audit_events", "jobs", "crls", "used_nonces"} {
 		var n int
 		if err := db.r.QueryRow(`SELECT COUNT(*) FROM ` + table).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -155,10 +166,10 @@ func TestTheRetentionSweepPrunesOnlyWhatNothingNeedsAnyMore(t *testing.T) {
 			life   life
 			pruned bool
 		}{
-			{"kept/a pending order not yet expired", life{at: now.Add(-time.Hour), state: "pending"}, false},
+			{"kept/a pending order not yet expired", life{at: now.Add(-time.Hour), state: "pending", prepared: true}, false},
 			{"kept/a pending order expired 29 days ago", life{at: now.Add(-30 * day), state: "pending"}, false},
 			{"pruned/a pending order expired 31 days ago", life{at: now.Add(-32 * day), state: "pending", idents: 3}, true},
-			{"pruned/a ready order expired 31 days ago", life{at: now.Add(-32 * day), state: "ready", idents: 2}, true},
+			{"pruned/a ready order expired 31 days ago", life{at: now.Add(-32 * day), state: "ready", idents: 2, prepared: true}, true},
 			{"pruned/an order that failed 40 days ago", life{at: now.Add(-40 * day), state: "invalid", idents: 2}, true},
 			{"kept/an order that failed 10 days ago", life{at: now.Add(-10 * day), state: "invalid"}, false},
 			{"kept/a failed order whose authorizations are still valid", life{at: now.Add(-40 * day), authzLife: 41 * day, state: "invalid"}, false},
@@ -239,6 +250,11 @@ func TestTheRetentionSweepPrunesOnlyWhatNothingNeedsAnyMore(t *testing.T) {
 					t.Errorf("%s: its relay mapping: %v; want pruned=%v", c.name, err, c.pruned)
 				}
 			}
+			if c.life.prepared {
+				if _, err := db.GetRelayPlacement(ctx, o.ID); errors.Is(err, ErrNotFound) != c.pruned {
+					t.Errorf("%s: its upstream order placement: %v; want pruned=%v", c.name, err, c.pruned)
+				}
+			}
 			if c.life.state == "revoked" {
 				if _, err := db.RevocationOf(ctx, made[i].cert.ID); errors.Is(err, ErrNotFound) != c.pruned {
 					t.Errorf("%s: its revocation row: %v; want pruned=%v", c.name, err, c.pruned)
@@ -256,7 +272,8 @@ func TestTheRetentionSweepPrunesOnlyWhatNothingNeedsAnyMore(t *testing.T) {
 		// deactivated accounts left empty.
 		want := Pruned{Orders: 7, Authorizations: 12, Challenges: 24, Certificates: 2, Revocations: 1, Accounts: 2}
 		for table, n := range map[string]int64{"orders": want.Orders, "authorizations": want.Authorizations, "challenges": want.Challenges,
-			"order_identifiers": want.Authorizations, "certificates": want.Certificates, "revocations": want.Revocations, "relay_orders": 1} {
+			"order_identifiers": want.Authorizations, "certificates": want.Certificates, "revocations": want.Revocations, "relay_orders": 1,
+			"relay_placements": 1} {
 			if int64(before[table]-after[table]) != n {
 				t.Errorf("%s: %d rows before, %d after; want %d pruned", table, before[table], after[table], n)
 			}

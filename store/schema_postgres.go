@@ -567,4 +567,18 @@ var postgresMigrations = []migration{
 			`CREATE INDEX jobs_abandon_owed ON jobs (kind, lane) WHERE abandon_owed = 1`,
 		},
 	},
+	{
+		version: 31,
+		name:    "relay_placements",
+		stmts: []string{
+			// As SQLite's step.
+			`CREATE TABLE relay_placements (
+				order_id           TEXT   PRIMARY KEY REFERENCES orders (id),
+				owner              TEXT   NOT NULL,
+				claimed_until      BIGINT NOT NULL,
+				upstream_order_url TEXT,
+				updated_at         BIGINT NOT NULL
+			)`,
+		},
+	},
 }

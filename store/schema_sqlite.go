@@ -741,4 +741,24 @@ var sqliteMigrations = []migration{
 			`CREATE INDEX jobs_abandon_owed ON jobs (kind, lane) WHERE abandon_owed = 1`,
 		},
 	},
+	{
+		version: 31,
+		name:    "relay_placements",
+		stmts: []string{
+			// Who places the upstream order of a local order, with
+			// prepare_upstream on: a preparation (at new-order) and a
+			// relay (at finalize) may run on two instances at once. The
+			// one that placed the claim (owner) until claimed_until
+			// places the order and records its URL here; the others wait
+			// for the URL, or take the claim over once it lapsed (its
+			// owner died before it placed the order).
+			`CREATE TABLE relay_placements (
+				order_id           TEXT   PRIMARY KEY REFERENCES orders (id),
+				owner              TEXT   NOT NULL,
+				claimed_until      BIGINT NOT NULL,
+				upstream_order_url TEXT,
+				updated_at         BIGINT NOT NULL
+			)`,
+		},
+	},
 }
