@@ -241,7 +241,7 @@ func TestAPreparedUpstreamOrderIsRecordedByTheTimeItsPreparationEndsAndIsTheOneR
 		// Its record is written beside the upstream challenge; once the
 		// preparation is over, it names the upstream order.
 		b.s.runPrepare(ctx, bd, log, orderID)
-		if prepared, err = b.s.preparedUpstream(ctx, b.queue, orderID); err != nil || prepared == "" {
+		if prepared, err = b.s.preparedUpstream(ctx, b.binding(t), orderID); err != nil || prepared == "" {
 			t.Fatalf("after the preparation the record names %q (%v); want the upstream order", prepared, err)
 		}
 	})

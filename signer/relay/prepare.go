@@ -32,10 +32,12 @@ import (
 // free slot, or dies with its process costs the order nothing, since its
 // finalize relays whatever is not prepared (an upstream order placed by a
 // preparation that died before its relay_prepared job was stored is never
-// finalized; it expires upstream). A relay that starts while this
-// process still prepares its order waits for the preparation and relays
-// what it recorded (adoptPrepared), so one local order gets one upstream
-// order however slowly the upstream answers the preparation's newOrder.
+// finalized; it expires upstream). A relay that starts while its order's
+// preparation is still placing the upstream order — in this process or
+// in another instance on the database — waits for the preparation and
+// relays what it recorded (adoptPrepared, placement.go), so one local
+// order gets one upstream order however slowly the upstream answers the
+// preparation's newOrder and whichever instance the finalize reaches.
 const PreparedKind = "relay_prepared"
 
 // preparedPayload is a relay_prepared job's payload.
@@ -121,13 +123,15 @@ func (s *Signer) awaitPreparation(ctx context.Context, orderID string, d time.Du
 
 // adoptPrepared records as the relay's upstream order the one prepared
 // for orderID, and returns the upstream order the relay then carries on
-// with; "" when none was prepared. A relay whose finalize found no
-// prepared order (its wait for the preparation, FinalizeWait, ran out:
-// an upstream slow to answer its newOrder) waits first for this
-// process's preparation of the order, if one is still under way, for
-// as long as the attempt may take: placing an order of its own beside
-// it would leave two upstream orders for one local order.
-func (s *Signer) adoptPrepared(ctx context.Context, b *signer.Binding, orderID string) (string, error) {
+// with; "" when none was prepared, with the claim (placement.go) under
+// which the relay places one. A relay whose finalize found no prepared
+// order (its wait for the preparation, FinalizeWait, ran out: an
+// upstream slow to answer its newOrder) waits first for this process's
+// preparation of the order, if one is still under way, for as long as
+// the attempt may take; and for another instance's placing it, as long
+// as that one's claim holds: placing an order of its own beside it would
+// leave two upstream orders for one local order.
+func (s *Signer) adoptPrepared(ctx context.Context, b *signer.Binding, orderID string) (string, *placement, error) {
 	s.mu.Lock()
 	_, preparing := s.preparing[orderID]
 	s.mu.Unlock()
@@ -137,19 +141,35 @@ func (s *Signer) adoptPrepared(ctx context.Context, b *signer.Binding, orderID s
 		}
 		s.awaitPreparation(ctx, orderID, s.opts.AttemptTimeout)
 		if err := ctx.Err(); err != nil {
-			return "", fmt.Errorf("waiting for the preparation of the upstream order: %w", err)
+			return "", nil, fmt.Errorf("waiting for the preparation of the upstream order: %w", err)
 		}
 	}
-	prepared, err := s.preparedUpstream(ctx, b.Queue, orderID)
+	prepared, claim, err := s.awaitPlacement(ctx, b, orderID)
 	if err != nil || prepared == "" {
-		return "", err
+		return "", claim, err
 	}
-	return b.DB.SetRelayUpstreamOrder(ctx, orderID, prepared, s.clock.Now())
+	recorded, err := b.DB.SetRelayUpstreamOrder(ctx, orderID, prepared, s.clock.Now())
+	return recorded, nil, err
 }
 
-// preparedUpstream is the upstream order prepared for orderID, "" for none.
-func (s *Signer) preparedUpstream(ctx context.Context, q *jobs.Queue, orderID string) (string, error) {
-	job, err := q.Live(ctx, PreparedKind, orderID)
+// preparedUpstream is the upstream order prepared for orderID, "" for
+// none: the one its placement records, else the one its relay_prepared
+// job names.
+func (s *Signer) preparedUpstream(ctx context.Context, b *signer.Binding, orderID string) (string, error) {
+	p, err := b.DB.GetRelayPlacement(ctx, orderID)
+	switch {
+	case err == nil && p.Placed():
+		return p.UpstreamOrderURL, nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return "", err
+	}
+	return s.preparedJob(ctx, b, orderID)
+}
+
+// preparedJob is the upstream order the relay_prepared job of orderID
+// names, "" for none.
+func (s *Signer) preparedJob(ctx context.Context, b *signer.Binding, orderID string) (string, error) {
+	job, err := b.Queue.Live(ctx, PreparedKind, orderID)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
@@ -200,13 +220,27 @@ func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger
 	if err != nil {
 		return err
 	}
+	// Claimed first: a relay of this order on another instance (its
+	// finalize was quicker) places the order itself, or waits for this
+	// one to (placement.go).
+	claim, placed, err := s.claimPlacement(ctx, b.DB, o.ID)
+	if err != nil {
+		return fmt.Errorf("claiming the placement of the upstream order: %w", err)
+	}
+	if claim == nil {
+		log.Debug("the upstream order is placed elsewhere", zap.String("event", "relay_prepare_skipped"),
+			zap.String("profile", b.Profile), zap.String("order", o.ID), zap.String("upstream_order", placed.UpstreamOrderURL))
+		return nil
+	}
 	ro := store.RelayOrder{OrderID: o.ID, Identifiers: o.Identifiers, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
 		CertificateProfile: o.CertificateProfile, Replaces: o.Replaces}
-	want, err := s.orderRequest(ctx, c, b, ro)
-	if err != nil {
-		return err
-	}
-	order, err := s.placeOrder(ctx, c, acct, b, log, ro, want)
+	order, err := claim.place(ctx, s.clock.Now(), func(ctx context.Context) (acme.Order, error) {
+		want, err := s.orderRequest(ctx, c, b, ro)
+		if err != nil {
+			return acme.Order{}, err
+		}
+		return s.placeOrder(ctx, c, acct, b, log, ro, want)
+	})
 	if err != nil {
 		return err
 	}
@@ -220,13 +254,19 @@ func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger
 	// between its placement and its record always could.
 	// The record is written even when the signer is closed meanwhile
 	// (Close waits for it): an upstream order placed is then one its
-	// relay_prepared job deactivates, not one nothing names.
+	// relay_prepared job deactivates, not one nothing names. The
+	// placement, which relays on other instances wait for, names it
+	// once the job does.
 	gate := startRecord(func() (string, error) {
-		if _, _, err := b.Queue.Enqueue(context.WithoutCancel(ctx), jobs.Spec{
+		ctx := context.WithoutCancel(ctx)
+		if _, _, err := b.Queue.Enqueue(ctx, jobs.Spec{
 			Kind: PreparedKind, Key: o.ID, Lane: signer.SigningLane(b.Profile),
 			Payload: preparedPayload{Profile: b.Profile, Order: o.ID, Upstream: order.Location},
 			RunAt:   o.Expires, Deadline: o.Expires.Add(preparedGrace), MaxAttempts: s.opts.MaxAttempts,
 		}); err != nil {
+			return "", fmt.Errorf("recording the prepared upstream order: %w", err)
+		}
+		if _, err := claim.record(ctx, order.Location, s.clock.Now()); err != nil {
 			return "", fmt.Errorf("recording the prepared upstream order: %w", err)
 		}
 		log.Info("upstream order prepared", zap.String("event", "relay_upstream_prepared"), zap.String("profile", b.Profile),

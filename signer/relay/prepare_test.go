@@ -133,7 +133,7 @@ func TestARelayWaitsForItsOrdersPreparationStillPlacingTheUpstreamOrderAndRelays
 	if n := up.count("POST order-plz"); n != 1 {
 		t.Errorf("%d upstream orders placed for one local order; want 1, the prepared one relayed", n)
 	}
-	prepared, err := b.s.preparedUpstream(ctx, b.queue, req.OrderID)
+	prepared, err := b.s.preparedUpstream(ctx, b.binding(t), req.OrderID)
 	if err != nil || prepared == "" {
 		t.Fatalf("the preparation recorded %q (%v); want its upstream order", prepared, err)
 	}
@@ -159,7 +159,7 @@ func TestClosingTheSignerStopsAPreparationStillPlacingItsUpstreamOrderAndWaitsFo
 	if n := up.count("POST order-plz"); n != 0 {
 		t.Errorf("the upstream got %d new orders; want none, the held one cancelled", n)
 	}
-	if got, err := b.s.preparedUpstream(ctx, b.queue, req.OrderID); err != nil || got != "" {
+	if got, err := b.s.preparedUpstream(ctx, b.binding(t), req.OrderID); err != nil || got != "" {
 		t.Errorf("a relay_prepared record names %q (%v); want none for an order never placed", got, err)
 	}
 }
@@ -184,7 +184,7 @@ func TestAPreparationClosedAfterPlacingItsUpstreamOrderLeavesItRecordedWithNoCha
 	if n := up.count("POST order-plz"); n != 1 {
 		t.Fatalf("the upstream got %d new orders; want the 1 placed before Close", n)
 	}
-	if got, err := b.s.preparedUpstream(ctx, b.queue, req.OrderID); err != nil || got == "" {
+	if got, err := b.s.preparedUpstream(ctx, b.binding(t), req.OrderID); err != nil || got == "" {
 		t.Errorf("the relay_prepared record names %q (%v); want the upstream order placed, for its job to deactivate", got, err)
 	}
 }
@@ -204,7 +204,7 @@ func TestAPreparationClosedAsTheUpstreamAnswersItsNewOrderStillRecordsTheOrder(t
 	if n := up.count("POST order-plz"); n != 1 {
 		t.Fatalf("the upstream got %d new orders; want the 1 placed as Close came", n)
 	}
-	if got, err := b.s.preparedUpstream(ctx, b.queue, req.OrderID); err != nil || got == "" {
+	if got, err := b.s.preparedUpstream(ctx, b.binding(t), req.OrderID); err != nil || got == "" {
 		t.Errorf("the relay_prepared record names %q (%v); want the upstream order placed, for its job to deactivate", got, err)
 	}
 }

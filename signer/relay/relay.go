@@ -161,6 +161,9 @@ type Signer struct {
 	// awaitingPreparation, if set, runs in an attempt about to wait for
 	// this process's preparation of its order (tests).
 	awaitingPreparation func()
+	// awaitingPlacement, if set, runs in an attempt about to wait for
+	// another's claim on placing the upstream order of its order (tests).
+	awaitingPlacement func()
 
 	acctMu sync.Mutex
 	acct   *acme.Account // registered, once loaded
@@ -360,7 +363,7 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	// An upstream order prepared for this order is relayed instead of a
 	// new one; a preparation still running here is worth a short wait.
 	s.awaitPreparation(ctx, req.OrderID, s.opts.FinalizeWait)
-	prepared, err := s.preparedUpstream(ctx, b.Queue, req.OrderID)
+	prepared, err := s.preparedUpstream(ctx, b, req.OrderID)
 	if err != nil {
 		return signer.IssueOutcome{}, err
 	}

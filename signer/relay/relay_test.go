@@ -80,23 +80,29 @@ type bench struct {
 
 func newBench(t *testing.T, directory, challenge string, tweak ...func(*Options)) *bench {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	db, err := store.OpenSQLite(ctx, filepath.Join(dir, "acme.db"), store.SQLiteOptions{})
+	db, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	clk := clocktest.New(time.Now())
-	b := &bench{db: db, queue: jobs.NewQueue(db, clk), clock: clk,
-		settler: &fakeSettler{issued: map[string][][]byte{}, failed: map[string][]string{}}}
-	opts := Options{Directory: directory, Challenge: challenge, Storage: &certmagic.FileStorage{Path: filepath.Join(dir, "storage")}, Clock: clk}
+	return benchOn(t, db, clocktest.New(time.Now()), &fakeSettler{issued: map[string][][]byte{}, failed: map[string][]string{}},
+		directory, challenge, tweak...)
+}
+
+// benchOn is a bench over db, clk and settler, which other benches may
+// share: an instance of a fleet on one database has a store (a pool) of
+// its own, a Caddy storage of its own, and the fleet's clock.
+func benchOn(t *testing.T, db *store.DB, clk *clocktest.Fake, settler *fakeSettler, directory, challenge string, tweak ...func(*Options)) *bench {
+	t.Helper()
+	b := &bench{db: db, queue: jobs.NewQueue(db, clk), clock: clk, settler: settler}
+	opts := Options{Directory: directory, Challenge: challenge, Storage: &certmagic.FileStorage{Path: filepath.Join(t.TempDir(), "storage")}, Clock: clk}
 	if challenge == ChallengeDNS01 {
 		opts.DNS = &certmagic.DNS01Solver{DNSManager: certmagic.DNSManager{DNSProvider: nopDNS{}}}
 	}
 	for _, f := range tweak {
 		f(&opts)
 	}
+	var err error
 	if b.s, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +127,16 @@ func (b *bench) finalizedAfter(t *testing.T, name string, beforeClaim func(order
 	t.Helper()
 	req, _ := signertest.Finalized(t, b.db, b.clock.Now(), name, beforeClaim)
 	return req
+}
+
+// binding is what the bench's signer is bound to.
+func (b *bench) binding(t *testing.T) *signer.Binding {
+	t.Helper()
+	bound, _, err := b.s.binding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bound
 }
 
 // job returns the live relay job of an order.

@@ -50,14 +50,15 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	var (
 		order acme.Order
 		gate  *recordGate // nil: the mapping is durable
+		claim *placement  // with prepare_upstream on: the claim to place it
 	)
 	if ro.UpstreamOrderURL == "" && s.opts.PrepareUpstream {
-		if ro.UpstreamOrderURL, err = s.adoptPrepared(ctx, b, ro.OrderID); err != nil {
+		if ro.UpstreamOrderURL, claim, err = s.adoptPrepared(ctx, b, ro.OrderID); err != nil {
 			return nil, err
 		}
 	}
 	if ro.UpstreamOrderURL == "" {
-		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro)
+		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, claim)
 	} else {
 		order, err = c.GetOrder(ctx, acct, acme.Order{Location: ro.UpstreamOrderURL})
 		order.Location = ro.UpstreamOrderURL
@@ -141,24 +142,46 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 // newOrder places the upstream order for ro and starts recording its URL
 // (a durable write), which the returned gate waits for. If an earlier
 // attempt recorded one meanwhile, the gate answers that one, which the
-// relay then uses instead.
-func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (acme.Order, *recordGate, error) {
-	want, err := s.orderRequest(ctx, c, b, ro)
-	if err != nil {
-		return acme.Order{}, nil, err
+// relay then uses instead. With a claim (prepare_upstream on), the order
+// is placed within it, and the placement records it too, for the
+// preparations of the order on other instances.
+func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder, claim *placement) (acme.Order, *recordGate, error) {
+	placeFn := func(ctx context.Context) (acme.Order, error) {
+		want, err := s.orderRequest(ctx, c, b, ro)
+		if err != nil {
+			return acme.Order{}, err
+		}
+		return s.placeOrder(ctx, c, acct, b, log, ro, want)
 	}
-	order, err := s.placeOrder(ctx, c, acct, b, log, ro, want)
+	var (
+		order acme.Order
+		err   error
+	)
+	if claim != nil {
+		order, err = claim.place(ctx, s.clock.Now(), placeFn)
+	} else {
+		order, err = placeFn(ctx)
+	}
 	if err != nil {
 		return order, nil, err
 	}
 	placed := order.Location
 	gate := startRecord(func() (string, error) {
 		recorded, err := b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, placed, s.clock.Now())
-		if err == nil {
-			log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
-				zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
+		if err != nil {
+			return "", err
 		}
-		return recorded, err
+		log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
+			zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
+		if claim != nil {
+			if _, err := claim.record(context.WithoutCancel(ctx), recorded, s.clock.Now()); err != nil {
+				// The relay carries on with its recorded order; only a
+				// preparation starting late could miss it.
+				log.Warn("recording the placement of the upstream order", zap.String("event", "relay_placement_unrecorded"),
+					zap.String("profile", b.Profile), zap.String("order", ro.OrderID), zap.Error(err))
+			}
+		}
+		return recorded, nil
 	})
 	return order, gate, nil
 }

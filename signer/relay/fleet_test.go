@@ -1,0 +1,182 @@
+package relay
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/letsencrypt/pebble/v2/wfe"
+
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/dialecttest"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// testDialects are the databases a fleet of instances shares in the
+// tests that must hold for both. A place is where one database lives:
+// stores opened on one place share it, as Caddy processes sharing a
+// SQLite file or a PostgreSQL database do.
+var testDialects = []struct {
+	name  string
+	place func(t testing.TB) string
+	open  func(ctx context.Context, place string) (*store.DB, error)
+}{
+	{"sqlite",
+		func(t testing.TB) string { return filepath.Join(t.TempDir(), "acme.db") },
+		func(ctx context.Context, path string) (*store.DB, error) {
+			return store.OpenSQLite(ctx, path, store.SQLiteOptions{})
+		}},
+	{"postgres",
+		pgtest.DSN,
+		func(ctx context.Context, dsn string) (*store.DB, error) {
+			return store.OpenPostgres(ctx, dsn, store.PostgresOptions{})
+		}},
+}
+
+// eachDialect runs body once per dialect, as subtests named after it.
+func eachDialect(t *testing.T, body func(t *testing.T)) {
+	for _, d := range testDialects {
+		t.Run(d.name, body)
+	}
+}
+
+// openFleet opens n stores on one fresh place of the test's dialect: n
+// instances' pools on one database.
+func openFleet(t *testing.T, n int) []*store.DB {
+	t.Helper()
+	names := make([]string, len(testDialects))
+	for i, d := range testDialects {
+		names[i] = d.name
+	}
+	d := testDialects[dialecttest.Of(t.Name(), names)]
+	place := d.place(t)
+	dbs := make([]*store.DB, n)
+	for i := range dbs {
+		db, err := d.open(context.Background(), place)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs[i] = db
+	}
+	return dbs
+}
+
+// preparingFleet is two instances, a and b, with prepare_upstream on, on
+// one database and one Pebble, whose upstream account is registered and
+// whose upstream requests are counted from here on. a's transport holds
+// its first newOrder once armed (see heldRequest). Neither's finalize
+// waits for its relay: the test runs the jobs.
+func preparingFleet(t *testing.T) (a, b *bench, up *pebbleUpstream, held *heldRequest) {
+	t.Helper()
+	up = newPebbleUpstream(t)
+	dbs := openFleet(t, 2)
+	clk := clocktest.New(time.Now())
+	settler := &fakeSettler{issued: map[string][][]byte{}, failed: map[string][]string{}}
+	held = &heldRequest{next: up.srv.Client().Transport, part: "/order-plz"}
+	a = benchOn(t, dbs[0], clk, settler, up.srv.URL+wfe.DirectoryPath, ChallengeBypass, func(o *Options) {
+		o.Transport = held
+		o.FinalizeWait = -1
+		o.PrepareUpstream = true
+	})
+	b = benchOn(t, dbs[1], clk, settler, up.srv.URL+wfe.DirectoryPath, ChallengeBypass, func(o *Options) {
+		o.Transport = up.srv.Client().Transport
+		o.FinalizeWait = -1
+		o.PrepareUpstream = true
+	})
+	a.relayThrough(t, "warm.example.com") // registers the account
+	up.reset()
+	held.arm()
+	// Runs before the stores close: nothing is left held.
+	t.Cleanup(func() {
+		held.release()
+		_ = a.s.Close()
+		_ = b.s.Close()
+	})
+	return a, b, up, held
+}
+
+// The new-order reached instance a, which prepares the upstream order;
+// a's newOrder upstream is slow, and the client's finalize reaches
+// instance b, whose relay must not place a second upstream order.
+func TestARelayOnAnotherInstanceWaitsForThePreparationPlacingTheUpstreamOrderAndRelaysThatOne(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, up, held := preparingFleet(t)
+		req := a.finalizedAfter(t, "fleet.example.com", func(orderID string) {
+			a.s.PrepareOrder(ctx, orderID, a.clock.Now().Add(time.Hour))
+			<-held.held // a's newOrder is on its way
+		})
+
+		if _, err := b.s.Issue(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		b.s.awaitingPlacement = held.release // a's newOrder is answered once b waits for it
+		if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); out != "done" {
+			t.Fatalf("b's relay: %s", out)
+		}
+		held.release()
+		a.s.awaitPreparation(ctx, req.OrderID, time.Minute) // a's preparation is over
+
+		if n := up.count("POST order-plz"); n != 1 {
+			t.Errorf("%d upstream orders placed for one local order by two instances; want 1", n)
+		}
+		if len(a.settler.issued[req.OrderID]) < 2 {
+			t.Errorf("the order's chain has %d certificates; want the relayed leaf and its issuer", len(a.settler.issued[req.OrderID]))
+		}
+		p, err := b.db.GetRelayPlacement(ctx, req.OrderID)
+		if err != nil || !p.Placed() {
+			t.Fatalf("the placement: %+v (%v); want the upstream order a placed", p, err)
+		}
+		if ro, err := b.db.GetRelayOrder(ctx, req.OrderID); err != nil || ro.UpstreamOrderURL != p.UpstreamOrderURL {
+			t.Errorf("b relayed %q (%v); want the order a prepared, %q", ro.UpstreamOrderURL, err, p.UpstreamOrderURL)
+		}
+	})
+}
+
+// An instance killed while placing the upstream order of an order leaves
+// its claim behind; the relay on another instance waits for the claim
+// to lapse, then places the order itself.
+func TestARelayTakesOverTheClaimADeadInstanceLeftOnceItLapses(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		_, b, up, _ := preparingFleet(t)
+		req := b.finalizedAfter(t, "orphan.example.com", func(orderID string) {
+			// What the dead instance's preparation left: a live claim
+			// and no upstream order.
+			now := b.clock.Now()
+			if _, won, err := b.db.ClaimRelayPlacement(ctx, orderID, "dead", now, now.Add(placementClaim)); err != nil || !won {
+				t.Fatalf("the dead instance's claim: %v %v", won, err)
+			}
+		})
+
+		if _, err := b.s.Issue(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		waited := false
+		b.s.awaitingPlacement = func() {
+			waited = true
+			b.clock.Advance(placementClaim)
+		}
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if out := b.s.RunJob(rctx, b.job(t, req.OrderID)).String(); out != "done" {
+			t.Fatalf("b's relay: %s", out)
+		}
+		if !waited {
+			t.Error("the relay did not wait for the dead instance's live claim")
+		}
+		if n := up.count("POST order-plz"); n != 1 {
+			t.Errorf("%d upstream orders placed; want 1, b's", n)
+		}
+		p, err := b.db.GetRelayPlacement(ctx, req.OrderID)
+		if err != nil || p.Owner == "dead" || !p.Placed() {
+			t.Errorf("the placement: %+v (%v); want b's claim, its order recorded", p, err)
+		}
+	})
+}
