@@ -107,11 +107,16 @@ func (b *bench) relayThrough(t *testing.T, name string) {
 func pebbleBench(t *testing.T) (*bench, *pebbleUpstream) {
 	t.Helper()
 	up := newPebbleUpstream(t)
-	b := newBench(t, up.srv.URL+wfe.DirectoryPath, ChallengeBypass, func(o *Options) {
+	return pebbleBenchOn(t, up), up
+}
+
+// pebbleBenchOn is a bench relaying to up.
+func pebbleBenchOn(t *testing.T, up *pebbleUpstream) *bench {
+	t.Helper()
+	return newBench(t, up.srv.URL+wfe.DirectoryPath, ChallengeBypass, func(o *Options) {
 		o.Transport = up.srv.Client().Transport
 		o.FinalizeWait = -1 // the test runs the job itself
 	})
-	return b, up
 }
 
 func TestARelayAsksTheUpstreamOnlyWhatItUses(t *testing.T) {

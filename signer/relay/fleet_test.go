@@ -2,12 +2,16 @@ package relay
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/letsencrypt/pebble/v2/wfe"
+	"github.com/mholt/acmez/v3/acme"
 
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/dialecttest"
@@ -179,4 +183,57 @@ func TestARelayTakesOverTheClaimADeadInstanceLeftOnceItLapses(t *testing.T) {
 			t.Errorf("the placement: %+v (%v); want b's claim, its order recorded", p, err)
 		}
 	})
+}
+
+// triggerFirst is a transport that, before the first POST to an upstream
+// challenge it sees, has another party trigger that challenge: the order's
+// preparation, here or on another instance, answering the same upstream
+// order as the relay.
+type triggerFirst struct {
+	next    http.RoundTripper
+	once    sync.Once
+	trigger func(chalURL string) error
+	err     error
+}
+
+func (t *triggerFirst) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && strings.Contains(req.URL.Path, "/chalZ/") {
+		t.once.Do(func() { t.err = t.trigger(req.URL.String()) })
+	}
+	return t.next.RoundTrip(req)
+}
+
+func TestAChallengeAnotherInstanceTriggeredJustBeforeTheRelayDidIsWaitedForNotFailed(t *testing.T) {
+	ctx := context.Background()
+	up := newPebbleUpstream(t)
+	other := pebbleBenchOn(t, up) // the instance answering the same upstream order
+	trig := &triggerFirst{next: up.srv.Client().Transport, trigger: func(chalURL string) error {
+		acct, err := other.s.account(ctx, other.s.upstream, "p")
+		if err != nil {
+			return err
+		}
+		_, err = other.s.upstream.InitiateChallenge(ctx, acct, acme.Challenge{URL: chalURL})
+		return err
+	}}
+	b := benchOn(t, other.db, other.clock, other.settler, up.srv.URL+wfe.DirectoryPath, ChallengeBypass, func(o *Options) {
+		o.Transport = trig
+		o.FinalizeWait = -1
+	})
+
+	req := b.finalized(t, "raced.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); out != "done" {
+		t.Errorf("the relay: %s; want done, the challenge the other triggered waited for", out)
+	}
+	if trig.err != nil {
+		t.Fatalf("the other instance triggering the challenge: %v", trig.err)
+	}
+	if n := up.count("POST chalZ"); n != 2 {
+		t.Errorf("%d challenge POSTs; want 2, the other's and the relay's", n)
+	}
+	if len(b.settler.issued[req.OrderID]) < 2 {
+		t.Errorf("the order's chain has %d certificates; want the leaf and its issuer", len(b.settler.issued[req.OrderID]))
+	}
 }

@@ -348,7 +348,9 @@ func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct 
 	}
 	if chal.Status == acme.StatusPending || chal.Status == "" {
 		if _, err := c.InitiateChallenge(ctx, acct, chal); err != nil {
-			return fmt.Errorf("triggering the %s challenge for %s: %w", chal.Type, authz.IdentifierValue(), err)
+			if authz, err = s.triggeredElsewhere(ctx, c, acct, authz, chal, err); err != nil {
+				return fmt.Errorf("triggering the %s challenge for %s: %w", chal.Type, authz.IdentifierValue(), err)
+			}
 		}
 	}
 	// Read the authorization until the upstream has decided, as it asks
@@ -393,6 +395,35 @@ func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct 
 		return permanent("the upstream could not validate %s by %s: %s", authz.IdentifierValue(), chal.Type, challengeProblems(authz))
 	}
 	return permanent("the upstream authorization for %s became %s", authz.IdentifierValue(), authz.Status)
+}
+
+// triggeredElsewhere decides on the upstream's refusal (err) to trigger
+// chal: when the challenge was triggered since the authorization was
+// read — by another party answering the same upstream order (its
+// preparation, in this process or on another instance; an attempt that
+// lost its lease), which the upstream then refuses to trigger again
+// (Pebble: malformed, "only status pending") — it returns the
+// authorization as read again, whose verdict the caller waits for like
+// its own; otherwise it returns err.
+func (s *Signer) triggeredElsewhere(ctx context.Context, c *acme.Client, acct acme.Account, authz acme.Authorization, chal acme.Challenge, err error) (acme.Authorization, error) {
+	var p acme.Problem
+	if !errors.As(err, &p) {
+		return authz, err
+	}
+	again, rerr := c.GetAuthorization(ctx, acct, authz.Location)
+	if rerr != nil {
+		return authz, err
+	}
+	again.Location = authz.Location
+	if again.Status != acme.StatusPending {
+		return again, nil // decided (or deactivated): the caller says so
+	}
+	for _, ch := range again.Challenges {
+		if ch.URL == chal.URL && ch.Status != acme.StatusPending && ch.Status != "" {
+			return again, nil
+		}
+	}
+	return authz, err
 }
 
 // pick chooses the challenge the strategy answers.
