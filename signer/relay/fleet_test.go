@@ -16,6 +16,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/dialecttest"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -236,4 +237,60 @@ func TestAChallengeAnotherInstanceTriggeredJustBeforeTheRelayDidIsWaitedForNotFa
 	if len(b.settler.issued[req.OrderID]) < 2 {
 		t.Errorf("the order's chain has %d certificates; want the leaf and its issuer", len(b.settler.issued[req.OrderID]))
 	}
+}
+
+// A preparation records its upstream order in its relay_prepared job,
+// then in the placement; one killed in between left its claim live and
+// its order named only by the job, which the relay relays rather than
+// placing another once the claim lapses.
+func TestARelayRelaysTheOrderOfAPreparationKilledBeforeRecordingItsPlacement(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, up, held := preparingFleet(t)
+		held.release() // a's requests go through
+		req := b.finalizedAfter(t, "halfway.example.com", func(orderID string) {
+			now := b.clock.Now()
+			if _, won, err := b.db.ClaimRelayPlacement(ctx, orderID, "dead", now, now.Add(placementClaim)); err != nil || !won {
+				t.Fatalf("the dead instance's claim: %v %v", won, err)
+			}
+		})
+		if _, err := b.s.Issue(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		// What the dead instance did after the finalize read nothing:
+		// it placed the upstream order and named it in its job.
+		bd, log, err := a.s.binding()
+		if err != nil {
+			t.Fatal(err)
+		}
+		acct, err := a.s.account(ctx, a.s.upstream, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ro, err := a.db.GetRelayOrder(ctx, req.OrderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		order, err := a.s.placeOrder(ctx, a.s.upstream, acct, bd, log, ro, acme.Order{Identifiers: identifiersOf(ro.Identifiers)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := a.queue.Enqueue(ctx, jobs.Spec{Kind: PreparedKind, Key: req.OrderID,
+			Payload: preparedPayload{Profile: "p", Order: req.OrderID, Upstream: order.Location}, RunAt: ro.Expires}); err != nil {
+			t.Fatal(err)
+		}
+		b.s.awaitingPlacement = func() { b.clock.Advance(placementClaim) }
+
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if out := b.s.RunJob(rctx, b.job(t, req.OrderID)).String(); out != "done" {
+			t.Fatalf("b's relay: %s", out)
+		}
+		if n := up.count("POST order-plz"); n != 1 {
+			t.Errorf("%d upstream orders placed; want 1, the dead instance's relayed", n)
+		}
+		if got, err := b.db.GetRelayOrder(ctx, req.OrderID); err != nil || got.UpstreamOrderURL != order.Location {
+			t.Errorf("relayed %q (%v); want the dead instance's %q", got.UpstreamOrderURL, err, order.Location)
+		}
+	})
 }

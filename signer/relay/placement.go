@@ -101,14 +101,15 @@ func (s *Signer) awaitPlacement(ctx context.Context, b *signer.Binding, orderID 
 		switch {
 		case err == nil && p.Placed():
 			return p.UpstreamOrderURL, nil, nil
-		case errors.Is(err, store.ErrNotFound):
-			// Prepared by a version that recorded prepared orders only
-			// in their relay_prepared job.
-			if url, err := s.preparedJob(ctx, b, orderID); err != nil || url != "" {
-				return url, nil, err
-			}
-		case err != nil:
+		case err != nil && !errors.Is(err, store.ErrNotFound):
 			return "", nil, err
+		}
+		// A preparation records its order in its relay_prepared job
+		// first (durably), in the placement next: one that died in
+		// between left its order there. So did a version that had no
+		// placements.
+		if url, err := s.preparedJob(ctx, b, orderID); err != nil || url != "" {
+			return url, nil, err
 		}
 		if err != nil || !p.Until.After(s.clock.Now()) {
 			var c *placement
