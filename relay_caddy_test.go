@@ -97,7 +97,9 @@ func TestRelayThroughCaddyObtainsFromPebbleWithEachChallengeStrategy(t *testing.
 	t.Cleanup(func() { relayDNSServers.Delete(t.Name()) })
 	httpPort, httpsPort := freePort(t), freePort(t)
 	// Pebble sends its http-01 requests to httpPort, where Caddy listens.
-	trusting := startRelayPebble(t, d.Addr, httpPort, true)
+	// The trusting one offers an alternate chain to a root of its own,
+	// as a CA with a cross-signed intermediate does.
+	trusting := startRelayPebbleWithAlternates(t, d.Addr, httpPort, true, 1)
 	strict := startRelayPebble(t, d.Addr, httpPort, false)
 
 	storage := filepath.Join(dir, "storage")
@@ -133,6 +135,15 @@ func TestRelayThroughCaddyObtainsFromPebbleWithEachChallengeStrategy(t *testing.
 			t.Fatalf("obtain: %v", err)
 		}
 		trusting.checkChainEndsAtRoot(t, res.Certificate, "bypass.example.com")
+	})
+
+	t.Run("a client preferring the upstream's alternate chain gets it", func(t *testing.T) {
+		alt := trusting.altRoots[0]
+		res, err := obtain(t, "bypass", certificate.ObtainRequest{Domains: []string{"preferred.example.com"}, PreferredChain: alt.Subject.CommonName})
+		if err != nil {
+			t.Fatalf("obtain: %v", err)
+		}
+		checkChainEndsAt(t, res.Certificate, "preferred.example.com", alt)
 	})
 
 	t.Run("dns01 with a wildcard and a validity window", func(t *testing.T) {

@@ -132,8 +132,9 @@ type relayPebble struct {
 	srv       *httptest.Server
 	store     *pebbledb.MemoryStore
 	root      *x509.Certificate
-	dir       string // directory URL
-	rootsFile string // PEM of the TLS certificate, for trusted_roots
+	altRoots  []*x509.Certificate // the roots of its alternate chains
+	dir       string              // directory URL
+	rootsFile string              // PEM of the TLS certificate, for trusted_roots
 	down      atomic.Bool
 
 	mu     sync.Mutex
@@ -178,6 +179,19 @@ func startRelayPebble(t *testing.T, dnsAddr string, httpPort int, alwaysValid bo
 // certificate profiles (an order that names none gets one at random).
 func startRelayPebbleWithProfiles(t *testing.T, dnsAddr string, httpPort int, alwaysValid bool, profiles map[string]ca.Profile) *relayPebble {
 	t.Helper()
+	return startRelayPebbleOf(t, dnsAddr, httpPort, alwaysValid, profiles, 0)
+}
+
+// startRelayPebbleWithAlternates is startRelayPebble whose certificates
+// come with alternates more chains, each to a root of its own (altRoots),
+// as a CA with a cross-signed intermediate offers.
+func startRelayPebbleWithAlternates(t *testing.T, dnsAddr string, httpPort int, alwaysValid bool, alternates int) *relayPebble {
+	t.Helper()
+	return startRelayPebbleOf(t, dnsAddr, httpPort, alwaysValid, map[string]ca.Profile{"default": {Description: "default"}}, alternates)
+}
+
+func startRelayPebbleOf(t *testing.T, dnsAddr string, httpPort int, alwaysValid bool, profiles map[string]ca.Profile, alternates int) *relayPebble {
+	t.Helper()
 	// Pebble reads these in va.New and wfe.New.
 	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
 	t.Setenv("PEBBLE_WFE_NONCEREJECT", "0")
@@ -192,12 +206,15 @@ func startRelayPebbleWithProfiles(t *testing.T, dnsAddr string, httpPort int, al
 		logger = log.New(os.Stderr, "pebble ", log.Lmicroseconds)
 	}
 	p := &relayPebble{store: pebbledb.NewMemoryStore(), counts: map[string]int{}}
-	cai := ca.New(logger, p.store, "", "ecdsa", 0, 1, profiles)
+	cai := ca.New(logger, p.store, "", "ecdsa", alternates, 1, profiles)
 	vai := va.New(logger, httpPort, 1, false, dnsAddr, p.store)
 	wfei := wfe.New(logger, p.store, vai, cai, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
 	p.srv = httptest.NewTLSServer(p.front(wfei.Handler()))
 	t.Cleanup(p.srv.Close)
 	p.root = cai.GetRootCert(0).Cert
+	for i := range alternates {
+		p.altRoots = append(p.altRoots, cai.GetRootCert(i+1).Cert)
+	}
 	p.dir = p.srv.URL + wfe.DirectoryPath
 	p.rootsFile = filepath.Join(t.TempDir(), "pebble-tls.pem")
 	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw})
@@ -324,6 +341,13 @@ func (p *relayPebble) tlsRoots() *x509.CertPool {
 // the chain's other certificates, to Pebble's root, and returns the leaf.
 func (p *relayPebble) checkChainEndsAtRoot(t *testing.T, chainPEM []byte, name string) *x509.Certificate {
 	t.Helper()
+	return checkChainEndsAt(t, chainPEM, name, p.root)
+}
+
+// checkChainEndsAt verifies that the PEM chain's leaf chains, through the
+// chain's other certificates, to root, and returns the leaf.
+func checkChainEndsAt(t *testing.T, chainPEM []byte, name string, root *x509.Certificate) *x509.Certificate {
+	t.Helper()
 	var certs []*x509.Certificate
 	for rest := chainPEM; ; {
 		var b *pem.Block
@@ -341,15 +365,15 @@ func (p *relayPebble) checkChainEndsAtRoot(t *testing.T, chainPEM []byte, name s
 		t.Fatal("the chain holds no certificate")
 	}
 	roots, inter := x509.NewCertPool(), x509.NewCertPool()
-	roots.AddCert(p.root)
+	roots.AddCert(root)
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: name}); err != nil {
-		t.Fatalf("the issued chain does not end at Pebble's root: %v", err)
+		t.Fatalf("the issued chain does not end at Pebble's root %q: %v", root.Subject, err)
 	}
-	if last := certs[len(certs)-1]; last.CheckSignatureFrom(p.root) != nil {
-		t.Errorf("the chain's last certificate %q is not issued by Pebble's root", last.Subject)
+	if last := certs[len(certs)-1]; last.CheckSignatureFrom(root) != nil {
+		t.Errorf("the chain's last certificate %q is not issued by Pebble's root %q", last.Subject, root.Subject)
 	}
 	return certs[0]
 }

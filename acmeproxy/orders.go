@@ -214,8 +214,26 @@ func (s *Server) handleOrder(w http.ResponseWriter, r *http.Request, id string) 
 	return nil
 }
 
-// handleCertificate serves an issued chain as PEM (RFC 8555 §7.4.2).
+// handleCertificate serves an issued chain as PEM (RFC 8555 §7.4.2), with
+// a Link rel="alternate" to each other chain its signer offered.
 func (s *Server) handleCertificate(w http.ResponseWriter, r *http.Request, id string) error {
+	return s.serveCertificate(w, r, id, 0)
+}
+
+// handleAlternateCertificate serves alternate chain n (from 1) of a
+// certificate: cert/{id}/{n}, as its default chain's Link names it.
+func (s *Server) handleAlternateCertificate(w http.ResponseWriter, r *http.Request, id string) error {
+	n, err := strconv.Atoi(r.PathValue("alt"))
+	if err != nil || n < 1 || strconv.Itoa(n) != r.PathValue("alt") {
+		return problem.NotFound("certificate chain")
+	}
+	return s.serveCertificate(w, r, id, n)
+}
+
+// serveCertificate answers a POST-as-GET for chain alt of certificate id:
+// 0 the default, n the nth alternate. Every answer links the certificate's
+// other chains, so a client may start from any of them.
+func (s *Server) serveCertificate(w http.ResponseWriter, r *http.Request, id string, alt int) error {
 	ctx := store.WithFirstRead(r.Context(), store.FirstReadOfCertificate(id))
 	req, err := s.verify(ctx, r, needKID)
 	if err != nil {
@@ -228,8 +246,25 @@ func (s *Server) handleCertificate(w http.ResponseWriter, r *http.Request, id st
 	if err != nil {
 		return err
 	}
+	if alt > len(c.AlternatesPEM) {
+		return problem.NotFound("certificate chain")
+	}
+	base := s.baseURL(r) + "/cert/" + id
+	for i := range len(c.AlternatesPEM) + 1 {
+		switch {
+		case i == alt:
+		case i == 0:
+			w.Header().Add("Link", link(base, "alternate"))
+		default:
+			w.Header().Add("Link", link(base+"/"+strconv.Itoa(i), "alternate"))
+		}
+	}
+	chain := c.ChainPEM
+	if alt > 0 {
+		chain = c.AlternatesPEM[alt-1]
+	}
 	w.Header().Set("Content-Type", "application/pem-certificate-chain")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write([]byte(c.ChainPEM))
+	_, _ = w.Write([]byte(chain))
 	return nil
 }

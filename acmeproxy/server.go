@@ -265,6 +265,7 @@ func (s *Server) routes() []route {
 		{"/authz/{id}", post, "authz", withID(s.handleAuthz)},
 		{"/chall/{id}", post, "chall", withID(s.handleChallenge)},
 		{"/cert/{id}", post, "cert", withID(s.handleCertificate)},
+		{"/cert/{id}/{alt}", post, "cert", withID(s.handleAlternateCertificate)},
 		{"/renewal-info/{id}", getHead, "renewal-info", withID(s.handleRenewalInfo)},
 	}
 }

@@ -85,8 +85,11 @@ type CertificateProfile struct {
 // work and will report through its Settler (Pending).
 type IssueOutcome struct {
 	// Chain is DER certificates, leaf first, then intermediates.
-	Chain   [][]byte
-	Pending bool
+	Chain [][]byte
+	// Alternates are other chains for the same leaf the signer offers
+	// (RFC 8555 §7.4.2), each DER, leaf first; most signers have none.
+	Alternates [][][]byte
+	Pending    bool
 }
 
 // RevocationRoute says where a revocation is recorded.
@@ -177,8 +180,9 @@ func JobWait(ctx context.Context, q *jobs.Queue, kind, key string, now time.Time
 // Settler is how a signer that answered Pending reports the end of the
 // work. It is given to the signer when it is built.
 type Settler interface {
-	// Issued records the certificate chain (DER, leaf first).
-	Issued(ctx context.Context, orderID string, chain [][]byte) error
+	// Issued records the certificate chain (DER, leaf first) and any
+	// alternate chains for the same leaf (each DER, leaf first).
+	Issued(ctx context.Context, orderID string, chain [][]byte, alternates ...[][]byte) error
 	// Failed records a permanent failure. detail is for the operator;
 	// the client sees a generic problem.
 	Failed(ctx context.Context, orderID string, detail string) error

@@ -219,6 +219,10 @@ func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now 
 	if err := checkIssueSpends(spends); err != nil {
 		return c, fmt.Errorf("store: issuing order %s: %w", c.OrderID, err)
 	}
+	alts, err := alternatesColumn(c.AlternatesPEM)
+	if err != nil {
+		return c, fmt.Errorf("store: issuing order %s: %w", c.OrderID, err)
+	}
 	if stmt := db.dialect.issueOrder(len(spends)); stmt != "" && len(ev.Jobs) == 0 {
 		// The writes in one statement, a write of its own: on
 		// PostgreSQL one round trip instead of a transaction's five.
@@ -227,7 +231,7 @@ func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now 
 			return c, fmt.Errorf("store: issuing order %s: %w", c.OrderID, err)
 		}
 		args := append([]any{c.ID, now.UnixMilli(), c.OrderID,
-			c.ID, c.Profile, c.AccountID, c.Serial, c.ChainPEM, c.PublicKey, c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli(), c.IssuerKeyID},
+			c.ID, c.Profile, c.AccountID, c.Serial, c.ChainPEM, c.PublicKey, c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli(), c.IssuerKeyID, alts},
 			audit...)
 		for _, s := range spends {
 			args = append(args, issueSpendArgs(s, now.UnixNano())...)
@@ -241,7 +245,7 @@ func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now 
 		}
 		return c, nil
 	}
-	err := db.withTx(ctx, func(tx *sql.Tx) error {
+	err = db.withTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'valid', certificate_id = ?, updated_at = ?
 			WHERE id = ? AND status = 'processing'`), c.ID, now.UnixMilli(), c.OrderID)
 		if err != nil {
@@ -251,10 +255,10 @@ func (db *DB) IssueOrder(ctx context.Context, c Certificate, ev AuditEvent, now 
 			return fmt.Errorf("%w: order %s is not processing", ErrWrongState, c.OrderID)
 		}
 		if _, err = tx.ExecContext(ctx, db.q(`INSERT INTO certificates
-			(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at, issuer_key_id)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at, issuer_key_id, alternate_chains)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			c.ID, c.OrderID, c.Profile, c.AccountID, c.Serial, c.ChainPEM, c.PublicKey,
-			c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli(), c.IssuerKeyID); err != nil {
+			c.NotBefore.UnixMilli(), c.NotAfter.UnixMilli(), now.UnixMilli(), c.IssuerKeyID, alts); err != nil {
 			return err
 		}
 		for _, s := range spends {

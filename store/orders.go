@@ -855,6 +855,10 @@ type Certificate struct {
 	// moves there. ExplanationURL is the page the operator gave for why.
 	RenewEarlyAt   time.Time
 	ExplanationURL string
+	// AlternatesPEM are the other chains its signer offered for the same
+	// leaf (RFC 8555 §7.4.2), each PEM, leaf first; a client picks one by
+	// its root (certbot's --preferred-chain, Caddy's preferred_chains).
+	AlternatesPEM []string
 }
 
 // FailOrder moves an unfinished order to invalid with the problem document
@@ -898,7 +902,7 @@ func (db *DB) FailOrderAudited(ctx context.Context, id string, problem []byte, d
 }
 
 const certCols = `id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, revoked_at, revocation_reason,
-	issuer_key_id, renew_early_at, explanation_url`
+	issuer_key_id, renew_early_at, explanation_url, alternate_chains`
 
 // GetCertificate reads a certificate of a profile.
 func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certificate, error) {
@@ -950,4 +954,22 @@ func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, no
 		return nil, fmt.Errorf("store: reclaiming stuck orders: %w", err)
 	}
 	return out, nil
+}
+
+// MaxAlternateChains bounds the alternate chains stored with a certificate: a
+// CA offers one or two (a cross-signed root beside its own); more is an
+// upstream gone wrong, and a row must stay bounded.
+const MaxAlternateChains = 4
+
+// alternatesColumn is the alternate_chains value of pems: a JSON array,
+// "" for none.
+func alternatesColumn(pems []string) (string, error) {
+	if len(pems) == 0 {
+		return "", nil
+	}
+	if len(pems) > MaxAlternateChains {
+		return "", fmt.Errorf("%d alternate chains, at most %d are kept", len(pems), MaxAlternateChains)
+	}
+	b, err := json.Marshal(pems)
+	return string(b), err
 }

@@ -573,8 +573,8 @@ func issueOrderSQL(spends int) string {
 			UPDATE orders SET status = 'valid', certificate_id = ?, updated_at = ? WHERE id = ? AND (status = 'processing') IS TRUE RETURNING id),
 		c AS (
 			INSERT INTO certificates
-				(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at, issuer_key_id)
-			SELECT ?::text, o.id, ?::text, ?::text, ?::text, ?::text, ?::bytea, ?::bigint, ?::bigint, ?::bigint, ?::text FROM o),
+				(id, order_id, profile, account_id, serial, chain_pem, public_key, not_before, not_after, created_at, issuer_key_id, alternate_chains)
+			SELECT ?::text, o.id, ?::text, ?::text, ?::text, ?::text, ?::bytea, ?::bigint, ?::bigint, ?::bigint, ?::text, ?::text FROM o),
 		a AS (
 			INSERT INTO audit_events (` + auditInsertCols + `)
 			SELECT ?::bigint, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -37,10 +38,16 @@ func scanCertificate(r rowScanner) (Certificate, error) {
 		revokedAt sql.NullInt64
 		reason    sql.NullInt64
 		early     sql.NullInt64
+		alts      string
 	)
 	if err := r.Scan(&c.ID, &c.OrderID, &c.Profile, &c.AccountID, &c.Serial, &c.ChainPEM, &c.PublicKey,
-		&nb, &na, &revokedAt, &reason, &c.IssuerKeyID, &early, &c.ExplanationURL); err != nil {
+		&nb, &na, &revokedAt, &reason, &c.IssuerKeyID, &early, &c.ExplanationURL, &alts); err != nil {
 		return Certificate{}, err
+	}
+	if alts != "" {
+		if err := json.Unmarshal([]byte(alts), &c.AlternatesPEM); err != nil {
+			return Certificate{}, fmt.Errorf("certificate %s: its alternate chains: %w", c.ID, err)
+		}
 	}
 	c.NotBefore, c.NotAfter, c.RevokedAt, c.RenewEarlyAt = ms(nb), ms(na), nullMs(revokedAt), nullMs(early)
 	c.Reason = nullInt(reason)

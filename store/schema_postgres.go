@@ -581,4 +581,12 @@ var postgresMigrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 32,
+		name:    "alternate_chains",
+		stmts: []string{
+			// As SQLite's step.
+			`ALTER TABLE certificates ADD COLUMN alternate_chains TEXT NOT NULL DEFAULT ''`,
+		},
+	},
 }

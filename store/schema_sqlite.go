@@ -761,4 +761,16 @@ var sqliteMigrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 32,
+		name:    "alternate_chains",
+		stmts: []string{
+			// The alternate chains a signer offers for a certificate
+			// beside its default one (RFC 8555 §7.4.2: an upstream CA
+			// whose issuer is cross-signed), a JSON array of PEM chains,
+			// '' for none: served as cert/{id}/{n}, each linked from the
+			// default chain with Link rel="alternate".
+			`ALTER TABLE certificates ADD COLUMN alternate_chains TEXT NOT NULL DEFAULT ''`,
+		},
+	},
 }

@@ -150,7 +150,7 @@ func (au *Authority) issue(ctx context.Context, o store.Order, req signer.IssueR
 	if out.Pending {
 		return au.db.GetOrder(ctx, au.cfg.Profile, o.ID)
 	}
-	c, err := au.recordIssued(ctx, o, out.Chain, Client{IP: req.ClientAddr, UserAgent: req.UserAgent})
+	c, err := au.recordIssued(ctx, o, out.Chain, out.Alternates, Client{IP: req.ClientAddr, UserAgent: req.UserAgent})
 	if errors.Is(err, errLeafCRLUnpublished) && !resumed {
 		au.log.Warn("certificate issuance deferred: the first CRL of the leaf's CA could not be published; the order stays processing and is retried",
 			zap.String("event", "certificate_issue_deferred"), zap.String("profile", au.cfg.Profile),
@@ -293,9 +293,13 @@ func signerProblem(err error) *problem.Problem {
 // issuance's audit row and its spends (issuanceSpends), in one write.
 // Every signer's certificate comes here: finalize's, the resume sweep's,
 // a delegated one's and a Settler's.
-func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]byte, cl Client) (store.Certificate, error) {
+func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]byte, alternates [][][]byte, cl Client) (store.Certificate, error) {
 	if len(chain) == 0 {
 		return store.Certificate{}, fmt.Errorf("signer returned an empty chain for order %s", o.ID)
+	}
+	alternatesPEM, err := alternateChainsPEM(chain[0], alternates)
+	if err != nil {
+		return store.Certificate{}, fmt.Errorf("order %s: %w", o.ID, err)
 	}
 	leaf, err := x509.ParseCertificate(chain[0])
 	if err != nil {
@@ -315,7 +319,7 @@ func (au *Authority) recordIssued(ctx context.Context, o store.Order, chain [][]
 		OrderID: o.ID, Profile: au.cfg.Profile, AccountID: o.AccountID,
 		Serial: serial, ChainPEM: string(PEMChain(chain)),
 		PublicKey: leaf.RawSubjectPublicKeyInfo, NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,
-		IssuerKeyID: signer.LeafIssuerKeyID(leaf),
+		IssuerKeyID: signer.LeafIssuerKeyID(leaf), AlternatesPEM: alternatesPEM,
 	}, ev, ev.At, au.issuanceSpends(ctx, o)...)
 	if err != nil {
 		return store.Certificate{}, err
@@ -475,6 +479,20 @@ func (n csrName) String() string {
 		return "IP address " + n.value
 	}
 	return "DNS name " + n.value
+}
+
+// alternateChainsPEM renders a signer's alternate chains for storing,
+// each of which must be a chain for leaf: a client that prefers another
+// chain must get the same certificate.
+func alternateChainsPEM(leaf []byte, alternates [][][]byte) ([]string, error) {
+	var out []string
+	for i, alt := range alternates {
+		if len(alt) == 0 || !bytes.Equal(alt[0], leaf) {
+			return nil, fmt.Errorf("the signer's alternate chain %d is not a chain for the certificate it issued", i+1)
+		}
+		out = append(out, string(PEMChain(alt)))
+	}
+	return out, nil
 }
 
 // PEMChain encodes DER certificates as a PEM chain.

@@ -16,7 +16,7 @@ import (
 // Issued records the chain of an order a signer finished later
 // (signer.Settler). Recording twice is harmless: the second finds the order
 // no longer processing.
-func (au *Authority) Issued(ctx context.Context, orderID string, chain [][]byte) error {
+func (au *Authority) Issued(ctx context.Context, orderID string, chain [][]byte, alternates ...[][]byte) error {
 	o, err := au.db.GetOrder(ctx, au.cfg.Profile, orderID)
 	if err != nil {
 		return err
@@ -24,7 +24,7 @@ func (au *Authority) Issued(ctx context.Context, orderID string, chain [][]byte)
 	if o.Status != acme.StatusProcessing {
 		return nil
 	}
-	_, err = au.recordIssued(ctx, o, chain, pendingClient(o))
+	_, err = au.recordIssued(ctx, o, chain, alternates, pendingClient(o))
 	if errors.Is(err, store.ErrWrongState) {
 		return nil
 	}

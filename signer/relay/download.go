@@ -97,33 +97,36 @@ func (n *nonceStash) setAside(req *http.Request, resp *http.Response) {
 
 // fetchChain downloads the certificate chain at certURL as acct (POST-as-
 // GET, RFC 8555 §7.4.2): PEM, leaf first, completed from Link rel="up"
-// when the upstream sends the leaf alone.
-func (s *Signer) fetchChain(ctx context.Context, c *acme.Client, acct acme.Account, certURL string) ([]byte, error) {
-	var chain []byte
+// when the upstream sends the leaf alone. alternates are the URLs of the
+// other chains the first answer links with rel="alternate".
+func (s *Signer) fetchChain(ctx context.Context, c *acme.Client, acct acme.Account, certURL string) (chain []byte, alternates []string, err error) {
 	u := certURL
-	for range maxUpLinks + 1 {
+	for i := range maxUpLinks + 1 {
 		resp, body, err := s.postAsGet(ctx, c, acct, u)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/pem-certificate-chain" {
-			return nil, fmt.Errorf("the upstream answered the certificate with Content-Type %q", resp.Header.Get("Content-Type"))
+			return nil, nil, fmt.Errorf("the upstream answered the certificate with Content-Type %q", resp.Header.Get("Content-Type"))
+		}
+		if i == 0 {
+			alternates = relLinks(resp, "alternate")
 		}
 		chain = append(chain, body...)
-		up := upLinks(resp)
+		up := relLinks(resp, "up")
 		if len(up) == 0 {
-			return chain, nil
+			return chain, alternates, nil
 		}
 		u = up[0]
 	}
-	return nil, fmt.Errorf("the upstream's certificate chain goes on past %d issuers", maxUpLinks)
+	return nil, nil, fmt.Errorf("the upstream's certificate chain goes on past %d issuers", maxUpLinks)
 }
 
-// upLinks are the Link rel="up" targets of resp, resolved against the
-// URL it answered.
-func upLinks(resp *http.Response) []string {
+// relLinks are the Link targets of resp whose relation type is rel,
+// resolved against the URL it answered.
+func relLinks(resp *http.Response, rel string) []string {
 	var out []string
-	for _, ref := range linkTargets(resp.Header.Values("Link"), "up") {
+	for _, ref := range linkTargets(resp.Header.Values("Link"), rel) {
 		u, err := resp.Request.URL.Parse(ref)
 		if err == nil {
 			out = append(out, u.String())

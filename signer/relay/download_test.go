@@ -35,6 +35,14 @@ type pebbleUpstream struct {
 
 func newPebbleUpstream(t *testing.T) *pebbleUpstream {
 	t.Helper()
+	return newPebbleUpstreamWithAlternates(t, 0)
+}
+
+// newPebbleUpstreamWithAlternates is newPebbleUpstream whose certificates
+// come with alternates more chains, each to a root of its own (as a
+// cross-signed issuer's do).
+func newPebbleUpstreamWithAlternates(t *testing.T, alternates int) *pebbleUpstream {
+	t.Helper()
 	// Pebble reads these in va.New and wfe.New.
 	t.Setenv("PEBBLE_VA_ALWAYS_VALID", "1")
 	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
@@ -42,7 +50,7 @@ func newPebbleUpstream(t *testing.T) *pebbleUpstream {
 	t.Setenv("PEBBLE_AUTHZREUSE", "0")
 	logger := log.New(io.Discard, "", 0)
 	db := pebbledb.NewMemoryStore()
-	cai := ca.New(logger, db, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default"}})
+	cai := ca.New(logger, db, "", "ecdsa", alternates, 1, map[string]ca.Profile{"default": {Description: "default"}})
 	wfei := wfe.New(logger, db, va.New(logger, 80, 443, false, "", db), cai, nil, false, false, 0, 0)
 	h := wfei.Handler()
 	u := &pebbleUpstream{n: map[string]int{}}

@@ -526,7 +526,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	defer s.forgetLook(ro.OrderID)
 	rec := &recorder{base: s.transport, now: s.clock.Now}
 	actx = withRecorder(actx, rec)
-	chain, err := s.relay(actx, s.upstream, rec, b, log, ro)
+	issued, err := s.relay(actx, s.upstream, rec, b, log, ro)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The runner is stopping; this attempt was not the upstream's
@@ -535,7 +535,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 		}
 		return s.outcome(ctx, b, log, ro, classify(err, rec.lastResponse()))
 	}
-	if err := b.Settler.Issued(ctx, ro.OrderID, chain); err != nil {
+	if err := b.Settler.Issued(ctx, ro.OrderID, issued.Chain, issued.Alternates...); err != nil {
 		return jobs.Retry("recording the certificate: " + err.Error())
 	}
 	s.announceIssued(ro.OrderID)

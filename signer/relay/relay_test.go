@@ -27,19 +27,25 @@ import (
 
 // fakeSettler records what a signer reports.
 type fakeSettler struct {
-	mu      sync.Mutex
-	issued  map[string][][]byte
-	failed  map[string][]string
-	refused map[string]signer.Kind
+	mu     sync.Mutex
+	issued map[string][][]byte
+	// alternates are the alternate chains recorded with issued's.
+	alternates map[string][][][]byte
+	failed     map[string][]string
+	refused    map[string]signer.Kind
 	// failErr, while set, is what Failed and Refused answer, recording
 	// nothing (the database away).
 	failErr error
 }
 
-func (f *fakeSettler) Issued(_ context.Context, id string, chain [][]byte) error {
+func (f *fakeSettler) Issued(_ context.Context, id string, chain [][]byte, alternates ...[][]byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.issued[id] = chain
+	if f.alternates == nil {
+		f.alternates = map[string][][][]byte{}
+	}
+	f.alternates[id] = alternates
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -42,10 +43,10 @@ const maxSteps = 8
 // prepared one is named by its relay_prepared job, stored durably before
 // its preparation answered anything upstream. The mapping itself, stored
 // lazily at finalize (store.CreateRelayOrder), needs no flush for that.
-func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) ([][]byte, error) {
+func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *signer.Binding, log *zap.Logger, ro store.RelayOrder) (signer.IssueOutcome, error) {
 	acct, err := s.account(ctx, c, b.Profile)
 	if err != nil {
-		return nil, err
+		return signer.IssueOutcome{}, err
 	}
 	var (
 		order acme.Order
@@ -54,7 +55,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	)
 	if ro.UpstreamOrderURL == "" && s.opts.PrepareUpstream {
 		if ro.UpstreamOrderURL, claim, err = s.adoptPrepared(ctx, b, ro.OrderID); err != nil {
-			return nil, err
+			return signer.IssueOutcome{}, err
 		}
 	}
 	if ro.UpstreamOrderURL == "" {
@@ -65,7 +66,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 	}
 	defer gate.finish()
 	if err != nil {
-		return nil, err
+		return signer.IssueOutcome{}, err
 	}
 	poll := s.poller(maxProcessingWait, ro.OrderID)
 	for steps := 0; steps < maxSteps; steps++ {
@@ -73,7 +74,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 		case acme.StatusPending:
 			next, err := s.authorize(ctx, c, rec, acct, order, ro.OrderID)
 			if err != nil {
-				return nil, err
+				return signer.IssueOutcome{}, err
 			}
 			if next.Status != "" {
 				// The order was read after its last authorization's
@@ -85,7 +86,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 			if gate != nil {
 				recorded, err := gate.wait(ctx)
 				if err != nil {
-					return nil, fmt.Errorf("recording the upstream order: %w", err)
+					return signer.IssueOutcome{}, fmt.Errorf("recording the upstream order: %w", err)
 				}
 				gate.finish()
 				gate = nil
@@ -94,7 +95,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 					// first: that one is relayed, this one never
 					// finalized.
 					if order, err = c.GetOrder(ctx, acct, acme.Order{Location: recorded}); err != nil {
-						return nil, err
+						return signer.IssueOutcome{}, err
 					}
 					order.Location = recorded
 					continue
@@ -105,10 +106,10 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 			// still processing is waited for below, with backoff.
 			order, err = c.FinalizeOrder(ctx, acct, order, ro.CSR)
 			if err != nil && order.Status == acme.StatusInvalid {
-				return nil, permanent("the upstream order %s became invalid at finalize: %s", order.Location, problemText(order.Error))
+				return signer.IssueOutcome{}, permanent("the upstream order %s became invalid at finalize: %s", order.Location, problemText(order.Error))
 			}
 			if err != nil && order.Status != acme.StatusProcessing && order.Status != acme.StatusValid {
-				return nil, fmt.Errorf("finalizing the upstream order: %w", err)
+				return signer.IssueOutcome{}, fmt.Errorf("finalizing the upstream order: %w", err)
 			}
 			continue
 		case acme.StatusProcessing:
@@ -117,26 +118,26 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 			// recorded Retry-After into the job's delay.
 			d, err := poll.wait(rec.lastResponse().retryAfter)
 			if err != nil {
-				return nil, fmt.Errorf("the upstream order %s is processing: %w", order.Location, err)
+				return signer.IssueOutcome{}, fmt.Errorf("the upstream order %s is processing: %w", order.Location, err)
 			}
 			if err := pause(ctx, d); err != nil {
-				return nil, err
+				return signer.IssueOutcome{}, err
 			}
 			steps-- // waiting is bounded by the poller, not the steps
 		case acme.StatusValid:
-			return s.download(ctx, c, acct, order, ro)
+			return s.download(ctx, c, acct, order, ro, log)
 		case acme.StatusInvalid:
-			return nil, permanent("the upstream order %s is invalid: %v", order.Location, problemText(order.Error))
+			return signer.IssueOutcome{}, permanent("the upstream order %s is invalid: %v", order.Location, problemText(order.Error))
 		default:
-			return nil, fmt.Errorf("the upstream order %s has status %q", order.Location, order.Status)
+			return signer.IssueOutcome{}, fmt.Errorf("the upstream order %s has status %q", order.Location, order.Status)
 		}
 		location := order.Location
 		if order, err = c.GetOrder(ctx, acct, acme.Order{Location: location}); err != nil {
-			return nil, err
+			return signer.IssueOutcome{}, err
 		}
 		order.Location = location
 	}
-	return nil, fmt.Errorf("the upstream order %s is still %s", order.Location, order.Status)
+	return signer.IssueOutcome{}, fmt.Errorf("the upstream order %s is still %s", order.Location, order.Status)
 }
 
 // newOrder places the upstream order for ro and starts recording its URL
@@ -463,41 +464,75 @@ func orNone(s string) string {
 }
 
 // download fetches the upstream's chain and checks that its leaf is the
-// order's (signer.CheckLeaf): the chain is what the client gets.
-func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order, ro store.RelayOrder) ([][]byte, error) {
+// order's (signer.CheckLeaf): the chain is what the client gets. The
+// upstream's alternate chains (a cross-signed issuer beside its own, RFC
+// 8555 §7.4.2) come along, up to store.MaxAlternateChains, so that a
+// client preferring another root gets it from the relay as it would
+// upstream; one that cannot be downloaded or is not a chain for the same
+// leaf is left out (logged), the certificate is not held up for it.
+func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order, ro store.RelayOrder, log *zap.Logger) (signer.IssueOutcome, error) {
 	if order.Certificate == "" {
-		return nil, fmt.Errorf("the upstream order %s is valid without a certificate URL", order.Location)
+		return signer.IssueOutcome{}, fmt.Errorf("the upstream order %s is valid without a certificate URL", order.Location)
 	}
-	rest, err := s.fetchChain(ctx, c, acct, order.Certificate)
+	body, altURLs, err := s.fetchChain(ctx, c, acct, order.Certificate)
 	if err != nil {
-		return nil, err
+		return signer.IssueOutcome{}, err
 	}
+	ders := chainDERs(body)
+	if len(ders) == 0 {
+		return signer.IssueOutcome{}, errors.New("the upstream's certificate chain holds no certificate")
+	}
+	leaf, err := x509.ParseCertificate(ders[0])
+	if err != nil {
+		return signer.IssueOutcome{}, fmt.Errorf("the upstream's leaf does not parse: %w", err)
+	}
+	csr, err := x509.ParseCertificateRequest(ro.CSR)
+	if err != nil {
+		return signer.IssueOutcome{}, permanent("the stored CSR does not parse: %w", err)
+	}
+	if err := signer.CheckLeaf(leaf, csr.PublicKey, ro.Identifiers); err != nil {
+		return signer.IssueOutcome{}, permanent("the upstream issued a certificate that is not the order's: %w", err)
+	}
+	out := signer.IssueOutcome{Chain: ders}
+	for _, u := range altURLs {
+		if len(out.Alternates) == store.MaxAlternateChains {
+			log.Warn("the upstream offers more alternate chains than are kept", zap.String("event", "relay_alternates_dropped"),
+				zap.String("order", ro.OrderID), zap.Int("offered", len(altURLs)), zap.Int("kept", store.MaxAlternateChains))
+			break
+		}
+		alt, _, err := s.fetchChain(ctx, c, acct, u)
+		if err != nil {
+			if ctx.Err() != nil {
+				return signer.IssueOutcome{}, err
+			}
+			log.Warn("an alternate chain of the upstream's certificate could not be downloaded; left out", zap.String("event", "relay_alternate_skipped"),
+				zap.String("order", ro.OrderID), zap.String("url", u), zap.Error(err))
+			continue
+		}
+		altDERs := chainDERs(alt)
+		if len(altDERs) == 0 || !bytes.Equal(altDERs[0], ders[0]) {
+			log.Warn("an alternate chain of the upstream's certificate is not a chain for its leaf; left out", zap.String("event", "relay_alternate_skipped"),
+				zap.String("order", ro.OrderID), zap.String("url", u))
+			continue
+		}
+		out.Alternates = append(out.Alternates, altDERs)
+	}
+	return out, nil
+}
+
+// chainDERs are the certificates of a PEM chain, in its order.
+func chainDERs(rest []byte) [][]byte {
 	var ders [][]byte
 	for {
 		var block *pem.Block
 		block, rest = pem.Decode(rest)
 		if block == nil {
-			break
+			return ders
 		}
 		if block.Type == "CERTIFICATE" {
 			ders = append(ders, block.Bytes)
 		}
 	}
-	if len(ders) == 0 {
-		return nil, errors.New("the upstream's certificate chain holds no certificate")
-	}
-	leaf, err := x509.ParseCertificate(ders[0])
-	if err != nil {
-		return nil, fmt.Errorf("the upstream's leaf does not parse: %w", err)
-	}
-	csr, err := x509.ParseCertificateRequest(ro.CSR)
-	if err != nil {
-		return nil, permanent("the stored CSR does not parse: %w", err)
-	}
-	if err := signer.CheckLeaf(leaf, csr.PublicKey, ro.Identifiers); err != nil {
-		return nil, permanent("the upstream issued a certificate that is not the order's: %w", err)
-	}
-	return ders, nil
 }
 
 // problemText renders an upstream problem for an operator.

@@ -38,7 +38,7 @@ type refusedAs struct {
 	detail string
 }
 
-func (f *fakeSettler) Issued(_ context.Context, id string, chain [][]byte) error {
+func (f *fakeSettler) Issued(_ context.Context, id string, chain [][]byte, _ ...[][]byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.issuedErr != nil {
