@@ -97,6 +97,14 @@ issue)
 	san=$(jq -r '[.identifiers[] | (if .type == "ip" then "IP:" else "DNS:" end) + .value] | join(",")' <<<"$req")
 	first=$(jq -r '.identifiers[0].value' <<<"$req")
 	[[ -n $san && $first != null ]] || die 2 "rejectedIdentifier: the order names nothing"
+	# The common name holds at most 64 characters (RFC 5280's
+	# ub-common-name): it is the first name that fits, never one cut
+	# short, which would name nothing the order asked for (the proxy
+	# refuses such a leaf). With no name that fits the subject is empty,
+	# and the subjectAltName then critical (RFC 5280 §4.2.1.6).
+	cn=$(jq -r '[.identifiers[].value | select(length <= 64)][0] // empty' <<<"$req")
+	subj="/CN=$cn" san_critical=
+	if [[ -z $cn ]]; then subj=/ san_critical=critical,; fi
 	cat >"$work/ext.cnf" <<EXT
 [ leaf ]
 basicConstraints       = critical,CA:FALSE
@@ -104,7 +112,7 @@ keyUsage               = critical,digitalSignature,keyEncipherment
 extendedKeyUsage       = serverAuth,clientAuth
 subjectKeyIdentifier   = hash
 authorityKeyIdentifier = keyid
-subjectAltName         = $san
+subjectAltName         = $san_critical$san
 EXT
 	dates=(-days 90)
 	asn1() { date -u -d "$1" +%Y%m%d%H%M%SZ; }
@@ -124,7 +132,7 @@ EXT
 	if [[ -n $na ]]; then dates=(-enddate "$(asn1 "$na")"); fi
 	if [[ -n $nb ]]; then dates+=(-startdate "$(asn1 "$nb")"); fi
 	openssl ca -batch -notext -config "$cnf" -extfile "$work/ext.cnf" -extensions leaf \
-		-subj "/CN=${first:0:64}" "${dates[@]}" -in "$work/csr.pem" -out "$work/leaf.pem" 2>"$work/err" ||
+		-subj "$subj" "${dates[@]}" -in "$work/csr.pem" -out "$work/leaf.pem" 2>"$work/err" ||
 		die 1 "openssl ca: $( (grep -m1 '^ERROR:' "$work/err" || grep -v '^Using configuration' "$work/err" | tail -n1) || true)"
 	cat "$work/leaf.pem" "$CA_DIR/ca.crt"
 	;;
