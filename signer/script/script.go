@@ -240,6 +240,15 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	if chain := s.signedChain(p.Order); chain != nil {
 		return s.record(ctx, b, p.Order, chain)
 	}
+	if p.CertificateProfile != "" && b.CertificateProfile != nil {
+		// A reload may have withdrawn it while the job waited (an exit
+		// 75's backoff, a worker down): the program is not asked to
+		// apply it, as the relay does not apply one and a finalize would
+		// refuse it (invalidProfile).
+		if _, ok := b.CertificateProfile(p.CertificateProfile); !ok {
+			return jobs.Failed(fmt.Sprintf("the order's certificate profile %q is no longer offered", p.CertificateProfile))
+		}
+	}
 	csr, err := x509.ParseCertificateRequest(p.CSR)
 	if err != nil {
 		return jobs.Failed("the order's CSR does not parse: " + err.Error())

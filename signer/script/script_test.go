@@ -79,6 +79,13 @@ func newBench(t *testing.T, opts Options) *bench {
 // newBenchLogging is newBench with the signer logging to log.
 func newBenchLogging(t *testing.T, opts Options, log *zap.Logger) *bench {
 	t.Helper()
+	return newBenchBound(t, opts, func(b *signer.Binding) { b.Logger = log })
+}
+
+// newBenchBound is newBench with its binding changed by bind before the
+// signer gets it.
+func newBenchBound(t *testing.T, opts Options, bind func(*signer.Binding)) *bench {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
 	if err != nil {
@@ -92,7 +99,9 @@ func newBenchLogging(t *testing.T, opts Options, log *zap.Logger) *bench {
 	if b.s, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.s.Bind(signer.Binding{Profile: "p", Settler: b.settler, Queue: b.queue, DB: db, Logger: log}); err != nil {
+	binding := signer.Binding{Profile: "p", Settler: b.settler, Queue: b.queue, DB: db, Logger: zap.NewNop()}
+	bind(&binding)
+	if err := b.s.Bind(binding); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -447,5 +456,61 @@ func TestTheProgramReadsTheOrdersCertificateProfileByName(t *testing.T) {
 	}
 	if got.CertificateProfile == nil || *got.CertificateProfile != "client" {
 		t.Errorf("certificate_profile %v in %s; want \"client\"", got.CertificateProfile, raw)
+	}
+}
+
+// An order's certificate profile may be withdrawn (a reload) while its
+// job waits: the program is not asked to apply a profile the profile no
+// longer offers, and the order fails, as a finalize would refuse it.
+func TestAnOrderWhoseCertificateProfileIsNoLongerOfferedFailsWithoutRunningTheProgram(t *testing.T) {
+	ctx := context.Background()
+	ran := filepath.Join(t.TempDir(), "ran")
+	offered := map[string]bool{"client": true, "server": true}
+	b := newBenchBound(t, Options{Command: []string{program(t, "touch "+ran+"\nexit 75")}}, func(b *signer.Binding) {
+		b.CertificateProfile = func(name string) (*signer.CertificateProfile, bool) {
+			if !offered[name] {
+				return nil, false
+			}
+			return &signer.CertificateProfile{Name: name}, true
+		}
+	})
+	tests := []struct {
+		name, profile string
+		withdrawn     bool
+	}{
+		{"ok/a profile still offered is the program's to apply", "server", false},
+		{"ok/an order with no profile runs the program", "", false},
+		{"fail/a withdrawn profile fails the order", "client", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(ran)
+			req, _ := b.finalized(t, strings.ReplaceAll(tc.name[strings.Index(tc.name, "/")+1:], " ", "-")+".example.com")
+			if tc.profile != "" {
+				req.CertificateProfile = &signer.CertificateProfile{Name: tc.profile}
+			}
+			if _, err := b.s.Issue(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if tc.withdrawn {
+				delete(offered, tc.profile)
+				defer func() { offered[tc.profile] = true }()
+			}
+			job := b.job(t, req.OrderID)
+			out := b.s.RunJob(ctx, job)
+			_, statErr := os.Stat(ran)
+			if !tc.withdrawn {
+				if out.Kind() == "failed" || statErr != nil {
+					t.Errorf("outcome %s, program ran: %v; want the program run", out, statErr == nil)
+				}
+				return
+			}
+			if out.Kind() != "failed" || !strings.Contains(out.String(), `"client" is no longer offered`) {
+				t.Errorf("outcome %s; want failed, saying the certificate profile is no longer offered", out)
+			}
+			if statErr == nil {
+				t.Error("the program ran for a certificate profile no longer offered")
+			}
+		})
 	}
 }
