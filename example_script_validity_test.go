@@ -2,6 +2,7 @@ package caddyacmeproxy
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -19,7 +20,8 @@ import (
 
 // The example script signer signs the dates an order asks for exactly, or
 // refuses them with exit 2 and "badValidity:" (which the order fails as
-// malformed): at most 90 days, never past its CA's own end.
+// malformed): at most 90 days, never past its CA's own end. A notBefore
+// asked for alone begins the leaf's 90 days.
 func TestTheExampleScriptSignsTheDatesAskedForOrRefusesThem(t *testing.T) {
 	needScriptTools(t)
 	example := absPath(t, "examples/script-signer/openssl-ca.sh")
@@ -36,21 +38,31 @@ func TestTheExampleScriptSignsTheDatesAskedForOrRefusesThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC().Truncate(time.Second)
+	day := 24 * time.Hour
 	tests := []struct {
-		name       string
-		notAfter   time.Time
-		wantRefuse string // "" to sign
+		name                string
+		notBefore, notAfter time.Time // zero: not asked for
+		wantRefuse          string    // "" to sign
+		wantNotAfter        time.Time // when notAfter is not asked for
 	}{
-		{"ok/thirty days is signed to the second", now.Add(30 * 24 * time.Hour), ""},
-		{"fail/two hundred days is more than the CA signs", now.Add(200 * 24 * time.Hour), "badValidity: this CA signs at most 90 days"},
-		{"fail/past the CA's end", now.AddDate(20, 0, 0), "badValidity:"},
+		{"ok/thirty days is signed to the second", time.Time{}, now.Add(30 * day), "", time.Time{}},
+		{"ok/a notBefore alone starts the ninety days there", now.Add(10 * day), time.Time{}, "", now.Add(100 * day)},
+		{"ok/a notBefore past ninety days ahead still ends ninety days after it", now.Add(120 * day), time.Time{}, "", now.Add(210 * day)},
+		{"fail/two hundred days is more than the CA signs", time.Time{}, now.Add(200 * day), "badValidity: this CA signs at most 90 days", time.Time{}},
+		{"fail/past the CA's end", time.Time{}, now.AddDate(20, 0, 0), "badValidity:", time.Time{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			dateOrNull := func(d time.Time) any {
+				if d.IsZero() {
+					return nil
+				}
+				return d.Format(time.RFC3339)
+			}
 			req, _ := json.Marshal(map[string]any{"version": 1, "operation": "issue", "order": "o1", "profile": "script",
 				"csr":         base64.RawURLEncoding.EncodeToString(csr),
 				"identifiers": []map[string]string{{"type": "dns", "value": "dates.example.com"}},
-				"not_after":   tc.notAfter.Format(time.RFC3339)})
+				"not_before":  dateOrNull(tc.notBefore), "not_after": dateOrNull(tc.notAfter)})
 			cmd := exec.Command(example)
 			cmd.Env = []string{"CA_DIR=" + caDir, "PATH=/usr/bin:/bin"}
 			cmd.Stdin = bytes.NewReader(req)
@@ -75,8 +87,11 @@ func TestTheExampleScriptSignsTheDatesAskedForOrRefusesThem(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !leaf.NotAfter.Equal(tc.notAfter) {
-				t.Errorf("the leaf ends at %v; the order asked for %v", leaf.NotAfter, tc.notAfter)
+			if !tc.notBefore.IsZero() && !leaf.NotBefore.Equal(tc.notBefore) {
+				t.Errorf("the leaf begins at %v; the order asked for %v", leaf.NotBefore, tc.notBefore)
+			}
+			if want := cmp.Or(tc.notAfter, tc.wantNotAfter); !leaf.NotAfter.Equal(want) {
+				t.Errorf("the leaf ends at %v; want %v", leaf.NotAfter, want)
 			}
 		})
 	}

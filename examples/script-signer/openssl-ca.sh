@@ -129,7 +129,9 @@ EXT
 	if [[ -n $na ]]; then end=$(secs "$na"); fi
 	((end - start <= 90 * 86400)) || die 2 "badValidity: this CA signs at most 90 days"
 	((end <= ca_end)) || die 2 "badValidity: the window ends after this CA does"
-	if [[ -n $na ]]; then dates=(-enddate "$(asn1 "$na")"); fi
+	# openssl's -days counts from now, not from -startdate: a notBefore
+	# asked for alone gets its end written out, 90 days after it.
+	if [[ -n $na || -n $nb ]]; then dates=(-enddate "$(asn1 "@$end")"); fi
 	if [[ -n $nb ]]; then dates+=(-startdate "$(asn1 "$nb")"); fi
 	openssl ca -batch -notext -config "$cnf" -extfile "$work/ext.cnf" -extensions leaf \
 		-subj "$subj" "${dates[@]}" -in "$work/csr.pem" -out "$work/leaf.pem" 2>"$work/err" ||
