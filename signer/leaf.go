@@ -8,14 +8,16 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // CheckLeaf says whether leaf, which a backend (an upstream CA, the
 // operator's program) issued for an order, is the order's: it certifies
-// the CSR's key, is no CA, and names exactly the order's identifiers
-// (its common name, if any, one of them). The client gets what a signer
+// the CSR's key, is no CA, is valid at some time (its validity does not
+// end before it begins), and names exactly the order's identifiers (its
+// common name, if any, one of them). The client gets what a signer
 // returns as is; a backend that issued for other names or another key —
 // a bug, a mix-up of orders, a key reused across orders — must not hand
 // a client a certificate it did not ask for. The error says what differs.
@@ -25,6 +27,12 @@ func CheckLeaf(leaf *x509.Certificate, csrKey crypto.PublicKey, idents []acme.Id
 	}
 	if leaf.IsCA {
 		return errors.New("the leaf is a CA certificate")
+	}
+	if leaf.NotAfter.Before(leaf.NotBefore) {
+		// RFC 5280 §4.1.2.5 counts both ends in; such a leaf is valid
+		// at no time, and a client given it could never use it.
+		return fmt.Errorf("the leaf's validity ends before it begins (notBefore %s, notAfter %s)",
+			leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
 	if len(leaf.EmailAddresses) > 0 || len(leaf.URIs) > 0 {
 		return errors.New("the leaf names e-mail addresses or URIs, which the order does not")

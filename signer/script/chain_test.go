@@ -31,6 +31,8 @@ func TestOnlyAChainCertifyingTheCSRKeyForTheOrdersNamesIsACertificate(t *testing
 		return sign(t, tmpl, ca.inter, pub, ca.interKey)
 	}
 	cnInOrder, cnAddress, cnOutside := withCN("B.EXAMPLE.COM"), withCN("10.0.0.1"), withCN("c.example.com")
+	neverValid := sign(t, &x509.Certificate{SerialNumber: big.NewInt(2000), NotBefore: good.NotAfter, NotAfter: good.NotBefore,
+		DNSNames: names, IPAddresses: good.IPAddresses}, ca.inter, pub, ca.interKey)
 
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: []byte("not really")})
 	tests := []struct {
@@ -58,6 +60,7 @@ func TestOnlyAChainCertifyingTheCSRKeyForTheOrdersNamesIsACertificate(t *testing
 		{name: "an intermediate that did not sign the leaf", out: pemOf(good, other.inter), wantErr: "certificate 1 of the output is not signed by certificate 2"},
 		{name: "a root that did not sign the intermediate", out: pemOf(good, ca.inter, other.root), wantErr: "certificate 2 of the output is not signed by certificate 3"},
 		{name: "a CA certificate as the leaf", out: pemOf(caLeaf, ca.inter), wantErr: "is a CA"},
+		{name: "a leaf whose validity ends before it begins", out: pemOf(neverValid, ca.inter), wantErr: "ends before it begins"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
