@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
@@ -67,4 +68,30 @@ func parseChain(out []byte, csrKey crypto.PublicKey, idents []acme.Identifier) (
 		chain[i] = c.Raw
 	}
 	return chain, nil
+}
+
+// checkDatesAsked says whether the leaf (DER) carries the notBefore and
+// notAfter the order asked for (zero: not asked for), to the second, a
+// certificate's precision: RFC 8555 §7.4 has the server issue the dates
+// requested or refuse them, and the program was to refuse (exit 2,
+// "badValidity:") what it would not sign. A leaf with other dates is a
+// *notTheOrders.
+func checkDatesAsked(leafDER []byte, notBefore, notAfter time.Time) error {
+	if notBefore.IsZero() && notAfter.IsZero() {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(leafDER)
+	if err != nil {
+		return err
+	}
+	const layout = time.RFC3339
+	if !notBefore.IsZero() && !leaf.NotBefore.Equal(notBefore.Truncate(time.Second)) {
+		return &notTheOrders{fmt.Sprintf("the leaf is valid from %s; the order asked for %s",
+			leaf.NotBefore.UTC().Format(layout), notBefore.UTC().Format(layout))}
+	}
+	if !notAfter.IsZero() && !leaf.NotAfter.Equal(notAfter.Truncate(time.Second)) {
+		return &notTheOrders{fmt.Sprintf("the leaf is valid until %s; the order asked for %s",
+			leaf.NotAfter.UTC().Format(layout), notAfter.UTC().Format(layout))}
+	}
+	return nil
 }

@@ -300,6 +300,9 @@ func (s *Signer) issueOutcome(ctx context.Context, b *signer.Binding, p issuePay
 		return jobs.Retry(fmt.Sprintf("%s wrote more than %d bytes on stdout", prog, MaxStdout))
 	}
 	chain, err := parseChain(res.Stdout, csr.PublicKey, p.Identifiers)
+	if err == nil {
+		err = checkDatesAsked(chain[0], p.NotBefore, p.NotAfter)
+	}
 	if mis := (*notTheOrders)(nil); errors.As(err, &mis) {
 		// A mis-issuance, not a temporary fault: another run would have
 		// the backend issue yet another certificate. The order fails now.

@@ -3,6 +3,7 @@ package script
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -510,6 +511,57 @@ func TestAnOrderWhoseCertificateProfileIsNoLongerOfferedFailsWithoutRunningThePr
 			}
 			if statErr == nil {
 				t.Error("the program ran for a certificate profile no longer offered")
+			}
+		})
+	}
+}
+
+// RFC 8555 §7.4: the server MUST NOT issue a certificate with contents
+// other than those requested. A leaf whose notBefore or notAfter is not
+// the one the order asked for (to the second, the precision of a
+// certificate's dates) is a mis-issuance: the program should have
+// refused the dates (exit 2, badValidity:); the order fails at once.
+func TestALeafWithOtherDatesThanTheOrderAskedForFailsTheOrderAtOnce(t *testing.T) {
+	ca := newTestCA(t)
+	tests := []struct {
+		name string
+		// asked returns the order's notBefore and notAfter for the leaf
+		// the program prints.
+		asked   func(leaf *x509.Certificate) (time.Time, time.Time)
+		outcome string
+		reason  string
+	}{
+		{"ok/no dates asked for", func(*x509.Certificate) (time.Time, time.Time) { return time.Time{}, time.Time{} }, "done", ""},
+		{"ok/the notAfter asked for, its fraction of a second dropped",
+			func(l *x509.Certificate) (time.Time, time.Time) {
+				return time.Time{}, l.NotAfter.Add(400 * time.Millisecond)
+			}, "done", ""},
+		{"ok/both dates asked for", func(l *x509.Certificate) (time.Time, time.Time) { return l.NotBefore, l.NotAfter }, "done", ""},
+		{"fail/another notAfter than the one asked for",
+			func(l *x509.Certificate) (time.Time, time.Time) { return time.Time{}, l.NotAfter.Add(time.Hour) }, "failed",
+			"exited 0 with a certificate that is not the order's: the leaf is valid until"},
+		{"fail/another notBefore than the one asked for",
+			func(l *x509.Certificate) (time.Time, time.Time) { return l.NotBefore.Add(-time.Hour), time.Time{} }, "failed",
+			"exited 0 with a certificate that is not the order's: the leaf is valid from"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			chainFile := filepath.Join(t.TempDir(), "chain.pem")
+			b := newBench(t, Options{Command: []string{program(t, "cat "+chainFile)}})
+			req, key := b.finalized(t, "a.example.com")
+			leaf := ca.leaf(t, key.Public(), []string{"a.example.com"})
+			os.WriteFile(chainFile, pemOf(leaf, ca.inter), 0o644)
+			req.NotBefore, req.NotAfter = tt.asked(leaf)
+			if _, err := b.s.Issue(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			out := b.s.RunJob(ctx, b.job(t, req.OrderID))
+			if out.Kind() != tt.outcome || !strings.Contains(out.String(), tt.reason) {
+				t.Errorf("outcome %s; want %s with %q", out, tt.outcome, tt.reason)
+			}
+			if _, issued := b.settler.issued[req.OrderID]; issued != (tt.outcome == "done") {
+				t.Errorf("issued: %v; want %v", issued, tt.outcome == "done")
 			}
 		})
 	}
