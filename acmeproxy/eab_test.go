@@ -411,3 +411,18 @@ func TestConcurrentRegistrationsWithASingleUseKeyBindOneAccount(t *testing.T) {
 		t.Fatalf("accounts %d %v; want the one bound", len(accts), err)
 	}
 }
+
+// An EAB key belongs to the profile it was minted for: on the same
+// database, another profile's key binds no account here, MAC and all.
+func TestAKeyMintedForAnotherProfileBindsNoAccountHere(t *testing.T) {
+	ctx := context.Background()
+	e, _, _ := eabEnv(t, authority.EABRequired)
+	mac := make([]byte, authority.EABMACKeySize)
+	rand.Read(mac)
+	other := store.EABKey{KID: "other-profiles-key", Profile: "other", Label: "elsewhere", HMACKey: mac, Reusable: true, Created: time.Now()}
+	if err := e.db.CreateEABKey(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	_, err := registerWith(ctx, newAccountClient(e), &other)
+	wantACMEProblem(t, err, vocab.ErrorUnauthorized, "is not known to this profile")
+}
