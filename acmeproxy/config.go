@@ -37,8 +37,9 @@ type AppConfig struct {
 	OrderRetention string `json:"order_retention,omitempty"`
 	// CertificateRetention is how long the retention_sweep keeps a
 	// certificate, with its revocation row and its order, past its
-	// notAfter: a duration in Caddy's syntax, or "keep". Default
-	// DefaultCertificateRetention.
+	// notAfter (one revoked for keyCompromise is kept for good: it keeps
+	// its key from being certified again): a duration in Caddy's syntax,
+	// or "keep". Default DefaultCertificateRetention.
 	CertificateRetention string `json:"certificate_retention,omitempty"`
 }
 

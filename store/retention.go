@@ -21,7 +21,9 @@ type Retention struct {
 	OrdersBefore time.Time
 	// CertificatesBefore prunes a certificate whose notAfter lies before
 	// it, with its revocation ledger row and its order (as above), unless
-	// an authorization of that order is still unexpired at Now.
+	// an authorization of that order is still unexpired at Now, or it was
+	// revoked for keyCompromise: its row is what keeps its key from being
+	// certified again (KeyRevokedForCompromise), for good.
 	CertificatesBefore time.Time
 	// Now is the sweep's time.
 	Now time.Time
@@ -106,6 +108,7 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 					(SELECT COUNT(*) FROM authorizations a WHERE a.order_id = c.order_id)
 				FROM certificates c
 				WHERE c.not_after < ?
+				AND (c.revocation_reason IS NULL OR c.revocation_reason <> 1)
 				AND NOT EXISTS (SELECT 1 FROM authorizations a WHERE a.order_id = c.order_id AND a.expires_at > ?)
 				LIMIT ?`, r.CertificatesBefore.UnixMilli(), r.Now.UnixMilli(), r.BatchOrders)
 		}},

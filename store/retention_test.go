@@ -438,3 +438,36 @@ func TestPruningExpiredRevocationsKeepsTheCRLCorrect(t *testing.T) {
 		}
 	})
 }
+
+// A key revoked for keyCompromise is refused for good (Baseline
+// Requirements §6.1.1.3), and the certificate row is what says so: the
+// sweep keeps it, with its order, past certificate_retention, while it
+// prunes a certificate revoked for another reason beside it.
+func TestACertificateRevokedForKeyCompromiseOutlivesItsRetentionSoItsKeyStaysRefused(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		now := t0.Add(400 * day)
+		acct := newAccount(t, db, t0).ID
+		compromised := makeOrder(t, db, acct, life{at: now.Add(-98 * day), state: "valid", notAfter: now.Add(-91 * day)})
+		reason := acme.ReasonKeyCompromise
+		if _, err := db.RevokeCertificate(ctx, Revocation{CertificateID: compromised.cert.ID, Profile: "p", OrderID: compromised.order.ID,
+			Serial: compromised.cert.Serial, IssuerKeyID: "ca", Reason: &reason, RevokedAt: now.Add(-95 * day), NotAfter: compromised.cert.NotAfter,
+			ActorKind: "account"}, AuditEvent{At: now.Add(-95 * day), Event: "certificate_revoked", Outcome: "success"}); err != nil {
+			t.Fatal(err)
+		}
+		superseded := makeOrder(t, db, acct, life{at: now.Add(-98 * day), state: "revoked", notAfter: now.Add(-91 * day)})
+		if _, err := db.PruneRetention(ctx, sweepAt(now)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.CertificateOfOrder(ctx, compromised.order.ID); err != nil {
+			t.Errorf("the certificate revoked for keyCompromise after the sweep: %v; want it kept", err)
+		}
+		if got, err := db.KeyRevokedForCompromise(ctx, compromised.cert.PublicKey); err != nil || !got {
+			t.Errorf("KeyRevokedForCompromise(its key) after the sweep = %v, %v; want true", got, err)
+		}
+		if _, err := db.CertificateOfOrder(ctx, superseded.order.ID); !errors.Is(err, ErrNotFound) {
+			t.Errorf("the certificate revoked as superseded after the sweep: %v; want it pruned", err)
+		}
+	})
+}

@@ -133,8 +133,8 @@ const compromisedKeyQuery = `SELECT 1 FROM certificates WHERE revocation_reason 
 // that certifies one of keys (SubjectPublicKeyInfo DER, as stored at
 // issuance) is revoked with reason keyCompromise: such a key is not
 // certified again (CA/Browser Forum Baseline Requirements §6.1.1.3). A
-// key stays known as long as its certificate's row is kept
-// (certificate_retention).
+// key stays known for good: the retention sweep keeps a certificate
+// revoked for keyCompromise (PruneRetention).
 func (db *DB) KeyRevokedForCompromise(ctx context.Context, keys ...[]byte) (bool, error) {
 	for _, k := range keys {
 		var one int

@@ -21,7 +21,8 @@ type Retention struct {
 	// past its deactivation, once no order of it is left.
 	Orders time.Duration
 	// Certificates: a certificate past its notAfter, with its revocation
-	// row and its order. Until then a revocation request, ARI and the
+	// row and its order; never one revoked for keyCompromise, which keeps
+	// its key from being certified again. Until then a revocation request, ARI and the
 	// audit trail's references still find it, and a CRL lists it only
 	// until its notAfter anyway.
 	Certificates time.Duration
