@@ -13,23 +13,12 @@ import (
 // PostgreSQL the issuance is then a transaction, not one statement).
 func issueWithAlternates(t *testing.T, db *DB, alternates []string, withJobs bool) (Certificate, error) {
 	t.Helper()
-	ctx := context.Background()
-	o := newOrderWithAuthzs(t, db, 1)
-	c := challengeOf(t, db, o.AuthzIDs[0])
-	if ok, err := db.StartChallenge(ctx, c.ID, t0); err != nil || !ok {
-		t.Fatalf("start: %v %v", ok, err)
-	}
-	if _, err := db.CompleteChallenge(ctx, c.ID, true, nil, t0); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, t0); err != nil || !ok {
-		t.Fatalf("claiming order %s: %v %v", o.ID, ok, err)
-	}
+	o := processingOrder(t, db)
 	ev := AuditEvent{At: t0, Event: "certificate_issued", Outcome: "success", Profile: "p", OrderID: o.ID, Serial: "0b"}
 	if withJobs {
 		ev.Jobs = []NewJob{{Kind: "notify_deliver", Payload: []byte(`{}`), RunAt: t0, MaxAttempts: 1}}
 	}
-	return db.IssueOrder(ctx, Certificate{OrderID: o.ID, Profile: "p", AccountID: o.AccountID, Serial: "0b",
+	return db.IssueOrder(context.Background(), Certificate{OrderID: o.ID, Profile: "p", AccountID: o.AccountID, Serial: "0b",
 		ChainPEM: "default", PublicKey: []byte{1}, NotBefore: t0, NotAfter: t0.Add(time.Hour), AlternatesPEM: alternates}, ev, t0)
 }
 
