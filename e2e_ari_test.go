@@ -8,7 +8,6 @@ import (
 	"encoding/pem"
 	"net/http"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -144,13 +143,9 @@ func TestLegoRenewsWhenRenewalInfoSaysSoAndItsOrderReplacesTheCertificateOnce(t 
 // of their life, found under the outside CA's key identifier; a renewal
 // replaces the certificate; once revoked, lego renews at once.
 func TestLegoReadsTheRenewalWindowOfAScriptSignedCertificateAndRenewsIt(t *testing.T) {
-	needScriptTools(t)
-	example := absPath(t, "examples/script-signer/openssl-ca.sh")
 	env := newE2EEnv(t)
 	caDir := filepath.Join(env.Dir, "ca")
-	if out, err := exec.Command(example, "init", caDir).CombinedOutput(); err != nil {
-		t.Fatalf("openssl-ca.sh init: %v\n%s", err, out)
-	}
+	example := exampleScriptCA(t, caDir)
 	caPEM, err := os.ReadFile(filepath.Join(caDir, "ca.crt"))
 	if err != nil {
 		t.Fatal(err)

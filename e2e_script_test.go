@@ -79,13 +79,9 @@ func scriptProfileBlock(env *e2eEnv, httpPort int, settings string) string {
 }
 
 func TestLegoIssuesRenewsAndRevokesThroughTheOpenSSLCAExampleScript(t *testing.T) {
-	needScriptTools(t)
-	example := absPath(t, "examples/script-signer/openssl-ca.sh")
 	env := newE2EEnv(t)
 	caDir := filepath.Join(env.Dir, "ca")
-	if out, err := exec.Command(example, "init", caDir).CombinedOutput(); err != nil {
-		t.Fatalf("openssl-ca.sh init: %v\n%s", err, out)
-	}
+	example := exampleScriptCA(t, caDir)
 	caPEM, err := os.ReadFile(filepath.Join(caDir, "ca.crt"))
 	if err != nil {
 		t.Fatal(err)
@@ -363,14 +359,10 @@ func scriptRevoke(t *testing.T, env *e2eEnv, c *xacme.Client, der []byte, reason
 }
 
 func TestAScriptRevocationSlowerThanTheWaitAnswers503AndAskingAgainFollowsTheSameJob(t *testing.T) {
-	needScriptTools(t)
-	example := absPath(t, "examples/script-signer/openssl-ca.sh")
 	hold := absPath(t, "testdata/script-signer/hold-revoke.sh")
 	env := newE2EEnv(t)
 	caDir, holdDir := filepath.Join(env.Dir, "ca"), t.TempDir()
-	if out, err := exec.Command(example, "init", caDir).CombinedOutput(); err != nil {
-		t.Fatalf("openssl-ca.sh init: %v\n%s", err, out)
-	}
+	example := exampleScriptCA(t, caDir)
 	ln := e2eListen(t)
 	srv, httpPort := serveE2EHTTP01(t, ln), e2ePort(ln)
 	env.load(t, e2eConfig{ValidationHTTP: httpPort, ValidationTLS: freePort(t),

@@ -27,12 +27,8 @@ import (
 // enough has an empty subject and a critical subjectAltName (RFC 5280
 // §4.2.1.6).
 func TestTheExampleScriptNeverCutsANameShortIntoTheCommonName(t *testing.T) {
-	needScriptTools(t)
-	example := absPath(t, "examples/script-signer/openssl-ca.sh")
 	caDir := filepath.Join(t.TempDir(), "ca")
-	if out, err := exec.Command(example, "init", caDir).CombinedOutput(); err != nil {
-		t.Fatalf("openssl-ca.sh init: %v\n%s", err, out)
-	}
+	example := exampleScriptCA(t, caDir)
 	long := strings.Repeat("a", 40) + "." + strings.Repeat("b", 30) + ".example.com" // 83 characters
 	tests := []struct {
 		name   string

@@ -18,17 +18,25 @@ import (
 	"time"
 )
 
+// exampleScriptCA makes the example script signer's CA in caDir (skipping
+// the test without the tools the script needs) and returns the script.
+func exampleScriptCA(t *testing.T, caDir string) string {
+	t.Helper()
+	needScriptTools(t)
+	example := absPath(t, "examples/script-signer/openssl-ca.sh")
+	if out, err := exec.Command(example, "init", caDir).CombinedOutput(); err != nil {
+		t.Fatalf("openssl-ca.sh init: %v\n%s", err, out)
+	}
+	return example
+}
+
 // The example script signer signs the dates an order asks for exactly, or
 // refuses them with exit 2 and "badValidity:" (which the order fails as
 // malformed): at most 90 days, never past its CA's own end. A notBefore
 // asked for alone begins the leaf's 90 days.
 func TestTheExampleScriptSignsTheDatesAskedForOrRefusesThem(t *testing.T) {
-	needScriptTools(t)
-	example := absPath(t, "examples/script-signer/openssl-ca.sh")
 	caDir := filepath.Join(t.TempDir(), "ca")
-	if out, err := exec.Command(example, "init", caDir).CombinedOutput(); err != nil {
-		t.Fatalf("openssl-ca.sh init: %v\n%s", err, out)
-	}
+	example := exampleScriptCA(t, caDir)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
