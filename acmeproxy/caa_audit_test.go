@@ -105,3 +105,44 @@ func TestAFinalizeRefusedByCAAIsAuditedPerIdentifierWithTheRecordsIssuers(t *tes
 		}
 	})
 }
+
+// A client finalizing again and again while the records still refuse its
+// order (which stays ready) does not grow the audit trail: the same
+// refusal of an identifier of an order is one row, and only a different
+// one — the records changed — is a row of its own.
+func TestAFinalizeRefusedByCAAAgainForTheSameReasonAddsNoAuditRow(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		e, d, clk := caaEnv(t)
+		alice := e.rawClient()
+		alice.register()
+		name := "loop.audit." + caaTestZone
+		o := alice.readyOrder(name)
+		d.AddCAA(name, 0, "issue", "other-ca.example")
+		clk.Advance(authority.CAARecheckAfter + time.Minute)
+		rows := func() int {
+			t.Helper()
+			evs, err := e.db.SearchAudit(ctx, store.AuditFilter{Event: acme.EventFinalizeRefused})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(evs)
+		}
+		for range 5 {
+			if r := alice.finalize(o, newCSR(t, newKey(t), "", []string{name}, nil)); r.problem == nil || r.problem.Type != acme.ErrorCAA {
+				t.Fatalf("finalize refused by CAA: %d %s; want a caa problem", r.status, r.body)
+			}
+		}
+		if n := rows(); n != 1 {
+			t.Fatalf("%d finalize_refused rows after five finalizes refused alike; want 1", n)
+		}
+		d.ClearCAA(name)
+		d.AddCAA(name, 0, "issue", "third-ca.example")
+		if r := alice.finalize(o, newCSR(t, newKey(t), "", []string{name}, nil)); r.problem == nil || r.problem.Type != acme.ErrorCAA {
+			t.Fatalf("finalize refused by other records: %d %s; want a caa problem", r.status, r.body)
+		}
+		if n := rows(); n != 2 {
+			t.Fatalf("%d finalize_refused rows after the records changed; want 2, one per refusal", n)
+		}
+	})
+}

@@ -2,6 +2,8 @@ package authority
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"sync"
@@ -119,6 +121,11 @@ func (au *Authority) caaRecheck(ctx context.Context, o store.Order, cl Client) e
 		ev := au.event(ctx, acme.EventFinalizeRefused, OutcomeRefused, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
 		ev.OrderID, ev.AccountID, ev.Reason, ev.Detail = o.ID, o.AccountID, string(p.Type), p.Detail
 		ev.Identifiers = []acme.Identifier{{Type: a.Identifier.Type, Value: value}}
+		// The order stays ready, and a client may finalize it again
+		// and again: the same refusal of an identifier of an order is
+		// one row, so the trail does not grow with the client's retries.
+		sum := sha256.Sum256([]byte(string(p.Type) + "\n" + p.Detail))
+		ev.DedupKey = acme.EventFinalizeRefused + ":" + o.ID + ":" + value + ":" + hex.EncodeToString(sum[:8])
 		evs = append(evs, ev)
 	}
 	if len(subs) == 0 {
