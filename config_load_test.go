@@ -135,6 +135,7 @@ func TestAdaptedFullConfigLoadsAndServesTheDirectory(t *testing.T) {
 
 func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 	expiredCA := writeIssuingCA(t, "expired issuing CA", time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+	yearCA := writeIssuingCA(t, "issuing CA for a year", time.Now().Add(-time.Hour), time.Now().AddDate(1, 0, 0))
 	tests := []struct {
 		name     string
 		handlers []map[string]any
@@ -309,9 +310,10 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want: "crl_url: only a signer whose CRL this server publishes (local_ca) puts it in its leaves; this profile's signer is script",
 		},
 		{
-			name:     "long-lived leaves without crl_url",
-			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "30d"}}},
-			want:     "crl_url: required when signer.lifetime (720h0m0s) exceeds 168h0m0s",
+			name: "long-lived leaves without crl_url",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "30d",
+				"cert": yearCA.cert, "key": yearCA.key}}},
+			want: "crl_url: required when signer.lifetime (720h0m0s) exceeds 168h0m0s",
 		},
 		{
 			name: "certificate profile lifetime above the local CA's",
@@ -525,6 +527,50 @@ func TestAPKICAWhoseIntermediateCannotSignItsLeavesCRLFailsTheLoad(t *testing.T)
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q\ndoes not contain %q", err, want)
 		}
+	}
+}
+
+// Every leaf ends with Caddy's intermediate at the latest, and Caddy
+// replaces that intermediate in the last fifth of its lifetime: a leaf
+// lifetime longer than the intermediate's could never be issued, so it
+// fails the load as Caddy's own acme_server refuses it, rather than every
+// leaf being cut short to a fraction of what the config says.
+func TestALeafLifetimeLongerThanCaddysIntermediateFailsTheLoad(t *testing.T) {
+	tests := []struct {
+		name, lifetime, intermediateLifetime string // "" for Caddy's default, 7 days
+		want                                 string // "" for a load that succeeds
+	}{
+		{name: "fail/30-day leaves from the default 7-day intermediate", lifetime: "30d",
+			want: `signer.lifetime: 720h0m0s is longer than the intermediate_lifetime (168h0m0s) of Caddy's pki CA "local"`},
+		{name: "fail/8-day leaves from the default 7-day intermediate", lifetime: "8d",
+			want: `signer.lifetime: 192h0m0s is longer than the intermediate_lifetime (168h0m0s) of Caddy's pki CA "local"`},
+		{name: "fail/2-day leaves from a 1-day intermediate", lifetime: "2d", intermediateLifetime: "1d",
+			want: `signer.lifetime: 48h0m0s is longer than the intermediate_lifetime (24h0m0s) of Caddy's pki CA "local"`},
+		{name: "ok/the default 7-day leaves from the default 7-day intermediate"},
+		{name: "ok/30-day leaves from a 60-day intermediate", lifetime: "30d", intermediateLifetime: "60d"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := isolate(t)
+			ca := map[string]any{"install_trust": false}
+			if tc.intermediateLifetime != "" {
+				ca["intermediate_lifetime"] = tc.intermediateLifetime
+			}
+			signerCfg := map[string]any{"module": "local_ca"}
+			if tc.lifetime != "" {
+				signerCfg["lifetime"] = tc.lifetime
+			}
+			err := loadHandlersWithPKI(t, dir, nil, map[string]any{"certificate_authorities": map[string]any{"local": ca}},
+				[]map[string]any{{"handler": "acme_proxy", "profile": "a", "crl_url": "http://crl.example.test/acme/a/crl", "signer": signerCfg}})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("load: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("loaded; want an error containing %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Errorf("error %q\ndoes not contain %q", err, tc.want)
+			}
+		})
 	}
 }
 

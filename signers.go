@@ -90,8 +90,20 @@ func (l *LocalCA) Provision(ctx caddy.Context) error {
 			return localCAError(err)
 		}
 	default:
-		if src, err = pkiSource(ctx, l.CA); err != nil {
+		var ca *caddypki.CA
+		if src, ca, err = pkiSource(ctx, l.CA); err != nil {
 			return err
+		}
+		// Every leaf ends with the intermediate at the latest (never past
+		// its issuer), and Caddy replaces the intermediate in the last
+		// fifth of its lifetime: longer leaves could never be issued, only
+		// cut to between a fifth and the whole of the intermediate's
+		// lifetime, whatever this setting says. Caddy's acme_server refuses
+		// them too. An intermediate given to the pki app is not renewed,
+		// and its own end is its bound.
+		if life := time.Duration(ca.IntermediateLifetime); ca.Intermediate == nil && l.leafLifetime() > life {
+			return fmt.Errorf("signer.lifetime: %v is longer than the intermediate_lifetime (%v) of Caddy's pki CA %q, with which every leaf ends; "+
+				"lower signer.lifetime, or raise the CA's intermediate_lifetime", l.leafLifetime(), life, ca.ID)
 		}
 	}
 	// Every CA the signer signs with is kept in Caddy storage, beside the
@@ -165,23 +177,24 @@ func (l *LocalCA) leafLifetime() time.Duration {
 
 // pkiSource reads the issuer from a CA of Caddy's pki app at every
 // signing, because Caddy renews that CA's intermediate on its own.
-func pkiSource(ctx caddy.Context, id string) (localca.Source, error) {
+// It returns the CA too, for its settings.
+func pkiSource(ctx caddy.Context, id string) (localca.Source, *caddypki.CA, error) {
 	if id == "" {
 		id = caddypki.DefaultCAID
 	}
 	appMod, err := ctx.App("pki")
 	if err != nil {
-		return nil, fmt.Errorf("signer.ca: loading the pki app: %w", err)
+		return nil, nil, fmt.Errorf("signer.ca: loading the pki app: %w", err)
 	}
 	ca, err := appMod.(*caddypki.PKI).GetCA(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("signer.ca: %q: %w", id, err)
+		return nil, nil, fmt.Errorf("signer.ca: %q: %w", id, err)
 	}
 	return func(context.Context) (localca.Issuer, error) {
 		// Copy: the intermediate chain is Caddy's own slice.
 		chain := slices.Concat(ca.IntermediateCertificateChain(), []*x509.Certificate{ca.RootCertificate()})
 		return localca.Issuer{Chain: chain, Key: ca.IntermediateKey()}, nil
-	}, nil
+	}, ca, nil
 }
 
 // Interface guards
