@@ -168,6 +168,12 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 	if err != nil {
 		return signer.IssueOutcome{}, err
 	}
+	// Checked again here: the issuing CA may have changed since newOrder.
+	for _, id := range req.Identifiers {
+		if err := nameConstraintsRefusal(iss.Chain, id); err != nil {
+			return signer.IssueOutcome{}, err
+		}
+	}
 	tmpl, err := s.leaf(req, iss.Chain[0])
 	if err != nil {
 		return signer.IssueOutcome{}, err
@@ -544,8 +550,9 @@ func selfSigned(c *x509.Certificate) bool {
 var selfSignedCache sync.Map
 
 var (
-	_ signer.Signer           = (*Signer)(nil)
-	_ signer.CAChainer        = (*Signer)(nil)
-	_ signer.CRLSigner        = (*Signer)(nil)
-	_ signer.EncodedCRLSigner = (*Signer)(nil)
+	_ signer.Signer            = (*Signer)(nil)
+	_ signer.CAChainer         = (*Signer)(nil)
+	_ signer.CRLSigner         = (*Signer)(nil)
+	_ signer.EncodedCRLSigner  = (*Signer)(nil)
+	_ signer.IdentifierChecker = (*Signer)(nil)
 )
