@@ -129,7 +129,9 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 	}
 	a.queue = jobs.NewQueue(a.db, nil)
 	a.notifier = notify.NewDeliverer(notify.Options{Logger: a.log.Named("notify")})
-	a.Notify = expandNotify(a.Notify)
+	if a.Notify, err = expandNotify(a.Notify); err != nil {
+		return err
+	}
 	if err := a.notifier.Register(a.Notify...); err != nil {
 		return err
 	}
@@ -252,29 +254,43 @@ func (a *App) profileNotify(profile string, own []notify.Destination) ([]notify.
 }
 
 // expandNotify replaces known placeholders ({env.HOOK_SECRET}) in the
-// settings of destinations that may hold secrets.
-func expandNotify(ds []notify.Destination) []notify.Destination {
+// settings of destinations that may hold secrets. A placeholder of the
+// url, the secret, the smtp server or a header that is empty (its
+// variable unset) fails the load, naming the setting: an empty secret
+// would send every webhook unsigned, and the others would be refused, or
+// go nowhere, only at the first delivery. The username and password are
+// replaced as they are, since both empty means no authentication (the
+// email destination's own check refuses one without the other).
+func expandNotify(ds []notify.Destination) ([]notify.Destination, error) {
 	if len(ds) == 0 {
-		return ds
+		return ds, nil
 	}
 	repl := caddy.NewReplacer()
+	var err error
+	expand := func(d notify.Destination, key, v string) string {
+		out, rerr := repl.ReplaceOrErr(v, true, false)
+		if rerr != nil && err == nil {
+			err = fmt.Errorf("notify %s: %s: %w", d.Type, key, rerr)
+		}
+		return out
+	}
 	out := make([]notify.Destination, len(ds))
 	for i, d := range ds {
-		d.URL = repl.ReplaceKnown(d.URL, "")
-		d.Secret = repl.ReplaceKnown(d.Secret, "")
-		d.SMTP = repl.ReplaceKnown(d.SMTP, "")
+		d.URL = expand(d, "url", d.URL)
+		d.Secret = expand(d, "secret", d.Secret)
+		d.SMTP = expand(d, "smtp", d.SMTP)
 		d.Username = repl.ReplaceKnown(d.Username, "")
 		d.Password = repl.ReplaceKnown(d.Password, "")
 		if len(d.Headers) > 0 {
 			h := make(map[string]string, len(d.Headers))
 			for k, v := range d.Headers {
-				h[k] = repl.ReplaceKnown(v, "")
+				h[k] = expand(d, "header "+k, v)
 			}
 			d.Headers = h
 		}
 		out[i] = d
 	}
-	return out
+	return out, err
 }
 
 // Start starts the job runner.

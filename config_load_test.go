@@ -179,6 +179,25 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     "database postgres: the DSN is empty after its placeholders were replaced",
 		},
 		{
+			name:     "a webhook secret whose placeholder is empty, which would send every notification unsigned",
+			handlers: []map[string]any{{"profile": "a"}},
+			app: map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "https://hooks.example.com/acme",
+				"secret": "{env.ACME_PROXY_TEST_UNSET_SECRET}"}}},
+			want: "notify webhook: secret: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_SECRET} is empty",
+		},
+		{
+			name: "a profile's webhook secret whose placeholder is empty",
+			handlers: []map[string]any{{"profile": "a", "notify": []map[string]any{{"type": "webhook", "url": "https://hooks.example.com/acme",
+				"secret": "{env.ACME_PROXY_TEST_UNSET_SECRET}"}}}},
+			want: "notify webhook: secret: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_SECRET} is empty",
+		},
+		{
+			name:     "a webhook url whose placeholder is empty",
+			handlers: []map[string]any{{"profile": "a"}},
+			app:      map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "{env.ACME_PROXY_TEST_UNSET_HOOK}"}}},
+			want:     "notify webhook: url: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_HOOK} is empty",
+		},
+		{
 			name:     "a notify script that does not exist",
 			handlers: []map[string]any{{"profile": "a"}},
 			app:      map[string]any{"notify": []map[string]any{{"type": "script", "command": "/nonexistent/acme-notify"}}},

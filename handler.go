@@ -38,7 +38,10 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision builds the profile's server and mounts it in the app.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	h.Notify = expandNotify(h.Notify)
+	var err error
+	if h.Notify, err = expandNotify(h.Notify); err != nil {
+		return err
+	}
 	h.ProfileConfig.SetDefaults()
 	if err := h.ProfileConfig.Validate(); err != nil {
 		return err
