@@ -192,6 +192,13 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want: "notify webhook: secret: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_SECRET} is empty",
 		},
 		{
+			name:     "a webhook header whose placeholder is empty, which would send a bearer token of nothing",
+			handlers: []map[string]any{{"profile": "a"}},
+			app: map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "https://hooks.example.com/acme",
+				"headers": map[string]string{"Authorization": "Bearer {env.ACME_PROXY_TEST_UNSET_TOKEN}"}}}},
+			want: "notify webhook: header Authorization: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_TOKEN} is empty",
+		},
+		{
 			name:     "a webhook url whose placeholder is empty",
 			handlers: []map[string]any{{"profile": "a"}},
 			app:      map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "{env.ACME_PROXY_TEST_UNSET_HOOK}"}}},
