@@ -373,6 +373,16 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     "renewal_info.retry_after: 876000h0m0s is outside 1m0s to 24h0m0s",
 		},
 		{
+			name:     "local_ca lifetime that is not a duration",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "soon"}}},
+			want:     `json: cannot unmarshal "soon", which is not a duration (such as 7d, 12h), into Go struct field LocalCA.Config.lifetime`,
+		},
+		{
+			name:     "local_ca lifetime beyond what a duration holds",
+			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "100000000d"}}},
+			want:     `json: cannot unmarshal "100000000d", which is not a duration (such as 7d, 12h), into Go struct field LocalCA.Config.lifetime`,
+		},
+		{
 			name:     "local_ca lifetime no longer than its backdate",
 			handlers: []map[string]any{{"profile": "a", "signer": map[string]any{"module": "local_ca", "lifetime": "1s"}}},
 			want:     "signer.lifetime: 1s must be longer than 1m0s",

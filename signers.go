@@ -58,7 +58,9 @@ func (l *LocalCA) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "key":
 			l.Key, err = apcaddyfile.OneArg(d, "signer.key")
 		case "lifetime":
-			l.Lifetime, err = apcaddyfile.DurationArg(d, "signer.lifetime")
+			var v caddy.Duration
+			v, err = apcaddyfile.DurationArg(d, "signer.lifetime")
+			l.Lifetime = localca.Duration(v)
 		default:
 			err = d.Errf("acme_proxy: signer local_ca: unknown setting %q", key)
 		}
