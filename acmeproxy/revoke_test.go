@@ -63,10 +63,13 @@ func (e *testEnv) raw(c *acme.Client) *rawClient {
 }
 
 // crl fetches the served CRL until accept holds of it (CRLs are rebuilt by
-// a job), checks it against the issuing CA and zlint, and returns it.
+// a job), checks it against the issuing CA and zlint, and returns it. The
+// wait is generous: on a machine loaded by other test packages a rebuild
+// on PostgreSQL once took longer than 10 s (it returns as soon as the CRL
+// is what accept wants).
 func (e *testEnv) crl(accept func(*x509.RevocationList) bool) *x509.RevocationList {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := e.ts.Client().Get(e.url("/crl"))
 		if err != nil {
