@@ -48,6 +48,10 @@ const (
 	// crlRecheckWait bounds that recheck: past it the cached CRL, still
 	// valid, is served as it is.
 	crlRecheckWait = 2 * time.Second
+	// crlSameSecondWait is the longest a regeneration waits for a
+	// thisUpdate after the stored CRL's (runCRL): one second, and a few
+	// for instances whose clocks differ.
+	crlSameSecondWait = 5 * time.Second
 	// crlMaxAttempts is a crl_regenerate job's attempt budget.
 	crlMaxAttempts = 12
 	// CRLCoalesce is the least time between the starts of two
@@ -489,6 +493,21 @@ func RefreshCRLs(ctx context.Context, authorities []*Authority) error {
 // runCRL does one attempt of a crl_regenerate job for iss, a CA this
 // profile's signer holds; jobIssuer is the key id the job names.
 func (au *Authority) runCRL(ctx context.Context, iss signer.IssuerInfo, jobIssuer string) jobs.Outcome {
+	// A client that revalidates with If-Modified-Since alone tells CRLs
+	// apart by their Last-Modified, the thisUpdate to the second: one
+	// built in the second of the CRL stored (by another instance, whose
+	// last build this server's coalescing does not know) would be
+	// answered 304 to a client holding that one, which would keep a CRL
+	// without the revocations this one adds. So it waits for the next
+	// second — unless the stored one is further ahead than the clocks of
+	// instances differ by (crlSameSecondWait): then it is built now.
+	if cur, err := au.db.GetCRLInfo(ctx, iss.KeyID); err == nil {
+		now := au.clock.Now()
+		wait := cur.ThisUpdate.Add(time.Second).Sub(now)
+		if this, _ := crlTimes(now); !this.After(cur.ThisUpdate) && wait <= crlSameSecondWait {
+			return jobs.RetryAfter(fmt.Sprintf("CRL %d has the thisUpdate of this second", cur.Number), wait)
+		}
+	}
 	crl, err := au.publishCRL(ctx, iss)
 	if errors.Is(err, signer.ErrIssuerRetired) || errors.Is(err, signer.ErrIssuerUnknown) {
 		return jobs.Failed(err.Error())

@@ -1,0 +1,128 @@
+package acmeproxy
+
+import (
+	"context"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// A client that revalidates the CRL with If-Modified-Since alone (curl
+// -z, a cache that keeps only Last-Modified) is told 304 whenever the
+// CRL's Last-Modified — its thisUpdate, to the second — is not after the
+// date it sends. A CRL rebuilt by another instance in the second of the
+// one the client holds would be the same date, and the client would keep
+// a CRL without the revocation: the rebuild waits for the next second.
+func TestARevocationAtAnotherInstanceInTheSecondOfTheHeldCRLIsNotAnswered304(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// Two tenths into a second, so that half a second later is the
+		// same second.
+		clk := clocktest.New(time.Now().Truncate(time.Second).Add(200 * time.Millisecond))
+		withClock := func(o *Options) { o.Clock = clk }
+		place := newPlace(t)
+		a := newTestEnvWith(t, envOptions{dbPath: place, opts: withClock})
+		b := newTestEnvWith(t, envOptions{dbPath: place, ca: a.ca, opts: withClock})
+
+		held, err := a.srv.Authority().RegenerateCRL(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(e *testEnv, ims string) (*http.Response, []byte) {
+			t.Helper()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url("/crl"), nil)
+			if ims != "" {
+				req.Header.Set("If-Modified-Since", ims)
+			}
+			resp, err := e.ts.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp, body
+		}
+		resp, _ := get(a, "")
+		lastMod := resp.Header.Get("Last-Modified")
+		if resp.StatusCode != http.StatusOK || lastMod == "" {
+			t.Fatalf("GET crl: %d, Last-Modified %q; want 200 with one", resp.StatusCode, lastMod)
+		}
+
+		// Half a second later, in the same second, b records a
+		// revocation; b has built no CRL, so its regeneration is due at
+		// once, on whichever instance's runner takes it.
+		clk.Advance(500 * time.Millisecond)
+		orders, leaves := b.seedLeaves(ctx, 1)
+		if _, err := b.srv.Authority().RevokeOrder(ctx, orders[0].ID, nil, authority.Actor{Kind: authority.ActorAdmin, ID: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		keyID := signer.CAKeyID(mustIssuerCA(t, a))
+		rebuiltOrTried := func() bool {
+			if c, err := a.db.GetCRLInfo(ctx, keyID); err == nil && c.Number > held.Number {
+				return true
+			}
+			js, err := a.queue.List(ctx, store.JobFilter{Kind: authority.CRLRegenerateKind, Status: store.JobReady})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range js {
+				if j.LastError != "" {
+					return true
+				}
+			}
+			return false
+		}
+		waitFor(t, ctx, "the regeneration to run", rebuiltOrTried)
+		clk.Advance(time.Second)
+		waitFor(t, ctx, "the CRL to be rebuilt", func() bool {
+			c, err := a.db.GetCRLInfo(ctx, keyID)
+			return err == nil && c.Number > held.Number
+		})
+		// Past the few seconds an instance serves its CRL from memory
+		// before it asks the store for a newer one.
+		clk.Advance(10 * time.Second)
+
+		resp, body := get(a, lastMod)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("If-Modified-Since %s, the Last-Modified of CRL %d, after a revocation: %d (Last-Modified now %q); want 200 and the new CRL",
+				lastMod, held.Number, resp.StatusCode, resp.Header.Get("Last-Modified"))
+		}
+		crl, err := x509.ParseRevocationList(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := entry(crl, leaves[0].SerialNumber); !ok {
+			t.Errorf("CRL %d served for an If-Modified-Since of CRL %d does not list the revocation", crl.Number, held.Number)
+		}
+	})
+}
+
+// mustIssuerCA is the CA e's profile issues from now.
+func mustIssuerCA(t *testing.T, e *testEnv) *x509.Certificate {
+	t.Helper()
+	iss, err := e.ca.src(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return iss.Chain[0]
+}
+
+// waitFor polls cond until it holds, failing the test at ctx's end.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
