@@ -2,6 +2,8 @@ package authority
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -30,6 +32,10 @@ const (
 	// refusalSources bounds the sources counted in one interval; the
 	// refusals of any more share one overflow row.
 	refusalSources = 1024
+	// refusalUnwrittenMax bounds the intervals whose summary rows could
+	// not be written (the database did not answer) that are kept to be
+	// written at the next flush: an hour of them.
+	refusalUnwrittenMax = 6
 )
 
 // Reason kinds of refused revocations: the metric's label values and the
@@ -65,11 +71,17 @@ func refusalSource(ip string) string {
 type refusalTally struct {
 	interval time.Duration
 	capacity int
+	// id tells this tally's summary rows from those of other instances
+	// and profiles in their dedup keys.
+	id string
 
 	mu      sync.Mutex
 	start   time.Time // of the interval counting; zero when nothing is
 	sources map[string]*refusalCount
 	over    refusalCount // refusals of the sources past capacity
+	// unwritten are ended intervals whose rows a write failed to store,
+	// oldest first, at most refusalUnwrittenMax.
+	unwritten []*refusalWindow
 }
 
 // refusalCount is one source's refusals, in all and by reason kind.
@@ -95,7 +107,34 @@ type refusalWindow struct {
 }
 
 func newRefusalTally() *refusalTally {
-	return &refusalTally{interval: RefusalInterval, capacity: refusalSources}
+	id := make([]byte, 8)
+	_, _ = rand.Read(id)
+	return &refusalTally{interval: RefusalInterval, capacity: refusalSources, id: hex.EncodeToString(id)}
+}
+
+// takeUnwritten returns the intervals kept since their write failed,
+// with ended, if any, after them, to be written now.
+func (t *refusalTally) takeUnwritten(ended *refusalWindow) []*refusalWindow {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ws := t.unwritten
+	t.unwritten = nil
+	if ended != nil {
+		ws = append(ws, ended)
+	}
+	return ws
+}
+
+// keepUnwritten keeps ws, whose write failed, for the next one; past
+// refusalUnwrittenMax the oldest are dropped, and their number returned.
+func (t *refusalTally) keepUnwritten(ws []*refusalWindow) (dropped int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unwritten = append(ws, t.unwritten...)
+	if n := len(t.unwritten) - refusalUnwrittenMax; n > 0 {
+		t.unwritten, dropped = slices.Clone(t.unwritten[n:]), n
+	}
+	return dropped
 }
 
 // add counts one refusal from source at now. When the interval counting
@@ -153,7 +192,7 @@ func (t *refusalTally) takeLocked(end time.Time) *refusalWindow {
 // and writes the summary rows of the interval it ends, if any.
 func (au *Authority) tallyRefusal(ctx context.Context, cl Client, kind string) {
 	if w := au.refusals.add(refusalSource(cl.IP), kind, au.clock.Now()); w != nil {
-		au.writeRefusals(ctx, w)
+		au.writeRefusals(ctx, au.refusals.takeUnwritten(w))
 	}
 }
 
@@ -162,33 +201,41 @@ func (au *Authority) tallyRefusal(ctx context.Context, cl Client, kind string) {
 // still counting too (the profile is going away). The app calls it every
 // minute and at stop: the counts live in this process's memory only.
 func (au *Authority) FlushRefusals(ctx context.Context, final bool) {
-	if w := au.refusals.due(au.clock.Now(), final); w != nil {
-		au.writeRefusals(ctx, w)
+	if ws := au.refusals.takeUnwritten(au.refusals.due(au.clock.Now(), final)); len(ws) > 0 {
+		au.writeRefusals(ctx, ws)
 	}
 }
 
-// writeRefusals writes an interval's summary rows in one transaction: one
-// per source, by address order, and one for the overflow. A failure is
-// logged, as for every audit row.
-func (au *Authority) writeRefusals(ctx context.Context, w *refusalWindow) {
+// writeRefusals writes the summary rows of ended intervals in one
+// transaction: per interval, one per source, by address order, and one
+// for the overflow. A failure is logged, and the intervals are kept to be
+// written again at the next flush (counts of refusals nobody else
+// records); each row's dedup key makes a write that landed although it
+// failed count once.
+func (au *Authority) writeRefusals(ctx context.Context, ws []*refusalWindow) {
 	now := au.clock.Now()
-	span := fmt.Sprintf("in the %s from %s", w.end.Sub(w.start).Round(time.Second), w.start.UTC().Format(time.RFC3339))
-	row := func(ip string, c refusalCount, from string) store.AuditEvent {
-		return store.AuditEvent{At: now, Event: acme.EventRevocationRefusals, Outcome: OutcomeRefused, Profile: au.cfg.Profile,
-			ActorKind: ActorSystem, ClientIP: ip, Reason: kindsText(c.kinds),
-			Detail: fmt.Sprintf("%d refused revocation requests from %s %s, none signed by a valid account or by the certificate's key",
-				c.n, from, span)}
-	}
-	evs := make([]store.AuditEvent, 0, len(w.sources)+1)
-	for _, src := range slices.Sorted(maps.Keys(w.sources)) {
-		evs = append(evs, row(src, *w.sources[src], src))
-	}
-	if w.over.n > 0 {
-		evs = append(evs, row("", w.over, fmt.Sprintf("sources past the first %d", au.refusals.capacity)))
+	var evs []store.AuditEvent
+	for _, w := range ws {
+		span := fmt.Sprintf("in the %s from %s", w.end.Sub(w.start).Round(time.Second), w.start.UTC().Format(time.RFC3339))
+		row := func(ip string, c refusalCount, from, key string) store.AuditEvent {
+			return store.AuditEvent{At: now, Event: acme.EventRevocationRefusals, Outcome: OutcomeRefused, Profile: au.cfg.Profile,
+				ActorKind: ActorSystem, ClientIP: ip, Reason: kindsText(c.kinds),
+				Detail: fmt.Sprintf("%d refused revocation requests from %s %s, none signed by a valid account or by the certificate's key",
+					c.n, from, span),
+				DedupKey: fmt.Sprintf("%s/%s/%d/%s", acme.EventRevocationRefusals, au.refusals.id, w.start.UnixNano(), key)}
+		}
+		for _, src := range slices.Sorted(maps.Keys(w.sources)) {
+			evs = append(evs, row(src, *w.sources[src], src, "source "+src))
+		}
+		if w.over.n > 0 {
+			evs = append(evs, row("", w.over, fmt.Sprintf("sources past the first %d", au.refusals.capacity), "overflow"))
+		}
 	}
 	if err := au.db.InsertAudits(context.WithoutCancel(ctx), evs); err != nil {
-		au.log.Error("writing the summary of refused revocations", zap.String("event", "audit_write_failed"),
-			zap.String("audit_event", acme.EventRevocationRefusals), zap.String("profile", au.cfg.Profile), zap.Error(err))
+		dropped := au.refusals.keepUnwritten(ws)
+		au.log.Error("writing the summary of refused revocations; kept for the next flush", zap.String("event", "audit_write_failed"),
+			zap.String("audit_event", acme.EventRevocationRefusals), zap.String("profile", au.cfg.Profile),
+			zap.Int("intervals_dropped", dropped), zap.Error(err))
 	}
 }
 
