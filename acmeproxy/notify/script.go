@@ -7,19 +7,29 @@ import (
 	"fmt"
 	"io/fs"
 	"os/exec"
+	"syscall"
 	"time"
 )
 
 // script runs the destination's program, without a shell, in a clean
-// environment, with the event's JSON on stdin. Exit 0 is delivered; a
-// program that is missing or cannot be executed is a permanent failure;
-// any other failure (an exit status, the timeout) is retried.
+// environment and a process group of its own, with the event's JSON on
+// stdin. Exit 0 is delivered; a program that is missing or cannot be
+// executed is a permanent failure; any other failure (an exit status,
+// the timeout) is retried. At the timeout the whole group is killed, and
+// once the program exited whatever it left running in its group is too:
+// a hanging delivery is retried, and each attempt must not leave a
+// process behind.
 func (d *Deliverer) script(ctx context.Context, dst Destination, body []byte) error {
 	cmd := exec.CommandContext(ctx, dst.Command, dst.Args...)
 	cmd.Env = d.opts.ScriptEnv
 	cmd.Stdin = bytes.NewReader(body)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the group outlives its leader; ESRCH when empty
+	}
 	if err == nil {
 		return nil
 	}

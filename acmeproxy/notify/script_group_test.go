@@ -1,0 +1,81 @@
+package notify_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+)
+
+// gone waits, up to 5s, for a process to be dead: no longer there, or a
+// zombie waiting for its new parent to reap it.
+func gone(pid int) bool {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return true
+		}
+		// pid (comm) STATE ...
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return true
+		}
+	}
+	return false
+}
+
+// A notification script that started a program of its own (a shell
+// script's curl, say) leaves nothing running behind, whether it hung
+// until its timeout or exited: else each retry of a hanging delivery
+// would leave one more process behind.
+func TestAScriptLeavesNothingItStartedRunningAfterItsAttempt(t *testing.T) {
+	tests := []struct {
+		name     string
+		tail     string // what the script does after starting its child
+		timeout  time.Duration
+		wantKind string
+	}{
+		{"a script that hangs until its timeout", "sleep 1000", 200 * time.Millisecond, "retry"},
+		{"a script that exits", "exit 0", time.Minute, "done"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			pidFile := filepath.Join(dir, "pid")
+			script := filepath.Join(dir, "hook.sh")
+			body := "#!/bin/sh\nsleep 1000 </dev/null >/dev/null 2>&1 &\necho $! > " + pidFile + "\n" + tt.tail + "\n"
+			if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			d := notify.NewDeliverer(notify.Options{Timeout: tt.timeout})
+			dst := notify.Destination{Type: notify.TypeScript, Command: script}
+			if err := d.Register(dst); err != nil {
+				t.Fatal(err)
+			}
+			job := &jobs.Job{ID: 1, Kind: notify.Kind, Payload: notify.Jobs([]notify.Destination{dst}, sampleEvent(acme.EventAccountCreated))[0].Payload}
+			if out := d.Run(context.Background(), job); out.Kind() != tt.wantKind {
+				t.Fatalf("outcome %s; want %s", out, tt.wantKind)
+			}
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatalf("the script wrote no pid: %v", err)
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !gone(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				t.Errorf("the script's child %d outlived its attempt", pid)
+			}
+		})
+	}
+}
