@@ -48,7 +48,7 @@ const (
 const (
 	TLSStartTLS = "starttls" // plain connection upgraded by STARTTLS, which the server must offer (default)
 	TLSImplicit = "implicit" // TLS from the first byte (SMTPS, usually port 465)
-	TLSNone     = "none"     // no TLS: a local relay only; net/smtp refuses to send credentials in clear to anything but localhost
+	TLSNone     = "none"     // no TLS: a local relay only; credentials only to localhost, 127.0.0.1 or ::1 (net/smtp refuses anything else, and so does Validate)
 )
 
 // Event is what happened; its JSON is a webhook's body and a script's
@@ -151,6 +151,12 @@ func (d *Destination) Validate() error {
 				empty = "username"
 			}
 			return fmt.Errorf("notify email: %s: empty while the other is set; username and password go together (a placeholder such as {env.SMTP_PASSWORD} is empty when its variable is unset)", empty)
+		}
+		// net/smtp sends credentials in clear to these names only, and
+		// refuses anywhere else: every attempt would fail, for a day.
+		if host, _, _ := net.SplitHostPort(d.SMTP); d.TLS == TLSNone && d.Username != "" &&
+			host != "localhost" && host != "127.0.0.1" && host != "::1" {
+			return fmt.Errorf("notify email: username: credentials are sent only over TLS; with tls none only to localhost, 127.0.0.1 or ::1, not %q (set tls starttls or implicit)", host)
 		}
 	case TypeScript:
 		if d.Command == "" {

@@ -462,3 +462,41 @@ func TestAnEmailKeepsItsLinesShortAndSevenBitWithALongOrUTF8Detail(t *testing.T)
 		})
 	}
 }
+
+// net/smtp sends credentials without TLS only to localhost; anywhere
+// else every attempt would fail ("unencrypted connection") and be
+// retried for a day before the mail is abandoned. The config says so
+// when it loads instead.
+func TestAnEmailWithCredentialsWithoutTLSLoadsOnlyForLocalhost(t *testing.T) {
+	tests := []struct {
+		name    string
+		smtp    string
+		tls     string
+		wantErr string
+	}{
+		{"fail/tls none to a remote server", "mail.example.com:25", notify.TLSNone,
+			`notify email: username: credentials are sent only over TLS; with tls none only to localhost, 127.0.0.1 or ::1, not "mail.example.com"`},
+		{"fail/tls none to another loopback address", "127.0.0.2:25", notify.TLSNone, `not "127.0.0.2"`},
+		{"ok/tls none to localhost", "localhost:25", notify.TLSNone, ""},
+		{"ok/tls none to 127.0.0.1", "127.0.0.1:25", notify.TLSNone, ""},
+		{"ok/tls none to ::1", "[::1]:25", notify.TLSNone, ""},
+		{"ok/starttls to a remote server", "mail.example.com:587", "", ""},
+		{"ok/implicit tls to a remote server", "mail.example.com:465", notify.TLSImplicit, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := notify.Destination{Type: notify.TypeEmail, SMTP: tt.smtp, TLS: tt.tls, From: "a@example.com",
+				To: []string{"b@example.com"}, Username: "mailer", Password: "pw"}
+			err := d.Validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("Validate: %v; want it to load", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("Validate: %v; want %q", err, tt.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "pw") {
+				t.Errorf("the error quotes the password: %v", err)
+			}
+		})
+	}
+}
