@@ -26,6 +26,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -120,9 +122,15 @@ func (d *Destination) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("notify webhook: url: must be an absolute http:// or https:// URL")
 		}
-		for k := range d.Headers {
-			if k == "" || strings.ContainsAny(k, " :\r\n") {
+		// What Go's HTTP client would refuse to send fails here: else
+		// every delivery would fail before it left, and be retried for a
+		// day. A value is never quoted: it is often a token.
+		for k, v := range d.Headers {
+			if !httpguts.ValidHeaderFieldName(k) {
 				return fmt.Errorf("notify webhook: header: %q is not a header name", k)
+			}
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("notify webhook: header %s: the value holds a control character (a line break?)", k)
 			}
 		}
 	case TypeEmail:

@@ -500,3 +500,34 @@ func TestAnEmailWithCredentialsWithoutTLSLoadsOnlyForLocalhost(t *testing.T) {
 		})
 	}
 }
+
+// A header Go's HTTP client would refuse to send fails the load, naming
+// the header but never quoting its value (a token): else every delivery
+// would fail before it left, and be retried for a day.
+func TestAWebhookHeaderThatCannotBeSentFailsAtLoadNamingIt(t *testing.T) {
+	tests := []struct {
+		name, header, value, want string
+	}{
+		{"fail/a name with a parenthesis", "X-Token(1)", "v", `notify webhook: header: "X-Token(1)" is not a header name`},
+		{"fail/a name in UTF-8", "X-Clé", "v", `notify webhook: header: "X-Clé" is not a header name`},
+		{"fail/a value with a line break", "Authorization", "Bearer abc\ndef", "notify webhook: header Authorization: the value holds a control character"},
+		{"fail/a value with a NUL", "Authorization", "Bearer abc\x00def", "notify webhook: header Authorization: the value holds a control character"},
+		{"ok/a bearer token", "Authorization", "Bearer abc.def-ghi", ""},
+		{"ok/a value with a tab and UTF-8", "X-Note", "équipe\tpki", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := notify.Destination{Type: notify.TypeWebhook, URL: "https://h.example.com/x", Headers: map[string]string{tt.header: tt.value}}
+			err := d.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Validate: %v; want it to load", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Validate: %v; want %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "abc") {
+				t.Errorf("the error quotes the value: %v", err)
+			}
+		})
+	}
+}
