@@ -156,7 +156,7 @@ func (d *Deliverer) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	defer cancel()
-	body, err := eventJSON(p.Event)
+	body, err := eventJSON(p.Event, job.ID)
 	if err != nil {
 		return jobs.Failed(err.Error())
 	}

@@ -53,8 +53,8 @@ const (
 	TLSNone     = "none"     // no TLS: a local relay only; credentials only to localhost, 127.0.0.1 or ::1 (net/smtp refuses anything else, and so does Validate)
 )
 
-// Event is what happened; its JSON is a webhook's body and a script's
-// stdin.
+// Event is what happened; its JSON, with the delivery's id added (see
+// eventJSON), is a webhook's body and a script's stdin.
 type Event struct {
 	Event       string            `json:"event"`
 	Profile     string            `json:"profile"`

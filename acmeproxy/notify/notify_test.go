@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -529,5 +530,45 @@ func TestAWebhookHeaderThatCannotBeSentFailsAtLoadNamingIt(t *testing.T) {
 				t.Errorf("the error quotes the value: %v", err)
 			}
 		})
+	}
+}
+
+// A receiver drops a redelivery (its first answer was lost, say) and a
+// replayed request by the delivery id, which the signature covers: it
+// is in the signed body, the same on every attempt, as in the
+// X-Acme-Proxy-Delivery header. A header alone could be changed by
+// whoever replays a captured request, the signature still verifying.
+func TestARedeliveryCarriesTheSameDeliveryIDInsideTheSignedBody(t *testing.T) {
+	rcv := newReceiver(t, http.StatusInternalServerError, http.StatusOK)
+	dst := notify.Destination{Type: notify.TypeWebhook, URL: rcv.URL, Secret: "s3cret"}
+	r := newRig(t, notify.Options{}, dst)
+	ids := r.event(t, sampleEvent(acme.EventCertificateIssued), dst)
+	if j := r.wait(t, ids[0]); j.Status != store.JobDone || j.Attempts != 2 {
+		t.Fatalf("job %s after %d attempts (%s); want done after 2", j.Status, j.Attempts, j.LastError)
+	}
+	got := rcv.deliveries()
+	if len(got) != 2 {
+		t.Fatalf("%d deliveries, want 2", len(got))
+	}
+	for i, d := range got {
+		var body struct {
+			Delivery int64  `json:"delivery"`
+			Event    string `json:"event"`
+		}
+		if err := json.Unmarshal(d.body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if body.Delivery != ids[0] || body.Event != acme.EventCertificateIssued {
+			t.Errorf("attempt %d: body %s; want delivery %d inside it", i+1, d.body, ids[0])
+		}
+		if h := d.header.Get(notify.DeliveryHeader); h != strconv.FormatInt(ids[0], 10) {
+			t.Errorf("attempt %d: %s %q; want %d", i+1, notify.DeliveryHeader, h, ids[0])
+		}
+		if d.header.Get(notify.SignatureHeader) != notify.Sign("s3cret", d.body) {
+			t.Errorf("attempt %d: the signature does not sign the body", i+1)
+		}
+	}
+	if string(got[0].body) != string(got[1].body) {
+		t.Errorf("the redelivery's body differs:\n%s\n%s", got[0].body, got[1].body)
 	}
 }

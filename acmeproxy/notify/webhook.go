@@ -25,11 +25,23 @@ const (
 	// EventHeader names the event.
 	EventHeader = "X-Acme-Proxy-Event"
 	// DeliveryHeader is the delivery's job id: the same on every attempt,
-	// so a receiver can drop a delivery it has already processed.
+	// so a receiver can drop a delivery it has already processed. The
+	// body's "delivery" holds it too, under the signature.
 	DeliveryHeader = "X-Acme-Proxy-Delivery"
 )
 
-func eventJSON(ev Event) ([]byte, error) { return json.Marshal(ev) }
+// eventJSON is a delivery's body (a webhook's, a script's stdin): the
+// event and the delivery's job id, the same on every attempt. The id is
+// in the body, which the signature covers, not only in DeliveryHeader:
+// a receiver that drops a delivery id it has seen, and an event older
+// than Lifetime, cannot be fooled by a replayed request with a new
+// header.
+func eventJSON(ev Event, delivery int64) ([]byte, error) {
+	return json.Marshal(struct {
+		Event
+		Delivery int64 `json:"delivery"`
+	}{ev, delivery})
+}
 
 // Sign is the signature of body under secret, as SignatureHeader carries it.
 func Sign(secret string, body []byte) string {
