@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"mime/quotedprintable"
@@ -570,5 +571,46 @@ func TestARedeliveryCarriesTheSameDeliveryIDInsideTheSignedBody(t *testing.T) {
 	}
 	if string(got[0].body) != string(got[1].body) {
 		t.Errorf("the redelivery's body differs:\n%s\n%s", got[0].body, got[1].body)
+	}
+}
+
+// The credentials and the mail go only over a TLS connection to the
+// server the destination names: a server that does not offer STARTTLS
+// (or someone between that strips it) is abandoned at once, one whose
+// certificate is not trusted is retried; neither is sent AUTH or the
+// mail.
+func TestAnEmailWithoutTheTLSItRequiresSendsNeitherCredentialsNorTheMail(t *testing.T) {
+	tests := []struct {
+		name         string
+		noStartTLS   bool
+		trusted      bool
+		wantAttempts int
+		wantReason   string
+	}{
+		{"fail/a server that does not offer STARTTLS is abandoned at once", true, true, 1, "does not offer STARTTLS"},
+		{"fail/a server whose certificate is not trusted is retried", false, false, notify.MaxAttempts, "certificate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startSMTP(t, false)
+			srv.noStartTLS = tt.noStartTLS
+			dst := notify.Destination{Type: notify.TypeEmail, SMTP: srv.addr, From: "acme@example.com",
+				To: []string{"ops@example.com"}, Username: "acme", Password: "pw"}
+			opts := notify.Options{TLS: &tls.Config{}}
+			if tt.trusted {
+				opts.TLS.RootCAs = srv.certs
+			} else {
+				opts.TLS.RootCAs = x509.NewCertPool()
+			}
+			r := newRig(t, opts, dst)
+			ids := r.event(t, sampleEvent(acme.EventCertificateIssued), dst)
+			j := r.wait(t, ids[0])
+			if j.Status != store.JobFailed || j.Attempts != tt.wantAttempts || !strings.Contains(j.LastError, tt.wantReason) {
+				t.Errorf("job %s after %d attempts (%s); want failed after %d with %q", j.Status, j.Attempts, j.LastError, tt.wantAttempts, tt.wantReason)
+			}
+			if n, m := srv.authCount(), len(srv.received()); n != 0 || m != 0 {
+				t.Errorf("the server got %d AUTH commands and %d mails; want none", n, m)
+			}
+		})
 	}
 }

@@ -123,11 +123,15 @@ type smtpServer struct {
 	addr     string
 	implicit bool
 	rejectTo string // RCPT TO this address is answered 550
-	certs    *x509.CertPool
-	cfg      *tls.Config
+	// noStartTLS: EHLO does not offer STARTTLS (a server without it,
+	// or someone between that strips it).
+	noStartTLS bool
+	certs      *x509.CertPool
+	cfg        *tls.Config
 
 	mu    sync.Mutex
 	mails []mail
+	auths int // AUTH commands received, over TLS or not
 	got   chan struct{}
 }
 
@@ -177,7 +181,7 @@ func (s *smtpServer) serve(c net.Conn) {
 		switch strings.ToUpper(verb) {
 		case "EHLO", "HELO":
 			m.hello = arg
-			if !m.tls {
+			if !m.tls && !s.noStartTLS {
 				reply("250-test", "250-STARTTLS", "250 AUTH PLAIN")
 			} else {
 				reply("250-test", "250 AUTH PLAIN")
@@ -192,6 +196,9 @@ func (s *smtpServer) serve(c net.Conn) {
 			tp = textproto.NewConn(tc)
 		case "AUTH":
 			m.auth = arg
+			s.mu.Lock()
+			s.auths++
+			s.mu.Unlock()
 			reply("235 ok")
 		case "MAIL":
 			m.from = strings.TrimSuffix(strings.TrimPrefix(arg, "FROM:<"), ">")
@@ -223,6 +230,12 @@ func (s *smtpServer) serve(c net.Conn) {
 			reply("502 what")
 		}
 	}
+}
+
+func (s *smtpServer) authCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.auths
 }
 
 func (s *smtpServer) received() []mail {
