@@ -3,6 +3,7 @@ package acmeproxy
 import (
 	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 
 	"context"
 	"crypto/ecdsa"
@@ -379,5 +380,37 @@ func TestADelegatedOrderWhoseSignerKeepsFailingFailsOnceItsAttemptsAreSpent(t *t
 	evs := auditRows(t, front.db, store.AuditFilter{Event: vocab.EventCertificateIssueFailed, OrderID: id})
 	if len(evs) != 1 || !strings.Contains(evs[0].Detail, "abandoned") {
 		t.Fatalf("certificate_issue_failed rows: %+v; want one saying the delegated issuance was abandoned", evs)
+	}
+}
+
+// A front end's operator (the admin API, the CLI, the web page) sees the
+// CRL the front end serves, the one a worker signed, instead of being told
+// that the profile's signer publishes none; a regeneration, which only an
+// instance holding the key can sign, is refused as a conflict that says
+// where to ask.
+func TestAFrontEndsOperatorShowsTheCRLTheFrontEndServes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbPath, ca, front := startFrontEnd(t)
+	workerEnv(t, dbPath, ca, nil)
+	c := front.client(ctx)
+	got := front.issue(ctx, c, "shown.example.com")
+	if err := c.RevokeCert(ctx, nil, got.der, acme.CRLReasonSuperseded); err != nil {
+		t.Fatalf("revoke through the front end: %v", err)
+	}
+	served := front.crl(lists(got.leaf.SerialNumber))
+
+	op := &operator.Operator{DB: front.db, Queue: front.queue, Profiles: staticProfiles{front.srv.Profile(): front.srv}}
+	v, err := op.ShowCRL(ctx, front.srv.Profile())
+	if err != nil {
+		t.Fatalf("crl show at the front end: %v", err)
+	}
+	if v.Issuer != signer.LeafIssuerKeyID(got.leaf) || v.Number < served.Number.Int64() || v.Entries != len(served.RevokedCertificateEntries) {
+		t.Errorf("crl show at the front end: %+v; want the CRL it serves, number %d, %d entries, of CA %s",
+			v, served.Number, len(served.RevokedCertificateEntries), signer.LeafIssuerKeyID(got.leaf))
+	}
+	_, err = op.RegenerateCRL(ctx, front.srv.Profile())
+	if status, msg := operator.Describe(err); status != http.StatusConflict || !strings.Contains(msg, "holding") {
+		t.Errorf("crl regenerate at the front end: %d %q; want a conflict naming where to regenerate", status, msg)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
@@ -653,7 +654,9 @@ func (op *Operator) crlServer(profile string) (*authority.Authority, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: profile %q is not mounted in this process", store.ErrNotFound, profile)
 	}
-	if _, ok := s.CRLSigner(); !ok {
+	// A front end (signer delegated) serves the CRLs its workers signed
+	// and published: it shows them as it serves them.
+	if _, ok := s.CRLSigner(); !ok && !s.Delegates() {
 		return nil, fmt.Errorf("%w: the signer of profile %s publishes no CRL", store.ErrNotFound, profile)
 	}
 	return s, nil
@@ -666,8 +669,10 @@ func (op *Operator) ShowCRL(ctx context.Context, profile string) (CRLView, error
 		return CRLView{}, err
 	}
 	crl, err := s.CurrentCRL(ctx)
-	if errors.Is(err, authority.ErrNoCRL) {
-		return CRLView{}, fmt.Errorf("%w: %w", store.ErrNotFound, err)
+	if _, isProblem := problem.As(err); errors.Is(err, authority.ErrNoCRL) || isProblem && s.Delegates() {
+		// For a front end, a problem is the not-found of a profile
+		// whose workers published no CRL (yet, or at all: a relay's).
+		return CRLView{}, fmt.Errorf("%w: no CRL of profile %s is published: %w", store.ErrNotFound, profile, err)
 	}
 	if err != nil {
 		return CRLView{}, err
@@ -675,11 +680,15 @@ func (op *Operator) ShowCRL(ctx context.Context, profile string) (CRLView, error
 	return crlView(profile, crl), nil
 }
 
-// RegenerateCRL publishes a new CRL for a profile's CA now.
+// RegenerateCRL publishes a new CRL for a profile's CA now. A front end
+// holds no key to sign one with: it refuses, naming where to ask.
 func (op *Operator) RegenerateCRL(ctx context.Context, profile string) (CRLView, error) {
 	s, err := op.crlServer(profile)
 	if err != nil {
 		return CRLView{}, err
+	}
+	if s.Delegates() {
+		return CRLView{}, fmt.Errorf("%w: profile %s is mounted here without its signer; regenerate its CRL at an instance holding the signer", ErrConflict, profile)
 	}
 	crl, err := s.RegenerateCRL(ctx)
 	if err != nil {
