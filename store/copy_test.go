@@ -398,3 +398,42 @@ func TestMigrateStoreCopiesTextPostgreSQLCannotHoldWithReplacementCharacters(t *
 		})
 	}
 }
+
+// The tables and columns added last are copied as the older ones: a relay
+// order's upstream placement (without it, an instance of the fleet would
+// place a second upstream order for an order prepared before the move)
+// and a certificate's alternate chains (cert/{id}/{n}).
+func TestMigrateStoreCopiesARelayPlacementAndACertificatesAlternateChains(t *testing.T) {
+	ctx := context.Background()
+	src := filledSQLite(t)
+	issued, err := issueWithAlternates(t, src, []string{"first alternate", "second alternate"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := processingOrder(t, src)
+	if _, ok, err := src.ClaimRelayPlacement(ctx, placed.ID, "host:1:a", t0, t0.Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if _, err := src.RecordRelayPlacement(ctx, placed.ID, "host:1:a", "https://up.example/order/1", t0); err != nil {
+		t.Fatal(err)
+	}
+	claimed := processingOrder(t, src)
+	if _, ok, err := src.ClaimRelayPlacement(ctx, claimed.ID, "host:1:a", t0, t0.Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+
+	dst, _ := copyToPostgres(t, src)
+	c, err := dst.GetCertificate(ctx, "p", issued.ID)
+	if err != nil || !slices.Equal(c.AlternatesPEM, issued.AlternatesPEM) {
+		t.Errorf("the certificate in the target: alternates %q (%v); want %q", c.AlternatesPEM, err, issued.AlternatesPEM)
+	}
+	for _, want := range []RelayPlacement{
+		{OrderID: placed.ID, Owner: "host:1:a", Until: t0.Add(time.Minute), UpstreamOrderURL: "https://up.example/order/1"},
+		{OrderID: claimed.ID, Owner: "host:1:a", Until: t0.Add(time.Minute)},
+	} {
+		p, err := dst.GetRelayPlacement(ctx, want.OrderID)
+		if err != nil || p.Owner != want.Owner || !p.Until.Equal(want.Until) || p.UpstreamOrderURL != want.UpstreamOrderURL {
+			t.Errorf("the placement in the target: %+v (%v); want %+v", p, err, want)
+		}
+	}
+}
