@@ -414,3 +414,31 @@ func TestAFrontEndsOperatorShowsTheCRLTheFrontEndServes(t *testing.T) {
 		t.Errorf("crl regenerate at the front end: %d %q; want a conflict naming where to regenerate", status, msg)
 	}
 }
+
+// The operator's overview of a front end (the web page's first page)
+// reports the CRL the front end serves, with its health, as it does for an
+// instance holding the signer, instead of "CRL: no".
+func TestAFrontEndsOverviewReportsTheCRLTheFrontEndServes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbPath, ca, front := startFrontEnd(t)
+	op := &operator.Operator{DB: front.db, Queue: front.queue, Profiles: staticProfiles{front.srv.Profile(): front.srv}}
+	ov, err := op.Overview(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ov.CRLs) != 0 || ov.Profiles[0].CRL {
+		t.Fatalf("the overview before any worker published: CRLs %+v, profile %+v; want none", ov.CRLs, ov.Profiles[0])
+	}
+
+	workerEnv(t, dbPath, ca, nil)
+	c := front.client(ctx)
+	got := front.issue(ctx, c, "overview.example.com")
+	front.crl(func(*x509.RevocationList) bool { return true })
+	if ov, err = op.Overview(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(ov.CRLs) != 1 || ov.CRLs[0].Error != "" || ov.CRLs[0].Issuer != signer.LeafIssuerKeyID(got.leaf) || !ov.Profiles[0].CRL {
+		t.Errorf("the overview of the front end: CRLs %+v, profile %+v; want the CRL it serves, of CA %s", ov.CRLs, ov.Profiles[0], signer.LeafIssuerKeyID(got.leaf))
+	}
+}

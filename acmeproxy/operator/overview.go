@@ -176,11 +176,21 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 			}
 		}
 	}
-	for _, p := range ov.Profiles {
-		if !p.CRL {
+	for i, p := range ov.Profiles {
+		delegated := p.Revocation == "delegated"
+		if !p.CRL && !delegated {
 			continue
 		}
 		v, err := op.ShowCRL(ctx, p.Name)
+		if delegated {
+			// A front end serves a CRL when its workers published one:
+			// none yet, or a signer that has none (a relay), is no
+			// CRL rather than a CRL in error.
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			ov.Profiles[i].CRL = true
+		}
 		st := CRLStatus{CRLView: v}
 		if err != nil {
 			st = CRLStatus{CRLView: CRLView{Profile: p.Name}, Error: err.Error()}
