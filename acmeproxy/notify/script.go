@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os/exec"
-	"syscall"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/procgroup"
 )
 
 // script runs the destination's program, without a shell, in a clean
@@ -23,12 +24,12 @@ func (d *Deliverer) script(ctx context.Context, dst Destination, body []byte) er
 	cmd := exec.CommandContext(ctx, dst.Command, dst.Args...)
 	cmd.Env = d.opts.ScriptEnv
 	cmd.Stdin = bytes.NewReader(body)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.SysProcAttr = procgroup.Attr(false)
+	cmd.Cancel = func() error { procgroup.KillGroup(cmd.Process.Pid); return nil }
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
 	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the group outlives its leader; ESRCH when empty
+		procgroup.KillGroup(cmd.Process.Pid) // the group outlives its leader
 	}
 	if err == nil {
 		return nil

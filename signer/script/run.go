@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/procgroup"
 )
 
 // Output caps: what the program writes past them is discarded and the
@@ -102,7 +104,7 @@ func execute(ctx context.Context, r run) (result, error) {
 		cmd.Env = []string{}
 	}
 	cmd.Dir = "/"
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = procgroup.Attr(true)
 
 	// Own pipes, not exec's: Wait must not wait for a grandchild that
 	// holds them open, and their reading is bounded after the kill.
@@ -193,7 +195,7 @@ func execute(ctx context.Context, r run) (result, error) {
 		<-exited
 	}
 	// Whatever the program left behind in its group goes with it.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	procgroup.KillGroup(pgid)
 
 	done := make(chan struct{})
 	go func() { readers.Wait(); close(done) }()
@@ -219,7 +221,7 @@ func execute(ctx context.Context, r run) (result, error) {
 // kill kills the program's process group, and the program itself should
 // the group be gone already.
 func kill(p *os.Process) {
-	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+	procgroup.KillGroup(p.Pid)
 	_ = p.Kill()
 }
 

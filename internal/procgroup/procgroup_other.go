@@ -1,0 +1,19 @@
+//go:build !unix
+
+package procgroup
+
+import (
+	"os"
+	"syscall"
+)
+
+// Attr is nil: this system has no process groups the package can kill,
+// nor a parent-death signal.
+func Attr(parentDeath bool) *syscall.SysProcAttr { return nil }
+
+// KillGroup kills the program pid only: what it started runs on.
+func KillGroup(pid int) {
+	if p, err := os.FindProcess(pid); err == nil {
+		_ = p.Kill()
+	}
+}
