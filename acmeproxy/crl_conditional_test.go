@@ -27,10 +27,7 @@ func TestARevocationAtAnotherInstanceInTheSecondOfTheHeldCRLIsNotAnswered304(t *
 		// Two tenths into a second, so that half a second later is the
 		// same second.
 		clk := clocktest.New(time.Now().Truncate(time.Second).Add(200 * time.Millisecond))
-		withClock := func(o *Options) { o.Clock = clk }
-		place := newPlace(t)
-		a := newTestEnvWith(t, envOptions{dbPath: place, opts: withClock})
-		b := newTestEnvWith(t, envOptions{dbPath: place, ca: a.ca, opts: withClock})
+		a, b := twoInstances(t, clk)
 
 		held, err := a.srv.Authority().RegenerateCRL(ctx)
 		if err != nil {

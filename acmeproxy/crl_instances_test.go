@@ -13,6 +13,17 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
+// twoInstances are two instances on one new database and one CA, as two
+// Caddy processes of a fleet are, on the clock clk.
+func twoInstances(t *testing.T, clk *clocktest.Fake) (a, b *testEnv) {
+	t.Helper()
+	withClock := func(o *Options) { o.Clock = clk }
+	place := newPlace(t)
+	a = newTestEnvWith(t, envOptions{dbPath: place, opts: withClock})
+	b = newTestEnvWith(t, envOptions{dbPath: place, ca: a.ca, opts: withClock})
+	return a, b
+}
+
 // An instance serves a CRL from memory and asks the store for a newer one
 // every few seconds: a revocation recorded at another instance is on the
 // CRL it serves within 5 s of the CRL that lists it being stored, as the
@@ -22,10 +33,7 @@ func TestARevocationAtOneInstanceIsOnTheCRLAnotherServesWithinFiveSeconds(t *tes
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		clk := clocktest.New(time.Now())
-		withClock := func(o *Options) { o.Clock = clk }
-		place := newPlace(t)
-		a := newTestEnvWith(t, envOptions{dbPath: place, opts: withClock})
-		b := newTestEnvWith(t, envOptions{dbPath: place, ca: a.ca, opts: withClock})
+		a, b := twoInstances(t, clk)
 		served := func() *x509.RevocationList {
 			t.Helper()
 			resp, err := b.ts.Client().Get(b.url("/crl"))
