@@ -30,6 +30,7 @@ import (
 	xacme "golang.org/x/crypto/acme"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proctest"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/script"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -185,21 +186,6 @@ func scriptJobFailedOnce(t *testing.T, app *App, orderID string) store.Job {
 	return store.Job{}
 }
 
-// processGone waits, up to 5s, for a process to be dead: no longer there,
-// or a zombie waiting to be reaped.
-func processGone(pid int) bool {
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return true
-		}
-		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "Z" {
-			return true
-		}
-	}
-	return false
-}
-
 func TestEveryWayAScriptSignerFailsReachesTheClientGenericallyAndTheOperatorInFull(t *testing.T) {
 	needScriptTools(t)
 	modes := absPath(t, "testdata/script-signer/modes.sh")
@@ -312,7 +298,7 @@ func TestEveryWayAScriptSignerFailsReachesTheClientGenericallyAndTheOperatorInFu
 					t.Fatal(err)
 				}
 				pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-				if !processGone(pid) {
+				if !proctest.Gone(pid) {
 					syscall.Kill(pid, syscall.SIGKILL)
 					t.Errorf("the sleeping grandchild %d outlived the timeout", pid)
 				}

@@ -1,7 +1,6 @@
 package notify_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -13,24 +12,9 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proctest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 )
-
-// gone waits, up to 5s, for a process to be dead: no longer there, or a
-// zombie waiting for its new parent to reap it.
-func gone(pid int) bool {
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return true
-		}
-		// pid (comm) STATE ...
-		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "Z" {
-			return true
-		}
-	}
-	return false
-}
 
 // A notification script that started a program of its own (a shell
 // script's curl, say) leaves nothing running behind, whether it hung
@@ -72,7 +56,7 @@ func TestAScriptLeavesNothingItStartedRunningAfterItsAttempt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !gone(pid) {
+			if !proctest.Gone(pid) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 				t.Errorf("the script's child %d outlived its attempt", pid)
 			}

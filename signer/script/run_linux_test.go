@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proctest"
 )
 
 // helperProgram, set in the environment, makes the test binary a helper
@@ -53,7 +55,7 @@ func TestWhenCaddyIsKilledTheProgramIsKilledBeforeItSigns(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = caddy.Wait()
-	if !gone(t, pid) {
+	if !proctest.Gone(pid) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Errorf("the program %d outlived Caddy", pid)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proctest"
 )
 
 // program writes an executable /bin/sh script into a temporary directory
@@ -93,23 +94,6 @@ func TestHowTheProgramEndsIsReported(t *testing.T) {
 	}
 }
 
-// gone waits, up to 5s, for a process to be dead: no longer there, or a
-// zombie waiting for its new parent to reap it.
-func gone(t *testing.T, pid int) bool {
-	t.Helper()
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return true
-		}
-		// pid (comm) STATE ...
-		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "Z" {
-			return true
-		}
-	}
-	return false
-}
-
 func readPid(t *testing.T, file string) int {
 	t.Helper()
 	b, err := os.ReadFile(file)
@@ -138,7 +122,7 @@ func TestAtTheTimeoutTheProgramAndEverythingItStartedAreKilled(t *testing.T) {
 	if !res.TimedOut || res.describe() != "timed out and was killed" {
 		t.Errorf("%+v; want timed out", res)
 	}
-	if pid := readPid(t, pidFile); !gone(t, pid) {
+	if pid := readPid(t, pidFile); !proctest.Gone(pid) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Errorf("the sleeping grandchild %d outlived the timeout", pid)
 	}
@@ -158,7 +142,7 @@ func TestAProgramThatExitsLeavesNothingRunningBehind(t *testing.T) {
 	if res.TimedOut || res.Exit != 0 || string(res.Stdout) != "done\n" {
 		t.Errorf("%s, stdout %q; want exit 0 and done", res.describe(), res.Stdout)
 	}
-	if pid := readPid(t, pidFile); !gone(t, pid) {
+	if pid := readPid(t, pidFile); !proctest.Gone(pid) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Errorf("the background child %d outlived the program", pid)
 	}
