@@ -309,9 +309,9 @@ func (r *Runner) Running() int {
 }
 
 // Stop stops claiming, waits up to StopTimeout for running handlers, then
-// cancels the rest and releases their leases so another runner can take
-// them at once. It returns when the handlers have returned, or after a
-// further short grace for handlers that ignore cancellation.
+// cancels the rest and, once they have returned (or after a further short
+// grace for handlers that ignore cancellation), releases their leases so
+// another runner can take them at once.
 func (r *Runner) Stop() error {
 	r.mu.Lock()
 	if !r.started || r.loopCancel == nil {
@@ -337,6 +337,14 @@ func (r *Runner) Stop() error {
 		}
 	}
 	r.mu.Unlock()
+	// Cancel the handlers before handing their jobs back, and give them
+	// a moment to return: a job released while its handler still works
+	// is claimable by another runner, which would run it beside this one.
+	r.workCancel()
+	if !waitTimeout(&r.workers, time.Second) {
+		r.log.Warn("job handlers still running after stop; releasing their jobs all the same",
+			zap.String("event", "jobs_stop_abandoned"), zap.Int("handlers", len(ids)))
+	}
 	var errs []error
 	for _, id := range ids {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -345,11 +353,6 @@ func (r *Runner) Stop() error {
 		if err != nil && !errors.Is(err, store.ErrLeaseLost) {
 			errs = append(errs, err)
 		}
-	}
-	r.workCancel()
-	if !waitTimeout(&r.workers, time.Second) {
-		r.log.Warn("job handlers still running after stop; their jobs were released",
-			zap.String("event", "jobs_stop_abandoned"), zap.Int("handlers", len(ids)))
 	}
 	return errors.Join(errs...)
 }
