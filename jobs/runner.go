@@ -113,9 +113,13 @@ type kindState struct {
 	Handler
 	lease       time.Duration
 	concurrency int
-	running     int       // guarded by Runner.mu
-	backlog     bool      // jobs may wait for a slot of this kind; guarded by Runner.mu
-	renewedAt   time.Time // loop goroutine only
+	running     int // guarded by Runner.mu
+	// starting counts RunNow's jobs between reserve and startNow: stored
+	// (or being stored) leased to the runner, not yet in flight. Guarded
+	// by Runner.mu.
+	starting  int
+	backlog   bool      // jobs may wait for a slot of this kind; guarded by Runner.mu
+	renewedAt time.Time // loop goroutine only
 }
 
 // flight is one attempt in progress. Once a worker starts settling it, Stop
@@ -373,6 +377,7 @@ func (r *Runner) reserve(ks *kindState) bool {
 		return false
 	}
 	ks.running++
+	ks.starting++
 	return true
 }
 
@@ -380,6 +385,7 @@ func (r *Runner) reserve(ks *kindState) bool {
 func (r *Runner) unreserve(ks *kindState) {
 	r.mu.Lock()
 	ks.running--
+	ks.starting--
 	r.mu.Unlock()
 }
 
@@ -389,6 +395,7 @@ func (r *Runner) unreserve(ks *kindState) {
 // the runner began stopping meanwhile (the slot is given back).
 func (r *Runner) startNow(ks *kindState, job Job) (<-chan bool, bool) {
 	r.mu.Lock()
+	ks.starting--
 	if r.stopping {
 		ks.running--
 		r.mu.Unlock()
@@ -529,15 +536,29 @@ func (r *Runner) claimDue(ctx context.Context, kinds []string, polled bool) (mor
 // After a poll it first asks a reader whether anything is due, so an idle
 // runner polls with reads, not writes. wrote reports whether the claim's
 // write ran.
+//
+// With nothing of kind in flight here, it takes this runner's own lapsed
+// leases too: no attempt of its works on them, so they are jobs whose
+// claim (or RunNow's leased insert) committed without the answer
+// reaching it, and another instance — on a lone instance, no one —
+// would otherwise be needed to take them up. With attempts in flight a
+// lapsed lease of its own may be one of theirs, whose renewals failed.
 func (r *Runner) claimInto(ctx context.Context, kind string, ks *kindState, n int, polled bool) (claimed []Job, wrote bool, err error) {
+	r.mu.Lock()
+	idle := ks.running == 0
+	r.mu.Unlock()
+	claim, skip := r.q.db.ClaimJobsIn, r.opts.Owner
+	if idle {
+		claim, skip = r.q.db.ClaimJobsIdle, ""
+	}
 	now := r.opts.Clock.Now()
 	if polled {
-		due, err := r.q.db.AnyJobDue(ctx, kind, r.opts.Lanes, r.opts.Owner, now)
+		due, err := r.q.db.AnyJobDue(ctx, kind, r.opts.Lanes, skip, now)
 		if err == nil && !due {
 			return nil, false, nil
 		}
 	}
-	claimed, err = r.q.db.ClaimJobsIn(ctx, kind, r.opts.Lanes, r.opts.Owner, now, now.Add(ks.lease), n)
+	claimed, err = claim(ctx, kind, r.opts.Lanes, r.opts.Owner, now, now.Add(ks.lease), n)
 	return claimed, err == nil, err
 }
 
@@ -587,6 +608,43 @@ func (r *Runner) renewLeases(ctx context.Context) {
 			if !slices.Contains(renewed, id) {
 				r.lose(id)
 			}
+		}
+		r.handBackStrays(ctx, ks, renewed)
+	}
+}
+
+// handBackStrays releases the jobs a renewal of ks's leases found leased
+// to this runner with no attempt of its in flight: a claim, or RunNow's
+// leased insert, that committed without the answer reaching the runner
+// (the connection cut as the commit returned). Nothing works on them,
+// and the renewals would keep their leases alive, out of every other
+// runner's reach, for as long as other jobs of the kind run here.
+// While a RunNow of the kind is between its insert and its flight, a
+// job may look so that is not: the next renewal looks again.
+func (r *Runner) handBackStrays(ctx context.Context, ks *kindState, renewed []int64) {
+	r.mu.Lock()
+	if ks.starting > 0 {
+		r.mu.Unlock()
+		return
+	}
+	var strays []int64
+	for _, id := range renewed {
+		if r.inflight[id] == nil {
+			strays = append(strays, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range strays {
+		// The release is guarded on the lease: a job that settled since
+		// the renewal found it is left as it is.
+		err := r.q.db.ReleaseJob(ctx, id, r.opts.Owner, r.opts.Clock.Now())
+		switch {
+		case err == nil:
+			r.log.Warn("job leased to this runner with no attempt of it running here; handed back",
+				zap.String("event", "jobs_stray_released"), zap.String("kind", ks.Kind()), zap.Int64("job", id))
+		case !errors.Is(err, store.ErrLeaseLost) && ctx.Err() == nil:
+			r.log.Warn("handing back a job leased to this runner with no attempt of it running here", zap.String("event", "jobs_release_failed"),
+				zap.String("kind", ks.Kind()), zap.Int64("job", id), zap.Error(err))
 		}
 	}
 }

@@ -250,11 +250,26 @@ func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil
 // postgresDialect.claimJobs), so concurrent claimers never take one job
 // twice.
 func (db *DB) ClaimJobsIn(ctx context.Context, kind string, lanes []string, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
+	return db.claimJobsIn(ctx, kind, lanes, owner, owner, now, leaseUntil, limit)
+}
+
+// ClaimJobsIdle is ClaimJobsIn for a runner that has no job of kind in
+// flight: it also takes the jobs whose lease owner itself let lapse,
+// which nothing of owner's works on — a claim or a leased insert
+// (EnqueueJobLeased) committed whose answer never reached it. Their
+// attempt is counted again, as a dead runner's is.
+func (db *DB) ClaimJobsIdle(ctx context.Context, kind string, lanes []string, owner string, now, leaseUntil time.Time, limit int) ([]Job, error) {
+	return db.claimJobsIn(ctx, kind, lanes, owner, "", now, leaseUntil, limit)
+}
+
+// claimJobsIn claims for owner, leaving alone the lapsed leases of skip
+// ("" for none: no job is leased to no one).
+func (db *DB) claimJobsIn(ctx context.Context, kind string, lanes []string, owner, skip string, now, leaseUntil time.Time, limit int) ([]Job, error) {
 	marks, laneArgs := laneList(lanes)
 	args := append([]any{owner, leaseUntil.UnixMilli(), now.UnixMilli(), kind}, laneArgs...)
-	args = append(args, now.UnixMilli(), now.UnixMilli(), owner, kind)
+	args = append(args, now.UnixMilli(), now.UnixMilli(), skip, kind)
 	args = append(args, laneArgs...)
-	args = append(args, now.UnixMilli(), owner, limit)
+	args = append(args, now.UnixMilli(), skip, limit)
 	var out []Job
 	err := db.wr.queryEach(ctx, db.q(db.dialect.claimJobs(jobCols, marks)), args,
 		func() { out = nil },
@@ -298,8 +313,8 @@ func laneList(lanes []string) (string, []any) {
 }
 
 // AnyJobDue reports whether ClaimJobsIn would find a job of kind in
-// lanes for owner now. It is a read, so a runner can poll without
-// writing.
+// lanes for owner now (ClaimJobsIdle: for owner ""). It is a read, so a
+// runner can poll without writing.
 func (db *DB) AnyJobDue(ctx context.Context, kind string, lanes []string, owner string, now time.Time) (bool, error) {
 	marks, laneArgs := laneList(lanes)
 	args := append([]any{kind}, laneArgs...)
