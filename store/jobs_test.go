@@ -112,6 +112,38 @@ func TestClaimTakesOnlyDueJobsAndExpiredLeases(t *testing.T) {
 	})
 }
 
+// A claimer never takes back its own lapsed lease (an attempt of its may
+// still run, its renewals having failed) unless it says it has nothing
+// of the kind in flight (ClaimJobsIdle): then the job is one whose claim
+// it never heard back from, and only that claimer may be left to run it.
+func TestOnlyAnIdleClaimTakesTheClaimersOwnLapsedLease(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		j, _, _ := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3}, t0)
+		if got, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 10); err != nil || len(got) != 1 {
+			t.Fatalf("claim: %+v, %v", got, err)
+		}
+		later := t0.Add(2 * time.Minute)
+		if due, err := db.AnyJobDue(ctx, "k", nil, "a", later); err != nil || due {
+			t.Errorf("AnyJobDue for its holder = %v, %v; want its own lapsed lease not due", due, err)
+		}
+		if got, err := db.ClaimJobs(ctx, "k", "a", later, later.Add(time.Minute), 10); err != nil || len(got) != 0 {
+			t.Fatalf("a busy claimer took back its own lapsed lease: %+v, %v", got, err)
+		}
+		if due, err := db.AnyJobDue(ctx, "k", nil, "", later); err != nil || !due {
+			t.Errorf("AnyJobDue skipping no owner = %v, %v; want the lapsed lease due", due, err)
+		}
+		got, err := db.ClaimJobsIdle(ctx, "k", nil, "a", later, later.Add(time.Minute), 10)
+		if err != nil || len(got) != 1 || got[0].ID != j.ID || got[0].LeaseOwner != "a" || got[0].Attempts != 2 {
+			t.Fatalf("idle claim: %+v, %v; want job %d leased to a again at attempt 2", got, err, j.ID)
+		}
+		if got, err := db.ClaimJobsIdle(ctx, "k", nil, "a", later, later.Add(time.Minute), 10); err != nil || len(got) != 0 {
+			t.Fatalf("an idle claim took a lease not lapsed: %+v, %v", got, err)
+		}
+	})
+}
+
 func TestCancelAndRetryNowFollowTheJobsState(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()
