@@ -761,11 +761,15 @@ func (db *DB) MoveJobLane(ctx context.Context, kind, key, lane string, now time.
 // batches of sweepBatch, each its own write (see deleteInBatches), and
 // returns how many it deleted.
 //
-// Each batch is one statement deleting settled rows, which nothing
-// changes again, oldest first, found by the index on finished_at. A
-// cancelled job whose Abandon is still owed is kept until it has run.
+// Each batch is one statement deleting settled rows, oldest first,
+// found by the index on finished_at. A cancelled job whose Abandon is
+// still owed is kept until it has run. The one change a settled row may
+// see is an operator's revival (RetryJobNow clears finished_at): the
+// DELETE checks that again on the row it deletes, which PostgreSQL (READ
+// COMMITTED) evaluates on the newest version of a row a revival changed
+// after the batch was picked, where the pick alone was its old one.
 func (db *DB) PruneJobs(ctx context.Context, cutoff time.Time) (int64, error) {
-	n, err := db.deleteInBatches(ctx, `DELETE FROM jobs WHERE id IN
+	n, err := db.deleteInBatches(ctx, `DELETE FROM jobs WHERE finished_at IS NOT NULL AND id IN
 		(SELECT id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ? AND status IN ('done','failed','cancelled') AND abandon_owed = 0
 		ORDER BY finished_at LIMIT ?)`, cutoff.UnixMilli())
 	if err != nil {
