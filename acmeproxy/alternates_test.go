@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"math/big"
 	"net/http"
 	"slices"
@@ -52,18 +51,6 @@ func crossIssuer(t *testing.T) []byte {
 	return der
 }
 
-// pemDERs are the certificates of a PEM chain.
-func pemDERs(b []byte) [][]byte {
-	var out [][]byte
-	for {
-		var block *pem.Block
-		if block, b = pem.Decode(b); block == nil {
-			return out
-		}
-		out = append(out, block.Bytes)
-	}
-}
-
 func TestACertificatesAlternateChainIsLinkedFromItsDefaultOneAndServedAtItsOwnURL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -85,7 +72,7 @@ func TestACertificatesAlternateChainIsLinkedFromItsDefaultOneAndServedAtItsOwnUR
 	if alt.status != http.StatusOK || alt.header.Get("Content-Type") != "application/pem-certificate-chain" {
 		t.Fatalf("alternate chain: %d %s %s; want 200, a PEM chain", alt.status, alt.header.Get("Content-Type"), alt.body)
 	}
-	got := pemDERs(alt.body)
+	got := signer.ChainDERs(alt.body)
 	if len(got) != 2 || !bytes.Equal(got[0], ders[0]) || !bytes.Equal(got[1], cross) {
 		t.Fatalf("alternate chain of %d certificates; want the same leaf, then the cross issuer", len(got))
 	}

@@ -250,18 +250,15 @@ func (s *Server) serveCertificate(w http.ResponseWriter, r *http.Request, id str
 		return problem.NotFound("certificate chain")
 	}
 	base := s.baseURL(r) + "/cert/" + id
-	for i := range len(c.AlternatesPEM) + 1 {
-		switch {
-		case i == alt:
-		case i == 0:
-			w.Header().Add("Link", link(base, "alternate"))
-		default:
-			w.Header().Add("Link", link(base+"/"+strconv.Itoa(i), "alternate"))
-		}
-	}
 	chain := c.ChainPEM
 	if alt > 0 {
 		chain = c.AlternatesPEM[alt-1]
+		w.Header().Add("Link", link(base, "alternate"))
+	}
+	for n := 1; n <= len(c.AlternatesPEM); n++ {
+		if n != alt {
+			w.Header().Add("Link", link(base+"/"+strconv.Itoa(n), "alternate"))
+		}
 	}
 	w.Header().Set("Content-Type", "application/pem-certificate-chain")
 	w.WriteHeader(http.StatusOK)

@@ -3,7 +3,6 @@ package authority
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
@@ -301,15 +300,7 @@ func (au *Authority) CAChain(ctx context.Context) (chain [][]byte, ok bool, err 
 	if err != nil {
 		return nil, false, err
 	}
-	rest := []byte(p.CAChainPEM)
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		chain = append(chain, b.Bytes)
-	}
+	chain = signer.ChainDERs([]byte(p.CAChainPEM))
 	return chain, len(chain) > 0, nil
 }
 

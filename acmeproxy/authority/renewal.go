@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
@@ -205,18 +204,7 @@ func (au *Authority) certificateOf(ctx context.Context, id CertID) (store.Certif
 
 // chainDER reads a stored PEM chain.
 func chainDER(chainPEM string) ([][]byte, error) {
-	var out [][]byte
-	rest := []byte(chainPEM)
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type == "CERTIFICATE" {
-			out = append(out, b.Bytes)
-		}
-	}
+	out := signer.ChainDERs([]byte(chainPEM))
 	if len(out) == 0 {
 		return nil, errors.New("the stored chain holds no certificate")
 	}

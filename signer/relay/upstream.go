@@ -478,7 +478,7 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 	if err != nil {
 		return signer.IssueOutcome{}, err
 	}
-	ders := chainDERs(body)
+	ders := signer.ChainDERs(body)
 	if len(ders) == 0 {
 		return signer.IssueOutcome{}, errors.New("the upstream's certificate chain holds no certificate")
 	}
@@ -509,7 +509,7 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 				zap.String("order", ro.OrderID), zap.String("url", u), zap.Error(err))
 			continue
 		}
-		altDERs := chainDERs(alt)
+		altDERs := signer.ChainDERs(alt)
 		if len(altDERs) == 0 || !bytes.Equal(altDERs[0], ders[0]) {
 			log.Warn("an alternate chain of the upstream's certificate is not a chain for its leaf; left out", zap.String("event", "relay_alternate_skipped"),
 				zap.String("order", ro.OrderID), zap.String("url", u))
@@ -518,21 +518,6 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 		out.Alternates = append(out.Alternates, altDERs)
 	}
 	return out, nil
-}
-
-// chainDERs are the certificates of a PEM chain, in its order.
-func chainDERs(rest []byte) [][]byte {
-	var ders [][]byte
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return ders
-		}
-		if block.Type == "CERTIFICATE" {
-			ders = append(ders, block.Bytes)
-		}
-	}
 }
 
 // problemText renders an upstream problem for an operator.
