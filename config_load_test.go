@@ -38,6 +38,9 @@ const loadCaddyfile = `{
 	persist_config off
 	storage file_system %[1]s
 	skip_install_trust
+	# Fresh storage: nothing to clean. Caddy's clean at start can delete
+	# the site certificate's folder while it is obtained (retried in 60 s).
+	storage_clean_interval off
 	local_certs
 	default_bind 127.0.0.1
 	http_port %[3]d

@@ -260,6 +260,9 @@ const preparedRelayCaddyfile = `{
 	persist_config off
 	storage file_system %[1]s
 	skip_install_trust
+	# Fresh storage: nothing to clean. Caddy's clean at start can delete
+	# the site certificate's folder while it is obtained (retried in 60 s).
+	storage_clean_interval off
 	auto_https disable_redirects
 	default_bind 127.0.0.1
 	https_port %[2]d

@@ -62,6 +62,9 @@ const fleetCaddyfile = `{
 	persist_config off
 	storage file_system %[3]s
 	skip_install_trust
+	# Fresh storage: nothing to clean. Caddy's clean at start can delete
+	# the site certificate's folder while it is obtained (retried in 60 s).
+	storage_clean_interval off
 	auto_https disable_redirects
 	default_bind %[1]s
 	https_port %[4]d
