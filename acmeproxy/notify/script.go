@@ -19,15 +19,18 @@ import (
 // the timeout) is retried. At the timeout the whole group is killed, and
 // once the program exited whatever it left running in its group is too:
 // a hanging delivery is retried, and each attempt must not leave a
-// process behind.
+// process behind. On Linux the program is killed too when Caddy dies
+// (procgroup.Start): no delivery runs on unattended, past its timeout.
 func (d *Deliverer) script(ctx context.Context, dst Destination, body []byte) error {
 	cmd := exec.CommandContext(ctx, dst.Command, dst.Args...)
 	cmd.Env = d.opts.ScriptEnv
 	cmd.Stdin = bytes.NewReader(body)
-	cmd.SysProcAttr = procgroup.Attr(false)
 	cmd.Cancel = func() error { procgroup.KillGroup(cmd.Process.Pid); return nil }
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	exited, err := procgroup.Start(cmd)
+	if err == nil {
+		err = <-exited
+	}
 	if cmd.Process != nil {
 		procgroup.KillGroup(cmd.Process.Pid) // the group outlives its leader
 	}

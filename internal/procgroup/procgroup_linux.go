@@ -2,17 +2,10 @@ package procgroup
 
 import "syscall"
 
-// Attr puts the program in a process group of its own. With parentDeath,
-// the kernel also kills the program when the thread that started it ends
-// (Linux's parent-death signal): the caller must start and wait for the
-// program from a goroutine locked to its thread, which then ends only
-// with the process — so a program is killed when Caddy dies (killed, out
-// of memory) instead of running on unattended. The signal reaches the
-// program only, not what it started.
-func Attr(parentDeath bool) *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true}
-	if parentDeath {
-		a.Pdeathsig = syscall.SIGKILL
-	}
-	return a
+// attr puts the program in a process group of its own, and has the
+// kernel kill the program when the thread that started it ends (Linux's
+// parent-death signal): Start starts and waits for it from a goroutine
+// locked to its thread, which then ends only with the process.
+func attr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -7,9 +7,9 @@ import (
 	"syscall"
 )
 
-// Attr is nil: this system has no process groups the package can kill,
+// attr is nil: this system has no process groups the package can kill,
 // nor a parent-death signal.
-func Attr(parentDeath bool) *syscall.SysProcAttr { return nil }
+func attr() *syscall.SysProcAttr { return nil }
 
 // KillGroup kills the program pid only: what it started runs on.
 func KillGroup(pid int) {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -91,7 +90,7 @@ func (r result) describe() string {
 // r.Env as its environment, r.Stdin written to it and then closed. At the
 // timeout, or when ctx ends, the whole group is killed; it is killed too
 // once the program exits, so nothing it started outlives it. Where the
-// platform allows (see sysProcAttr), the program is killed too when this
+// platform allows (procgroup.Start), the program is killed too when this
 // process dies. An error is returned only when the program could not be
 // started.
 func execute(ctx context.Context, r run) (result, error) {
@@ -104,7 +103,6 @@ func execute(ctx context.Context, r run) (result, error) {
 		cmd.Env = []string{}
 	}
 	cmd.Dir = "/"
-	cmd.SysProcAttr = procgroup.Attr(true)
 
 	// Own pipes, not exec's: Wait must not wait for a grandchild that
 	// holds them open, and their reading is bounded after the kill.
@@ -127,25 +125,7 @@ func execute(ctx context.Context, r run) (result, error) {
 		return result{}, fmt.Errorf("script: %w", err)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	// Linux's parent-death signal fires when the thread that started the
-	// child ends, not the process; and the runtime ends a thread when a
-	// goroutine locked to it returns. So the program is started and
-	// waited for by a goroutine that holds its thread the whole time: no
-	// other goroutine runs on that thread, which then ends only with the
-	// process. (Wait blocks a thread anyway.)
-	started := make(chan error, 1)
-	exited := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- cmd.Wait()
-	}()
-	startErr := <-started
+	exited, startErr := procgroup.Start(cmd)
 	// The child has its copies; the parent keeps only its ends.
 	inR.Close()
 	outW.Close()
