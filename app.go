@@ -149,11 +149,16 @@ func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), 
 		if a.Database != "" {
 			return "", nil, errors.New("database: set either database (a SQLite file) or postgres, not both")
 		}
-		dsn := caddy.NewReplacer().ReplaceKnown(a.Postgres, "")
+		repl := caddy.NewReplacer()
 		// An empty DSN is libpq's defaults (a local unix socket, the
 		// user's name): never what a DSN made of an unset {env.X} meant.
-		if strings.TrimSpace(dsn) == "" {
+		if strings.TrimSpace(repl.ReplaceKnown(a.Postgres, "")) == "" {
 			return "", nil, errors.New("database postgres: the DSN is empty after its placeholders were replaced (is its environment variable set?)")
+		}
+		// Nor is a password, a host or a user of nothing.
+		dsn, err := expandRequired(repl, "database postgres", a.Postgres)
+		if err != nil {
+			return "", nil, err
 		}
 		return "postgres:" + dsn, func() (*store.DB, error) {
 			return store.OpenPostgres(ctx, dsn, store.PostgresOptions{})
@@ -268,9 +273,9 @@ func expandNotify(ds []notify.Destination) ([]notify.Destination, error) {
 	repl := caddy.NewReplacer()
 	var err error
 	expand := func(d notify.Destination, key, v string) string {
-		out, rerr := repl.ReplaceOrErr(v, true, false)
+		out, rerr := expandRequired(repl, "notify "+d.Type+": "+key, v)
 		if rerr != nil && err == nil {
-			err = fmt.Errorf("notify %s: %s: %w", d.Type, key, rerr)
+			err = rerr
 		}
 		return out
 	}
@@ -291,6 +296,18 @@ func expandNotify(ds []notify.Destination) ([]notify.Destination, error) {
 		out[i] = d
 	}
 	return out, err
+}
+
+// expandRequired replaces the known placeholders ({env.X}, {file.path})
+// of v, the value of key, one that holds a secret or a value its setting
+// cannot do without: a placeholder that is empty (its variable unset, its
+// file missing) fails, naming key and the placeholder, never a value.
+func expandRequired(repl *caddy.Replacer, key, v string) (string, error) {
+	out, err := repl.ReplaceOrErr(v, true, false)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", key, err)
+	}
+	return out, nil
 }
 
 // Start starts the job runner.

@@ -170,44 +170,6 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `certificate_retention: "-90d" must be positive`,
 		},
 		{
-			name:     "a postgres DSN that is empty once its placeholder is replaced",
-			handlers: []map[string]any{{"profile": "a"}},
-			app:      map[string]any{"database": "", "postgres": "{env.ACME_PROXY_TEST_UNSET_DSN}"},
-			want:     "database postgres: the DSN is empty after its placeholders were replaced",
-		},
-		{
-			name:     "a postgres DSN of blanks",
-			handlers: []map[string]any{{"profile": "a"}},
-			app:      map[string]any{"database": "", "postgres": " {env.ACME_PROXY_TEST_UNSET_DSN} "},
-			want:     "database postgres: the DSN is empty after its placeholders were replaced",
-		},
-		{
-			name:     "a webhook secret whose placeholder is empty, which would send every notification unsigned",
-			handlers: []map[string]any{{"profile": "a"}},
-			app: map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "https://hooks.example.com/acme",
-				"secret": "{env.ACME_PROXY_TEST_UNSET_SECRET}"}}},
-			want: "notify webhook: secret: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_SECRET} is empty",
-		},
-		{
-			name: "a profile's webhook secret whose placeholder is empty",
-			handlers: []map[string]any{{"profile": "a", "notify": []map[string]any{{"type": "webhook", "url": "https://hooks.example.com/acme",
-				"secret": "{env.ACME_PROXY_TEST_UNSET_SECRET}"}}}},
-			want: "notify webhook: secret: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_SECRET} is empty",
-		},
-		{
-			name:     "a webhook header whose placeholder is empty, which would send a bearer token of nothing",
-			handlers: []map[string]any{{"profile": "a"}},
-			app: map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "https://hooks.example.com/acme",
-				"headers": map[string]string{"Authorization": "Bearer {env.ACME_PROXY_TEST_UNSET_TOKEN}"}}}},
-			want: "notify webhook: header Authorization: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_TOKEN} is empty",
-		},
-		{
-			name:     "a webhook url whose placeholder is empty",
-			handlers: []map[string]any{{"profile": "a"}},
-			app:      map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "{env.ACME_PROXY_TEST_UNSET_HOOK}"}}},
-			want:     "notify webhook: url: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_HOOK} is empty",
-		},
-		{
 			name:     "a notify script that does not exist",
 			handlers: []map[string]any{{"profile": "a"}},
 			app:      map[string]any{"notify": []map[string]any{{"type": "script", "command": "/nonexistent/acme-notify"}}},
@@ -473,6 +435,135 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q\ndoes not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// A placeholder ({env.X}, {file.path}) that is empty when the config
+// loads — its variable unset, its file missing — fails the load in every
+// key that holds a secret or a value the setting cannot do without,
+// naming the key and the placeholder, never a value: else an EAB would
+// bind nothing, a webhook go unsigned, a script run without its PIN, and
+// each would be found out only at the first issuance or delivery, or not
+// at all. (A notify email's username and password may both be empty: no
+// authentication; notify.Destination.Validate refuses one alone.)
+func TestAPlaceholderThatIsEmptyWhenTheConfigLoadsFailsTheLoadNamingTheKey(t *testing.T) {
+	const secret = "s3cret-value-never-shown"
+	t.Setenv("ACME_PROXY_TEST_SET_SECRET", secret)
+	relay := func(more map[string]any) []map[string]any {
+		s := map[string]any{"module": "relay", "directory": "https://ca.example/dir", "challenge": "bypass"}
+		for k, v := range more {
+			s[k] = v
+		}
+		return []map[string]any{{"handler": "acme_proxy", "profile": "a", "signer": s}}
+	}
+	tests := []struct {
+		name     string
+		handlers []map[string]any
+		app      map[string]any // more of the acme_proxy app's JSON
+		want     string
+	}{
+		{
+			name:     "a postgres DSN that is empty once its placeholder is replaced",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a"}},
+			app:      map[string]any{"database": "", "postgres": "{env.ACME_PROXY_TEST_UNSET_DSN}"},
+			want:     "database postgres: the DSN is empty after its placeholders were replaced",
+		},
+		{
+			name:     "a postgres DSN of blanks",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a"}},
+			app:      map[string]any{"database": "", "postgres": " {env.ACME_PROXY_TEST_UNSET_DSN} "},
+			want:     "database postgres: the DSN is empty after its placeholders were replaced",
+		},
+		{
+			name:     "a webhook secret whose placeholder is empty, which would send every notification unsigned",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a"}},
+			app: map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "https://hooks.example.com/acme",
+				"secret": "{env.ACME_PROXY_TEST_UNSET_SECRET}"}}},
+			want: "notify webhook: secret: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_SECRET} is empty",
+		},
+		{
+			name: "a profile's webhook secret whose placeholder is empty",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "notify": []map[string]any{{"type": "webhook", "url": "https://hooks.example.com/acme",
+				"secret": "{env.ACME_PROXY_TEST_UNSET_SECRET}"}}}},
+			want: "notify webhook: secret: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_SECRET} is empty",
+		},
+		{
+			name:     "a webhook header whose placeholder is empty, which would send a bearer token of nothing",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a"}},
+			app: map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "https://hooks.example.com/acme",
+				"headers": map[string]string{"Authorization": "Bearer {env.ACME_PROXY_TEST_UNSET_TOKEN}"}}}},
+			want: "notify webhook: header Authorization: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_TOKEN} is empty",
+		},
+		{
+			name:     "a webhook url whose placeholder is empty",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a"}},
+			app:      map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "{env.ACME_PROXY_TEST_UNSET_HOOK}"}}},
+			want:     "notify webhook: url: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_HOOK} is empty",
+		},
+		{
+			name:     "a postgres DSN whose password placeholder is empty",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a"}},
+			app: map[string]any{"database": "",
+				"postgres": "postgres://{env.ACME_PROXY_TEST_SET_SECRET}:{env.ACME_PROXY_TEST_UNSET_PGPASSWORD}@127.0.0.1:1/acme"},
+			want: "database postgres: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_PGPASSWORD} is empty",
+		},
+		{
+			name:     "a mail server whose placeholder is empty",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a"}},
+			app: map[string]any{"notify": []map[string]any{{"type": "email", "smtp": "{env.ACME_PROXY_TEST_UNSET_SMTP}:587",
+				"from": "acme@example.com", "to": []string{"ops@example.com"}}}},
+			want: "notify email: smtp: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_SMTP} is empty",
+		},
+		{
+			name: "a script signer env value whose placeholder is empty, which would run the program without its PIN",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "signer": map[string]any{"module": "script",
+				"command": []string{"/bin/true"}, "env": map[string]string{"CA_DIR": "/srv/ca", "TOKEN": "{env.ACME_PROXY_TEST_SET_SECRET}",
+					"PIN": "{env.ACME_PROXY_TEST_UNSET_PIN}"}}}},
+			want: "signer.env PIN: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_PIN} is empty",
+		},
+		{
+			name: "a script signer env value read from a file that is missing",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "signer": map[string]any{"module": "script",
+				"command": []string{"/bin/true"}, "env": map[string]string{"PIN": "{file./nonexistent/acme-proxy-pin}"}}}},
+			want: "signer.env PIN: evaluated placeholder {file./nonexistent/acme-proxy-pin} is empty",
+		},
+		{
+			name:     "a relay directory whose placeholder is empty",
+			handlers: relay(map[string]any{"directory": "https://ca.example/{env.ACME_PROXY_TEST_UNSET_DIRECTORY}"}),
+			want:     "signer.directory: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_DIRECTORY} is empty",
+		},
+		{
+			name:     "a relay email whose placeholder is empty, which would register the upstream account without its contact",
+			handlers: relay(map[string]any{"email": "{env.ACME_PROXY_TEST_UNSET_EMAIL}"}),
+			want:     "signer.email: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_EMAIL} is empty",
+		},
+		{
+			name: "a relay EAB key id whose placeholder is empty",
+			handlers: relay(map[string]any{"eab": map[string]string{"key_id": "kid-{env.ACME_PROXY_TEST_UNSET_KID}",
+				"mac_key": "{env.ACME_PROXY_TEST_SET_SECRET}"}}),
+			want: "signer.eab: key id: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_KID} is empty",
+		},
+		{
+			name: "a relay EAB HMAC key whose placeholder is empty",
+			handlers: relay(map[string]any{"eab": map[string]string{"key_id": "{env.ACME_PROXY_TEST_SET_SECRET}",
+				"mac_key": "{env.ACME_PROXY_TEST_UNSET_MAC}"}}),
+			want: "signer.eab: hmac key: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_MAC} is empty",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := isolate(t)
+			err := loadHandlers(t, dir, tt.app, tt.handlers)
+			if err == nil {
+				t.Fatalf("loaded; want an error containing %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q\ndoes not contain %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error %q\nshows the value of a placeholder", err)
 			}
 		})
 	}

@@ -127,12 +127,18 @@ func (r *Relay) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // Provision checks the configuration, loads the DNS provider module and
 // builds the signer. It does not contact the upstream.
 func (r *Relay) Provision(ctx caddy.Context) error {
+	// A placeholder that is empty fails in every setting that takes
+	// them: the directory is required, the email is the contact the
+	// upstream account is registered with once, and the EAB's key id
+	// and HMAC key bind it.
 	repl := caddy.NewReplacer()
-	opts := relay.Options{
-		Directory: repl.ReplaceKnown(r.Directory, ""),
-		Email:     repl.ReplaceKnown(r.Email, ""),
-		Challenge: r.Challenge,
-		Storage:   ctx.Storage(),
+	opts := relay.Options{Challenge: r.Challenge, Storage: ctx.Storage()}
+	var err error
+	if opts.Directory, err = expandRequired(repl, "signer.directory", r.Directory); err != nil {
+		return err
+	}
+	if opts.Email, err = expandRequired(repl, "signer.email", r.Email); err != nil {
+		return err
 	}
 	if opts.Directory == "" {
 		return fmt.Errorf("signer.directory: required")
@@ -195,7 +201,13 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 		}}
 	}
 	if r.EAB != nil {
-		opts.EAB = &acme.EAB{KeyID: repl.ReplaceKnown(r.EAB.KeyID, ""), MACKey: repl.ReplaceKnown(r.EAB.MACKey, "")}
+		opts.EAB = &acme.EAB{}
+		if opts.EAB.KeyID, err = expandRequired(repl, "signer.eab: key id", r.EAB.KeyID); err != nil {
+			return err
+		}
+		if opts.EAB.MACKey, err = expandRequired(repl, "signer.eab: hmac key", r.EAB.MACKey); err != nil {
+			return err
+		}
 	}
 	if r.TrustedRoots != "" {
 		pem, err := os.ReadFile(r.TrustedRoots)
@@ -207,7 +219,6 @@ func (r *Relay) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("signer.trusted_roots: %q holds no PEM certificate", r.TrustedRoots)
 		}
 	}
-	var err error
 	if opts.PrepareUpstream, err = prepareUpstream(r.PrepareUpstream); err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package caddyacmeproxy
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -26,7 +28,7 @@ type Script struct {
 	// Env are variables added to the program's environment, which
 	// otherwise holds only PATH and the ACME_PROXY_ variables. Values may
 	// hold Caddy placeholders ({env.NAME}, {file.path}), replaced when
-	// the config loads; the values (of 6 bytes or more) are redacted from
+	// the config loads (one that is empty fails the load); the values (of 6 bytes or more) are redacted from
 	// the program's stderr before it is stored or logged.
 	Env map[string]string `json:"env,omitempty"`
 	// RevokeOn runs the program to revoke; when false, revocation is
@@ -106,7 +108,9 @@ func (s *Script) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// Provision replaces the placeholders of the env values and builds the
+// Provision replaces the placeholders of the env values — one that is
+// empty fails, naming the variable: the value is most likely a secret
+// (a PIN, a token) the program cannot do without — and builds the
 // signer, which checks that the command is an absolute path to an
 // executable file.
 func (s *Script) Provision(caddy.Context) error {
@@ -115,8 +119,12 @@ func (s *Script) Provision(caddy.Context) error {
 	}
 	repl := caddy.NewReplacer()
 	env := make(map[string]string, len(s.Env))
-	for k, v := range s.Env {
-		env[k] = repl.ReplaceKnown(v, "")
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		v, err := expandRequired(repl, "signer.env "+k, s.Env[k])
+		if err != nil {
+			return err
+		}
+		env[k] = v
 	}
 	revoke := s.RevokeOn == nil || *s.RevokeOn
 	var err error
