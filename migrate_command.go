@@ -19,8 +19,8 @@ import (
 // --to <postgres dsn>`: it copies a stopped instance's SQLite store into
 // an empty PostgreSQL database (store.CopyStore), offline — it talks to
 // no admin API — and refuses a source that looks in use
-// (store.SQLiteInUse). The DSN may hold Caddy placeholders ({env.PGPASSWORD});
-// it is never printed.
+// (store.SQLiteInUse). The DSN may hold Caddy placeholders ({env.PGPASSWORD}),
+// none of which may be empty; it is never printed.
 func (c *cli) migrateStore(cmd *cobra.Command, _ []string) error {
 	from, _ := cmd.Flags().GetString("from")
 	to, _ := cmd.Flags().GetString("to")
@@ -38,7 +38,13 @@ func (c *cli) migrateStore(cmd *cobra.Command, _ []string) error {
 	// The target first, refused untouched unless it is empty: then a
 	// mistyped DSN, a wrong password or a live database changes neither
 	// it nor the source (which opening brings to this binary's schema).
-	dst, err := store.OpenPostgres(ctx, caddy.NewReplacer().ReplaceKnown(to, ""), store.PostgresOptions{RequireEmpty: true})
+	// A placeholder that is empty (its variable unset) would leave
+	// libpq's defaults in its place: some other database.
+	dsn, err := expandRequired(caddy.NewReplacer(), "migrate-store: --to", to)
+	if err != nil {
+		return err
+	}
+	dst, err := store.OpenPostgres(ctx, dsn, store.PostgresOptions{RequireEmpty: true})
 	if err != nil {
 		return fmt.Errorf("migrate-store: opening the target: %w", err)
 	}

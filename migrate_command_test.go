@@ -91,6 +91,28 @@ func TestMigrateStoreRefusesAMissingSourceOrTarget(t *testing.T) {
 	}
 }
 
+// A --to whose placeholder is empty (its variable unset) is refused
+// before any connection: an empty DSN, or one missing a part, is libpq's
+// defaults (PGHOST, PGDATABASE, a local socket), most likely another
+// database than the one meant, which the copy would fill if it is empty.
+func TestMigrateStoreRefusesATargetWhosePlaceholderIsEmpty(t *testing.T) {
+	// libpq's defaults name an empty database of the test cluster.
+	for _, kv := range strings.Fields(pgtest.DSN(t)) {
+		k, v, _ := strings.Cut(kv, "=")
+		if env := map[string]string{"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE"}[k]; env != "" {
+			t.Setenv(env, v)
+		}
+	}
+	path := emptySQLiteStore(t)
+	out, err := runCLI("migrate-store", "--from", path, "--to", "{env.ACMEPROXY_TEST_UNSET_PG_DSN}")
+	if err == nil {
+		t.Fatalf("migrated into libpq's default database:\n%s", out)
+	}
+	if want := "migrate-store: --to: evaluated placeholder {env.ACMEPROXY_TEST_UNSET_PG_DSN} is empty"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q\ndoes not contain %q", err, want)
+	}
+}
+
 // A target that holds rows (a live database named by mistake) is refused
 // before anything is written: neither its schema nor the source file is
 // touched.
