@@ -80,7 +80,16 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 	if d.NextArg() {
 		return nil, d.Errf("acme_proxy: unexpected argument %q; settings go in a block", d.Val())
 	}
+	// Each setting takes one value: given twice in a block, the first would
+	// be dropped without a word. (A second acme_proxy global block merges
+	// into the first, its settings replacing the first's.)
+	seen := map[string]bool{}
 	for n := d.Nesting(); d.NextBlock(n); {
+		if key := d.Val(); key != "notify" {
+			if err := Once(d, seen, key); err != nil {
+				return nil, err
+			}
+		}
 		var err error
 		switch d.Val() {
 		case "database":
@@ -111,8 +120,8 @@ func parseGlobal(d *caddyfile.Dispenser, existing any) (any, error) {
 }
 
 // databaseArgs reads database's values: a SQLite file (optionally after
-// "sqlite"), or "postgres" and a DSN. A later database replaces an
-// earlier one, whichever its kind.
+// "sqlite"), or "postgres" and a DSN. The database of a later global
+// acme_proxy block replaces an earlier one's, whichever its kind.
 func databaseArgs(d *caddyfile.Dispenser, cfg *appJSON) error {
 	args := d.RemainingArgs()
 	var dialect, where string

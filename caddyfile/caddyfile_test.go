@@ -74,6 +74,9 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 	site := func(block string) string {
 		return "https://ca.example.test {\n\tacme_proxy {\n" + block + "\n\t}\n}\n"
 	}
+	global := func(block string) string {
+		return "{\n\tacme_proxy {\n" + block + "\n\t}\n}\n"
+	}
 	tests := []struct {
 		name, caddyfile, want string
 	}{
@@ -209,6 +212,10 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 			"acme_proxy: notify webhook header: X-A is given twice"},
 		{"notify email smtp given twice", "{\n\tacme_proxy {\n\t\tnotify email {\n\t\t\tsmtp a.example.com:25\n\t\t\tsmtp b.example.com:25\n\t\t}\n\t}\n}\n",
 			"acme_proxy: notify email smtp: given twice"},
+		{"database given twice in the global option", global("database /var/lib/a.db\ndatabase postgres postgres://db.example/acme"), "acme_proxy: database: given twice"},
+		{"audit_retention given twice in the global option", global("audit_retention 30d\naudit_retention keep"), "acme_proxy: audit_retention: given twice"},
+		{"order_retention given twice in the global option", global("order_retention 30d\norder_retention 60d"), "acme_proxy: order_retention: given twice"},
+		{"certificate_retention given twice in the global option", global("certificate_retention 90d\ncertificate_retention keep"), "acme_proxy: certificate_retention: given twice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
