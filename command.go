@@ -43,7 +43,7 @@ Output is a table for people; --json prints the admin API's JSON.
 migrate-store is the exception: it runs offline, on the database files.
 
   caddy acme-proxy profiles
-  caddy acme-proxy orders [--profile P] [--status S] [--identifier NAME] [--account ID] [--serial HEX] [--after ID] [--limit N]
+  caddy acme-proxy orders [--profile P] [--status S] [--identifier NAME] [--account ID] [--serial HEX] [--since T|AGE] [--after ID] [--limit N]
   caddy acme-proxy orders show <order-id>
   caddy acme-proxy revoke <order-id> [--reason N]
   caddy acme-proxy accounts [--profile P] [--status S] [--after ID] [--limit N]
