@@ -95,12 +95,15 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := s.clock.Now()
-	if max := s.core.MaxIdentifiers(*req.account); max > 0 && len(p.Identifiers) > max {
-		return s.core.TooManyIdentifiers(*req.account, len(p.Identifiers))
-	}
 	idents, wildcards, err := s.checkIdentifiers(p.Identifiers)
 	if err != nil {
 		return err
+	}
+	// Counted as the order will be stored: "A.example" and "a.example",
+	// or an address and its IPv4-mapped form, are one identifier and one
+	// authorization, in this bound as in the limits below.
+	if max := s.core.MaxIdentifiers(*req.account); max > 0 && len(idents) > max {
+		return s.core.TooManyIdentifiers(*req.account, len(idents))
 	}
 	notBefore, notAfter, err := parseValidity(p.NotBefore, p.NotAfter, now)
 	if err != nil {
@@ -138,9 +141,8 @@ func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bo
 	if len(in) == 0 {
 		return nil, nil, problem.MalformedF("an order needs at least one identifier")
 	}
-	if len(in) > maxIdentifiers {
-		return nil, nil, problem.RejectedIdentifierF("an order may have at most %d identifiers", maxIdentifiers)
-	}
+	// The entries are bounded by the body's size (maxBodyBytes); the
+	// order's identifiers, once de-duplicated, by maxIdentifiers below.
 	var (
 		out       []acme.Identifier
 		wildcards []bool
@@ -169,6 +171,9 @@ func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bo
 			top.Detail = "several identifiers were refused; see subproblems"
 		}
 		return nil, nil, problem.CompoundOf(&top, subs)
+	}
+	if len(out) > maxIdentifiers {
+		return nil, nil, problem.RejectedIdentifierF("an order may have at most %d identifiers, not %d", maxIdentifiers, len(out))
 	}
 	return out, wildcards, nil
 }
