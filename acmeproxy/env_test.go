@@ -209,9 +209,16 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 	}
 	t.Cleanup(func() { r.Stop() })
 
-	mux := http.NewServeMux()
-	mux.Handle(srv.Prefix()+"/", srv)
-	ts := httptest.NewTLSServer(mux)
+	// As the Caddy handler routes (handler.go): the profile's paths to
+	// srv as they came, anything else on. A ServeMux here would clean the
+	// paths (answering a redirect) before srv saw them.
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !srv.Handles(r.URL.Path) {
+			http.NotFound(w, r)
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
 	t.Cleanup(ts.Close)
 	return &testEnv{t: t, srv: srv, ts: ts, db: db, queue: q, root: root, runner: r, ca: eo.ca,
 		dirURL: ts.URL + srv.Prefix() + "/directory", http01: h01}

@@ -1,12 +1,14 @@
 package acmeproxy
 
 import (
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 )
 
 // routeRecorder is a Metrics that keeps the route names of requests.
@@ -84,6 +86,48 @@ func TestAPathBelowThePrefixThatNamesNoResourceIsA404ProblemDocument(t *testing.
 			r := e.plain(http.MethodPost, e.url(path))
 			if r.status != http.StatusNotFound || r.problem == nil || r.header.Get("Content-Type") != "application/problem+json" {
 				t.Fatalf("POST %s: %d %q %s; want a 404 problem document", path, r.status, r.header.Get("Content-Type"), r.body)
+			}
+		})
+	}
+}
+
+// A path below the prefix that is not in its canonical form (an empty
+// segment, "." or "..") names no resource: it is answered, under every
+// method, with a 404 problem document and a fresh nonce, as any other
+// unknown path is, never with the router's redirect to the cleaned path,
+// which a client would follow with a JWS whose "url" no longer matches.
+func TestANonCanonicalPathBelowThePrefixIsA404ProblemDocumentNotARedirect(t *testing.T) {
+	e := newTestEnv(t, nil)
+	noRedirects := *e.ts.Client()
+	noRedirects.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	tests := []struct{ name, method, path string }{
+		{"a double slash before new-order", http.MethodPost, "//new-order"},
+		{"a double slash before the directory", http.MethodGet, "//directory"},
+		{"a double slash inside an order's path", http.MethodPost, "/order//abc"},
+		{"a dot segment", http.MethodPost, "/./new-order"},
+		{"a dot-dot segment back to new-order", http.MethodPost, "/order/../new-order"},
+		{"a trailing dot segment", http.MethodGet, "/new-nonce/."},
+		{"a double slash after the prefix alone", http.MethodGet, "//"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, e.url(tc.path), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := noRedirects.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := readResponse(t, resp)
+			if r.status != http.StatusNotFound || r.header.Get("Content-Type") != "application/problem+json" || r.header.Get("Location") != "" {
+				t.Fatalf("%s %s: %d %q Location %q %s; want a 404 problem document", tc.method, tc.path, r.status, r.header.Get("Content-Type"), r.header.Get("Location"), r.body)
+			}
+			if r.problem == nil || r.problem.Type != vocab.ErrorMalformed {
+				t.Errorf("%s %s: problem %s; want %s", tc.method, tc.path, r.body, vocab.ErrorMalformed)
+			}
+			if r.header.Get("Replay-Nonce") == "" {
+				t.Errorf("%s %s: no Replay-Nonce", tc.method, tc.path)
 			}
 		})
 	}

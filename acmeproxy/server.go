@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -196,7 +197,27 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	ctx, cancel := context.WithTimeout(r.Context(), s.deadline)
 	defer cancel()
+	if !canonicalPath(r.URL.EscapedPath()) {
+		// ServeMux would answer with a redirect to the cleaned path, and a
+		// client following it would repeat a JWS whose "url" names the
+		// path it left. Such a path names no resource.
+		s.serveRoute("other", func(http.ResponseWriter, *http.Request) error {
+			return problem.NotFound("resource")
+		}).ServeHTTP(w, r.WithContext(ctx))
+		return
+	}
 	s.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// canonicalPath reports whether p, a path below the prefix, is as
+// http.ServeMux would leave it: no empty segment, "." or "..", a trailing
+// slash kept.
+func canonicalPath(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
 }
 
 // statusWriter remembers the status a handler answered with.
