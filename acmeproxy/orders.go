@@ -136,7 +136,7 @@ func (s *Server) handleNewOrder(w http.ResponseWriter, r *http.Request) error {
 
 // checkIdentifiers normalizes and de-duplicates an order's identifiers and
 // asks the authority whether it takes each (authority.IdentifierRefusal);
-// every refused identifier gets a subproblem.
+// every refused identifier gets a subproblem naming it as sent.
 func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bool, error) {
 	if len(in) == 0 {
 		return nil, nil, problem.MalformedF("an order needs at least one identifier")
@@ -152,7 +152,11 @@ func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bo
 	for _, raw := range in {
 		id, wildcard, prob := normalizeIdentifier(raw)
 		if prob == nil {
-			prob = s.core.IdentifierRefusal(id, wildcard)
+			if prob = s.core.IdentifierRefusal(id, wildcard); prob != nil {
+				// Named as the client sent it (as a refusal of its
+				// syntax is), so that it finds it among its own.
+				prob = prob.For(raw.Type, raw.Value)
+			}
 		}
 		if prob != nil {
 			subs = append(subs, prob)

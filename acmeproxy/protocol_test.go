@@ -1130,6 +1130,14 @@ func TestAPolicyRefusalHasOneSubproblemPerRefusedIdentifier(t *testing.T) {
 				[]sub{{"198.51.100.1", acme.ErrorRejectedIdentifier}, {"a@example.com", acme.ErrorUnsupportedIdentifier}}},
 			{"fail/a malformed name and a denied one", []map[string]string{dnsID("bad..example.com"), dnsID("secret.example.com")},
 				[]sub{{"bad..example.com", acme.ErrorRejectedIdentifier}, {"secret.example.com", acme.ErrorRejectedIdentifier}}},
+			// A client finds its refused identifiers among those it sent:
+			// a subproblem names each as sent, not as normalized.
+			{"fail/a denied name sent in upper case is named as sent", []map[string]string{dnsID("ok.example.com"), dnsID("SECRET.Example.com")},
+				[]sub{{"SECRET.Example.com", acme.ErrorRejectedIdentifier}}},
+			{"fail/a refused address sent IPv4-mapped is named as sent", []map[string]string{ipID("::ffff:198.51.100.1")},
+				[]sub{{"::ffff:198.51.100.1", acme.ErrorRejectedIdentifier}}},
+			{"fail/a refused wildcard sent in upper case is named as sent", []map[string]string{dnsID("*.Other.NET")},
+				[]sub{{"*.Other.NET", acme.ErrorRejectedIdentifier}}},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
