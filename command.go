@@ -253,8 +253,9 @@ func filterQuery(cmd *cobra.Command, names ...string) string {
 	return "?" + q.Encode()
 }
 
-// printable rewrites, in place, every string of a decoded answer so that
-// it prints as plain text on one line: a control character (an escape
+// printable rewrites, in place, every string of a decoded answer, and the
+// JSON it keeps undecoded (an order's problem), so that it prints as plain
+// text on one line: a control character (an escape
 // sequence's ESC, a line break, a tab, C1), a line or paragraph separator,
 // a bidirectional formatting character and a byte that is not UTF-8 are
 // written out as Go writes them in a string ("\x1b", "\n", "\u202e").
@@ -279,6 +280,21 @@ func printableValue(v reflect.Value, multiline bool) {
 			}
 		}
 	case reflect.Slice, reflect.Array:
+		if v.Type() == rawJSONType {
+			// JSON kept as the admin API sent it (an order's problem):
+			// its strings may hold what JSON leaves unescaped (U+0080
+			// on: C1 controls, bidirectional overrides), and indentation
+			// that would break the row. One line, written out.
+			if v.CanSet() && v.Len() > 0 {
+				var b bytes.Buffer
+				raw := v.Bytes()
+				if json.Compact(&b, raw) == nil {
+					raw = b.Bytes()
+				}
+				v.SetBytes([]byte(plainText(string(raw), false)))
+			}
+			return
+		}
 		for i := range v.Len() {
 			printableValue(v.Index(i), multiline)
 		}
@@ -295,6 +311,9 @@ func printableValue(v reflect.Value, multiline bool) {
 		}
 	}
 }
+
+// rawJSONType is the type of the JSON an answer keeps undecoded.
+var rawJSONType = reflect.TypeFor[json.RawMessage]()
 
 // plainText is s with what a terminal would act on written out (see
 // printable); with multiline, a line break ("\n") is kept.

@@ -2,13 +2,16 @@ package caddyacmeproxy
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -83,5 +86,53 @@ func TestTheCLIKeepsAChainsLines(t *testing.T) {
 	}
 	if o.ID != `o\n1` {
 		t.Errorf("the order id became %q, want it written out on one line", o.ID)
+	}
+}
+
+// An order's problem is the one answer the CLI prints as the admin API's
+// JSON rather than as decoded strings, and a client chooses parts of it: a
+// failed http-01 challenge's problem, which becomes its order's, names the
+// host of a redirect its server sent, and a host may hold any character
+// from U+0080 on — an 8-bit control sequence (CSI, U+009B) or a
+// bidirectional override. `orders show` prints the problem on its line as
+// plain text, those characters written out.
+func TestOrdersShowPrintsAClientChosenProblemAsPlainText(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	now := time.Now()
+	acct, _, err := db.CreateAccount(ctx, store.Account{Profile: "p", Thumbprint: "tp", KeyJWK: []byte(`{}`)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := db.CreateOrder(ctx, store.Order{Profile: "p", AccountID: acct.ID,
+		Identifiers: []acme.Identifier{{Type: "dns", Value: "www.example.com"}}, Expires: now.Add(time.Hour)}, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	detail := "fetching http://www.example.com/.well-known/acme-challenge/t: a redirect to http://x\u009b2J\u009bH\u202eevil:8080 is not allowed"
+	doc, err := json.Marshal(map[string]any{"type": "urn:ietf:params:acme:error:connection", "detail": detail, "status": 400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.FailOrder(ctx, o.ID, doc, "", now); err != nil {
+		t.Fatal(err)
+	}
+	ts := adminServer(t, db)
+	out, err := runCLI("orders", "show", o.ID, "--address", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatalf("orders show: %v\n%s", err, out)
+	}
+	for _, r := range strings.ReplaceAll(out, "\n", "") {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			t.Errorf("the output holds %U:\n%q", r, out)
+		}
+	}
+	line := regexp.MustCompile(`(?m)^error:\s+(.*)$`).FindStringSubmatch(out)
+	if line == nil || !strings.Contains(line[1], `x\u009b2J\u009bH\u202eevil:8080`) || !strings.Contains(line[1], `"status":400`) {
+		t.Errorf("the error line does not show the whole problem on one line, its controls written out:\n%s", out)
 	}
 }
