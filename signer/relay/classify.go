@@ -7,6 +7,8 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/internal/retryafter"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"net/http"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,7 +82,7 @@ func permanent(format string, args ...any) error {
 // (Retry-After, and the status of a response that was not a problem
 // document).
 func classify(err error, last response) failure {
-	f := failure{verdict: retry, reason: err.Error()}
+	f := failure{verdict: retry, reason: reasonOf(err)}
 	if last.retryAfter > 0 {
 		f.after = min(last.retryAfter, maxRetryAfter)
 	}
@@ -129,6 +131,47 @@ func classify(err error, last response) failure {
 		f.after = defaultCoolDown
 	}
 	return f
+}
+
+// reasonOf is err's text as a job's last error and a log line keep it:
+// each URL it quotes without its secrets (see withoutURLSecrets).
+func reasonOf(err error) string { return withoutURLSecrets(err.Error()) }
+
+// urlInText matches a URL quoted in an error's text, up to what ends it
+// there: a blank, a quote, a bracket.
+var urlInText = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>()\[\]{}\\]+`)
+
+// withoutURLSecrets is s with each URL in it cut to where it leads: no
+// user and password, only the names of its query's parameters, no
+// fragment. A DNS provider's error may quote its API's URL whole (Go's
+// *url.Error does; so does DuckDNS's own text), and some APIs take their
+// token in the query; the reason is stored as the job's last error, which
+// the admin API and the web page show, and logged. Read as text, not
+// parsed, so that a URL that does not parse is cut all the same.
+func withoutURLSecrets(s string) string {
+	return urlInText.ReplaceAllStringFunc(s, func(u string) string {
+		scheme, rest, _ := strings.Cut(u, "://")
+		rest, _, _ = strings.Cut(rest, "#")
+		rest, query, hasQuery := strings.Cut(rest, "?")
+		if end := strings.IndexByte(rest, '/'); end >= 0 {
+			if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
+				rest = rest[at+1:]
+			}
+		} else if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+			rest = rest[at+1:]
+		}
+		out := scheme + "://" + rest
+		if hasQuery {
+			var names []string
+			for pair := range strings.SplitSeq(query, "&") {
+				if name, _, _ := strings.Cut(pair, "="); name != "" {
+					names = append(names, name)
+				}
+			}
+			out += "?" + strings.Join(names, "&")
+		}
+		return out
+	})
 }
 
 // refusalOf is the refusal an upstream's problem type is for the client:

@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +240,46 @@ func TestRetryAfterIsReadAsSecondsOrAnHTTPDate(t *testing.T) {
 	f := classify(acme.Problem{Type: acme.ProblemTypeRateLimited, Status: 429}, response{status: 429, retryAfter: 72 * time.Hour})
 	if f.after != maxRetryAfter {
 		t.Errorf("a 72h Retry-After is honoured as %s; want it capped at %s", f.after, maxRetryAfter)
+	}
+}
+
+// A failure's reason is the relay job's last error, which the admin API
+// and the web page show and the log line of the attempt repeats; a DNS
+// provider's error may quote the URL of its API whole, and some take
+// their token in it (DuckDNS: /update?domains=…&token=…, in Go's
+// *url.Error and in its own "url: [...]" text). The reason names where
+// the request went and the names of its parameters, never a value of its
+// query nor the URL's user and password.
+func TestAFailuresReasonKeepsNoSecretOfAURLItQuotes(t *testing.T) {
+	const secret = "0f1e2d3c-aaaa-bbbb-cccc-secret-token"
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"a transport error quoting the request's URL",
+			fmt.Errorf("presenting the dns-01 challenge for a.example.com: adding temporary record for zone %q: %w", "example.com.",
+				&url.Error{Op: "Get", URL: "https://www.duckdns.org/update?domains=a&token=" + secret + "&txt=x", Err: errors.New("dial tcp: i/o timeout")}),
+			`Get "https://www.duckdns.org/update?domains&token&txt": dial tcp: i/o timeout`},
+		{"a provider's own text quoting the URL",
+			fmt.Errorf("presenting the dns-01 challenge for a.example.com: DuckDNS request failed, expected (OK) but got (KO), url: [https://www.duckdns.org/update?domains=a&token=%s&txt=x], body: KO", secret),
+			"url: [https://www.duckdns.org/update?domains&token&txt], body: KO"},
+		{"a URL's user and password",
+			fmt.Errorf("calling the API: %w", &url.Error{Op: "Post", URL: "https://api:" + secret + "@dns.example/v1/records#frag", Err: io.ErrUnexpectedEOF}),
+			`Post "https://dns.example/v1/records": unexpected EOF`},
+		{"a query that does not parse",
+			fmt.Errorf("calling https://dns.example/x?key=%s%%zz&a: failed", secret),
+			"calling https://dns.example/x?key&a: failed"},
+		{"a URL without secrets, as it is",
+			fmt.Errorf("reading https://ca.example/acme/order/7: %w", io.ErrUnexpectedEOF),
+			"reading https://ca.example/acme/order/7: unexpected EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := classify(tt.err, response{})
+			if strings.Contains(f.reason, secret) || !strings.Contains(f.reason, tt.want) {
+				t.Errorf("reason %q; want it to say %q and not the secret", f.reason, tt.want)
+			}
+		})
 	}
 }

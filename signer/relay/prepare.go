@@ -198,7 +198,7 @@ func (s *Signer) runPrepare(ctx context.Context, b *signer.Binding, log *zap.Log
 			// Closed (its config unloaded): not the upstream's doing,
 			// and nothing to tell the account or the cool-down.
 			log.Info("preparing the upstream order stopped: the signer was closed", zap.String("event", "relay_prepare_stopped"),
-				zap.String("profile", b.Profile), zap.String("order", o.ID), zap.String("reason", err.Error()))
+				zap.String("profile", b.Profile), zap.String("order", o.ID), zap.String("reason", reasonOf(err)))
 			return
 		}
 		f := classify(err, rec.lastResponse())
@@ -325,7 +325,7 @@ func (s *Signer) runPrepared(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	n, err := s.deactivate(actx, b, p.Upstream)
 	if err != nil {
 		if ctx.Err() != nil {
-			return jobs.RetryAfter("interrupted: "+err.Error(), 0)
+			return jobs.RetryAfter("interrupted: "+reasonOf(err), 0)
 		}
 		f := classify(err, rec.lastResponse())
 		return outcomeFor(f, "upstream "+s.opts.Directory+": deactivating "+p.Upstream+": "+f.reason)

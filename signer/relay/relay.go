@@ -531,7 +531,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 		if ctx.Err() != nil {
 			// The runner is stopping; this attempt was not the upstream's
 			// fault nor ours.
-			return jobs.RetryAfter("interrupted: "+err.Error(), 0)
+			return jobs.RetryAfter("interrupted: "+reasonOf(err), 0)
 		}
 		return s.outcome(ctx, b, log, ro, classify(err, rec.lastResponse()))
 	}
