@@ -24,6 +24,9 @@ var (
 	// of the server that passes (space freed, the mount fixed), not a
 	// fault of the request: callers answer "try again later".
 	ErrUnavailable = errors.New("store: the database cannot take writes now")
+	// ErrNotOpen: the store was prepared and not opened yet (see DB.Open);
+	// it comes with ErrUnavailable.
+	ErrNotOpen = errors.New("store: the database is not open yet")
 )
 
 // unavailable wraps err with ErrUnavailable when the dialect says it is

@@ -43,6 +43,17 @@ type PostgresOptions struct {
 // password: no message of the store repeats it, nor the DSN itself; the
 // store names itself by host and database only.
 func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, error) {
+	db, err := PreparePostgres(dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, db)
+}
+
+// PreparePostgres builds the closed store of the PostgreSQL database dsn
+// names (see DB and OpenPostgres): the DSN is parsed, and no connection is
+// made until Check or Open.
+func PreparePostgres(dsn string, opts PostgresOptions) (*DB, error) {
 	if passwordCutURL(dsn) {
 		// It would parse, with the password's pieces as host, port and
 		// database, which every message naming the store repeats.
@@ -69,8 +80,9 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 	// postgresEngine), whatever the server's default.
 	cfg.RuntimeParams["synchronous_commit"] = "on"
 	cfg.RuntimeParams["application_name"] = "caddy-acme-proxy"
+	connectable := new(atomic.Bool)
 	pool := func(cfg *pgx.ConnConfig) *sql.DB {
-		p := stdlib.OpenDB(*cfg)
+		p := sql.OpenDB(gatedConnector{Connector: stdlib.GetConnector(*cfg), gate: func() error { return gatedConnect(connectable, desc) }})
 		p.SetMaxOpenConns(opts.MaxConns)
 		p.SetMaxIdleConns(opts.MaxConns)
 		p.SetConnMaxIdleTime(5 * time.Minute)
@@ -86,25 +98,69 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*DB, e
 	lcfg := wcfg.Copy()
 	lcfg.RuntimeParams["synchronous_commit"] = "off"
 	w, lw, r := pool(wcfg), pool(lcfg), pool(cfg.Copy())
-	pingCtx, cancel := context.WithTimeout(ctx, 2*cfg.ConnectTimeout)
-	defer cancel()
-	if err := w.PingContext(pingCtx); err != nil {
-		w.Close()
-		lw.Close()
-		r.Close()
-		return nil, fmt.Errorf("store: connecting to %s: %w", desc, redactConnectError(err))
-	}
-	if opts.RequireEmpty {
-		if err := checkEmpty(ctx, r); err != nil {
-			w.Close()
-			lw.Close()
-			r.Close()
-			return nil, fmt.Errorf("%s: %w", desc, err)
+	prepare := func(ctx context.Context) error {
+		pingCtx, cancel := context.WithTimeout(ctx, 2*cfg.ConnectTimeout)
+		defer cancel()
+		connectable.Store(true)
+		if err := w.PingContext(pingCtx); err != nil {
+			connectable.Store(false)
+			return fmt.Errorf("store: connecting to %s: %w", desc, redactConnectError(err))
 		}
+		if opts.RequireEmpty {
+			if err := checkEmpty(ctx, r); err != nil {
+				connectable.Store(false)
+				return fmt.Errorf("%s: %w", desc, err)
+			}
+		}
+		return nil
 	}
+	check := func(ctx context.Context) error { return checkPostgres(ctx, cfg, desc) }
 	e := &postgresEngine{w: w, lazy: lw, cfg: cfg, desc: desc,
 		wTurn: make(turns, opts.MaxConns), lazyTurn: make(turns, opts.MaxConns)}
-	return open(ctx, r, e, postgresDialect{}, desc)
+	return newDB(r, e, postgresDialect{}, desc, connectable, prepare, check), nil
+}
+
+// gatedConnector is a pool's connector that asks gate before it connects
+// (see gatedConnect). The connections are pgx's own.
+type gatedConnector struct {
+	driver.Connector
+	gate func() error
+}
+
+func (c gatedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	if err := c.gate(); err != nil {
+		return nil, err
+	}
+	return c.Connector.Connect(ctx)
+}
+
+// checkPostgres is Check's look at a PostgreSQL database, on a connection
+// of its own that reads and is closed: that the server answers, and that
+// the schema is not newer than this binary (the schema table found as
+// the migrations find it, on the search path).
+func checkPostgres(ctx context.Context, cfg *pgx.ConnConfig, desc string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*cfg.ConnectTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	if err != nil {
+		return fmt.Errorf("store: connecting to %s: %w", desc, redactConnectError(err))
+	}
+	defer conn.Close(context.Background())
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return fmt.Errorf("store: reading the schema of %s: %w", desc, err)
+	}
+	if !exists {
+		return nil // no schema yet: Open creates it
+	}
+	var have *int64
+	if err := conn.QueryRow(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("store: reading the schema version of %s: %w", desc, err)
+	}
+	if known := len(postgresDialect{}.migrations()); have != nil && int(*have) > known {
+		return tooNew(desc, int(*have), known)
+	}
+	return nil
 }
 
 // checkEmpty fails with ErrTargetNotEmpty when a table of the database's

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite" // registers the "sqlite" driver
@@ -49,6 +50,17 @@ type SQLiteOptions struct {
 // its schema up to date, and returns the store. A database whose schema is
 // newer than this binary is refused (ErrSchemaTooNew) and left untouched.
 func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, error) {
+	db, err := PrepareSQLite(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, db)
+}
+
+// PrepareSQLite builds the closed store of the SQLite database at path
+// (see DB): its options are checked, and nothing is created or opened
+// until Open.
+func PrepareSQLite(path string, opts SQLiteOptions) (*DB, error) {
 	if path == "" {
 		return nil, errors.New("store: sqlite path is empty")
 	}
@@ -65,20 +77,7 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 	default:
 		return nil, fmt.Errorf("store: synchronous must be FULL or NORMAL, not %q", opts.Synchronous)
 	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("store: creating directory for %s: %w", path, err)
-		}
-	}
-
-	// The schema check happens on a read-only handle first, so a database
-	// from a newer binary is not even switched to WAL by us.
-	if err := refuseNewerSchema(ctx, path, opts, sqliteDialect{}); err != nil {
-		return nil, err
-	}
-	if err := restrictFile(path); err != nil {
-		return nil, err
-	}
+	connectable := new(atomic.Bool)
 
 	// Writes: one connection. Writers serialize on the database lock
 	// anyway, and one connection turns lock contention inside this process
@@ -88,6 +87,7 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 		return nil, err
 	}
 	wc.everyRun = opts.observeWrites
+	wc.gate = func() error { return gatedConnect(connectable, path) }
 	w := sql.OpenDB(wc)
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
@@ -99,6 +99,7 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 		w.Close()
 		return nil, err
 	}
+	rc.gate = wc.gate
 	r := sql.OpenDB(rc)
 	r.SetMaxOpenConns(opts.Readers)
 	r.SetMaxIdleConns(opts.Readers)
@@ -107,7 +108,21 @@ func OpenSQLite(ctx context.Context, path string, opts SQLiteOptions) (*DB, erro
 	gc := newGroupCommit(w, opts.Synchronous)
 	gc.observe = opts.observeCommit
 	gc.observeHold = opts.observeHold
-	return open(ctx, r, &sqliteEngine{w: w, gc: gc}, sqliteDialect{}, path)
+	prepare := func(ctx context.Context) error {
+		if dir := filepath.Dir(path); dir != "" {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return fmt.Errorf("store: creating directory for %s: %w", path, err)
+			}
+		}
+		// The schema check happens on a read-only handle first, so a
+		// database from a newer binary is not even switched to WAL by us.
+		if err := refuseNewerSchema(ctx, path, opts, sqliteDialect{}, false); err != nil {
+			return err
+		}
+		return restrictFile(path)
+	}
+	check := func(ctx context.Context) error { return refuseNewerSchema(ctx, path, opts, sqliteDialect{}, true) }
+	return newDB(r, &sqliteEngine{w: w, gc: gc}, sqliteDialect{}, path, connectable, prepare, check), nil
 }
 
 // restrictFile keeps the database, which holds secrets (the nonce and
@@ -168,11 +183,23 @@ func sqliteDSN(path string, opts SQLiteOptions, readOnly bool) string {
 // refuseNewerSchema looks at an existing SQLite file through a read-only
 // handle, so that a database written by a newer binary is refused before
 // this binary changes anything in it (not even its journal mode).
-func refuseNewerSchema(ctx context.Context, path string, opts SQLiteOptions, d dialect) error {
+//
+// lookOnly is Check's look, which must leave no file behind either: a
+// read-only handle on a database in WAL mode creates its -wal and -shm
+// when they are missing. They are missing when no process has the
+// database open, and then every commit is in the main file: it is read
+// as immutable, without locks, -wal or -shm.
+func refuseNewerSchema(ctx context.Context, path string, opts SQLiteOptions, d dialect, lookOnly bool) error {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	ro, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout("+fmt.Sprint(opts.BusyTimeout.Milliseconds())+")")
+	q := url.Values{}
+	q.Set("mode", "ro")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	if _, err := os.Stat(path + "-wal"); lookOnly && errors.Is(err, os.ErrNotExist) {
+		q.Set("immutable", "1")
+	}
+	ro, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
 	if err != nil {
 		return fmt.Errorf("store: opening %s read-only: %w", path, err)
 	}

@@ -27,6 +27,9 @@ type cachingConnector struct {
 	// everyRun, when set (by tests), is told the text of every statement
 	// each time a connection runs it.
 	everyRun func(query string)
+	// gate, when set, is asked before each connection is made (see
+	// gatedConnect).
+	gate func() error
 }
 
 func newCachingConnector(dsn string, observe func(string)) (*cachingConnector, error) {
@@ -40,6 +43,11 @@ func newCachingConnector(dsn string, observe func(string)) (*cachingConnector, e
 }
 
 func (c *cachingConnector) Connect(context.Context) (driver.Conn, error) {
+	if c.gate != nil {
+		if err := c.gate(); err != nil {
+			return nil, err
+		}
+	}
 	conn, err := c.drv.Open(c.dsn)
 	if err != nil {
 		return nil, err

@@ -12,13 +12,22 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 )
 
-// DB is an open store. It is safe for concurrent use.
+// DB is a store. It is safe for concurrent use.
 //
 // Reads go through r, a pool of connections; every write goes through the
 // dialect's engine (see engine), reached by withTx, withLazyTx and the
 // writers wr and lazyWr.
+//
+// A store is built closed (PrepareSQLite, PreparePostgres): until Open it
+// makes no connection and touches no file, so that a configuration can be
+// checked (caddy validate) without creating the database or upgrading a
+// schema other processes run on. Check looks at the database read-only;
+// Open creates or connects to it and brings its schema up to date. Before
+// Open every statement fails with ErrNotOpen (and ErrUnavailable).
 type DB struct {
 	r       *sql.DB
 	eng     engine
@@ -26,19 +35,79 @@ type DB struct {
 	lazyWr  writer // single-statement lazy writes (see engine)
 	dialect dialect
 	desc    string // where the store lives, for messages; never a credential
+
+	// prepare is what the dialect does before the schema is brought up
+	// to date (create the file, connect); check is Check's read-only look.
+	prepare, check func(ctx context.Context) error
+	// connectable lets the pools' connectors connect (see gatedConnect):
+	// set by Open once prepare has run.
+	connectable *atomic.Bool
+	openMu      sync.Mutex
+	opened      atomic.Bool
 }
 
-// open finishes opening a store on a dialect's read pool and write engine:
-// it brings the schema up to date, and on failure releases both.
-func open(ctx context.Context, r *sql.DB, eng engine, d dialect, desc string) (*DB, error) {
-	db := &DB{r: r, eng: eng, dialect: d, desc: desc}
+// newDB builds a closed store on a dialect's read pool and write engine,
+// whose connectors ask connectable before they connect.
+func newDB(r *sql.DB, eng engine, d dialect, desc string, connectable *atomic.Bool, prepare, check func(context.Context) error) *DB {
+	db := &DB{r: r, eng: eng, dialect: d, desc: desc, connectable: connectable, prepare: prepare, check: check}
 	db.wr = writer{db: db}
 	db.lazyWr = writer{db: db, lazy: true}
-	if err := db.migrate(ctx); err != nil {
+	return db
+}
+
+// open opens a store just built, and on failure releases it.
+func open(ctx context.Context, db *DB) (*DB, error) {
+	if err := db.Open(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return db, nil
+}
+
+// Check looks at the database without writing to it: that it can be read
+// (a PostgreSQL server answers, a SQLite file is a database) and that its
+// schema is not newer than this binary knows (ErrSchemaTooNew). A SQLite
+// file that does not exist yet passes: Open creates it. An open store
+// passes.
+func (db *DB) Check(ctx context.Context) error {
+	if db.opened.Load() {
+		return nil
+	}
+	return db.check(ctx)
+}
+
+// Open creates or connects to the database and brings its schema up to
+// date; a database newer than this binary is refused (ErrSchemaTooNew)
+// and left untouched. Opening an open store does nothing; one whose Open
+// failed may be opened again.
+func (db *DB) Open(ctx context.Context) error {
+	db.openMu.Lock()
+	defer db.openMu.Unlock()
+	if db.opened.Load() {
+		return nil
+	}
+	if err := db.prepare(ctx); err != nil {
+		return err
+	}
+	db.connectable.Store(true)
+	if err := db.migrate(ctx); err != nil {
+		db.connectable.Store(false)
+		return err
+	}
+	db.opened.Store(true)
+	return nil
+}
+
+// IsOpen reports whether Open has succeeded.
+func (db *DB) IsOpen() bool { return db.opened.Load() }
+
+// gatedConnect is what a pool's connector does before it connects: refuse
+// until the store is open.
+func gatedConnect(connectable *atomic.Bool, desc string) error {
+	if !connectable.Load() {
+		return fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrNotOpen, desc)
+	}
+	return nil
 }
 
 // Close finishes the writes already handed over and releases both
