@@ -17,6 +17,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -48,10 +49,33 @@ type Server struct {
 	storeDown logevery.Limiter // see answerStoreUnavailable
 	mux       *http.ServeMux   // see newMux
 	deadline  time.Duration    // Options.RequestDeadline
+	// started is set by Start, once the nonces' key is read: before it
+	// the server answers 503 (errNotStarted).
+	started atomic.Bool
 }
 
-// NewServer checks cfg (defaults applied) and builds the profile's server.
+// errNotStarted is what a request to a server not started yet is
+// answered with: the store is not open, so 503 and Retry-After.
+var errNotStarted = fmt.Errorf("%w: %w: the profile's server has not started", store.ErrUnavailable, store.ErrNotOpen)
+
+// NewServer checks cfg (defaults applied), builds the profile's server
+// (PrepareServer) and starts it (Start) on the open store of opts.
 func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, error) {
+	s, err := PrepareServer(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// PrepareServer checks cfg (defaults applied) and builds the profile's
+// server without touching the store, which need not be open yet (see
+// store.DB): a configuration is checked (caddy validate) without writing
+// to the database. The server serves once Start has read its keys.
+func PrepareServer(cfg ProfileConfig, opts Options) (*Server, error) {
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -80,13 +104,9 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	if err != nil {
 		return nil, err
 	}
-	key, err := opts.DB.Secret(ctx, "nonce-hmac", 32, opts.Clock.Now())
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
 		cfg: cfg, core: core, db: opts.DB, clock: opts.Clock, log: opts.Logger,
-		nonces: &nonces{key: key, db: opts.DB},
+		nonces: &nonces{db: opts.DB},
 
 		metrics:   opts.Metrics,
 		storeDown: logevery.Limiter{Every: storeLogEvery},
@@ -94,6 +114,23 @@ func NewServer(ctx context.Context, cfg ProfileConfig, opts Options) (*Server, e
 	}
 	s.mux = s.newMux()
 	return s, nil
+}
+
+// Start reads the key the profile's nonces are signed with, which every
+// instance on the store shares (the first start of a store creates it):
+// the store must be open. Until Start the server answers every request
+// 503. Starting a started server does nothing.
+func (s *Server) Start(ctx context.Context) error {
+	if s.started.Load() {
+		return nil
+	}
+	key, err := s.db.Secret(ctx, "nonce-hmac", 32, s.clock.Now())
+	if err != nil {
+		return err
+	}
+	s.nonces.key = key
+	s.started.Store(true)
+	return nil
 }
 
 // Authority is the profile's core, which job handlers and operators use.
@@ -190,6 +227,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK, route: "other"}
 		defer func() { s.metrics.Request(s.cfg.Profile, sw.route, sw.status, time.Since(start)) }()
 		w = sw
+	}
+	if !s.started.Load() {
+		s.writeError(w, r, errNotStarted)
+		return
 	}
 	h := w.Header()
 	h.Set("Replay-Nonce", s.nonces.mint(s.cfg.Profile, s.clock.Now()))
