@@ -141,6 +141,9 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	// that does not answer is a 503 rather than a hung CLI.
 	ctx, cancel := context.WithTimeout(r.Context(), operator.RequestDeadline)
 	defer cancel()
+	// An app provisioned and not started yet opens its store at Start:
+	// wait for it (the store answers 503 if it never opens).
+	app.awaitStart(ctx)
 	err := rt.handle(w, r.WithContext(ctx), app.Operator(), id)
 	if ae, ok := errors.AsType[caddy.APIError](err); ok && ae.HTTPStatus == http.StatusServiceUnavailable {
 		// As the ACME front says when the database is out of reach: a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,11 +43,14 @@ type App struct {
 	// names itself by host and database.
 	Postgres string `json:"postgres,omitempty"`
 
-	log    *zap.Logger
-	dbKey  string
-	db     *store.DB
-	queue  *jobs.Queue
-	runner *jobs.Runner
+	log   *zap.Logger
+	dbKey string
+	// newFile is the SQLite file of the store when it did not exist at
+	// Provision: Start records the file it creates in createdFiles.
+	newFile string
+	db      *store.DB
+	queue   *jobs.Queue
+	runner  *jobs.Runner
 	// runKinds are the kinds the runner handles, set at Start: the
 	// operator's pages read it while a reload may be starting the app.
 	runKinds atomic.Pointer[[]string]
@@ -64,6 +68,15 @@ type App struct {
 
 	mu       sync.RWMutex
 	profiles map[string]*acmeproxy.Server
+	// onOpen are what modules of the config (the web page) do once the
+	// store is open, before anything is served; opened says Start has run
+	// them.
+	onOpen []func(context.Context) error
+	opened bool
+
+	// ready is closed when Start has opened the store and started the
+	// profiles, or when the app stops without (see awaitStart).
+	ready startGate
 
 	// retired is set once the app is stopped or cleaned up: a config
 	// whose load failed leaves its app provisioned (and bound to the
@@ -84,9 +97,59 @@ var dbPool = caddy.NewUsagePool()
 
 type dbCloser struct{ *store.DB }
 
-func (d dbCloser) Destruct() error { return d.Close() }
+func (d dbCloser) Destruct() error {
+	createdFiles.forget(d.DB)
+	return d.Close()
+}
 
-// Provision opens (or shares) the store.
+// createdFiles names, by file key (store.SQLiteFileKey), the SQLite files
+// an app created when it opened its store at Start, with the dbPool key
+// it had: its path, since the file did not exist at Provision (which
+// creates nothing) and so had no file key. A later app (a reload) naming
+// the file, by that path or by another name (a hard link made since, a
+// symlink), finds it there and shares the store, as it shares one keyed
+// by the file.
+var createdFiles = fileAliases{keys: map[string]string{}}
+
+type fileAliases struct {
+	mu   sync.Mutex
+	keys map[string]string    // file key -> dbPool key
+	of   map[*store.DB]string // the file key each store was recorded under
+}
+
+func (f *fileAliases) record(fileKey, poolKey string, db *store.DB) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.of == nil {
+		f.of = map[*store.DB]string{}
+	}
+	f.keys[fileKey] = poolKey
+	f.of[db] = fileKey
+}
+
+func (f *fileAliases) lookup(fileKey string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k, ok := f.keys[fileKey]
+	return k, ok
+}
+
+func (f *fileAliases) forget(db *store.DB) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fileKey, ok := f.of[db]; ok {
+		delete(f.keys, fileKey)
+		delete(f.of, db)
+	}
+}
+
+// Provision checks the configuration and prepares (or shares) the store
+// without writing to it: caddy validate provisions a config and never
+// starts it, and must leave no database file created and no schema
+// migrated (on a PostgreSQL database the running instances share, the
+// schema their binary knows). The store is checked read-only (it can be
+// read; its schema is not newer than this binary); Start opens it,
+// creating or migrating it.
 func (a *App) Provision(ctx caddy.Context) error {
 	return a.provision(ctx, ctx.Logger())
 }
@@ -94,6 +157,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 	a.log = log
 	a.profiles = map[string]*acmeproxy.Server{}
+	a.ready = newStartGate()
 	var err error
 	if a.auditRetention, err = parseRetention("audit_retention", a.AuditRetention, acmeproxy.DefaultAuditRetention, 0); err != nil {
 		return err
@@ -107,14 +171,18 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 		authority.CRLKeepsExpired); err != nil {
 		return err
 	}
-	key, openDB, err := a.database(ctx)
+	key, prepareDB, err := a.database()
 	if err != nil {
 		return err
 	}
 	a.dbKey = key
-	val, loaded, err := dbPool.LoadOrNew(a.dbKey, func() (caddy.Destructor, error) {
-		db, err := openDB()
+	val, _, err := dbPool.LoadOrNew(a.dbKey, func() (caddy.Destructor, error) {
+		db, err := prepareDB()
 		if err != nil {
+			return nil, err
+		}
+		if err := db.Check(ctx); err != nil {
+			db.Close()
 			return nil, err
 		}
 		return dbCloser{db}, nil
@@ -124,9 +192,6 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 		return fmt.Errorf("database: %w", err)
 	}
 	a.db = val.(dbCloser).DB
-	if !loaded {
-		a.log.Info("store opened", zap.String("database", a.db.String()))
-	}
 	a.queue = jobs.NewQueue(a.db, nil)
 	a.notifier = notify.NewDeliverer(notify.Options{Logger: a.log.Named("notify")})
 	if a.Notify, err = expandNotify(a.Notify); err != nil {
@@ -142,9 +207,10 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 }
 
 // database says which store the app uses: a key naming it in dbPool (it
-// may hold the DSN's password: it is never logged) and how to open it.
-// Its errors name the key and never quote the DSN.
-func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), error) {
+// may hold the DSN's password: it is never logged) and how to prepare it
+// (store.DB: closed until Start opens it). Its errors name the key and
+// never quote the DSN.
+func (a *App) database() (string, func() (*store.DB, error), error) {
 	if a.Postgres != "" {
 		if a.Database != "" {
 			return "", nil, errors.New("database: set either database (a SQLite file) or postgres, not both")
@@ -161,7 +227,7 @@ func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), 
 			return "", nil, err
 		}
 		return "postgres:" + dsn, func() (*store.DB, error) {
-			return store.OpenPostgres(ctx, dsn, store.PostgresOptions{})
+			return store.PreparePostgres(dsn, store.PostgresOptions{})
 		}, nil
 	}
 	if a.Database == "" {
@@ -174,13 +240,22 @@ func (a *App) database(ctx context.Context) (string, func() (*store.DB, error), 
 	// Keyed by the file, not the path: names no path resolution joins (a
 	// hard link, a bind mount) name one file too, and two stores on it
 	// would be two single writers, each with its own group commit and
-	// caches.
-	file, err := store.SQLiteFileKey(path)
+	// caches. A file that does not exist yet is keyed by its path until
+	// Start creates it (Provision creates nothing), and then found by its
+	// file key in createdFiles.
+	file, exists, err := store.SQLiteFileKey(path)
 	if err != nil {
 		return "", nil, fmt.Errorf("database: %w", err)
 	}
-	return "sqlite:" + file, func() (*store.DB, error) {
-		return store.OpenSQLite(ctx, path, store.SQLiteOptions{})
+	key := "sqlite:" + file
+	if !exists {
+		key = "sqlite-path:" + path
+		a.newFile = path
+	} else if k, ok := createdFiles.lookup(file); ok {
+		key = k
+	}
+	return key, func() (*store.DB, error) {
+		return store.PrepareSQLite(path, store.SQLiteOptions{})
 	}, nil
 }
 
@@ -310,8 +385,13 @@ func expandRequired(repl *caddy.Replacer, key, v string) (string, error) {
 	return out, nil
 }
 
-// Start starts the job runner.
+// Start opens the store (creating or migrating it), starts the profiles
+// on it, and starts the job runner.
 func (a *App) Start() error {
+	if err := a.openStore(context.Background()); err != nil {
+		a.ready.open(false)
+		return err
+	}
 	handlers := []jobs.Handler{
 		authority.ValidationJobs(a, a.db, clock.Real()),
 		jobs.NewSweep(a.queue, 7*24*time.Hour, time.Hour),
@@ -388,6 +468,99 @@ func (a *App) Start() error {
 	go a.flushRefusals(refusalFlushEvery, a.flushStop, a.flushDone)
 	started.add(a)
 	return nil
+}
+
+// openStore opens the store, bringing its schema up to date, then starts
+// the profiles' servers and runs the modules' onOpen, and lets the
+// handlers serve (awaitStart).
+func (a *App) openStore(ctx context.Context) error {
+	first := !a.db.IsOpen()
+	if err := a.db.Open(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if first {
+		a.log.Info("store opened", zap.String("database", a.db.String()))
+	}
+	if a.newFile != "" {
+		file, exists, err := store.SQLiteFileKey(a.newFile)
+		if err != nil {
+			return fmt.Errorf("database: %w", err)
+		}
+		if exists {
+			createdFiles.record(file, a.dbKey, a.db)
+		}
+	}
+	a.mu.Lock()
+	servers := slices.Collect(maps.Values(a.profiles))
+	onOpen := a.onOpen
+	a.opened = true
+	a.mu.Unlock()
+	for _, s := range servers {
+		if err := s.Start(ctx); err != nil {
+			return fmt.Errorf("profile %s: %w", s.Profile(), err)
+		}
+	}
+	for _, f := range onOpen {
+		if err := f(ctx); err != nil {
+			return err
+		}
+	}
+	a.ready.open(true)
+	return nil
+}
+
+// whenOpen runs f once the store is open, before anything is served: at
+// Start, or now if the app has started.
+func (a *App) whenOpen(ctx context.Context, f func(context.Context) error) error {
+	a.mu.Lock()
+	if !a.opened {
+		a.onOpen = append(a.onOpen, f)
+		a.mu.Unlock()
+		return nil
+	}
+	a.mu.Unlock()
+	return f(ctx)
+}
+
+// startGate is closed once, saying whether the app started.
+type startGate struct {
+	once *sync.Once
+	done chan struct{}
+	ok   *atomic.Bool
+}
+
+func newStartGate() startGate {
+	return startGate{once: new(sync.Once), done: make(chan struct{}), ok: new(atomic.Bool)}
+}
+
+func (g startGate) open(ok bool) {
+	if g.once == nil {
+		return // never provisioned
+	}
+	g.once.Do(func() {
+		g.ok.Store(ok)
+		close(g.done)
+	})
+}
+
+// awaitStart waits until the app has opened the store and started its
+// profiles, or has stopped without, or ctx ends; it reports whether the
+// app started. Caddy starts a config's apps in no set order, so the http
+// app may take requests before this one has migrated the store: the
+// handlers wait here for it, as nothing was served before the store was
+// migrated when Provision migrated it.
+func (a *App) awaitStart(ctx context.Context) bool {
+	select {
+	case <-a.ready.done:
+		return a.ready.ok.Load()
+	default:
+	}
+	select {
+	case <-a.ready.done:
+		return a.ready.ok.Load()
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // startedApps are the started, not yet stopped acme_proxy apps, oldest
@@ -486,6 +659,7 @@ func (a *App) flushServers(final bool) {
 // the runner and waits for its handlers.
 func (a *App) Stop() error {
 	a.retired.Store(true)
+	a.ready.open(false)
 	started.remove(a)
 	if a.flushStop != nil {
 		close(a.flushStop)
@@ -504,6 +678,7 @@ func (a *App) Stop() error {
 // the store is closed.
 func (a *App) Cleanup() error {
 	a.retired.Store(true)
+	a.ready.open(false)
 	if a.dbKey == "" {
 		return nil
 	}

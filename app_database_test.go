@@ -47,6 +47,7 @@ func TestThePostgresOptionOpensTheStoreItNamesWithPlaceholdersReplaced(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
+	startStore(t, a)
 	if got := a.db.String(); !strings.HasPrefix(got, "postgres ") || !strings.HasSuffix(got, "/"+dbname) {
 		t.Fatalf("store %q; want the postgres database %s", got, dbname)
 	}
@@ -67,6 +68,15 @@ func TestTheAppRefusesBothASQLiteFileAndAPostgresDatabase(t *testing.T) {
 	_, err := provisionApp(t, a)
 	if err == nil || !strings.Contains(err.Error(), "either database") {
 		t.Fatalf("provision: %v; want refused for naming two databases", err)
+	}
+}
+
+// startStore opens a's store as its Start does, before it starts the
+// runner.
+func startStore(t *testing.T, a *App) {
+	t.Helper()
+	if err := a.openStore(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -94,6 +104,9 @@ func TestAppsNamingOneSQLiteFileByTwoNamesShareOneStore(t *testing.T) {
 		// and before the second names it.
 		between func(t *testing.T, first, second string)
 	}{
+		{"one path, the file created by the first app's start", func(t *testing.T, dir string) (string, string) {
+			return filepath.Join(dir, "real", "acme.db"), filepath.Join(dir, "real", "acme.db")
+		}, nil},
 		{"a symlinked directory, before the file exists", func(t *testing.T, dir string) (string, string) {
 			mustSymlink(t, filepath.Join(dir, "real"), filepath.Join(dir, "link"))
 			return filepath.Join(dir, "real", "acme.db"), filepath.Join(dir, "link", "acme.db")
@@ -136,6 +149,9 @@ func TestAppsNamingOneSQLiteFileByTwoNamesShareOneStore(t *testing.T) {
 			if _, err := provisionApp(t, a); err != nil {
 				t.Fatal(err)
 			}
+			// It runs: its Start creates the file (Provision creates
+			// nothing) before a reload names it again.
+			startStore(t, a)
 			if c.between != nil {
 				c.between(t, first, second)
 			}
@@ -167,5 +183,46 @@ func mustLink(t *testing.T, target, link string) {
 	}
 	if err := os.Link(target, link); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Caddy starts a config's apps in no set order, so the http app may take
+// requests before this app has opened (and migrated) its store at Start:
+// they wait for it, and go on once it has.
+func TestRequestsBeforeTheAppHasOpenedItsStoreWaitForIt(t *testing.T) {
+	a := &App{AppConfig: acmeproxy.AppConfig{Database: filepath.Join(t.TempDir(), "acme.db")}}
+	if _, err := provisionApp(t, a); err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if a.awaitStart(gone) {
+		t.Fatal("a request passed before the store was opened")
+	}
+	waited := make(chan bool, 1)
+	go func() { waited <- a.awaitStart(context.Background()) }()
+	startStore(t, a)
+	if !<-waited {
+		t.Fatal("a request waiting for the store was turned away once it opened")
+	}
+	if !a.awaitStart(gone) {
+		t.Fatal("a request after the store opened waited")
+	}
+}
+
+// An app that stops without having started (another app of its config
+// failed to start) lets the requests waiting for it go, to be answered 503.
+func TestRequestsWaitingForAnAppThatStopsWithoutStartingAreLetGo(t *testing.T) {
+	a := &App{AppConfig: acmeproxy.AppConfig{Database: filepath.Join(t.TempDir(), "acme.db")}}
+	if _, err := provisionApp(t, a); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan bool, 1)
+	go func() { waited <- a.awaitStart(context.Background()) }()
+	if err := a.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if <-waited {
+		t.Fatal("a request passed though the app never opened its store")
 	}
 }

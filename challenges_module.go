@@ -25,7 +25,8 @@ import (
 // and so to this handler. Mount it on the site that serves port 80 for
 // the names the relay's clients ask for, typically `http:// { … }`.
 type Challenges struct {
-	db *store.DB
+	app *App
+	db  *store.DB
 }
 
 // CaddyModule returns the Caddy module information.
@@ -39,12 +40,16 @@ func (c *Challenges) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNoApp, err)
 	}
-	c.db = appMod.(*App).db
+	c.app = appMod.(*App)
+	c.db = c.app.db
 	return nil
 }
 
 // ServeHTTP answers a published challenge and passes anything else on.
 func (c *Challenges) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// Before the app has opened the store the read waits for it (and
+	// fails, 503, if the app stopped without).
+	c.app.awaitStart(r.Context())
 	answered, err := relay.ServeHTTPChallenge(w, r, c.db, time.Now())
 	if err != nil {
 		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("reading the upstream http-01 challenges: %w", err))

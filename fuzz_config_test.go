@@ -2,7 +2,6 @@ package caddyacmeproxy
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"maps"
 	"os"
@@ -205,7 +204,7 @@ func (sb *provisionSandbox) dbPath() string { return filepath.Join(sb.dir, "acme
 // dbKey is the app's key for the database in dbPool.
 func (sb *provisionSandbox) dbKey(t *testing.T) string {
 	t.Helper()
-	key, _, err := (&App{AppConfig: acmeproxy.AppConfig{Database: sb.dbPath()}}).database(context.Background())
+	key, _, err := (&App{AppConfig: acmeproxy.AppConfig{Database: sb.dbPath()}}).database()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.server, err = acmeproxy.NewServer(ctx, h.ProfileConfig, acmeproxy.Options{
+	// Built without touching the store: the app starts the server
+	// (acmeproxy.Server.Start) once it has opened the store at Start.
+	h.server, err = acmeproxy.PrepareServer(h.ProfileConfig, acmeproxy.Options{
 		DB: h.app.db, Queue: h.app.queue, Signer: sgn, Validator: v, Logger: ctx.Logger(),
 		SignerName: caddy.GetModuleName(mod),
 		Notify:     dests, Metrics: serverMetrics{},
@@ -179,6 +181,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// Behind a trusted proxy the client is the address Caddy read from
 	// its headers (trusted_proxies), as Caddy's logs and matchers have
 	// it, not the proxy's connection.
+	// A request that comes before the app has opened the store waits for
+	// it; the server answers 503 if the app stopped without.
+	h.app.awaitStart(r.Context())
 	if trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool); trusted {
 		if ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ip != "" {
 			r = r.WithContext(acmeproxy.WithClientIP(r.Context(), ip))

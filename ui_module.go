@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -50,7 +51,12 @@ type UI struct {
 	// nobody else can reach.
 	InsecureNoAuth bool `json:"insecure_no_auth,omitempty"`
 
-	ui *webui.UI
+	// ui is the page as checked at Provision, which says which paths
+	// are its own; served is the page signing its forms with the key kept
+	// in the store, built once the app has opened it.
+	ui     *webui.UI
+	app    *App
+	served atomic.Pointer[webui.UI]
 }
 
 // CaddyModule returns the Caddy module information.
@@ -82,16 +88,9 @@ func (u *UI) Provision(ctx caddy.Context) error {
 			"and can revoke certificates for them; put basic_auth, forward_auth or client certificates in front instead")
 	}
 	user := u.User
-	app := appMod.(*App)
-	// The forms' tokens are signed with a key kept in the database, so a
-	// confirmation page served before a reload, or by another instance on
-	// the same database, is still accepted.
-	csrfKey, err := app.db.Secret(ctx, "webui-csrf", 32, time.Now())
-	if err != nil {
-		return fmt.Errorf("acme_proxy_ui: %w", err)
-	}
-	u.ui, err = webui.New(webui.Config{
-		Operator: app.Operator(), Prefix: u.Prefix, InsecureNoAuth: u.InsecureNoAuth, Logger: log, CSRFKey: csrfKey,
+	u.app = appMod.(*App)
+	cfg := webui.Config{
+		Operator: u.app.Operator(), Prefix: u.Prefix, InsecureNoAuth: u.InsecureNoAuth, Logger: log,
 		User: func(r *http.Request) string {
 			repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 			if !ok {
@@ -100,8 +99,28 @@ func (u *UI) Provision(ctx caddy.Context) error {
 			return repl.ReplaceAll(user, "")
 		},
 		Mount: strippedPrefix,
-	})
-	if err != nil {
+	}
+	if u.ui, err = webui.New(cfg); err != nil {
+		return err
+	}
+	// The forms' tokens are signed with a key kept in the database, so a
+	// confirmation page served before a reload, or by another instance on
+	// the same database, is still accepted. It is read (created on the
+	// store's first start) once the app has opened the store: Provision
+	// writes nothing.
+	if err := u.app.whenOpen(ctx, func(ctx context.Context) error {
+		csrfKey, err := u.app.db.Secret(ctx, "webui-csrf", 32, time.Now())
+		if err != nil {
+			return fmt.Errorf("acme_proxy_ui: %w", err)
+		}
+		cfg.CSRFKey = csrfKey
+		served, err := webui.New(cfg)
+		if err != nil {
+			return err
+		}
+		u.served.Store(served)
+		return nil
+	}); err != nil {
 		return err
 	}
 	log.Info("acme_proxy_ui mounted", zap.String("prefix", u.Prefix), zap.String("user", u.User))
@@ -163,7 +182,13 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 	// answer is a 503 page, not a page that never loads.
 	ctx, cancel := context.WithTimeout(r.Context(), operator.RequestDeadline)
 	defer cancel()
-	u.ui.ServeHTTP(w, r.WithContext(ctx))
+	// Before the app has opened the store, wait for it.
+	u.app.awaitStart(ctx)
+	served := u.served.Load()
+	if served == nil {
+		return caddyhttp.Error(http.StatusServiceUnavailable, errNoApp)
+	}
+	served.ServeHTTP(w, r.WithContext(ctx))
 	return nil
 }
 
