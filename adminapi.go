@@ -365,7 +365,11 @@ func (a *AdminAPI) listProfiles(w http.ResponseWriter, r *http.Request, op *oper
 	if err := readQuery(r).check(); err != nil {
 		return err
 	}
-	return writeAdminJSON(w, http.StatusOK, op.ListProfiles())
+	profiles, err := op.ListProfiles(r.Context())
+	if err != nil {
+		return opError(err)
+	}
+	return writeAdminJSON(w, http.StatusOK, profiles)
 }
 
 func (a *AdminAPI) listOrders(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {

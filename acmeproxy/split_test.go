@@ -442,3 +442,42 @@ func TestAFrontEndsOverviewReportsTheCRLTheFrontEndServes(t *testing.T) {
 		t.Errorf("the overview of the front end: CRLs %+v, profile %+v; want the CRL it serves, of CA %s", ov.CRLs, ov.Profiles[0], signer.LeafIssuerKeyID(got.leaf))
 	}
 }
+
+// noCRLSigner is a signer that signs no CRL, as a relay or a script is:
+// only the Signer interface of the local CA it wraps.
+type noCRLSigner struct{ signer.Signer }
+
+// The profiles list of a front end says the profile has a CRL when its
+// workers publish one, which the front end serves from the store, rather
+// than what its own delegate signer (which signs none) would say; and no
+// CRL when the workers' signer signs none or no worker has published yet.
+func TestAFrontEndsProfileListSaysWhetherItServesACRLItsWorkersPublish(t *testing.T) {
+	tests := []struct {
+		name    string
+		worker  func(l *localca.Signer) signer.Signer // nil: the local CA itself
+		started bool                                  // a worker has started and published
+		want    bool
+	}{
+		{"ok/a worker with the local CA publishes its CRL", nil, true, true},
+		{"ok/a worker whose signer signs no CRL publishes none", func(l *localca.Signer) signer.Signer { return noCRLSigner{l} }, true, false},
+		{"ok/no worker has published yet", nil, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			dbPath, ca, front := startFrontEnd(t)
+			if tc.started {
+				workerEnv(t, dbPath, ca, tc.worker)
+			}
+			op := &operator.Operator{DB: front.db, Queue: front.queue, Profiles: staticProfiles{front.srv.Profile(): front.srv}}
+			profiles, err := op.ListProfiles(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(profiles) != 1 || profiles[0].Signer != "delegated" || profiles[0].CRL != tc.want {
+				t.Errorf("the front end's profiles: %+v; want the delegated profile with crl %v", profiles, tc.want)
+			}
+		})
+	}
+}

@@ -302,8 +302,8 @@ func checkFrontHoldsNoKey(t *testing.T, admin, storage, servingKey string) {
 	if err := json.Unmarshal(body, &profiles); err != nil {
 		t.Fatalf("profiles: %v\n%s", err, body)
 	}
-	if len(profiles) != 1 || profiles[0].Name != splitProfile || profiles[0].Signer != "delegated" || profiles[0].Revocation != "delegated" || profiles[0].CRL {
-		t.Errorf("the front end's loaded signers: %s; want profile %s with the delegate alone", body, splitProfile)
+	if len(profiles) != 1 || profiles[0].Name != splitProfile || profiles[0].Signer != "delegated" || profiles[0].Revocation != "delegated" || !profiles[0].CRL {
+		t.Errorf("the front end's loaded signers: %s; want profile %s with the delegate alone, serving the CRL its worker published", body, splitProfile)
 	}
 	err := filepath.WalkDir(storage, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {

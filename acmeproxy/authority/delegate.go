@@ -242,6 +242,26 @@ func (au *Authority) CRLIssuersInService(ctx context.Context) ([]signer.IssuerIn
 	return cs.CRLIssuers(ctx)
 }
 
+// ServesCRL reports whether the profile serves a CRL at <prefix>/crl:
+// its signer signs CRLs, or, for a delegate, the instances holding its
+// signer published a CA whose CRL they sign (the delegate serves those
+// from the store). A delegate whose signer has published nothing yet, or
+// one whose signer signs no CRL (a relay's), serves none.
+func (au *Authority) ServesCRL(ctx context.Context) (bool, error) {
+	if !au.Delegates() {
+		_, ok := au.CRLSigner()
+		return ok, nil
+	}
+	p, err := au.published(ctx)
+	if errors.Is(err, errNotPublished) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return p.CurrentIssuer != "", nil
+}
+
 // LookupIssuer describes the CA with key id keyID whose CRL the profile
 // serves. The error wraps signer.ErrIssuerUnknown when the profile
 // publishes no CRL for it (or none at all).

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -100,9 +101,10 @@ func (op *Operator) CreateEABKey(ctx context.Context, profile, label string, reu
 // profileNames lists the mounted profiles, for a message.
 func (op *Operator) profileNames() string {
 	var names []string
-	for _, v := range op.ListProfiles() {
-		names = append(names, v.Name)
+	for _, au := range op.Profiles.All() {
+		names = append(names, au.Profile())
 	}
+	slices.Sort(names)
 	if len(names) == 0 {
 		return "none"
 	}

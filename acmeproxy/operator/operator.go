@@ -108,11 +108,18 @@ type ProfileView struct {
 	Challenges []string `json:"challenges"`
 }
 
-// ListProfiles lists the profiles this process mounts, by name.
-func (op *Operator) ListProfiles() []ProfileView {
+// ListProfiles lists the profiles this process mounts, by name. A
+// profile mounted without its signer (a front end) has a CRL when the
+// instances holding the signer published one for it to serve: its own
+// delegate signer signs none, and saying so would tell the operator the
+// profile has no CRL.
+func (op *Operator) ListProfiles(ctx context.Context) ([]ProfileView, error) {
 	var out []ProfileView
 	for _, au := range op.Profiles.All() {
-		_, crl := au.CRLSigner()
+		crl, err := au.ServesCRL(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("profile %s: whether it serves a CRL: %w", au.Profile(), err)
+		}
 		name := au.SignerName()
 		if name == "" {
 			name = signerName(au.Signer())
@@ -131,7 +138,7 @@ func (op *Operator) ListProfiles() []ProfileView {
 	if out == nil {
 		out = []ProfileView{}
 	}
-	return out
+	return out, nil
 }
 
 // signerName names a signer by its Go type: "localca", "relay", ….

@@ -118,8 +118,11 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 	now := op.now()
 	since := now.Add(-OverviewWindow).Truncate(time.Hour).Add(time.Hour) // 24 whole hours, the current one last
 	// To the second, as the orders list's since filter reads it.
-	ov := Overview{At: now, Profiles: op.ListProfiles(), OrdersSince: now.Add(-OverviewWindow).Truncate(time.Second).UTC()}
+	ov := Overview{At: now, OrdersSince: now.Add(-OverviewWindow).Truncate(time.Second).UTC()}
 	var err error
+	if ov.Profiles, err = op.ListProfiles(ctx); err != nil {
+		return Overview{}, err
+	}
 	if ov.Orders, err = op.DB.OrderCountsSince(ctx, ov.OrdersSince); err != nil {
 		return Overview{}, err
 	}
@@ -176,7 +179,7 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 			}
 		}
 	}
-	for i, p := range ov.Profiles {
+	for _, p := range ov.Profiles {
 		delegated := p.Revocation == "delegated"
 		if !p.CRL && !delegated {
 			continue
@@ -189,7 +192,6 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 			if errors.Is(err, store.ErrNotFound) {
 				continue
 			}
-			ov.Profiles[i].CRL = true
 		}
 		st := CRLStatus{CRLView: v}
 		if err != nil {

@@ -175,7 +175,11 @@ func (rq *request) canMarkKeyCompromise(o operator.OrderView) bool {
 	if c == nil || c.RevokedAt == nil || (c.Reason != nil && *c.Reason == acme.ReasonKeyCompromise) {
 		return false
 	}
-	for _, p := range rq.op().ListProfiles() {
+	profiles, err := rq.op().ListProfiles(rq.r.Context())
+	if err != nil {
+		return false
+	}
+	for _, p := range profiles {
 		if p.Name == o.Profile {
 			return p.Revocation == "ledger"
 		}
