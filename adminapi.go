@@ -611,16 +611,16 @@ func (a *AdminAPI) createEABKey(w http.ResponseWriter, r *http.Request, op *oper
 }
 
 func (a *AdminAPI) listEABKeys(w http.ResponseWriter, r *http.Request, op *operator.Operator, _ string) error {
-	q := readQuery(r, "profile")
-	profile := q.str("profile")
+	q := readQuery(r, operator.EABFilters...)
+	f := store.EABKeyFilter{Profile: q.str("profile"), After: q.str("after"), Limit: q.int("limit", 1, store.MaxPage)}
 	if err := q.check(); err != nil {
 		return err
 	}
-	keys, err := op.ListEABKeys(r.Context(), profile)
+	p, err := op.ListEABKeys(r.Context(), f)
 	if err != nil {
 		return opError(err)
 	}
-	return writeAdminJSON(w, http.StatusOK, keys)
+	return writeAdminJSON(w, http.StatusOK, p)
 }
 
 func (a *AdminAPI) revokeEABKey(w http.ResponseWriter, r *http.Request, op *operator.Operator, kid string) error {

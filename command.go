@@ -54,7 +54,7 @@ migrate-store is the exception: it runs offline, on the database files.
   caddy acme-proxy audit prune --before <RFC 3339 time | age such as 90d>
   caddy acme-proxy crl show|regenerate <profile>
   caddy acme-proxy eab create --profile P --label L [--reusable] [--expires 7d]
-  caddy acme-proxy eab list --profile P
+  caddy acme-proxy eab list --profile P [--after KID] [--limit N]
   caddy acme-proxy eab revoke [--] <kid>   (-- before an older key id that begins with "-")
   caddy acme-proxy renew-early [--profile P] [--serial HEX]... [--order ID]... [--identifier PATTERN] [--account ID] [--issuer KEYID] [--explanation-url URL]
   caddy acme-proxy migrate-store --from <sqlite file> --to <postgres dsn>
@@ -165,7 +165,7 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 		sc.Flags().Bool("reusable", false, "bind any number of accounts, not one")
 		sc.Flags().String("expires", "", "lifetime, such as 7d or 12h (default: none)")
 	}, c.eabCreate)
-	add(eab, "list", "Lists a profile's keys (never their MAC keys)", cobra.NoArgs, strFlags("profile"), c.eabList)
+	add(eab, "list", "Lists a profile's keys, newest first (never their MAC keys)", cobra.NoArgs, strFlags(operator.EABFilters...), c.eabList)
 	add(eab, "revoke <kid>", "Revokes a key: it binds no new account", oneID("key id"), nil, c.eabRevoke)
 
 	c.addRenewEarlyCommand(cmd)
@@ -655,17 +655,18 @@ func (c *cli) eabCreate(cmd *cobra.Command, _ []string) error {
 }
 
 func (c *cli) eabList(cmd *cobra.Command, _ []string) error {
-	body, err := c.call(cmd, http.MethodGet, adminBase+"eab"+filterQuery(cmd, "profile"), nil)
+	body, err := c.call(cmd, http.MethodGet, adminBase+"eab"+filterQuery(cmd, operator.EABFilters...), nil)
 	if err != nil {
 		return err
 	}
-	var keys []operator.EABKeyView
-	return c.show(cmd, body, &keys, func(w *tabwriter.Writer) {
+	var v operator.Page[operator.EABKeyView]
+	return c.show(cmd, body, &v, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "KID\tLABEL\tSTATE\tREUSABLE\tBOUND ACCOUNT\tBOUND\tCREATED\tUSED\tEXPIRES")
-		for _, k := range keys {
+		for _, k := range v.Items {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\t%d\t%s\t%s\t%s\n", k.KID, k.Label, k.State, k.Reusable, dash(k.BoundAccount),
 				k.BoundCount, ts(k.Created), tsp(k.Used), tsp(k.Expires))
 		}
+		next(w, v.Next, "after")
 	})
 }
 

@@ -208,7 +208,7 @@ func TestAnEABKeyThatCannotBeMintedAsAskedIsRefusedAndNoneIsLeft(t *testing.T) {
 		})
 	}
 	for _, profile := range []string{"bound", "e2e", "nope"} {
-		keys, err := activeApp(t).db.ListEABKeys(t.Context(), profile)
+		keys, err := activeApp(t).db.ListEABKeys(t.Context(), store.EABKeyFilter{Profile: profile})
 		if err != nil || len(keys) != 0 {
 			t.Fatalf("keys of %s after the refusals: %d %v; want none", profile, len(keys), err)
 		}

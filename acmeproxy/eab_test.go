@@ -117,7 +117,7 @@ func TestAMintedKeyBindsOneAccountWhichKeepsItsLabel(t *testing.T) {
 	// A second account with the same single-use key is refused.
 	_, err = registerWith(ctx, newAccountClient(e), &k)
 	wantACMEProblem(t, err, vocab.ErrorUnauthorized, "already used")
-	keys, err := e.srv.Authority().EABKeys(ctx)
+	keys, err := e.srv.Authority().EABKeys(ctx, store.EABKeyFilter{})
 	if err != nil || len(keys) != 1 || keys[0].BoundAccount != id || keys[0].State(time.Now()) != store.EABBound {
 		t.Fatalf("keys %+v %v; want one bound to %s", keys, err, id)
 	}

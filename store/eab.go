@@ -124,10 +124,26 @@ func (db *DB) EABKeyForBinding(ctx context.Context, profile, kid string) (EABKey
 	return k, nil
 }
 
-// ListEABKeys returns a profile's keys, newest first, without their MAC
-// keys.
-func (db *DB) ListEABKeys(ctx context.Context, profile string) ([]EABKey, error) {
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT `+eabCols+` FROM eab_keys WHERE profile = ? ORDER BY created_at DESC, kid DESC`), profile)
+// EABKeyFilter selects a profile's EAB keys for operators.
+type EABKeyFilter struct {
+	Profile string
+	After   string // page: keys listed after this key id
+	Limit   int    // default 100, at most 1000
+}
+
+// ListEABKeys returns a page of a profile's keys, newest first, without
+// their MAC keys.
+func (db *DB) ListEABKeys(ctx context.Context, f EABKeyFilter) ([]EABKey, error) {
+	stmt := `SELECT ` + eabCols + ` FROM eab_keys k WHERE profile = ?`
+	args := []any{f.Profile}
+	if f.After != "" {
+		// A row value, as the orders list's page: no rows when the key
+		// named does not exist.
+		stmt += ` AND (k.created_at, k.kid) < (SELECT p.created_at, p.kid FROM eab_keys p WHERE p.kid = ?)`
+		args = append(args, f.After)
+	}
+	stmt += ` ORDER BY created_at DESC, kid DESC LIMIT ?`
+	rows, err := db.r.QueryContext(ctx, db.q(stmt), append(args, PageLimit(f.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("store: listing EAB keys: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestAnEABKeyBindsWhatItsStateAllows(t *testing.T) {
 			t.Errorf("%s: account %+v %v; want bound to %s with its label", c.name, got, err, c.kid)
 		}
 	}
-	keys, err := db.ListEABKeys(ctx, "p")
+	keys, err := db.ListEABKeys(ctx, EABKeyFilter{Profile: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestTwoRegistrationsRacingForASingleUseKeyBindOnce(t *testing.T) {
 	if created != 1 {
 		t.Fatalf("%d accounts bound the single-use key; want 1", created)
 	}
-	keys, err := db.ListEABKeys(context.Background(), "p")
+	keys, err := db.ListEABKeys(context.Background(), EABKeyFilter{Profile: "p"})
 	if err != nil || len(keys) != 1 || keys[0].BoundCount != 1 {
 		t.Fatalf("keys %+v %v; want one bound once", keys, err)
 	}
@@ -172,4 +173,72 @@ func TestAnOrderShowsTheLabelOfItsAccountsBinding(t *testing.T) {
 			t.Errorf("order %s by id: label %q %v; want %q", o.ID, one.AccountEABLabel, err, want[o.ID])
 		}
 	}
+}
+
+// The EAB key list is paged as the orders list is: newest first, a page
+// of at most the limit (100 by default), the next page after the key the
+// cursor names — keys minted in one millisecond ordered by key id, so a
+// page boundary between them loses or repeats none.
+func TestTheEABKeyListIsPagedNewestFirstAfterTheKeyTheCursorNames(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		mintAt := func(profile, kid string, at time.Time) {
+			t.Helper()
+			if err := db.CreateEABKey(ctx, EABKey{KID: kid, Profile: profile, Label: "l", HMACKey: []byte("mac"), Created: at}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// k000 … k104, one a minute, k104 the newest; k050 to k052 in
+		// one millisecond; another profile's key newer than them all.
+		var kids []string
+		for i := range 105 {
+			kid := fmt.Sprintf("k%03d", i)
+			at := t0.Add(time.Duration(i) * time.Minute)
+			if i >= 50 && i <= 52 {
+				at = t0.Add(50 * time.Minute)
+			}
+			mintAt("p", kid, at)
+			kids = append(kids, kid)
+		}
+		mintAt("other", "z-other", t0.Add(24*time.Hour))
+		newest := func(from, n int) []string { // kids[from], kids[from-1], … n of them
+			var out []string
+			for i := from; i > from-n && i >= 0; i-- {
+				out = append(out, kids[i])
+			}
+			return out
+		}
+		tests := []struct {
+			name string
+			f    EABKeyFilter
+			want []string
+		}{
+			{"ok/the first page, newest first", EABKeyFilter{Profile: "p", Limit: 3}, newest(104, 3)},
+			{"ok/the page after a key", EABKeyFilter{Profile: "p", After: "k102", Limit: 3}, newest(101, 3)},
+			{"ok/a page that starts among keys of one millisecond", EABKeyFilter{Profile: "p", After: "k052", Limit: 2}, newest(51, 2)},
+			{"ok/a page that ends among keys of one millisecond", EABKeyFilter{Profile: "p", After: "k051", Limit: 3}, newest(50, 3)},
+			{"ok/without a limit, a page of 100", EABKeyFilter{Profile: "p"}, newest(104, 100)},
+			{"ok/a limit past the most is the most", EABKeyFilter{Profile: "p", Limit: MaxPage + 1}, newest(104, 105)},
+			{"ok/the last page", EABKeyFilter{Profile: "p", After: "k002", Limit: 10}, newest(1, 2)},
+			{"ok/after the oldest key, none", EABKeyFilter{Profile: "p", After: "k000"}, nil},
+			{"ok/after a key that does not exist, none", EABKeyFilter{Profile: "p", After: "nope"}, nil},
+			{"ok/another profile's keys only", EABKeyFilter{Profile: "other"}, []string{"z-other"}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				keys, err := db.ListEABKeys(ctx, tc.f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, k := range keys {
+					got = append(got, k.KID)
+				}
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("%+v: %v; want %v", tc.f, got, tc.want)
+				}
+			})
+		}
+	})
 }

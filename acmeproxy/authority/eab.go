@@ -63,9 +63,11 @@ func (au *Authority) MintEABKey(ctx context.Context, label string, reusable bool
 	return k, nil
 }
 
-// EABKeys lists the profile's keys, newest first, without their MAC keys.
-func (au *Authority) EABKeys(ctx context.Context) ([]store.EABKey, error) {
-	return au.db.ListEABKeys(ctx, au.cfg.Profile)
+// EABKeys lists a page of the profile's keys (f's profile is the
+// profile's), newest first, without their MAC keys.
+func (au *Authority) EABKeys(ctx context.Context, f store.EABKeyFilter) ([]store.EABKey, error) {
+	f.Profile = au.cfg.Profile
+	return au.db.ListEABKeys(ctx, f)
 }
 
 // RevokeEABKey revokes a key of the profile: it binds no new account.

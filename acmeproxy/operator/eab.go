@@ -111,20 +111,30 @@ func (op *Operator) profileNames() string {
 	return strings.Join(names, ", ")
 }
 
-// ListEABKeys lists a profile's keys, newest first.
-func (op *Operator) ListEABKeys(ctx context.Context, profile string) ([]EABKeyView, error) {
-	if profile == "" {
-		return nil, fmt.Errorf("%w: name the profile whose EAB keys to list", ErrInvalid)
+// ListEABKeys lists a page of a profile's keys, newest first.
+func (op *Operator) ListEABKeys(ctx context.Context, f store.EABKeyFilter) (Page[EABKeyView], error) {
+	if f.Profile == "" {
+		return Page[EABKeyView]{}, fmt.Errorf("%w: name the profile whose EAB keys to list", ErrInvalid)
 	}
-	keys, err := op.DB.ListEABKeys(ctx, profile)
+	if f.After != "" {
+		profile, err := op.DB.EABKeyProfile(ctx, f.After)
+		if err != nil {
+			return Page[EABKeyView]{}, afterErr("EAB key", f.After, err)
+		}
+		if profile != f.Profile {
+			return Page[EABKeyView]{}, fmt.Errorf("%w: after: EAB key %q is of profile %s, not %s (a page continues after the last key of the previous page)",
+				ErrInvalid, Clip(f.After), Clip(profile), Clip(f.Profile))
+		}
+	}
+	keys, err := op.DB.ListEABKeys(ctx, f)
 	if err != nil {
-		return nil, err
+		return Page[EABKeyView]{}, err
 	}
-	out := make([]EABKeyView, len(keys))
+	views := make([]EABKeyView, len(keys))
 	for i, k := range keys {
-		out[i] = op.eabView(k)
+		views[i] = op.eabView(k)
 	}
-	return out, nil
+	return page(views, store.PageLimit(f.Limit), func(v EABKeyView) string { return v.KID }), nil
 }
 
 // RevokeEABKey revokes key kid: it binds no new account; the accounts it

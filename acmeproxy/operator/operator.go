@@ -76,6 +76,7 @@ var (
 	AccountFilters = []string{"profile", "status", "after", "limit"}
 	JobFilters     = []string{"kind", "status", "key", "abandon_owed", "before", "limit"}
 	AuditFilters   = []string{"profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"}
+	EABFilters     = []string{"profile", "after", "limit"}
 )
 
 // Page is one page of a list; Next, when set, is the cursor of the next.
