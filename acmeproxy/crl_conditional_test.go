@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -122,4 +123,62 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// An operator's `crl regenerate` in the second of the stored CRL (one a
+// job, another instance or an earlier regenerate just published) waits,
+// as a crl_regenerate job does, for the next second: built at once, its
+// CRL would have the Last-Modified of the stored one, and a client
+// revalidating with If-Modified-Since alone would be told 304 and keep
+// the CRL without what the new one changed.
+func TestAnOperatorsCRLRegenerationInTheSecondOfTheStoredCRLWaitsForTheNextSecond(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// Two tenths into a second, so that half a second later is the
+		// same second.
+		clk := clocktest.New(time.Now().Truncate(time.Second).Add(200 * time.Millisecond))
+		e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Clock = clk }})
+		stored, err := e.srv.Authority().RegenerateCRL(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(500 * time.Millisecond)
+
+		op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}, Clock: clk}
+		type result struct {
+			v   operator.CRLView
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			v, err := op.RegenerateCRL(ctx, e.srv.Profile())
+			done <- result{v, err}
+		}()
+		timer := make(chan time.Time, 1)
+		go func() {
+			if at, err := clk.NextTimer(ctx); err == nil {
+				timer <- at
+			}
+		}()
+		next := stored.ThisUpdate.Add(time.Second)
+		var got result
+		select {
+		case got = <-done:
+			t.Errorf("the regeneration answered at once, in the second of CRL %d", stored.Number)
+		case at := <-timer:
+			if !at.Equal(next) {
+				t.Errorf("the regeneration waits until %s; want the next second, %s", at, next)
+			}
+			clk.Set(at)
+			got = <-done
+		}
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		if got.v.Number <= stored.Number || !got.v.ThisUpdate.After(stored.ThisUpdate) {
+			t.Errorf("the regeneration published CRL %d with thisUpdate %s after CRL %d of %s; want a later number in a later second",
+				got.v.Number, got.v.ThisUpdate, stored.Number, stored.ThisUpdate)
+		}
+	})
 }

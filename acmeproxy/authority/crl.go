@@ -343,16 +343,74 @@ func (au *Authority) queueCRL(ctx context.Context, iss signer.IssuerInfo) error 
 }
 
 // RegenerateCRL publishes a new CRL for the CA the profile issues from
-// now, and returns it.
+// now, and returns it, built now: in the second of the stored CRL's
+// thisUpdate, if that is now. What serves the CRL it builds to clients
+// regenerates with RegenerateCRLAfterStored.
 func (au *Authority) RegenerateCRL(ctx context.Context) (store.CRL, error) {
-	if _, ok := au.CRLSigner(); !ok {
-		return store.CRL{}, fmt.Errorf("%w: the signer of profile %s publishes no CRL", store.ErrNotFound, au.cfg.Profile)
-	}
-	iss, err := au.CurrentIssuer(ctx)
+	iss, err := au.regenerated(ctx)
 	if err != nil {
 		return store.CRL{}, err
 	}
 	return au.publishCRL(ctx, iss)
+}
+
+// regenerated is the CA whose CRL a regeneration builds: the one the
+// profile issues from now.
+func (au *Authority) regenerated(ctx context.Context) (signer.IssuerInfo, error) {
+	if _, ok := au.CRLSigner(); !ok {
+		return signer.IssuerInfo{}, fmt.Errorf("%w: the signer of profile %s publishes no CRL", store.ErrNotFound, au.cfg.Profile)
+	}
+	return au.CurrentIssuer(ctx)
+}
+
+// RegenerateCRLAfterStored is RegenerateCRL (an operator's regeneration)
+// holding the promise a crl_regenerate job holds (runCRL): the CRL is
+// built in a later second than the stored one's thisUpdate, waiting for
+// that second (at most crlSameSecondWait), so that a client revalidating
+// with If-Modified-Since alone is not told 304 for a CRL it does not
+// hold, and thisUpdate grows with cRLNumber.
+func (au *Authority) RegenerateCRLAfterStored(ctx context.Context) (store.CRL, error) {
+	iss, err := au.regenerated(ctx)
+	if err != nil {
+		return store.CRL{}, err
+	}
+	for {
+		cur, err := au.db.GetCRLInfo(ctx, iss.KeyID)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return store.CRL{}, err
+		}
+		wait := crlSecondWait(cur, au.clock.Now())
+		if wait <= 0 {
+			break
+		}
+		// Another regeneration (a job, another instance's) may publish
+		// meanwhile: the stored CRL is read again after the wait.
+		t := au.clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return store.CRL{}, ctx.Err()
+		}
+	}
+	return au.publishCRL(ctx, iss)
+}
+
+// crlSecondWait is how long a regeneration at now waits before it builds
+// a CRL to follow cur: until the second after cur's thisUpdate, since a
+// client that revalidates with If-Modified-Since alone tells CRLs apart
+// by their Last-Modified, the thisUpdate to the second — unless cur is
+// further ahead than the clocks of instances differ by
+// (crlSameSecondWait): then not at all.
+func crlSecondWait(cur store.CRL, now time.Time) time.Duration {
+	wait := cur.ThisUpdate.Add(time.Second).Sub(now)
+	if this, _ := crlTimes(now); !this.After(cur.ThisUpdate) && wait <= crlSameSecondWait {
+		return wait
+	}
+	return 0
 }
 
 // publishCRL builds, signs and stores a new CRL of iss from the ledger,
@@ -502,9 +560,7 @@ func (au *Authority) runCRL(ctx context.Context, iss signer.IssuerInfo, jobIssue
 	// second — unless the stored one is further ahead than the clocks of
 	// instances differ by (crlSameSecondWait): then it is built now.
 	if cur, err := au.db.GetCRLInfo(ctx, iss.KeyID); err == nil {
-		now := au.clock.Now()
-		wait := cur.ThisUpdate.Add(time.Second).Sub(now)
-		if this, _ := crlTimes(now); !this.After(cur.ThisUpdate) && wait <= crlSameSecondWait {
+		if wait := crlSecondWait(cur, au.clock.Now()); wait > 0 {
 			return jobs.RetryAfter(fmt.Sprintf("CRL %d has the thisUpdate of this second", cur.Number), wait)
 		}
 	}

@@ -688,8 +688,10 @@ func (op *Operator) ShowCRL(ctx context.Context, profile string) (CRLView, error
 	return crlView(profile, crl), nil
 }
 
-// RegenerateCRL publishes a new CRL for a profile's CA now. A front end
-// holds no key to sign one with: it refuses, naming where to ask.
+// RegenerateCRL publishes a new CRL for a profile's CA now — in a later
+// second than the stored CRL's, as a regeneration job does, waiting for
+// it if need be. A front end holds no key to sign one with: it refuses,
+// naming where to ask.
 func (op *Operator) RegenerateCRL(ctx context.Context, profile string) (CRLView, error) {
 	s, err := op.crlServer(profile)
 	if err != nil {
@@ -698,7 +700,7 @@ func (op *Operator) RegenerateCRL(ctx context.Context, profile string) (CRLView,
 	if s.Delegates() {
 		return CRLView{}, fmt.Errorf("%w: profile %s is mounted here without its signer; regenerate its CRL at an instance holding the signer", ErrConflict, profile)
 	}
-	crl, err := s.RegenerateCRL(ctx)
+	crl, err := s.RegenerateCRLAfterStored(ctx)
 	if err != nil {
 		return CRLView{}, err
 	}
