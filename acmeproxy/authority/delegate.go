@@ -201,6 +201,17 @@ func (au *Authority) revokesByJob(ctx context.Context) (bool, error) {
 	return p.Revocation == store.RevocationJob, nil
 }
 
+// RevokesInLedger reports whether the profile's revocations are
+// recorded in the ledger of its database — a local CA's, or for a
+// delegate one whose signing instances published that route — where an
+// operator may change a recorded revocation's reason to keyCompromise;
+// false for a backend's (relay, script). The error of a delegate with
+// nothing published yet wraps ErrUnpublishable.
+func (au *Authority) RevokesInLedger(ctx context.Context) (bool, error) {
+	byJob, err := au.revokesByJob(ctx)
+	return err == nil && !byJob, err
+}
+
 // publishedIssuer is the issuer keyID of a delegate's publication; the
 // error wraps signer.ErrIssuerUnknown when it names none such.
 func publishedIssuer(p store.SignerPublication, keyID string) (signer.IssuerInfo, error) {

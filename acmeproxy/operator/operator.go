@@ -306,6 +306,19 @@ func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, act
 	return res, err
 }
 
+// RevokesInLedger reports whether the revocations of profile, mounted
+// here, are recorded in this database's ledger — on a front end, when the
+// instances holding its signer published that route — so that an
+// operator may change a revoked certificate's reason to keyCompromise; a
+// backend's revocation (relay, script) is not re-reasoned from here.
+func (op *Operator) RevokesInLedger(ctx context.Context, profile string) (bool, error) {
+	au, ok := op.Profiles.Lookup(profile)
+	if !ok {
+		return false, fmt.Errorf("%w: %s", ErrNotMounted, profile)
+	}
+	return au.RevokesInLedger(ctx)
+}
+
 // ---- accounts ----
 
 // AccountView is an account as operators see it.

@@ -168,23 +168,17 @@ func showOrder(rq *request, id string) {
 // canMarkKeyCompromise says whether an operator may change the reason of
 // o's revoked certificate to keyCompromise (a key found compromised after
 // the fact): its reason is another, and its revocation is in this
-// server's ledger — a backend's revocation (relay, script) is not
+// database's ledger — a backend's revocation (relay, script) is not
 // re-reasoned from here.
 func (rq *request) canMarkKeyCompromise(o operator.OrderView) bool {
 	c := o.Certificate
 	if c == nil || c.RevokedAt == nil || (c.Reason != nil && *c.Reason == acme.ReasonKeyCompromise) {
 		return false
 	}
-	profiles, err := rq.op().ListProfiles(rq.r.Context())
-	if err != nil {
-		return false
-	}
-	for _, p := range profiles {
-		if p.Name == o.Profile {
-			return p.Revocation == "ledger"
-		}
-	}
-	return false
+	// A front end's profile list says "delegated": its revocations are
+	// recorded in the ledger when its workers' signer is a local CA.
+	ledger, err := rq.op().RevokesInLedger(rq.r.Context(), o.Profile)
+	return err == nil && ledger
 }
 
 func orderChain(rq *request, id string) {

@@ -23,6 +23,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/delegated"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -222,4 +223,68 @@ func TestARevocationTheBackendHasNotConfirmedIsShownQueuedNotRevoked(t *testing.
 	if !strings.Contains(page, "not revoked") {
 		t.Errorf("the order's page does not show the certificate not revoked yet:\n%s", page)
 	}
+}
+
+// A front end (signer delegated) records a revocation in the ledger when
+// its workers' signer is a local CA, and an operator may change its reason
+// to keyCompromise there as at the worker: its page offers it, though the
+// profile list says the front end's revocation is "delegated". A backend's
+// revocation (relay, script), or one whose route no worker has published
+// yet, is not offered.
+func TestAFrontEndsOrderPageOffersKeyCompromiseWhenItsWorkersRecordRevocationsInTheLedger(t *testing.T) {
+	tests := []struct {
+		name  string
+		route string // the route the workers published; "" none yet
+		offer bool
+	}{
+		{"ok/workers with a local CA: offered", store.RevocationLedger, true},
+		{"ok/workers revoking at a backend: not offered", store.RevocationJob, false},
+		{"ok/no worker published yet: not offered", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, false)
+			order := f.issued(t)
+			if w := f.post(t, "/ops/orders/"+order+"/do-revoke", url.Values{"reason": {"4"}}, nil); w.Code != http.StatusSeeOther {
+				t.Fatalf("revoking: status %d: %s", w.Code, w.Body)
+			}
+			ctx := context.Background()
+			if tc.route != "" {
+				if err := f.db.PublishSigner(ctx, store.SignerPublication{Profile: "test", Signer: "worker", Revocation: tc.route, UpdatedAt: t0}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.frontEnd(t)
+			page := f.get(t, "/ops/orders/"+order).Body.String()
+			if got := strings.Contains(page, `id="key-compromise"`); got != tc.offer {
+				t.Errorf("the front end's page of a certificate revoked as superseded offers keyCompromise: %v; want %v", got, tc.offer)
+			}
+			if !tc.offer {
+				return
+			}
+			w := f.post(t, "/ops/orders/"+order+"/do-revoke", url.Values{"reason": {"1"}}, nil)
+			if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/ops/orders/"+order+"?done=key-compromise" {
+				t.Errorf("status %d to %q, want 303 to the order saying the reason changed: %s", w.Code, w.Header().Get("Location"), w.Body)
+			}
+		})
+	}
+}
+
+// frontEnd makes the fixture's page that of a front end: its profile is
+// mounted with signer delegated, on the same database.
+func (f *fixture) frontEnd(t *testing.T) {
+	t.Helper()
+	clk := clocktest.New(t0)
+	q := jobs.NewQueue(f.db, clk)
+	au, err := authority.New(authority.Config{Profile: "test", Prefix: "/acme"}, authority.Options{DB: f.db, Queue: q, Signer: new(delegated.Signer),
+		Validator: stubValidator{}, Clock: clk, LookupAddr: func(context.Context, string) ([]string, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ui, err := New(Config{Operator: &operator.Operator{DB: f.db, Queue: q, Profiles: profiles{au}, Clock: clk}, Prefix: "/ops",
+		CSRFKey: []byte("test key"), User: func(r *http.Request) string { return r.Header.Get("X-Test-User") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ui = ui
 }
