@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -53,9 +54,13 @@ func (c *cli) renewEarly(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", x.Profile, x.Serial, x.Order, x.Account, ts(x.NotAfter))
 		}
 		noun := "certificates"
-		if len(v.Certificates) == 1 {
+		if v.Count == 1 {
 			noun = "certificate"
 		}
-		fmt.Fprintf(w, "\n%d %s asked to renew now (%s)\n", len(v.Certificates), noun, ts(v.At))
+		fmt.Fprintf(w, "\n%d %s asked to renew now (%s)\n", v.Count, noun, ts(v.At))
+		if v.Count > len(v.Certificates) {
+			fmt.Fprintf(w, "(%d listed; the audit trail lists each: caddy acme-proxy audit --event renew_early --since %s)\n",
+				len(v.Certificates), v.At.UTC().Format(time.RFC3339))
+		}
 	})
 }

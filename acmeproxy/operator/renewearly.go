@@ -36,11 +36,18 @@ type RenewEarlyRequest struct {
 	ExplanationURL string `json:"explanation_url,omitempty"`
 }
 
-// RenewEarlyView answers a renew-early request: the certificates whose
-// windows moved, at At.
+// RenewEarlyListed bounds the certificates a renew-early answer lists, as
+// a page of a list is bounded: a selection by issuer may move a whole
+// fleet. The answer counts them all, and each has its renew_early audit
+// row, which the audit search lists page by page.
+const RenewEarlyListed = store.MaxPage
+
+// RenewEarlyView answers a renew-early request: how many certificates'
+// windows moved, at At, and the first RenewEarlyListed of them.
 type RenewEarlyView struct {
 	At             time.Time            `json:"at"`
 	ExplanationURL string               `json:"explanation_url,omitempty"`
+	Count          int                  `json:"count"`
 	Certificates   []RenewEarlyCertView `json:"certificates"`
 }
 
@@ -126,8 +133,8 @@ func (op *Operator) RenewEarly(ctx context.Context, req RenewEarlyRequest, actor
 			return RenewEarlyView{}, fmt.Errorf("renew early: the audit row of a selection that matched nothing: %w", err)
 		}
 	}
-	v := RenewEarlyView{At: now, ExplanationURL: req.ExplanationURL, Certificates: []RenewEarlyCertView{}}
-	for _, c := range certs {
+	v := RenewEarlyView{At: now, ExplanationURL: req.ExplanationURL, Count: len(certs), Certificates: []RenewEarlyCertView{}}
+	for _, c := range certs[:min(len(certs), RenewEarlyListed)] {
 		v.Certificates = append(v.Certificates, RenewEarlyCertView{Profile: c.Profile, Serial: c.Serial, Order: c.OrderID,
 			Account: c.AccountID, NotAfter: c.NotAfter})
 	}

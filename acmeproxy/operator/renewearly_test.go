@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"path/filepath"
 	"testing"
@@ -121,6 +122,56 @@ func TestRenewEarlyByIssuerTakesTheKeyIDAsOpenSSLPrintsIt(t *testing.T) {
 			v, err := op.RenewEarly(ctx, RenewEarlyRequest{Issuer: form}, authority.Actor{Kind: authority.ActorCLI})
 			if err != nil || len(v.Certificates) != 1 || v.Certificates[0].Serial != want {
 				t.Errorf("renew-early by issuer %s: %+v (%v); want %s", form, v.Certificates, err, want)
+			}
+		})
+	}
+}
+
+// A renew-early of a whole fleet (a CA rotation) answers how many
+// certificates it moved and lists a page of them, not every one: each has
+// its renew_early audit row, which the audit search pages through.
+func TestARenewEarlyAnswerCountsEveryCertificateItMovedAndListsAPageOfThem(t *testing.T) {
+	tests := []struct {
+		name       string
+		certs      int
+		wantListed int
+	}{
+		{"ok/a few are all listed", 3, 3},
+		{"ok/a fleet past a page lists a page", RenewEarlyListed + 5, RenewEarlyListed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := openTestStore(t)
+			now := time.Now().Truncate(time.Millisecond)
+			if err := db.SeedAccounts(ctx, []store.Account{{ID: "fleet", Profile: "p", Thumbprint: "tp", KeyJWK: []byte(`{}`)}}, now); err != nil {
+				t.Fatal(err)
+			}
+			seeded := make([]store.SeededOrder, tc.certs)
+			for i := range seeded {
+				seeded[i] = store.SeededOrder{Profile: "p", AccountID: "fleet", Challenges: []string{"http-01"}, Created: now,
+					Identifiers: []acme.Identifier{{Type: "dns", Value: fmt.Sprintf("h%d.example.com", i)}},
+					Certificate: store.Certificate{Serial: fmt.Sprintf("%04x", i+1), ChainPEM: "-", PublicKey: []byte{byte(i)},
+						NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)}}
+			}
+			if _, err := db.SeedIssued(ctx, seeded); err != nil {
+				t.Fatal(err)
+			}
+			op := &Operator{DB: db, Clock: clocktest.New(now)}
+			v, err := op.RenewEarly(ctx, RenewEarlyRequest{Account: "fleet"}, authority.Actor{Kind: authority.ActorCLI})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Count != tc.certs || len(v.Certificates) != tc.wantListed {
+				t.Errorf("renew-early of %d certificates: count %d, %d listed; want count %d, %d listed",
+					tc.certs, v.Count, len(v.Certificates), tc.certs, tc.wantListed)
+			}
+			rows, err := db.SearchAudit(ctx, store.AuditFilter{Event: acme.EventRenewEarly, Limit: store.MaxPage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := min(tc.certs, store.MaxPage); len(rows) != want {
+				t.Errorf("%d renew_early audit rows on the first page; want %d", len(rows), want)
 			}
 		})
 	}
