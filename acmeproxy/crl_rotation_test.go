@@ -699,3 +699,49 @@ func TestALeafWhoseCRLCannotBePublishedIsNotHandedOut(t *testing.T) {
 		}
 	})
 }
+
+// After the CA's key changed, the earlier CA's CRL is still published
+// and refreshed until that CA expires: the operator's overview (the web
+// page's first page) lists it beside the current CA's, each with its CA,
+// rather than the current one alone.
+func TestTheOverviewListsTheCRLOfEveryCAInService(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now()
+	clk := clocktest.New(start)
+	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	q := jobs.NewQueue(db, clk)
+	ca := newRenewingCA(t, start)
+	oldCA := ca.current()
+	sgn, err := localca.New(ca.source, localca.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(ctx, ProfileConfig{Profile: "p"}, Options{DB: db, Queue: q, Signer: sgn, Validator: sjValidator{}, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authority().RegenerateCRL(ctx); err != nil { // the old CA's, as the current one's
+		t.Fatal(err)
+	}
+	newCA := ca.renew(t, start, start.Add(72*time.Hour))
+	if _, err := s.Authority().RegenerateCRL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	oldID, newID := signer.CAKeyID(oldCA), signer.CAKeyID(newCA)
+	op := &operator.Operator{DB: db, Queue: q, Profiles: staticProfiles{"p": s}, Clock: clk}
+	ov, err := op.Overview(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range ov.CRLs {
+		got = append(got, c.Issuer+" "+c.Error)
+	}
+	if want := []string{newID + " ", oldID + " "}; !slices.Equal(got, want) {
+		t.Errorf("the overview's CRLs (issuer, error): %q; want the current CA's, then the earlier one's, neither in error: %q", got, want)
+	}
+}

@@ -198,6 +198,7 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 			st = CRLStatus{CRLView: CRLView{Profile: p.Name}, Error: err.Error()}
 		}
 		ov.CRLs = append(ov.CRLs, st)
+		ov.CRLs = append(ov.CRLs, op.earlierCRLs(ctx, p.Name)...)
 	}
 	fails, err := op.SearchAudit(ctx, store.AuditFilter{Outcome: authority.OutcomeFailure, Limit: overviewFailures})
 	if err != nil {
@@ -205,6 +206,42 @@ func (op *Operator) Overview(ctx context.Context) (Overview, error) {
 	}
 	ov.Failures = fails.Items
 	return ov, nil
+}
+
+// earlierCRLs is the status of the CRL of each CA in service of profile
+// other than the one it issues from now (ShowCRL's): after a CA's key
+// changed, the earlier CA's CRL is still published and refreshed until the
+// CA expires, and one that lapses is as much the operator's concern.
+func (op *Operator) earlierCRLs(ctx context.Context, profile string) []CRLStatus {
+	au, ok := op.Profiles.Lookup(profile)
+	if !ok {
+		return nil
+	}
+	cur, err := au.CurrentIssuer(ctx)
+	if err != nil {
+		return nil // the current CRL's row says what is wrong
+	}
+	issuers, err := au.CRLIssuersInService(ctx)
+	if err != nil {
+		return []CRLStatus{{CRLView: CRLView{Profile: profile}, Error: fmt.Sprintf("the CAs in service: %v", err)}}
+	}
+	var out []CRLStatus
+	for _, iss := range issuers {
+		if iss.KeyID == cur.KeyID {
+			continue
+		}
+		crl, err := op.DB.GetCRLInfo(ctx, iss.KeyID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			out = append(out, CRLStatus{CRLView: CRLView{Profile: profile, Issuer: iss.KeyID},
+				Error: fmt.Sprintf("no CRL of CA %s (in service until %s) is published", iss.KeyID, iss.NotAfter.UTC().Format(time.RFC3339))})
+		case err != nil:
+			out = append(out, CRLStatus{CRLView: CRLView{Profile: profile, Issuer: iss.KeyID}, Error: err.Error()})
+		default:
+			out = append(out, CRLStatus{CRLView: crlView(profile, crl)})
+		}
+	}
+	return out
 }
 
 // FindOrdersBySerial finds the orders whose certificates have serial,
