@@ -246,6 +246,9 @@ func nonNil(s []string) []string {
 
 // GetAccount reads an account of a profile by id.
 func (db *DB) GetAccount(ctx context.Context, profile, id string) (Account, error) {
+	if !holdable(id) {
+		return Account{}, fmt.Errorf("%w: account %q", ErrNotFound, id)
+	}
 	a, err := scanAccount(db.r.QueryRowContext(ctx, db.q(accountByID), profile, id))
 	return a, readErr(err, "account "+id)
 }
@@ -315,6 +318,9 @@ func (db *DB) ChangeAccountKey(ctx context.Context, id, oldThumb, newThumb strin
 // NOT include them) — those whose row says so and the pending or ready
 // ones past their expiry, as the order itself answers.
 func (db *DB) AccountOrderIDs(ctx context.Context, accountID, after string, now time.Time, limit int) ([]string, error) {
+	if !holdable(after) {
+		return nil, nil // a cursor no order has: nothing is after it
+	}
 	const live = ` AND o.status <> 'invalid' AND (o.status NOT IN ('pending','ready') OR o.expires_at > ?)`
 	stmt := `SELECT o.id FROM orders o WHERE o.account_id = ?` + live + ` ORDER BY o.created_at DESC, o.id DESC LIMIT ?`
 	args := []any{accountID, now.UnixMilli(), limit}
@@ -401,6 +407,9 @@ func (db *DB) spendNonce(ctx context.Context, tx *sql.Tx, nonce string, expires 
 // with the spend.
 func (db *DB) UseNonceAs(ctx context.Context, nonce string, expires time.Time, profile, accountID string) (acct Account, fresh bool, err error) {
 	fr := firstReadOf(ctx)
+	if fr != nil && !holdable(fr.id) {
+		fr = nil // its Get method finds nothing without a statement
+	}
 	found := true
 	e, pg := db.eng.(*postgresEngine)
 	switch stmt := db.dialect.spendNonceAs(); {

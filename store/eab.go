@@ -114,6 +114,9 @@ func (db *DB) CreateEABKey(ctx context.Context, k EABKey) error {
 // verifying a binding. An unknown kid, or one of another profile, is
 // ErrNotFound.
 func (db *DB) EABKeyForBinding(ctx context.Context, profile, kid string) (EABKey, error) {
+	if !holdable(kid) {
+		return EABKey{}, fmt.Errorf("%w: EAB key %q", ErrNotFound, kid)
+	}
 	var mac []byte
 	k, err := scanEABKey(db.r.QueryRowContext(ctx, db.q(`SELECT `+eabCols+`, hmac_key FROM eab_keys WHERE profile = ? AND kid = ?`),
 		profile, kid), &mac)

@@ -435,6 +435,9 @@ func (db *DB) ReplacementOf(ctx context.Context, certID string, now time.Time) (
 
 // GetOrder reads an order of a profile, with its authorization ids.
 func (db *DB) GetOrder(ctx context.Context, profile, id string) (Order, error) {
+	if !holdable(id) {
+		return Order{}, fmt.Errorf("%w: order %q", ErrNotFound, id)
+	}
 	if fr := firstReadOf(ctx); fr.take(firstOrder, id) {
 		return fr.order, fr.err
 	}
@@ -507,6 +510,9 @@ func (a appendDest) Scan(dest ...any) error { return a.r.Scan(append(dest, a.ext
 // GetAuthz reads an authorization of a profile with its challenges, in one
 // statement (one snapshot).
 func (db *DB) GetAuthz(ctx context.Context, profile, id string) (Authz, error) {
+	if !holdable(id) {
+		return Authz{}, fmt.Errorf("%w: authorization %q", ErrNotFound, id)
+	}
 	if fr := firstReadOf(ctx); fr.take(firstAuthz, id) {
 		return fr.authz, fr.err
 	}
@@ -575,6 +581,9 @@ func scanAuthzRows(rows rowsScanner, id string) (Authz, error) {
 // GetChallenge reads a challenge of a profile with its authorization
 // (without the authorization's other challenges).
 func (db *DB) GetChallenge(ctx context.Context, profile, id string) (Challenge, Authz, error) {
+	if !holdable(id) {
+		return Challenge{}, Authz{}, fmt.Errorf("%w: challenge %q", ErrNotFound, id)
+	}
 	if fr := firstReadOf(ctx); fr.take(firstChallenge, id) {
 		return fr.chal, fr.authz, fr.err
 	}
@@ -906,6 +915,9 @@ const certCols = `id, order_id, profile, account_id, serial, chain_pem, public_k
 
 // GetCertificate reads a certificate of a profile.
 func (db *DB) GetCertificate(ctx context.Context, profile, id string) (Certificate, error) {
+	if !holdable(id) {
+		return Certificate{}, fmt.Errorf("%w: certificate %q", ErrNotFound, id)
+	}
 	if fr := firstReadOf(ctx); fr.take(firstCertificate, id) {
 		return fr.cert, fr.err
 	}

@@ -50,6 +50,9 @@ func (db *DB) PutRelayHTTPToken(ctx context.Context, t RelayHTTPToken, now time.
 // GetRelayHTTPToken reads the challenge of token; ErrNotFound when there
 // is none or it has expired.
 func (db *DB) GetRelayHTTPToken(ctx context.Context, token string, now time.Time) (RelayHTTPToken, error) {
+	if !holdable(token) {
+		return RelayHTTPToken{}, fmt.Errorf("%w: http-01 token %q", ErrNotFound, token)
+	}
 	t := RelayHTTPToken{Token: token}
 	var exp int64
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT identifier, key_auth, expires_at FROM relay_http_tokens

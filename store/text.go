@@ -1,6 +1,9 @@
 package store
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // text makes s storable as text in both dialects: bytes that are not
 // UTF-8 (a program's output cut inside a character, a client's header in
@@ -13,4 +16,14 @@ func text(s string) string {
 		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// holdable reports whether a row can have s as a key: text with no NUL,
+// all of it UTF-8 (what text leaves as it is). A lookup by a key that is
+// not — an id a client made up, in a path, a kid or a cursor — finds
+// nothing in either dialect, and must not be sent: PostgreSQL refuses
+// such text in a statement, and a refused statement is a fault, not the
+// "not found" the client's request is.
+func holdable(s string) bool {
+	return strings.IndexByte(s, 0) < 0 && utf8.ValidString(s)
 }
