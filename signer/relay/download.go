@@ -37,9 +37,14 @@ const (
 	// the answer's Link rel="up" (RFC 8555 §7.4.2), for an upstream that
 	// sends the leaf alone.
 	maxUpLinks = 4
-	// maxBadNonce is how often a request is sent again with the fresh
-	// nonce of a badNonce answer (RFC 8555 §6.5).
-	maxBadNonce = 3
+	// maxBadNonce is how often a download is sent with the fresh nonce
+	// of a badNonce answer (RFC 8555 §6.5): as often as acmez sends the
+	// relay's other requests, so that an upstream rejecting many nonces
+	// (Pebble's PEBBLE_WFE_NONCEREJECT; a CA whose nonces one of its
+	// datacenters does not know) fails a download no sooner than them.
+	// At three, an upstream rejecting half its nonces failed one attempt
+	// in eight at its download, costing the order the job's backoff.
+	maxBadNonce = 10
 	// stashSize bounds the nonces kept for downloads.
 	stashSize = 16
 )

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,10 +44,18 @@ func newPebbleUpstream(t *testing.T) *pebbleUpstream {
 // cross-signed issuer's do).
 func newPebbleUpstreamWithAlternates(t *testing.T, alternates int) *pebbleUpstream {
 	t.Helper()
+	return newPebbleUpstreamOf(t, alternates, 0)
+}
+
+// newPebbleUpstreamOf is newPebbleUpstream with alternates more chains
+// (newPebbleUpstreamWithAlternates) and rejecting nonceReject percent of
+// the valid nonces it is sent as badNonce (PEBBLE_WFE_NONCEREJECT).
+func newPebbleUpstreamOf(t *testing.T, alternates, nonceReject int) *pebbleUpstream {
+	t.Helper()
 	// Pebble reads these in va.New and wfe.New.
 	t.Setenv("PEBBLE_VA_ALWAYS_VALID", "1")
 	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
-	t.Setenv("PEBBLE_WFE_NONCEREJECT", "0")
+	t.Setenv("PEBBLE_WFE_NONCEREJECT", strconv.Itoa(nonceReject))
 	t.Setenv("PEBBLE_AUTHZREUSE", "0")
 	logger := log.New(io.Discard, "", 0)
 	db := pebbledb.NewMemoryStore()
