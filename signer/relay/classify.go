@@ -113,6 +113,14 @@ func classify(err error, last response) failure {
 			f.verdict = retry
 		case p.Type == acme.ProblemTypeAccountDoesNotExist:
 			f.verdict, f.forgetAccount = retry, true
+		case p.Type == acme.ProblemTypeUserActionRequired:
+			// New terms of service (RFC 8555 §7.3.3), which a human
+			// agrees to, not the relay: the operator is told where
+			// they are, which only the answer's Link says.
+			f.verdict = giveUp
+			if last.termsOfService != "" {
+				f.reason += " (the upstream's terms of service: " + withoutURLSecrets(last.termsOfService) + ")"
+			}
 		default:
 			// The CA stated a reason: badCSR, rejectedIdentifier,
 			// unauthorized, malformed (our JWS), caa, dns, ...
@@ -198,6 +206,9 @@ type response struct {
 	// retryAfterSet says the answer's Retry-After held a value (which
 	// may be a wait of 0).
 	retryAfterSet bool
+	// termsOfService is the target of the answer's Link
+	// rel="terms-of-service", if any.
+	termsOfService string
 }
 
 // recorder is an http.RoundTripper that remembers the last response it
@@ -227,6 +238,11 @@ func (r *recorder) note(resp *http.Response, err error) {
 	}
 	wait, ok := retryafter.Parse(resp.Header.Get("Retry-After"), r.now(), maxRetryAfter)
 	r.last = response{status: resp.StatusCode, retryAfter: wait, retryAfterSet: ok}
+	if resp.Request != nil {
+		if terms := relLinks(resp, "terms-of-service"); len(terms) > 0 {
+			r.last.termsOfService = terms[0]
+		}
+	}
 }
 
 type recorderKey struct{}

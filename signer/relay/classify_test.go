@@ -149,6 +149,11 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 			want: giveUp, outcome: "failed: "},
 		{name: "accountDoesNotExist", answer: problemAnswer(400, ns+"accountDoesNotExist", "no such account"),
 			want: retry, outcome: "retry: ", forgetAccount: true},
+		// RFC 8555 §7.3.3: new terms, to be agreed to by a human; the
+		// operator is told where they are.
+		{name: "403 userActionRequired with the new terms linked", answer: problemAnswer(403, ns+"userActionRequired", "Terms of service have changed",
+			"Link", `<https://ca.example/terms/2027-01-01.pdf>;rel="terms-of-service"`),
+			want: giveUp, outcome: "failed: ", reasonHas: "userActionRequired - Terms of service have changed (the upstream's terms of service: https://ca.example/terms/2027-01-01.pdf)"},
 	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	for _, tt := range tests {
