@@ -32,6 +32,10 @@ type pebbleUpstream struct {
 	n   map[string]int
 	// certs, when set, rewrites the body of each certificate download.
 	certs func(t *testing.T, chain []byte) []byte
+	// pebble serves the requests; db is its store (see restart).
+	pebble     http.Handler
+	db         *pebbledb.MemoryStore
+	alternates int
 }
 
 func newPebbleUpstream(t *testing.T) *pebbleUpstream {
@@ -57,12 +61,8 @@ func newPebbleUpstreamOf(t *testing.T, alternates, nonceReject int) *pebbleUpstr
 	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
 	t.Setenv("PEBBLE_WFE_NONCEREJECT", strconv.Itoa(nonceReject))
 	t.Setenv("PEBBLE_AUTHZREUSE", "0")
-	logger := log.New(io.Discard, "", 0)
-	db := pebbledb.NewMemoryStore()
-	cai := ca.New(logger, db, "", "ecdsa", alternates, 1, map[string]ca.Profile{"default": {Description: "default"}})
-	wfei := wfe.New(logger, db, va.New(logger, 80, 443, false, "", db), cai, nil, false, false, 0, 0)
-	h := wfei.Handler()
-	u := &pebbleUpstream{n: map[string]int{}}
+	u := &pebbleUpstream{n: map[string]int{}, alternates: alternates}
+	u.restart()
 	u.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := strings.TrimPrefix(r.URL.Path, "/")
 		if strings.HasPrefix(path, "draft-") { // draft-ietf-acme-ari-03/renewalInfo/…
@@ -72,6 +72,7 @@ func newPebbleUpstreamOf(t *testing.T, alternates, nonceReject int) *pebbleUpstr
 		u.mu.Lock()
 		u.n[r.Method+" "+kind]++
 		rewrite := u.certs
+		h := u.pebble
 		u.mu.Unlock()
 		if kind != "certZ" || rewrite == nil {
 			h.ServeHTTP(w, r)
@@ -86,6 +87,19 @@ func newPebbleUpstreamOf(t *testing.T, alternates, nonceReject int) *pebbleUpstr
 	}))
 	t.Cleanup(u.srv.Close)
 	return u
+}
+
+// restart puts a new Pebble behind the upstream's address, knowing
+// nothing of the accounts, orders and certificates of the one before (as
+// a Pebble restarted does).
+func (u *pebbleUpstream) restart() {
+	logger := log.New(io.Discard, "", 0)
+	db := pebbledb.NewMemoryStore()
+	cai := ca.New(logger, db, "", "ecdsa", u.alternates, 1, map[string]ca.Profile{"default": {Description: "default"}})
+	wfei := wfe.New(logger, db, va.New(logger, 80, 443, false, "", db), cai, nil, false, false, 0, 0)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.pebble, u.db = wfei.Handler(), db
 }
 
 func (u *pebbleUpstream) count(what string) int {

@@ -68,3 +68,71 @@ func TestADownloadIsSentAgainForAsLongABadNonceStreakAsTheRelaysOtherRequests(t 
 		t.Errorf("outcome %q after %d downloads; want the answer to the download after %d badNonce answers", out, downloads.Load(), streak)
 	}
 }
+
+func TestAnUpstreamAccountDeactivatedFailsEachOrderAtOnceNamingIt(t *testing.T) {
+	ctx := context.Background()
+	b, up := pebbleBench(t)
+	b.relayThrough(t, "first.example.com")
+	ra, err := b.db.GetRelayAccount(ctx, b.s.issuerKey, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ra.Location[strings.LastIndex(ra.Location, "/")+1:]
+	acct := up.db.GetAccountByID(id)
+	acct.Status = acme.StatusDeactivated // as its holder or the CA did
+	if err := up.db.UpdateAccountByID(id, acct); err != nil {
+		t.Fatal(err)
+	}
+
+	// The relay never replaces an account on its own (a new key would
+	// evade a CA's decision); each order fails after one attempt, its
+	// reason saying why.
+	req := b.finalized(t, "second.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	job := b.job(t, req.OrderID)
+	out := b.s.RunJob(ctx, job).String()
+	if !strings.HasPrefix(out, "failed: ") || !strings.Contains(out, "unauthorized - Account has been deactivated") {
+		t.Errorf("the relay's outcome is %q; want it failed, naming the deactivated account", out)
+	}
+	if err := b.s.AbandonJob(ctx, job, strings.TrimPrefix(out, "failed: ")); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.settler.failed[req.OrderID]; len(got) != 1 || !strings.Contains(got[0], "Account has been deactivated") {
+		t.Errorf("the order's failure detail is %q; want the upstream's reason", got)
+	}
+	if n := up.count("POST order-plz"); n != 2 {
+		t.Errorf("Pebble saw %d newOrders; want 2 (one per relay, no second try)", n)
+	}
+}
+
+func TestARelayRegistersAgainAtAnUpstreamThatForgotItsAccount(t *testing.T) {
+	ctx := context.Background()
+	b, up := pebbleBench(t)
+	b.relayThrough(t, "first.example.com")
+	before, err := b.db.GetRelayAccount(ctx, b.s.issuerKey, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.restart() // a Pebble restarted, a CA's database reset: accountDoesNotExist
+
+	req := b.finalized(t, "second.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	first := b.s.RunJob(ctx, b.job(t, req.OrderID)).String()
+	if !strings.HasPrefix(first, "retry: ") || !strings.Contains(first, "accountDoesNotExist") {
+		t.Errorf("the first attempt is %q; want a retry naming accountDoesNotExist", first)
+	}
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); out != "done" {
+		t.Fatalf("the next attempt is %q; want done", out)
+	}
+	after, err := b.db.GetRelayAccount(ctx, b.s.issuerKey, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.KeyPEM != before.KeyPEM || after.Location == "" || after.Location == before.Location {
+		t.Errorf("the account afterwards: same key %v, location %q; want the same key registered again", after.KeyPEM == before.KeyPEM, after.Location)
+	}
+}
