@@ -33,6 +33,10 @@ import (
 const (
 	// maxChainBytes bounds a certificate chain's body.
 	maxChainBytes = 1 << 20
+	// maxAnswerBytes bounds every other answer of the upstream (see
+	// boundedAnswers): an order of a hundred names, the largest resource
+	// the relay reads, takes some kilobytes.
+	maxAnswerBytes = 2 << 20
 	// maxUpLinks bounds how many issuers a chain is completed with from
 	// the answer's Link rel="up" (RFC 8555 §7.4.2), for an upstream that
 	// sends the leaf alone.

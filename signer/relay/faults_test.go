@@ -1,9 +1,13 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -134,5 +138,60 @@ func TestARelayRegistersAgainAtAnUpstreamThatForgotItsAccount(t *testing.T) {
 	}
 	if after.KeyPEM != before.KeyPEM || after.Location == "" || after.Location == before.Location {
 		t.Errorf("the account afterwards: same key %v, location %q; want the same key registered again", after.KeyPEM == before.KeyPEM, after.Location)
+	}
+}
+
+func TestAnUpstreamAnswerLargerThanAnyACMEResourceIsNotReadToItsEnd(t *testing.T) {
+	// A gateway serving a file, or a broken upstream, answering with
+	// megabytes where an order takes a few hundred bytes: acmez reads
+	// an answer whole into memory, so the relay's client stops reading
+	// it and the attempt is retried like any answer that is not ACME's.
+	var up *httptest.Server
+	up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/order":
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Location", up.URL+"/order/1")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"status":"valid","identifiers":[{"type":"dns","value":"big.example.com"}],"finalize":"` + up.URL + `/finalize/1","certificate":"` + up.URL + `/cert/1"}`))
+			// JSON ends where the blanks begin: the answer parses
+			// whole, however long.
+			_, _ = w.Write(bytes.Repeat([]byte(" "), 3*maxAnswerBytes))
+		default:
+			refuse(w, r) // the relay read the order to its end
+		}
+	})
+	b := newBench(t, up.URL+"/dir", ChallengeBypass)
+	req := b.finalized(t, "big.example.com")
+	if _, err := b.s.Issue(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	out := b.s.RunJob(context.Background(), b.job(t, req.OrderID)).String()
+	if !strings.HasPrefix(out, "retry: ") || !strings.Contains(out, fmt.Sprintf("larger than %d bytes", maxAnswerBytes)) {
+		t.Errorf("outcome %q; want a retry saying the answer is too large", out)
+	}
+}
+
+func TestAnUpstreamAnswerIsReadWholeUpToItsBoundAndNoFurther(t *testing.T) {
+	tests := []struct {
+		name string
+		size int
+		ok   bool
+	}{
+		{"ok/empty", 0, true},
+		{"ok/exactly the bound", maxAnswerBytes, true},
+		{"fail/one byte more", maxAnswerBytes + 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := &boundedBody{body: io.NopCloser(bytes.NewReader(make([]byte, tt.size))), left: maxAnswerBytes}
+			got, err := io.ReadAll(body)
+			if tt.ok && (err != nil || len(got) != tt.size) {
+				t.Errorf("read %d of %d bytes (%v); want all", len(got), tt.size, err)
+			}
+			if !tt.ok && err == nil {
+				t.Errorf("read %d of %d bytes without an error; want the bound's", len(got), tt.size)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -655,13 +656,56 @@ func (s *Signer) client(rec *recorder) *acme.Client { return s.newClient(rec) }
 func (s *Signer) newClient(rt http.RoundTripper) *acme.Client {
 	return &acme.Client{
 		Directory:  s.opts.Directory,
-		HTTPClient: &http.Client{Transport: rt, Timeout: 2 * time.Minute},
+		HTTPClient: &http.Client{Transport: boundedAnswers{rt}, Timeout: 2 * time.Minute},
 		UserAgent:  "caddy-acme-proxy",
 		// The relay polls itself, with backoff (see poller): acmez's
 		// FinalizeOrder then returns the order as the finalize left it.
 		PollTimeout: time.Nanosecond,
 	}
 }
+
+// boundedAnswers stops reading an upstream answer past maxAnswerBytes:
+// acmez reads every answer whole into memory, and an upstream (or a
+// gateway in front of it) answering without end would otherwise fill
+// it, for as long as the client's timeout lets it.
+type boundedAnswers struct{ next http.RoundTripper }
+
+func (t boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err == nil {
+		resp.Body = &boundedBody{body: resp.Body, left: maxAnswerBytes}
+	}
+	return resp, err
+}
+
+// boundedBody is an answer's body that fails once more than its bound is
+// read.
+type boundedBody struct {
+	body io.ReadCloser
+	left int
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.left == 0 {
+		// At the bound: an answer ending here is whole.
+		var probe [1]byte
+		if n, err := b.body.Read(probe[:]); n == 0 {
+			return 0, err
+		}
+		return 0, fmt.Errorf("the upstream's answer is larger than %d bytes", maxAnswerBytes)
+	}
+	if len(p) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.body.Read(p)
+	b.left -= n
+	return n, err
+}
+
+func (b *boundedBody) Close() error { return b.body.Close() }
 
 // Revoke asks the upstream to revoke cert, signing with the upstream
 // account (which ordered it). A certificate already revoked is not an
