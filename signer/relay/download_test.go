@@ -33,9 +33,9 @@ type pebbleUpstream struct {
 	// certs, when set, rewrites the body of each certificate download.
 	certs func(t *testing.T, chain []byte) []byte
 	// pebble serves the requests; db is its store (see restart).
-	pebble     http.Handler
-	db         *pebbledb.MemoryStore
-	alternates int
+	pebble http.Handler
+	db     *pebbledb.MemoryStore
+	knobs  pebbleKnobs
 }
 
 func newPebbleUpstream(t *testing.T) *pebbleUpstream {
@@ -48,20 +48,37 @@ func newPebbleUpstream(t *testing.T) *pebbleUpstream {
 // cross-signed issuer's do).
 func newPebbleUpstreamWithAlternates(t *testing.T, alternates int) *pebbleUpstream {
 	t.Helper()
-	return newPebbleUpstreamOf(t, alternates, 0)
+	return newPebbleUpstreamOf(t, pebbleKnobs{alternates: alternates})
 }
 
-// newPebbleUpstreamOf is newPebbleUpstream with alternates more chains
-// (newPebbleUpstreamWithAlternates) and rejecting nonceReject percent of
-// the valid nonces it is sent as badNonce (PEBBLE_WFE_NONCEREJECT).
-func newPebbleUpstreamOf(t *testing.T, alternates, nonceReject int) *pebbleUpstream {
+// pebbleKnobs are the faults and quirks a pebbleUpstream is started
+// with: Pebble's own environment variables and constructor arguments.
+type pebbleKnobs struct {
+	alternates  int // more chains, each to a root of its own (PEBBLE_ALTERNATE_ROOTS)
+	chainLength int // intermediates in a chain (PEBBLE_CHAIN_LENGTH); 0: one
+	nonceReject int // percent of valid nonces rejected as badNonce (PEBBLE_WFE_NONCEREJECT)
+	authzReuse  int // percent of orders reusing a valid authorization (PEBBLE_AUTHZREUSE)
+	// vaSleep, when set, makes the VA wait up to vaSleep-1 seconds before
+	// validating (PEBBLE_VA_SLEEPTIME), instead of not at all.
+	vaSleep int
+	// retryAfter is the Retry-After, in seconds, of an authorization
+	// being validated and of an order processing (pebble -retry-after-*).
+	retryAfter int
+}
+
+// newPebbleUpstreamOf is newPebbleUpstream with the given knobs.
+func newPebbleUpstreamOf(t *testing.T, k pebbleKnobs) *pebbleUpstream {
 	t.Helper()
 	// Pebble reads these in va.New and wfe.New.
 	t.Setenv("PEBBLE_VA_ALWAYS_VALID", "1")
-	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
-	t.Setenv("PEBBLE_WFE_NONCEREJECT", strconv.Itoa(nonceReject))
-	t.Setenv("PEBBLE_AUTHZREUSE", "0")
-	u := &pebbleUpstream{n: map[string]int{}, alternates: alternates}
+	t.Setenv("PEBBLE_VA_NOSLEEP", strconv.FormatBool(k.vaSleep == 0))
+	t.Setenv("PEBBLE_VA_SLEEPTIME", strconv.Itoa(k.vaSleep))
+	t.Setenv("PEBBLE_WFE_NONCEREJECT", strconv.Itoa(k.nonceReject))
+	t.Setenv("PEBBLE_AUTHZREUSE", strconv.Itoa(k.authzReuse))
+	if k.chainLength == 0 {
+		k.chainLength = 1
+	}
+	u := &pebbleUpstream{n: map[string]int{}, knobs: k}
 	u.restart()
 	u.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := strings.TrimPrefix(r.URL.Path, "/")
@@ -95,8 +112,8 @@ func newPebbleUpstreamOf(t *testing.T, alternates, nonceReject int) *pebbleUpstr
 func (u *pebbleUpstream) restart() {
 	logger := log.New(io.Discard, "", 0)
 	db := pebbledb.NewMemoryStore()
-	cai := ca.New(logger, db, "", "ecdsa", u.alternates, 1, map[string]ca.Profile{"default": {Description: "default"}})
-	wfei := wfe.New(logger, db, va.New(logger, 80, 443, false, "", db), cai, nil, false, false, 0, 0)
+	cai := ca.New(logger, db, "", "ecdsa", u.knobs.alternates, u.knobs.chainLength, map[string]ca.Profile{"default": {Description: "default"}})
+	wfei := wfe.New(logger, db, va.New(logger, 80, 443, false, "", db), cai, nil, false, false, u.knobs.retryAfter, u.knobs.retryAfter)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.pebble, u.db = wfei.Handler(), db

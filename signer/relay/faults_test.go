@@ -21,7 +21,7 @@ import (
 
 func TestEveryRelayedOrderIsIssuedWhenTheUpstreamRejectsHalfTheNoncesItIsSent(t *testing.T) {
 	ctx := context.Background()
-	b := pebbleBenchOn(t, newPebbleUpstreamOf(t, 0, 50))
+	b := pebbleBenchOn(t, newPebbleUpstreamOf(t, pebbleKnobs{nonceReject: 50}))
 	for _, name := range []string{"n1.example.com", "n2.example.com", "n3.example.com", "n4.example.com"} {
 		req := b.finalized(t, name)
 		if _, err := b.s.Issue(ctx, req); err != nil {
@@ -191,6 +191,49 @@ func TestAnUpstreamAnswerIsReadWholeUpToItsBoundAndNoFurther(t *testing.T) {
 			}
 			if !tt.ok && err == nil {
 				t.Errorf("read %d of %d bytes without an error; want the bound's", len(got), tt.size)
+			}
+		})
+	}
+}
+
+func TestARelayIsIssuedWhateverQuirkOfPebbleItMeets(t *testing.T) {
+	tests := []struct {
+		name  string
+		knobs pebbleKnobs
+		// intermediates is how many issuers the chain holds.
+		intermediates int
+	}{
+		{"ok/authorizations reused", pebbleKnobs{authzReuse: 100}, 1},
+		{"ok/a chain of three intermediates", pebbleKnobs{chainLength: 3}, 3},
+		{"ok/alternate roots with two intermediates", pebbleKnobs{alternates: 2, chainLength: 2}, 2},
+		// The VA takes up to a second; authorizations being validated
+		// and orders processing say Retry-After (as seconds or as an
+		// HTTP date, at random).
+		{"ok/slow validation with Retry-After", pebbleKnobs{vaSleep: 2, retryAfter: 1}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			up := newPebbleUpstreamOf(t, tt.knobs)
+			b := pebbleBenchOn(t, up)
+			// A second order for the same name finds its authorization
+			// valid when the upstream reuses it.
+			for _, name := range []string{"q.example.com", "q.example.com"} {
+				req := b.finalized(t, name)
+				if _, err := b.s.Issue(ctx, req); err != nil {
+					t.Fatal(err)
+				}
+				if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); out != "done" {
+					t.Fatalf("relay of %s: %s", name, out)
+				}
+				if chain := b.settler.issued[req.OrderID]; len(chain) != 1+tt.intermediates {
+					t.Errorf("a chain of %d certificates; want the leaf and %d issuers", len(chain), tt.intermediates)
+				}
+			}
+			if tt.knobs.authzReuse == 100 {
+				if n := up.count("POST chalZ"); n != 1 {
+					t.Errorf("Pebble saw %d challenges answered; want 1 (the second order's authorization reused)", n)
+				}
 			}
 		})
 	}
