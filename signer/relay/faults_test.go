@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mholt/acmez/v3/acme"
 )
@@ -236,5 +237,50 @@ func TestARelayIsIssuedWhateverQuirkOfPebbleItMeets(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestAnUpstreamOrderWhoseAuthorizationExpiredFailsTheRelaySayingSo(t *testing.T) {
+	ctx := context.Background()
+	b, up := pebbleBench(t)
+	req := b.finalized(t, "late.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// An attempt placed the upstream order and recorded it, then the
+	// upstream went away for longer than its pending authorizations
+	// live (an hour at Pebble).
+	bd, log, err := b.s.binding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := b.db.GetRelayOrder(ctx, req.OrderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct, err := b.s.account(ctx, b.s.upstream, bd.Profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, gate, err := b.s.newOrder(ctx, b.s.upstream, acct, bd, log, ro, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gate.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gate.finish()
+	expired := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	for _, u := range order.Authorizations {
+		authz := up.db.GetAuthorizationByID(u[strings.LastIndex(u, "/")+1:])
+		authz.Lock()
+		authz.ExpiresDate, authz.Expires = expired, expired.Format(time.RFC3339)
+		authz.Unlock()
+	}
+
+	out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String()
+	want := "its authorization for late.example.com expired at " + expired.Format(time.RFC3339)
+	if !strings.HasPrefix(out, "failed: ") || !strings.Contains(out, want) {
+		t.Errorf("outcome %q; want it failed, saying %q", out, want)
 	}
 }

@@ -127,7 +127,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 		case acme.StatusValid:
 			return s.download(ctx, c, acct, order, ro, log)
 		case acme.StatusInvalid:
-			return signer.IssueOutcome{}, permanent("the upstream order %s is invalid: %v", order.Location, problemText(order.Error))
+			return signer.IssueOutcome{}, permanent("the upstream order %s is invalid: %s", order.Location, s.invalidReason(ctx, c, acct, order))
 		default:
 			return signer.IssueOutcome{}, fmt.Errorf("the upstream order %s has status %q", order.Location, order.Status)
 		}
@@ -518,6 +518,36 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 		out.Alternates = append(out.Alternates, altDERs)
 	}
 	return out, nil
+}
+
+// invalidReason says why the upstream order is invalid: its error, else
+// what its authorizations say — an order states no error when one of
+// its authorizations failed, expired or was deactivated (RFC 8555
+// §7.1.6), and an expiry (the upstream down for longer than its pending
+// authorizations live: an hour at Pebble) is worth naming.
+func (s *Signer) invalidReason(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order) string {
+	if order.Error != nil {
+		return problemText(order.Error)
+	}
+	var out []string
+	for _, u := range order.Authorizations {
+		authz, err := c.GetAuthorization(ctx, acct, u)
+		if err != nil {
+			continue
+		}
+		switch {
+		case authz.Status == acme.StatusInvalid:
+			out = append(out, fmt.Sprintf("its authorization for %s is invalid: %s", authz.IdentifierValue(), challengeProblems(authz)))
+		case authz.Status == acme.StatusExpired || authz.Status == acme.StatusPending && !authz.Expires.IsZero() && authz.Expires.Before(s.clock.Now()):
+			out = append(out, fmt.Sprintf("its authorization for %s expired at %s", authz.IdentifierValue(), authz.Expires.UTC().Format(time.RFC3339)))
+		case authz.Status != acme.StatusValid && authz.Status != acme.StatusPending:
+			out = append(out, fmt.Sprintf("its authorization for %s is %s", authz.IdentifierValue(), authz.Status))
+		}
+	}
+	if len(out) == 0 {
+		return "no reason given"
+	}
+	return strings.Join(out, "; ")
 }
 
 // problemText renders an upstream problem for an operator.
