@@ -47,6 +47,10 @@ type failure struct {
 	verdict verdict
 	// after is the upstream's Retry-After, zero when it sent none.
 	after time.Duration
+	// failedAnswer: the upstream's last answer was an error (4xx, 5xx),
+	// whose Retry-After is a failure's, not a wait the work itself
+	// takes (an order processing).
+	failedAnswer bool
 	// forgetAccount: the upstream no longer knows our account; register
 	// again before the next attempt.
 	forgetAccount bool
@@ -82,7 +86,7 @@ func permanent(format string, args ...any) error {
 // (Retry-After, and the status of a response that was not a problem
 // document).
 func classify(err error, last response) failure {
-	f := failure{verdict: retry, reason: reasonOf(err)}
+	f := failure{verdict: retry, reason: reasonOf(err), failedAnswer: last.status >= 400}
 	if last.retryAfter > 0 {
 		f.after = min(last.retryAfter, maxRetryAfter)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mholt/acmez/v3/acme"
 
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
@@ -112,6 +113,9 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 		refusal signer.Kind
 		// reasonHas, if set, is in the reason the operator sees.
 		reasonHas string
+		// spends says a wait the upstream asked for spends the attempt
+		// (jobs.RetryNoSooner) rather than not (jobs.RetryAfter).
+		spends bool
 	}{
 		{name: "connection refused", want: retry, outcome: "retry: "},
 		{name: "timeout", hang: true, want: retry, outcome: "retry: timed out"},
@@ -125,8 +129,12 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 			_, _ = w.Write([]byte("<html>maintenance</html>"))
 		}, want: retry, outcome: "retry: "},
 		{name: "500 serverInternal", answer: problemAnswer(500, ns+"serverInternal", "boom"), want: retry, outcome: "retry: "},
+		// An upstream failing with a Retry-After is waited for as it
+		// asks, or the backoff when that is longer, spending the
+		// attempt: one answering 503 with "Retry-After: 1" for hours is
+		// not asked every second until the order expires.
 		{name: "503 with Retry-After", answer: problemAnswer(503, ns+"serverInternal", "maintenance", "Retry-After", "7"),
-			want: retry, after: 7 * time.Second, outcome: "retry after 7s: "},
+			want: retry, after: 7 * time.Second, outcome: "retry after 7s: ", spends: true},
 		{name: "429 with Retry-After", answer: problemAnswer(429, ns+"rateLimited", "too many new orders", "Retry-After", "120"),
 			want: coolDown, after: 2 * time.Minute, outcome: "retry after 2m0s: "},
 		{name: "429 without Retry-After", answer: problemAnswer(429, ns+"rateLimited", "slow down"),
@@ -190,8 +198,14 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 			if !strings.Contains(f.reason, tt.reasonHas) {
 				t.Errorf("reason %q; want it to hold %q", f.reason, tt.reasonHas)
 			}
-			if got := outcomeFor(f, f.reason).String(); !strings.HasPrefix(got, tt.outcome) {
+			out := outcomeFor(f, f.reason)
+			if got := out.String(); !strings.HasPrefix(got, tt.outcome) {
 				t.Errorf("outcome %q; want it to start with %q", got, tt.outcome)
+			}
+			if f.after > 0 && f.verdict != giveUp {
+				if spends := out == jobs.RetryNoSooner(f.reason, f.after); spends != tt.spends {
+					t.Errorf("the wait of outcome %q spends the attempt: %v; want %v", out, spends, tt.spends)
+				}
 			}
 		})
 	}
@@ -284,6 +298,27 @@ func TestAFailuresReasonKeepsNoSecretOfAURLItQuotes(t *testing.T) {
 			f := classify(tt.err, response{})
 			if strings.Contains(f.reason, secret) || !strings.Contains(f.reason, tt.want) {
 				t.Errorf("reason %q; want it to say %q and not the secret", f.reason, tt.want)
+			}
+		})
+	}
+}
+
+func TestAWaitTheUpstreamAsksForSpendsTheAttemptOnlyWhenItAnsweredWithAnError(t *testing.T) {
+	tests := []struct {
+		name string
+		last response
+		want jobs.Outcome
+	}{
+		// An order processing longer than an attempt waits in place: the
+		// work takes that long, nothing failed.
+		{"ok/an order still processing", response{status: 200, retryAfter: 5 * time.Minute}, jobs.RetryAfter("r", 5*time.Minute)},
+		{"fail/503 in maintenance", response{status: 503, retryAfter: time.Second}, jobs.RetryNoSooner("r", time.Second)},
+		{"fail/429 rate limited", response{status: 429, retryAfter: time.Minute}, jobs.RetryAfter("r", time.Minute)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := outcomeFor(classify(errors.New("waited"), tt.last), "r"); got != tt.want {
+				t.Errorf("outcome %q (%+v); want %+v", got, got, tt.want)
 			}
 		})
 	}

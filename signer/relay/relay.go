@@ -577,12 +577,21 @@ func (s *Signer) outcome(ctx context.Context, b *signer.Binding, log *zap.Logger
 
 // outcomeFor is the job outcome of a classified failure: give up at once;
 // wait as long as the upstream asked without spending an attempt (a rate
-// limit, or any answer carrying Retry-After); else retry with backoff.
+// limit, or an order still processing that asks for a longer wait than an
+// attempt waits in place); an upstream failing with a Retry-After (a 503
+// in maintenance) is waited for as it asks or the backoff, whichever is
+// later, spending the attempt, so that one answering "Retry-After: 1" for
+// hours is not asked every second until the order expires; else retry
+// with backoff.
 func outcomeFor(f failure, reason string) jobs.Outcome {
 	switch {
 	case f.verdict == giveUp:
 		return jobs.Failed(reason)
-	case f.verdict == coolDown, f.after > 0:
+	case f.verdict == coolDown:
+		return jobs.RetryAfter(reason, f.after)
+	case f.after > 0 && f.failedAnswer:
+		return jobs.RetryNoSooner(reason, f.after)
+	case f.after > 0:
 		return jobs.RetryAfter(reason, f.after)
 	}
 	return jobs.Retry(reason)
