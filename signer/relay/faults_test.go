@@ -284,3 +284,23 @@ func TestAnUpstreamOrderWhoseAuthorizationExpiredFailsTheRelaySayingSo(t *testin
 		t.Errorf("outcome %q; want it failed, saying %q", out, want)
 	}
 }
+
+func TestARetryAfterGivenAsAnHTTPDateIsWaitedOutLikeOneInSeconds(t *testing.T) {
+	ctx := context.Background()
+	var date atomic.Value
+	up := fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		problemAnswer(http.StatusTooManyRequests, acme.ProblemTypeRateLimited, "too many new orders", "Retry-After", date.Load().(string))(w, r)
+	})
+	b := newBench(t, up.URL+"/dir", ChallengeBypass)
+	// An HTTP date has whole seconds: the bench's clock is set on one.
+	now := b.clock.Now()
+	b.clock.Advance(now.Truncate(time.Second).Add(time.Second).Sub(now))
+	date.Store(b.clock.Now().Add(150 * time.Second).UTC().Format(http.TimeFormat))
+	req := b.finalized(t, "date.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); !strings.HasPrefix(out, "retry after 2m30s: ") {
+		t.Errorf("outcome %q; want to wait until the upstream's date, 2m30s", out)
+	}
+}
