@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
@@ -64,13 +65,18 @@ type pebbleKnobs struct {
 	// retryAfter is the Retry-After, in seconds, of an authorization
 	// being validated and of an order processing (pebble -retry-after-*).
 	retryAfter int
+	// vaDNS, when set, is the DNS server through which the VA really
+	// validates, connecting for http-01 to vaHTTPPort; else every
+	// challenge is valid untried (PEBBLE_VA_ALWAYS_VALID).
+	vaDNS      string
+	vaHTTPPort int
 }
 
 // newPebbleUpstreamOf is newPebbleUpstream with the given knobs.
 func newPebbleUpstreamOf(t *testing.T, k pebbleKnobs) *pebbleUpstream {
 	t.Helper()
 	// Pebble reads these in va.New and wfe.New.
-	t.Setenv("PEBBLE_VA_ALWAYS_VALID", "1")
+	t.Setenv("PEBBLE_VA_ALWAYS_VALID", strconv.FormatBool(k.vaDNS == ""))
 	t.Setenv("PEBBLE_VA_NOSLEEP", strconv.FormatBool(k.vaSleep == 0))
 	t.Setenv("PEBBLE_VA_SLEEPTIME", strconv.Itoa(k.vaSleep))
 	t.Setenv("PEBBLE_WFE_NONCEREJECT", strconv.Itoa(k.nonceReject))
@@ -113,7 +119,7 @@ func (u *pebbleUpstream) restart() {
 	logger := log.New(io.Discard, "", 0)
 	db := pebbledb.NewMemoryStore()
 	cai := ca.New(logger, db, "", "ecdsa", u.knobs.alternates, u.knobs.chainLength, map[string]ca.Profile{"default": {Description: "default"}})
-	wfei := wfe.New(logger, db, va.New(logger, 80, 443, false, "", db), cai, nil, false, false, u.knobs.retryAfter, u.knobs.retryAfter)
+	wfei := wfe.New(logger, db, va.New(logger, cmp.Or(u.knobs.vaHTTPPort, 80), 443, false, u.knobs.vaDNS, db), cai, nil, false, false, u.knobs.retryAfter, u.knobs.retryAfter)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.pebble, u.db = wfei.Handler(), db

@@ -6,14 +6,19 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/letsencrypt/pebble/v2/wfe"
 	"github.com/mholt/acmez/v3/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 )
 
 // These tests put the relay in front of an upstream that misbehaves the
@@ -302,5 +307,35 @@ func TestARetryAfterGivenAsAnHTTPDateIsWaitedOutLikeOneInSeconds(t *testing.T) {
 	}
 	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); !strings.HasPrefix(out, "retry after 2m30s: ") {
 		t.Errorf("outcome %q; want to wait until the upstream's date, 2m30s", out)
+	}
+}
+
+func TestAChallengeThatFailsUpstreamFailsTheRelayOnceSayingWhy(t *testing.T) {
+	ctx := context.Background()
+	d, err := testdns.Start("example.com.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	// Pebble really validates http-01: at 127.0.0.1, on a port where
+	// nothing answers.
+	_, port, _ := net.SplitHostPort(closedPort(t))
+	httpPort, _ := strconv.Atoi(port)
+	up := newPebbleUpstreamOf(t, pebbleKnobs{vaDNS: d.Addr, vaHTTPPort: httpPort})
+	b := newBench(t, up.srv.URL+wfe.DirectoryPath, ChallengeHTTP01, func(o *Options) {
+		o.Transport = up.srv.Client().Transport
+		o.FinalizeWait = -1
+	})
+	req := b.finalized(t, "unreachable.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String()
+	if !strings.HasPrefix(out, "failed: ") || !strings.Contains(out, "could not validate unreachable.example.com by http-01") ||
+		!strings.Contains(out, "urn:ietf:params:acme:error:connection") {
+		t.Errorf("outcome %q; want it failed with the upstream's validation error", out)
+	}
+	if n := up.count("POST chalZ"); n != 1 {
+		t.Errorf("Pebble saw %d challenge answers; want 1", n)
 	}
 }
