@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -181,4 +183,104 @@ func TestAnOperatorsCRLRegenerationInTheSecondOfTheStoredCRLWaitsForTheNextSecon
 				got.v.Number, got.v.ThisUpdate, stored.Number, stored.ThisUpdate)
 		}
 	})
+}
+
+// Two regenerations that run side by side in one second — a job at one
+// instance, an operator's at another — store CRLs of two seconds: the one
+// that finds the other's CRL stored when it comes to store its own (its
+// cRLNumber taken) reads the ledger again and, finding that CRL of its own
+// second, waits for the next. Built in the same second, the two CRLs
+// would share a Last-Modified, and a client holding the first would be
+// told 304 for the second and what it adds.
+func TestTwoRegenerationsRacingInOneSecondStoreCRLsOfTwoSeconds(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		clk := clocktest.New(time.Now().Truncate(time.Second).Add(200 * time.Millisecond))
+		withClock := func(o *Options) { o.Clock = clk }
+		gate := &crlSignGate{entered: make(chan struct{}), release: make(chan struct{})}
+		place := newPlace(t)
+		a := newTestEnvWith(t, envOptions{dbPath: place, opts: withClock,
+			wrap: func(s *localca.Signer) signer.Signer { gate.Signer = s; return gate }})
+		b := newTestEnvWith(t, envOptions{dbPath: place, ca: a.ca, opts: withClock})
+
+		type result struct {
+			crl store.CRL
+			err error
+		}
+		regenerate := func(ctx context.Context, e *testEnv) <-chan result {
+			out := make(chan result, 1)
+			go func() {
+				crl, err := e.srv.Authority().RegenerateCRLAfterStored(ctx)
+				out <- result{crl, err}
+			}()
+			return out
+		}
+		// awaitMovingTheClock waits for a regeneration, moving the clock
+		// on meanwhile: it may wait for the next second.
+		awaitMovingTheClock := func(who string, ch <-chan result) store.CRL {
+			t.Helper()
+			for {
+				select {
+				case r := <-ch:
+					if r.err != nil {
+						t.Fatalf("%s's regeneration: %v", who, r.err)
+					}
+					return r.crl
+				case <-time.After(20 * time.Millisecond):
+					clk.Advance(100 * time.Millisecond)
+				case <-ctx.Done():
+					t.Fatalf("%s's regeneration never returned", who)
+				}
+			}
+		}
+
+		// The instances' start publishes a first CRL; the race is in the
+		// second after it.
+		awaitMovingTheClock("b", regenerate(ctx, b))
+		clk.Set(clk.Now().Truncate(time.Second).Add(time.Second + 200*time.Millisecond))
+
+		atA := regenerate(context.WithValue(ctx, crlSignGateKey{}, true), a)
+		select {
+		case <-gate.entered: // a has read the ledger and is signing
+		case <-ctx.Done():
+			t.Fatal("a's regeneration never came to sign its CRL")
+		}
+		atB := awaitMovingTheClock("b", regenerate(ctx, b))
+		close(gate.release)
+		got := awaitMovingTheClock("a", atA)
+		if got.Number <= atB.Number || !got.ThisUpdate.After(atB.ThisUpdate) {
+			t.Errorf("a stored CRL %d of %s after b's CRL %d of %s; want a later number in a later second",
+				got.Number, got.ThisUpdate.Format(time.RFC3339), atB.Number, atB.ThisUpdate.Format(time.RFC3339))
+		}
+	})
+}
+
+// crlSignGate is a local CA whose CRL signatures for a context carrying
+// crlSignGateKey wait: the first closes entered, and each signs once
+// release is closed. Others (the job runners') sign at once.
+type crlSignGate struct {
+	*localca.Signer
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+type crlSignGateKey struct{}
+
+func (g *crlSignGate) wait(ctx context.Context) {
+	if ctx.Value(crlSignGateKey{}) == nil {
+		return
+	}
+	g.once.Do(func() { close(g.entered) })
+	<-g.release
+}
+
+func (g *crlSignGate) SignCRL(ctx context.Context, issuerKeyID string, tmpl *x509.RevocationList) ([]byte, error) {
+	g.wait(ctx)
+	return g.Signer.SignCRL(ctx, issuerKeyID, tmpl)
+}
+
+func (g *crlSignGate) SignEncodedCRL(ctx context.Context, issuerKeyID string, tmpl *x509.RevocationList, entries [][]byte) ([]byte, error) {
+	g.wait(ctx)
+	return g.Signer.SignEncodedCRL(ctx, issuerKeyID, tmpl, entries)
 }

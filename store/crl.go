@@ -193,6 +193,12 @@ type CRLRead struct {
 	// ledger order.
 	Delta   bool
 	Entries []CRLEntry
+	// Follows is the thisUpdate of the issuer's CRL stored when this was
+	// read (zero for none). A publisher that promises each CRL a later
+	// second than the one before refuses to build in its second: a
+	// concurrent build (this instance's, another's) may have stored one
+	// since the publisher last looked.
+	Follows time.Time
 	// Mark is what a CRL built from this one gives back (CRLBase.Mark),
 	// by which the store tells which ledger rows committed after this
 	// read (on PostgreSQL its snapshot; "" on SQLite, whose ledger rows
@@ -290,15 +296,18 @@ func (db *DB) crlSnapshot(ctx context.Context, issuerKeyID, issuerName string, d
 	}
 	defer tx.Rollback()
 	var (
-		s            crlSnapshot
-		storedNumber int64
+		s                     crlSnapshot
+		storedNumber, follows int64
 	)
-	err = tx.QueryRowContext(ctx, db.q(`SELECT number, ledger_seq FROM crls WHERE issuer_key_id = ?`), issuerKeyID).
-		Scan(&storedNumber, &s.storedSeq)
+	err = tx.QueryRowContext(ctx, db.q(`SELECT number, ledger_seq, this_update FROM crls WHERE issuer_key_id = ?`), issuerKeyID).
+		Scan(&storedNumber, &s.storedSeq, &follows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return crlSnapshot{}, err
 	}
 	stored := err == nil
+	if stored {
+		s.Follows = ms(follows)
+	}
 	mark, late := db.dialect.crlLateRows()
 	if mark != "" {
 		if err := tx.QueryRowContext(ctx, mark).Scan(&s.Mark); err != nil {

@@ -304,7 +304,9 @@ func (au *Authority) ensureLeafCRL(ctx context.Context, leaf *x509.Certificate) 
 	if err != nil {
 		return fmt.Errorf("%w: the CA of a new leaf: %w", errLeafCRLUnpublished, err)
 	}
-	if _, err := au.publishCRL(ctx, iss); err != nil {
+	// A first CRL another instance stored meanwhile, in this second, is
+	// the CRL the leaf names: published.
+	if _, err := au.publishCRL(ctx, iss, true); err != nil && !errors.As(err, new(*crlTooSoonError)) {
 		return fmt.Errorf("%w: publishing the first CRL of CA %s: %w", errLeafCRLUnpublished, id, err)
 	}
 	if err := au.Publish(ctx); err != nil {
@@ -351,7 +353,7 @@ func (au *Authority) RegenerateCRL(ctx context.Context) (store.CRL, error) {
 	if err != nil {
 		return store.CRL{}, err
 	}
-	return au.publishCRL(ctx, iss)
+	return au.publishCRL(ctx, iss, false)
 }
 
 // regenerated is the CA whose CRL a regeneration builds: the one the
@@ -375,20 +377,14 @@ func (au *Authority) RegenerateCRLAfterStored(ctx context.Context) (store.CRL, e
 		return store.CRL{}, err
 	}
 	for {
-		cur, err := au.db.GetCRLInfo(ctx, iss.KeyID)
-		if errors.Is(err, store.ErrNotFound) {
-			break
-		}
-		if err != nil {
-			return store.CRL{}, err
-		}
-		wait := crlSecondWait(cur, au.clock.Now())
-		if wait <= 0 {
-			break
+		crl, err := au.publishCRL(ctx, iss, true)
+		var soon *crlTooSoonError
+		if !errors.As(err, &soon) {
+			return crl, err
 		}
 		// Another regeneration (a job, another instance's) may publish
-		// meanwhile: the stored CRL is read again after the wait.
-		t := au.clock.NewTimer(wait)
+		// meanwhile: the next build follows whichever CRL is stored then.
+		t := au.clock.NewTimer(soon.wait)
 		select {
 		case <-t.C():
 		case <-ctx.Done():
@@ -396,7 +392,6 @@ func (au *Authority) RegenerateCRLAfterStored(ctx context.Context) (store.CRL, e
 			return store.CRL{}, ctx.Err()
 		}
 	}
-	return au.publishCRL(ctx, iss)
 }
 
 // crlSecondWait is how long a regeneration at now waits before it builds
@@ -413,12 +408,40 @@ func crlSecondWait(cur store.CRL, now time.Time) time.Duration {
 	return 0
 }
 
+// crlTooSoonError: a build that follows the stored CRL in a later second
+// found, when it read the ledger, a CRL stored in its own second — by a
+// build that ran beside it, on this instance or another, after the
+// caller last looked. It may build after wait.
+type crlTooSoonError struct {
+	follows time.Time
+	wait    time.Duration
+}
+
+func (e *crlTooSoonError) Error() string {
+	return fmt.Sprintf("a CRL with the thisUpdate of this second (%s) was stored meanwhile", e.follows.UTC().Format(time.RFC3339))
+}
+
+// checkFollows is, for a build at now that must follow the stored CRL
+// in a later second (follow), a crlTooSoonError when the CRL stored when
+// r was read has the thisUpdate of now's second.
+func checkFollows(r store.CRLRead, now time.Time, follow bool) error {
+	if !follow || r.Follows.IsZero() {
+		return nil
+	}
+	if wait := crlSecondWait(store.CRL{ThisUpdate: r.Follows}, now); wait > 0 {
+		return &crlTooSoonError{follows: r.Follows, wait: wait}
+	}
+	return nil
+}
+
 // publishCRL builds, signs and stores a new CRL of iss from the ledger,
 // numbered in the sequence of the CA's name. The store builds it outside
 // its write path (store.PublishCRL), so issuance goes on meanwhile. A
 // signer that takes encoded entries gets those this server kept of its
-// last CRL of iss and those revoked since (publishKeptCRL).
-func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo) (store.CRL, error) {
+// last CRL of iss and those revoked since (publishKeptCRL). With follow,
+// it builds only in a later second than the stored CRL's thisUpdate
+// (crlTooSoonError otherwise), as what serves it to clients promises.
+func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo, follow bool) (store.CRL, error) {
 	cs, ok := au.CRLSigner()
 	if !ok {
 		return store.CRL{}, fmt.Errorf("the signer of profile %s publishes no CRL", au.cfg.Profile)
@@ -431,10 +454,10 @@ func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo) (sto
 		err   error = errors.ErrUnsupported
 	)
 	if ecs, ok := cs.(signer.EncodedCRLSigner); ok {
-		crl, delta, err = au.publishKeptCRL(ctx, ecs, iss, now)
+		crl, delta, err = au.publishKeptCRL(ctx, ecs, iss, now, follow)
 	}
 	if errors.Is(err, errors.ErrUnsupported) {
-		crl, err = au.publishTemplateCRL(ctx, cs, iss, now)
+		crl, err = au.publishTemplateCRL(ctx, cs, iss, now, follow)
 	}
 	if err != nil {
 		return store.CRL{}, err
@@ -448,9 +471,12 @@ func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo) (sto
 
 // publishTemplateCRL publishes the CRL of iss from every entry of the
 // ledger still listed (crlDropBefore), signed as an x509 template.
-func (au *Authority) publishTemplateCRL(ctx context.Context, cs signer.CRLSigner, iss signer.IssuerInfo, now time.Time) (store.CRL, error) {
+func (au *Authority) publishTemplateCRL(ctx context.Context, cs signer.CRLSigner, iss signer.IssuerInfo, now time.Time, follow bool) (store.CRL, error) {
 	return au.db.PublishCRLFrom(ctx, iss.KeyID, iss.NameID, now, crlDropBefore(now), nil, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
 		this, next := crlTimes(now)
+		if err := checkFollows(r, now, follow); err != nil {
+			return nil, this, next, err
+		}
 		tmpl := &x509.RevocationList{Number: big.NewInt(r.Number), ThisUpdate: this, NextUpdate: next,
 			RevokedCertificateEntries: make([]x509.RevocationListEntry, 0, len(r.Entries))}
 		for _, e := range r.Entries {
@@ -564,7 +590,10 @@ func (au *Authority) runCRL(ctx context.Context, iss signer.IssuerInfo, jobIssue
 			return jobs.RetryAfter(fmt.Sprintf("CRL %d has the thisUpdate of this second", cur.Number), wait)
 		}
 	}
-	crl, err := au.publishCRL(ctx, iss)
+	crl, err := au.publishCRL(ctx, iss, true)
+	if soon := (*crlTooSoonError)(nil); errors.As(err, &soon) {
+		return jobs.RetryAfter(soon.Error(), soon.wait)
+	}
 	if errors.Is(err, signer.ErrIssuerRetired) || errors.Is(err, signer.ErrIssuerUnknown) {
 		return jobs.Failed(err.Error())
 	}

@@ -88,7 +88,7 @@ func (c *crlCache) keepBuilt(issuer string, k *keptCRL) {
 // restart) or when it was last read in full crlFullEvery ago, from every
 // entry of the ledger still listed (crlDropBefore). delta says which. An error wrapping
 // errors.ErrUnsupported says cs cannot sign the CRL so.
-func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSigner, iss signer.IssuerInfo, now time.Time) (crl store.CRL, delta bool, err error) {
+func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSigner, iss signer.IssuerInfo, now time.Time, follow bool) (crl store.CRL, delta bool, err error) {
 	prev := au.crls.lastBuilt(iss.KeyID)
 	var (
 		base *store.CRLBase
@@ -101,6 +101,9 @@ func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSig
 	var built *keptCRL
 	crl, err = au.db.PublishCRLFrom(ctx, iss.KeyID, iss.NameID, now, crlDropBefore(now), base, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
 		this, next := crlTimes(now)
+		if err := checkFollows(r, now, follow); err != nil {
+			return nil, this, next, err
+		}
 		added, err := encodeCRLEntries(r.Entries)
 		if err != nil {
 			return nil, this, next, err
