@@ -13,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/crypto/acme"
 
 	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -525,5 +528,57 @@ func TestTheSignerIsToldWhichCertificateAnOrderReplaces(t *testing.T) {
 	}
 	if got := rs.got[old.order]; got != "" {
 		t.Errorf("the signer was told the first order replaces %q, want nothing", got)
+	}
+}
+
+// renewalInfo is an unauthenticated GET that anyone may repeat as often
+// as they like, for any certificate they have seen. A signer whose window
+// cannot be had (its upstream down, or answering a window that ends
+// before it starts) is logged the first time, then at most once an
+// interval with the requests it speaks for: one warn line per request
+// would let a single client fill the operator's log.
+func TestASignersMissingRenewalWindowIsLoggedOnceAnIntervalNotOncePerRequest(t *testing.T) {
+	ctx := context.Background()
+	backwards := signer.RenewalInfo{Start: time.Date(2030, 1, 3, 0, 0, 0, 0, time.UTC), End: time.Date(2030, 1, 2, 0, 0, 0, 0, time.UTC)}
+	cases := []struct {
+		name  string
+		info  signer.RenewalInfo
+		err   error
+		event string
+	}{
+		{"ok/a failing signer", signer.RenewalInfo{}, errors.New("upstream down"), "renewal_info_failed"},
+		{"ok/a signer's window that ends before it starts", backwards, nil, "renewal_info_invalid"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			core, logs := observer.New(zap.WarnLevel)
+			fake := clocktest.New(time.Now())
+			e := newTestEnvWith(t, envOptions{
+				wrap: func(s *localca.Signer) signer.Signer { return &windowSigner{Signer: s, info: tc.info, err: tc.err} },
+				opts: func(o *Options) { o.Logger = zap.New(core); o.Clock = fake },
+			})
+			crt := e.issue(ctx, e.client(ctx), "polled.example.com")
+			const burst = 20
+			for i := range burst {
+				if r := e.renewalInfo(certIDOf(crt.leaf)); r.status != http.StatusOK {
+					t.Fatalf("renewal-info %d: %d %s; want the computed window", i, r.status, r.body)
+				}
+			}
+			lines := logs.FilterField(zap.String("event", tc.event)).All()
+			if len(lines) != 1 {
+				t.Fatalf("%d %s lines for %d requests; want 1", len(lines), tc.event, burst)
+			}
+			fake.Advance(authority.RenewalLogEvery + time.Second)
+			if r := e.renewalInfo(certIDOf(crt.leaf)); r.status != http.StatusOK {
+				t.Fatalf("renewal-info after the interval: %d %s", r.status, r.body)
+			}
+			lines = logs.FilterField(zap.String("event", tc.event)).All()
+			if len(lines) != 2 {
+				t.Fatalf("%d %s lines after the interval; want 2", len(lines), tc.event)
+			}
+			if got := lines[1].ContextMap()["requests"]; got != int64(burst) {
+				t.Errorf("the second line speaks for %v requests; want %d", got, burst)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/logevery"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -139,6 +140,9 @@ type Authority struct {
 	pub        publication // see delegate.go
 	notify     []notify.Destination
 	metrics    Metrics
+	// renewalFailed and renewalInvalid space the log lines of a signer
+	// whose renewal window cannot be had (see renewalWindow).
+	renewalFailed, renewalInvalid logevery.Limiter
 }
 
 // New builds the authority of a profile and binds its signer to it: a
@@ -184,6 +188,9 @@ func New(cfg Config, opts Options) (*Authority, error) {
 		refusals:   newRefusalTally(),
 		notify:     opts.Notify,
 		metrics:    opts.Metrics,
+
+		renewalFailed:  logevery.Limiter{Every: RenewalLogEvery},
+		renewalInvalid: logevery.Limiter{Every: RenewalLogEvery},
 	}
 	if au.revokeWait <= 0 {
 		au.revokeWait = DefaultRevokeWait

@@ -248,11 +248,17 @@ func (au *Authority) renewalWindow(ctx context.Context, c store.Certificate, lea
 		case err == nil && info.End.After(info.Start):
 			return info
 		case err == nil:
-			au.log.Warn("the signer's renewal window ends before it starts; computing one", zap.String("event", "renewal_info_invalid"),
-				zap.String("profile", au.cfg.Profile), zap.String("serial", c.Serial))
+			if log, n := au.renewalInvalid.Note(au.clock.Now()); log {
+				au.log.Warn("the signer's renewal window ends before it starts; computing one", zap.String("event", "renewal_info_invalid"),
+					zap.String("profile", au.cfg.Profile), zap.String("serial", c.Serial),
+					zap.Int("requests", n), zap.Duration("interval", RenewalLogEvery))
+			}
 		case !errors.Is(err, signer.ErrNoRenewalInfo):
-			au.log.Warn("the signer has no renewal window now; computing one", zap.String("event", "renewal_info_failed"),
-				zap.String("profile", au.cfg.Profile), zap.String("serial", c.Serial), zap.Error(err))
+			if log, n := au.renewalFailed.Note(au.clock.Now()); log {
+				au.log.Warn("the signer has no renewal window now; computing one", zap.String("event", "renewal_info_failed"),
+					zap.String("profile", au.cfg.Profile), zap.String("serial", c.Serial), zap.Error(err),
+					zap.Int("requests", n), zap.Duration("interval", RenewalLogEvery))
+			}
 			// A stand-in for the backend's window, which may differ (an
 			// incident's early renewal): held briefly, not for the
 			// profile's hours, so that clients see the real one soon.
@@ -263,6 +269,11 @@ func (au *Authority) renewalWindow(ctx context.Context, c store.Certificate, lea
 	}
 	return ComputedWindow(c.NotBefore, c.NotAfter, cfg.Point)
 }
+
+// RenewalLogEvery spaces the log lines of a signer whose renewal window
+// cannot be had (renewal_info_failed, renewal_info_invalid): renewalInfo
+// is an unauthenticated GET that a client may repeat at will.
+const RenewalLogEvery = time.Minute
 
 // StandInRenewalRetryAfter is how long a computed window that stands in
 // for a signer's unreachable one holds: what a client is told to wait
