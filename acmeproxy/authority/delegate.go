@@ -382,6 +382,7 @@ func DelegatedIssueJobs(profiles Profiles, logger *zap.Logger) jobs.Handler {
 		if settled, err := au.failAudited(ctx, o.ID, problem.Internal(), detail); err != nil || settled {
 			return err
 		}
+		au.metrics.IssueFailed(au.cfg.Profile, "abandoned")
 		au.log.Warn("certificate issuance failed", zap.String("event", acme.EventCertificateIssueFailed),
 			zap.String("profile", au.cfg.Profile), zap.String("order", o.ID), zap.String("detail", detail))
 		return nil
