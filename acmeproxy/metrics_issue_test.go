@@ -5,12 +5,20 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"os"
 	"path"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/signer/localca"
@@ -73,5 +81,81 @@ func TestADelegatedOrderAbandonedAfterItsSignerKeptFailingIsCountedAsOneFailedIs
 	})
 	if got := m.failures(); len(got) != 1 || got["abandoned"] != 1 {
 		t.Fatalf("failed issuances counted %v; want one, abandoned", got)
+	}
+}
+
+// fillingRefuser refuses every CSR (a verdict), and fills the database
+// first on its first call: the order's failure then cannot be written.
+type fillingRefuser struct {
+	*localca.Signer
+	once sync.Once
+	fill func()
+}
+
+func (f *fillingRefuser) Issue(context.Context, signer.IssueRequest) (signer.IssueOutcome, error) {
+	f.once.Do(f.fill)
+	return signer.IssueOutcome{}, &signer.Error{Kind: signer.KindBadCSR, Detail: "this CA does not sign such keys"}
+}
+
+// A signer's verdict whose failed order cannot be written (the database
+// full) leaves the order processing: it is not counted or logged as a
+// failed issuance then, only when the resume sweep records the failure —
+// one order, one certificates_failed_total and one
+// certificate_issue_failed line.
+func TestAFailedIssuanceIsCountedAndLoggedOnceWhenItsFirstRecordingFailed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dbPath := filepath.Join(t.TempDir(), "acme.db")
+	empty, err := store.OpenSQLite(ctx, dbPath, store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty.Close()
+	fi, err := os.Stat(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	fake := clocktest.New(time.Now())
+	m := &issueMetrics{}
+	var db *store.DB
+	sg := &fillingRefuser{fill: func() {
+		// Rows of shrinking size fill the last pages' corners too.
+		for _, size := range []int{2000, 200, 1} {
+			for db.InsertAudit(context.Background(), store.AuditEvent{At: time.Now(), Event: "filler", Outcome: "success",
+				Detail: strings.Repeat("x", size)}) == nil {
+			}
+		}
+	}}
+	e := newTestEnvWith(t, envOptions{dbPath: dbPath, sqlite: store.SQLiteOptions{MaxPages: int(fi.Size()/4096) + 64},
+		wrap: func(l *localca.Signer) signer.Signer { sg.Signer = l; return sg },
+		opts: func(o *Options) { o.Logger, o.Clock, o.Metrics = zap.New(core), fake, m },
+	})
+	db = e.db
+	c, o, csr := readyOrder(t, ctx, e, "refused.example.com")
+	e.raw(c).post(o.FinalizeURL, map[string]string{"csr": b64(csr)}, jwsOpts{})
+	id := path.Base(o.URI)
+	if stored, err := e.db.GetOrder(ctx, e.srv.Profile(), id); err != nil || stored.Status != "processing" {
+		t.Fatalf("the order whose failure could not be written is %s %v; want processing", stored.Status, err)
+	}
+	if logs.FilterField(zap.String("event", "order_fail_record_failed")).Len() != 1 {
+		t.Fatalf("no order_fail_record_failed line: the test did not make the failure's write fail")
+	}
+
+	if _, err := e.db.PruneAudit(ctx, time.Now().Add(time.Hour), 10000, func(int64) (store.AuditEvent, bool) { return store.AuditEvent{}, false }); err != nil {
+		t.Fatalf("making room: %v", err)
+	}
+	fake.Advance(authority.StuckAfter + time.Minute)
+	if _, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if stored, err := e.db.GetOrder(ctx, e.srv.Profile(), id); err != nil || stored.Status != "invalid" {
+		t.Fatalf("the order after the resume sweep is %s %v; want invalid", stored.Status, err)
+	}
+	if got := m.failures(); len(got) != 1 || got["bad_csr"] != 1 {
+		t.Errorf("failed issuances counted %v; want one, bad_csr", got)
+	}
+	if n := logs.FilterField(zap.String("event", vocab.EventCertificateIssueFailed)).Len(); n != 1 {
+		t.Errorf("%d certificate_issue_failed lines for one failed order; want 1", n)
 	}
 }

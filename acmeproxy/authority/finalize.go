@@ -143,8 +143,9 @@ func (au *Authority) issue(ctx context.Context, o store.Order, req signer.IssueR
 	}
 	if err != nil {
 		prob := signerProblem(err)
-		au.failOrder(ctx, o, prob, err.Error(), Client{IP: req.ClientAddr, UserAgent: req.UserAgent})
-		au.metrics.IssueFailed(au.cfg.Profile, failureClass(err))
+		if au.failOrder(ctx, o, prob, err.Error(), Client{IP: req.ClientAddr, UserAgent: req.UserAgent}) {
+			au.metrics.IssueFailed(au.cfg.Profile, failureClass(err))
+		}
 		return o, prob
 	}
 	if out.Pending {
@@ -175,22 +176,24 @@ func isVerdict(err error) bool {
 }
 
 // failOrder makes a processing order invalid with prob (what the client
-// sees) and detail (what the operator sees), audited and logged. The order
-// and its audit row are one write: should it fail, the order stays
-// processing (the resume sweep finishes it) and nothing is audited.
-func (au *Authority) failOrder(ctx context.Context, o store.Order, prob *problem.Problem, detail string, cl Client) {
+// sees) and detail (what the operator sees), audited and logged, and
+// reports whether it did. The order and its audit row are one write:
+// should it fail, the order stays processing (the resume sweep finishes
+// it, and logs and counts the failure then) and nothing is audited.
+func (au *Authority) failOrder(ctx context.Context, o store.Order, prob *problem.Problem, detail string, cl Client) (failed bool) {
 	body, _ := json.Marshal(prob)
 	ev := au.issueFailedEvent(ctx, o, cl, detail)
 	if ferr := au.db.FailOrderAudited(ctx, o.ID, body, detail, ev, au.clock.Now()); errors.Is(ferr, store.ErrWrongState) {
-		return // settled by someone else meanwhile: this failure is not the order's
+		return false // settled by someone else meanwhile: this failure is not the order's
 	} else if ferr != nil {
 		au.log.Error("recording a failed issuance", zap.String("event", "order_fail_record_failed"),
 			zap.String("order", o.ID), zap.Error(ferr))
-	} else {
-		au.Notified(ev.Jobs)
+		return false
 	}
+	au.Notified(ev.Jobs)
 	au.log.Warn("certificate issuance failed", zap.String("event", acme.EventCertificateIssueFailed),
 		zap.String("profile", au.cfg.Profile), zap.String("order", o.ID), zap.String("detail", detail))
+	return true
 }
 
 // failureClass is a failed issuance's reason for metrics: a small fixed set.
