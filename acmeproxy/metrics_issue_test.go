@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -157,5 +158,63 @@ func TestAFailedIssuanceIsCountedAndLoggedOnceWhenItsFirstRecordingFailed(t *tes
 	}
 	if n := logs.FilterField(zap.String("event", vocab.EventCertificateIssueFailed)).Len(); n != 1 {
 		t.Errorf("%d certificate_issue_failed lines for one failed order; want 1", n)
+	}
+}
+
+// An order that the resume sweep fails because the reloaded config now
+// refuses it — its name denied, its certificate profile gone — is a
+// failed issuance like any other: audited, logged and counted once.
+func TestAnOrderTheResumeSweepFailsByTheReloadedConfigIsCountedAsAFailedIssuance(t *testing.T) {
+	cases := []struct {
+		name   string
+		before func(*ProfileConfig)
+		after  func(*ProfileConfig)
+		want   string
+	}{
+		{"ok/its name is denied now", certProfiles, func(c *ProfileConfig) {
+			certProfiles(c)
+			c.Deny = &IdentifierPolicy{Domains: []string{"soon-denied.example.com"}}
+		}, "rejected_identifier"},
+		{"ok/its certificate profile is no longer offered", certProfiles, func(c *ProfileConfig) {
+			certProfiles(c)
+			delete(c.CertificateProfiles, "client")
+		}, "invalid_profile"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			dbPath := filepath.Join(t.TempDir(), "acme.db")
+			before := newTestEnvWith(t, envOptions{dbPath: dbPath, mutate: tc.before})
+			c := before.rawClient()
+			c.register()
+			r := c.post(before.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("soon-denied.example.com")}, "profile": "client"}, jwsOpts{})
+			if r.status != http.StatusCreated {
+				t.Fatalf("new-order: %d %s", r.status, r.body)
+			}
+			o := createdOrder{url: r.header.Get("Location"), orderJSON: decodeAs[orderJSON](t, r)}
+			for _, az := range o.Authorizations {
+				c.answerHTTP01(az, "")
+				c.await(az, "valid")
+			}
+			c.await(o.url, "ready")
+			id := path.Base(o.url)
+			// The finalize that claimed the order died before signing.
+			csr := newCSR(t, newKey(t), "", []string{"soon-denied.example.com"}, nil)
+			if won, err := before.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, time.Now().Add(-10*time.Minute)); err != nil || !won {
+				t.Fatalf("claim: %v %v", won, err)
+			}
+			m := &issueMetrics{}
+			after := newTestEnvWith(t, envOptions{dbPath: dbPath, ca: before.ca, mutate: tc.after, opts: func(o *Options) { o.Metrics = m }})
+			if _, err := after.srv.Authority().ResumeStuckOrders(ctx); err != nil {
+				t.Fatalf("resume: %v", err)
+			}
+			if stored, err := after.db.GetOrder(ctx, after.srv.Profile(), id); err != nil || stored.Status != "invalid" {
+				t.Fatalf("resumed order %s %v; want invalid", stored.Status, err)
+			}
+			if got := m.failures(); len(got) != 1 || got[tc.want] != 1 {
+				t.Errorf("failed issuances counted %v; want one, %s", got, tc.want)
+			}
+		})
 	}
 }

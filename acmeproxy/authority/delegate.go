@@ -421,12 +421,16 @@ func (au *Authority) signStored(ctx context.Context, o store.Order) error {
 		return fmt.Errorf("order %s: stored CSR: %w", o.ID, err)
 	}
 	if prob := au.policyRefusal(o.Identifiers); prob != nil {
-		au.failOrder(ctx, o, prob, "refused at resume by the profile's current policy: "+prob.Detail, Client{})
+		if au.failOrder(ctx, o, prob, "refused at resume by the profile's current policy: "+prob.Detail, Client{}) {
+			au.metrics.IssueFailed(au.cfg.Profile, "rejected_identifier")
+		}
 		return prob
 	}
 	cp, prob := au.orderCertificateProfile(o.CertificateProfile)
 	if prob != nil {
-		au.failOrder(ctx, o, prob, "refused at resume: "+prob.Detail, Client{})
+		if au.failOrder(ctx, o, prob, "refused at resume: "+prob.Detail, Client{}) {
+			au.metrics.IssueFailed(au.cfg.Profile, "invalid_profile")
+		}
 		return prob
 	}
 	_, err = au.issue(ctx, o, signer.IssueRequest{

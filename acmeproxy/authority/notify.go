@@ -19,7 +19,8 @@ type Metrics interface {
 	Issued(profile string)
 	// IssueFailed counts an issuance that failed, by reason class
 	// (bad_csr, rejected_identifier, bad_validity, signer_unavailable, internal,
-	// abandoned).
+	// abandoned, and invalid_profile for an order whose certificate
+	// profile a reload removed before it was signed).
 	IssueFailed(profile, reason string)
 	// Revoked counts a revocation recorded.
 	Revoked(profile string)
