@@ -5,12 +5,19 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 
 	"context"
+	"fmt"
 	"net/http"
+	"path"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -102,5 +109,34 @@ func TestAFaultOnOurSideInThePOSTsAttemptIsLeftToTheJob(t *testing.T) {
 	}
 	if js := validationJobs(t, e); len(js) != 1 {
 		t.Fatalf("%d validation jobs, want 1", len(js))
+	}
+}
+
+// A validation that could not be carried out on our side (the resolvers
+// never answer) until its attempts were spent leaves the challenge
+// invalid: the operator's log says so once, with the last fault, since no
+// attempt's fault is logged on its own.
+func TestAValidationAbandonedOnOurSideIsLoggedOnceWithItsFault(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	e := newTestEnvWith(t, envOptions{ // its resolvers (127.0.0.1:1) never answer
+		opts:   func(o *Options) { o.Logger = zap.New(core) },
+		runner: jobs.RunnerOptions{PollInterval: 20 * time.Millisecond, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond},
+	})
+	alice := e.rawClient()
+	alice.register()
+	o := alice.order(dnsID("abandoned.example.com"))
+	ch := challengeOf(t, alice.authz(o.Authorizations[0]), acme.ChallengeDNS01)
+	alice.post(ch.URL, map[string]any{}, jwsOpts{})
+	waitUntil(t, "the validation job's retirement", func() bool {
+		js := validationJobs(t, e)
+		return len(js) == 1 && js[0].Status == store.JobFailed
+	})
+	lines := logs.FilterField(zap.String("event", "challenge_abandoned")).All()
+	if len(lines) != 1 {
+		t.Fatalf("%d challenge_abandoned lines; want 1", len(lines))
+	}
+	f := lines[0].ContextMap()
+	if f["challenge"] != path.Base(ch.URL) || f["profile"] != e.srv.Profile() || !strings.Contains(fmt.Sprint(f["reason"]), "127.0.0.1:1") {
+		t.Errorf("challenge_abandoned fields %v; want the challenge, the profile and the last fault (the resolver)", f)
 	}
 }

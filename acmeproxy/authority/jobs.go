@@ -134,8 +134,10 @@ func ValidationJobs(profiles Profiles, db *store.DB, clk clock.Clock) jobs.Handl
 		},
 		// The challenge becomes invalid: validation could not be carried
 		// out (our fault, or the authorization expired first). A
-		// challenge settled already is left as it is.
-		abandon: func(ctx context.Context, job *jobs.Job, _ string) error {
+		// challenge settled already is left as it is. No attempt's fault
+		// was logged (each is the job's last_error): the operator learns
+		// of the challenge failed on our side here, once, with the last.
+		abandon: func(ctx context.Context, job *jobs.Job, reason string) error {
 			var p validatePayload
 			if jobs.Decode(job, &p) != nil {
 				return nil
@@ -145,7 +147,15 @@ func ValidationJobs(profiles Profiles, db *store.DB, clk clock.Clock) jobs.Handl
 			if errors.Is(err, store.ErrWrongState) || errors.Is(err, store.ErrNotFound) {
 				return nil
 			}
-			return err
+			if err != nil {
+				return err
+			}
+			if au, ok := profiles.Lookup(p.Profile); ok {
+				au.log.Warn("challenge validation abandoned: it could not be carried out, and the challenge is invalid",
+					zap.String("event", "challenge_abandoned"), zap.String("profile", p.Profile),
+					zap.String("challenge", p.Challenge), zap.Int64("job", job.ID), zap.String("reason", reason))
+			}
+			return nil
 		},
 	}
 }
