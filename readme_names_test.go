@@ -1,6 +1,9 @@
 package caddyacmeproxy
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -63,4 +66,66 @@ func TestEveryLogEventAndMetricOfTheCodeIsInTheREADME(t *testing.T) {
 	if found["log event"] < 50 || found["metric"] < 14 {
 		t.Fatalf("found %d log events and %d metrics in the code; the patterns no longer match how it names them", found["log event"], found["metric"])
 	}
+}
+
+// An operator alerts on warn and error lines by their event: every such
+// line the code writes names one (a zap.String("event", …) among its
+// fields), so that none is missed by an alert on the README's names.
+func TestEveryWarnAndErrorLogLineNamesAnEvent(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) == 0 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || (sel.Sel.Name != "Warn" && sel.Sel.Name != "Error") || !isMessage(call.Args[0]) {
+				return true // not a zap line: http.Error(w, …), t.Error(…)
+			}
+			checked++
+			for _, a := range call.Args[1:] {
+				if fc, ok := a.(*ast.CallExpr); ok && len(fc.Args) == 2 {
+					if lit, ok := fc.Args[0].(*ast.BasicLit); ok && lit.Value == `"event"` {
+						return true
+					}
+				}
+			}
+			t.Errorf("%s: a %s line without an event field", fset.Position(call.Pos()), strings.ToLower(sel.Sel.Name))
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 60 {
+		t.Fatalf("found %d warn and error lines; the walk no longer finds how the code logs", checked)
+	}
+}
+
+// isMessage reports whether e is a log message: a string literal, or
+// literals and names joined by +.
+func isMessage(e ast.Expr) bool {
+	switch v := e.(type) {
+	case *ast.BasicLit:
+		return v.Kind == token.STRING
+	case *ast.BinaryExpr:
+		return v.Op == token.ADD && (isMessage(v.X) || isMessage(v.Y))
+	}
+	return false
 }

@@ -84,8 +84,9 @@ func (u *UI) Provision(ctx caddy.Context) error {
 	}
 	log := ctx.Logger()
 	if u.InsecureNoAuth {
-		log.Warn("acme_proxy_ui: insecure_no_auth is set: the operator page answers requests that nobody authenticated, " +
-			"and can revoke certificates for them; put basic_auth, forward_auth or client certificates in front instead")
+		log.Warn("acme_proxy_ui: insecure_no_auth is set: the operator page answers requests that nobody authenticated, "+
+			"and can revoke certificates for them; put basic_auth, forward_auth or client certificates in front instead",
+			zap.String("event", "ui_insecure_no_auth"))
 	}
 	user := u.User
 	u.app = appMod.(*App)

@@ -207,7 +207,7 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rt.method == http.MethodPost {
 		if err := u.checkPost(r, user); err != nil {
-			u.cfg.Logger.Warn("web ui: refused a POST", zap.String("path", r.URL.Path), zap.String("user", user), zap.Error(err))
+			u.cfg.Logger.Warn("web ui: refused a POST", zap.String("event", "ui_post_refused"), zap.String("path", r.URL.Path), zap.String("user", user), zap.Error(err))
 			rq.fail(http.StatusForbidden, err)
 			return
 		}
@@ -294,7 +294,7 @@ func (rq *request) render(status int, name, title string, data any) {
 		Done: doneText[rq.r.URL.Query().Get("done")]}
 	var b strings.Builder
 	if err := rq.ui.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
-		rq.ui.cfg.Logger.Error("web ui: rendering", zap.String("page", name), zap.Error(err))
+		rq.ui.cfg.Logger.Error("web ui: rendering", zap.String("event", "ui_render_failed"), zap.String("page", name), zap.Error(err))
 		http.Error(rq.w, "500 Internal Server Error: the page could not be rendered", http.StatusInternalServerError)
 		return
 	}
@@ -312,7 +312,7 @@ func (rq *request) fail(status int, err error) {
 	}
 	if status == 0 || status == http.StatusInternalServerError {
 		status = http.StatusInternalServerError
-		rq.ui.cfg.Logger.Error("web ui", zap.String("path", rq.r.URL.Path), zap.Error(err))
+		rq.ui.cfg.Logger.Error("web ui: request failed", zap.String("event", "ui_request_failed"), zap.String("path", rq.r.URL.Path), zap.Error(err))
 		msg = "the server failed to answer; its log says why"
 	}
 	rq.render(status, "error", http.StatusText(status), struct {
