@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
@@ -27,7 +26,7 @@ import (
 // would, an error as its JSON {"error": …}.
 func adminServer(t *testing.T, db *store.DB) *httptest.Server {
 	t.Helper()
-	a := &AdminAPI{app: &App{db: db, queue: jobs.NewQueue(db, nil), profiles: map[string]*acmeproxy.Server{}}, log: zap.NewNop()}
+	a := &AdminAPI{app: startedApp(db, jobs.NewQueue(db, nil)), log: zap.NewNop()}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := a.serve(w, r); err != nil {
 			var ae caddy.APIError

@@ -211,8 +211,15 @@ func fuzzAdminAPI(f testing.TB) *AdminAPI {
 			f.Fatal(err)
 		}
 	}
-	app := &App{db: db, queue: queue, profiles: map[string]*acmeproxy.Server{}}
-	return &AdminAPI{app: app, log: zap.NewNop()}
+	return &AdminAPI{app: startedApp(db, queue), log: zap.NewNop()}
+}
+
+// startedApp is an app over db whose Start has run: its store open, its
+// requests not waiting for it (App.awaitStart).
+func startedApp(db *store.DB, queue *jobs.Queue) *App {
+	app := &App{db: db, queue: queue, profiles: map[string]*acmeproxy.Server{}, ready: newStartGate()}
+	app.ready.open(true)
+	return app
 }
 
 // A 503 (the database out of reach, or slower than the request's
