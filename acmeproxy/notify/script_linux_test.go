@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -53,7 +51,7 @@ func TestWhenCaddyIsKilledARunningNotifyScriptDiesWithIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = caddy.Process.Kill(); _ = caddy.Wait() })
-	pid := waitPid(t, pidFile)
+	pid := proctest.PidFrom(t, pidFile)
 	// The script's group (its sleep, and the script should it outlive
 	// Caddy) is this test's to clean up.
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
@@ -64,18 +62,4 @@ func TestWhenCaddyIsKilledARunningNotifyScriptDiesWithIt(t *testing.T) {
 	if !proctest.Gone(pid) {
 		t.Errorf("the notify script %d outlived Caddy", pid)
 	}
-}
-
-// waitPid waits, up to 10s, for the script to have written its pid.
-func waitPid(t *testing.T, file string) int {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if b, err := os.ReadFile(file); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				return pid
-			}
-		}
-	}
-	t.Fatal("the script did not start")
-	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -25,4 +26,20 @@ func Gone(pid int) bool {
 		}
 	}
 	return false
+}
+
+// PidFrom waits, up to 10 s, for a program under test to have written
+// its pid to file (written whole: to file.new, then renamed), and
+// returns it; the test fails when it does not.
+func PidFrom(t testing.TB, file string) int {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(file); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("the program did not write its pid to %s", file)
+	return 0
 }

@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,20 +25,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// waitPid waits, up to 10s, for the program to have written its pid.
-func waitPid(t *testing.T, file string) int {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if b, err := os.ReadFile(file); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				return pid
-			}
-		}
-	}
-	t.Fatal("the program did not start")
-	return 0
-}
-
 func TestWhenCaddyIsKilledTheProgramIsKilledBeforeItSigns(t *testing.T) {
 	dir := t.TempDir()
 	pidFile, signed := filepath.Join(dir, "pid"), filepath.Join(dir, "signed")
@@ -50,7 +34,7 @@ func TestWhenCaddyIsKilledTheProgramIsKilledBeforeItSigns(t *testing.T) {
 	if err := caddy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pid := waitPid(t, pidFile)
+	pid := proctest.PidFrom(t, pidFile)
 	if err := caddy.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
