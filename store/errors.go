@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors callers classify with errors.Is.
@@ -32,7 +33,7 @@ var (
 // unavailable wraps err with ErrUnavailable when the dialect says it is
 // such a condition.
 func (db *DB) unavailable(err error) error {
-	if err == nil || errors.Is(err, ErrUnavailable) || !db.dialect.unavailable(err) {
+	if err == nil || errors.Is(err, ErrUnavailable) || !(db.dialect.unavailable(err) || closedStore(err)) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -45,5 +46,15 @@ func (db *DB) unavailable(err error) error {
 // errors are recognised by their own types, so the caller need not know
 // which database it has.
 func IsUnavailable(err error) bool {
-	return err != nil && (errors.Is(err, ErrUnavailable) || sqliteDialect{}.unavailable(err) || postgresDialect{}.unavailable(err))
+	return err != nil && (errors.Is(err, ErrUnavailable) || sqliteDialect{}.unavailable(err) || postgresDialect{}.unavailable(err) ||
+		closedStore(err))
+}
+
+// closedStore reports whether err says the store was closed under its
+// caller: a reload to another database closes the old config's store
+// while requests it was serving finish, and they are to be told to come
+// back (to the new config), as before Open. The writes answer errClosed,
+// the pools database/sql's error, which it does not export.
+func closedStore(err error) bool {
+	return errors.Is(err, errClosed) || strings.Contains(err.Error(), "sql: database is closed")
 }

@@ -151,3 +151,24 @@ func knownMigrations(t *testing.T) int {
 	}
 	return len(sqliteMigrations)
 }
+
+// A store closed under a request — a reload to another database closes
+// the old config's store while the requests it was serving finish — fails
+// their reads and writes as unavailable (ErrUnavailable), which the ACME
+// front answers 503 with Retry-After, as a store not open yet; not as a
+// fault of the server (500).
+func TestAClosedStoreFailsReadsAndWritesAsUnavailable(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openAt(t, newPlace(t))
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.CountJobs(ctx); !IsUnavailable(err) {
+			t.Errorf("read after Close: %v; want unavailable", err)
+		}
+		if err := db.Flush(ctx); !errors.Is(err, ErrUnavailable) || !IsUnavailable(err) {
+			t.Errorf("write after Close: %v; want ErrUnavailable", err)
+		}
+	})
+}
