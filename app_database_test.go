@@ -2,12 +2,15 @@ package caddyacmeproxy
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -224,5 +227,51 @@ func TestRequestsWaitingForAnAppThatStopsWithoutStartingAreLetGo(t *testing.T) {
 	}
 	if <-waited {
 		t.Fatal("a request passed though the app never opened its store")
+	}
+}
+
+// A reload whose store, checked at Provision, turned out newer than the
+// binary by Start (another instance upgraded it meanwhile) fails to start
+// naming the file and both versions, lets no request in, and releases the
+// store at Cleanup: Caddy keeps the old config, nothing of the new one
+// left open.
+func TestAnAppWhoseStoreTurnedNewerBeforeStartFailsNamingItAndLeavesItClosed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "acme.db")
+	db, err := store.OpenSQLite(context.Background(), path, store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a := &App{AppConfig: acmeproxy.AppConfig{Database: path}}
+	if _, err := provisionApp(t, a); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (99999, 'from a newer binary', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+
+	err = a.Start()
+	if !errors.Is(err, store.ErrSchemaTooNew) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "99999") {
+		t.Fatalf("Start: %v; want the schema too new, naming %s and its version", err, path)
+	}
+	// A request waiting for the app is let go at once, to be answered
+	// 503, rather than at its deadline.
+	waiting, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if a.awaitStart(waiting) || waiting.Err() != nil {
+		t.Errorf("a request waiting for the app was let in, or waited until its deadline (%v); want let go at once", waiting.Err())
+	}
+	if err := a.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := dbPool.References(a.dbKey); ok {
+		t.Errorf("after Cleanup the store is still held (%d references); want it closed", n)
 	}
 }
