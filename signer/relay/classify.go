@@ -84,9 +84,9 @@ func permanent(format string, args ...any) error {
 // classify decides by whose answer err is. last is the upstream's last
 // HTTP response in this attempt, which carries what acmez's errors do not
 // (Retry-After, and the status of a response that was not a problem
-// document).
-func classify(err error, last response) failure {
-	f := failure{verdict: retry, reason: reasonOf(err), failedAnswer: last.status >= 400}
+// document). The failure's reason is err's text without r.
+func (r secrets) classify(err error, last response) failure {
+	f := failure{verdict: retry, reason: r.reasonOf(err), failedAnswer: last.status >= 400}
 	if last.retryAfter > 0 {
 		f.after = min(last.retryAfter, maxRetryAfter)
 	}
@@ -123,7 +123,7 @@ func classify(err error, last response) failure {
 			// they are, which only the answer's Link says.
 			f.verdict = giveUp
 			if last.termsOfService != "" {
-				f.reason += " (the upstream's terms of service: " + withoutURLSecrets(last.termsOfService) + ")"
+				f.reason += " (the upstream's terms of service: " + r.text(last.termsOfService) + ")"
 			}
 		default:
 			// The CA stated a reason: badCSR, rejectedIdentifier,
@@ -145,10 +145,6 @@ func classify(err error, last response) failure {
 	return f
 }
 
-// reasonOf is err's text as a job's last error and a log line keep it:
-// each URL it quotes without its secrets (see withoutURLSecrets).
-func reasonOf(err error) string { return withoutURLSecrets(err.Error()) }
-
 // urlInText matches a URL quoted in an error's text, up to what ends it
 // there: a blank, a quote, a bracket.
 var urlInText = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>()\[\]{}\\]+`)
@@ -159,7 +155,9 @@ var urlInText = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>()\[\]{}\\
 // *url.Error does; so does DuckDNS's own text), and some APIs take their
 // token in the query; the reason is stored as the job's last error, which
 // the admin API and the web page show, and logged. Read as text, not
-// parsed, so that a URL that does not parse is cut all the same.
+// parsed, so that a URL that does not parse is cut all the same. The
+// signer's own texts pass secrets.text, which takes the relay's own
+// secrets out first, wherever they are (secrets.go).
 func withoutURLSecrets(s string) string {
 	return urlInText.ReplaceAllStringFunc(s, func(u string) string {
 		scheme, rest, _ := strings.Cut(u, "://")
@@ -174,13 +172,7 @@ func withoutURLSecrets(s string) string {
 		}
 		out := scheme + "://" + rest
 		if hasQuery {
-			var names []string
-			for pair := range strings.SplitSeq(query, "&") {
-				if name, _, _ := strings.Cut(pair, "="); name != "" {
-					names = append(names, name)
-				}
-			}
-			out += "?" + strings.Join(names, "&")
+			out += "?" + queryNames(query)
 		}
 		return out
 	})

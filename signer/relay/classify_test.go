@@ -23,6 +23,10 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
+// noSecrets is a relay configured with no secret: classify's reason is
+// cut by withoutURLSecrets alone.
+var noSecrets secrets
+
 // fakeUpstream is an ACME server whose directory and nonces work and whose
 // every other request gets answer.
 func fakeUpstream(t *testing.T, answer http.HandlerFunc) *httptest.Server {
@@ -187,7 +191,7 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 			if err == nil {
 				t.Fatal("the upstream call succeeded")
 			}
-			f := classify(err, rec.lastResponse())
+			f := noSecrets.classify(err, rec.lastResponse())
 			if f.refusal != tt.refusal {
 				t.Errorf("classify's refusal for the client = %d; want %d\nerror: %v", f.refusal, tt.refusal, err)
 			}
@@ -221,13 +225,13 @@ func TestOurOwnPermanentFailuresAreNotRetried(t *testing.T) {
 	if !strings.Contains(err.Error(), "offers no dns-01 challenge for a.example.com (it offers: http-01, tls-alpn-01)") {
 		t.Errorf("error %q does not say what is missing", err)
 	}
-	if f := classify(fmt.Errorf("solving: %w", err), response{}); f.verdict != giveUp {
+	if f := noSecrets.classify(fmt.Errorf("solving: %w", err), response{}); f.verdict != giveUp {
 		t.Errorf("a missing challenge type is %s; want give up", f.verdict)
 	}
 
 	s.opts.Challenge = ChallengeHTTP01
 	if _, err := s.pick(acme.Authorization{Identifier: acme.Identifier{Type: "dns", Value: "example.com"}, Wildcard: true,
-		Challenges: []acme.Challenge{{Type: "dns-01"}}}); classify(err, response{}).verdict != giveUp {
+		Challenges: []acme.Challenge{{Type: "dns-01"}}}); noSecrets.classify(err, response{}).verdict != giveUp {
 		t.Errorf("a wildcard under http01: %v; want a permanent failure", err)
 	}
 
@@ -256,7 +260,7 @@ func TestRetryAfterIsReadAsSecondsOrAnHTTPDate(t *testing.T) {
 			t.Errorf("Retry-After %q = %s; want %s", v, got, want)
 		}
 	}
-	f := classify(acme.Problem{Type: acme.ProblemTypeRateLimited, Status: 429}, response{status: 429, retryAfter: 72 * time.Hour})
+	f := noSecrets.classify(acme.Problem{Type: acme.ProblemTypeRateLimited, Status: 429}, response{status: 429, retryAfter: 72 * time.Hour})
 	if f.after != maxRetryAfter {
 		t.Errorf("a 72h Retry-After is honoured as %s; want it capped at %s", f.after, maxRetryAfter)
 	}
@@ -295,7 +299,7 @@ func TestAFailuresReasonKeepsNoSecretOfAURLItQuotes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := classify(tt.err, response{})
+			f := noSecrets.classify(tt.err, response{})
 			if strings.Contains(f.reason, secret) || !strings.Contains(f.reason, tt.want) {
 				t.Errorf("reason %q; want it to say %q and not the secret", f.reason, tt.want)
 			}
@@ -317,7 +321,7 @@ func TestAWaitTheUpstreamAsksForSpendsTheAttemptOnlyWhenItAnsweredWithAnError(t 
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := outcomeFor(classify(errors.New("waited"), tt.last), "r"); got != tt.want {
+			if got := outcomeFor(noSecrets.classify(errors.New("waited"), tt.last), "r"); got != tt.want {
 				t.Errorf("outcome %q (%+v); want %+v", got, got, tt.want)
 			}
 		})

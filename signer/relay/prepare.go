@@ -198,10 +198,10 @@ func (s *Signer) runPrepare(ctx context.Context, b *signer.Binding, log *zap.Log
 			// Closed (its config unloaded): not the upstream's doing,
 			// and nothing to tell the account or the cool-down.
 			log.Info("preparing the upstream order stopped: the signer was closed", zap.String("event", "relay_prepare_stopped"),
-				zap.String("profile", b.Profile), zap.String("order", o.ID), zap.String("reason", reasonOf(err)))
+				zap.String("profile", b.Profile), zap.String("order", o.ID), zap.String("reason", s.secrets.reasonOf(err)))
 			return
 		}
-		f := classify(err, rec.lastResponse())
+		f := s.secrets.classify(err, rec.lastResponse())
 		if f.forgetAccount {
 			s.forgetAccount(ctx, b.Profile)
 		}
@@ -229,7 +229,7 @@ func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger
 	}
 	if claim == nil {
 		log.Debug("the upstream order is placed elsewhere", zap.String("event", "relay_prepare_skipped"),
-			zap.String("profile", b.Profile), zap.String("order", o.ID), zap.String("upstream_order", placed.UpstreamOrderURL))
+			zap.String("profile", b.Profile), zap.String("order", o.ID), zap.String("upstream_order", s.secrets.text(placed.UpstreamOrderURL)))
 		return nil
 	}
 	ro := store.RelayOrder{OrderID: o.ID, Identifiers: o.Identifiers, NotBefore: o.NotBefore, NotAfter: o.NotAfter,
@@ -270,7 +270,7 @@ func (s *Signer) prepare(ctx context.Context, b *signer.Binding, log *zap.Logger
 			return "", fmt.Errorf("recording the prepared upstream order: %w", err)
 		}
 		log.Info("upstream order prepared", zap.String("event", "relay_upstream_prepared"), zap.String("profile", b.Profile),
-			zap.String("order", o.ID), zap.String("upstream_order", order.Location))
+			zap.String("order", o.ID), zap.String("upstream_order", s.secrets.text(order.Location)))
 		return order.Location, nil
 	})
 	switch order.Status {
@@ -325,13 +325,13 @@ func (s *Signer) runPrepared(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	n, err := s.deactivate(actx, b, p.Upstream)
 	if err != nil {
 		if ctx.Err() != nil {
-			return jobs.RetryAfter("interrupted: "+reasonOf(err), 0)
+			return jobs.RetryAfter("interrupted: "+s.secrets.reasonOf(err), 0)
 		}
-		f := classify(err, rec.lastResponse())
-		return outcomeFor(f, "upstream "+s.opts.Directory+": deactivating "+p.Upstream+": "+f.reason)
+		f := s.secrets.classify(err, rec.lastResponse())
+		return outcomeFor(f, "upstream "+s.secrets.directory+": deactivating "+s.secrets.text(p.Upstream)+": "+f.reason)
 	}
 	log.Info("prepared upstream order abandoned", zap.String("event", "relay_prepared_abandoned"),
-		zap.String("profile", b.Profile), zap.String("order", p.Order), zap.String("upstream_order", p.Upstream),
+		zap.String("profile", b.Profile), zap.String("order", p.Order), zap.String("upstream_order", s.secrets.text(p.Upstream)),
 		zap.Int("deactivated", n))
 	return jobs.Done()
 }

@@ -118,7 +118,10 @@ type Options struct {
 
 // Signer is the relay signer of one profile.
 type Signer struct {
-	opts      Options
+	opts Options
+	// secrets takes the directory URL's and the EAB key's secrets out of
+	// every text the signer logs, returns or stores (secrets.go).
+	secrets   secrets
 	issuerKey string
 	clock     clock.Clock
 	transport http.RoundTripper
@@ -188,9 +191,8 @@ func (e *OptionError) Error() string { return "relay: " + e.Option + ": " + e.Pr
 // the account is registered by the first relay, so that an unreachable
 // upstream never stops Caddy from loading its configuration.
 func New(opts Options) (*Signer, error) {
-	u, err := url.Parse(opts.Directory)
-	if opts.Directory == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return nil, &OptionError{"directory", fmt.Sprintf("%q must be an absolute https:// (or http://) URL", opts.Directory)}
+	if problem := directoryProblem(opts.Directory); problem != "" {
+		return nil, &OptionError{"directory", problem}
 	}
 	if opts.Storage == nil {
 		return nil, errors.New("relay: no storage for the upstream account")
@@ -231,8 +233,13 @@ func New(opts Options) (*Signer, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real()
 	}
+	macKey := ""
+	if opts.EAB != nil {
+		macKey = opts.EAB.MACKey
+	}
 	s := &Signer{
 		opts:      opts,
+		secrets:   newSecrets(opts.Directory, macKey),
 		issuerKey: (&certmagic.ACMEIssuer{CA: opts.Directory}).IssuerKey(),
 		clock:     opts.Clock,
 		transport: opts.Transport,
@@ -254,6 +261,23 @@ func New(opts Options) (*Signer, error) {
 			shared: s.sharedStore, now: s.clock.Now, ttl: opts.AttemptTimeout}
 	}
 	return s, nil
+}
+
+// directoryProblem is what is wrong with a directory URL, "" for
+// nothing. It quotes the URL as secrets shows it, and one that does not
+// parse not at all: a secret in it could not be recognized.
+func directoryProblem(directory string) string {
+	const want = "must be an absolute https:// (or http://) URL"
+	u, err := url.Parse(directory)
+	switch {
+	case directory == "":
+		return want
+	case err != nil:
+		return "the URL does not parse; it " + want
+	case (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
+		return fmt.Sprintf("%q %s", newSecrets(directory, "").directory, want)
+	}
+	return ""
 }
 
 // observedTransport reports every upstream request to Options.Observe.
@@ -376,7 +400,7 @@ func (s *Signer) Issue(ctx context.Context, req signer.IssueRequest) (signer.Iss
 		return signer.IssueOutcome{}, err
 	}
 	if ro.Status == store.RelayInvalid {
-		return signer.IssueOutcome{}, fmt.Errorf("relay: order %s already failed: %s", ro.OrderID, ro.Detail)
+		return signer.IssueOutcome{}, fmt.Errorf("relay: order %s already failed: %s", ro.OrderID, s.secrets.text(ro.Detail))
 	}
 	if created {
 		// Logged before the job starts: its own lines follow this one.
@@ -532,9 +556,9 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 		if ctx.Err() != nil {
 			// The runner is stopping; this attempt was not the upstream's
 			// fault nor ours.
-			return jobs.RetryAfter("interrupted: "+reasonOf(err), 0)
+			return jobs.RetryAfter("interrupted: "+s.secrets.reasonOf(err), 0)
 		}
-		return s.outcome(ctx, b, log, ro, classify(err, rec.lastResponse()))
+		return s.outcome(ctx, b, log, ro, s.secrets.classify(err, rec.lastResponse()))
 	}
 	if err := b.Settler.Issued(ctx, ro.OrderID, issued.Chain, issued.Alternates...); err != nil {
 		return jobs.Retry("recording the certificate: " + err.Error())
@@ -554,7 +578,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 
 // outcome turns a classified failure into the job's outcome.
 func (s *Signer) outcome(ctx context.Context, b *signer.Binding, log *zap.Logger, ro store.RelayOrder, f failure) jobs.Outcome {
-	reason := "upstream " + s.opts.Directory + ": " + f.reason
+	reason := "upstream " + s.secrets.directory + ": " + f.reason
 	if f.forgetAccount {
 		s.forgetAccount(ctx, b.Profile)
 	}
@@ -613,6 +637,9 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) e
 	if err != nil {
 		return nil
 	}
+	// A reason stored by an earlier version may hold what is redacted
+	// now.
+	reason = s.secrets.text(reason)
 	if job.Kind == PreparedKind {
 		// A prepared upstream order left active was never finalized: it
 		// expires upstream.
@@ -621,8 +648,8 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) e
 		return nil
 	}
 	detail := "relay failed: " + reason
-	if !strings.Contains(reason, s.opts.Directory) {
-		detail = "relay to " + s.opts.Directory + " failed: " + reason
+	if !strings.Contains(reason, s.secrets.directory) {
+		detail = "relay to " + s.secrets.directory + " failed: " + reason
 	}
 	s.mu.Lock()
 	refusal := s.refusals[p.Order]
@@ -718,8 +745,13 @@ func (b *boundedBody) Close() error { return b.body.Close() }
 
 // Revoke asks the upstream to revoke cert, signing with the upstream
 // account (which ordered it). A certificate already revoked is not an
-// error.
+// error. Its error is stored as the revocation job's last error: it is
+// redacted.
 func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int) error {
+	return s.secrets.err(s.revoke(ctx, cert, reason))
+}
+
+func (s *Signer) revoke(ctx context.Context, cert *x509.Certificate, reason *int) error {
 	b, _, err := s.binding()
 	if err != nil {
 		return err
@@ -742,14 +774,14 @@ func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int
 	if err == nil {
 		return nil
 	}
-	f := classify(err, rec.lastResponse())
+	f := s.secrets.classify(err, rec.lastResponse())
 	if f.forgetAccount {
 		s.forgetAccount(ctx, b.Profile)
 	}
 	if f.verdict == giveUp {
-		return fmt.Errorf("relay: revoking at %s: %w: %w", s.opts.Directory, signer.ErrRevocationRefused, err)
+		return fmt.Errorf("relay: revoking at %s: %w: %w", s.secrets.directory, signer.ErrRevocationRefused, err)
 	}
-	return fmt.Errorf("relay: revoking at %s: %w", s.opts.Directory, err)
+	return fmt.Errorf("relay: revoking at %s: %w", s.secrets.directory, err)
 }
 
 // RevocationRoute is signer.RevokeByJob: the upstream must be told.

@@ -100,6 +100,12 @@ func newBench(t *testing.T, directory, challenge string, tweak ...func(*Options)
 // its own, a Caddy storage of its own, and the fleet's clock.
 func benchOn(t *testing.T, db *store.DB, clk *clocktest.Fake, settler *fakeSettler, directory, challenge string, tweak ...func(*Options)) *bench {
 	t.Helper()
+	return benchLogging(t, db, clk, settler, zap.NewNop(), directory, challenge, tweak...)
+}
+
+// benchLogging is benchOn whose signer logs to log.
+func benchLogging(t *testing.T, db *store.DB, clk *clocktest.Fake, settler *fakeSettler, log *zap.Logger, directory, challenge string, tweak ...func(*Options)) *bench {
+	t.Helper()
 	b := &bench{db: db, queue: jobs.NewQueue(db, clk), clock: clk, settler: settler}
 	opts := Options{Directory: directory, Challenge: challenge, Storage: &certmagic.FileStorage{Path: filepath.Join(t.TempDir(), "storage")}, Clock: clk}
 	if challenge == ChallengeDNS01 {
@@ -112,7 +118,7 @@ func benchOn(t *testing.T, db *store.DB, clk *clocktest.Fake, settler *fakeSettl
 	if b.s, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.s.Bind(signer.Binding{Profile: "p", Settler: b.settler, Queue: b.queue, DB: db, Logger: zap.NewNop()}); err != nil {
+	if err := b.s.Bind(signer.Binding{Profile: "p", Settler: b.settler, Queue: b.queue, DB: db, Logger: log}); err != nil {
 		t.Fatal(err)
 	}
 	return b

@@ -117,7 +117,7 @@ func (s *Signer) upstreamRenewalInfo(ctx context.Context, leaf *x509.Certificate
 	// signer's own read of it says first (directory.go).
 	o, err := s.offer(ctx, c)
 	if err != nil {
-		return ariEntry{err: fmt.Errorf("relay: renewal information from %s: %w", s.opts.Directory, err), until: s.clock.Now().Add(ariFailureHold)}
+		return ariEntry{err: s.secrets.err(fmt.Errorf("relay: renewal information from %s: %w", s.secrets.directory, err)), until: s.clock.Now().Add(ariFailureHold)}
 	}
 	if !o.renewalInfo {
 		return ariEntry{err: signer.ErrNoRenewalInfo, until: s.clock.Now().Add(ariUnsupportedHold)}
@@ -128,7 +128,7 @@ func (s *Signer) upstreamRenewalInfo(ctx context.Context, leaf *x509.Certificate
 	case errors.Is(err, acme.ErrUnsupported):
 		return ariEntry{err: signer.ErrNoRenewalInfo, until: now.Add(ariUnsupportedHold)}
 	case err != nil:
-		return ariEntry{err: fmt.Errorf("relay: renewal information from %s: %w", s.opts.Directory, err), until: now.Add(ariFailureHold)}
+		return ariEntry{err: s.secrets.err(fmt.Errorf("relay: renewal information from %s: %w", s.secrets.directory, err)), until: now.Add(ariFailureHold)}
 	}
 	// The Retry-After of the renewalInfo answer, the last the recorder
 	// saw, read here rather than from acmez's ari.RetryAfter: acmez

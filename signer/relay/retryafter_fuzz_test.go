@@ -99,7 +99,7 @@ func TestAHugeRetryAfterCoolsTheProfileDownForTheCap(t *testing.T) {
 	for _, v := range []string{"86401", "9223372037", "18446744074", "99999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"} {
 		t.Run(v, func(t *testing.T) {
 			last := response{status: http.StatusTooManyRequests, retryAfter: parseRetryAfter(v, now)}
-			f := classify(acme.Problem{Type: acme.ProblemTypeRateLimited, Status: http.StatusTooManyRequests}, last)
+			f := noSecrets.classify(acme.Problem{Type: acme.ProblemTypeRateLimited, Status: http.StatusTooManyRequests}, last)
 			if f.verdict != coolDown || f.after != maxRetryAfter {
 				t.Errorf("Retry-After %q: %s for %s; want %s for %s", v, f.verdict, f.after, coolDown, maxRetryAfter)
 			}

@@ -173,7 +173,7 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 			return "", err
 		}
 		log.Info("upstream order created", zap.String("event", "relay_upstream_order"), zap.String("profile", b.Profile),
-			zap.String("order", ro.OrderID), zap.String("upstream_order", recorded))
+			zap.String("order", ro.OrderID), zap.String("upstream_order", s.secrets.text(recorded)))
 		if claim != nil {
 			if _, err := claim.record(context.WithoutCancel(ctx), recorded, s.clock.Now()); err != nil {
 				// The relay carries on with its recorded order; only a
@@ -506,13 +506,13 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 				return signer.IssueOutcome{}, err
 			}
 			log.Warn("an alternate chain of the upstream's certificate could not be downloaded; left out", zap.String("event", "relay_alternate_skipped"),
-				zap.String("order", ro.OrderID), zap.String("url", u), zap.Error(err))
+				zap.String("order", ro.OrderID), zap.String("url", s.secrets.text(u)), zap.Error(s.secrets.err(err)))
 			continue
 		}
 		altDERs := signer.ChainDERs(alt)
 		if len(altDERs) == 0 || !bytes.Equal(altDERs[0], ders[0]) {
 			log.Warn("an alternate chain of the upstream's certificate is not a chain for its leaf; left out", zap.String("event", "relay_alternate_skipped"),
-				zap.String("order", ro.OrderID), zap.String("url", u))
+				zap.String("order", ro.OrderID), zap.String("url", s.secrets.text(u)))
 			continue
 		}
 		out.Alternates = append(out.Alternates, altDERs)
@@ -638,7 +638,7 @@ func (s *Signer) account(ctx context.Context, c *acme.Client, profile string) (a
 			return acme.Account{}, err
 		}
 		s.bound.Logger().Info("upstream account registered", zap.String("event", "relay_account_registered"),
-			zap.String("profile", profile), zap.String("directory", s.opts.Directory), zap.String("account", acct.Location))
+			zap.String("profile", profile), zap.String("directory", s.secrets.directory), zap.String("account", s.secrets.text(acct.Location)))
 	}
 	acct.PrivateKey = priv
 	s.acct = &acct
