@@ -22,6 +22,7 @@ import (
 
 	"github.com/caddyserver/certmagic"
 	"github.com/letsencrypt/pebble/v2/ca"
+	"go.uber.org/zap"
 	"golang.org/x/crypto/acme"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
@@ -80,6 +81,10 @@ type relayBench struct {
 	configure func(*acmeproxy.ProfileConfig)
 	// prepareUpstream is the signer's PrepareUpstream.
 	prepareUpstream bool
+	// directory, if set, is the signer's directory URL instead of
+	// Pebble's; logger, if set, the processes' logger.
+	directory string
+	logger    *zap.Logger
 }
 
 func newRelayBench(t *testing.T) *relayBench {
@@ -121,8 +126,12 @@ func (b *relayBench) start() *relayProcess {
 	}
 	t.Cleanup(func() { db.Close() })
 	q := jobs.NewQueue(db, nil)
+	directory := b.pebble.dir
+	if b.directory != "" {
+		directory = b.directory
+	}
 	sgn, err := relay.New(relay.Options{
-		Directory: b.pebble.dir, Email: "relay@example.com", Challenge: relay.ChallengeDNS01,
+		Directory: directory, Email: "relay@example.com", Challenge: relay.ChallengeDNS01,
 		DNS: &certmagic.DNS01Solver{DNSManager: certmagic.DNSManager{
 			DNSProvider: &relayDNSProvider{Server: t.Name()}, PropagationTimeout: -1, Resolvers: []string{b.dns.Addr},
 		}},
@@ -141,7 +150,7 @@ func (b *relayBench) start() *relayProcess {
 		b.configure(&cfg)
 	}
 	srv, err := acmeproxy.NewServer(ctx, cfg,
-		acmeproxy.Options{DB: db, Queue: q, Signer: sgn, Validator: v, RevokeWait: b.revokeWait})
+		acmeproxy.Options{DB: db, Queue: q, Signer: sgn, Validator: v, RevokeWait: b.revokeWait, Logger: b.logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +162,8 @@ func (b *relayBench) start() *relayProcess {
 		BackoffBase: 50 * time.Millisecond, BackoffCap: 200 * time.Millisecond, PollInterval: 100 * time.Millisecond,
 		// The relay's jobs are in its profile's signing lane, which the
 		// app's runner serves where the relay is mounted.
-		Lanes: []string{signer.SigningLane(srv.Profile()), signer.AnySignerLane},
+		Lanes:  []string{signer.SigningLane(srv.Profile()), signer.AnySignerLane},
+		Logger: b.logger,
 	}
 	r, err := jobs.NewRunner(q, handlers, opts)
 	if err != nil {

@@ -136,6 +136,9 @@ type relayPebble struct {
 	dir       string              // directory URL
 	rootsFile string              // PEM of the TLS certificate, for trusted_roots
 	down      atomic.Bool
+	// gateway, while set, answers every request as a gateway in front
+	// of Pebble whose backend is away: a 502 page quoting the request.
+	gateway atomic.Bool
 
 	mu     sync.Mutex
 	counts map[string]int
@@ -242,6 +245,10 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 				}
 			}
 			http.Error(w, "down", http.StatusBadGateway)
+			return
+		}
+		if p.gateway.Load() {
+			http.Error(w, "<html><h1>502 Bad Gateway</h1>no backend for "+r.URL.RequestURI()+"</html>", http.StatusBadGateway)
 			return
 		}
 		kind := ""
