@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -235,7 +236,7 @@ func (a *App) database() (string, func() (*store.DB, error), error) {
 	}
 	path, err := resolvedPath(a.Database)
 	if err != nil {
-		return "", nil, fmt.Errorf("database: %w", err)
+		return "", nil, fmt.Errorf("database: the SQLite file %s: %w", a.Database, err)
 	}
 	// Keyed by the file, not the path: names no path resolution joins (a
 	// hard link, a bind mount) name one file too, and two stores on it
@@ -262,8 +263,9 @@ func (a *App) database() (string, func() (*store.DB, error), error) {
 // resolvedPath is the file path p names, absolute and without symlinks:
 // the path the store opens, and, where the system gives no file identity
 // (see store.SQLiteFileKey), its key in dbPool. Where the file, or
-// directories above it, do not exist yet, the deepest existing directory
-// is resolved and the rest appended. p is not cleaned first: a/../b is b
+// directories above it, do not exist yet (or a name above it is a file,
+// which the store's Check reports), the deepest existing one is resolved
+// and the rest appended. p is not cleaned first: a/../b is b
 // in the directory a's target sits in, as the system opens it, not b
 // beside a.
 func resolvedPath(p string) (string, error) {
@@ -280,7 +282,7 @@ func resolvedPath(p string) (string, error) {
 		if err == nil {
 			return filepath.Join(resolved, rest), nil
 		}
-		if !errors.Is(err, fs.ErrNotExist) {
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			return "", err
 		}
 		parent := filepath.Dir(head)

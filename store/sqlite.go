@@ -121,7 +121,12 @@ func PrepareSQLite(path string, opts SQLiteOptions) (*DB, error) {
 		}
 		return restrictFile(path)
 	}
-	check := func(ctx context.Context) error { return refuseNewerSchema(ctx, path, opts, sqliteDialect{}, true) }
+	check := func(ctx context.Context) error {
+		if err := creatable(path); err != nil {
+			return err
+		}
+		return refuseNewerSchema(ctx, path, opts, sqliteDialect{}, true)
+	}
 	return newDB(r, &sqliteEngine{w: w, gc: gc}, sqliteDialect{}, path, connectable, prepare, check), nil
 }
 

@@ -17,7 +17,7 @@ func SQLiteFileKey(path string) (key string, exists bool, err error) {
 		return "", false, errors.New("store: sqlite path is empty")
 	}
 	fi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
+	if missing(err) {
 		return "", false, nil
 	}
 	if err != nil {

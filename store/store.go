@@ -67,8 +67,8 @@ func open(ctx context.Context, db *DB) (*DB, error) {
 // Check looks at the database without writing to it: that it can be read
 // (a PostgreSQL server answers, a SQLite file is a database) and that its
 // schema is not newer than this binary knows (ErrSchemaTooNew). A SQLite
-// file that does not exist yet passes: Open creates it. An open store
-// passes.
+// file that does not exist yet passes if Open may create it (and the
+// directories missing above it). An open store passes.
 func (db *DB) Check(ctx context.Context) error {
 	if db.opened.Load() {
 		return nil
