@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proctest"
 )
 
 // Validating a config whose SQLite file caddy run could not create (its
@@ -37,8 +39,8 @@ func TestValidatingAConfigWhoseSQLiteFileCannotBeCreatedFailsNamingIt(t *testing
 		}, "cannot write in the directory", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if c.permissions && os.Geteuid() == 0 {
-				t.Skip("running as root, which permission bits do not stop")
+			if c.permissions && proctest.RunUnprivileged(t) {
+				return
 			}
 			dir := isolate(t)
 			root := t.TempDir()

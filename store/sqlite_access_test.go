@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proctest"
 )
 
 // Checking a SQLite store whose file does not exist yet fails, naming
@@ -46,8 +48,8 @@ func TestCheckingASQLiteFileOpenCannotCreateFailsNamingWhy(t *testing.T) {
 		}, "cannot write in the directory", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if c.permissions && os.Geteuid() == 0 {
-				t.Skip("running as root, which permission bits do not stop")
+			if c.permissions && proctest.RunUnprivileged(t) {
+				return
 			}
 			root := t.TempDir()
 			place := c.place(t, root)
