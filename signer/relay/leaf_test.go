@@ -15,12 +15,38 @@ import (
 	"time"
 )
 
+// testCA is a CA of the test's: its certificate (DER, self-signed) and
+// its key.
+type testCA struct {
+	cert *x509.Certificate
+	key  crypto.Signer
+}
+
+func newTestCA(t *testing.T, name string) testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testCA{cert: mustParse(t, der), key: key}
+}
+
+func pemOf(der []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}) }
+
 // reissued is a rewrite of the upstream's certificate download: its leaf
 // issued again, by a CA of the test's, as change makes it (the key it
-// certifies is change's to choose too); the rest of the chain as it was.
+// certifies is change's to choose too), followed by that CA's
+// certificate.
 func reissued(change func(leaf *x509.Certificate) crypto.PublicKey) func(*testing.T, []byte) []byte {
 	return func(t *testing.T, chain []byte) []byte {
-		block, rest := pem.Decode(chain)
+		block, _ := pem.Decode(chain)
 		if block == nil {
 			t.Fatalf("the upstream's download holds no PEM block: %q", chain)
 		}
@@ -28,19 +54,13 @@ func reissued(change func(leaf *x509.Certificate) crypto.PublicKey) func(*testin
 		if err != nil {
 			t.Fatal(err)
 		}
-		caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-			KeyUsage: x509.KeyUsageCertSign}
+		ca := newTestCA(t, "test CA")
 		pub := change(leaf)
-		der, err := x509.CreateCertificate(rand.Reader, leaf, ca, pub, caKey)
+		der, err := x509.CreateCertificate(rand.Reader, leaf, ca.cert, pub, ca.key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), rest...)
+		return append(pemOf(der), pemOf(ca.cert.Raw)...)
 	}
 }
 

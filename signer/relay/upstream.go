@@ -464,7 +464,8 @@ func orNone(s string) string {
 }
 
 // download fetches the upstream's chain and checks that its leaf is the
-// order's (signer.CheckLeaf): the chain is what the client gets. The
+// order's (signer.CheckLeaf) and that each of its certificates is signed
+// by the next (checkLinks): the chain is what the client gets. The
 // upstream's alternate chains (a cross-signed issuer beside its own, RFC
 // 8555 §7.4.2) come along, up to store.MaxAlternateChains, so that a
 // client preferring another root gets it from the relay as it would
@@ -493,6 +494,13 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 	if err := signer.CheckLeaf(leaf, csr.PublicKey, ro.Identifiers); err != nil {
 		return signer.IssueOutcome{}, permanent("the upstream issued a certificate that is not the order's: %w", err)
 	}
+	if err := checkLinks(ders); err != nil {
+		// The certificate is issued and stays downloadable: the next
+		// attempt downloads it again rather than order another, and a
+		// chain the upstream keeps serving broken fails the order once
+		// the attempts are spent, this reason its last error.
+		return signer.IssueOutcome{}, fmt.Errorf("the upstream's certificate chain is broken: %w", err)
+	}
 	out := signer.IssueOutcome{Chain: ders}
 	for _, u := range altURLs {
 		if len(out.Alternates) == store.MaxAlternateChains {
@@ -515,9 +523,49 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 				zap.String("order", ro.OrderID), zap.String("url", s.secrets.text(u)))
 			continue
 		}
+		if err := checkLinks(altDERs); err != nil {
+			log.Warn("an alternate chain of the upstream's certificate is broken; left out", zap.String("event", "relay_alternate_skipped"),
+				zap.String("order", ro.OrderID), zap.String("url", u), zap.Error(err))
+			continue
+		}
 		out.Alternates = append(out.Alternates, altDERs)
 	}
 	return out, nil
+}
+
+// checkLinks says whether a chain (DER, leaf first) is one: each of its
+// certificates parses and is signed by the next (crypto/x509's
+// CheckSignatureFrom, which also wants the signer to be a CA allowed to
+// sign certificates). The client is handed the chain as it is, and a
+// TLS peer given an issuer that did not sign the leaf — an upstream
+// serving the intermediate of another hierarchy, or its chain out of
+// order — fails every handshake with it. The last certificate, whose
+// issuer the chain leaves out (a root the peer holds), is not checked.
+func checkLinks(ders [][]byte) error {
+	certs := make([]*x509.Certificate, len(ders))
+	for i, der := range ders {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("certificate %d of the chain does not parse: %w", i+1, err)
+		}
+		certs[i] = c
+	}
+	for i := 0; i+1 < len(certs); i++ {
+		if err := certs[i].CheckSignatureFrom(certs[i+1]); err != nil {
+			return fmt.Errorf("certificate %d of the chain%s is not signed by certificate %d%s: %w",
+				i+1, subjectOf(certs[i]), i+2, subjectOf(certs[i+1]), err)
+		}
+	}
+	return nil
+}
+
+// subjectOf is c's subject for an operator's reason, in parentheses
+// after a blank; "" when it has none (a leaf named by its SANs alone).
+func subjectOf(c *x509.Certificate) string {
+	if len(c.Subject.Names) == 0 {
+		return ""
+	}
+	return " (" + c.Subject.String() + ")"
 }
 
 // invalidReason says why the upstream order is invalid: its error, else
