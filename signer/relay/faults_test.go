@@ -339,3 +339,86 @@ func TestAChallengeThatFailsUpstreamFailsTheRelayOnceSayingWhy(t *testing.T) {
 		t.Errorf("Pebble saw %d challenge answers; want 1", n)
 	}
 }
+
+func TestAnUpstreamOrderWhoseValidAuthorizationOutlivedItselfFailsTheRelaySayingSo(t *testing.T) {
+	ctx := context.Background()
+	b, up := pebbleBench(t)
+	req := b.finalized(t, "outlived.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// An attempt placed the upstream order and answered its challenge,
+	// then failed at the finalize; the attempts after it failed for
+	// longer than a valid authorization lives upstream (an hour at
+	// Pebble), which then calls the order invalid, stating no error.
+	bd, log, err := b.s.binding()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := b.db.GetRelayOrder(ctx, req.OrderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct, err := b.s.account(ctx, b.s.upstream, bd.Profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, gate, err := b.s.newOrder(ctx, b.s.upstream, acct, bd, log, ro, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gate.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gate.finish()
+	rec := &recorder{base: b.s.transport, now: b.clock.Now}
+	if _, err := b.s.authorize(withRecorder(ctx, rec), b.s.upstream, rec, acct, order, req.OrderID); err != nil {
+		t.Fatal(err)
+	}
+	expired := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	for _, u := range order.Authorizations {
+		authz := up.db.GetAuthorizationByID(u[strings.LastIndex(u, "/")+1:])
+		authz.Lock()
+		if authz.Status != acme.StatusValid {
+			t.Errorf("the upstream authorization is %s; want it valid", authz.Status)
+		}
+		authz.ExpiresDate, authz.Expires = expired, expired.Format(time.RFC3339)
+		authz.Unlock()
+	}
+
+	out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String()
+	want := "its authorization for outlived.example.com expired at " + expired.Format(time.RFC3339)
+	if !strings.HasPrefix(out, "failed: ") || !strings.Contains(out, want) {
+		t.Errorf("outcome %q; want it failed, saying %q", out, want)
+	}
+}
+
+func TestAnUpstreamOrderInvalidForItsOwnExpiryFailsTheRelaySayingSo(t *testing.T) {
+	ctx := context.Background()
+	expired := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	// An upstream that calls an order invalid once it expired, its
+	// authorizations valid still (Boulder's), stating no error.
+	var up *httptest.Server
+	up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/order", "/order/1":
+			w.Header().Set("Location", up.URL+"/order/1")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte(`{"status":"invalid","expires":"` + expired.Format(time.RFC3339) +
+				`","identifiers":[{"type":"dns","value":"gone.example.com"}],"authorizations":[],"finalize":"` + up.URL + `/finalize/1"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	b := newBench(t, up.URL+"/dir", ChallengeBypass, func(o *Options) { o.FinalizeWait = -1 })
+	req := b.finalized(t, "gone.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String()
+	want := "is invalid: it expired at " + expired.Format(time.RFC3339)
+	if !strings.HasPrefix(out, "failed: ") || !strings.Contains(out, want) {
+		t.Errorf("outcome %q; want it failed, saying %q", out, want)
+	}
+}

@@ -572,11 +572,15 @@ func subjectOf(c *x509.Certificate) string {
 // what its authorizations say — an order states no error when one of
 // its authorizations failed, expired or was deactivated (RFC 8555
 // §7.1.6), and an expiry (the upstream down for longer than its pending
-// authorizations live: an hour at Pebble) is worth naming.
+// authorizations live: an hour at Pebble; a valid one past its own
+// lifetime, an hour there too) is worth naming — else its own expiry
+// (an order is invalid once it expired, whatever its authorizations).
 func (s *Signer) invalidReason(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order) string {
 	if order.Error != nil {
 		return problemText(order.Error)
 	}
+	now := s.clock.Now()
+	past := func(t time.Time) bool { return !t.IsZero() && t.Before(now) }
 	var out []string
 	for _, u := range order.Authorizations {
 		authz, err := c.GetAuthorization(ctx, acct, u)
@@ -586,11 +590,14 @@ func (s *Signer) invalidReason(ctx context.Context, c *acme.Client, acct acme.Ac
 		switch {
 		case authz.Status == acme.StatusInvalid:
 			out = append(out, fmt.Sprintf("its authorization for %s is invalid: %s", authz.IdentifierValue(), challengeProblems(authz)))
-		case authz.Status == acme.StatusExpired || authz.Status == acme.StatusPending && !authz.Expires.IsZero() && authz.Expires.Before(s.clock.Now()):
+		case authz.Status == acme.StatusExpired || (authz.Status == acme.StatusPending || authz.Status == acme.StatusValid) && past(authz.Expires):
 			out = append(out, fmt.Sprintf("its authorization for %s expired at %s", authz.IdentifierValue(), authz.Expires.UTC().Format(time.RFC3339)))
 		case authz.Status != acme.StatusValid && authz.Status != acme.StatusPending:
 			out = append(out, fmt.Sprintf("its authorization for %s is %s", authz.IdentifierValue(), authz.Status))
 		}
+	}
+	if len(out) == 0 && past(order.Expires) {
+		out = append(out, "it expired at "+order.Expires.UTC().Format(time.RFC3339))
 	}
 	if len(out) == 0 {
 		return "no reason given"
