@@ -162,6 +162,29 @@ func (db *DB) SetRelayUpstreamOrder(ctx context.Context, orderID, url string, no
 	return got.String, nil
 }
 
+// ReplaceRelayUpstreamOrder records url as the upstream order of a relay
+// in place of old, unless another is recorded by then. It returns the URL
+// recorded after the call: url, or the one that replaced old first, which
+// the caller must then use instead. The relay replaces a prepared
+// upstream order that can no longer be finalized (expired, invalid).
+//
+// The update is guarded on old, re-checked on the newest row; the read
+// after it sees the URL that won.
+func (db *DB) ReplaceRelayUpstreamOrder(ctx context.Context, orderID, old, url string, now time.Time) (string, error) {
+	var got sql.NullString
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, db.q(`UPDATE relay_orders SET upstream_order_url = ?, updated_at = ?
+			WHERE order_id = ? AND upstream_order_url = ?`), url, now.UnixMilli(), orderID, old); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, db.q(`SELECT upstream_order_url FROM relay_orders WHERE order_id = ?`), orderID).Scan(&got)
+	})
+	if err := readErr(err, "relay order "+orderID); err != nil {
+		return "", err
+	}
+	return got.String, nil
+}
+
 // SettleRelayOrder moves a processing relay to valid or invalid, keeping
 // detail for the operator. A relay already settled is left as it is. It
 // is a lazy write (see engine): it follows the local order's own settling

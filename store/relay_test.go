@@ -73,6 +73,29 @@ func TestTheFirstUpstreamOrderRecordedWins(t *testing.T) {
 	})
 }
 
+func TestAnUpstreamOrderIsReplacedOnlyWhileTheOneReplacedIsRecorded(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		o := processingOrder(t, db)
+		if _, _, err := db.CreateRelayOrder(ctx, NewRelayOrder{OrderID: o.ID, Profile: "p", CSR: []byte{1},
+			UpstreamOrderURL: "https://ca/order/prepared"}, t0); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.ReplaceRelayUpstreamOrder(ctx, o.ID, "https://ca/order/prepared", "https://ca/order/1", t0)
+		if err != nil || got != "https://ca/order/1" {
+			t.Fatalf("first: %q %v; want the replacement recorded", got, err)
+		}
+		got, err = db.ReplaceRelayUpstreamOrder(ctx, o.ID, "https://ca/order/prepared", "https://ca/order/2", t0)
+		if err != nil || got != "https://ca/order/1" {
+			t.Fatalf("second: %q %v; want the first replacement kept", got, err)
+		}
+		if _, err := db.ReplaceRelayUpstreamOrder(ctx, "nope", "https://ca/order/prepared", "https://ca/order/3", t0); !errors.Is(err, ErrNotFound) {
+			t.Errorf("unknown order: %v; want ErrNotFound", err)
+		}
+	})
+}
+
 func TestARelayMappedWithAPreparedUpstreamOrderCarriesItAndKeepsIt(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()

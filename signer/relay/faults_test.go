@@ -267,7 +267,7 @@ func TestAnUpstreamOrderWhoseAuthorizationExpiredFailsTheRelaySayingSo(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	order, gate, err := b.s.newOrder(ctx, b.s.upstream, acct, bd, log, ro, nil)
+	order, gate, err := b.s.newOrder(ctx, b.s.upstream, acct, bd, log, ro, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestAnUpstreamOrderWhoseValidAuthorizationOutlivedItselfFailsTheRelaySaying
 	if err != nil {
 		t.Fatal(err)
 	}
-	order, gate, err := b.s.newOrder(ctx, b.s.upstream, acct, bd, log, ro, nil)
+	order, gate, err := b.s.newOrder(ctx, b.s.upstream, acct, bd, log, ro, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -368,6 +368,60 @@ func (s *Signer) deactivate(ctx context.Context, b *signer.Binding, url string) 
 	return n, nil
 }
 
+// preparedLifeNeeded is how long a prepared upstream order (and each of
+// its authorizations) must still live for a relay to take it: the
+// longest the relay waits for the upstream to validate a challenge still
+// to answer, and then for the order to be issued after its finalize.
+const preparedLifeNeeded = maxValidationWait + maxProcessingWait
+
+// spentPrepared says why order, the upstream order recorded for orderID,
+// is a prepared one that the relay cannot finish — invalid (its
+// challenge failed upstream during the preparation, an authorization
+// expired or was deactivated), or it or one of its authorizations
+// expiring within preparedLifeNeeded — and "" when it is not prepared or
+// can still be finalized. A prepared order was placed at new-order and
+// aged while the client proved its names here, however long it took:
+// the client's order, live still, must not fail for it (README: a
+// preparation that fails costs the order nothing). An upstream order
+// the relay placed itself for the finalize is not second-guessed: one
+// that expired did so while the relay kept failing at it, and failing
+// says so (invalidReason).
+func (s *Signer) spentPrepared(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, orderID string, order acme.Order) (string, error) {
+	switch order.Status {
+	case acme.StatusPending, acme.StatusReady, acme.StatusInvalid:
+	default:
+		return "", nil // finalized already: its certificate is what is left
+	}
+	// Its relay_prepared job names a prepared order (live until the
+	// local order expires); the placement alone may name one the relay
+	// placed itself, under its claim.
+	prepared, err := s.preparedJob(ctx, b, orderID)
+	if err != nil || prepared != order.Location {
+		return "", err
+	}
+	if order.Status == acme.StatusInvalid {
+		return "it is invalid: " + s.invalidReason(ctx, c, acct, order), nil
+	}
+	now := s.clock.Now()
+	short := func(expires time.Time) bool { return !expires.IsZero() && expires.Sub(now) < preparedLifeNeeded }
+	if short(order.Expires) {
+		return fmt.Sprintf("it expires at %s", order.Expires.UTC().Format(time.RFC3339)), nil
+	}
+	for _, u := range order.Authorizations {
+		authz, err := c.GetAuthorization(ctx, acct, u)
+		if err != nil {
+			return "", fmt.Errorf("reading an upstream authorization: %w", err)
+		}
+		switch {
+		case authz.Status != acme.StatusPending && authz.Status != acme.StatusValid:
+			return fmt.Sprintf("its authorization for %s is %s", authz.IdentifierValue(), authz.Status), nil
+		case short(authz.Expires):
+			return fmt.Sprintf("its authorization for %s expires at %s", authz.IdentifierValue(), authz.Expires.UTC().Format(time.RFC3339)), nil
+		}
+	}
+	return "", nil
+}
+
 // recorderOf is the recorder an attempt's context carries.
 func recorderOf(ctx context.Context) *recorder {
 	rec, _ := ctx.Value(recorderKey{}).(*recorder)

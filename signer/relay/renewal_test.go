@@ -289,7 +289,7 @@ func TestAnUpstreamRefusingReplacesGetsTheOrderWithoutIt(t *testing.T) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	acct := acme.Account{Location: srv.URL + "/account/1", PrivateKey: key}
 	c := b.s.client(&recorder{base: b.s.transport, now: b.clock.Now})
-	order, gate, err := b.s.newOrder(ctx, c, acct, bd, log, ro, nil)
+	order, gate, err := b.s.newOrder(ctx, c, acct, bd, log, ro, nil, "")
 	if err != nil {
 		t.Fatalf("newOrder: %v", err)
 	}

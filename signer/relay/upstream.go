@@ -59,10 +59,19 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 		}
 	}
 	if ro.UpstreamOrderURL == "" {
-		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, claim)
+		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, claim, "")
 	} else {
 		order, err = c.GetOrder(ctx, acct, acme.Order{Location: ro.UpstreamOrderURL})
 		order.Location = ro.UpstreamOrderURL
+		var spent string
+		if err == nil {
+			spent, err = s.spentPrepared(ctx, c, acct, b, ro.OrderID, order)
+		}
+		if err == nil && spent != "" {
+			log.Info("prepared upstream order replaced", zap.String("event", "relay_prepared_replaced"), zap.String("profile", b.Profile),
+				zap.String("order", ro.OrderID), zap.String("upstream_order", order.Location), zap.String("reason", spent))
+			order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, nil, order.Location)
+		}
 	}
 	defer gate.finish()
 	if err != nil {
@@ -145,8 +154,10 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 // attempt recorded one meanwhile, the gate answers that one, which the
 // relay then uses instead. With a claim (prepare_upstream on), the order
 // is placed within it, and the placement records it too, for the
-// preparations of the order on other instances.
-func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder, claim *placement) (acme.Order, *recordGate, error) {
+// preparations of the order on other instances. With replacing (the URL
+// of a prepared upstream order that can no longer be finalized), the new
+// order is recorded in its place.
+func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder, claim *placement, replacing string) (acme.Order, *recordGate, error) {
 	placeFn := func(ctx context.Context) (acme.Order, error) {
 		want, err := s.orderRequest(ctx, c, b, ro)
 		if err != nil {
@@ -168,7 +179,15 @@ func (s *Signer) newOrder(ctx context.Context, c *acme.Client, acct acme.Account
 	}
 	placed := order.Location
 	gate := startRecord(func() (string, error) {
-		recorded, err := b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, placed, s.clock.Now())
+		var (
+			recorded string
+			err      error
+		)
+		if replacing != "" {
+			recorded, err = b.DB.ReplaceRelayUpstreamOrder(ctx, ro.OrderID, replacing, placed, s.clock.Now())
+		} else {
+			recorded, err = b.DB.SetRelayUpstreamOrder(ctx, ro.OrderID, placed, s.clock.Now())
+		}
 		if err != nil {
 			return "", err
 		}
