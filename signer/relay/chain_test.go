@@ -3,10 +3,16 @@ package relay
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // chainBlocks are the PEM blocks of a download, in its order.
@@ -132,5 +138,85 @@ func TestABrokenAlternateChainIsLeftOutAndTheCertificateStillIssued(t *testing.T
 	}
 	if len(alts) != 1 || !bytes.Equal(alts[0][0], chain[0]) || checkLinks(alts[0]) != nil {
 		t.Fatalf("%d alternates recorded; want the one whose issuer signed the leaf", len(alts))
+	}
+}
+
+func TestALinkAboveTheIssuerSignedWithSHA1IsPassedOnUnchecked(t *testing.T) {
+	// A chain ending in an old cross-sign toward a legacy root, signed
+	// with SHA-1, which crypto/x509 no longer verifies: a peer trusting
+	// the newer root stops before it, so the chain is served as it is.
+	rootKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "legacy root"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	rootDER, err := x509.CreateCertificate(rand.Reader, rootTmpl, rootTmpl, rootKey.Public(), rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := mustParse(t, rootDER)
+	issuer := newTestCA(t, "newer root")
+	crossTmpl := *issuer.cert
+	crossTmpl.SignatureAlgorithm = x509.SHA1WithRSA
+	crossDER, err := x509.CreateCertificate(rand.Reader, &crossTmpl, root, issuer.key.Public(), rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b, up := pebbleBench(t)
+	up.certs = func(t *testing.T, body []byte) []byte {
+		leaf := mustParse(t, chainBlocks(t, body)[0])
+		der, err := x509.CreateCertificate(rand.Reader, leaf, issuer.cert, leaf.PublicKey, issuer.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return joinPEM([][]byte{der, crossDER, rootDER})
+	}
+	req := b.finalized(t, "legacy.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); out != "done" {
+		t.Fatalf("relay: %s; want done", out)
+	}
+	b.settler.mu.Lock()
+	defer b.settler.mu.Unlock()
+	if chain := b.settler.issued[req.OrderID]; len(chain) != 3 {
+		t.Errorf("the order was issued a chain of %d certificates; want the upstream's 3", len(chain))
+	}
+}
+
+func TestALeafSignedWithSHA1IsNotPassedOn(t *testing.T) {
+	ctx := context.Background()
+	issuerKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "RSA CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	issuerDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, issuerKey.Public(), issuerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := mustParse(t, issuerDER)
+	b, up := pebbleBench(t)
+	up.certs = func(t *testing.T, body []byte) []byte {
+		leaf := mustParse(t, chainBlocks(t, body)[0])
+		leaf.SignatureAlgorithm = x509.SHA1WithRSA
+		der, err := x509.CreateCertificate(rand.Reader, leaf, issuer, leaf.PublicKey, issuerKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return joinPEM([][]byte{der, issuerDER})
+	}
+	req := b.finalized(t, "sha1.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)); out.Kind() != "retry" || !strings.Contains(out.String(), "insecure algorithm SHA1-RSA") {
+		t.Fatalf("the attempt: %s; want retried, the leaf's signature unverifiable", out)
 	}
 }
