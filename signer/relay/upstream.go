@@ -69,7 +69,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 		}
 		if err == nil && spent != "" {
 			log.Info("prepared upstream order replaced", zap.String("event", "relay_prepared_replaced"), zap.String("profile", b.Profile),
-				zap.String("order", ro.OrderID), zap.String("upstream_order", order.Location), zap.String("reason", spent))
+				zap.String("order", ro.OrderID), zap.String("upstream_order", s.secrets.text(order.Location)), zap.String("reason", s.secrets.text(spent)))
 			order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, nil, order.Location)
 		}
 	}
@@ -544,7 +544,7 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 		}
 		if err := checkLinks(altDERs); err != nil {
 			log.Warn("an alternate chain of the upstream's certificate is broken; left out", zap.String("event", "relay_alternate_skipped"),
-				zap.String("order", ro.OrderID), zap.String("url", u), zap.Error(err))
+				zap.String("order", ro.OrderID), zap.String("url", s.secrets.text(u)), zap.Error(s.secrets.err(err)))
 			continue
 		}
 		out.Alternates = append(out.Alternates, altDERs)
