@@ -43,7 +43,7 @@ func TestNextAttemptTellsADueJobFromNoLiveJob(t *testing.T) {
 				}},
 			{name: "a settled job leaves none live", want: NextNone,
 				then: func(t *testing.T, db *store.DB, clk *clocktest.Fake) {
-					if err := db.CompleteJob(context.Background(), claim(t, db, clk.Now()), owner, clk.Now()); err != nil {
+					if _, err := db.CompleteJob(context.Background(), claim(t, db, clk.Now()), owner, clk.Now()); err != nil {
 						t.Fatal(err)
 					}
 				}},

@@ -53,6 +53,14 @@ type Spec struct {
 	// claimed after it is retired without running.
 	Deadline    time.Time
 	MaxAttempts int // default DefaultMaxAttempts
+	// Rerun, for a job with a key, is for work that must reflect the
+	// state as of the enqueue (a CRL rebuilt after a revocation): when
+	// the live job with this kind and key is running, its attempt may
+	// have read that state before it changed, so it runs once more after
+	// that attempt ends done — at this spec's run time at the earliest —
+	// instead of settling (see store.DB.EnqueueJob). Without it the
+	// running job is returned and nothing more happens.
+	Rerun bool
 }
 
 // Enqueue stores a ready job, or returns the live job with the same kind
@@ -160,7 +168,8 @@ func (q *Queue) newJob(s Spec) (store.NewJob, error) {
 	if s.MaxAttempts <= 0 {
 		s.MaxAttempts = DefaultMaxAttempts
 	}
-	return store.NewJob{Kind: s.Kind, Key: s.Key, Lane: s.Lane, Payload: payload, RunAt: runAt, Deadline: s.Deadline, MaxAttempts: s.MaxAttempts}, nil
+	return store.NewJob{Kind: s.Kind, Key: s.Key, Lane: s.Lane, Payload: payload, RunAt: runAt, Deadline: s.Deadline, MaxAttempts: s.MaxAttempts,
+		Rerun: s.Rerun}, nil
 }
 
 // Get reads one job.

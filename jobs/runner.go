@@ -833,7 +833,10 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 	)
 	switch out.kind {
 	case outcomeDone:
-		err = r.persist(job, func(ctx context.Context) error { return r.q.db.CompleteJob(ctx, job.ID, r.opts.Owner, now) })
+		err = r.persist(job, func(ctx context.Context) (err error) {
+			status, err = r.q.db.CompleteJob(ctx, job.ID, r.opts.Owner, now)
+			return err
+		})
 	case outcomeFailed:
 		r.retire(ks, job, store.JobFailed, out.reason)
 		return false
@@ -872,6 +875,12 @@ func (r *Runner) settle(ks *kindState, job *Job, out Outcome) (completed bool) {
 		// retired as cancelled once its Abandon succeeded — or, should
 		// this runner stop first, reclaimed and abandoned by the next.
 		r.retire(ks, job, store.JobCancelled, cancelledReason)
+		return false
+	}
+	if out.kind == outcomeDone && status == store.JobReady {
+		// Asked to run again while this attempt ran (Spec.Rerun): ready
+		// again, not done. The loop learns when it is due.
+		r.wakeKind(job.Kind)
 		return false
 	}
 	return out.kind == outcomeDone

@@ -309,7 +309,7 @@ func TestMigrateStoreGivesNoIdTheSourceGaveBeforeItsRowWasDeleted(t *testing.T) 
 				if _, err := src.ClaimJobs(ctx, "k", "w", t0, t0.Add(time.Minute), 2); err != nil {
 					t.Fatal(err)
 				}
-				if err := src.CompleteJob(ctx, last, "w", t0); err != nil {
+				if _, err := src.CompleteJob(ctx, last, "w", t0); err != nil {
 					t.Fatal(err)
 				}
 				if n, err := src.PruneJobs(ctx, t0.Add(time.Hour)); err != nil || n != 1 {

@@ -184,7 +184,7 @@ func TestEveryStatementOnTheIssuancePathReadsAFewRowsByIndex(t *testing.T) {
 	if _, err := db.ExtendJobLeases(ctx, "k", "me", now.Add(2*time.Minute), now); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.CompleteJob(ctx, claimed[0].ID, "me", now); err != nil {
+	if _, err := db.CompleteJob(ctx, claimed[0].ID, "me", now); err != nil {
 		t.Fatal(err)
 	}
 

@@ -64,6 +64,9 @@ type NewJob struct {
 	RunAt       time.Time
 	Deadline    time.Time // zero: none
 	MaxAttempts int
+	// Rerun: when the live job this enqueue finds is running, it is run
+	// again after its current attempt (see EnqueueJob).
+	Rerun bool
 }
 
 const jobCols = `id, kind, key, lane, payload, status, attempts, max_attempts, run_at, deadline,
@@ -120,6 +123,16 @@ func strOrNull(s string) any {
 // PostgreSQL enforces across concurrent transactions at any isolation (an
 // insert waits for a concurrent one of the same kind and key, and then
 // conflicts with it or not); see enqueueTx for a live job settled at once.
+//
+// With nj.Rerun, a live job found running is asked to run once more: its
+// attempt began before this enqueue, and may have read the state the
+// enqueue is for before it changed (a CRL built from the revocations
+// committed before one more). Its rerun_at is set to nj's run time (the
+// earliest of those asked for), and the write that records the attempt
+// done makes the job ready again at it (CompleteJob) instead. Any other
+// way the attempt ends has the job run again anyway (a retry, a
+// reschedule, a release: the request is met by that run) or retires it
+// (failed, cancelled: the request goes with it).
 func (db *DB) EnqueueJob(ctx context.Context, nj NewJob, now time.Time) (job Job, created bool, err error) {
 	return db.enqueueJob(ctx, nj, "", time.Time{}, now, false)
 }
@@ -175,6 +188,8 @@ func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string
 		ON CONFLICT DO NOTHING
 		RETURNING ` + jobCols)
 	live := db.q(`SELECT ` + jobCols + ` FROM jobs WHERE kind = ? AND key = ? AND status IN ('ready','running')`)
+	rerun := db.q(`UPDATE jobs SET rerun_at = CASE WHEN rerun_at IS NULL OR rerun_at > ? THEN ? ELSE rerun_at END
+		WHERE id = ? AND status = 'running' RETURNING ` + jobCols)
 	for range enqueueTries {
 		job, err = scanJob(tx.QueryRowContext(ctx, insert, nj.Kind, strOrNull(nj.Key), nj.Lane, payload, status, attempts, nj.MaxAttempts,
 			runAt.UnixMilli(), msOrNull(nj.Deadline), strOrNull(owner), msOrNull(leaseUntil), now.UnixMilli(), now.UnixMilli()))
@@ -194,6 +209,19 @@ func (db *DB) enqueueTx(ctx context.Context, tx *sql.Tx, nj NewJob, owner string
 		// (READ COMMITTED) its runner may have settled it since, and then
 		// the insert is tried again, the conflicting row no longer live.
 		job, err = scanJob(tx.QueryRowContext(ctx, live, nj.Kind, nj.Key))
+		if err == nil && nj.Rerun && job.Status == JobRunning {
+			// Guarded on its still running: on PostgreSQL the write that
+			// records its attempt may commit first (this update waits for
+			// it), and then the job is not live any more and the insert
+			// is tried again.
+			job, err = scanJob(tx.QueryRowContext(ctx, rerun, runAt.UnixMilli(), runAt.UnixMilli(), job.ID))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return Job{}, false, fmt.Errorf("store: enqueue %s: asking the running job to run again: %w", nj.Kind, err)
+			}
+		}
 		if err == nil {
 			return job, false, nil
 		}
@@ -428,13 +456,23 @@ func (db *DB) settleWhere(ctx context.Context, what string, id int64, owner, hel
 	return st, nil
 }
 
-// CompleteJob settles a job as done.
-func (db *DB) CompleteJob(ctx context.Context, id int64, owner string, now time.Time) error {
-	_, err := db.settle(ctx, "done", id, owner,
-		`status = 'done', lease_owner = NULL, lease_until = NULL, last_error = '', updated_at = ?, finished_at = ?`,
+// CompleteJob settles a job as done, and returns JobDone — or JobReady
+// when an enqueue asked it to run again while the attempt ran (see
+// EnqueueJob): then it is ready at the time asked for, with a fresh
+// attempt budget, unless an operator cancelled it meanwhile.
+func (db *DB) CompleteJob(ctx context.Context, id int64, owner string, now time.Time) (JobStatus, error) {
+	return db.settle(ctx, "done", id, owner,
+		`status = CASE WHEN `+noRerun+` THEN 'done' ELSE 'ready' END,
+		 run_at = CASE WHEN `+noRerun+` THEN run_at ELSE rerun_at END,
+		 attempts = CASE WHEN `+noRerun+` THEN attempts ELSE 0 END,
+		 finished_at = CASE WHEN `+noRerun+` THEN ? ELSE CAST(NULL AS BIGINT) END,
+		 rerun_at = NULL, lease_owner = NULL, lease_until = NULL, last_error = '', updated_at = ?`,
 		now.UnixMilli(), now.UnixMilli())
-	return err
 }
+
+// noRerun is the condition of a job settling done that is not to run
+// again (see CompleteJob).
+const noRerun = `(rerun_at IS NULL OR cancel_requested = 1)`
 
 // RescheduleJob makes a periodic job ready again at runAt with a fresh
 // attempt budget. A job an operator cancelled meanwhile is left running
@@ -442,7 +480,7 @@ func (db *DB) CompleteJob(ctx context.Context, id int64, owner string, now time.
 // its Abandon (see settleUnlessCancelled).
 func (db *DB) RescheduleJob(ctx context.Context, id int64, owner string, runAt, now time.Time) (JobStatus, error) {
 	return db.settleUnlessCancelled(ctx, "reschedule", id, owner,
-		`status = 'ready', finished_at = NULL,
+		`status = 'ready', finished_at = NULL, rerun_at = NULL,
 		 attempts = 0, run_at = ?, last_error = '', lease_owner = NULL, lease_until = NULL, updated_at = ?`,
 		runAt.UnixMilli(), now.UnixMilli())
 }
@@ -458,7 +496,7 @@ func (db *DB) RetryJob(ctx context.Context, id int64, owner string, runAt time.T
 		refunded = 1
 	}
 	return db.settleUnlessCancelled(ctx, "retry", id, owner,
-		`status = 'ready', finished_at = NULL,
+		`status = 'ready', finished_at = NULL, rerun_at = NULL,
 		 attempts = attempts - ?, run_at = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
 		refunded, runAt.UnixMilli(), text(reason), now.UnixMilli())
 }
@@ -469,7 +507,7 @@ func (db *DB) RetireJob(ctx context.Context, id int64, owner string, status JobS
 		return fmt.Errorf("store: cannot retire job %d as %q", id, status)
 	}
 	_, err := db.settle(ctx, "retire", id, owner,
-		`status = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?, finished_at = ?`,
+		`status = ?, last_error = ?, rerun_at = NULL, lease_owner = NULL, lease_until = NULL, updated_at = ?, finished_at = ?`,
 		string(status), text(reason), now.UnixMilli(), now.UnixMilli())
 	return err
 }
@@ -483,7 +521,7 @@ func (db *DB) ReleaseJob(ctx context.Context, id int64, owner string, now time.T
 		`attempts = CASE WHEN status = 'running' THEN attempts - 1 ELSE attempts END,
 		 run_at = CASE WHEN status = 'running' THEN ? ELSE run_at END,
 		 status = CASE WHEN status = 'running' THEN 'ready' ELSE status END,
-		 lease_owner = NULL, lease_until = NULL, updated_at = ?`,
+		 rerun_at = NULL, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
 		now.UnixMilli(), now.UnixMilli())
 	return err
 }

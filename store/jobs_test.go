@@ -32,7 +32,7 @@ func TestEnqueueWithSameKindAndKeyReturnsTheLiveJob(t *testing.T) {
 		if again, created, _ := db.EnqueueJob(ctx, nj, t0); created || again.ID != first.ID {
 			t.Fatalf("enqueue while running made a new row %d", again.ID)
 		}
-		if err := db.CompleteJob(ctx, first.ID, "me", t0); err != nil {
+		if _, err := db.CompleteJob(ctx, first.ID, "me", t0); err != nil {
 			t.Fatal(err)
 		}
 		third, created, err := db.EnqueueJob(ctx, nj, t0)
@@ -60,7 +60,7 @@ func TestSettlingWritesAreGuardedOnTheLeaseOwner(t *testing.T) {
 			name string
 			do   func() error
 		}{
-			{"complete", func() error { return db.CompleteJob(ctx, j.ID, "owner-b", t0) }},
+			{"complete", func() error { _, err := db.CompleteJob(ctx, j.ID, "owner-b", t0); return err }},
 			{"retry", func() error { _, err := db.RetryJob(ctx, j.ID, "owner-b", t0, "x", false, t0); return err }},
 			{"retire", func() error { return db.RetireJob(ctx, j.ID, "owner-b", JobFailed, "x", t0) }},
 			{"release", func() error { return db.ReleaseJob(ctx, j.ID, "owner-b", t0) }},

@@ -488,7 +488,7 @@ func TestAStuckOrderIsNotReclaimedWhileALiveJobOfTheNamedKindWillFinishIt(t *tes
 						if err != nil || len(claimed) != 1 {
 							t.Fatalf("claim job: %v %v", claimed, err)
 						}
-						if err := db.CompleteJob(ctx, j.ID, "w", t0); err != nil {
+						if _, err := db.CompleteJob(ctx, j.ID, "w", t0); err != nil {
 							t.Fatal(err)
 						}
 					}

@@ -130,7 +130,7 @@ func TestAnEnqueueWhileTheLiveJobOfItsKeySettlesReturnsAJob(t *testing.T) {
 					return err
 				}
 				for _, j := range jobs {
-					if err := db.CompleteJob(ctx, j.ID, "runner", t0); err != nil {
+					if _, err := db.CompleteJob(ctx, j.ID, "runner", t0); err != nil {
 						return err
 					}
 				}

@@ -589,4 +589,12 @@ var postgresMigrations = []migration{
 			`ALTER TABLE certificates ADD COLUMN alternate_chains TEXT NOT NULL DEFAULT ''`,
 		},
 	},
+	{
+		version: 33,
+		name:    "jobs_rerun",
+		stmts: []string{
+			// As SQLite's step.
+			`ALTER TABLE jobs ADD COLUMN rerun_at BIGINT`,
+		},
+	},
 }

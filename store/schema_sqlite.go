@@ -773,4 +773,18 @@ var sqliteMigrations = []migration{
 			`ALTER TABLE certificates ADD COLUMN alternate_chains TEXT NOT NULL DEFAULT ''`,
 		},
 	},
+	{
+		version: 33,
+		name:    "jobs_rerun",
+		stmts: []string{
+			// A running job asked to run again after its attempt, by an
+			// enqueue of its kind and key that found it running
+			// (store.EnqueueJob with Rerun): the earliest time asked for,
+			// NULL for none. The write that records the attempt done
+			// makes the job ready again at it (store.CompleteJob): a CRL
+			// regeneration that had read the ledger before a revocation
+			// committed builds once more, and lists it.
+			`ALTER TABLE jobs ADD COLUMN rerun_at INTEGER`,
+		},
+	},
 }

@@ -114,7 +114,7 @@ func TestTheSweepsDeleteABacklogLargerThanABatchWholeABatchAStatement(t *testing
 					if c, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 1); err != nil || len(c) != 1 {
 						t.Fatalf("claim: %v %v", c, err)
 					}
-					if err := db.CompleteJob(ctx, j.ID, "a", at); err != nil {
+					if _, err := db.CompleteJob(ctx, j.ID, "a", at); err != nil {
 						t.Fatal(err)
 					}
 					return j.ID

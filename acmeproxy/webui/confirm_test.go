@@ -45,7 +45,7 @@ func TestAConfirmationForAnActionTheStateRefusesSaysWhyInsteadOfAForm(t *testing
 		}, http.StatusConflict, "is cancelled, which is not cancelled"},
 		{"retrying a done job is refused", func(t *testing.T, f *fixture) string {
 			j := f.claim(t)
-			if err := f.db.CompleteJob(t.Context(), j.ID, j.LeaseOwner, time.Now()); err != nil {
+			if _, err := f.db.CompleteJob(t.Context(), j.ID, j.LeaseOwner, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			return fmt.Sprintf("/ops/jobs/%d/retry", j.ID)

@@ -93,7 +93,7 @@ func TestTheExpectedWaitIsTheWaitOfTheAttemptOrElseOfTheJobOrIdleWithoutOne(t *t
 	if err != nil || len(js) != 1 {
 		t.Fatalf("claim: %v %d", err, len(js))
 	}
-	if err := b.db.CompleteJob(ctx, js[0].ID, "test", now); err != nil {
+	if _, err := b.db.CompleteJob(ctx, js[0].ID, "test", now); err != nil {
 		t.Fatal(err)
 	}
 	if w := b.s.ExpectedWait(ctx, req.OrderID); w != (signer.Wait{Idle: true}) {

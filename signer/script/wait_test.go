@@ -45,7 +45,7 @@ func TestTheExpectedWaitIsUntilTheJobsNextAttemptOrShortWhileOneRunsOrIdleWithou
 		{name: "a job past its next attempt has no estimate",
 			then: func(t *testing.T, b *bench) { retryIn(t, b, 15*time.Second); b.clock.Advance(time.Minute) }},
 		{name: "a settled job leaves the signer idle", want: signer.Wait{Idle: true}, then: func(t *testing.T, b *bench) {
-			if err := b.db.CompleteJob(context.Background(), claim(t, b), owner, b.clock.Now()); err != nil {
+			if _, err := b.db.CompleteJob(context.Background(), claim(t, b), owner, b.clock.Now()); err != nil {
 				t.Fatal(err)
 			}
 		}},
