@@ -126,6 +126,9 @@ type envOptions struct {
 	profileHandlers func(authority.Profiles) []jobs.Handler
 	// runner tunes the job runner (short backoffs).
 	runner jobs.RunnerOptions
+	// wrapJobs, when set, stands in for each job handler the runner is
+	// given (to hold an attempt's outcome, say).
+	wrapJobs func(jobs.Handler) jobs.Handler
 	// sqlite tunes the store (a bounded size).
 	sqlite store.SQLiteOptions
 }
@@ -196,6 +199,11 @@ func newTestEnvWith(t *testing.T, eo envOptions) *testEnv {
 	handlers = append(handlers, eo.handlers...)
 	if eo.profileHandlers != nil {
 		handlers = append(handlers, eo.profileHandlers(profiles)...)
+	}
+	if eo.wrapJobs != nil {
+		for i, h := range handlers {
+			handlers[i] = eo.wrapJobs(h)
+		}
 	}
 	if eo.runner.Lanes == nil {
 		eo.runner.Lanes = signingLanes(srv)

@@ -18,6 +18,7 @@ import (
 	"math/big"
 	"net/http"
 	"path"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -96,10 +97,35 @@ func (e *testEnv) crl(accept func(*x509.RevocationList) bool) *x509.RevocationLi
 			e.t.Fatalf("GET crl: %d %s", resp.StatusCode, der)
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("the served CRL never became what the test waits for")
+			e.t.Fatalf("the served CRL never became what the test waits for\n%s", e.crlState())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// crlState describes what builds the CRL, for a wait that failed: the
+// CRL jobs, the CAs whose stored CRL lacks revocations of the ledger, and
+// the stored CRL of the CA the profile issues from.
+func (e *testEnv) crlState() string {
+	ctx := context.Background()
+	var b strings.Builder
+	const at = "15:04:05.000"
+	for _, kind := range []string{authority.CRLRegenerateKind, authority.CRLRefreshKind} {
+		js, err := e.db.ListJobs(ctx, store.JobFilter{Kind: kind})
+		fmt.Fprintf(&b, "%s jobs (%v):\n", kind, err)
+		for _, j := range js {
+			fmt.Fprintf(&b, "  #%d %s, attempts %d/%d, run_at %s, updated %s, last error %q\n",
+				j.ID, j.Status, j.Attempts, j.MaxAttempts, j.RunAt.Format(at), j.UpdatedAt.Format(at), j.LastError)
+		}
+	}
+	stale, err := e.db.StaleCRLIssuers(ctx)
+	fmt.Fprintf(&b, "CAs whose CRL lacks revocations: %v (%v)\n", stale, err)
+	if iss, err := e.srv.Authority().CurrentIssuer(ctx); err == nil {
+		c, err := e.db.GetCRLInfo(ctx, iss.KeyID)
+		fmt.Fprintf(&b, "stored CRL %d, thisUpdate %s, stored %s, ledger_seq %d, %d entries (%v); now %s",
+			c.Number, c.ThisUpdate.Format(at), c.UpdatedAt.Format(at), c.LedgerSeq, c.Entries, err, time.Now().Format(at))
+	}
+	return b.String()
 }
 
 // entry finds serial in crl.

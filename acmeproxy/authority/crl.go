@@ -328,7 +328,8 @@ type crlPayload struct {
 // queueCRL queues the regeneration of an issuer's CRL: at once, or
 // CRLCoalesce after this server last began one, so that the revocations
 // of a burst share it (a queued job is found by the next enqueue and
-// shared). The job's deadline is the CA's notAfter: past it no leaf of
+// shared; a running one is asked to run once more, jobs.Spec.Rerun, since
+// its build may have read the ledger before the revocation committed). The job's deadline is the CA's notAfter: past it no leaf of
 // the CA is valid, and a job still waiting (for a profile to mount it,
 // for its key) is retired instead of retried forever. For a CA past it
 // nothing is queued.
@@ -340,6 +341,9 @@ func (au *Authority) queueCRL(ctx context.Context, iss signer.IssuerInfo) error 
 	_, _, err := au.queue.Enqueue(context.WithoutCancel(ctx), jobs.Spec{
 		Kind: CRLRegenerateKind, Key: iss.KeyID, Lane: signer.SigningLane(au.cfg.Profile), Payload: crlPayload{Profile: au.cfg.Profile, Issuer: iss.KeyID},
 		Delay: au.crls.nextStart(iss.KeyID).Sub(now), Deadline: iss.NotAfter, MaxAttempts: crlMaxAttempts,
+		// A regeneration running now may have read the ledger before
+		// what this one is for: it builds again once it is done.
+		Rerun: true,
 	})
 	return err
 }
@@ -600,9 +604,12 @@ func (au *Authority) runCRL(ctx context.Context, iss signer.IssuerInfo, jobIssue
 	if err != nil {
 		return jobs.Retry(err.Error())
 	}
-	// A revocation committed after the CRL's ledger was read found this
-	// job running and did not queue another: build again, CRLCoalesce
-	// after this build began, so that those arriving until then share it.
+	// A revocation committed after the CRL's ledger was read: build
+	// again, CRLCoalesce after this build began, so that those arriving
+	// until then share it. (One whose regeneration request found this job
+	// running has it run again anyway, jobs.Spec.Rerun; this check alone
+	// misses one committed after it and requested before the attempt is
+	// recorded.)
 	if stale, err := au.db.StaleCRLIssuers(ctx); err == nil {
 		for _, id := range stale {
 			if id == jobIssuer {
