@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -229,27 +231,49 @@ func TestLegoRevokesAndOpenSSLRejectsTheLeafWithTheServedCRL(t *testing.T) {
 }
 
 // adminCall is one request to the admin API.
+//
+// Every config load, one that fails too, replaces Caddy's admin server
+// (caddy.replaceLocalAdminServer): the new one listens on the same
+// address beside the old one (SO_REUSEPORT), and the old one is shut down
+// in the background once the load returns. A connection made meanwhile
+// may land in the old socket's queue and be reset when it closes, before
+// anything was read from it ("connect: connection reset by peer"); one
+// kept alive from before the load is closed under a request. So each
+// request goes on a connection of its own (adminClient), and one whose
+// connection was refused or reset before it could have been read — a
+// dial that failed, or any failure of a GET, which changes nothing — is
+// sent again on a new one, until the old server is gone.
 func (b *revokeBench) adminCall(t *testing.T, method, uri, body string) (int, []byte) {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		req, err := http.NewRequest(method, "http://"+b.admin+uri, rd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := adminClient.Do(req)
+		if err != nil {
+			var op *net.OpError
+			if (errors.As(err, &op) && op.Op == "dial" || method == http.MethodGet) && time.Now().Before(deadline) {
+				continue
+			}
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, out
 	}
-	req, err := http.NewRequest(method, "http://"+b.admin+uri, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, out
 }
+
+// adminClient sends each request to the admin API on a new connection
+// (see adminCall).
+var adminClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // activeApp is the running acme_proxy app.
 func activeApp(t *testing.T) *App {
