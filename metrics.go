@@ -27,6 +27,7 @@ var proxyMetrics = struct {
 	requestDuration *prometheus.HistogramVec
 	issued          *prometheus.CounterVec
 	failed          *prometheus.CounterVec
+	deferred        *prometheus.CounterVec
 	revoked         *prometheus.CounterVec
 	validations     *prometheus.CounterVec
 	refusals        *prometheus.CounterVec
@@ -56,7 +57,9 @@ func initProxyMetrics() {
 		m.requests = counter("requests_total", "ACME requests by profile, route and status code.", "profile", "route", "status")
 		m.requestDuration = histogram("request_duration_seconds", "ACME request durations by profile and route.", "profile", "route")
 		m.issued = counter("certificates_issued_total", "Certificates issued by profile.", "profile")
-		m.failed = counter("certificates_failed_total", "Issuances that failed, by profile and reason class.", "profile", "reason")
+		m.failed = counter("certificates_failed_total", "Issuances that failed for good (the order invalid), by profile and reason class.", "profile", "reason")
+		m.deferred = counter("certificates_deferred_total", "Finalizes whose signing a fault on our side put off (the order stays processing and is signed later), "+
+			"by profile and reason class.", "profile", "reason")
 		m.revoked = counter("revocations_total", "Revocations recorded, by profile.", "profile")
 		m.validations = counter("validations_total", "Challenge validations by profile, challenge type and outcome.",
 			"profile", "challenge", "outcome")
@@ -78,7 +81,7 @@ func initProxyMetrics() {
 func registerProxyMetrics(reg *prometheus.Registry, db *store.DB, inService func(context.Context) (map[string]bool, error)) error {
 	initProxyMetrics()
 	m := &proxyMetrics
-	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.issued, m.failed, m.revoked,
+	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.issued, m.failed, m.deferred, m.revoked,
 		m.validations, m.refusals, m.rateLimited, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db, inService: inService}} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -126,6 +129,9 @@ type requestSeries struct {
 func (serverMetrics) Issued(profile string) { proxyMetrics.issued.WithLabelValues(profile).Inc() }
 func (serverMetrics) IssueFailed(profile, reason string) {
 	proxyMetrics.failed.WithLabelValues(profile, reason).Inc()
+}
+func (serverMetrics) IssueDeferred(profile, reason string) {
+	proxyMetrics.deferred.WithLabelValues(profile, reason).Inc()
 }
 func (serverMetrics) Revoked(profile string) { proxyMetrics.revoked.WithLabelValues(profile).Inc() }
 func (serverMetrics) Validated(profile, challenge, outcome string) {

@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"errors"
 	"net/http"
 	"os"
 	"path"
@@ -26,11 +27,29 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
-// issueMetrics counts IssueFailed by reason class.
+// issueMetrics counts IssueFailed and IssueDeferred by reason class, and
+// Issued.
 type issueMetrics struct {
 	authority.NopMetrics
-	mu     sync.Mutex
-	failed map[string]int
+	mu       sync.Mutex
+	failed   map[string]int
+	deferred map[string]int
+	issued   int
+}
+
+func (m *issueMetrics) Issued(string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.issued++
+}
+
+func (m *issueMetrics) IssueDeferred(_, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.deferred == nil {
+		m.deferred = map[string]int{}
+	}
+	m.deferred[reason]++
 }
 
 func (m *issueMetrics) IssueFailed(_, reason string) {
@@ -50,6 +69,74 @@ func (m *issueMetrics) failures() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// deferringSigner is the local CA, answering "not now, try later" (a
+// signer.Error of err's kind, or err itself when untyped) to its first
+// call.
+type deferringSigner struct {
+	*localca.Signer
+	err  error
+	once sync.Once
+}
+
+func (d *deferringSigner) Issue(ctx context.Context, req signer.IssueRequest) (signer.IssueOutcome, error) {
+	var err error
+	d.once.Do(func() { err = d.err })
+	if err != nil {
+		return signer.IssueOutcome{}, err
+	}
+	return d.Signer.Issue(ctx, req)
+}
+
+// An operator alerts on certificates_failed_total: a finalize whose
+// signer answers "not now" leaves the order processing, and the resume
+// sweep signs it later. That is no failed issuance: it is counted as
+// deferred, once, and the certificate as issued, once — never as failed.
+func TestAnIssuanceTheSignerDefersAndLaterSignsIsCountedAsDeferredNotFailed(t *testing.T) {
+	cases := []struct {
+		name   string
+		err    error
+		reason string
+	}{
+		{"ok/the signer is unavailable, try later", &signer.Error{Kind: signer.KindUnavailable, Detail: "the backend is busy"}, "signer_unavailable"},
+		{"ok/a fault on our side", errors.New("the HSM is unplugged"), "internal"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			fake := clocktest.New(time.Now())
+			m := &issueMetrics{}
+			sg := &deferringSigner{err: tc.err}
+			e := newTestEnvWith(t, envOptions{
+				wrap: func(l *localca.Signer) signer.Signer { sg.Signer = l; return sg },
+				opts: func(o *Options) { o.Clock, o.Metrics = fake, m },
+			})
+			c, o, csr := readyOrder(t, ctx, e, "deferred.example.com")
+			if r := e.raw(c).post(o.FinalizeURL, map[string]string{"csr": b64(csr)}, jwsOpts{}); r.status != http.StatusOK {
+				t.Fatalf("finalize: %d %s; want 200 with the order processing", r.status, r.body)
+			}
+			fake.Advance(authority.StuckAfter + time.Minute)
+			if n, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil || n != 1 {
+				t.Fatalf("resume: %d %v; want the order resumed", n, err)
+			}
+			if stored, err := e.db.GetOrder(ctx, e.srv.Profile(), path.Base(o.URI)); err != nil || stored.Status != "valid" {
+				t.Fatalf("the order after the resume sweep is %s %v; want valid", stored.Status, err)
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if len(m.failed) != 0 {
+				t.Errorf("failed issuances counted %v for an issuance that succeeded; want none", m.failed)
+			}
+			if len(m.deferred) != 1 || m.deferred[tc.reason] != 1 {
+				t.Errorf("deferred issuances counted %v; want one, %s", m.deferred, tc.reason)
+			}
+			if m.issued != 1 {
+				t.Errorf("%d issuances counted; want 1", m.issued)
+			}
+		})
+	}
 }
 
 // An operator alerts on certificates_failed_total: a delegated order that

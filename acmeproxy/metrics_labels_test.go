@@ -34,7 +34,10 @@ func (m *seriesRecorder) Request(profile, route string, status int, _ time.Durat
 }
 func (m *seriesRecorder) Issued(profile string)              { m.add("issued", profile) }
 func (m *seriesRecorder) IssueFailed(profile, reason string) { m.add("failed", profile, reason) }
-func (m *seriesRecorder) Revoked(profile string)             { m.add("revoked", profile) }
+func (m *seriesRecorder) IssueDeferred(profile, reason string) {
+	m.add("deferred", profile, reason)
+}
+func (m *seriesRecorder) Revoked(profile string) { m.add("revoked", profile) }
 func (m *seriesRecorder) Validated(profile, challenge, outcome string) {
 	m.add("validations", profile, challenge, outcome)
 }

@@ -137,7 +137,7 @@ func (au *Authority) issue(ctx context.Context, o store.Order, req signer.IssueR
 		au.log.Warn("certificate issuance deferred: the signer failed on our side; the order stays processing and is retried",
 			zap.String("event", "certificate_issue_deferred"), zap.String("profile", au.cfg.Profile),
 			zap.String("order", o.ID), zap.Error(err))
-		au.metrics.IssueFailed(au.cfg.Profile, failureClass(err))
+		au.metrics.IssueDeferred(au.cfg.Profile, failureClass(err))
 		o.Status = acme.StatusProcessing
 		return o, nil
 	}
@@ -156,7 +156,7 @@ func (au *Authority) issue(ctx context.Context, o store.Order, req signer.IssueR
 		au.log.Warn("certificate issuance deferred: the first CRL of the leaf's CA could not be published; the order stays processing and is retried",
 			zap.String("event", "certificate_issue_deferred"), zap.String("profile", au.cfg.Profile),
 			zap.String("order", o.ID), zap.Error(err))
-		au.metrics.IssueFailed(au.cfg.Profile, "internal")
+		au.metrics.IssueDeferred(au.cfg.Profile, "crl_unpublished")
 		o.Status = acme.StatusProcessing
 		return o, nil
 	}
@@ -196,7 +196,8 @@ func (au *Authority) failOrder(ctx context.Context, o store.Order, prob *problem
 	return true
 }
 
-// failureClass is a failed issuance's reason for metrics: a small fixed set.
+// failureClass is a failed or deferred issuance's reason for metrics: a
+// small fixed set.
 func failureClass(err error) string {
 	e, ok := signer.AsError(err)
 	if !ok {

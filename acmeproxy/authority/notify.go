@@ -17,11 +17,18 @@ type Metrics interface {
 	Request(profile, route string, status int, d time.Duration)
 	// Issued counts a certificate issued.
 	Issued(profile string)
-	// IssueFailed counts an issuance that failed, by reason class
-	// (bad_csr, rejected_identifier, bad_validity, signer_unavailable, internal,
-	// abandoned, and invalid_profile for an order whose certificate
-	// profile a reload removed before it was signed).
+	// IssueFailed counts an issuance that failed for good, its order
+	// made invalid, once per order, by reason class (bad_csr,
+	// rejected_identifier, bad_validity, abandoned, and invalid_profile
+	// for an order whose certificate profile a reload removed before it
+	// was signed).
 	IssueFailed(profile, reason string)
+	// IssueDeferred counts a finalize whose signing was put off by a
+	// fault on our side (the signer unavailable, the leaf's CRL not yet
+	// publishable): the order stays processing and is signed later, so
+	// it is no failed issuance. By reason class (signer_unavailable,
+	// internal, crl_unpublished).
+	IssueDeferred(profile, reason string)
 	// Revoked counts a revocation recorded.
 	Revoked(profile string)
 	// Validated counts a challenge validation by type and outcome
@@ -39,6 +46,7 @@ type NopMetrics struct{}
 func (NopMetrics) Request(string, string, int, time.Duration) {}
 func (NopMetrics) Issued(string)                              {}
 func (NopMetrics) IssueFailed(string, string)                 {}
+func (NopMetrics) IssueDeferred(string, string)               {}
 func (NopMetrics) Revoked(string)                             {}
 func (NopMetrics) Validated(string, string, string)           {}
 func (NopMetrics) RevocationRefused(string, string)           {}
