@@ -110,7 +110,7 @@ func decodePayload(payload []byte, v any) error {
 		return problem.MalformedF("the request payload is not a JSON object")
 	}
 	if err := json.Unmarshal(payload, v); err != nil {
-		return problem.MalformedF("the request payload is not the expected JSON object: %v", err)
+		return problem.MalformedF("the request payload %s", problem.JSONFault(err))
 	}
 	return nil
 }
@@ -148,7 +148,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	// "protected", or "URL" for "url".
 	var fj flattenedJWS
 	if err := josejson.Unmarshal(body, &fj); err != nil {
-		return nil, problem.MalformedF("the request body is not a flattened JWS: %v", err)
+		return nil, problem.MalformedF("the request body is not a flattened JWS: it %s", problem.JSONFault(err))
 	}
 	if fj.Signatures != nil || fj.Header != nil {
 		return nil, problem.MalformedF("the JWS must be flattened, with one signature and no unprotected header")
@@ -276,7 +276,7 @@ func isAllowedAlg(alg string) bool {
 func parsePublicJWK(raw []byte) (*jose.JSONWebKey, error) {
 	var k jose.JSONWebKey
 	if err := json.Unmarshal(raw, &k); err != nil {
-		return nil, problem.BadPublicKeyF("the JWK cannot be parsed: %v", err)
+		return nil, problem.BadPublicKeyF("the JWK %s", problem.JSONFault(err))
 	}
 	if !k.Valid() {
 		return nil, problem.BadPublicKeyF("the JWK is not a valid key")
@@ -285,7 +285,7 @@ func parsePublicJWK(raw []byte) (*jose.JSONWebKey, error) {
 		return nil, problem.BadPublicKeyF("the JWK must be a public key")
 	}
 	if err := authority.GoodKey(k.Key); errors.Is(err, authority.ErrKeyType) {
-		return nil, problem.BadPublicKeyF("key type %T is not supported", k.Key)
+		return nil, problem.BadPublicKeyF("the JWK's key type is not supported (use RSA, EC on P-256 or P-384, or OKP Ed25519)")
 	} else if err != nil {
 		return nil, problem.BadPublicKeyF("%s", err)
 	}

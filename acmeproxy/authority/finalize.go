@@ -47,7 +47,7 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 	}
 	csr, err := x509.ParseCertificateRequest(der)
 	if err != nil {
-		return o, problem.BadCSRF("the CSR cannot be parsed: %v", err)
+		return o, problem.BadCSRF("the CSR %s", problem.DERFault(err))
 	}
 	idents := o.Identifiers
 	cp, prob := au.orderCertificateProfile(o.CertificateProfile)

@@ -216,7 +216,7 @@ func (au *Authority) RevokeCert(ctx context.Context, req Requester, decode func(
 	}
 	submitted, err := x509.ParseCertificate(der)
 	if err != nil {
-		return RevokeResult{}, refuse(problem.MalformedF("the certificate cannot be parsed: %v", err), nil, "", "certificate does not parse", RefusalMalformed)
+		return RevokeResult{}, refuse(problem.MalformedF("the certificate %s", problem.DERFault(err)), nil, "", "certificate does not parse", RefusalMalformed)
 	}
 	serial := hex.EncodeToString(submitted.SerialNumber.Bytes())
 	candidates, err := au.db.CertificatesBySerial(ctx, au.cfg.Profile, serial)
