@@ -60,7 +60,7 @@ func (s *Server) verifyBinding(ctx context.Context, r *http.Request, outer *sign
 	case hdr.URL == nil:
 		return refuse(problem.MalformedF("the external account binding's protected header has no url"))
 	case *hdr.URL != s.requestURL(r):
-		return refuse(problem.UnauthorizedF("the external account binding's url %q is not this newAccount URL %q", *hdr.URL, s.requestURL(r)))
+		return refuse(problem.UnauthorizedF("the external account binding's url %s is not this newAccount URL %q", problem.Quote(*hdr.URL), s.requestURL(r)))
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(*fj.Payload)
 	if err != nil {

@@ -81,35 +81,35 @@ func normalizeIdentifier(id acme.Identifier) (acme.Identifier, bool, *problem.Pr
 		}
 		n, err := normalizeDNSName(name)
 		if err != nil {
-			return id, false, problem.RejectedIdentifierF("%q is not a valid DNS name: %v", id.Value, err).For(id.Type, id.Value)
+			return id, false, problem.RejectedIdentifierF("%s is not a valid DNS name: %v", problem.Quote(id.Value), err).For(id.Type, id.Value)
 		}
 		if wildcard {
 			// NSS (Firefox), rustls' webpki and Chromium match no wildcard
 			// over a single label, and "*.com" would vouch for a whole
 			// top-level domain (RFC 6125 §7.2): "*.nas" is refused.
 			if !strings.Contains(n, ".") {
-				return id, false, problem.RejectedIdentifierF("%q is not a valid DNS name: a wildcard needs at least two labels after it", id.Value).For(id.Type, id.Value)
+				return id, false, problem.RejectedIdentifierF("%s is not a valid DNS name: a wildcard needs at least two labels after it", problem.Quote(id.Value)).For(id.Type, id.Value)
 			}
 			n = "*." + n
 			if len(n) > 253 {
-				return id, false, problem.RejectedIdentifierF("%q is not a valid DNS name: name longer than 253 octets", id.Value).For(id.Type, id.Value)
+				return id, false, problem.RejectedIdentifierF("%s is not a valid DNS name: name longer than 253 octets", problem.Quote(id.Value)).For(id.Type, id.Value)
 			}
 		}
 		return acme.Identifier{Type: acme.IdentifierDNS, Value: n}, wildcard, nil
 	case acme.IdentifierIP:
 		ip, err := netip.ParseAddr(id.Value)
 		if err != nil || ip.Zone() != "" {
-			return id, false, problem.MalformedF("%q is not an IP address", id.Value).For(id.Type, id.Value)
+			return id, false, problem.MalformedF("%s is not an IP address", problem.Quote(id.Value)).For(id.Type, id.Value)
 		}
 		// Validation never connects to such an address (it is no one
 		// host's), so its authorization could only ever expire: refused
 		// at newOrder, before it is stored or the client tries.
 		if why := validate.NeverDialled(ip); why != "" {
-			return id, false, problem.RejectedIdentifierF("%q is %s, which cannot be validated", id.Value, why).For(id.Type, id.Value)
+			return id, false, problem.RejectedIdentifierF("%s is %s, which cannot be validated", problem.Quote(id.Value), why).For(id.Type, id.Value)
 		}
 		return acme.Identifier{Type: acme.IdentifierIP, Value: ip.Unmap().String()}, false, nil
 	default:
-		return id, false, problem.UnsupportedIdentifierF("identifier type %q is not supported (use dns or ip)", id.Type).For(id.Type, id.Value)
+		return id, false, problem.UnsupportedIdentifierF("identifier type %s is not supported (use dns or ip)", problem.Quote(id.Type)).For(id.Type, id.Value)
 	}
 }
 

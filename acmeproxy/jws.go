@@ -176,7 +176,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 		return nil, problem.MalformedF("the JWS protected header must have exactly one of jwk and kid")
 	}
 	if !isAllowedAlg(hdr.Alg) {
-		return nil, problem.BadSignatureAlgorithmF(allowedAlgs, "JWS algorithm %q is not supported", hdr.Alg)
+		return nil, problem.BadSignatureAlgorithmF(allowedAlgs, "JWS algorithm %s is not supported", problem.Quote(hdr.Alg))
 	}
 	// After the algorithm: an unsecured JWS ("alg": "none") has an empty
 	// signature, and its answer is the algorithm's refusal, which lists
@@ -232,7 +232,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	default:
 		acct, err := s.nonces.consumeAs(ctx, s.cfg.Profile, hdr.Nonce, s.clock.Now(), kr.id)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, problem.AccountDoesNotExistF("account %q does not exist", *hdr.KID)
+			return nil, problem.AccountDoesNotExistF("account %s does not exist", problem.Quote(*hdr.KID))
 		}
 		if err != nil {
 			return nil, err
@@ -316,7 +316,7 @@ func checkAlgForKey(alg string, key any) error {
 func (s *Server) accountIDOfKID(base, kid string) (string, error) {
 	id, ok := strings.CutPrefix(kid, base+"/account/")
 	if !ok || id == "" || strings.Contains(id, "/") {
-		return "", problem.AccountDoesNotExistF("kid %q is not an account URL of this profile", kid)
+		return "", problem.AccountDoesNotExistF("kid %s is not an account URL of this profile", problem.Quote(kid))
 	}
 	return id, nil
 }
@@ -348,7 +348,7 @@ func (k *kidRequest) verify(ctx context.Context, fresh bool) error {
 	}
 	acct, err := k.s.db.GetAccount(ctx, k.s.cfg.Profile, k.id)
 	if errors.Is(err, store.ErrNotFound) {
-		return problem.AccountDoesNotExistF("account %q does not exist", *k.hdr.KID)
+		return problem.AccountDoesNotExistF("account %s does not exist", problem.Quote(*k.hdr.KID))
 	}
 	if err != nil {
 		return err

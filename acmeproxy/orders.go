@@ -188,12 +188,12 @@ func parseValidity(nb, na string, now time.Time) (time.Time, time.Time, error) {
 	var err error
 	if nb != "" {
 		if notBefore, err = time.Parse(time.RFC3339, nb); err != nil {
-			return notBefore, notAfter, problem.MalformedF("notBefore %q is not an RFC 3339 date-time", nb)
+			return notBefore, notAfter, problem.MalformedF("notBefore %s is not an RFC 3339 date-time", problem.Quote(nb))
 		}
 	}
 	if na != "" {
 		if notAfter, err = time.Parse(time.RFC3339, na); err != nil {
-			return notBefore, notAfter, problem.MalformedF("notAfter %q is not an RFC 3339 date-time", na)
+			return notBefore, notAfter, problem.MalformedF("notAfter %s is not an RFC 3339 date-time", problem.Quote(na))
 		}
 		if !notAfter.After(now) {
 			return notBefore, notAfter, problem.MalformedF("notAfter is in the past")

@@ -86,9 +86,9 @@ func (au *Authority) unknownCertificateProfile(name string) *problem.Problem {
 	}
 	slices.Sort(names)
 	if len(names) == 0 {
-		return problem.InvalidProfileF("the profile %q is not offered: this server offers no profiles", name)
+		return problem.InvalidProfileF("the profile %s is not offered: this server offers no profiles", problem.Quote(name))
 	}
-	return problem.InvalidProfileF("the profile %q is not offered (offered: %s)", name, strings.Join(names, ", "))
+	return problem.InvalidProfileF("the profile %s is not offered (offered: %s)", problem.Quote(name), strings.Join(names, ", "))
 }
 
 // orderCertificateProfile is what the signer gets for an order whose

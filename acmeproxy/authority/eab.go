@@ -96,12 +96,12 @@ func (au *Authority) VerifyBinding(ctx context.Context, thumbprint, kid, alg str
 	newHash, ok := eabHashes[alg]
 	if !ok {
 		return "", au.RefuseBinding(ctx, thumbprint, kid, cl,
-			problem.MalformedF("the external account binding's alg %q is not HS256, HS384 or HS512", alg))
+			problem.MalformedF("the external account binding's alg %s is not HS256, HS384 or HS512", problem.Quote(alg)))
 	}
 	k, err := au.db.EABKeyForBinding(ctx, au.cfg.Profile, kid)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", au.RefuseBinding(ctx, thumbprint, kid, cl,
-			problem.UnauthorizedF("the external account binding's key id %q is not known to this profile", kid))
+			problem.UnauthorizedF("the external account binding's key id %s is not known to this profile", problem.Quote(kid)))
 	}
 	if err != nil {
 		return "", err

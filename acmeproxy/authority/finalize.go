@@ -434,7 +434,7 @@ func CheckCSR(csr *x509.CertificateRequest, idents []acme.Identifier, accountJWK
 			n = csrName{acme.IdentifierIP, ip.String()}
 		}
 		if !got[n] && !want[n] {
-			return problem.BadCSRF("the CSR's common name %q is not one of the order's identifiers", cn)
+			return problem.BadCSRF("the CSR's common name %s is not one of the order's identifiers", problem.Quote(cn))
 		}
 		got[n] = true
 	}
@@ -482,7 +482,7 @@ func (n csrName) String() string {
 	if n.typ == acme.IdentifierIP {
 		return "IP address " + n.value
 	}
-	return "DNS name " + n.value
+	return "DNS name " + problem.Quote(n.value) // as the CSR has it: any IA5 text
 }
 
 // alternateChainsPEM renders a signer's alternate chains for storing,

@@ -75,7 +75,7 @@ func typeFault(value, field string, typ reflect.Type) string {
 	if field == "" {
 		return "has " + found + " where " + want + " belongs"
 	}
-	return "has " + found + " where " + strconv.Quote(Clip(field)) + " takes " + want
+	return "has " + found + " where " + Quote(field) + " takes " + want
 }
 
 // jsonTypeName is a decoder's name of a JSON value's type with its
@@ -148,4 +148,19 @@ func Clip(s string) string {
 		k--
 	}
 	return s[:k] + cutMark
+}
+
+// Quote is a value a client sent, for a problem's detail: cut as Clip
+// cuts it, then quoted as Go quotes a string, so that control
+// characters, invisible formatting characters and bytes that are not
+// UTF-8 are written as escapes, never as themselves.
+func Quote(s string) string {
+	if len(s) <= MaxEcho {
+		return strconv.Quote(s)
+	}
+	k := MaxEcho - len(cutMark)
+	for k > 0 && !utf8.RuneStart(s[k]) {
+		k--
+	}
+	return strconv.Quote(s[:k]) + cutMark
 }

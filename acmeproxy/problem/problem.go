@@ -50,7 +50,9 @@ func newf(t acme.ProblemType, status int, format string, args ...any) *Problem {
 func (p *Problem) For(typ, value string) *Problem {
 	c := *p
 	c.Status = 0
-	c.Identifier = &acme.Identifier{Type: typ, Value: value}
+	// As the client sent it, so that it finds it among its own; a value
+	// longer than any identifier can be is cut (Clip).
+	c.Identifier = &acme.Identifier{Type: Clip(typ), Value: Clip(value)}
 	return &c
 }
 
@@ -64,7 +66,7 @@ func MalformedF(format string, args ...any) *Problem {
 // UnsupportedMediaType answers a POST without application/jose+json
 // (RFC 8555 §6.2): status 415, type malformed.
 func UnsupportedMediaType(got string) *Problem {
-	return newf(acme.ErrorMalformed, http.StatusUnsupportedMediaType, "content type must be application/jose+json, not %q", got)
+	return newf(acme.ErrorMalformed, http.StatusUnsupportedMediaType, "content type must be application/jose+json, not %s", Quote(got))
 }
 
 // TooLarge answers a body over the size cap.
@@ -119,7 +121,7 @@ func DeactivatedAccountF(format string, args ...any) *Problem {
 // URLMismatch answers a JWS whose protected "url" is not the request URL
 // (RFC 8555 §6.4: "reject the request as unauthorized").
 func URLMismatch(got, want string) *Problem {
-	return newf(acme.ErrorUnauthorized, http.StatusUnauthorized, "JWS url %q does not match the request URL %q", got, want)
+	return newf(acme.ErrorUnauthorized, http.StatusUnauthorized, "JWS url %s does not match the request URL %q", Quote(got), want)
 }
 
 func BadCSRF(format string, args ...any) *Problem {
