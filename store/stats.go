@@ -106,31 +106,3 @@ func (db *DB) EventsPerHour(ctx context.Context, since time.Time, events ...stri
 	}
 	return out, rows.Err()
 }
-
-// OrderIDsBySerial finds the orders whose certificates have serial
-// (lower-case hex, as certificates.serial), in any profile, oldest
-// first; ErrNotFound when there is none. A serial is unique per issuing
-// CA only: several CAs (of several profiles, or one profile's CA created
-// again) may have issued it.
-func (db *DB) OrderIDsBySerial(ctx context.Context, serial string) ([]string, error) {
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT order_id FROM certificates WHERE serial = ? ORDER BY created_at, id`), serial)
-	if err != nil {
-		return nil, fmt.Errorf("store: reading the orders of serial %s: %w", serial, err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("store: reading the orders of serial %s: %w", serial, err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: reading the orders of serial %s: %w", serial, err)
-	}
-	if len(ids) == 0 {
-		return nil, fmt.Errorf("%w: certificate with serial %s", ErrNotFound, serial)
-	}
-	return ids, nil
-}

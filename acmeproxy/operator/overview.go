@@ -244,40 +244,6 @@ func (op *Operator) earlierCRLs(ctx context.Context, profile string) []CRLStatus
 	return out
 }
 
-// FindOrdersBySerial finds the orders whose certificates have serial,
-// given in hex with or without colons, in any case, oldest first; a
-// store.ErrNotFound when there is none. A serial is unique per issuing CA
-// only (RFC 5280 §4.1.2.2): CAs behind a script or a relay (two that
-// count from 01, one created again with its serial file reset) may each
-// have issued it, so there may be several, each certificate with its
-// profile and issuer — every match, as the order search by serial lists
-// them, rather than one picked among them.
-func (op *Operator) FindOrdersBySerial(ctx context.Context, serial string) ([]OrderView, error) {
-	s, err := normalSerial(serial)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := op.DB.OrderIDsBySerial(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]OrderView, 0, len(ids))
-	for _, id := range ids {
-		v, err := op.ShowOrder(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			continue // pruned since
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: certificate with serial %s", store.ErrNotFound, s)
-	}
-	return out, nil
-}
-
 // normalSerial is a serial given in hex — with or without colons, in any
 // case, with or without leading zeros — as the store keeps it: the
 // number's big-endian octets in lower-case hex, two digits each

@@ -69,9 +69,6 @@ func TestEverySearchBySerialFindsACertificateWhoseSerialStartsWithAZeroDigit(t *
 			if err != nil || len(orders.Items) != 1 || orders.Items[0].Certificate == nil || orders.Items[0].Certificate.Serial != stored {
 				t.Errorf("the order search by serial %s: %+v, %v; want the certificate's order alone", form, orders.Items, err)
 			}
-			if found, err := op.FindOrdersBySerial(ctx, form); err != nil || len(found) != 1 || found[0].Certificate == nil || found[0].Certificate.Serial != stored {
-				t.Errorf("finding the orders of serial %s: %+v, %v; want the certificate's order alone", form, found, err)
-			}
 			audit, err := op.SearchAudit(ctx, store.AuditFilter{Event: acme.EventCertificateIssued, Serial: form})
 			if err != nil || len(audit.Items) != 1 || audit.Items[0].Serial != stored {
 				t.Errorf("the audit search by serial %s: %+v, %v; want the issuance's row alone", form, audit.Items, err)
@@ -85,10 +82,10 @@ func TestEverySearchBySerialFindsACertificateWhoseSerialStartsWithAZeroDigit(t *
 }
 
 // A serial is unique per issuing CA only: when two CAs issued it (one
-// before the store recorded issuers, one since), finding the orders by
-// serial answers both, each certificate naming its issuer, oldest first;
-// an unknown serial is not found.
-func TestFindingOrdersBySerialAnswersEveryCertificateWithItEachNamingItsIssuer(t *testing.T) {
+// before the store recorded issuers, one since), the order search by
+// serial lists both, each certificate naming its issuer, newest first;
+// an unknown serial lists none.
+func TestTheOrderSearchBySerialListsEveryCertificateWithItEachNamingItsIssuer(t *testing.T) {
 	ctx := context.Background()
 	db := openTestStore(t)
 	now := time.Now().Truncate(time.Millisecond)
@@ -101,17 +98,18 @@ func TestFindingOrdersBySerialAnswersEveryCertificateWithItEachNamingItsIssuer(t
 		t.Fatalf("a second CA's certificate with serial %s: %v", first, err)
 	}
 	op := &Operator{DB: db, Clock: clocktest.New(now)}
-	got, err := op.FindOrdersBySerial(ctx, "01")
+	page, err := op.ListOrders(ctx, store.OrderFilter{Serial: "01"})
+	got := page.Items
 	if err != nil || len(got) != 2 {
 		t.Fatalf("the orders of serial 01: %+v, %v; want two", got, err)
 	}
-	for i, want := range []struct{ identifier, issuer string }{{"first.example.com", ""}, {"second.example.com", "bbcc"}} {
+	for i, want := range []struct{ identifier, issuer string }{{"second.example.com", "bbcc"}, {"first.example.com", ""}} {
 		if c := got[i].Certificate; got[i].Identifiers[0].Value != want.identifier || c == nil || c.Serial != first || c.IssuerKeyID != want.issuer {
 			t.Errorf("order %d of serial 01: %s with %+v; want %s's, issued by %q", i, got[i].Identifiers[0].Value, c, want.identifier, want.issuer)
 		}
 	}
-	if _, err := op.FindOrdersBySerial(ctx, "02"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("the orders of an unknown serial: %v; want not found", err)
+	if page, err := op.ListOrders(ctx, store.OrderFilter{Serial: "02"}); err != nil || len(page.Items) != 0 {
+		t.Errorf("the orders of an unknown serial: %+v, %v; want none", page.Items, err)
 	}
 }
 

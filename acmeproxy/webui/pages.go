@@ -96,27 +96,22 @@ func overview(rq *request, _ string) {
 
 // ---- orders ----
 
+// listOrders lists orders a page at a time, as the admin API does, the
+// search by serial too: a serial is unique per issuing CA only, so it may
+// find several orders (see operator.ListOrders), narrowed by the other
+// filters like any search.
 func listOrders(rq *request, _ string) {
-	if serial := rq.query("serial"); serial != "" {
-		found, err := rq.op().FindOrdersBySerial(rq.r.Context(), serial)
-		if rq.failed(err) {
-			return
-		}
-		rq.render(http.StatusOK, "orders", "Orders", listPage[operator.OrderView]{Page: operator.Page[operator.OrderView]{Items: found},
-			Filter: rq.filters(operator.OrderFilters, "serial")})
-		return
-	}
 	since, err := parseTime("since", rq.query("since"))
 	if rq.failed(err) {
 		return
 	}
 	f := store.OrderFilter{Profile: rq.query("profile"), Status: acme.Status(rq.query("status")), AccountID: rq.query("account"),
-		Identifier: rq.query("identifier"), Since: since, After: rq.query("after"), Limit: pageLimit}
+		Identifier: rq.query("identifier"), Serial: rq.query("serial"), Since: since, After: rq.query("after"), Limit: pageLimit}
 	p, err := rq.op().ListOrders(rq.r.Context(), f)
 	if rq.failed(err) {
 		return
 	}
-	rq.render(http.StatusOK, "orders", "Orders", listPage[operator.OrderView]{Page: p, Next: rq.next("after", p.Next), Filter: rq.filters(operator.OrderFilters, "serial")})
+	rq.render(http.StatusOK, "orders", "Orders", listPage[operator.OrderView]{Page: p, Next: rq.next("after", p.Next), Filter: rq.filters(operator.OrderFilters)})
 }
 
 // listPage is what a list's page shows: one page of items, the link to
