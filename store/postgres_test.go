@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 )
@@ -281,5 +282,49 @@ func BenchmarkPostgresPlaceholders(b *testing.B) {
 				bc.rebind(stmt)
 			}
 		})
+	}
+}
+
+// A claim skips a job whose row another transaction holds locked (an
+// instance's claim not yet committed) and takes the next due one at
+// once, instead of waiting behind that instance: FOR UPDATE SKIP LOCKED.
+// The ORDER BY puts the locked job first, so a claim that waits for it
+// runs out of time instead.
+func TestAPostgresClaimSkipsAJobAnotherTransactionHoldsAndTakesTheNext(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	db := openPostgres(t, dsn)
+	held, _, err := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 3, RunAt: t0.Add(time.Second)}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	other, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var id int64
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE id = $1 FOR UPDATE`, held.ID).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	got, err := db.ClaimJobs(cctx, "k", "me", t0.Add(time.Second), t0.Add(time.Minute), 2)
+	if err != nil {
+		t.Fatalf("claim while another transaction holds job %d: %v; want job %d at once", held.ID, err, next.ID)
+	}
+	if len(got) != 1 || got[0].ID != next.ID {
+		t.Fatalf("claimed %+v; want only job %d, not the held job %d", got, next.ID, held.ID)
 	}
 }
