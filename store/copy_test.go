@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,6 +160,45 @@ func TestMigrateStoreRefusesATargetThatHoldsDataAndWritesNothing(t *testing.T) {
 	var n int
 	if err := dst.r.QueryRow(`SELECT COUNT(*) FROM accounts`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("accounts in the target after the refusal: %d (%v); want none", n, err)
+	}
+}
+
+// The row counts of both sides are compared before the copy commits: a
+// target that takes rows without keeping them (here a trigger that drops
+// every audit row, as an operator's or an extension's trigger could)
+// fails the copy, naming the table and both counts, and leaves the
+// target as empty as it was.
+func TestMigrateStoreFailsAndWritesNothingWhenATablesCountsDiffer(t *testing.T) {
+	ctx := context.Background()
+	src := filledSQLite(t)
+	dsn := pgtest.DSN(t)
+	dst, err := OpenPostgres(ctx, dsn, PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	for _, stmt := range []string{
+		`CREATE FUNCTION drop_the_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
+		`CREATE TRIGGER drop_audit_rows BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION drop_the_row()`,
+	} {
+		if _, err := dst.r.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var audited int64
+	if err := src.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_events`).Scan(&audited); err != nil || audited == 0 {
+		t.Fatalf("the source holds %d audit rows (%v); the test needs some", audited, err)
+	}
+
+	_, err = CopyStore(ctx, src, dst)
+	if want := fmt.Sprintf("table audit_events: %d rows in the source, 0 in the target", audited); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("copy into a target that drops audit rows: %v; want it failed with %q", err, want)
+	}
+	for _, table := range []string{"accounts", "orders", "certificates", "jobs"} {
+		var n int
+		if err := dst.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+table).Scan(&n); err != nil || n != 0 {
+			t.Errorf("%s in the target after the failed copy: %d (%v); want none", table, n, err)
+		}
 	}
 }
 
