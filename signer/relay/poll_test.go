@@ -1,7 +1,11 @@
 package relay
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -39,5 +43,55 @@ func TestUpstreamPollingStartsFastBacksOffAndHonoursRetryAfter(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Within an attempt, an upstream order still processing is read again
+// when the upstream's Retry-After says, not at the signer's first,
+// sub-millisecond poll interval: a 1 s Retry-After is waited out before
+// the next read.
+func TestAnUpstreamOrderStillProcessingIsReadAgainOnlyAfterItsRetryAfter(t *testing.T) {
+	ctx := context.Background()
+	var (
+		up       *httptest.Server
+		mu       sync.Mutex
+		answered time.Time // when the new order was answered
+		reads    []time.Time
+	)
+	up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		retryAfter := "1"
+		mu.Lock()
+		switch r.URL.Path {
+		case "/order":
+			answered = time.Now()
+		case "/order/1":
+			reads = append(reads, time.Now())
+			retryAfter = "300" // past the attempt's budget: the attempt ends
+		default:
+			mu.Unlock()
+			http.NotFound(w, r)
+			return
+		}
+		mu.Unlock()
+		w.Header().Set("Location", up.URL+"/order/1")
+		w.Header().Set("Retry-After", retryAfter)
+		_, _ = w.Write([]byte(`{"status":"processing","identifiers":[{"type":"dns","value":"paced.example.com"}],"finalize":"` + up.URL + `/finalize/1"}`))
+	})
+	b := newBench(t, up.URL+"/dir", ChallengeBypass)
+	req := b.finalized(t, "paced.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); !strings.HasPrefix(out, "retry after 5m0s: ") {
+		t.Errorf("outcome %q; want to come back when the upstream's second answer said", out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reads) != 1 {
+		t.Fatalf("the upstream order was read %d times in the attempt; want once, after its Retry-After", len(reads))
+	}
+	if gap := reads[0].Sub(answered); gap < 900*time.Millisecond {
+		t.Errorf("the upstream order was read again %v after it answered Retry-After: 1; want a second", gap)
 	}
 }
