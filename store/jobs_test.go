@@ -62,6 +62,7 @@ func TestSettlingWritesAreGuardedOnTheLeaseOwner(t *testing.T) {
 		}{
 			{"complete", func() error { _, err := db.CompleteJob(ctx, j.ID, "owner-b", t0); return err }},
 			{"retry", func() error { _, err := db.RetryJob(ctx, j.ID, "owner-b", t0, "x", false, t0); return err }},
+			{"reschedule", func() error { _, err := db.RescheduleJob(ctx, j.ID, "owner-b", t0.Add(time.Hour), t0); return err }},
 			{"retire", func() error { return db.RetireJob(ctx, j.ID, "owner-b", JobFailed, "x", t0) }},
 			{"release", func() error { return db.ReleaseJob(ctx, j.ID, "owner-b", t0) }},
 		}
