@@ -82,7 +82,7 @@ func PreparePostgres(dsn string, opts PostgresOptions) (*DB, error) {
 	cfg.RuntimeParams["application_name"] = "caddy-acme-proxy"
 	connectable := new(atomic.Bool)
 	pool := func(cfg *pgx.ConnConfig) *sql.DB {
-		p := sql.OpenDB(gatedConnector{Connector: stdlib.GetConnector(*cfg), gate: func() error { return gatedConnect(connectable, desc) }})
+		p := sql.OpenDB(gatedConnector{Connector: stdlib.GetConnector(*cfg), desc: desc, gate: func() error { return gatedConnect(connectable, desc) }})
 		p.SetMaxOpenConns(opts.MaxConns)
 		p.SetMaxIdleConns(opts.MaxConns)
 		p.SetConnMaxIdleTime(5 * time.Minute)
@@ -121,9 +121,11 @@ func PreparePostgres(dsn string, opts PostgresOptions) (*DB, error) {
 }
 
 // gatedConnector is a pool's connector that asks gate before it connects
-// (see gatedConnect). The connections are pgx's own.
+// (see gatedConnect). The connections are pgx's own; a connection that
+// fails names the database as desc does (see connectError).
 type gatedConnector struct {
 	driver.Connector
+	desc string
 	gate func() error
 }
 
@@ -131,8 +133,28 @@ func (c gatedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err := c.gate(); err != nil {
 		return nil, err
 	}
-	return c.Connector.Connect(ctx)
+	conn, err := c.Connector.Connect(ctx)
+	if ce, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+		return nil, connectError{desc: c.desc, ce: ce}
+	}
+	return conn, err
 }
+
+// connectError is a pool's failed connection (the server gone after the
+// store opened), which the runner and the ACME front log: it says the
+// reason and names the database by host and database (desc), where
+// pgconn's ConnectError names the DSN's user. It unwraps to that error,
+// which makes it unavailable (postgresDialect.unavailable).
+type connectError struct {
+	desc string
+	ce   *pgconn.ConnectError
+}
+
+func (e connectError) Error() string {
+	return "connecting to " + e.desc + ": " + redactConnectError(e.ce).Error()
+}
+
+func (e connectError) Unwrap() error { return e.ce }
 
 // checkPostgres is Check's look at a PostgreSQL database, on a connection
 // of its own that reads and is closed: that the server answers, and that

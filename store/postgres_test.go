@@ -328,3 +328,32 @@ func TestAPostgresClaimSkipsAJobAnotherTransactionHoldsAndTakesTheNext(t *testin
 		t.Fatalf("claimed %+v; want only job %d, not the held job %d", got, next.ID, held.ID)
 	}
 }
+
+// What a store says once the server is gone after it opened — the errors
+// of its calls while PostgreSQL is down, which the runner and the ACME
+// front log — does not name the DSN's user, as pgx's connection errors
+// do: the store names a database by host and database only. And it is
+// still unavailable, for a 503. (Not parallel: it stops the binary's
+// cluster.)
+func TestAPostgresStoreWhoseServerWentAwayFailsNamingNoUser(t *testing.T) {
+	ctx := context.Background()
+	db := openPostgres(t, pgtest.DSN(t))
+	pgtest.Stop(t)
+	defer pgtest.Start(t)
+	for _, tc := range []struct {
+		name string
+		do   func() error
+	}{
+		{"a read", func() error { _, err := db.CountJobs(ctx); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.do()
+			if err == nil || !IsUnavailable(err) {
+				t.Fatalf("%s while the server is down: %v; want an unavailable error", tc.name, err)
+			}
+			if strings.Contains(err.Error(), "user=") {
+				t.Errorf("error %q names the DSN's user", err)
+			}
+		})
+	}
+}
