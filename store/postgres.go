@@ -472,10 +472,19 @@ func (e *postgresEngine) once(ctx context.Context, fn func(*sql.Tx) error, lazy 
 }
 
 // retryable: serialization_failure and deadlock_detected, which
-// PostgreSQL asks the client to answer by running the transaction again.
+// PostgreSQL asks the client to answer by running the transaction again;
+// and a statement that never reached the server (pgconn.SafeToRetry): a
+// pooled connection the server closed under it (a restart) is found
+// closed only as a statement is sent, and database/sql runs that
+// statement again on another connection for a statement of its own
+// (pgx answers it driver.ErrBadConn), but not for a transaction's BEGIN.
+// Run again, the write takes a new connection: it succeeds, or fails
+// connecting while the server is away (unavailable).
 func retryable(err error) bool {
-	pe, ok := errors.AsType[*pgconn.PgError](err)
-	return ok && (pe.Code == "40001" || pe.Code == "40P01")
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pe.Code == "40001" || pe.Code == "40P01"
+	}
+	return pgconn.SafeToRetry(err)
 }
 
 func (e *postgresEngine) close() error { return errors.Join(e.w.Close(), e.lazy.Close()) }

@@ -345,6 +345,12 @@ func TestAPostgresStoreWhoseServerWentAwayFailsNamingNoUser(t *testing.T) {
 		do   func() error
 	}{
 		{"a read", func() error { _, err := db.CountJobs(ctx); return err }},
+		// The write pool's connections are idle and seem alive: the
+		// first statement on one finds it closed, having sent nothing.
+		{"a write", func() error {
+			_, _, err := db.EnqueueJob(ctx, NewJob{Kind: "k", MaxAttempts: 1}, t0)
+			return err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.do()
@@ -355,5 +361,23 @@ func TestAPostgresStoreWhoseServerWentAwayFailsNamingNoUser(t *testing.T) {
 				t.Errorf("error %q names the DSN's user", err)
 			}
 		})
+	}
+}
+
+// Once PostgreSQL is back after a restart, the store's first write
+// succeeds: the pooled connections the restart closed are found closed
+// as a statement is sent, and the write is run again on a new one,
+// rather than failing a request for each of them. (Not parallel: it
+// restarts the binary's cluster.)
+func TestAPostgresStoresFirstWriteAfterARestartSucceeds(t *testing.T) {
+	ctx := context.Background()
+	db := openPostgres(t, pgtest.DSN(t))
+	if _, _, err := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: "before", MaxAttempts: 1}, t0); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Stop(t)
+	pgtest.Start(t)
+	if _, _, err := db.EnqueueJob(ctx, NewJob{Kind: "k", Key: "after", MaxAttempts: 1}, t0); err != nil {
+		t.Fatalf("the first write after the restart: %v", err)
 	}
 }
