@@ -95,3 +95,61 @@ func TestAnUpstreamOrderStillProcessingIsReadAgainOnlyAfterItsRetryAfter(t *test
 		t.Errorf("the upstream order was read again %v after it answered Retry-After: 1; want a second", gap)
 	}
 }
+
+// While the upstream validates, the relay reads the order again when the
+// upstream's Retry-After on the challenge it triggered says, not at the
+// signer's first, sub-millisecond poll interval.
+func TestAnUpstreamValidationIsWaitedForAsTheChallengesRetryAfterSays(t *testing.T) {
+	ctx := context.Background()
+	var (
+		up        *httptest.Server
+		mu        sync.Mutex
+		triggered time.Time // when the challenge was answered
+		reads     []time.Time
+	)
+	up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		order := func(status int, state, retryAfter string) {
+			w.Header().Set("Location", up.URL+"/order/1")
+			w.Header().Set("Retry-After", retryAfter)
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(`{"status":"` + state + `","identifiers":[{"type":"dns","value":"validated.example.com"}],` +
+				`"authorizations":["` + up.URL + `/authz/1"],"finalize":"` + up.URL + `/finalize/1"}`))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/order":
+			order(http.StatusCreated, "pending", "0")
+		case "/authz/1":
+			_, _ = w.Write([]byte(`{"status":"pending","identifier":{"type":"dns","value":"validated.example.com"},` +
+				`"challenges":[{"type":"http-01","status":"pending","url":"` + up.URL + `/chall/1","token":"tok"}]}`))
+		case "/chall/1":
+			triggered = time.Now()
+			w.Header().Set("Retry-After", "1")
+			_, _ = w.Write([]byte(`{"type":"http-01","status":"processing","url":"` + up.URL + `/chall/1","token":"tok"}`))
+		case "/order/1":
+			reads = append(reads, time.Now())
+			// Validated; issuing for longer than the attempt waits: the
+			// attempt ends.
+			order(http.StatusOK, "processing", "600")
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	b := newBench(t, up.URL+"/dir", ChallengeBypass)
+	req := b.finalized(t, "validated.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String()
+	mu.Lock()
+	defer mu.Unlock()
+	if triggered.IsZero() || len(reads) != 1 {
+		t.Fatalf("outcome %q; the challenge triggered at %v, the order read %d times while validating; want once, after its Retry-After",
+			out, triggered, len(reads))
+	}
+	if gap := reads[0].Sub(triggered); gap < 900*time.Millisecond {
+		t.Errorf("the order was read %v after the challenge answered Retry-After: 1; want a second", gap)
+	}
+}
