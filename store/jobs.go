@@ -274,6 +274,10 @@ func (db *DB) ClaimJobs(ctx context.Context, kind, owner string, now, leaseUntil
 // rules: they stay cancelled, and no attempt is counted; the claimer runs
 // the Abandon and then SettleJobAbandon.
 //
+// A claim clears a request to run again (rerun_at, see EnqueueJob): one
+// made while an earlier runner held the lapsed lease is met by the
+// attempt the claim begins, which reads the state after it.
+//
 // On PostgreSQL the rows are picked FOR UPDATE SKIP LOCKED (see
 // postgresDialect.claimJobs), so concurrent claimers never take one job
 // twice.

@@ -100,3 +100,32 @@ func TestAnEnqueueWithRerunOfARunningJobHasItRunAgainAfterItsAttempt(t *testing.
 func complete(db *DB, id int64) (JobStatus, error) {
 	return db.CompleteJob(context.Background(), id, "runner", t0)
 }
+
+// A request to run again made before another runner took the job over
+// (its lease lapsed) is met by that runner's attempt, which begins after
+// it: recorded done, the job is done, not run once more for nothing.
+func TestARerunRequestedBeforeALapsedJobIsTakenOverIsMetByTheTakeOver(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		nj := NewJob{Kind: "k", Key: "issuer-1", MaxAttempts: 3, RunAt: t0}
+		j, _, err := db.EnqueueJob(ctx, nj, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := db.ClaimJobs(ctx, "k", "a", t0, t0.Add(time.Minute), 1); err != nil || len(c) != 1 {
+			t.Fatalf("claim by a: %+v %v", c, err)
+		}
+		nj.Rerun = true
+		if got, created, err := db.EnqueueJob(ctx, nj, t0.Add(time.Second)); err != nil || created || got.ID != j.ID {
+			t.Fatalf("enqueue while a runs it: %+v created=%v err=%v; want job %d", got, created, err, j.ID)
+		}
+		takeover := t0.Add(2 * time.Minute)
+		if c, err := db.ClaimJobs(ctx, "k", "b", takeover, takeover.Add(time.Minute), 1); err != nil || len(c) != 1 || c[0].ID != j.ID {
+			t.Fatalf("claim by b after a's lease lapsed: %+v %v; want job %d", c, err, j.ID)
+		}
+		if st, err := db.CompleteJob(ctx, j.ID, "b", takeover); err != nil || st != JobDone {
+			t.Fatalf("b records its attempt done: %v %v; want done", st, err)
+		}
+	})
+}

@@ -592,6 +592,7 @@ func (postgresDialect) claimJobs(cols, lanes string) string {
 	return `UPDATE jobs
 		SET status = CASE WHEN status = 'cancelled' THEN status ELSE 'running' END,
 		    attempts = CASE WHEN status = 'cancelled' THEN attempts ELSE attempts + 1 END,
+		    rerun_at = NULL,
 		    lease_owner = ?, lease_until = ?, updated_at = ?
 		WHERE id IN (
 			SELECT id FROM jobs
