@@ -248,7 +248,7 @@ func (au *Authority) IssuerCRL(ctx context.Context, iss signer.IssuerInfo) (stor
 		if !now.Before(iss.NotAfter) {
 			return store.CRL{}, problem.NotFound("CRL")
 		}
-		if qerr := au.queueCRL(ctx, iss); qerr != nil {
+		if qerr := au.queueCRL(ctx, iss, false); qerr != nil {
 			return store.CRL{}, qerr
 		}
 		return store.CRL{}, fmt.Errorf("%w (issuer %s)", ErrNoCRL, iss.KeyID)
@@ -258,7 +258,7 @@ func (au *Authority) IssuerCRL(ctx context.Context, iss signer.IssuerInfo) (stor
 	}
 	if !now.Before(crl.NextUpdate) {
 		// Past its nextUpdate: still the best there is, but get a new one.
-		if qerr := au.queueCRL(ctx, iss); qerr != nil {
+		if qerr := au.queueCRL(ctx, iss, false); qerr != nil {
 			au.log.Error("queueing a CRL regeneration", zap.String("event", "crl_queue_failed"), zap.Error(qerr))
 		}
 	}
@@ -328,12 +328,20 @@ type crlPayload struct {
 // queueCRL queues the regeneration of an issuer's CRL: at once, or
 // CRLCoalesce after this server last began one, so that the revocations
 // of a burst share it (a queued job is found by the next enqueue and
-// shared; a running one is asked to run once more, jobs.Spec.Rerun, since
-// its build may have read the ledger before the revocation committed). The job's deadline is the CA's notAfter: past it no leaf of
+// shared). The job's deadline is the CA's notAfter: past it no leaf of
 // the CA is valid, and a job still waiting (for a profile to mount it,
 // for its key) is retired instead of retried forever. For a CA past it
 // nothing is queued.
-func (au *Authority) queueCRL(ctx context.Context, iss signer.IssuerInfo) error {
+//
+// afterRevocation is for the regeneration a revocation just committed
+// asks for: a job found running is asked to run once more
+// (jobs.Spec.Rerun), since its build may have read the ledger before
+// the revocation. Any other request (the refresh, a fetch of a CRL not
+// yet published or past its nextUpdate) leaves a running job to finish:
+// nothing changed that it would miss — a revocation it missed asked
+// for its own run, and its own stale check catches those before it —
+// and another build would only sign one CRL more.
+func (au *Authority) queueCRL(ctx context.Context, iss signer.IssuerInfo, afterRevocation bool) error {
 	now := au.clock.Now()
 	if !now.Before(iss.NotAfter) {
 		return nil
@@ -341,9 +349,7 @@ func (au *Authority) queueCRL(ctx context.Context, iss signer.IssuerInfo) error 
 	_, _, err := au.queue.Enqueue(context.WithoutCancel(ctx), jobs.Spec{
 		Kind: CRLRegenerateKind, Key: iss.KeyID, Lane: signer.SigningLane(au.cfg.Profile), Payload: crlPayload{Profile: au.cfg.Profile, Issuer: iss.KeyID},
 		Delay: au.crls.nextStart(iss.KeyID).Sub(now), Deadline: iss.NotAfter, MaxAttempts: crlMaxAttempts,
-		// A regeneration running now may have read the ledger before
-		// what this one is for: it builds again once it is done.
-		Rerun: true,
+		Rerun: afterRevocation,
 	})
 	return err
 }
@@ -567,7 +573,7 @@ func RefreshCRLs(ctx context.Context, authorities []*Authority) error {
 			crl, err := au.db.GetCRLInfo(ctx, iss.KeyID)
 			switch {
 			case errors.Is(err, store.ErrNotFound), err == nil && (stale[iss.KeyID] || !au.clock.Now().Before(crl.ThisUpdate.Add(CRLRefreshAge))):
-				if err := au.queueCRL(ctx, iss); err != nil {
+				if err := au.queueCRL(ctx, iss, false); err != nil {
 					errs = append(errs, err)
 				}
 			case err != nil:
@@ -638,7 +644,7 @@ func queueStaleCRLs(ctx context.Context, authorities []*Authority) error {
 			if err != nil {
 				continue
 			}
-			if err := au.queueCRL(ctx, iss); err != nil {
+			if err := au.queueCRL(ctx, iss, false); err != nil {
 				errs = append(errs, err)
 			}
 			break

@@ -368,7 +368,7 @@ func (au *Authority) revoke(ctx context.Context, rv revocation) (RevokeResult, e
 	if publishes {
 		// The ledger row is committed; a crash before the job runs is
 		// caught by the CRL refresh, which finds the CRL stale.
-		if err := au.queueCRL(ctx, iss); err != nil {
+		if err := au.queueCRL(ctx, iss, true); err != nil {
 			au.log.Error("queueing a CRL regeneration", zap.String("event", "crl_queue_failed"),
 				zap.String("profile", au.cfg.Profile), zap.String("issuer", iss.KeyID), zap.Error(err))
 		}
