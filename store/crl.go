@@ -22,6 +22,9 @@ type CRL struct {
 	Entries   int
 	DER       []byte
 	UpdatedAt time.Time
+	// mark is the CRLRead.Mark of the read it was built from, stored
+	// with it for StaleCRLIssuers ("" for none).
+	mark string
 }
 
 // CRLEntry is a revoked certificate a CRL lists: one unexpired, or
@@ -251,7 +254,7 @@ func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string
 			entries += int(base.Count)
 		}
 		out := CRL{IssuerKeyID: issuerKeyID, Number: snap.Number, ThisUpdate: this, NextUpdate: next,
-			LedgerSeq: snap.Seq, Entries: entries, DER: der, UpdatedAt: now}
+			LedgerSeq: snap.Seq, Entries: entries, DER: der, UpdatedAt: now, mark: snap.Mark}
 		out.LedgerSeq, err = db.storeCRL(ctx, issuerName, out, snap.storedSeq, share)
 		if errors.Is(err, errCRLPartGone) {
 			share = false // the next attempt writes every part
@@ -578,13 +581,13 @@ func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedS
 		if gone > 0 {
 			return errCRLPartGone
 		}
-		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO crls (`+crlCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		res, err := tx.ExecContext(ctx, db.q(`INSERT INTO crls (`+crlCols+`, mark) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (issuer_key_id) DO UPDATE SET number = excluded.number, this_update = excluded.this_update,
 				next_update = excluded.next_update, ledger_seq = excluded.ledger_seq, entries = excluded.entries,
-				parts = excluded.parts, updated_at = excluded.updated_at
+				parts = excluded.parts, updated_at = excluded.updated_at, mark = excluded.mark
 			WHERE excluded.number > crls.number`),
 			crl.IssuerKeyID, crl.Number, crl.ThisUpdate.UnixMilli(), crl.NextUpdate.UnixMilli(), seq, crl.Entries,
-			len(parts), crl.UpdatedAt.UnixMilli())
+			len(parts), crl.UpdatedAt.UnixMilli(), strOrNull(crl.mark))
 		if err != nil {
 			return err
 		}
@@ -725,13 +728,16 @@ func (db *DB) CRLNumber(ctx context.Context, issuerKeyID string) (int64, error) 
 
 // StaleCRLIssuers lists the issuers whose ledger has revocations their
 // latest CRL does not reflect (or that have no CRL at all): what a crash
-// between a revocation and its CRL regeneration leaves behind.
+// between a revocation and its CRL regeneration leaves behind. That is a
+// ledger row above the CRL's ledger_seq, or (PostgreSQL, whose ids are
+// taken at insert and committed in any order) one below it that the
+// snapshot the CRL read the ledger in did not see (see crlStaleLate).
 func (db *DB) StaleCRLIssuers(ctx context.Context) ([]string, error) {
 	rows, err := db.r.QueryContext(ctx, `SELECT r.issuer_key_id FROM revocations r
 		LEFT JOIN crls c ON c.issuer_key_id = r.issuer_key_id
 		WHERE r.issuer_key_id IS NOT NULL
 		GROUP BY r.issuer_key_id
-		HAVING MAX(r.id) > COALESCE(MAX(c.ledger_seq), 0)`)
+		HAVING MAX(r.id) > COALESCE(MAX(c.ledger_seq), 0)`+db.dialect.crlStaleLate())
 	if err != nil {
 		return nil, fmt.Errorf("store: stale CRLs: %w", err)
 	}

@@ -418,3 +418,86 @@ func BenchmarkStoringACRLOf100000Entries(b *testing.B) {
 		}
 	}
 }
+
+// A revocation whose write took its ledger id before another's and
+// commits after a CRL was stored from a read that saw the other one is
+// not on that CRL; if the server dies before queueing its regeneration,
+// the CRL refresh must still find the issuer stale. On PostgreSQL the
+// late row lies below the CRL's ledger_seq (writers run at once, ids are
+// taken at insert); on SQLite the other write waits for the held one and
+// both commit after the CRL's read, above its ledger_seq.
+func TestARevocationCommittedAfterACRLReadAHigherOneLeavesTheIssuerStale(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		atOnce := dialectOf(t).name == "postgres" // writers run at once
+		slow := issuedCert(t, db, "0f", t0.Add(48*time.Hour))
+		quick := issuedCert(t, db, "10", t0.Add(48*time.Hour))
+		held, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		db.revocationRow = func(certificateID string) {
+			if certificateID == slow.ID {
+				once.Do(func() { close(held) })
+				<-release
+			}
+		}
+		released := false
+		releaseOnce := func() {
+			if !released {
+				released = true
+				close(release)
+			}
+		}
+		t.Cleanup(releaseOnce)
+		slowDone, quickDone := make(chan error, 1), make(chan error, 1)
+		var slowRev, quickRev Revocation
+		go func() {
+			var err error
+			slowRev, err = revoke(t, db, slow, "ca", 4)
+			slowDone <- err
+		}()
+		<-held
+		go func() {
+			var err error
+			quickRev, err = revoke(t, db, quick, "ca", 4)
+			quickDone <- err
+		}()
+		if atOnce {
+			if err := <-quickDone; err != nil {
+				t.Fatal(err)
+			}
+		}
+		read, published := make(chan CRLRead, 1), make(chan error, 1)
+		go func() {
+			now := t0.Add(time.Minute)
+			_, err := db.PublishCRLFrom(ctx, "ca", "CN=ca", now, now, nil, func(r CRLRead) ([]byte, time.Time, time.Time, error) {
+				read <- r
+				return []byte{byte(r.Number)}, now, now.Add(24 * time.Hour), nil
+			})
+			published <- err
+		}()
+		r := <-read
+		if atOnce {
+			// The CRL is stored before the slow revocation commits.
+			if err := <-published; err != nil {
+				t.Fatal(err)
+			}
+		}
+		releaseOnce()
+		for _, done := range []chan error{slowDone, quickDone, published} {
+			if atOnce && done != slowDone {
+				continue // received above
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if atOnce && (slowRev.ID >= quickRev.ID || !slices.Equal(serialsOf(r.Entries), []string{"10"}) || r.Seq != quickRev.ID) {
+			t.Fatalf("the CRL read %v up to row %d, the slow revocation took row %d, the quick one %d; the scene needs the CRL to see only the quick one, above the slow one",
+				serialsOf(r.Entries), r.Seq, slowRev.ID, quickRev.ID)
+		}
+		if stale, err := db.StaleCRLIssuers(ctx); err != nil || !slices.Equal(stale, []string{"ca"}) {
+			t.Errorf("StaleCRLIssuers = %v, %v after the slow revocation committed; want [ca]", stale, err)
+		}
+	})
+}

@@ -683,6 +683,23 @@ func (postgresDialect) crlLateRows() (mark, late string) {
 			AND (id <= ?) IS TRUE AND NOT pg_visible_in_snapshot(tx::text::xid8, CAST(? AS pg_snapshot)))`
 }
 
+// crlStaleLate finds, for each stored CRL with a mark, a row of its
+// issuer committed after the CRL's read whose id is not above its
+// ledger_seq: among the rows of transactions at or above the mark's
+// xmin, by revocations_tx, as crlLateRows' late does for the next read.
+// Those are the rows written since the CRL's read began, few: a row
+// above the ledger_seq makes the issuer stale already and is on the
+// next CRL, whose mark moves on.
+func (postgresDialect) crlStaleLate() string {
+	return `
+		UNION SELECT c.issuer_key_id FROM crls c
+		WHERE c.mark IS NOT NULL AND (SELECT 1 FROM revocations r
+			WHERE r.issuer_key_id = c.issuer_key_id AND r.tx IS NOT NULL
+			AND r.tx >= pg_snapshot_xmin(CAST(c.mark AS pg_snapshot))::text::bigint
+			AND (r.id <= c.ledger_seq) IS TRUE AND NOT pg_visible_in_snapshot(r.tx::text::xid8, CAST(c.mark AS pg_snapshot))
+			ORDER BY r.tx LIMIT 1) IS NOT NULL`
+}
+
 // lockForMigration makes concurrent openers of one database migrate one
 // after the other: the lock is the transaction's, released at its end.
 // The transaction is READ COMMITTED (made so explicitly, whatever the

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
 )
@@ -124,4 +125,74 @@ func nullArgs(n int) string {
 		return ""
 	}
 	return "(" + strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ") + ")"
+}
+
+// StaleCRLIssuers runs once a minute on every instance. Its look for a
+// ledger row that a stored CRL's read did not see, below the CRL's
+// ledger_seq, reaches the issuer's rows written since that read by
+// revocations_tx, not every row of the ledger: on a new database (no
+// statistics yet) and with 100,000 revocations stored and analyzed.
+func TestTheStaleCRLCheckReachesLateLedgerRowsByTheirTransactionOnPostgreSQL(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		revoked int
+	}{
+		{"on a new database", 0},
+		{"with 100,000 revocations", 100_000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			db, err := OpenPostgres(ctx, pgtest.DSN(t), PostgresOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if _, err := revoke(t, db, issuedCert(t, db, "0a", t0.Add(48*time.Hour)), "ca", 4); err != nil {
+				t.Fatal(err)
+			}
+			if c.revoked > 0 {
+				// Ledger rows without certificates (the foreign key's
+				// trigger off for this session), spread over two issuers.
+				conn, err := rawW(db).w.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range []string{
+					`SET session_replication_role = replica`,
+					fmt.Sprintf(`INSERT INTO revocations (certificate_id, profile, order_id, serial, issuer_key_id, reason, revoked_at, not_after, actor_kind)
+						SELECT 'seeded-' || g, 'p', 'o' || g, to_hex(g), CASE WHEN g %% 10 = 0 THEN 'other-ca' ELSE 'ca' END, 4, g, %d, 'admin'
+						FROM generate_series(1, %d) g`, t0.Add(48*time.Hour).UnixMilli(), c.revoked),
+					`SET session_replication_role = DEFAULT`,
+				} {
+					if _, err := conn.ExecContext(ctx, s); err != nil {
+						t.Fatal(err)
+					}
+				}
+				conn.Close()
+			}
+			publishFrom(t, db, t0.Add(time.Minute), nil)
+			if c.revoked > 0 {
+				if err := db.Analyze(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			conn, err := db.r.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			late := strings.TrimPrefix(strings.TrimSpace(postgresDialect{}.crlStaleLate()), "UNION ")
+			plan := strings.Join(pgPlan(t, ctx, conn, `EXPLAIN `+late), "\n")
+			scan := regexp.MustCompile(`Seq Scan on revocations\b|(?:Index|Index Only) Scan using (\w+) on revocations\b|Bitmap Index Scan on (revocations\w*)`)
+			found := scan.FindAllStringSubmatch(plan, -1)
+			if len(found) == 0 {
+				t.Fatalf("no scan of the ledger in the plan:\n%s", plan)
+			}
+			for _, m := range found {
+				if index := m[1] + m[2]; index != "revocations_tx" {
+					t.Errorf("%s: not by revocations_tx:\n%s", m[0], plan)
+				}
+			}
+		})
+	}
 }

@@ -184,6 +184,9 @@ func (db *DB) RevokeCertificate(ctx context.Context, rev Revocation, ev AuditEve
 			rev.RevokedAt.UnixMilli(), rev.NotAfter.UnixMilli(), rev.ActorKind, rev.ActorID).Scan(&rev.ID); err != nil {
 			return err
 		}
+		if db.revocationRow != nil {
+			db.revocationRow(rev.CertificateID)
+		}
 		return db.insertAudit(ctx, tx, ev)
 	})
 	if err != nil && !errors.Is(err, ErrWrongState) {

@@ -597,4 +597,20 @@ var postgresMigrations = []migration{
 			`ALTER TABLE jobs ADD COLUMN rerun_at BIGINT`,
 		},
 	},
+	{
+		version: 34,
+		name:    "crls_mark",
+		stmts: []string{
+			// The pg_snapshot the stored CRL read the ledger in
+			// (CRLRead.Mark). A revocation whose transaction took its id
+			// before another's and commits after a CRL read that other
+			// one is below the CRL's ledger_seq and not on it; after a
+			// crash before its regeneration was queued, StaleCRLIssuers
+			// finds it among the rows of transactions this snapshot did
+			// not see (revocations_tx), as the next CRL's read does.
+			// NULL for a CRL stored before: it is only checked by its
+			// ledger_seq, as before.
+			`ALTER TABLE crls ADD COLUMN mark TEXT`,
+		},
+	},
 }

@@ -787,4 +787,16 @@ var sqliteMigrations = []migration{
 			`ALTER TABLE jobs ADD COLUMN rerun_at INTEGER`,
 		},
 	},
+	{
+		version: 34,
+		name:    "crls_mark",
+		stmts: []string{
+			// The read snapshot the stored CRL was built from
+			// (CRLRead.Mark), by which StaleCRLIssuers finds a ledger row
+			// below its ledger_seq that committed after it read the
+			// ledger. NULL here: SQLite commits ledger rows in the order
+			// of their ids, and a CRL's ledger_seq alone says what it saw.
+			`ALTER TABLE crls ADD COLUMN mark TEXT`,
+		},
+	},
 }

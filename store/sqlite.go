@@ -331,4 +331,6 @@ func (sqliteDialect) insertsInWith() bool { return false }
 
 func (sqliteDialect) crlLateRows() (mark, late string) { return "", "" }
 
+func (sqliteDialect) crlStaleLate() string { return "" }
+
 func (e *sqliteEngine) watchJobs(context.Context, func(string)) {}

@@ -44,6 +44,11 @@ type DB struct {
 	connectable *atomic.Bool
 	openMu      sync.Mutex
 	opened      atomic.Bool
+
+	// revocationRow, set by tests only, is called inside a revocation's
+	// write (RevokeCertificate) once its ledger row has its id, before
+	// the write commits: a test holds the write open there.
+	revocationRow func(certificateID string)
 }
 
 // newDB builds a closed store on a dialect's read pool and write engine,
