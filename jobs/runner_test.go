@@ -884,47 +884,75 @@ func TestSweepPrunesSettledJobsPastRetention(t *testing.T) {
 	})
 }
 
-// On PostgreSQL an enqueue in another instance (another store, another
-// pool) wakes this runner at once: its hour-long poll on a fake clock
-// never fires, so only the database's announcement can start the job.
-// SQLite has no such signal; its runners poll.
-func TestAnEnqueueInAnotherInstanceWakesThePostgresRunnerWithoutAPoll(t *testing.T) {
-	t.Run("postgres", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		place := newPlace(t)
-		clk := clocktest.New(start)
-		q := NewQueue(openDB(t, place), clk)
-		other := NewQueue(openDB(t, place), clk)
-		ran := make(chan struct{}, 1)
-		h := newFuncHandler("k", func(context.Context, *Job) Outcome { ran <- struct{}{}; return Done() })
-		startRunner(t, q, RunnerOptions{Clock: clk, PollInterval: time.Hour}, h)
+// A job made due in another instance (another store, another pool) —
+// enqueued there, or run now by an operator there while it waited its
+// backoff — wakes this instance's PostgreSQL runner at once: its
+// hour-long poll on a fake clock never fires, so only the database's
+// announcement can start the job. SQLite has no such signal; its runners
+// poll.
+func TestAJobMadeDueInAnotherInstanceWakesThePostgresRunnerWithoutAPoll(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// waiting enqueues, before the runner starts, what due makes due.
+		waiting func(ctx context.Context, other *Queue) (int64, error)
+		due     func(ctx context.Context, other *Queue, id int64) error
+	}{
+		{"an enqueue", func(context.Context, *Queue) (int64, error) { return 0, nil },
+			func(ctx context.Context, other *Queue, _ int64) error {
+				_, _, err := other.Enqueue(ctx, Spec{Kind: "k"})
+				return err
+			}},
+		{"an operator's retry-now of a job waiting its backoff", func(ctx context.Context, other *Queue) (int64, error) {
+			j, _, err := other.Enqueue(ctx, Spec{Kind: "k", RunAt: start.Add(2 * time.Hour)})
+			return j.ID, err
+		}, func(ctx context.Context, other *Queue, id int64) error {
+			_, err := other.RetryNow(ctx, id)
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Run("postgres", func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				place := newPlace(t)
+				clk := clocktest.New(start)
+				q := NewQueue(openDB(t, place), clk)
+				other := NewQueue(openDB(t, place), clk)
+				id, err := c.waiting(ctx, other)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ran := make(chan struct{}, 1)
+				h := newFuncHandler("k", func(context.Context, *Job) Outcome { ran <- struct{}{}; return Done() })
+				startRunner(t, q, RunnerOptions{Clock: clk, PollInterval: time.Hour}, h)
 
-		// The runner listens, and has looked for work after it began to.
-		raw, err := sql.Open(testDialects[testDialect(t)].raw(place))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer raw.Close()
-		waitFor(t, "the runner to listen for jobs", func() bool {
-			var n int
-			err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND query LIKE 'LISTEN %' AND state = 'idle'`).Scan(&n)
-			return err == nil && n == 1
+				// The runner listens, and has looked for work after it began to.
+				raw, err := sql.Open(testDialects[testDialect(t)].raw(place))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer raw.Close()
+				waitFor(t, "the runner to listen for jobs", func() bool {
+					var n int
+					err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
+						WHERE datname = current_database() AND query LIKE 'LISTEN %' AND state = 'idle'`).Scan(&n)
+					return err == nil && n == 1
+				})
+				if at, err := clk.NextTimer(ctx); err != nil || !at.Equal(start.Add(time.Hour)) {
+					t.Fatalf("the idle runner sleeps until %v (%v), want its hour-long poll", at, err)
+				}
+
+				if err := c.due(ctx, other, id); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-ran:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the job made due in another instance did not start")
+				}
+			})
 		})
-		if at, err := clk.NextTimer(ctx); err != nil || !at.Equal(start.Add(time.Hour)) {
-			t.Fatalf("the idle runner sleeps until %v (%v), want its hour-long poll", at, err)
-		}
-
-		if _, _, err := other.Enqueue(ctx, Spec{Kind: "k"}); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-ran:
-		case <-time.After(5 * time.Second):
-			t.Fatal("the job enqueued in another instance did not start")
-		}
-	})
+	}
 }
 
 // A periodic row is the housekeeping itself: cancelled, it would stop on

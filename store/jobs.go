@@ -608,7 +608,9 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 // unique index refuses it, a concurrent enqueue included); ErrWrongState
 // if it is running or done, its deadline has passed (its next claim would
 // retire it unrun), or a runner is running its owed Abandon now (under a
-// lease not lapsed). Guarded as CancelJob is.
+// lease not lapsed). Guarded as CancelJob is; on PostgreSQL the runners
+// of other instances are told at once, as of an enqueued job, so that the
+// operator's "now" does not wait for their poll.
 func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, error) {
 	var job Job
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -626,8 +628,13 @@ func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, er
 			return db.explainMissing(ctx, tx, id, "retry", now)
 		case err != nil && db.dialect.uniqueViolation(err):
 			return fmt.Errorf("%w: job %d: another job with its kind and key is live", ErrConflict, id)
+		case err != nil:
+			return err
 		}
-		return err
+		if err := db.announce(ctx, tx, job.Kind); err != nil {
+			return fmt.Errorf("store: retry job %d: announcing it: %w", id, err)
+		}
+		return nil
 	})
 	return job, err
 }
