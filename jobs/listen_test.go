@@ -28,17 +28,7 @@ func TestARunnerListensAgainAfterPostgreSQLRestarts(t *testing.T) {
 		h := newFuncHandler("k", func(context.Context, *Job) Outcome { ran <- struct{}{}; return Done() })
 		startRunner(t, q, RunnerOptions{Clock: clk, PollInterval: time.Hour}, h)
 
-		raw, err := sql.Open(testDialects[testDialect(t)].raw(place))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer raw.Close()
-		listening := func() bool {
-			var n int
-			err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND query LIKE 'LISTEN %' AND state = 'idle'`).Scan(&n)
-			return err == nil && n == 1
-		}
+		listening := listeningAt(ctx, t, place)
 		waitFor(t, "the runner to listen for jobs", listening)
 
 		pgtest.Stop(t)
@@ -57,4 +47,22 @@ func TestARunnerListensAgainAfterPostgreSQLRestarts(t *testing.T) {
 			t.Fatal("the job enqueued in another instance after the restart did not start")
 		}
 	})
+}
+
+// listeningAt reports, each time it is called, whether exactly one
+// connection to the PostgreSQL database at place waits idle in LISTEN:
+// the one runner of a test has subscribed to announcements.
+func listeningAt(ctx context.Context, t *testing.T, place string) func() bool {
+	t.Helper()
+	raw, err := sql.Open(testDialects[testDialect(t)].raw(place))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	return func() bool {
+		var n int
+		err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN %' AND state = 'idle'`).Scan(&n)
+		return err == nil && n == 1
+	}
 }

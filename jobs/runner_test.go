@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -927,17 +926,7 @@ func TestAJobMadeDueInAnotherInstanceWakesThePostgresRunnerWithoutAPoll(t *testi
 				startRunner(t, q, RunnerOptions{Clock: clk, PollInterval: time.Hour}, h)
 
 				// The runner listens, and has looked for work after it began to.
-				raw, err := sql.Open(testDialects[testDialect(t)].raw(place))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer raw.Close()
-				waitFor(t, "the runner to listen for jobs", func() bool {
-					var n int
-					err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
-						WHERE datname = current_database() AND query LIKE 'LISTEN %' AND state = 'idle'`).Scan(&n)
-					return err == nil && n == 1
-				})
+				waitFor(t, "the runner to listen for jobs", listeningAt(ctx, t, place))
 				if at, err := clk.NextTimer(ctx); err != nil || !at.Equal(start.Add(time.Hour)) {
 					t.Fatalf("the idle runner sleeps until %v (%v), want its hour-long poll", at, err)
 				}
