@@ -140,14 +140,10 @@ const cutMark = "…"
 // Clip bounds s, text a problem's detail repeats, to MaxEcho bytes: a
 // longer s is cut at a UTF-8 character boundary and ends with "…".
 func Clip(s string) string {
-	if len(s) <= MaxEcho {
-		return s
+	if head, cut := echoed(s); cut {
+		return head + cutMark
 	}
-	k := MaxEcho - len(cutMark)
-	for k > 0 && !utf8.RuneStart(s[k]) {
-		k--
-	}
-	return s[:k] + cutMark
+	return s
 }
 
 // Quote is a value a client sent, for a problem's detail: cut as Clip
@@ -155,12 +151,22 @@ func Clip(s string) string {
 // characters, invisible formatting characters and bytes that are not
 // UTF-8 are written as escapes, never as themselves.
 func Quote(s string) string {
+	if head, cut := echoed(s); cut {
+		return strconv.Quote(head) + cutMark
+	}
+	return strconv.Quote(s)
+}
+
+// echoed is what of s a problem repeats: s whole when it fits MaxEcho,
+// else its head, cut at a UTF-8 character boundary to leave room for
+// cutMark (cut true).
+func echoed(s string) (head string, cut bool) {
 	if len(s) <= MaxEcho {
-		return strconv.Quote(s)
+		return s, false
 	}
 	k := MaxEcho - len(cutMark)
 	for k > 0 && !utf8.RuneStart(s[k]) {
 		k--
 	}
-	return strconv.Quote(s[:k]) + cutMark
+	return s[:k], true
 }
