@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 )
 
 // AuditEvent is one row of the audit trail. Rows are never updated: the
@@ -85,20 +85,7 @@ const (
 // character boundary and ends with CutMark, so a reader sees that it was
 // cut. s is returned as is when it fits.
 func Clip(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	mark := CutMark
-	if max < len(mark) {
-		mark = ""
-	}
-	k := max - len(mark)
-	// Back up over the continuation bytes of a character cut in two; at
-	// most UTFMax-1 of them belong to one character.
-	for i := 0; i < utf8.UTFMax-1 && k > 0 && !utf8.RuneStart(s[k]); i++ {
-		k--
-	}
-	return s[:k] + mark
+	return textcut.Clip(s, max, CutMark)
 }
 
 // Bounded returns ev with every string clipped to its bound (AuditFieldMax,

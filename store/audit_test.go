@@ -81,61 +81,6 @@ func TestAnAuditRowStoresEveryClientStringCutToItsBound(t *testing.T) {
 	})
 }
 
-func TestClipCutsAtACharacterBoundaryAndMarksTheCut(t *testing.T) {
-	tests := []struct {
-		name, s string
-		max     int
-		want    string
-	}{
-		{"ok/short strings are kept", "lego/5", 256, "lego/5"},
-		{"ok/a string of exactly the bound is kept", strings.Repeat("a", 16), 16, strings.Repeat("a", 16)},
-		{"cut/one byte over", strings.Repeat("a", 17), 16, strings.Repeat("a", 16-len(CutMark)) + CutMark},
-		{"cut/inside a two-byte character", "a" + strings.Repeat("é", 10), 16, "a" + strings.Repeat("é", 3) + CutMark},
-		{"cut/inside a four-byte character", "ab" + strings.Repeat("😀", 5), 16, "ab" + "😀" + CutMark},
-		{"cut/a bound shorter than the mark", "abcdef", 4, "abcd"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := Clip(tc.s, tc.max)
-			if got != tc.want {
-				t.Errorf("Clip(%q, %d) = %q; want %q", tc.s, tc.max, got, tc.want)
-			}
-		})
-	}
-}
-
-func FuzzClip(f *testing.F) {
-	f.Add("Mozilla/5.0 (X11; Linux x86_64)", 256)
-	f.Add("a"+strings.Repeat("é", 200), 256)
-	f.Add(strings.Repeat("\x80", 300), 256)
-	f.Add("abc", 0)
-	f.Fuzz(func(t *testing.T, s string, max int) {
-		if max < 0 || max > 4096 {
-			return
-		}
-		got := Clip(s, max)
-		if len(got) > max {
-			t.Fatalf("Clip(%q, %d) is %d bytes", s, max, len(got))
-		}
-		if len(s) <= max {
-			if got != s {
-				t.Fatalf("Clip(%q, %d) = %q; a string that fits must be kept", s, max, got)
-			}
-			return
-		}
-		kept := strings.TrimSuffix(got, CutMark)
-		if max >= len(CutMark) && kept == got {
-			t.Fatalf("Clip(%q, %d) = %q lacks the cut mark", s, max, got)
-		}
-		if !strings.HasPrefix(s, kept) {
-			t.Fatalf("Clip(%q, %d) = %q is not a prefix of s", s, max, got)
-		}
-		if utf8.ValidString(s) && !utf8.ValidString(got) {
-			t.Fatalf("Clip(%q, %d) = %q cut inside a character", s, max, got)
-		}
-	})
-}
-
 // auditAt writes one row per time and returns their ids in order.
 func auditAt(t *testing.T, db *DB, ats ...time.Time) {
 	t.Helper()

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -55,11 +56,8 @@ const RequestDeadline = 5 * time.Minute
 // answered not found without being echoed.
 const MaxID = 256
 
-// Clip shortens what a request sent to a length fit for an error message.
+// Clip shortens what a request sent to a length fit for an error message
+// (128 bytes), cut at a character boundary and marked with "…".
 func Clip(s string) string {
-	const most = 128
-	if len(s) <= most {
-		return s
-	}
-	return s[:most] + "…"
+	return textcut.Clip(s, 128, "…")
 }

@@ -8,9 +8,10 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	josejson "github.com/go-jose/go-jose/v4/json"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 )
 
 // A decoder's own error text is written for Go programmers: encoding/json
@@ -161,12 +162,5 @@ func Quote(s string) string {
 // else its head, cut at a UTF-8 character boundary to leave room for
 // cutMark (cut true).
 func echoed(s string) (head string, cut bool) {
-	if len(s) <= MaxEcho {
-		return s, false
-	}
-	k := MaxEcho - len(cutMark)
-	for k > 0 && !utf8.RuneStart(s[k]) {
-		k--
-	}
-	return s[:k], true
+	return textcut.Head(s, MaxEcho, len(cutMark))
 }

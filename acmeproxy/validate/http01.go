@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 )
 
 // maxBody is the most of an http-01 response that is read. A key
@@ -136,11 +137,7 @@ func effectivePort(u *url.URL) int {
 // clip shortens a string the client's server chose to a length fit for
 // a problem detail.
 func clip(s string) string {
-	const max = 255
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
+	return textcut.Clip(s, 256, "…")
 }
 
 // redacted is u without user info and query, for a problem detail.
