@@ -613,4 +613,17 @@ var postgresMigrations = []migration{
 			`ALTER TABLE crls ADD COLUMN mark TEXT`,
 		},
 	},
+	{
+		version: 35,
+		name:    "revocations_ledger",
+		stmts: []string{
+			// Each CA's ledger rows in id order, so that StaleCRLIssuers,
+			// which every instance runs once a minute, finds the CAs by
+			// skipping from one to the next and reads of each only the
+			// rows above the id its CRL was built up to, rather than the
+			// whole ledger (tens of milliseconds at 100,000 revocations,
+			// growing with every one).
+			`CREATE INDEX revocations_ledger ON revocations (issuer_key_id, id) WHERE issuer_key_id IS NOT NULL`,
+		},
+	},
 }
