@@ -10,7 +10,7 @@ import (
 )
 
 // Check requires path to be an absolute path to a regular file that
-// someone may execute. Its errors quote the path and leave the key to the
+// this process may execute. Its errors quote the path and leave the key to the
 // caller: a missing file is the *fs.PathError of os.Stat.
 func Check(path string) error {
 	if !filepath.IsAbs(path) {
@@ -23,5 +23,5 @@ func Check(path string) error {
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("%s is not an executable file", path)
 	}
-	return nil
+	return mayExecute(path)
 }

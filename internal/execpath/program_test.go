@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proctest"
 )
 
 func TestOnlyAnAbsolutePathToAnExecutableFilePasses(t *testing.T) {
@@ -40,5 +42,26 @@ func TestOnlyAnAbsolutePathToAnExecutableFilePasses(t *testing.T) {
 				t.Errorf("Check: %v; want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// A file with an execute bit for others only (a root-owned 0750 script,
+// Caddy running as its own user) is one execve refuses: the load fails,
+// rather than every run of the program.
+func TestAFileThisProcessMayNotExecuteFailsTheCheck(t *testing.T) {
+	if proctest.RunUnprivileged(t) {
+		return
+	}
+	p := filepath.Join(t.TempDir(), "sign.sh")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o611); err != nil {
+		t.Fatal(err)
+	}
+	// WriteFile's mode passes through the umask.
+	if err := os.Chmod(p, 0o611); err != nil {
+		t.Fatal(err)
+	}
+	err := Check(p)
+	if want := p + " may not be executed by the user Caddy runs as"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Check of a file whose owner may not execute it: %v; want %q", err, want)
 	}
 }
