@@ -438,3 +438,66 @@ func TestACAAConfigurationErrorNamesItsKey(t *testing.T) {
 		t.Fatalf("a sound caa block refused: %v", err)
 	}
 }
+
+// An order whose signing was put off after its finalize — a finalize
+// that died after claiming it, an order waiting for a worker that holds
+// the signer — is signed only once the CAA records of each authorization
+// validated more than 8 hours before are checked again: the check at
+// validation (or finalize) does not stand for a signature made later.
+// Records that now forbid fail the order with their caa problem, records
+// that cannot be read leave it processing to be tried again, and records
+// that allow it let it be signed.
+func TestAnOrderSignedLaterChecksCAAAgainWhenItsValidationIsOlderThanEightHours(t *testing.T) {
+	tests := []struct {
+		name     string
+		records  func(d *testdns.Server, name string)
+		want     acme.Status
+		wantProb acme.ProblemType
+	}{
+		{name: "records that now forbid fail the order", records: func(d *testdns.Server, name string) { d.AddCAA(name, 0, "issue", "other-ca.example") },
+			want: acme.StatusInvalid, wantProb: acme.ErrorCAA},
+		{name: "records that cannot be read leave it processing", records: func(d *testdns.Server, name string) { d.SetRcode(name, dns.RcodeServerFailure) },
+			want: acme.StatusProcessing},
+		{name: "records that allow it let it be signed", records: func(d *testdns.Server, name string) { d.AddCAA(name, 0, "issue", caaTestIdentity) },
+			want: acme.StatusValid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			e, d, clk := caaEnv(t)
+			alice := e.rawClient()
+			alice.register()
+			name := "deferred." + caaTestZone
+			o := alice.readyOrder(name)
+			tt.records(d, name)
+			clk.Advance(authority.CAARecheckAfter + time.Minute)
+			// A finalize claimed the order and died before signing it.
+			id := path.Base(o.url)
+			claimed := clk.Now().Add(-2 * authority.StuckAfter)
+			if won, err := e.db.ClaimOrderForIssue(ctx, id, newCSR(t, newKey(t), "", []string{name}, nil), store.OrderClient{}, claimed); err != nil || !won {
+				t.Fatalf("claim: %v %v", won, err)
+			}
+			if n, err := e.srv.Authority().ResumeStuckOrders(ctx); n != 1 {
+				t.Fatalf("resume: %d (%v); want the order resumed", n, err)
+			}
+			got := decodeAs[orderJSON](t, alice.read(o.url))
+			if got.Status != tt.want {
+				t.Fatalf("after the resume the order is %s (error %s), want %s", got.Status, got.Error, tt.want)
+			}
+			_, err := e.db.CertificateOfOrder(ctx, id)
+			if issued := err == nil; issued != (tt.want == acme.StatusValid) {
+				t.Fatalf("certificate stored: %v (err %v), want %v", issued, err, tt.want == acme.StatusValid)
+			}
+			if tt.wantProb == "" {
+				return
+			}
+			var p problem.Problem
+			if err := json.Unmarshal(got.Error, &p); err != nil || p.Type != tt.wantProb {
+				t.Fatalf("order error %s (%v), want a %s problem", got.Error, err, tt.wantProb)
+			}
+			if !strings.Contains(string(got.Error), `0 issue \"other-ca.example\"`) {
+				t.Errorf("order error %s does not quote the record", got.Error)
+			}
+		})
+	}
+}

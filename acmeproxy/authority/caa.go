@@ -1,11 +1,13 @@
 package authority
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,8 +61,80 @@ const caaRecheckParallel = 16
 // which names where the records were found and quotes them (their
 // issuers; DNS data, no secret).
 func (au *Authority) caaRecheck(ctx context.Context, o store.Order, cl Client) error {
+	subs, err := au.staleCAA(ctx, o)
+	if err != nil || len(subs) == 0 {
+		return err
+	}
+	evs := make([]store.AuditEvent, 0, len(subs))
+	for _, p := range subs {
+		value := p.Identifier.Value
+		au.log.Info("finalize refused by CAA", zap.String("event", "finalize_caa_refused"), zap.String("profile", au.cfg.Profile),
+			zap.String("order", o.ID), zap.String("identifier", value), zap.String("problem", p.Detail))
+		ev := au.event(ctx, acme.EventFinalizeRefused, OutcomeRefused, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
+		ev.OrderID, ev.AccountID, ev.Reason, ev.Detail = o.ID, o.AccountID, string(p.Type), p.Detail
+		ev.Identifiers = []acme.Identifier{*p.Identifier}
+		// The order stays ready, and a client may finalize it again
+		// and again: the same refusal of an identifier of an order is
+		// one row, so the trail does not grow with the client's retries.
+		sum := sha256.Sum256([]byte(string(p.Type) + "\n" + p.Detail))
+		ev.DedupKey = acme.EventFinalizeRefused + ":" + o.ID + ":" + value + ":" + hex.EncodeToString(sum[:8])
+		evs = append(evs, ev)
+	}
+	if err := au.db.InsertAudits(context.WithoutCancel(ctx), evs); err != nil {
+		// The refusal stands without its rows (see audit).
+		au.log.Error("writing an audit row", zap.String("event", "audit_write_failed"),
+			zap.String("audit_event", acme.EventFinalizeRefused), zap.String("order", o.ID), zap.Error(err))
+	}
+	return caaRefusal(subs)
+}
+
+// caaRecheckStored checks again, before a processing order is signed
+// later than its finalize (resumed, or delegated to a worker), the CAA
+// records of each of its authorizations validated more than
+// CAARecheckAfter ago: the check made at validation, or at finalize, is
+// not relied on for longer. It returns nil; the problem of records that
+// forbid (a subproblem per refused identifier, those first); or, when
+// the only refusals are lookups that failed, a fault: the records are
+// unknown, the order waits and is tried again.
+func (au *Authority) caaRecheckStored(ctx context.Context, o store.Order) (*problem.Problem, error) {
 	if au.caa == nil {
-		return nil
+		return nil, nil
+	}
+	if len(o.AuthzIDs) == 0 {
+		// Read without its authorizations (the resume sweep's orders).
+		full, err := au.db.GetOrder(ctx, au.cfg.Profile, o.ID)
+		if err != nil {
+			return nil, err
+		}
+		o.AuthzIDs = full.AuthzIDs
+	}
+	subs, err := au.staleCAA(ctx, o)
+	if err != nil || len(subs) == 0 {
+		return nil, err
+	}
+	slices.SortStableFunc(subs, func(a, b *problem.Problem) int {
+		return cmp.Compare(caaRank(a), caaRank(b))
+	})
+	if subs[0].Type != acme.ErrorCAA {
+		return nil, fmt.Errorf("re-checking CAA of %s before signing: %s", subs[0].Identifier.Value, subs[0].Detail)
+	}
+	return caaRefusal(subs), nil
+}
+
+// caaRank puts the records that forbid before the lookups that failed.
+func caaRank(p *problem.Problem) int {
+	if p.Type == acme.ErrorCAA {
+		return 0
+	}
+	return 1
+}
+
+// staleCAA checks again the CAA records of each of the order's
+// authorizations validated more than CAARecheckAfter ago. It returns a
+// problem per refused identifier (For it), or a fault.
+func (au *Authority) staleCAA(ctx context.Context, o store.Order) ([]*problem.Problem, error) {
+	if au.caa == nil {
+		return nil, nil
 	}
 	now := au.clock.Now()
 	type stale struct {
@@ -71,7 +145,7 @@ func (au *Authority) caaRecheck(ctx context.Context, o store.Order, cl Client) e
 	for _, id := range o.AuthzIDs {
 		a, err := au.db.GetAuthz(ctx, au.cfg.Profile, id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var valid *store.Challenge
 		for i := range a.Challenges {
@@ -98,10 +172,7 @@ func (au *Authority) caaRecheck(ctx context.Context, o store.Order, cl Client) e
 		})
 	}
 	wg.Wait()
-	var (
-		subs []*problem.Problem
-		evs  []store.AuditEvent
-	)
+	var subs []*problem.Problem
 	for i, st := range todo {
 		a, err := st.a, results[i]
 		if err == nil {
@@ -109,33 +180,21 @@ func (au *Authority) caaRecheck(ctx context.Context, o store.Order, cl Client) e
 		}
 		p, ok := problem.As(err)
 		if !ok {
-			return fmt.Errorf("re-checking CAA of %s: %w", a.Identifier.Value, err)
+			return nil, fmt.Errorf("re-checking CAA of %s: %w", a.Identifier.Value, err)
 		}
 		value := a.Identifier.Value
 		if a.Wildcard {
 			value = "*." + value
 		}
-		au.log.Info("finalize refused by CAA", zap.String("event", "finalize_caa_refused"), zap.String("profile", au.cfg.Profile),
-			zap.String("order", o.ID), zap.String("identifier", value), zap.String("problem", p.Detail))
 		subs = append(subs, p.For(a.Identifier.Type, value))
-		ev := au.event(ctx, acme.EventFinalizeRefused, OutcomeRefused, Actor{Kind: ActorAccount, ID: o.AccountID}, cl)
-		ev.OrderID, ev.AccountID, ev.Reason, ev.Detail = o.ID, o.AccountID, string(p.Type), p.Detail
-		ev.Identifiers = []acme.Identifier{{Type: a.Identifier.Type, Value: value}}
-		// The order stays ready, and a client may finalize it again
-		// and again: the same refusal of an identifier of an order is
-		// one row, so the trail does not grow with the client's retries.
-		sum := sha256.Sum256([]byte(string(p.Type) + "\n" + p.Detail))
-		ev.DedupKey = acme.EventFinalizeRefused + ":" + o.ID + ":" + value + ":" + hex.EncodeToString(sum[:8])
-		evs = append(evs, ev)
 	}
-	if len(subs) == 0 {
-		return nil
-	}
-	if err := au.db.InsertAudits(context.WithoutCancel(ctx), evs); err != nil {
-		// The refusal stands without its rows (see audit).
-		au.log.Error("writing an audit row", zap.String("event", "audit_write_failed"),
-			zap.String("audit_event", acme.EventFinalizeRefused), zap.String("order", o.ID), zap.Error(err))
-	}
+	return subs, nil
+}
+
+// caaRefusal is the problem of CAA records refusing an order, over its
+// subproblems (one per refused identifier; at least one): 403 for records
+// that forbid, 400 for a lookup that failed.
+func caaRefusal(subs []*problem.Problem) *problem.Problem {
 	top := *subs[0]
 	top.Identifier, top.Status = nil, http.StatusForbidden
 	if top.Type != acme.ErrorCAA {

@@ -411,10 +411,11 @@ func (au *Authority) runDelegatedIssue(ctx context.Context, orderID string) jobs
 }
 
 // signStored hands a processing order, as its claim stored it, to the
-// signer: the current policy and certificate profile are applied first
-// (an order they now refuse fails). The error is a *problem.Problem when
-// the order was failed for a verdict, any other for a fault on our side
-// (the order stays processing).
+// signer: the current policy and certificate profile are applied first,
+// and the CAA records of names validated more than CAARecheckAfter ago
+// are checked again (an order they now refuse fails). The error is a
+// *problem.Problem when the order was failed for a verdict, any other
+// for a fault on our side (the order stays processing).
 func (au *Authority) signStored(ctx context.Context, o store.Order) error {
 	csr, err := x509.ParseCertificateRequest(o.CSR)
 	if err != nil {
@@ -430,6 +431,18 @@ func (au *Authority) signStored(ctx context.Context, o store.Order) error {
 	if prob != nil {
 		if au.failOrder(ctx, o, prob, "refused at resume: "+prob.Detail, Client{}) {
 			au.metrics.IssueFailed(au.cfg.Profile, "invalid_profile")
+		}
+		return prob
+	}
+	// Signed later than its finalize, the order may be signed more than
+	// CAARecheckAfter after its names' CAA records were last checked.
+	prob, err = au.caaRecheckStored(ctx, o)
+	if err != nil {
+		return err // the records unknown: the order waits, tried again
+	}
+	if prob != nil {
+		if au.failOrder(ctx, o, prob, "refused before signing by the CAA records, checked again: "+prob.Detail, Client{}) {
+			au.metrics.IssueFailed(au.cfg.Profile, "caa")
 		}
 		return prob
 	}
