@@ -277,6 +277,9 @@ type AuditFilter struct {
 
 // SearchAudit returns matching audit events, newest first.
 func (db *DB) SearchAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
+	if !allHoldable(f.Profile, f.Event, f.Outcome, f.OrderID, f.AccountID, f.Serial) {
+		return nil, nil
+	}
 	var (
 		where []string
 		args  []any

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 )
 
 // A key a client made up — an id in a path, a kid, a cursor, a token —
@@ -41,6 +43,99 @@ func TestALookupByAKeyNoRowCanHoldFindsNothing(t *testing.T) {
 					t.Fatalf("got %v, %v; want no orders and no error", ids, err)
 				}
 			})
+		}
+	})
+}
+
+// The same for what an operator types (the web page, the admin API): an
+// order's or an account's id in a path, a list's filter or cursor that
+// holds a NUL or bytes that are not UTF-8 finds nothing, in both dialects,
+// rather than failing — on PostgreSQL it was a 500 and an error in the log
+// for a mistyped search.
+func TestAnOperatorsLookupOrSearchByTextNoRowCanHoldFindsNothing(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		lookups := []struct {
+			name string
+			find func(key string) error
+		}{
+			{"an order by id", func(k string) error { _, err := db.OrderByID(ctx, k); return err }},
+			{"an account by id", func(k string) error { _, err := db.AccountByID(ctx, k); return err }},
+		}
+		lists := []struct {
+			name string
+			list func(v string) (int, error)
+		}{
+			{"orders by profile", func(v string) (int, error) { r, err := db.ListOrders(ctx, OrderFilter{Profile: v}); return len(r), err }},
+			{"orders by status", func(v string) (int, error) {
+				r, err := db.ListOrders(ctx, OrderFilter{Status: acme.Status(v)})
+				return len(r), err
+			}},
+			{"orders by account", func(v string) (int, error) {
+				r, err := db.ListOrders(ctx, OrderFilter{AccountID: v})
+				return len(r), err
+			}},
+			{"orders by identifier", func(v string) (int, error) {
+				r, err := db.ListOrders(ctx, OrderFilter{Identifier: v})
+				return len(r), err
+			}},
+			{"orders by serial", func(v string) (int, error) { r, err := db.ListOrders(ctx, OrderFilter{Serial: v}); return len(r), err }},
+			{"orders after a cursor", func(v string) (int, error) { r, err := db.ListOrders(ctx, OrderFilter{After: v}); return len(r), err }},
+			{"accounts by profile", func(v string) (int, error) {
+				r, err := db.ListAccounts(ctx, AccountFilter{Profile: v})
+				return len(r), err
+			}},
+			{"accounts by status", func(v string) (int, error) {
+				r, err := db.ListAccounts(ctx, AccountFilter{Status: acme.Status(v)})
+				return len(r), err
+			}},
+			{"accounts after a cursor", func(v string) (int, error) {
+				r, err := db.ListAccounts(ctx, AccountFilter{After: v})
+				return len(r), err
+			}},
+			{"jobs by kind", func(v string) (int, error) { r, err := db.ListJobs(ctx, JobFilter{Kind: v}); return len(r), err }},
+			{"jobs by status", func(v string) (int, error) {
+				r, err := db.ListJobs(ctx, JobFilter{Status: JobStatus(v)})
+				return len(r), err
+			}},
+			{"jobs by key", func(v string) (int, error) { r, err := db.ListJobs(ctx, JobFilter{Key: v}); return len(r), err }},
+			{"audit rows by profile", func(v string) (int, error) {
+				r, err := db.SearchAudit(ctx, AuditFilter{Profile: v})
+				return len(r), err
+			}},
+			{"audit rows by event", func(v string) (int, error) { r, err := db.SearchAudit(ctx, AuditFilter{Event: v}); return len(r), err }},
+			{"audit rows by outcome", func(v string) (int, error) {
+				r, err := db.SearchAudit(ctx, AuditFilter{Outcome: v})
+				return len(r), err
+			}},
+			{"audit rows by order", func(v string) (int, error) {
+				r, err := db.SearchAudit(ctx, AuditFilter{OrderID: v})
+				return len(r), err
+			}},
+			{"audit rows by account", func(v string) (int, error) {
+				r, err := db.SearchAudit(ctx, AuditFilter{AccountID: v})
+				return len(r), err
+			}},
+			{"audit rows by serial", func(v string) (int, error) { r, err := db.SearchAudit(ctx, AuditFilter{Serial: v}); return len(r), err }},
+		}
+		for _, key := range []struct{ name, key string }{
+			{"a NUL", "\x00"}, {"a NUL inside", "a\x00b"}, {"a byte that is not UTF-8", "\xff"}, {"a broken UTF-8 sequence", "\xc3\x28"},
+		} {
+			for _, l := range lookups {
+				t.Run(l.name+" of "+key.name, func(t *testing.T) {
+					if err := l.find(key.key); !errors.Is(err, ErrNotFound) {
+						t.Fatalf("got %v, want ErrNotFound", err)
+					}
+				})
+			}
+			for _, l := range lists {
+				t.Run(l.name+" of "+key.name, func(t *testing.T) {
+					if n, err := l.list(key.key); err != nil || n != 0 {
+						t.Fatalf("got %d rows, %v; want none and no error", n, err)
+					}
+				})
+			}
 		}
 	})
 }

@@ -689,6 +689,9 @@ type JobFilter struct {
 
 // ListJobs returns jobs newest first.
 func (db *DB) ListJobs(ctx context.Context, f JobFilter) ([]Job, error) {
+	if !allHoldable(f.Kind, string(f.Status), f.Key) {
+		return nil, nil
+	}
 	var (
 		where []string
 		args  []any

@@ -93,6 +93,9 @@ func scanOrderSummary(r rowScanner, withChain bool) (OrderSummary, error) {
 // SQLite's planner, which has no statistics, from preferring the index of
 // the profile, status or account (every order of it) to the identifier's.
 func (db *DB) ListOrders(ctx context.Context, f OrderFilter) ([]OrderSummary, error) {
+	if !allHoldable(f.Profile, string(f.Status), f.AccountID, f.Identifier, f.Serial, f.After) {
+		return nil, nil
+	}
 	stmt, args := listOrdersQuery(f)
 	rows, err := db.r.QueryContext(ctx, db.q(stmt), args...)
 	if err != nil {
@@ -165,6 +168,9 @@ func listOrdersQuery(f OrderFilter) (string, []any) {
 
 // OrderByID reads an order of any profile with its certificate chain.
 func (db *DB) OrderByID(ctx context.Context, id string) (OrderSummary, error) {
+	if !holdable(id) {
+		return OrderSummary{}, fmt.Errorf("%w: order %q", ErrNotFound, id)
+	}
 	s, err := scanOrderSummary(db.r.QueryRowContext(ctx, db.q(`SELECT `+orderSummaryCols+orderSummaryFrom+` WHERE o.id = ?`), id), true)
 	return s, readErr(err, "order "+id)
 }
@@ -185,6 +191,9 @@ type AccountSummary struct {
 
 // ListAccounts returns accounts newest first.
 func (db *DB) ListAccounts(ctx context.Context, f AccountFilter) ([]AccountSummary, error) {
+	if !allHoldable(f.Profile, string(f.Status), f.After) {
+		return nil, nil
+	}
 	var (
 		where []string
 		args  []any
@@ -223,6 +232,9 @@ func (db *DB) ListAccounts(ctx context.Context, f AccountFilter) ([]AccountSumma
 
 // AccountByID reads an account of any profile, with its number of orders.
 func (db *DB) AccountByID(ctx context.Context, id string) (AccountSummary, error) {
+	if !holdable(id) {
+		return AccountSummary{}, fmt.Errorf("%w: account %q", ErrNotFound, id)
+	}
 	var s AccountSummary
 	var err error
 	s.Account, err = scanAccount(countingScanner{db.r.QueryRowContext(ctx, db.q(`SELECT a.id, a.profile, a.key_thumbprint,

@@ -27,3 +27,15 @@ func text(s string) string {
 func holdable(s string) bool {
 	return strings.IndexByte(s, 0) < 0 && utf8.ValidString(s)
 }
+
+// allHoldable reports whether every one of a search's values is holdable.
+// A search by one that is not (an operator's filter, typed or pasted)
+// matches no row, and is not sent, for the reason holdable gives.
+func allHoldable(ss ...string) bool {
+	for _, s := range ss {
+		if !holdable(s) {
+			return false
+		}
+	}
+	return true
+}
