@@ -137,6 +137,9 @@ type EABKeyFilter struct {
 // ListEABKeys returns a page of a profile's keys, newest first, without
 // their MAC keys.
 func (db *DB) ListEABKeys(ctx context.Context, f EABKeyFilter) ([]EABKey, error) {
+	if !allHoldable(f.Profile, f.After) {
+		return nil, nil // see holdable
+	}
 	stmt := `SELECT ` + eabCols + ` FROM eab_keys k WHERE profile = ?`
 	args := []any{f.Profile}
 	if f.After != "" {
@@ -168,6 +171,9 @@ func (db *DB) ListEABKeys(ctx context.Context, f EABKeyFilter) ([]EABKey, error)
 //
 // One guarded statement; the read after a refusal only explains it.
 func (db *DB) RevokeEABKey(ctx context.Context, profile, kid string, now time.Time) (EABKey, error) {
+	if !allHoldable(profile, kid) {
+		return EABKey{}, fmt.Errorf("%w: EAB key %q", ErrNotFound, kid)
+	}
 	k, err := scanEABKey(db.wr.QueryRowContext(ctx, db.q(`UPDATE eab_keys SET revoked_at = ?
 		WHERE profile = ? AND kid = ? AND revoked_at = 0 RETURNING `+eabCols), now.UnixMilli(), profile, kid))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -209,6 +215,9 @@ func (db *DB) bindEABKey(ctx context.Context, tx *sql.Tx, profile, kid, account 
 
 // EABKeyProfile is the profile of key kid; ErrNotFound for an unknown kid.
 func (db *DB) EABKeyProfile(ctx context.Context, kid string) (string, error) {
+	if !holdable(kid) {
+		return "", fmt.Errorf("%w: EAB key %q", ErrNotFound, kid)
+	}
 	var p string
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT profile FROM eab_keys WHERE kid = ?`), kid).Scan(&p)
 	return p, readErr(err, "EAB key "+kid)

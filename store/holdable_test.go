@@ -62,6 +62,9 @@ func TestAnOperatorsLookupOrSearchByTextNoRowCanHoldFindsNothing(t *testing.T) {
 		}{
 			{"an order by id", func(k string) error { _, err := db.OrderByID(ctx, k); return err }},
 			{"an account by id", func(k string) error { _, err := db.AccountByID(ctx, k); return err }},
+			{"an EAB key's profile by its kid", func(k string) error { _, err := db.EABKeyProfile(ctx, k); return err }},
+			{"an EAB key revoked by its kid", func(k string) error { _, err := db.RevokeEABKey(ctx, "p", k, t0); return err }},
+			{"an EAB key revoked under a profile", func(k string) error { _, err := db.RevokeEABKey(ctx, k, "kid", t0); return err }},
 		}
 		lists := []struct {
 			name string
@@ -118,6 +121,14 @@ func TestAnOperatorsLookupOrSearchByTextNoRowCanHoldFindsNothing(t *testing.T) {
 				return len(r), err
 			}},
 			{"audit rows by serial", func(v string) (int, error) { r, err := db.SearchAudit(ctx, AuditFilter{Serial: v}); return len(r), err }},
+			{"EAB keys by profile", func(v string) (int, error) {
+				r, err := db.ListEABKeys(ctx, EABKeyFilter{Profile: v})
+				return len(r), err
+			}},
+			{"EAB keys after a cursor", func(v string) (int, error) {
+				r, err := db.ListEABKeys(ctx, EABKeyFilter{Profile: "p", After: v})
+				return len(r), err
+			}},
 		}
 		for _, key := range []struct{ name, key string }{
 			{"a NUL", "\x00"}, {"a NUL inside", "a\x00b"}, {"a byte that is not UTF-8", "\xff"}, {"a broken UTF-8 sequence", "\xc3\x28"},
