@@ -227,86 +227,126 @@ func TestAnUpstreamWithoutRenewalInfoAnswersNoRenewalInfo(t *testing.T) {
 	}
 }
 
-// An upstream that already counts the replaced certificate as replaced
-// (a local order that failed after its upstream order was placed) answers
-// alreadyReplaced: the relay orders again without "replaces", and the
-// certificate is renewed all the same.
+// An upstream may refuse "replaces" while it would take the order: it
+// already counts the certificate as replaced (a local order that failed
+// after its upstream order was placed), the certificate was issued to the
+// relay's earlier upstream account (it registered again) or by another
+// upstream CA (the directory changed; Pebble after a restart). The relay
+// orders again without "replaces", and the certificate is renewed all
+// the same; a refusal that is not about "replaces", or a rate limit, is
+// answered as it was.
 func TestAnUpstreamRefusingReplacesGetsTheOrderWithoutIt(t *testing.T) {
-	var (
-		srv      *httptest.Server
-		mu       sync.Mutex
-		replaces []string
-	)
-	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Replay-Nonce", fmt.Sprintf("nonce-%d", time.Now().UnixNano()))
-		switch r.URL.Path {
-		case "/dir":
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(map[string]string{"newNonce": srv.URL + "/nonce", "newAccount": srv.URL + "/account",
-				"newOrder": srv.URL + "/order", "renewalInfo": srv.URL + "/ari"})
-		case "/nonce":
-		case "/order":
-			var jws struct {
-				Payload string `json:"payload"`
-			}
-			var order struct {
-				Replaces string `json:"replaces"`
-			}
-			body, _ := io.ReadAll(r.Body)
-			if json.Unmarshal(body, &jws) == nil {
-				if p, err := base64.RawURLEncoding.DecodeString(jws.Payload); err == nil {
-					_ = json.Unmarshal(p, &order)
+	const certID = "AQIDBA.ASNFZw"
+	for _, tc := range []struct {
+		name string
+		// withReplaces and without answer the upstream newOrder with
+		// and without "replaces"; nil creates the order.
+		withReplaces, without http.HandlerFunc
+		wantReplaces          []string
+		wantErr               bool
+	}{
+		{"ok/already replaced upstream", problemAnswer(http.StatusConflict, acme.ProblemTypeAlreadyReplaced, "already replaced"), nil,
+			[]string{certID, ""}, false},
+		{"ok/another upstream account's certificate", problemAnswer(http.StatusForbidden, acme.ProblemTypeUnauthorized,
+			"requester account did not request the certificate being replaced by this order"), nil, []string{certID, ""}, false},
+		{"ok/a certificate another upstream CA issued", problemAnswer(http.StatusNotFound, acme.ProblemTypeMalformed,
+			"request included `replaces` field, but no current certificate with serial exists"), nil, []string{certID, ""}, false},
+		{"ok/Pebble's answer for a certificate it does not know", problemAnswer(http.StatusInternalServerError, acme.ProblemTypeServerInternal,
+			"could not find an order for the given certificate"), nil, []string{certID, ""}, false},
+		{"fail/a refusal of the order itself is answered", problemAnswer(http.StatusBadRequest, acme.ProblemTypeRejectedIdentifier, "no"),
+			problemAnswer(http.StatusBadRequest, acme.ProblemTypeRejectedIdentifier, "no"), []string{certID, ""}, true},
+		{"fail/a rate limit is not asked again", problemAnswer(http.StatusTooManyRequests, acme.ProblemTypeRateLimited, "slow down"), nil,
+			[]string{certID}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				srv      *httptest.Server
+				mu       sync.Mutex
+				replaces []string
+			)
+			srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Replay-Nonce", fmt.Sprintf("nonce-%d", time.Now().UnixNano()))
+				switch r.URL.Path {
+				case "/dir":
+					w.Header().Set("Content-Type", "application/json")
+					_ = json.NewEncoder(w).Encode(map[string]string{"newNonce": srv.URL + "/nonce", "newAccount": srv.URL + "/account",
+						"newOrder": srv.URL + "/order", "renewalInfo": srv.URL + "/ari"})
+				case "/nonce":
+				case "/order":
+					var jws struct {
+						Payload string `json:"payload"`
+					}
+					var order struct {
+						Replaces string `json:"replaces"`
+					}
+					body, _ := io.ReadAll(r.Body)
+					if json.Unmarshal(body, &jws) == nil {
+						if p, err := base64.RawURLEncoding.DecodeString(jws.Payload); err == nil {
+							_ = json.Unmarshal(p, &order)
+						}
+					}
+					mu.Lock()
+					replaces = append(replaces, order.Replaces)
+					mu.Unlock()
+					answer := tc.without
+					if order.Replaces != "" {
+						answer = tc.withReplaces
+					}
+					if answer != nil {
+						answer(w, r)
+						return
+					}
+					w.Header().Set("Location", srv.URL+"/order/1")
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusCreated)
+					_ = json.NewEncoder(w).Encode(map[string]any{"status": "pending", "identifiers": []any{}, "authorizations": []string{}, "finalize": srv.URL + "/finalize/1"})
+				default:
+					http.NotFound(w, r)
 				}
+			}))
+			t.Cleanup(srv.Close)
+			b := newBench(t, srv.URL+"/dir", ChallengeBypass)
+			ctx := context.Background()
+			req := b.finalized(t, "renew.example.com")
+			ro, _, err := b.db.CreateRelayOrder(ctx, store.NewRelayOrder{OrderID: req.OrderID, Profile: "p", CSR: req.CSRDER}, b.clock.Now())
+			if err != nil {
+				t.Fatal(err)
 			}
+			ro.Replaces = certID
+			bd, log, err := b.s.binding()
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			acct := acme.Account{Location: srv.URL + "/account/1", PrivateKey: key}
+			c := b.s.client(&recorder{base: b.s.transport, now: b.clock.Now})
+			order, gate, err := b.s.newOrder(ctx, c, acct, bd, log, ro, nil, "")
 			mu.Lock()
-			replaces = append(replaces, order.Replaces)
+			// Each in a row once: acmez tries a 5xx again itself.
+			got := slices.Compact(slices.Clone(replaces))
 			mu.Unlock()
-			if order.Replaces != "" {
-				problemAnswer(http.StatusConflict, acme.ProblemTypeAlreadyReplaced, "already replaced")(w, r)
+			if !slices.Equal(got, tc.wantReplaces) {
+				t.Errorf("the upstream newOrders replace %q; want %q", got, tc.wantReplaces)
+			}
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("newOrder created upstream order %q; want the upstream's refusal", order.Location)
+				}
 				return
 			}
-			w.Header().Set("Location", srv.URL+"/order/1")
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusCreated)
-			_ = json.NewEncoder(w).Encode(map[string]any{"status": "pending", "identifiers": []any{}, "authorizations": []string{}, "finalize": srv.URL + "/finalize/1"})
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	b := newBench(t, srv.URL+"/dir", ChallengeBypass)
-	ctx := context.Background()
-	req := b.finalized(t, "renew.example.com")
-	ro, _, err := b.db.CreateRelayOrder(ctx, store.NewRelayOrder{OrderID: req.OrderID, Profile: "p", CSR: req.CSRDER}, b.clock.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ro.Replaces = "AQIDBA.ASNFZw"
-	bd, log, err := b.s.binding()
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	acct := acme.Account{Location: srv.URL + "/account/1", PrivateKey: key}
-	c := b.s.client(&recorder{base: b.s.transport, now: b.clock.Now})
-	order, gate, err := b.s.newOrder(ctx, c, acct, bd, log, ro, nil, "")
-	if err != nil {
-		t.Fatalf("newOrder: %v", err)
-	}
-	if _, err := gate.wait(ctx); err != nil {
-		t.Fatalf("recording the upstream order: %v", err)
-	}
-	mu.Lock()
-	got := slices.Clone(replaces)
-	mu.Unlock()
-	if !slices.Equal(got, []string{"AQIDBA.ASNFZw", ""}) {
-		t.Errorf("the upstream newOrders replace %q; want the certID, then none", got)
-	}
-	stored, err := b.db.GetRelayOrder(ctx, ro.OrderID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if order.Location != srv.URL+"/order/1" || stored.UpstreamOrderURL != order.Location {
-		t.Errorf("upstream order %q, recorded %q; want %s/order/1 recorded", order.Location, stored.UpstreamOrderURL, srv.URL)
+			if err != nil {
+				t.Fatalf("newOrder: %v", err)
+			}
+			if _, err := gate.wait(ctx); err != nil {
+				t.Fatalf("recording the upstream order: %v", err)
+			}
+			stored, err := b.db.GetRelayOrder(ctx, ro.OrderID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if order.Location != srv.URL+"/order/1" || stored.UpstreamOrderURL != order.Location {
+				t.Errorf("upstream order %q, recorded %q; want %s/order/1 recorded", order.Location, stored.UpstreamOrderURL, srv.URL)
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"path"
 	"slices"
 	"strings"
@@ -229,13 +230,18 @@ func (s *Signer) orderRequest(ctx context.Context, c *acme.Client, b *signer.Bin
 // placeOrder places want upstream; it does not record it.
 func (s *Signer) placeOrder(ctx context.Context, c *acme.Client, acct acme.Account, b *signer.Binding, log *zap.Logger, ro store.RelayOrder, want acme.Order) (acme.Order, error) {
 	order, err := c.NewOrder(ctx, acct, want)
-	var p acme.Problem
-	if err != nil && want.Replaces != "" && errors.As(err, &p) && p.Type == acme.ProblemTypeAlreadyReplaced {
-		// The upstream counts a replacement we do not (an earlier local
-		// order that failed after its upstream order was placed): the
-		// certificate is renewed all the same, without the hint.
-		log.Info("the upstream refused replaces; ordering without it", zap.String("event", "relay_replaces_refused"),
-			zap.String("profile", b.Profile), zap.String("order", ro.OrderID), zap.String("replaces", want.Replaces))
+	if err != nil && want.Replaces != "" && mayBeRefusingReplaces(err) {
+		// "replaces" is a hint the upstream may refuse while it would
+		// take the order: it counts a replacement we do not (an earlier
+		// local order that failed after its upstream order was placed:
+		// alreadyReplaced), the certificate was issued to the relay's
+		// earlier upstream account (unauthorized) or by an earlier
+		// upstream CA (malformed, 404; Pebble after a restart: 500).
+		// The certificate is renewed all the same, without the hint; a
+		// refusal that is not about it comes again and is answered.
+		log.Info("the upstream refused the order with replaces; ordering without it", zap.String("event", "relay_replaces_refused"),
+			zap.String("profile", b.Profile), zap.String("order", ro.OrderID), zap.String("replaces", want.Replaces),
+			zap.String("refusal", s.secrets.reasonOf(err)))
 		want.Replaces = ""
 		order, err = c.NewOrder(ctx, acct, want)
 	}
@@ -246,6 +252,21 @@ func (s *Signer) placeOrder(ctx context.Context, c *acme.Client, acct acme.Accou
 		return order, errors.New("the upstream created an order without a Location")
 	}
 	return order, nil
+}
+
+// mayBeRefusingReplaces says whether err, the upstream's answer to a
+// newOrder carrying "replaces", may be a refusal of that field: a problem
+// document that is not about our rate, nonce or account.
+func mayBeRefusingReplaces(err error) bool {
+	var p acme.Problem
+	if !errors.As(err, &p) {
+		return false
+	}
+	switch p.Type {
+	case acme.ProblemTypeRateLimited, acme.ProblemTypeBadNonce, acme.ProblemTypeAccountDoesNotExist, acme.ProblemTypeUserActionRequired:
+		return false
+	}
+	return p.Status != http.StatusTooManyRequests
 }
 
 // upstreamReplaces is the "replaces" of the upstream order for ro (RFC
