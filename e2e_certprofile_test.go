@@ -112,8 +112,8 @@ func TestLegoObtainsACertificateOfEachCertificateProfileAndIsRefusedOutsideThem(
 			wantErr: "urn:ietf:params:acme:error:invalidProfile"},
 		{name: "fail/mtls refuses an RSA key at finalize", profile: "mtls", domains: []string{"rsa.example.com"}, key: certcrypto.RSA2048,
 			wantErr: "urn:ietf:params:acme:error:badCSR"},
-		{name: "fail/tls refuses three names at new-order", profile: "tls", domains: []string{"a.example.com", "b.example.com", "c.example.com"},
-			key: certcrypto.EC256, wantErr: "urn:ietf:params:acme:error:rejectedIdentifier"},
+		{name: "fail/tls asked for with three names is invalidProfile at new-order", profile: "tls", domains: []string{"a.example.com", "b.example.com", "c.example.com"},
+			key: certcrypto.EC256, wantErr: "urn:ietf:params:acme:error:invalidProfile"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -71,6 +71,12 @@ func TestTheDirectoryListsTheCertificateProfilesWithTheirDescriptions(t *testing
 	}
 }
 
+// singleByDefault is certProfiles with the one-name profile the default.
+func singleByDefault(c *ProfileConfig) {
+	certProfiles(c)
+	c.DefaultCertificateProfile = "single"
+}
+
 func TestANewOrderTakesAnOfferedCertificateProfileAndRefusesOthers(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -89,7 +95,9 @@ func TestANewOrderTakesAnOfferedCertificateProfileAndRefusesOthers(t *testing.T)
 			wantType: acme.ErrorInvalidProfile},
 		{name: "fail/a profile where none is offered is invalidProfile", profile: "server", names: []string{"a.example.com"},
 			wantType: acme.ErrorInvalidProfile},
-		{name: "fail/more identifiers than max_identifiers are refused", mutate: certProfiles, profile: "single",
+		{name: "fail/more identifiers than the named profile's max_identifiers are invalidProfile", mutate: certProfiles, profile: "single",
+			names: []string{"a.example.com", "b.example.com"}, wantType: acme.ErrorInvalidProfile},
+		{name: "fail/more identifiers than the default profile's max_identifiers are rejectedIdentifier", mutate: singleByDefault,
 			names: []string{"a.example.com", "b.example.com"}, wantType: acme.ErrorRejectedIdentifier},
 	}
 	for _, tc := range tests {

@@ -60,10 +60,14 @@ func (au *Authority) CertificateProfiles() map[string]string {
 // ChooseCertificateProfile is the certificate profile of a new order that
 // asked for name ("" for none) with n identifiers: the named one, or the
 // default; "" when the profile has no default and none was asked for. An
-// unknown name is invalidProfile; more identifiers than it allows are
-// refused.
+// unknown name is invalidProfile. More identifiers than it allows are
+// invalidProfile too when the client named it (a profile "incompatible
+// with the rest of the contents of the request", which the profiles
+// draft says MUST be), rejectedIdentifier when it is the default (the
+// client, which asked for none, can only change its identifiers).
 func (au *Authority) ChooseCertificateProfile(name string, n int) (string, error) {
-	if name == "" {
+	named := name != ""
+	if !named {
 		name = au.cfg.DefaultCertificateProfile
 		if name == "" {
 			return "", nil
@@ -74,7 +78,11 @@ func (au *Authority) ChooseCertificateProfile(name string, n int) (string, error
 		return "", au.unknownCertificateProfile(name)
 	}
 	if cp.MaxIdentifiers > 0 && n > cp.MaxIdentifiers {
-		return "", problem.RejectedIdentifierF("the certificate profile %q allows at most %d identifiers in an order, not %d", name, cp.MaxIdentifiers, n)
+		refuse := problem.RejectedIdentifierF
+		if named {
+			refuse = problem.InvalidProfileF
+		}
+		return "", refuse("the certificate profile %q allows at most %d identifiers in an order, not %d", name, cp.MaxIdentifiers, n)
 	}
 	return name, nil
 }
