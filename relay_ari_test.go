@@ -58,6 +58,7 @@ type relayARIBench struct {
 	*relayBench
 	ctx  context.Context
 	lego *lego.Client
+	proc *relayProcess
 }
 
 func newRelayARIBench(t *testing.T, ctx context.Context, upstreamARI bool) *relayARIBench {
@@ -67,7 +68,7 @@ func newRelayARIBench(t *testing.T, ctx context.Context, upstreamARI bool) *rela
 	// minutes (signer/relay/directory.go).
 	b.pebble.noARI.Store(!upstreamARI)
 	p := b.start()
-	return &relayARIBench{relayBench: b, ctx: ctx, lego: newRelayLego(t, ctx, p.dirURL, p.ts.Client(), b.dns)}
+	return &relayARIBench{relayBench: b, ctx: ctx, lego: newRelayLego(t, ctx, p.dirURL, p.ts.Client(), b.dns), proc: p}
 }
 
 func (b *relayARIBench) obtain(t *testing.T, name string) (*certificate.Resource, *x509.Certificate) {
@@ -137,6 +138,34 @@ func TestARelayedCertificateIsRenewedInTheUpstreamsWindowAndItsRenewalReplacesIt
 	}
 	if got := b.renew(t, first); !slices.Equal(got, []string{certID}) {
 		t.Errorf("the renewal's upstream newOrders replace %q; want [%s]", got, certID)
+	}
+}
+
+// A relay pointed at another upstream CA (its directory changed) renews a
+// certificate the earlier CA issued: the new one does not know the
+// certificate "replaces" names and refuses it, and the relay orders again
+// without it, so the client's renewal succeeds all the same.
+func TestARelayedCertificateOfAnEarlierUpstreamIsRenewedWithoutReplacesAtTheNewOne(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	b := newRelayARIBench(t, ctx, true)
+	first, leaf := b.obtain(t, "moved.example.com")
+	if err := b.proc.runner.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	earlier := b.pebble
+	b.pebble = startRelayPebble(t, b.dns.Addr, 1, false)
+	b.start()
+
+	certID, err := api.MakeARICertID(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.renew(t, first); !slices.Equal(got, []string{certID, ""}) {
+		t.Errorf("the renewal's newOrders at the new upstream replace %q; want [%s, \"\"]: the certificate, refused, then none", got, certID)
+	}
+	if n := len(earlier.newOrderReplaces()); n != 1 {
+		t.Errorf("the earlier upstream saw %d newOrders; want 1, the first certificate's", n)
 	}
 }
 
