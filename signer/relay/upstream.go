@@ -235,8 +235,9 @@ func (s *Signer) placeOrder(ctx context.Context, c *acme.Client, acct acme.Accou
 		// take the order: it counts a replacement we do not (an earlier
 		// local order that failed after its upstream order was placed:
 		// alreadyReplaced), the certificate was issued to the relay's
-		// earlier upstream account (unauthorized) or by an earlier
-		// upstream CA (malformed, 404; Pebble after a restart: 500).
+		// earlier upstream account (unauthorized) or by another CA (an
+		// earlier upstream, the local CA the profile signed with before:
+		// malformed; Pebble after a restart: 500).
 		// The certificate is renewed all the same, without the hint; a
 		// refusal that is not about it comes again and is answered.
 		log.Info("the upstream refused the order with replaces; ordering without it", zap.String("event", "relay_replaces_refused"),
