@@ -192,7 +192,8 @@ func TestRenewalInfoRefusesAMalformedCertIDAndAnUnknownOne(t *testing.T) {
 		{"fail/bits past the last byte", aki + ".AR", http.StatusBadRequest},
 		{"fail/an empty key identifier", "." + serial, http.StatusBadRequest},
 		{"fail/an empty serial", aki + ".", http.StatusBadRequest},
-		{"fail/a negative serial", aki + "." + b64(0x80, 1), http.StatusBadRequest},
+		{"fail/a zero serial", aki + "." + b64(0), http.StatusBadRequest},
+		{"fail/an unknown serial written without its sign octet", aki + "." + b64(0x80, 1), http.StatusNotFound},
 		{"fail/a serial with a needless leading zero", aki + "." + b64(0, 1), http.StatusBadRequest},
 		{"fail/a serial longer than 20 octets", aki + "." + b64(make21()...), http.StatusBadRequest},
 		{"fail/a carriage return the base64 decoder would skip", aki + "." + serial + "%0D", http.StatusBadRequest},
@@ -216,6 +217,42 @@ func TestRenewalInfoRefusesAMalformedCertIDAndAnUnknownOne(t *testing.T) {
 				t.Errorf("Retry-After %q on a %d answer; want the profile's 21600", r.header.Get("Retry-After"), r.status)
 			}
 		})
+	}
+}
+
+// A client that writes a certificate's serial in its certID as the
+// serial's magnitude alone (Go's big.Int.Bytes), without the zero octet
+// DER puts before a first octet whose high bit is set, names that
+// certificate all the same, as Boulder and Pebble read it: its
+// renewalInfo is answered, and a newOrder that replaces it is taken and
+// echoes what the client sent.
+func TestACertIDWrittenWithoutTheSerialsSignOctetNamesTheCertificate(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, nil)
+	c := e.client(ctx)
+	// Half of the random serials have their first octet's high bit set.
+	var leaf *x509.Certificate
+	for i := 0; i < 40 && leaf == nil; i++ {
+		if l := e.issue(ctx, c, "www.example.com").leaf; l.SerialNumber.Bytes()[0]&0x80 != 0 {
+			leaf = l
+		}
+	}
+	if leaf == nil {
+		t.Fatal("no certificate of 40 had a serial whose first octet's high bit is set")
+	}
+	magnitude := base64.RawURLEncoding.EncodeToString(leaf.AuthorityKeyId) + "." + base64.RawURLEncoding.EncodeToString(leaf.SerialNumber.Bytes())
+	if magnitude == certIDOf(leaf) {
+		t.Fatalf("the magnitude form %q is the DER form", magnitude)
+	}
+	if r := e.renewalInfo(magnitude); r.status != http.StatusOK {
+		t.Fatalf("renewal-info/%s: %d %s, want 200", magnitude, r.status, r.body)
+	}
+	r := e.raw(c).post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("www.example.com")}, "replaces": magnitude}, jwsOpts{})
+	if r.status != http.StatusCreated {
+		t.Fatalf("a newOrder replacing %s: %d %s, want 201", magnitude, r.status, r.body)
+	}
+	if got := decodeAs[orderJSON](t, r).Replaces; got != magnitude {
+		t.Errorf("the order echoes replaces %q, want %q as sent", got, magnitude)
 	}
 }
 

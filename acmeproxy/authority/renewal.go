@@ -132,9 +132,16 @@ func CertIDOf(leaf *x509.Certificate) CertID {
 
 // ParseCertID reads a certID (RFC 9773 §4.1). Anything that is not one —
 // a missing or extra ".", padding, characters outside base64url, bits
-// past the last byte, an empty part, a serial that is not a minimal
-// positive DER INTEGER or is longer than RFC 5280's 20 octets — is a
-// malformed problem. What it takes renders back to the same string.
+// past the last byte, an empty part, a zero serial, a needless leading
+// zero, a serial longer than RFC 5280's 20 octets — is a malformed
+// problem. What it takes renders back to the same string, but for one
+// leniency: a serial whose first octet has its high bit set, written
+// without the zero octet DER puts before it (which DER would read as a
+// negative number), is read as the unsigned serial it plainly is, as
+// Let's Encrypt's Boulder and Pebble read it — clients that build the
+// certID from the serial's magnitude (Go's big.Int.Bytes) work against
+// them, and would fail here on every other certificate. It renders back
+// with the zero octet.
 func ParseCertID(s string) (CertID, error) {
 	if len(s) > maxCertIDLen {
 		return CertID{}, problem.MalformedF("a certID is at most %d characters", maxCertIDLen)
@@ -157,8 +164,8 @@ func ParseCertID(s string) (CertID, error) {
 		return CertID{}, problem.MalformedF("the certID's serial is not unpadded base64url of at least one byte")
 	}
 	switch {
-	case der[0]&0x80 != 0 || (len(der) == 1 && der[0] == 0):
-		return CertID{}, problem.MalformedF("the certID's serial is not positive; serials are (RFC 5280 §4.1.2.2)")
+	case len(der) == 1 && der[0] == 0:
+		return CertID{}, problem.MalformedF("the certID's serial is zero; serials are positive (RFC 5280 §4.1.2.2)")
 	case len(der) > 1 && der[0] == 0 && der[1]&0x80 == 0:
 		return CertID{}, problem.MalformedF("the certID's serial is not minimally encoded (a DER INTEGER has no needless leading zero)")
 	case len(der) > 21 || (len(der) == 21 && der[0] != 0):

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"math"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,7 +64,9 @@ func TestARenewalConfigRefusesAPointOutsideTheLifeAndANegativeRetryAfter(t *test
 
 // FuzzParseCertID: any string either is refused as a malformed problem or
 // is a certID that renders back to exactly itself (one certificate has
-// one certID), with a positive serial of at most 20 octets.
+// one certID) — or, for a serial written without DER's zero octet before
+// a first octet whose high bit is set, to itself with that octet — with
+// a positive serial of at most 20 octets.
 func FuzzParseCertID(f *testing.F) {
 	for _, s := range []string{"aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE", "AQ.AQ", "AQ.AA", "AQ.AIA", "AQ.AAE", "AQ.gA", ".AQ", "AQ.", "AQ", "AQ.AQ.AQ",
 		"AQ==.AQ", "AR.AQ", "AQ.+A", "", "."} {
@@ -77,8 +80,13 @@ func FuzzParseCertID(f *testing.F) {
 			}
 			return
 		}
-		if got := id.String(); got != s {
-			t.Fatalf("ParseCertID(%q) renders back as %q", s, got)
+		want := s
+		akiPart, serialPart, _ := strings.Cut(s, ".")
+		if serial, _ := base64.RawURLEncoding.DecodeString(serialPart); len(serial) > 0 && serial[0]&0x80 != 0 {
+			want = akiPart + "." + base64.RawURLEncoding.EncodeToString(append([]byte{0}, serial...))
+		}
+		if got := id.String(); got != want {
+			t.Fatalf("ParseCertID(%q) renders back as %q, want %q", s, got, want)
 		}
 		if len(id.Serial.Bytes()) > 20 || id.Serial.Cmp(new(big.Int)) <= 0 {
 			t.Fatalf("ParseCertID(%q): serial %x is not a positive serial of at most 20 octets", s, id.Serial)
@@ -87,4 +95,35 @@ func FuzzParseCertID(f *testing.F) {
 			t.Fatalf("ParseCertID(%q) took key identifier %x from what is not its base64url", s, id.AKI)
 		}
 	})
+}
+
+// RFC 9773 §4.1 writes the serial as DER's content octets, with a zero
+// octet before a first octet whose high bit is set; a client that writes
+// the serial's magnitude alone (Go's big.Int.Bytes) names the same
+// certificate, as Boulder and Pebble read it. Either form is the same
+// certID.
+func TestACertIDSerialWithoutItsSignOctetIsTheSameCertificate(t *testing.T) {
+	cases := []struct {
+		name, certID string
+		serial       int64
+		renders      string
+	}{
+		{"the DER form", "AQ.AIAB", 0x8001, "AQ.AIAB"},
+		{"the magnitude alone", "AQ.gAE", 0x8001, "AQ.AIAB"},
+		{"a serial whose high bit is clear", "AQ.fw", 0x7f, "AQ.fw"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := ParseCertID(tc.certID)
+			if err != nil {
+				t.Fatalf("ParseCertID(%q): %v", tc.certID, err)
+			}
+			if id.Serial.Cmp(big.NewInt(tc.serial)) != 0 {
+				t.Errorf("serial %x, want %x", id.Serial, tc.serial)
+			}
+			if got := id.String(); got != tc.renders {
+				t.Errorf("renders as %q, want %q", got, tc.renders)
+			}
+		})
+	}
 }
