@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/mail"
 	"net/textproto"
@@ -124,14 +125,27 @@ func (d *Destination) Validate() error {
 		}
 		// What Go's HTTP client would refuse to send fails here: else
 		// every delivery would fail before it left, and be retried for a
-		// day. A value is never quoted: it is often a token.
-		for k, v := range d.Headers {
+		// day. So does what would not be sent as configured: a header the
+		// request sets itself (its value dropped or overwritten), and one
+		// name given twice in another case (one value, either, sent). A
+		// value is never quoted: it is often a token.
+		names := slices.Sorted(maps.Keys(d.Headers))
+		given := map[string]string{}
+		for _, k := range names {
 			if !httpguts.ValidHeaderFieldName(k) {
 				return fmt.Errorf("notify webhook: header: %q is not a header name", k)
 			}
-			if !httpguts.ValidHeaderFieldValue(v) {
+			if !httpguts.ValidHeaderFieldValue(d.Headers[k]) {
 				return fmt.Errorf("notify webhook: header %s: the value holds a control character (a line break?)", k)
 			}
+			ck := textproto.CanonicalMIMEHeaderKey(k)
+			if slices.Contains(requestHeaders, ck) {
+				return fmt.Errorf("notify webhook: header %s: is set by each request itself, not by the config", k)
+			}
+			if other, dup := given[ck]; dup {
+				return fmt.Errorf("notify webhook: header %s: given twice, as %s too (header names ignore case)", k, other)
+			}
+			given[ck] = k
 		}
 	case TypeEmail:
 		if _, _, err := net.SplitHostPort(d.SMTP); err != nil || d.SMTP == "" {

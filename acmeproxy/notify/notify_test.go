@@ -534,6 +534,51 @@ func TestAWebhookHeaderThatCannotBeSentFailsAtLoadNamingIt(t *testing.T) {
 	}
 }
 
+// A header that would not reach the receiver as configured fails the
+// load, naming it: one the request sets itself (Go's client writes Host
+// from the URL and drops the others' map entries; the deliverer
+// overwrites Content-Type, User-Agent and its own), and one name given
+// twice in another case, of which a delivery sends either value.
+func TestAWebhookHeaderThatWouldNotBeSentAsConfiguredFailsAtLoadNamingIt(t *testing.T) {
+	tests := []struct {
+		name    string
+		headers map[string]string
+		want    string
+	}{
+		{"fail/Host, which the URL sets", map[string]string{"Host": "hooks.internal"},
+			"notify webhook: header Host: is set by each request itself"},
+		{"fail/User-Agent in lower case", map[string]string{"user-agent": "mine"},
+			"notify webhook: header user-agent: is set by each request itself"},
+		{"fail/Content-Type", map[string]string{"Content-Type": "text/plain"},
+			"notify webhook: header Content-Type: is set by each request itself"},
+		{"fail/Content-Length", map[string]string{"Content-Length": "1"},
+			"notify webhook: header Content-Length: is set by each request itself"},
+		{"fail/the signature header", map[string]string{notify.SignatureHeader: "00"},
+			"notify webhook: header " + notify.SignatureHeader + ": is set by each request itself"},
+		{"fail/the delivery header", map[string]string{notify.DeliveryHeader: "1"},
+			"notify webhook: header " + notify.DeliveryHeader + ": is set by each request itself"},
+		{"fail/one name in two cases", map[string]string{"Authorization": "Bearer abc", "authorization": "Bearer abd"},
+			"notify webhook: header authorization: given twice, as Authorization too"},
+		{"ok/Accept-Encoding, which the request leaves to the config", map[string]string{"Accept-Encoding": "identity"}, ""},
+		{"ok/two distinct names", map[string]string{"Authorization": "Bearer abc", "X-Tenant": "pki"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := notify.Destination{Type: notify.TypeWebhook, URL: "https://h.example.com/x", Headers: tt.headers}
+			err := d.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Validate: %v; want it to load", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Validate: %v; want %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "abc") {
+				t.Errorf("the error quotes a value: %v", err)
+			}
+		})
+	}
+}
+
 // A receiver drops a redelivery (its first answer was lost, say) and a
 // replayed request by the delivery id, which the signature covers: it
 // is in the signed body, the same on every attempt, as in the

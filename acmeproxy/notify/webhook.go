@@ -30,6 +30,13 @@ const (
 	DeliveryHeader = "X-Acme-Proxy-Delivery"
 )
 
+// requestHeaders are the headers each webhook request sets itself, which
+// a destination's headers may not name: the ones above and Content-Type
+// (the body is JSON), User-Agent, and those Go's HTTP client writes from
+// the request rather than its header map (Host is the URL's).
+var requestHeaders = []string{SignatureHeader, EventHeader, DeliveryHeader,
+	"Content-Type", "User-Agent", "Host", "Content-Length", "Transfer-Encoding", "Trailer"}
+
 // eventJSON is a delivery's body (a webhook's, a script's stdin): the
 // event and the delivery's job id, the same on every attempt. The id is
 // in the body, which the signature covers, not only in DeliveryHeader:
