@@ -172,6 +172,32 @@ func TestWebhookFailuresAreRetriedOrAbandonedByStatus(t *testing.T) {
 	}
 }
 
+// Every answer that is retried is retried no sooner than its
+// Retry-After asks, as the README says of 408, 429 and 5xx alike: a
+// gateway's 502 or 504 asking for two minutes is not asked again at the
+// runner's first, shorter backoff.
+func TestEveryRetriedAnswerWaitsForItsRetryAfter(t *testing.T) {
+	for _, code := range []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", "120")
+				w.WriteHeader(code)
+			}))
+			t.Cleanup(srv.Close)
+			dst := notify.Destination{Type: notify.TypeWebhook, URL: srv.URL}
+			d := notify.NewDeliverer(notify.Options{})
+			if err := d.Register(dst); err != nil {
+				t.Fatal(err)
+			}
+			job := &jobs.Job{ID: 1, Kind: notify.Kind, Payload: notify.Jobs([]notify.Destination{dst}, sampleEvent(acme.EventCertificateIssued))[0].Payload}
+			if got, want := d.Run(context.Background(), job).String(), "retry after 2m0s: "; !strings.HasPrefix(got, want) {
+				t.Errorf("outcome %q; want it to start %q", got, want)
+			}
+		})
+	}
+}
+
 func checkNoSecret(t *testing.T, s string) {
 	t.Helper()
 	for _, secret := range []string{"hunter2", "topsecret", "hmackey", "/hook"} {

@@ -58,8 +58,8 @@ func Sign(secret string, body []byte) string {
 }
 
 // webhook POSTs the event. 2xx is delivered; 408, 429 and 5xx (and any
-// transport failure) are retried, a Retry-After honoured; anything else is
-// a permanent refusal.
+// transport failure) are retried, a Retry-After of any of them honoured;
+// anything else is a permanent refusal.
 func (d *Deliverer) webhook(ctx context.Context, dst Destination, ev Event, body []byte, delivery int64) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dst.URL, bytes.NewReader(body))
 	if err != nil {
@@ -85,12 +85,12 @@ func (d *Deliverer) webhook(ctx context.Context, dst Destination, ev Event, body
 	switch {
 	case code >= 200 && code < 300:
 		return nil
-	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		// A Retry-After is honoured on every answer retried, not only
+		// on 429 and 503: a gateway's 502 may carry one too.
 		if after, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			return &retryAfterError{err: fmt.Errorf("HTTP %d, retry after %s", code, after), after: after}
 		}
-		return fmt.Errorf("HTTP %d", code)
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		return fmt.Errorf("HTTP %d", code)
 	}
 	return permanent(fmt.Errorf("HTTP %d", code))
