@@ -176,20 +176,18 @@ func (d *Deliverer) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
 		return jobs.Done()
 	}
 	reason := dst.Describe() + ": " + err.Error()
-	var pe *permanentError
-	var ra *retryAfterError
-	switch {
-	case errors.As(err, &pe):
-		return jobs.Failed(reason)
-	case errors.As(err, &ra):
+	if pe := (*permanentError)(nil); errors.As(err, &pe) {
+		return jobs.Failed(reason) // logged once, by Abandon
+	}
+	d.log.Debug("notification attempt failed", zap.String("event", "notification_attempt_failed"),
+		zap.String("notification", p.Event.Event), zap.String("destination", dst.Describe()),
+		zap.Int64("job", job.ID), zap.Int("attempt", job.Attempts), zap.String("error", reason))
+	if ra := (*retryAfterError)(nil); errors.As(err, &ra) {
 		// The receiver's pause is honoured, and the attempt spent: one
 		// that answers "503, Retry-After: 0" for a day must not be asked
 		// again every poll until the delivery's deadline.
 		return jobs.RetryNoSooner(reason, ra.after)
 	}
-	d.log.Debug("notification attempt failed", zap.String("event", "notification_attempt_failed"),
-		zap.String("notification", p.Event.Event), zap.String("destination", dst.Describe()),
-		zap.Int64("job", job.ID), zap.Int("attempt", job.Attempts), zap.String("error", reason))
 	return jobs.Retry(reason)
 }
 

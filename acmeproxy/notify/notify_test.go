@@ -198,6 +198,28 @@ func TestEveryRetriedAnswerWaitsForItsRetryAfter(t *testing.T) {
 	}
 }
 
+// Each attempt that fails and is retried logs its debug line, whether
+// the receiver asked for a pause (Retry-After) or not.
+func TestEveryRetriedAttemptLogsThatItFailed(t *testing.T) {
+	rcv := newReceiver(t, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusTooManyRequests)
+	rcv.headers[http.StatusServiceUnavailable] = http.Header{"Retry-After": {"0"}}
+	rcv.headers[http.StatusTooManyRequests] = http.Header{"Retry-After": {"0"}}
+	dst := notify.Destination{Type: notify.TypeWebhook, URL: rcv.URL}
+	r := newRig(t, notify.Options{}, dst)
+	ids := r.event(t, sampleEvent(acme.EventCertificateIssued), dst)
+	if j := r.wait(t, ids[0]); j.Status != store.JobDone || j.Attempts != 4 {
+		t.Fatalf("job %s after %d attempts (%s); want done after 4", j.Status, j.Attempts, j.LastError)
+	}
+	var got []string
+	for _, e := range r.logs.FilterField(zapString("event", "notification_attempt_failed")).All() {
+		got = append(got, e.ContextMap()["error"].(string))
+	}
+	want := []string{"webhook 127.0.0.1: HTTP 500", "webhook 127.0.0.1: HTTP 503, retry after 0s", "webhook 127.0.0.1: HTTP 429, retry after 0s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("attempt failures logged %q; want %q", got, want)
+	}
+}
+
 func checkNoSecret(t *testing.T, s string) {
 	t.Helper()
 	for _, secret := range []string{"hunter2", "topsecret", "hmackey", "/hook"} {
