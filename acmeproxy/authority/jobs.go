@@ -133,8 +133,9 @@ func ValidationJobs(profiles Profiles, db *store.DB, clk clock.Clock) jobs.Handl
 			return nil
 		},
 		// The challenge becomes invalid: validation could not be carried
-		// out (our fault, or the authorization expired first). A
-		// challenge settled already is left as it is. No attempt's fault
+		// out (our fault, or the authorization expired first), audited
+		// and notified as challenge_failed. A challenge settled already
+		// is left as it is. No attempt's fault
 		// was logged (each is the job's last_error): the operator learns
 		// of the challenge failed on our side here, once, with the last.
 		abandon: func(ctx context.Context, job *jobs.Job, reason string) error {
@@ -142,19 +143,25 @@ func ValidationJobs(profiles Profiles, db *store.DB, clk clock.Clock) jobs.Handl
 			if jobs.Decode(job, &p) != nil {
 				return nil
 			}
-			body, _ := json.Marshal(problem.Internal())
-			_, err := db.CompleteChallenge(ctx, p.Challenge, false, body, clk.Now())
-			if errors.Is(err, store.ErrWrongState) || errors.Is(err, store.ErrNotFound) {
-				return nil
-			}
-			if err != nil {
+			au, ok := profiles.Lookup(p.Profile)
+			if !ok {
+				// A profile this process no longer mounts: no authority
+				// to audit it with; the challenge is settled all the same.
+				body, _ := json.Marshal(problem.Internal())
+				_, err := db.CompleteChallenge(ctx, p.Challenge, false, body, clk.Now())
+				if errors.Is(err, store.ErrWrongState) || errors.Is(err, store.ErrNotFound) {
+					return nil
+				}
 				return err
 			}
-			if au, ok := profiles.Lookup(p.Profile); ok {
-				au.log.Warn("challenge validation abandoned: it could not be carried out, and the challenge is invalid",
-					zap.String("event", "challenge_abandoned"), zap.String("profile", p.Profile),
-					zap.String("challenge", p.Challenge), zap.Int64("job", job.ID), zap.String("reason", reason))
+			// Audited and notified as challenge_failed.
+			settled, err := au.FailAbandoned(ctx, p.Challenge, Client{IP: p.ClientIP, UserAgent: p.UserAgent})
+			if err != nil || !settled {
+				return err
 			}
+			au.log.Warn("challenge validation abandoned: it could not be carried out, and the challenge is invalid",
+				zap.String("event", "challenge_abandoned"), zap.String("profile", p.Profile),
+				zap.String("challenge", p.Challenge), zap.Int64("job", job.ID), zap.String("reason", reason))
 			return nil
 		},
 	}

@@ -284,8 +284,7 @@ func (au *Authority) RunValidation(ctx context.Context, challengeID string, cl C
 		// Settled already (a repeated job, or one that outlived a crash).
 		return jobs.Done()
 	case !now.Before(a.Expires):
-		body, _ := json.Marshal(problem.UnauthorizedF("the authorization expired before it was validated"))
-		if _, err := au.db.CompleteChallenge(ctx, c.ID, false, body, now); err != nil && !errors.Is(err, store.ErrWrongState) {
+		if _, err := au.failUnjudged(ctx, c, a, problem.UnauthorizedF("the authorization expired before it was validated"), cl); err != nil {
 			return jobs.Retry(err.Error())
 		}
 		return jobs.Done()
@@ -390,6 +389,47 @@ func (au *Authority) recordValidation(ctx context.Context, c store.Challenge, a 
 		c.Status, c.Validated, c.Error = acme.StatusInvalid, time.Time{}, body
 	}
 	return c, true, nil
+}
+
+// FailAbandoned makes the challenge challengeID of this profile invalid
+// with a serverInternal problem: its validation job spent its attempts
+// on faults of our side (or outlived its authorization), and no answer
+// of the client's was judged. See failUnjudged. A challenge settled
+// already, or gone, is left as it is (settled false).
+func (au *Authority) FailAbandoned(ctx context.Context, challengeID string, cl Client) (settled bool, err error) {
+	c, a, err := au.db.GetChallenge(ctx, au.cfg.Profile, challengeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return au.failUnjudged(ctx, c, a, problem.Internal(), cl)
+}
+
+// failUnjudged makes challenge c invalid with prob when its validation
+// was not carried out — its authorization expired first, or every
+// attempt failed on our side — which makes its authorization and order
+// invalid too: audited and notified as challenge_failed, in the same
+// write, as a failed validation is, so that the trail says why the order
+// failed and the problem's type (serverInternal, unauthorized) says it
+// was no wrong answer; but not counted among the account's failed
+// validations, which limit answers judged wrong. A challenge settled
+// already is left as it is (settled false).
+func (au *Authority) failUnjudged(ctx context.Context, c store.Challenge, a store.Authz, prob *problem.Problem, cl Client) (settled bool, err error) {
+	prob.Identifier = &acme.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
+	body, _ := json.Marshal(prob)
+	ev := au.challengeFailedEvent(ctx, a, c, prob, cl)
+	ev.At = au.clock.Now()
+	ev.Jobs = au.AuditNotifyJobs(ev)
+	if _, err := au.db.FailChallengeAudited(ctx, c.ID, body, ev); err != nil {
+		if errors.Is(err, store.ErrWrongState) {
+			return false, nil
+		}
+		return false, err
+	}
+	au.Notified(ev.Jobs)
+	return true, nil
 }
 
 // challengeFailedEvent is the audit row of a failed challenge, by the
