@@ -158,13 +158,17 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 		var p struct {
 			Contact *[]string   `json:"contact"`
 			Status  acme.Status `json:"status"`
+			// TermsOfServiceAgreed is read only to hold it to its type,
+			// a boolean, as newAccount does: its value is ignored.
+			TermsOfServiceAgreed bool `json:"termsOfServiceAgreed"`
 		}
 		if err := decodePayload(req.payload, &p); err != nil {
 			return err
 		}
 		// RFC 8555 §7.3.2: the server MUST ignore updates to the status
 		// field other than a deactivation (§7.3.6), as it ignores
-		// termsOfServiceAgreed, orders and fields it does not know.
+		// termsOfServiceAgreed (agreement is given at creation, §7.3.3),
+		// orders and fields it does not know.
 		if p.Status == acme.StatusDeactivated {
 			if acct, err = s.core.DeactivateAccount(ctx, id, clientOf(r)); err != nil {
 				return err

@@ -148,6 +148,8 @@ var accountSeeds = []payloadSeed{
 	{"ok-update-deactivate", `{"status":"deactivated"}`, true, ""},
 	{"ok-update-post-as-get", ``, true, ""},
 	{"ok-update-status-revoked-is-ignored", `{"status":"revoked"}`, true, ""},
+	{"ok-update-terms-agreed-is-ignored", `{"termsOfServiceAgreed":false}`, true, ""},
+	{"fail-update-terms-agreed-a-string", `{"termsOfServiceAgreed":"true","contact":["mailto:new@example.com"]}`, true, acme.ErrorMalformed},
 	{"fail-update-tel-contact", `{"contact":["tel:+15551234"]}`, true, acme.ErrorUnsupportedContact},
 	{"fail-update-quoted-local-part", `{"contact":["mailto:\"a,b\"@example.com"]}`, true, acme.ErrorInvalidContact},
 }
