@@ -75,14 +75,24 @@ type protectedHeader struct {
 	JWK json.RawMessage `json:"jwk"`
 	// KID is a pointer so that a header with "kid": "" beside a jwk has
 	// both (RFC 8555 §6.2: servers MUST reject requests that contain both).
-	KID   *string         `json:"kid"`
-	Nonce string          `json:"nonce"`
+	KID *string `json:"kid"`
+	// Nonce is a pointer so that an inner JWS of a key change with
+	// "nonce": "" has one (RFC 8555 §7.3.5: it MUST omit it).
+	Nonce *string         `json:"nonce"`
 	URL   *string         `json:"url"`
 	Crit  json.RawMessage `json:"crit"`
 	// B64 is RFC 7797's unencoded payload option, which RFC 8555 §6.2
 	// forbids: a header declaring it is refused, not read as if it
 	// had not.
 	B64 *bool `json:"b64"`
+}
+
+// nonce is the header's nonce, "" when it has none.
+func (h *protectedHeader) nonce() string {
+	if h.Nonce == nil {
+		return ""
+	}
+	return *h.Nonce
 }
 
 // verify is the one verification step every signed request passes before
@@ -222,15 +232,15 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	}
 	switch {
 	case !useNonce:
-		if hdr.Nonce != "" {
+		if hdr.Nonce != nil {
 			return nil, problem.MalformedF("the inner JWS must not have a nonce")
 		}
 	case req.jwk != nil:
-		if err := s.nonces.consume(ctx, s.cfg.Profile, hdr.Nonce, s.clock.Now()); err != nil {
+		if err := s.nonces.consume(ctx, s.cfg.Profile, hdr.nonce(), s.clock.Now()); err != nil {
 			return nil, err
 		}
 	default:
-		acct, err := s.nonces.consumeAs(ctx, s.cfg.Profile, hdr.Nonce, s.clock.Now(), kr.id)
+		acct, err := s.nonces.consumeAs(ctx, s.cfg.Profile, hdr.nonce(), s.clock.Now(), kr.id)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, problem.AccountDoesNotExistF("account %s does not exist", problem.Quote(*hdr.KID))
 		}

@@ -695,7 +695,7 @@ type innerSpec struct {
 	signer  crypto.Signer    // signs the inner JWS
 	jwk     crypto.PublicKey // the jwk it carries; default signer's
 	url     string           // default the key-change URL
-	nonce   string           // must be absent
+	nonce   *string          // must be absent, even empty
 	kid     string           // instead of jwk, when set
 	account string
 	oldKey  crypto.PublicKey
@@ -716,8 +716,8 @@ func innerKeyChange(t testing.TB, e *testEnv, s innerSpec) []byte {
 	} else {
 		hdr["jwk"] = jwkOf(t, s.jwk)
 	}
-	if s.nonce != "" {
-		hdr["nonce"] = s.nonce
+	if s.nonce != nil {
+		hdr["nonce"] = *s.nonce
 	}
 	payload := s.payload
 	if payload == "" {
@@ -831,7 +831,10 @@ func TestAKeyChangeThatFailsACheckIsRefused(t *testing.T) {
 			wantLoc    string
 		}{
 			{"fail/the inner url is not the outer url", with(func(s *innerSpec) { s.url = e.url("/new-account") }), 401, acme.ErrorUnauthorized, ""},
-			{"fail/the inner JWS has a nonce", with(func(s *innerSpec) { s.nonce = alice.nonce() }), 400, acme.ErrorMalformed, ""},
+			{"fail/the inner JWS has a nonce", with(func(s *innerSpec) { s.nonce = strp(alice.nonce()) }), 400, acme.ErrorMalformed, ""},
+			// "The inner JWS MUST omit the "nonce" header parameter": an
+			// empty one is not omitted.
+			{"fail/the inner JWS has an empty nonce", with(func(s *innerSpec) { s.nonce = strp("") }), 400, acme.ErrorMalformed, ""},
 			{"fail/the inner JWS names its key by kid", with(func(s *innerSpec) { s.kid = alice.kid }), 400, acme.ErrorMalformed, ""},
 			{"fail/the inner JWS is signed by a key other than its jwk", with(func(s *innerSpec) { s.jwk = stranger.Public() }), 400, acme.ErrorMalformed, ""},
 			{"fail/oldKey is not the account's key", with(func(s *innerSpec) { s.oldKey = stranger.Public() }), 403, acme.ErrorUnauthorized, ""},
