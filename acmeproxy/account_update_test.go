@@ -55,3 +55,42 @@ func TestAnAccountUpdateIgnoresTermsOfServiceAgreedButNotAValueOfTheWrongType(t 
 		})
 	}
 }
+
+// RFC 8555 §7.3.2: the server MUST ignore the fields of an account update
+// it does not recognize, orders among them. JSON member names are
+// case-sensitive: "Status" is not "status", and a deactivation, which
+// cannot be undone, is asked only by the member the RFC names. A member
+// sent twice is refused, not read as whichever came last.
+func TestAnAccountUpdateIgnoresMembersItDoesNotKnowWhateverTheirCase(t *testing.T) {
+	e := newTestEnv(t, nil)
+	old := []string{"mailto:old@example.com"}
+	tests := []struct {
+		name     string
+		payload  string
+		wantType acme.ProblemType // "" when the update is answered 200
+	}{
+		{name: "ok/Status is not status", payload: `{"Status":"deactivated"}`},
+		{name: "ok/STATUS is not status", payload: `{"STATUS":"deactivated"}`},
+		{name: "ok/Contact is not contact", payload: `{"Contact":["mailto:new@example.com"]}`},
+		{name: "ok/orders is ignored", payload: `{"orders":"https://elsewhere.example/orders"}`},
+		{name: "ok/an unknown member is ignored", payload: `{"unknown":{"status":"deactivated"}}`},
+		{name: "fail/status twice", payload: `{"status":"valid","status":"deactivated"}`, wantType: acme.ErrorMalformed},
+		{name: "fail/contact twice", payload: `{"contact":["mailto:old@example.com"],"contact":["mailto:new@example.com"]}`, wantType: acme.ErrorMalformed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := e.rawClient()
+			c.registerWith(map[string]any{"termsOfServiceAgreed": true, "contact": old})
+			r := c.post(c.kid, []byte(tc.payload), jwsOpts{})
+			if tc.wantType != "" {
+				wantProblem(t, r, http.StatusBadRequest, tc.wantType)
+			} else if r.status != http.StatusOK {
+				t.Fatalf("update: %d %s", r.status, r.body)
+			}
+			read := decodeAs[accountJSON](t, c.read(c.kid))
+			if read.Status != acme.StatusValid || !slices.Equal(read.Contact, old) {
+				t.Errorf("account is now %s with contact %q; want it unchanged, valid with %q", read.Status, read.Contact, old)
+			}
+		})
+	}
+}

@@ -116,11 +116,44 @@ func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*si
 // encoding/json takes a literal null into a struct or map as "nothing to
 // set", so null is refused here, not read as an empty object.
 func decodePayload(payload []byte, v any) error {
-	if t := bytes.TrimLeft(payload, " \t\r\n"); len(t) > 0 && t[0] != '{' {
-		return problem.MalformedF("the request payload is not a JSON object")
+	if err := payloadIsObject(payload); err != nil {
+		return err
 	}
 	if err := json.Unmarshal(payload, v); err != nil {
 		return problem.MalformedF("the request payload %s", problem.JSONFault(err))
+	}
+	return nil
+}
+
+// decodeExactPayload is decodePayload reading member names as JSON has
+// them, for a payload whose members RFC 8555 has the server ignore when
+// it does not know them (an account update, §7.3.2): go-jose's decoder, as
+// the JWS around the payload is read, matches names case-sensitively, so
+// "Status" beside "status" is ignored rather than read as the one known —
+// encoding/json would deactivate an account asked {"Status":"deactivated"}
+// — and refuses a member sent twice rather than read whichever came last.
+func decodeExactPayload(payload []byte, v any) error {
+	if err := payloadIsObject(payload); err != nil {
+		return err
+	}
+	if err := josejson.Unmarshal(payload, v); err != nil {
+		// encoding/json's error names the member of a value of the wrong
+		// type ("has a string where "contact" takes…"), which go-jose's
+		// does not: the payload is refused either way, and described by
+		// encoding/json when it finds a fault too.
+		if jerr := json.Unmarshal(payload, v); jerr != nil {
+			err = jerr
+		}
+		return problem.MalformedF("the request payload %s", problem.JSONFault(err))
+	}
+	return nil
+}
+
+// payloadIsObject refuses a payload that is not empty and not a JSON
+// object.
+func payloadIsObject(payload []byte) error {
+	if t := bytes.TrimLeft(payload, " \t\r\n"); len(t) > 0 && t[0] != '{' {
+		return problem.MalformedF("the request payload is not a JSON object")
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"testing"
 
+	josejson "github.com/go-jose/go-jose/v4/json"
+
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -149,6 +151,8 @@ var accountSeeds = []payloadSeed{
 	{"ok-update-post-as-get", ``, true, ""},
 	{"ok-update-status-revoked-is-ignored", `{"status":"revoked"}`, true, ""},
 	{"ok-update-terms-agreed-is-ignored", `{"termsOfServiceAgreed":false}`, true, ""},
+	{"ok-update-status-in-another-case-is-ignored", `{"Status":"deactivated"}`, true, ""},
+	{"fail-update-status-twice", `{"status":"valid","status":"deactivated"}`, true, acme.ErrorMalformed},
 	{"fail-update-terms-agreed-a-string", `{"termsOfServiceAgreed":"true","contact":["mailto:new@example.com"]}`, true, acme.ErrorMalformed},
 	{"fail-update-tel-contact", `{"contact":["tel:+15551234"]}`, true, acme.ErrorUnsupportedContact},
 	{"fail-update-quoted-local-part", `{"contact":["mailto:\"a,b\"@example.com"]}`, true, acme.ErrorInvalidContact},
@@ -162,12 +166,18 @@ func (fx *fuzzFixture) accountPayload(t testing.TB, payload []byte, update bool)
 	ctx := context.Background()
 	key := newKey(t)
 	tp := fuzzThumbprint(t, key.Public())
-	// What the payload asks, read independently of the handler.
+	// What the payload asks, read independently of the handler: an
+	// update's member names case-sensitively (go-jose's decoder, see
+	// decodeExactPayload).
 	var asked struct {
 		Contact *[]string `json:"contact"`
 		Status  string    `json:"status"`
 	}
-	askErr := json.Unmarshal(payload, &asked)
+	decode := json.Unmarshal
+	if update {
+		decode = josejson.Unmarshal
+	}
+	askErr := decode(payload, &asked)
 
 	if !update {
 		prob := checkAnswer(t, "new-account", fx.serve(t, fuzzBase+"/new-account", key, "", payload), http.StatusCreated)
