@@ -200,28 +200,40 @@ func (c *cli) call(cmd *cobra.Command, method, uri string, body any) ([]byte, er
 	}
 	resp, err := caddycmd.AdminAPIRequest(addr, method, uri, h, rd)
 	if err != nil {
-		return nil, cleanAdminError(err)
+		return nil, cleanAdminError(addr, err)
 	}
 	defer resp.Body.Close()
 	return io.ReadAll(resp.Body)
 }
 
-var adminErrorRE = regexp.MustCompile(`HTTP (\d+): (\{.*\})\s*$`)
+// adminErrorRE matches Caddy's error for an answer of status 400 or more
+// (caddycmd.AdminAPIRequest): its status and body.
+var adminErrorRE = regexp.MustCompile(`(?s)^caddy responded with error: HTTP (\d+): (.*)$`)
 
-// cleanAdminError turns "caddy responded with error: HTTP 404: {"error":…}"
-// into "HTTP 404: …".
-func cleanAdminError(err error) error {
+// cleanAdminError turns the error of a request to the admin API at addr
+// into what the operator reads: "caddy responded with error: HTTP 404:
+// {"error":…}" into "HTTP 404: …", on one line of plain text (the
+// message may quote what a client or an upstream CA chose, see
+// printable); an answer that is not the admin API's JSON into an excerpt
+// saying so; no answer at all into one that names the address asked.
+func cleanAdminError(addr string, err error) error {
 	m := adminErrorRE.FindStringSubmatch(err.Error())
 	if m == nil {
+		if strings.HasPrefix(err.Error(), "performing request: ") {
+			return fmt.Errorf("no answer from Caddy's admin API at %s (is Caddy running with its admin endpoint there? name it with --address, or --config): %w",
+				addr, err)
+		}
 		return err
 	}
 	var body struct {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal([]byte(m[2]), &body) != nil || body.Error == "" {
-		return err
+		// Another server's page, or a Caddy without this plugin.
+		return fmt.Errorf("HTTP %s, not an answer of the acme_proxy admin API (is %s Caddy's admin endpoint, with this plugin?): %s",
+			m[1], addr, plainText(operator.Clip(strings.TrimSpace(m[2])), false))
 	}
-	return fmt.Errorf("HTTP %s: %s", m[1], body.Error)
+	return fmt.Errorf("HTTP %s: %s", m[1], plainText(body.Error, false))
 }
 
 // show prints a response: raw JSON with --json, else through human.
