@@ -25,6 +25,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 )
 
 func init() {
@@ -547,10 +548,11 @@ func (c *cli) jobs(cmd *cobra.Command, _ []string) error {
 	})
 }
 
+// oneLine is s on one line, cut to about n bytes between characters.
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
+	if head, cut := textcut.Head(s, n, 1); cut {
+		return head + "…"
 	}
 	return s
 }

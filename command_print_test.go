@@ -136,3 +136,37 @@ func TestOrdersShowPrintsAClientChosenProblemAsPlainText(t *testing.T) {
 		t.Errorf("the error line does not show the whole problem on one line, its controls written out:\n%s", out)
 	}
 }
+
+// The jobs table shortens a job's last error to a column's width; the
+// cut falls between characters, so that one written in more than a byte
+// (a dash, an ellipsis, as the server's own messages write them) is
+// printed whole or not at all, never as half a character.
+func TestTheJobsTableCutsALastErrorBetweenCharacters(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	now := time.Now()
+	j, _, err := db.EnqueueJobLeased(ctx, store.NewJob{Kind: "relay_issue", RunAt: now, MaxAttempts: 3}, "me", now.Add(time.Minute), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The column holds 60 bytes: "—" (3 bytes) straddles the cut.
+	lastError := strings.Repeat("a", 58) + "— the upstream did not answer"
+	if _, err := db.RetryJob(ctx, j.ID, "me", now.Add(time.Hour), lastError, false, now); err != nil {
+		t.Fatal(err)
+	}
+	ts := adminServer(t, db)
+	out, err := runCLI("jobs", "--address", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatalf("jobs: %v\n%s", err, out)
+	}
+	if !utf8.ValidString(out) {
+		t.Errorf("the table is not UTF-8: %q", out)
+	}
+	if !strings.Contains(out, strings.Repeat("a", 58)+"…") {
+		t.Errorf("the table does not show the last error cut before the dash:\n%s", out)
+	}
+}
