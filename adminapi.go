@@ -542,6 +542,11 @@ func (a *AdminAPI) pruneAudit(w http.ResponseWriter, r *http.Request, op *operat
 	if err := q.check(); err != nil {
 		return err
 	}
+	// The cutoff is the query's: a body (a cutoff written there too)
+	// would say something the prune does not do.
+	if err := readJSONBody(r, 1<<10, true, &struct{}{}, "empty or {} (this route takes its cutoff from the query's before)"); err != nil {
+		return err
+	}
 	v, err := op.PruneAudit(r.Context(), before, actorOf(r))
 	if err != nil {
 		return opError(err)
