@@ -116,10 +116,33 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 			return nil
 		}
 	}
-	strFlags := func(names ...string) func(*cobra.Command) {
+	// listFlags adds a list's flags, named as the admin API's parameters
+	// (names), each with its help; help holds what differs by list.
+	listFlags := func(help map[string]string, names ...string) func(*cobra.Command) {
+		common := map[string]string{
+			"profile":      "only this profile's",
+			"identifier":   "only orders with this identifier (a DNS name or an IP address)",
+			"account":      "only this account's",
+			"order":        "only this order's",
+			"serial":       "only this certificate serial, in hex (any case, colons or not)",
+			"since":        "only at or after this: an RFC 3339 time (2026-01-01T00:00:00Z) or an age (1h, 7d)",
+			"until":        "only before this: an RFC 3339 time (2026-01-01T00:00:00Z) or an age (1h, 7d)",
+			"after":        "the next page: the id a page's last line names (more: --after …)",
+			"before":       "the next page: the id a page's last line names (more: --before …)",
+			"limit":        "rows a page, 1 to 1000 (default 100)",
+			"kind":         "only jobs of this kind (relay_issue, signer_revoke, crl_regenerate, notify_deliver, …)",
+			"key":          "only jobs with this key (the order, certificate or CA a job works for)",
+			"abandon_owed": "true: only cancelled jobs whose giving up is still owed to a runner of their kind",
+			"event":        "only this event (certificate_issued, certificate_revoked, …; the README lists them)",
+			"outcome":      "only this outcome: success, failure or refused",
+		}
 		return func(sc *cobra.Command) {
 			for _, n := range names {
-				sc.Flags().String(n, "", "filter: "+n)
+				h, ok := help[n]
+				if !ok {
+					h = common[n]
+				}
+				sc.Flags().String(n, "", h)
 			}
 		}
 	}
@@ -127,7 +150,7 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	add(cmd, "profiles", "Lists the mounted profiles", cobra.NoArgs, nil, c.profiles)
 
 	orders := add(cmd, "orders", "Lists orders, newest first", cobra.NoArgs,
-		strFlags(operator.OrderFilters...), c.orders)
+		listFlags(map[string]string{"status": "only this status: pending, ready, processing, valid or invalid"}, operator.OrderFilters...), c.orders)
 	add(orders, "show <order-id>", "Shows an order and its certificate chain", oneID("order id"), nil, c.order)
 
 	add(cmd, "revoke <order-id>", "Revokes the certificate of an order", oneID("order id"), func(sc *cobra.Command) {
@@ -135,18 +158,18 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 	}, c.revoke)
 
 	accounts := add(cmd, "accounts", "Lists accounts, newest first", cobra.NoArgs,
-		strFlags(operator.AccountFilters...), c.accounts)
+		listFlags(map[string]string{"status": "only this status: valid, deactivated or revoked"}, operator.AccountFilters...), c.accounts)
 	add(accounts, "show <account-id>", "Shows an account", oneID("account id"), nil, c.accountOp(http.MethodGet, ""))
 	add(accounts, "deactivate <account-id>", "Deactivates an account", oneID("account id"), nil, c.accountOp(http.MethodPost, "/deactivate"))
 
 	jobsCmd := add(cmd, "jobs", "Lists durable jobs, newest first", cobra.NoArgs,
-		strFlags(operator.JobFilters...), c.jobs)
+		listFlags(map[string]string{"status": "only this status: ready, running, done, failed or cancelled"}, operator.JobFilters...), c.jobs)
 	add(jobsCmd, "show <job-id>", "Shows a job", oneID("job id"), nil, c.jobOp(http.MethodGet, ""))
 	add(jobsCmd, "retry <job-id>", "Runs a job now (a failed or cancelled one with a fresh budget)", oneID("job id"), nil, c.jobOp(http.MethodPost, "/retry"))
 	add(jobsCmd, "cancel <job-id>", "Cancels a job", oneID("job id"), nil, c.jobOp(http.MethodPost, "/cancel"))
 
 	auditCmd := add(cmd, "audit", "Searches the audit trail, newest first", cobra.NoArgs,
-		strFlags(operator.AuditFilters...), c.audit)
+		listFlags(nil, operator.AuditFilters...), c.audit)
 	add(auditCmd, "prune", "Deletes the audit rows older than --before (the prune is audited)", cobra.NoArgs, func(sc *cobra.Command) {
 		sc.Flags().String("before", "", "cutoff: an RFC 3339 time (2026-01-01T00:00:00Z) or an age (90d, 720h)")
 	}, c.pruneAudit)
@@ -166,7 +189,7 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 		sc.Flags().Bool("reusable", false, "bind any number of accounts, not one")
 		sc.Flags().String("expires", "", "lifetime, such as 7d or 12h (default: none)")
 	}, c.eabCreate)
-	add(eab, "list", "Lists a profile's keys, newest first (never their MAC keys)", cobra.NoArgs, strFlags(operator.EABFilters...), c.eabList)
+	add(eab, "list", "Lists a profile's keys, newest first (never their MAC keys)", cobra.NoArgs, listFlags(map[string]string{"profile": "the profile whose keys to list (required)"}, operator.EABFilters...), c.eabList)
 	add(eab, "revoke <kid>", "Revokes a key: it binds no new account", oneID("key id"), nil, c.eabRevoke)
 
 	c.addRenewEarlyCommand(cmd)

@@ -54,3 +54,51 @@ func TestTheHelpOfEverySubcommandListsEachOfItsFlags(t *testing.T) {
 	}
 	walk(root, "")
 }
+
+// A list's flags say what each takes: a time flag an RFC 3339 time or an
+// age, a cursor the previous page's id, limit its range, status and
+// outcome their values — a cursor named before is no time, though
+// audit prune's --before is, and an operator reads which from the help.
+func TestTheHelpOfAListsFlagsSaysWhatEachTakes(t *testing.T) {
+	tests := []struct {
+		command, flag string
+		want          []string
+	}{
+		{"orders", "since", []string{"RFC 3339", "age"}},
+		{"audit", "since", []string{"RFC 3339", "age"}},
+		{"audit", "until", []string{"RFC 3339", "age"}},
+		{"orders", "after", []string{"page", "more"}},
+		{"accounts", "after", []string{"page", "more"}},
+		{"eab list", "after", []string{"page", "more"}},
+		{"jobs", "before", []string{"page", "more"}},
+		{"audit", "before", []string{"page", "more"}},
+		{"orders", "limit", []string{"1 to 1000", "100"}},
+		{"audit", "limit", []string{"1 to 1000", "100"}},
+		{"orders", "status", []string{"pending", "ready", "processing", "valid", "invalid"}},
+		{"accounts", "status", []string{"valid", "deactivated", "revoked"}},
+		{"jobs", "status", []string{"ready", "running", "done", "failed", "cancelled"}},
+		{"jobs", "abandon_owed", []string{"true"}},
+		{"audit", "outcome", []string{"success", "failure", "refused"}},
+		{"orders", "serial", []string{"hex"}},
+		{"eab list", "profile", []string{"required"}},
+	}
+	root := &cobra.Command{Use: "acme-proxy"}
+	configureCLI(root, io.Discard)
+	for _, tt := range tests {
+		t.Run(tt.command+" --"+tt.flag, func(t *testing.T) {
+			cmd, _, err := root.Find(strings.Fields(tt.command))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := cmd.Flags().Lookup(tt.flag)
+			if f == nil {
+				t.Fatalf("%s has no --%s", tt.command, tt.flag)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(f.Usage, w) {
+					t.Errorf("the help of %s --%s, %q, does not say %q", tt.command, tt.flag, f.Usage, w)
+				}
+			}
+		})
+	}
+}
