@@ -35,7 +35,7 @@ var adminListRoutes = []struct {
 	{"profiles", nil},
 	{"orders", []string{"profile", "status", "identifier", "account", "serial", "since", "after", "limit"}},
 	{"accounts", []string{"profile", "status", "after", "limit"}},
-	{"jobs", []string{"kind", "status", "key", "before", "limit"}},
+	{"jobs", []string{"kind", "status", "key", "abandon_owed", "before", "limit"}},
 	{"audit", []string{"profile", "event", "outcome", "order", "account", "serial", "since", "until", "before", "limit"}},
 }
 
@@ -57,7 +57,8 @@ const (
 //     (url.Values silently drops a pair it cannot decode, which must not
 //     turn a filter into no filter), every parameter is one the route
 //     documents, given once, limit is a whole number from 1 to 1000,
-//     before a positive whole number, since and until RFC 3339 times;
+//     before a positive whole number, since and until RFC 3339 times,
+//     abandon_owed true or false;
 //   - an accepted page holds at most limit items (default 100).
 func FuzzAdminListQuery(f *testing.F) {
 	for _, seed := range []struct {
@@ -72,6 +73,7 @@ func FuzzAdminListQuery(f *testing.F) {
 		{2, "limit=2"}, {2, "status=deactivated&after=z"}, {2, "status=pending"}, {2, "before=3"},
 		{3, "limit=2"}, {3, "limit=2&before=3"}, {3, "before=0"}, {3, "before=4611686018427387904"}, {3, "before=4611686018427387905"},
 		{3, "status=ready&kind=fuzz&key=k1"}, {3, "status=nope"}, {3, "limit=1001"}, {3, "after=1"},
+		{3, "abandon_owed=true"}, {3, "abandon_owed=false&status=cancelled"}, {3, "abandon_owed=yes"},
 		{4, "since=2020-01-01T00:00:00Z&until=2030-01-01T00:00:00Z&limit=2"}, {4, "since=yesterday"},
 		{4, "since=2030-01-01T00:00:00Z&until=2020-01-01T00:00:00Z"}, {4, "until=2020-01-01T00:00:00+25:00"},
 		{4, "outcome=success&event=e&order=o&account=a&serial=ABCDEF&profile=p&before=10"}, {4, "outcome=maybe"},
@@ -135,6 +137,9 @@ func FuzzAdminListQuery(f *testing.F) {
 			if n, err := strconv.ParseInt(s, 10, 64); err != nil || n < 1 {
 				t.Fatalf("?%s: accepted before %q, not a positive whole number", rawQuery, s)
 			}
+		}
+		if s := values.Get("abandon_owed"); s != "" && s != "true" && s != "false" {
+			t.Fatalf("?%s: accepted abandon_owed %q, neither true nor false", rawQuery, s)
 		}
 		for _, k := range []string{"since", "until"} {
 			if s := values.Get(k); s != "" {
