@@ -203,8 +203,11 @@ func readJSONBody(r *http.Request, max int64, optional bool, v any, shape string
 	if int64(len(body)) > max {
 		return apiError(http.StatusRequestEntityTooLarge, fmt.Errorf("the body is larger than %d bytes", max))
 	}
-	if optional && len(bytes.TrimSpace(body)) == 0 {
-		return nil
+	if len(bytes.TrimSpace(body)) == 0 {
+		if optional {
+			return nil
+		}
+		return apiError(http.StatusBadRequest, fmt.Errorf("the body is empty; it must be %s", shape))
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
