@@ -220,6 +220,9 @@ func readJSONBody(r *http.Request, max int64, optional bool, v any, shape string
 			} else {
 				err = fmt.Errorf("it is a JSON %s", te.Value)
 			}
+		} else if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			// Quoted by its start: the name is the client's.
+			err = fmt.Errorf("unknown field %s", operator.Clip(field))
 		}
 		return apiError(http.StatusBadRequest, fmt.Errorf("the body must be %s: %w", shape, err))
 	}
@@ -276,15 +279,15 @@ func readQuery(r *http.Request, allowed ...string) *query {
 	for pair := range strings.SplitSeq(r.URL.RawQuery, "&") {
 		if _, err := url.ParseQuery(pair); err != nil {
 			name, _, _ := strings.Cut(pair, "=")
-			q.err = fmt.Errorf("parameter %q is malformed: %w", name, err)
+			q.err = fmt.Errorf("parameter %q is malformed: %w", operator.Clip(name), err)
 		}
 	}
 	for k, vs := range q.v {
 		if !slices.Contains(allowed, k) {
 			if len(allowed) == 0 {
-				q.err = fmt.Errorf("unknown parameter %q (this route takes none)", k)
+				q.err = fmt.Errorf("unknown parameter %q (this route takes none)", operator.Clip(k))
 			} else {
-				q.err = fmt.Errorf("unknown parameter %q (this route takes %s)", k, strings.Join(allowed, ", "))
+				q.err = fmt.Errorf("unknown parameter %q (this route takes %s)", operator.Clip(k), strings.Join(allowed, ", "))
 			}
 		} else if len(vs) > 1 {
 			q.err = fmt.Errorf("parameter %q given %d times", k, len(vs))
@@ -302,7 +305,7 @@ func (q *query) int(name string, lo, hi int) int {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < lo || n > hi {
-		q.err = fmt.Errorf("parameter %s: %q is not a whole number from %d to %d", name, s, lo, hi)
+		q.err = fmt.Errorf("parameter %s: %q is not a whole number from %d to %d", name, operator.Clip(s), lo, hi)
 	}
 	return n
 }
@@ -314,7 +317,7 @@ func (q *query) time(name string) time.Time {
 	}
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
-		q.err = fmt.Errorf("parameter %s: %q is not an RFC 3339 time", name, s)
+		q.err = fmt.Errorf("parameter %s: %q is not an RFC 3339 time", name, operator.Clip(s))
 	}
 	return t
 }
@@ -607,7 +610,7 @@ func (a *AdminAPI) createEABKey(w http.ResponseWriter, r *http.Request, op *oper
 	if req.Expires != "" {
 		var err error
 		if ttl, err = caddy.ParseDuration(req.Expires); err != nil || ttl <= 0 {
-			return apiError(http.StatusBadRequest, fmt.Errorf("expires: %q is not a positive duration such as 7d or 12h", req.Expires))
+			return apiError(http.StatusBadRequest, fmt.Errorf("expires: %q is not a positive duration such as 7d or 12h", operator.Clip(req.Expires)))
 		}
 	}
 	k, err := op.CreateEABKey(r.Context(), req.Profile, req.Label, req.Reusable, ttl, actorOf(r))

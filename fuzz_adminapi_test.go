@@ -21,6 +21,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -174,7 +175,8 @@ func namesAParameter(msg, raw string) bool {
 		k, _, _ := strings.Cut(pair, "=")
 		names := []string{k, strconv.Quote(k)}
 		if u, err := url.QueryUnescape(k); err == nil {
-			names = append(names, u, strconv.Quote(u))
+			// A long name is quoted by its start (operator.Clip).
+			names = append(names, u, strconv.Quote(u), strconv.Quote(operator.Clip(u)))
 		}
 		for _, n := range names {
 			if n != "" && strings.Contains(msg, n) {

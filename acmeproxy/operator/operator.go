@@ -227,7 +227,7 @@ var orderStatuses = []acme.Status{acme.StatusPending, acme.StatusReady, acme.Sta
 // ListOrders lists orders newest first.
 func (op *Operator) ListOrders(ctx context.Context, f store.OrderFilter) (Page[OrderView], error) {
 	if f.Status != "" && !slices.Contains(orderStatuses, f.Status) {
-		return Page[OrderView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, statusList(orderStatuses))
+		return Page[OrderView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, Clip(string(f.Status)), statusList(orderStatuses))
 	}
 	if f.Identifier != "" {
 		f.Identifier = strings.ToLower(strings.TrimSuffix(f.Identifier, "."))
@@ -350,7 +350,7 @@ var accountStatuses = []acme.Status{acme.StatusValid, acme.StatusDeactivated, ac
 // ListAccounts lists accounts newest first.
 func (op *Operator) ListAccounts(ctx context.Context, f store.AccountFilter) (Page[AccountView], error) {
 	if f.Status != "" && !slices.Contains(accountStatuses, f.Status) {
-		return Page[AccountView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, statusList(accountStatuses))
+		return Page[AccountView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, Clip(string(f.Status)), statusList(accountStatuses))
 	}
 	if f.After != "" {
 		if _, err := op.DB.AccountByID(ctx, f.After); err != nil {
@@ -503,7 +503,7 @@ func ParseAbandonOwed(v string) (bool, error) {
 	case "true":
 		return true, nil
 	}
-	return false, fmt.Errorf("%w: abandon_owed %q is not true or false", ErrInvalid, v)
+	return false, fmt.Errorf("%w: abandon_owed %q is not true or false", ErrInvalid, Clip(v))
 }
 
 var jobStatuses = []string{string(store.JobReady), string(store.JobRunning), string(store.JobDone), string(store.JobFailed), string(store.JobCancelled)}
@@ -511,7 +511,7 @@ var jobStatuses = []string{string(store.JobReady), string(store.JobRunning), str
 // ListJobs lists jobs newest first.
 func (op *Operator) ListJobs(ctx context.Context, f store.JobFilter) (Page[JobView], error) {
 	if f.Status != "" && !slices.Contains(jobStatuses, string(f.Status)) {
-		return Page[JobView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, f.Status, strings.Join(jobStatuses, ", "))
+		return Page[JobView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, Clip(string(f.Status)), strings.Join(jobStatuses, ", "))
 	}
 	f.Limit = store.PageLimit(f.Limit)
 	js, err := op.Queue.List(ctx, f)
@@ -590,10 +590,10 @@ var auditOutcomes = []string{authority.OutcomeSuccess, authority.OutcomeFailure,
 // SearchAudit searches the audit trail, newest first.
 func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[AuditView], error) {
 	if f.Outcome != "" && !slices.Contains(auditOutcomes, f.Outcome) {
-		return Page[AuditView]{}, fmt.Errorf("%w: outcome %q is not one of %s", ErrInvalid, f.Outcome, strings.Join(auditOutcomes, ", "))
+		return Page[AuditView]{}, fmt.Errorf("%w: outcome %q is not one of %s", ErrInvalid, Clip(f.Outcome), strings.Join(auditOutcomes, ", "))
 	}
 	if f.Event != "" && !slices.Contains(acme.Events, f.Event) {
-		return Page[AuditView]{}, fmt.Errorf("%w: event %q is not one of %s", ErrInvalid, f.Event, strings.Join(acme.Events, ", "))
+		return Page[AuditView]{}, fmt.Errorf("%w: event %q is not one of %s", ErrInvalid, Clip(f.Event), strings.Join(acme.Events, ", "))
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return Page[AuditView]{}, fmt.Errorf("%w: until must be after since", ErrInvalid)

@@ -257,11 +257,11 @@ func (op *Operator) earlierCRLs(ctx context.Context, profile string) []CRLStatus
 func normalSerial(serial string) (string, error) {
 	s := strings.ReplaceAll(strings.TrimSpace(serial), ":", "")
 	if s == "" || strings.Trim(s, "0123456789abcdefABCDEF") != "" {
-		return "", fmt.Errorf("%w: serial %q is not hexadecimal", ErrInvalid, serial)
+		return "", fmt.Errorf("%w: serial %q is not hexadecimal", ErrInvalid, Clip(serial))
 	}
 	n, _ := new(big.Int).SetString(s, 16) // hex digits only: it parses
 	if n.Sign() == 0 || n.BitLen() > 8*maxSerialOctets {
-		return "", fmt.Errorf("%w: serial %q is not a certificate serial (a positive number of at most %d octets)", ErrInvalid, serial, maxSerialOctets)
+		return "", fmt.Errorf("%w: serial %q is not a certificate serial (a positive number of at most %d octets)", ErrInvalid, Clip(serial), maxSerialOctets)
 	}
 	return hex.EncodeToString(n.Bytes()), nil
 }

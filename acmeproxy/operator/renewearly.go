@@ -77,10 +77,10 @@ func (req RenewEarlyRequest) selection() (store.RenewEarlySelection, error) {
 		sel.Serials = append(sel.Serials, serial)
 	}
 	if sel.IssuerKeyID != "" && !issuerKeyIDRE.MatchString(sel.IssuerKeyID) {
-		return sel, fmt.Errorf("%w: issuer %q is not a CA key id (its subject key identifier in hex)", ErrInvalid, req.Issuer)
+		return sel, fmt.Errorf("%w: issuer %q is not a CA key id (its subject key identifier in hex)", ErrInvalid, Clip(req.Issuer))
 	}
 	if sel.Identifier != "" && !identPatRE.MatchString(sel.Identifier) {
-		return sel, fmt.Errorf("%w: identifier %q is not a name, an address or a pattern of them with *", ErrInvalid, req.Identifier)
+		return sel, fmt.Errorf("%w: identifier %q is not a name, an address or a pattern of them with *", ErrInvalid, Clip(req.Identifier))
 	}
 	if sel.Empty() {
 		return sel, fmt.Errorf("%w: name the certificates to renew early: serials, orders, an identifier, an account or an issuer", ErrInvalid)

@@ -1,0 +1,53 @@
+package caddyacmeproxy
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// A refused value is quoted in the answer (and in the log line Caddy
+// writes of it) by its first bytes only: an operator who pasted a file
+// where a serial goes (a renew-early of serials read with $(cat …)) is
+// told which value is wrong, not sent the file back.
+func TestAnAdminErrorQuotesAtMostTheStartOfAValueItRefuses(t *testing.T) {
+	long := strings.Repeat("zz\n", 10<<10) // 30 KB
+	tests := []struct {
+		name, method, uri, body string
+	}{
+		{"a renew-early serial", "POST", "renew-early", `{"serials":["` + strings.ReplaceAll(long, "\n", `\n`) + `"]}`},
+		{"a renew-early identifier", "POST", "renew-early", `{"identifier":"` + strings.ReplaceAll(long, "\n", `\n`) + `"}`},
+		{"a renew-early issuer", "POST", "renew-early", `{"issuer":"` + strings.ReplaceAll(long, "\n", `\n`) + `"}`},
+		{"an orders serial", "GET", "orders?serial=" + url.QueryEscape(long), ""},
+		{"an orders status", "GET", "orders?status=" + url.QueryEscape(long), ""},
+		{"an accounts status", "GET", "accounts?status=" + url.QueryEscape(long), ""},
+		{"a jobs status", "GET", "jobs?status=" + url.QueryEscape(long), ""},
+		{"a jobs abandon_owed", "GET", "jobs?abandon_owed=" + url.QueryEscape(long), ""},
+		{"an audit event", "GET", "audit?event=" + url.QueryEscape(long), ""},
+		{"an audit outcome", "GET", "audit?outcome=" + url.QueryEscape(long), ""},
+		{"an audit since", "GET", "audit?since=" + url.QueryEscape(long), ""},
+		{"a limit", "GET", "orders?limit=" + url.QueryEscape(long), ""},
+		{"a parameter's name", "GET", "orders?" + strings.Repeat("n", 30<<10) + "=1", ""},
+		{"a field's name", "POST", "eab/create", `{"` + strings.Repeat("f", 30<<10) + `":1}`},
+		{"an EAB key's expiry", "POST", "eab/create", `{"profile":"p","label":"l","expires":"` + strings.Repeat("9", 30<<10) + `"}`},
+	}
+	a := fuzzAdminAPI(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(tt.method, adminBase+tt.uri, strings.NewReader(tt.body))
+			err := a.serve(httptest.NewRecorder(), r)
+			ae, ok := errors.AsType[caddy.APIError](err)
+			if !ok || ae.HTTPStatus != http.StatusBadRequest {
+				t.Fatalf("%s %s…: %v; want a 400", tt.method, tt.uri[:min(len(tt.uri), 40)], err)
+			}
+			if len(ae.Message) > 1024 || len(err.Error()) > 1024 {
+				t.Errorf("an answer of %d bytes, a log line of %d; want at most 1024: %.200q…", len(ae.Message), len(err.Error()), ae.Message)
+			}
+		})
+	}
+}
