@@ -23,6 +23,7 @@ func TestAnAdminErrorQuotesAtMostTheStartOfAValueItRefuses(t *testing.T) {
 		{"a renew-early serial", "POST", "renew-early", `{"serials":["` + strings.ReplaceAll(long, "\n", `\n`) + `"]}`},
 		{"a renew-early identifier", "POST", "renew-early", `{"identifier":"` + strings.ReplaceAll(long, "\n", `\n`) + `"}`},
 		{"a renew-early issuer", "POST", "renew-early", `{"issuer":"` + strings.ReplaceAll(long, "\n", `\n`) + `"}`},
+		{"a renew-early explanation URL", "POST", "renew-early", `{"orders":["o"],"explanation_url":"ftp://` + strings.Repeat("x", 30<<10) + `"}`},
 		{"an orders serial", "GET", "orders?serial=" + url.QueryEscape(long), ""},
 		{"an orders status", "GET", "orders?status=" + url.QueryEscape(long), ""},
 		{"an accounts status", "GET", "accounts?status=" + url.QueryEscape(long), ""},
@@ -49,5 +50,24 @@ func TestAnAdminErrorQuotesAtMostTheStartOfAValueItRefuses(t *testing.T) {
 				t.Errorf("an answer of %d bytes, a log line of %d; want at most 1024: %.200q…", len(ae.Message), len(err.Error()), ae.Message)
 			}
 		})
+	}
+}
+
+// A renew-early's explanation URL refused for carrying credentials is
+// not quoted with them, in the answer or the log line.
+func TestARefusedExplanationURLIsNotQuotedWithItsCredentials(t *testing.T) {
+	a := fuzzAdminAPI(t)
+	r := httptest.NewRequest(http.MethodPost, adminBase+"renew-early",
+		strings.NewReader(`{"orders":["o"],"explanation_url":"https://ops:hunter2@wiki.example.com/ca-rotation"}`))
+	err := a.serve(httptest.NewRecorder(), r)
+	ae, ok := errors.AsType[caddy.APIError](err)
+	if !ok || ae.HTTPStatus != http.StatusBadRequest {
+		t.Fatalf("renew-early: %v; want a 400", err)
+	}
+	if strings.Contains(ae.Message, "hunter2") || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("the refusal quotes the password: %q", ae.Message)
+	}
+	if !strings.Contains(ae.Message, "explanation_url") || !strings.Contains(ae.Message, "credentials") {
+		t.Errorf("the refusal %q does not say what is wrong", ae.Message)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/url"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 )
 
 // RenewalInfo is a certificate's suggested renewal window (RFC 9773 §4.2).
@@ -31,10 +33,16 @@ const MaxExplanationURL = 1024
 // most MaxExplanationURL bytes. Clients show it to their operators, so
 // neither an operator's typo nor an upstream CA's answer reaches them as
 // a javascript: or data: link, a page behind a password, or a megabyte.
+//
+// The error quotes u by its start, and never with a password: it ends
+// up in an operator's answer and in a log line.
 func CheckExplanationURL(u string) error {
 	p, err := url.Parse(u)
-	if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || p.User != nil || len(u) > MaxExplanationURL {
-		return fmt.Errorf("%q must be an absolute http(s) URL of at most %d bytes, without credentials", u, MaxExplanationURL)
+	if err == nil && p.User != nil {
+		return fmt.Errorf("%q must be an absolute http(s) URL without credentials", textcut.Clip(p.Redacted(), 128, "…"))
+	}
+	if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || len(u) > MaxExplanationURL {
+		return fmt.Errorf("%q must be an absolute http(s) URL of at most %d bytes, without credentials", textcut.Clip(u, 128, "…"), MaxExplanationURL)
 	}
 	return nil
 }
