@@ -117,3 +117,33 @@ func TestAJobCancelledWhileWaitingShowsItsAbandonOwedThroughTheAdminAPIAndTheCLI
 		}
 	})
 }
+
+// `jobs cancel` of a running job asks it to stop after its current
+// attempt: the job is still running when the CLI answers, and the CLI
+// says its cancel was taken — as `jobs show` and the jobs table say
+// until the attempt ends — rather than a bare "running" that reads as
+// if the cancel did nothing.
+func TestTheCLISaysARunningJobsCancelIsRequested(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	now := time.Now()
+	j, _, err := db.EnqueueJobLeased(ctx, store.NewJob{Kind: "relay_issue", Key: "o1", RunAt: now, MaxAttempts: 3}, "runner", now.Add(time.Minute), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := adminServer(t, db).Listener.Addr().String()
+	id := strconv.FormatInt(j.ID, 10)
+	for _, args := range [][]string{{"jobs", "cancel", id}, {"jobs", "show", id}, {"jobs", "--kind", "relay_issue"}} {
+		out, err := runCLI(append(args, "--address", addr)...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if !strings.Contains(out, "running (cancel requested)") {
+			t.Errorf("%s does not say the running job's cancel is requested:\n%s", strings.Join(args, " "), out)
+		}
+	}
+}

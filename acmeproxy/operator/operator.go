@@ -441,10 +441,15 @@ type JobView struct {
 }
 
 // StatusText is the job's status as a person reads it: a cancelled job
-// still owing its Abandon says on whom it waits.
+// still owing its Abandon says on whom it waits; a running one asked to
+// stop says so (it stops after its current attempt), as the web page's
+// job says.
 func (v JobView) StatusText() string {
-	if v.AbandonOwed {
+	switch {
+	case v.AbandonOwed:
 		return v.Status + " — abandon pending on a runner of " + v.Kind
+	case v.CancelRequested && store.JobStatus(v.Status) == store.JobRunning:
+		return v.Status + " (cancel requested)"
 	}
 	return v.Status
 }
