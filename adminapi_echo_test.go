@@ -57,17 +57,25 @@ func TestAnAdminErrorQuotesAtMostTheStartOfAValueItRefuses(t *testing.T) {
 // not quoted with them, in the answer or the log line.
 func TestARefusedExplanationURLIsNotQuotedWithItsCredentials(t *testing.T) {
 	a := fuzzAdminAPI(t)
-	r := httptest.NewRequest(http.MethodPost, adminBase+"renew-early",
-		strings.NewReader(`{"orders":["o"],"explanation_url":"https://ops:hunter2@wiki.example.com/ca-rotation"}`))
-	err := a.serve(httptest.NewRecorder(), r)
-	ae, ok := errors.AsType[caddy.APIError](err)
-	if !ok || ae.HTTPStatus != http.StatusBadRequest {
-		t.Fatalf("renew-early: %v; want a 400", err)
-	}
-	if strings.Contains(ae.Message, "hunter2") || strings.Contains(err.Error(), "hunter2") {
-		t.Errorf("the refusal quotes the password: %q", ae.Message)
-	}
-	if !strings.Contains(ae.Message, "explanation_url") || !strings.Contains(ae.Message, "credentials") {
-		t.Errorf("the refusal %q does not say what is wrong", ae.Message)
+	for _, tc := range []struct{ name, url string }{
+		{"a user and a password", "https://ops:hunter2@wiki.example.com/ca-rotation"},
+		{"a token as the user", "https://hunter2@wiki.example.com/ca-rotation"},
+		{"a password in a URL that does not parse", "https://ops:hunter2@wiki.example.com:port/ca-rotation"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, adminBase+"renew-early",
+				strings.NewReader(`{"orders":["o"],"explanation_url":"`+tc.url+`"}`))
+			err := a.serve(httptest.NewRecorder(), r)
+			ae, ok := errors.AsType[caddy.APIError](err)
+			if !ok || ae.HTTPStatus != http.StatusBadRequest {
+				t.Fatalf("renew-early: %v; want a 400", err)
+			}
+			if strings.Contains(ae.Message, "hunter2") || strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("the refusal quotes the credentials: %q", ae.Message)
+			}
+			if !strings.Contains(ae.Message, "explanation_url") {
+				t.Errorf("the refusal %q does not name the field", ae.Message)
+			}
+		})
 	}
 }

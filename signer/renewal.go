@@ -34,17 +34,36 @@ const MaxExplanationURL = 1024
 // neither an operator's typo nor an upstream CA's answer reaches them as
 // a javascript: or data: link, a page behind a password, or a megabyte.
 //
-// The error quotes u by its start, and never with a password: it ends
-// up in an operator's answer and in a log line.
+// The error quotes u by its start, and never its credentials: it ends up
+// in an operator's answer and in a log line. A user name may be a token
+// as much as a password is, so neither is quoted; a URL that does not
+// parse is not quoted at all, since what of it is a credential cannot be
+// told.
 func CheckExplanationURL(u string) error {
 	p, err := url.Parse(u)
-	if err == nil && p.User != nil {
-		return fmt.Errorf("%q must be an absolute http(s) URL without credentials", textcut.Clip(p.Redacted(), 128, "…"))
+	if err != nil {
+		return fmt.Errorf("is not a URL (%s; not quoted, as it may hold credentials): it must be an absolute http(s) URL of at most %d bytes, without credentials",
+			textcut.Clip(urlFault(err), 128, "…"), MaxExplanationURL)
 	}
-	if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || len(u) > MaxExplanationURL {
+	if p.User != nil {
+		shown := *p
+		shown.User = nil
+		return fmt.Errorf("%q must be an absolute http(s) URL without credentials (given with a user name or password, not quoted)",
+			textcut.Clip(shown.String(), 128, "…"))
+	}
+	if (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" || len(u) > MaxExplanationURL {
 		return fmt.Errorf("%q must be an absolute http(s) URL of at most %d bytes, without credentials", textcut.Clip(u, 128, "…"), MaxExplanationURL)
 	}
 	return nil
+}
+
+// urlFault is what url.Parse found wrong, without the URL it quotes.
+func urlFault(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return "it does not parse"
 }
 
 // RenewalInfoSource is implemented by signers whose backend decides when
