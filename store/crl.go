@@ -731,7 +731,7 @@ func (db *DB) CRLNumber(ctx context.Context, issuerKeyID string) (int64, error) 
 // between a revocation and its CRL regeneration leaves behind. That is a
 // ledger row above the CRL's ledger_seq, or (PostgreSQL, whose ids are
 // taken at insert and committed in any order) one below it that the
-// snapshot the CRL read the ledger in did not see (see crlStaleLate).
+// snapshot the CRL read the ledger in did not see (see crlStaleRows).
 func (db *DB) StaleCRLIssuers(ctx context.Context) ([]string, error) {
 	rows, err := db.r.QueryContext(ctx, db.staleCRLQuery())
 	if err != nil {
@@ -750,22 +750,21 @@ func (db *DB) StaleCRLIssuers(ctx context.Context) ([]string, error) {
 }
 
 // staleCRLQuery is StaleCRLIssuers' statement. It finds the CAs with a
-// ledger by skipping from one to the next (each step the least CA above
-// the last: a recursive query, since neither database skips through an
-// index for a DISTINCT on its own), and asks of each whether a row of
-// its ledger lies above the id its stored CRL was built up to, by
-// revocations_ledger (a CA's rows in id order). So it reads a row or two
-// per CA and the rows no CRL lists yet, never the whole ledger, which a
-// mass revocation grows to hundreds of thousands of rows. (Asking for a
-// CA's newest row instead, as a MAX, PostgreSQL reads backwards through
-// the primary key across every newer row of the other CAs.)
+// ledger by skipping from one to the next through revocations_crl (each
+// step the least CA above the last: a recursive query, since neither
+// database skips through an index for a DISTINCT on its own), and asks
+// of each, whose stored CRL there is, whether a ledger row of it is not
+// on that CRL, as the dialect can tell by the rows written since the
+// CRL read the ledger (crlStaleRows). (A ledger_seq of 0 or below is a
+// CRL a reason change made stale: see ChangeRevocationReason.) So it reads a row or two per CA and
+// the rows no CRL lists yet, never the whole ledger, which a mass
+// revocation grows to hundreds of thousands of rows.
 func (db *DB) staleCRLQuery() string {
 	return `WITH RECURSIVE cas(k) AS (
 			SELECT MIN(issuer_key_id) FROM revocations WHERE issuer_key_id IS NOT NULL
 			UNION ALL
 			SELECT (SELECT MIN(r.issuer_key_id) FROM revocations r WHERE r.issuer_key_id > cas.k)
 			FROM cas WHERE cas.k IS NOT NULL)
-		SELECT k FROM cas
-		WHERE k IS NOT NULL AND EXISTS (SELECT 1 FROM revocations r WHERE r.issuer_key_id = cas.k
-			AND r.id > COALESCE((SELECT c.ledger_seq FROM crls c WHERE c.issuer_key_id = cas.k), 0))` + db.dialect.crlStaleLate()
+		SELECT cas.k FROM cas LEFT JOIN crls c ON c.issuer_key_id = cas.k
+		WHERE cas.k IS NOT NULL AND (c.issuer_key_id IS NULL OR c.ledger_seq <= 0 OR ` + db.dialect.crlStaleRows() + `)`
 }

@@ -106,11 +106,11 @@ type dialect interface {
 	// write that commits it, and writes commit one at a time, across
 	// processes too).
 	crlLateRows() (mark, late string)
-	// crlStaleLate is what StaleCRLIssuers adds to its query (a UNION of
-	// the issuers whose stored CRL's mark, crls.mark, did not see a
-	// ledger row of theirs at or below its ledger_seq): "" where ledger
-	// rows commit in the order of their ids (see crlLateRows).
-	crlStaleLate() string
+	// crlStaleRows is StaleCRLIssuers' test of a CA (cas.k) whose
+	// stored CRL is c: true when a ledger row of the CA is not on it.
+	// It must read only the rows written since c read the ledger, not
+	// every row of the CA.
+	crlStaleRows() string
 }
 
 // engine is how a dialect runs the store's writes. Reads go to the DB's

@@ -683,21 +683,22 @@ func (postgresDialect) crlLateRows() (mark, late string) {
 			AND (id <= ?) IS TRUE AND NOT pg_visible_in_snapshot(tx::text::xid8, CAST(? AS pg_snapshot)))`
 }
 
-// crlStaleLate finds, for each stored CRL with a mark, a row of its
-// issuer committed after the CRL's read whose id is not above its
-// ledger_seq: among the rows of transactions at or above the mark's
-// xmin, by revocations_tx, as crlLateRows' late does for the next read.
-// Those are the rows written since the CRL's read began, few: a row
-// above the ledger_seq makes the issuer stale already and is on the
-// next CRL, whose mark moves on.
-func (postgresDialect) crlStaleLate() string {
-	return `
-		UNION SELECT c.issuer_key_id FROM crls c
-		WHERE c.mark IS NOT NULL AND (SELECT 1 FROM revocations r
-			WHERE r.issuer_key_id = c.issuer_key_id AND r.tx IS NOT NULL
+// crlStaleRows: PostgreSQL takes ids at insert and commits rows in any
+// order, so a CRL lists the rows its read's snapshot (c.mark) saw, and a
+// row is off it when that snapshot did not see its transaction: a row
+// above the CRL's ledger_seq, or one below it that committed late. Such
+// rows lie at or above the snapshot's xmin, by revocations_tx, in its
+// order (asked as EXISTS, the planner reads the whole ledger for the
+// first match instead): the rows written since the read began, few. A
+// CRL stored without a mark (before migration crls_mark, or copied from
+// SQLite by migrate-store) counts as stale: it is built once more, and
+// stored with one.
+func (postgresDialect) crlStaleRows() string {
+	return `(c.mark IS NULL OR (SELECT 1 FROM revocations r
+			WHERE r.issuer_key_id = cas.k AND r.tx IS NOT NULL
 			AND r.tx >= pg_snapshot_xmin(CAST(c.mark AS pg_snapshot))::text::bigint
-			AND (r.id <= c.ledger_seq) IS TRUE AND NOT pg_visible_in_snapshot(r.tx::text::xid8, CAST(c.mark AS pg_snapshot))
-			ORDER BY r.tx LIMIT 1) IS NOT NULL`
+			AND NOT pg_visible_in_snapshot(r.tx::text::xid8, CAST(c.mark AS pg_snapshot))
+			ORDER BY r.tx LIMIT 1) IS NOT NULL)`
 }
 
 // lockForMigration makes concurrent openers of one database migrate one

@@ -803,12 +803,13 @@ var sqliteMigrations = []migration{
 		version: 35,
 		name:    "revocations_ledger",
 		stmts: []string{
-			// Each CA's ledger rows in id order, so that StaleCRLIssuers,
-			// which every instance runs once a minute, finds the CAs by
-			// skipping from one to the next and reads of each only the
-			// rows above the id its CRL was built up to, rather than the
-			// whole ledger (tens of milliseconds at 100,000 revocations,
-			// growing with every one).
+			// Each CA's ledger rows in id order (SQLite keeps the rowid,
+			// the id, at the end of every index entry), so that
+			// StaleCRLIssuers, which every instance runs once a minute,
+			// reads of each CA only the rows above its CRL's ledger_seq
+			// — none, or the first that is not on it — rather than every
+			// row of the ledger above it, which for a CA retired long
+			// ago is the whole ledger of the others.
 			`CREATE INDEX revocations_ledger ON revocations (issuer_key_id, id) WHERE issuer_key_id IS NOT NULL`,
 		},
 	},

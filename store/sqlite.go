@@ -331,6 +331,12 @@ func (sqliteDialect) insertsInWith() bool { return false }
 
 func (sqliteDialect) crlLateRows() (mark, late string) { return "", "" }
 
-func (sqliteDialect) crlStaleLate() string { return "" }
+// crlStaleRows: SQLite commits ledger rows in the order of their ids, so
+// a CRL lists every row of its CA up to its ledger_seq and none above,
+// and the rows above are found by revocations_ledger, the CA's rows in id
+// order: none, or the first that no CRL lists yet.
+func (sqliteDialect) crlStaleRows() string {
+	return `EXISTS (SELECT 1 FROM revocations r WHERE r.issuer_key_id = cas.k AND r.id > c.ledger_seq)`
+}
 
 func (e *sqliteEngine) watchJobs(context.Context, func(string)) {}
