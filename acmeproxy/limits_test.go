@@ -516,3 +516,34 @@ func TestAnEABLabelsOverrideAppliesToTheAccountsItBinds(t *testing.T) {
 	wantRateLimited(t, b.post(e.url("/new-order"), map[string]any{"identifiers": []any{dnsID("b1.example.com")}}, jwsOpts{}),
 		authority.LimitOrdersPerAccount, time.Hour)
 }
+
+// A new-order over several limits at once is answered for the one that
+// holds it longest, as Boulder's BatchSpend answers its strictest
+// decision: a client that waits the Retry-After it is given gets in, and
+// is not refused again by the limit the first answer left out.
+func TestARequestOverSeveralLimitsIsToldTheLongestWaitAndGetsInAfterIt(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		e, clk, _ := limitEnv(t, func(l *LimitsConfig) {
+			l.OrdersPerAccount = rate(2, 2*time.Minute) // refills a unit a minute
+			l.FailedValidations = rate(1, time.Hour)    // refills a unit an hour
+		})
+		c := e.rawClient()
+		c.register()
+		o := c.order(dnsID("fails.example.com"))
+		c.answerHTTP01(o.Authorizations[0], "a wrong answer")
+		c.await(o.Authorizations[0], "invalid")
+		c.order(dnsID("other.example.com")) // orders_per_account is empty now
+		newOrder := func() rawResponse {
+			return c.post(e.url("/new-order"), map[string]any{"identifiers": []any{dnsID("fails.example.com")}}, jwsOpts{})
+		}
+		r := newOrder()
+		wantRateLimited(t, r, authority.LimitFailedValidations, time.Hour)
+		if got := r.header.Get("Retry-After"); got != "3600" {
+			t.Fatalf("Retry-After %q; want 3600, when failed_validations (the later of the two limits it is over) has room", got)
+		}
+		clk.Advance(time.Hour)
+		if r := newOrder(); r.status != http.StatusCreated {
+			t.Fatalf("after the Retry-After: %d %s; want 201", r.status, r.body)
+		}
+	})
+}

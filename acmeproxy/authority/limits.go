@@ -182,26 +182,37 @@ func (l limited) subject() string {
 }
 
 // deniedBy refuses a request whose spends ls the store decided as out,
-// by the first limit that denied it: rateLimited naming that limit,
-// counted, and audited (once per limit and subject an interval).
+// by the denied limit that holds it longest: rateLimited naming that
+// limit, with its wait as the Retry-After, counted, and audited (once per
+// limit and subject an interval). A request over several limits is told
+// the longest wait, as Boulder's BatchSpend answers its strictest
+// decision, so that a client waiting what it is told is not refused again
+// by a limit the answer left out; of equal waits, the first limit.
 func (au *Authority) deniedBy(ctx context.Context, ls []limited, out []store.LimitDecision, acct string, cl Client) error {
+	at, longest := -1, time.Duration(0)
 	for i, d := range out {
-		if !d.Allowed && i < len(ls) {
-			l := ls[i]
-			if l.spend.PendingAuthzs {
-				wait := d.RetryAfter
-				if wait <= 0 {
-					wait = OrderLifetime
-				}
-				return au.refuseLimited(ctx, l.name, acct, cl,
-					problem.RateLimitedF(wait, "%s: this account has %d pending authorizations and this order would add %d, over this server's cap of %d; finish or deactivate some, or retry when the soonest expires",
-						l.name, d.Held, l.spend.Cost, l.rate.Count))
-			}
-			return au.refuseLimited(ctx, l.name, acct, cl, problem.RateLimitedF(d.RetryAfter,
-				"%s: %s is over this server's limit of %s; retry after %s", l.name, l.subject(), l.rate, d.RetryAfter.Round(time.Second)))
+		if d.Allowed || i >= len(ls) {
+			continue
+		}
+		wait := d.RetryAfter
+		if ls[i].spend.PendingAuthzs && wait <= 0 {
+			wait = OrderLifetime
+		}
+		if at < 0 || wait > longest {
+			at, longest = i, wait
 		}
 	}
-	return errors.New("authority: the store denied a rate limit spend without a denied bucket")
+	if at < 0 {
+		return errors.New("authority: the store denied a rate limit spend without a denied bucket")
+	}
+	l, d := ls[at], out[at]
+	if l.spend.PendingAuthzs {
+		return au.refuseLimited(ctx, l.name, acct, cl,
+			problem.RateLimitedF(longest, "%s: this account has %d pending authorizations and this order would add %d, over this server's cap of %d; finish or deactivate some, or retry when the soonest expires",
+				l.name, d.Held, l.spend.Cost, l.rate.Count))
+	}
+	return au.refuseLimited(ctx, l.name, acct, cl, problem.RateLimitedF(longest,
+		"%s: %s is over this server's limit of %s; retry after %s", l.name, l.subject(), l.rate, longest.Round(time.Second)))
 }
 
 // refuseLimited counts and audits a refusal by limit name of the account
