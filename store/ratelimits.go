@@ -55,8 +55,9 @@ type LimitDecision struct {
 	Remaining int64
 	// RetryAfter, when denied, is how long until the spend would fit; it
 	// is at most Emission × Cost (the refill of what it asks). For a
-	// PendingAuthzs spend, until the soonest pending authorization
-	// expires (0 when none is pending).
+	// PendingAuthzs spend, until enough of the account's pending
+	// authorizations have expired for the order to fit (0 when none is
+	// pending).
 	RetryAfter time.Duration
 	// Held, for a denied PendingAuthzs spend, is how many authorizations
 	// of the account were pending.

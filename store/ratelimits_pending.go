@@ -121,11 +121,7 @@ func (db *DB) pendingCount(ctx context.Context, tx *sql.Tx, oc *orderCap, s Limi
 		return LimitDecision{}, fmt.Errorf("store: counting pending authorizations of %s: %w", oc.o.AccountID, err)
 	}
 	if n+s.Cost > s.Burst {
-		d := LimitDecision{Held: n}
-		if soonest.Valid {
-			d.RetryAfter = time.UnixMilli(soonest.Int64).Sub(now)
-		}
-		return d, nil
+		return db.pendingRefusal(ctx, tx, oc.o.AccountID, n, n+s.Cost-s.Burst, soonest, now)
 	}
 	if longest.Valid {
 		expires = max(expires, packBound(time.UnixMilli(longest.Int64).UnixNano(), 0))
@@ -135,6 +131,28 @@ func (db *DB) pendingCount(ctx context.Context, tx *sql.Tx, oc *orderCap, s Limi
 		return LimitDecision{}, fmt.Errorf("store: the pending authorizations bound of %s: %w", oc.o.AccountID, err)
 	}
 	return LimitDecision{Allowed: true, Remaining: s.Burst - n - s.Cost}, nil
+}
+
+// pendingRefusal is the refusal of an order over the cap of account acct,
+// which holds n pending authorizations, soonest the first of them to
+// expire: the order fits once over of them are gone, so it is told to
+// retry when the over-th soonest expires (the soonest when over is 1; 0
+// when none is pending). Settling or deactivating some frees room sooner;
+// nothing frees it later.
+func (db *DB) pendingRefusal(ctx context.Context, tx *sql.Tx, acct string, n, over int64, soonest sql.NullInt64, now time.Time) (LimitDecision, error) {
+	d := LimitDecision{Held: n}
+	at := soonest
+	if over > 1 && over <= n {
+		if err := tx.QueryRowContext(ctx, db.q(`SELECT expires_at FROM authorizations
+			WHERE account_id = ? AND status = 'pending' AND expires_at > ?
+			ORDER BY expires_at LIMIT 1 OFFSET ?`), acct, now.UnixMilli(), over-1).Scan(&at); err != nil {
+			return LimitDecision{}, fmt.Errorf("store: when the pending authorizations of %s leave room: %w", acct, err)
+		}
+	}
+	if at.Valid {
+		d.RetryAfter = time.UnixMilli(at.Int64).Sub(now)
+	}
+	return d, nil
 }
 
 // forgetPendingBound deletes the bound of o's account, for an order stored

@@ -303,3 +303,28 @@ func TestAPendingCapKeyIsTheOrdersProfileAndAccountExactly(t *testing.T) {
 		})
 	}
 }
+
+// An order that needs several pending authorizations to go before it
+// fits is told to retry when enough of them have expired, not when the
+// first does: a client waiting that long is let in, one waiting for the
+// soonest would only be refused again.
+func TestAnOrderOverThePendingCapIsToldWhenEnoughAuthorizationsExpireForItToFit(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		f := newCapFixture(t, openTest(t))
+		if d := f.capped(t0, 3, 1); d != nil { // expires at t0+1h
+			t.Fatalf("1 of a cap of 3: refused %+v", *d)
+		}
+		if d := f.capped(t0.Add(10*time.Minute), 3, 2); d != nil { // expire at t0+1h10m
+			t.Fatalf("3 of a cap of 3: refused %+v", *d)
+		}
+		// 2 more need 2 of the 3 held gone: the second soonest, at t0+1h10m.
+		at := t0.Add(20 * time.Minute)
+		d := f.capped(at, 3, 2)
+		if d == nil || d.Allowed || d.Held != 3 || d.RetryAfter != 50*time.Minute {
+			t.Fatalf("2 more over a cap of 3 with 3 held: %+v; want refused, 3 held, retry after 50m", d)
+		}
+		if d := f.capped(at.Add(d.RetryAfter), 3, 2); d != nil {
+			t.Fatalf("after the Retry-After: refused %+v", *d)
+		}
+	})
+}

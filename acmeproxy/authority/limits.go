@@ -208,7 +208,7 @@ func (au *Authority) deniedBy(ctx context.Context, ls []limited, out []store.Lim
 	l, d := ls[at], out[at]
 	if l.spend.PendingAuthzs {
 		return au.refuseLimited(ctx, l.name, acct, cl,
-			problem.RateLimitedF(longest, "%s: this account has %d pending authorizations and this order would add %d, over this server's cap of %d; finish or deactivate some, or retry when the soonest expires",
+			problem.RateLimitedF(longest, "%s: this account has %d pending authorizations and this order would add %d, over this server's cap of %d; finish or deactivate some, or retry when enough of them have expired",
 				l.name, d.Held, l.spend.Cost, l.rate.Count))
 	}
 	return au.refuseLimited(ctx, l.name, acct, cl, problem.RateLimitedF(longest,
