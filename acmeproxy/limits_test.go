@@ -547,3 +547,21 @@ func TestARequestOverSeveralLimitsIsToldTheLongestWaitAndGetsInAfterIt(t *testin
 		}
 	})
 }
+
+// The detail's wait is the Retry-After's, rounded up to whole seconds as
+// the header is: never "retry after 0s", never a second short of it.
+func TestARefusalsDetailStatesTheRetryAfterItSends(t *testing.T) {
+	e, clk, _ := limitEnv(t, func(l *LimitsConfig) { l.OrdersPerAccount = rate(1, time.Minute) })
+	c := e.rawClient()
+	c.register()
+	c.order(dnsID("a.example.com"))
+	refill := clk.Now().Add(time.Minute) // the bucket has room again
+	for _, early := range []time.Duration{2400 * time.Millisecond, 400 * time.Millisecond} {
+		clk.Advance(refill.Add(-early).Sub(clk.Now()))
+		r := c.post(e.url("/new-order"), map[string]any{"identifiers": []any{dnsID("b.example.com")}}, jwsOpts{})
+		wantRateLimited(t, r, authority.LimitOrdersPerAccount, time.Minute)
+		if want := "retry after " + r.header.Get("Retry-After") + "s"; !strings.HasSuffix(r.problem.Detail, want) {
+			t.Errorf("%s early: detail %q; want it to end %q, as its Retry-After header says", early, r.problem.Detail, want)
+		}
+	}
+}

@@ -211,8 +211,10 @@ func (au *Authority) deniedBy(ctx context.Context, ls []limited, out []store.Lim
 			problem.RateLimitedF(longest, "%s: this account has %d pending authorizations and this order would add %d, over this server's cap of %d; finish or deactivate some, or retry when enough of them have expired",
 				l.name, d.Held, l.spend.Cost, l.rate.Count))
 	}
+	// The detail's wait is the header's: whole seconds, rounded up.
+	wait := time.Duration(problem.RetryAfterSeconds(longest)) * time.Second
 	return au.refuseLimited(ctx, l.name, acct, cl, problem.RateLimitedF(longest,
-		"%s: %s is over this server's limit of %s; retry after %s", l.name, l.subject(), l.rate, longest.Round(time.Second)))
+		"%s: %s is over this server's limit of %s; retry after %s", l.name, l.subject(), l.rate, wait))
 }
 
 // refuseLimited counts and audits a refusal by limit name of the account
