@@ -68,3 +68,59 @@ func TestAPruneDoesNotDeleteAJobRevivedWhileItRan(t *testing.T) {
 		}
 	})
 }
+
+// A client of another instance spends a bucket the rate limit sweep has
+// just picked as full again: on PostgreSQL (READ COMMITTED) the sweep's
+// pick is taken before the spend commits, and its DELETE, waiting on the
+// row, must not then delete the spend (a fresh burst for the client).
+func TestAPruneDoesNotDeleteABucketSpentWhileItRan(t *testing.T) {
+	t.Run("postgres", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		place := newPlace(t)
+		db := openAt(t, place)
+		b := LimitSpend{Key: "orders_per_account/p/acct", Emission: time.Minute, Burst: 3, Cost: 1}
+		if _, ok, err := db.SpendLimits(ctx, []LimitSpend{b}, t0); err != nil || !ok {
+			t.Fatalf("the first spend: %v, %v", ok, err)
+		}
+		now := t0.Add(time.Hour) // the bucket is full again
+		raw, err := sql.Open("pgx", place)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		tx, err := raw.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		// The other instance's burst, uncommitted: the bucket emptied at now.
+		if _, err := tx.ExecContext(ctx, `UPDATE rate_limits SET tat_ns = $1 WHERE key = $2`,
+			now.Add(3*time.Minute).UnixNano(), b.Key); err != nil {
+			t.Fatal(err)
+		}
+		pruned := make(chan error, 1)
+		go func() {
+			_, err := db.PruneLimits(ctx, now, 0)
+			pruned <- err
+		}()
+		for waiting := false; !waiting; {
+			var n int
+			if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM rate_limits%'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			waiting = n > 0
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-pruned; err != nil {
+			t.Fatal(err)
+		}
+		if out, ok, err := db.SpendLimits(ctx, []LimitSpend{b}, now); err != nil || ok {
+			t.Fatalf("a spend of the bucket emptied while the sweep ran: %+v, %v, %v; want it denied", out, ok, err)
+		}
+	})
+}

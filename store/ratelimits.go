@@ -496,16 +496,16 @@ func (e *LimitError) Error() string { return "store: over a rate limit" }
 // PruneLimits deletes up to batch buckets that are full again at now
 // (their TAT has passed: the same as no row), returning how many.
 //
-// A bucket spent again after the pick was read is deleted all the same: a
-// missing row is a full bucket, so a concurrent spend is forgotten at most
-// (the cost of at most one burst, as a lost lazy write), and a pending
-// authorizations bound only recounted.
+// A bucket spent after the pick was read is kept: on PostgreSQL (READ
+// COMMITTED) the DELETE waits for the spend's write and then checks the
+// TAT again on the row it wrote, so a spend of another instance committed
+// meanwhile is not forgotten (which would give its client a fresh burst).
 func (db *DB) PruneLimits(ctx context.Context, now time.Time, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
 	res, err := db.lazyWr.ExecContext(ctx, db.q(`DELETE FROM rate_limits WHERE key IN
-		(SELECT key FROM rate_limits WHERE tat_ns <= ? LIMIT ?)`), now.UnixNano(), batch)
+		(SELECT key FROM rate_limits WHERE tat_ns <= ? LIMIT ?) AND tat_ns <= ?`), now.UnixNano(), batch, now.UnixNano())
 	if err != nil {
 		return 0, fmt.Errorf("store: pruning rate limits: %w", err)
 	}
