@@ -137,8 +137,7 @@ func (db *DB) pendingCount(ctx context.Context, tx *sql.Tx, oc *orderCap, s Limi
 // which holds n pending authorizations, soonest the first of them to
 // expire: the order fits once over of them are gone, so it is told to
 // retry when the over-th soonest expires (the soonest when over is 1; 0
-// when none is pending). Settling or deactivating some frees room sooner;
-// nothing frees it later.
+// when none is pending). Settling or deactivating some frees room sooner.
 func (db *DB) pendingRefusal(ctx context.Context, tx *sql.Tx, acct string, n, over int64, soonest sql.NullInt64, now time.Time) (LimitDecision, error) {
 	d := LimitDecision{Held: n}
 	at := soonest
