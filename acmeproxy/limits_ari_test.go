@@ -48,3 +48,33 @@ func TestARenewalInsideItsARIWindowIsNotCountedByTheOrderAndDuplicateLimits(t *t
 	wantRateLimited(t, newOrder("www.example.com", certID), authority.LimitOrdersPerAccount, long)
 	wantRateLimited(t, newOrder("api.example.com", ""), authority.LimitOrdersPerAccount, long)
 }
+
+// The exemption covers a certificate's first replacement only: an
+// account that abandons its exempt renewal (deactivating its
+// authorization makes the order invalid) and orders again, in a loop,
+// would otherwise place orders without limit. The renewal after an
+// abandoned one is an order like any other, counted and refused by
+// orders_per_account.
+func TestARenewalAfterAnAbandonedExemptOneIsCountedByTheOrderLimit(t *testing.T) {
+	long := 1000 * 24 * time.Hour // no refill while the test moves the clock
+	e, clk, _ := limitEnv(t, func(l *LimitsConfig) { l.OrdersPerAccount = rate(1, long) })
+	ctx := context.Background()
+	c := e.client(ctx)
+	old := e.issue(ctx, c, "www.example.com") // the account's one order
+	certID := certIDOf(old.leaf)
+	alice := e.raw(c)
+	renew := func() rawResponse {
+		return alice.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("www.example.com")}, "replaces": certID}, jwsOpts{})
+	}
+	w := decodeAs[renewalWindow](t, e.renewalInfo(certID))
+	clk.Advance(w.SuggestedWindow.Start.Sub(clk.Now()) + time.Second)
+
+	first := renew()
+	if first.status != http.StatusCreated {
+		t.Fatalf("the first renewal inside its window: %d %s; want it created", first.status, first.body)
+	}
+	if r := alice.post(decodeAs[orderJSON](t, first).Authorizations[0], map[string]string{"status": "deactivated"}, jwsOpts{}); r.status != http.StatusOK {
+		t.Fatalf("deactivating the renewal's authorization: %d %s", r.status, r.body)
+	}
+	wantRateLimited(t, renew(), authority.LimitOrdersPerAccount, long)
+}

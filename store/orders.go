@@ -419,18 +419,24 @@ const liveReplacementOf = `FROM orders WHERE replaces_certificate_id = ?
 	AND status <> 'invalid' AND NOT (status IN ('pending','ready') AND expires_at <= ?) LIMIT 1`
 
 // ReplacementOf reports whether a live order replaces certificate certID
-// (live as checkNotReplaced counts it) and whether that order is finalized
-// (processing or valid). checkNotReplaced lets at most one be live.
-func (db *DB) ReplacementOf(ctx context.Context, certID string, now time.Time) (live, finalized bool, err error) {
-	var status string
-	err = db.r.QueryRowContext(ctx, db.q(`SELECT status `+liveReplacementOf), certID, now.UnixMilli()).Scan(&status)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, false, nil
-	case err != nil:
-		return false, false, fmt.Errorf("store: the replacement of certificate %s: %w", certID, err)
+// (live as checkNotReplaced counts it), whether that order is finalized
+// (processing or valid), and whether any order stored replaced it before,
+// live or not (earlier: an invalid or expired replacement, until the
+// retention sweep deletes it). checkNotReplaced lets at most one be live.
+// One read of the certificate's replacements, few, by orders_replaces.
+func (db *DB) ReplacementOf(ctx context.Context, certID string, now time.Time) (live, finalized, earlier bool, err error) {
+	var state sql.NullInt64
+	err = db.r.QueryRowContext(ctx, db.q(`SELECT MAX(CASE
+			WHEN status = 'invalid' OR (status IN ('pending','ready') AND expires_at <= ?) THEN 0
+			WHEN status IN ('processing','valid') THEN 2 ELSE 1 END)
+		FROM orders WHERE replaces_certificate_id = ?`), now.UnixMilli(), certID).Scan(&state)
+	if err != nil {
+		return false, false, false, fmt.Errorf("store: the replacement of certificate %s: %w", certID, err)
 	}
-	return true, status == string(acme.StatusProcessing) || status == string(acme.StatusValid), nil
+	if !state.Valid {
+		return false, false, false, nil // none, ever
+	}
+	return state.Int64 > 0, state.Int64 == 2, true, nil
 }
 
 // GetOrder reads an order of a profile, with its authorization ids.

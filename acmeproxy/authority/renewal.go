@@ -374,20 +374,26 @@ func (au *Authority) Replaces(ctx context.Context, accountID, certID string, ide
 	if err != nil {
 		return &Replacement{certID: certID, err: err}
 	}
-	live, finalized, err := au.db.ReplacementOf(ctx, c.ID, au.clock.Now())
+	live, finalized, earlier, err := au.db.ReplacementOf(ctx, c.ID, au.clock.Now())
 	switch {
 	case err != nil:
 		return &Replacement{certID: certID, err: err}
 	case live && !finalized:
 		return &Replacement{certID: certID}
+	case earlier && !live:
+		// A replacement abandoned before (invalid, or expired): this
+		// order replaces the certificate, but is counted as any other,
+		// or a loop of renewals abandoned would be orders without limit.
+		return &Replacement{certID: certID, storedID: c.ID}
 	}
 	info := au.renewalWindow(ctx, c, leaf, chain, au.cfg.Renewal.withDefaults())
 	return &Replacement{certID: certID, storedID: c.ID, inWindow: !au.clock.Now().Before(info.Start)}
 }
 
 // InsideItsWindow says whether r names a certificate the account may
-// replace with the order whose renewal window has begun: such a renewal
-// is what the CA asked for, so the order and duplicate limits do not
-// count it. Anything that could not be read says no; CreateOrder then
+// replace with the order whose renewal window has begun, and that no
+// order replaced before: such a renewal is what the CA asked for, so the
+// order and duplicate limits do not count it; one after an abandoned
+// replacement they do. Anything that could not be read says no; CreateOrder then
 // answers the real problem.
 func (r *Replacement) InsideItsWindow() bool { return r != nil && r.err == nil && r.inWindow }
