@@ -78,30 +78,12 @@ func TestTheStaleCRLCheckReadsAFewLedgerRowsPerCAWhateverTheLedgersSize(t *testi
 			t.Fatalf("after a revocation under other-ca, StaleCRLIssuers = %v, %v; want [other-ca]", stale, err)
 		}
 
-		conn, err := db.r.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
 		if db.dialect.name() == "sqlite" {
-			rows, err := conn.QueryContext(ctx, "EXPLAIN QUERY PLAN "+db.staleCRLQuery())
+			plan, _, err := QueryPlan(ctx, db, db.staleCRLQuery())
 			if err != nil {
 				t.Fatal(err)
 			}
-			var plan []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, detail)
-			}
-			if err := rows.Close(); err != nil {
-				t.Fatal(err)
-			}
 			text := strings.Join(plan, "\n")
-			t.Log(text)
 			if regexp.MustCompile(`(?m)^SCAN (revocations|r)\b`).MatchString(text) || !strings.Contains(text, "SEARCH r USING COVERING INDEX revocations_ledger (issuer_key_id=? AND id>?)") {
 				t.Errorf("the check scans the ledger rather than reading each CA's rows above its CRL's ledger_seq by revocations_ledger:\n%s", text)
 			}
@@ -110,8 +92,12 @@ func TestTheStaleCRLCheckReadsAFewLedgerRowsPerCAWhateverTheLedgersSize(t *testi
 		if err := db.Analyze(ctx); err != nil {
 			t.Fatal(err)
 		}
+		conn, err := db.r.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
 		plan := strings.Join(pgPlan(t, ctx, conn, "EXPLAIN (ANALYZE, TIMING OFF) "+db.staleCRLQuery()), "\n")
-		t.Log(plan)
 		// Rows read: those a scan of the ledger returned and those it
 		// read and dropped by a filter, over all its loops (EXPLAIN
 		// gives both per loop).
