@@ -311,6 +311,28 @@ func TestAScriptGetsTheEventOnStdinInACleanEnvironment(t *testing.T) {
 	}
 }
 
+// A notify script runs in the root directory, as the script signer does,
+// whatever directory Caddy was started in: a script reading or writing a
+// relative path does the same under systemd and from a shell.
+func TestAScriptRunsInTheRootDirectory(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	out := filepath.Join(dir, "cwd")
+	script := filepath.Join(dir, "hook.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ncat > /dev/null\npwd > \"$1\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst := notify.Destination{Type: notify.TypeScript, Command: script, Args: []string{out}}
+	r := newRig(t, notify.Options{}, dst)
+	ids := r.event(t, sampleEvent(acme.EventCertificateIssued), dst)
+	if j := r.wait(t, ids[0]); j.Status != store.JobDone {
+		t.Fatalf("job %s: %s", j.Status, j.LastError)
+	}
+	if cwd, err := os.ReadFile(out); err != nil || strings.TrimSpace(string(cwd)) != "/" {
+		t.Errorf("the script ran in %q (%v), want /", cwd, err)
+	}
+}
+
 func TestScriptFailures(t *testing.T) {
 	dir := t.TempDir()
 	failing := filepath.Join(dir, "fail.sh")

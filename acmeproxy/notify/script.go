@@ -13,7 +13,7 @@ import (
 )
 
 // script runs the destination's program, without a shell, in a clean
-// environment and a process group of its own, with the event's JSON on
+// environment, the root directory and a process group of its own, with the event's JSON on
 // stdin. Exit 0 is delivered; a program that is missing or cannot be
 // executed is a permanent failure; any other failure (an exit status,
 // the timeout) is retried. At the timeout the whole group is killed, and
@@ -24,6 +24,7 @@ import (
 func (d *Deliverer) script(ctx context.Context, dst Destination, body []byte) error {
 	cmd := exec.CommandContext(ctx, dst.Command, dst.Args...)
 	cmd.Env = d.opts.ScriptEnv
+	cmd.Dir = "/" // as the script signer: not wherever Caddy was started
 	cmd.Stdin = bytes.NewReader(body)
 	cmd.Cancel = func() error { procgroup.KillGroup(cmd.Process.Pid); return nil }
 	cmd.WaitDelay = time.Second
