@@ -234,9 +234,17 @@ func (a *App) database() (string, func() (*store.DB, error), error) {
 	if a.Database == "" {
 		a.Database = filepath.Join(caddy.AppDataDir(), "acme_proxy", "acme_proxy.db")
 	}
-	path, err := resolvedPath(a.Database)
+	// Placeholders ({env.ACME_DB_DIR}/acme_proxy.db) are replaced, as in
+	// the DSN; one that is empty fails rather than name another file
+	// (/acme_proxy.db), and none is left for the store to create a file
+	// literally named {env.X}.
+	name, err := expandRequired(caddy.NewReplacer(), "database", a.Database)
 	if err != nil {
-		return "", nil, fmt.Errorf("database: the SQLite file %s: %w", a.Database, err)
+		return "", nil, err
+	}
+	path, err := resolvedPath(name)
+	if err != nil {
+		return "", nil, fmt.Errorf("database: the SQLite file %s: %w", name, err)
 	}
 	// Keyed by the file, not the path: names no path resolution joins (a
 	// hard link, a bind mount) name one file too, and two stores on it

@@ -74,6 +74,26 @@ func TestTheAppRefusesBothASQLiteFileAndAPostgresDatabase(t *testing.T) {
 	}
 }
 
+// A SQLite path given through a placeholder is the file the placeholder
+// names once replaced: the app opens that one, and creates no file
+// literally named {env.X}.
+func TestTheSQLiteFileOptionOpensTheFileItNamesWithPlaceholdersReplaced(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("ACMEPROXY_TEST_DBDIR", dir)
+	a := &App{AppConfig: acmeproxy.AppConfig{Database: "{env.ACMEPROXY_TEST_DBDIR}/acme.db"}}
+	if _, err := provisionApp(t, a); err != nil {
+		t.Fatal(err)
+	}
+	startStore(t, a)
+	if _, err := os.Stat(filepath.Join(dir, "acme.db")); err != nil {
+		t.Errorf("the file the placeholder names: %v", err)
+	}
+	if made, _ := filepath.Glob(filepath.Join(dir, "{env.*")); len(made) > 0 {
+		t.Errorf("created %q: the placeholder was taken as a name", made)
+	}
+}
+
 // startStore opens a's store as its Start does, before it starts the
 // runner.
 func startStore(t *testing.T, a *App) {

@@ -497,6 +497,11 @@ func TestAPlaceholderThatIsEmptyWhenTheConfigLoadsFailsTheLoadNamingTheKey(t *te
 			want: "notify webhook: header Authorization: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_TOKEN} is empty",
 		},
 		{
+			name: "a SQLite file whose placeholder is empty, which would name a file literally {env.X} in the working directory",
+			app:  map[string]any{"database": "{env.ACME_PROXY_TEST_UNSET_DB}"},
+			want: "database: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_DB} is empty",
+		},
+		{
 			name:     "a webhook url whose placeholder is empty",
 			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a"}},
 			app:      map[string]any{"notify": []map[string]any{{"type": "webhook", "url": "{env.ACME_PROXY_TEST_UNSET_HOOK}"}}},
@@ -555,6 +560,7 @@ func TestAPlaceholderThatIsEmptyWhenTheConfigLoadsFailsTheLoadNamingTheKey(t *te
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := isolate(t)
+			t.Chdir(dir) // a relative path the load would create lands here
 			err := loadHandlers(t, dir, tt.app, tt.handlers)
 			if err == nil {
 				t.Fatalf("loaded; want an error containing %q", tt.want)
