@@ -6,11 +6,13 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -556,7 +558,11 @@ func numberPlaceholders(stmt string) string {
 // unavailable: class 53 (insufficient resources: disk full, out of
 // memory, too many connections), a read-only transaction (a standby, or
 // default_transaction_read_only), the server shutting down or not yet
-// accepting connections, and no connection at all.
+// accepting connections, no connection at all, and a connection lost in
+// the middle of a statement — a backend that crashed or was killed (the
+// server then restarts every session), an immediate shutdown, a reset on
+// the way — which pgx reports as io.ErrUnexpectedEOF or the socket's
+// error, with no PostgreSQL error code.
 func (postgresDialect) unavailable(err error) bool {
 	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
 		switch {
@@ -569,7 +575,8 @@ func (postgresDialect) unavailable(err error) bool {
 	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
 		return true
 	}
-	return errors.Is(err, driver.ErrBadConn)
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func (postgresDialect) uniqueViolation(err error) bool {
