@@ -413,10 +413,14 @@ func (db *DB) checkNotReplaced(ctx context.Context, tx *sql.Tx, certID string, n
 }
 
 // liveReplacementOf finds the live order replacing a certificate (its id,
-// then now): not invalid, and not a pending or ready order past its expiry
-// (which is invalid, whether or not a sweep has rewritten its row yet).
+// then now): one that is not a deadReplacement.
 const liveReplacementOf = `FROM orders WHERE replaces_certificate_id = ?
-	AND status <> 'invalid' AND NOT (status IN ('pending','ready') AND expires_at <= ?) LIMIT 1`
+	AND NOT ` + deadReplacement + ` LIMIT 1`
+
+// deadReplacement is the condition (of now) of an order that replaces no
+// certificate any more: invalid, or pending or ready past its expiry
+// (which is invalid, whether or not a sweep has rewritten its row yet).
+const deadReplacement = `(status = 'invalid' OR (status IN ('pending','ready') AND expires_at <= ?))`
 
 // ReplacementOf reports whether a live order replaces certificate certID
 // (live as checkNotReplaced counts it), whether that order is finalized
@@ -427,7 +431,7 @@ const liveReplacementOf = `FROM orders WHERE replaces_certificate_id = ?
 func (db *DB) ReplacementOf(ctx context.Context, certID string, now time.Time) (live, finalized, earlier bool, err error) {
 	var state sql.NullInt64
 	err = db.r.QueryRowContext(ctx, db.q(`SELECT MAX(CASE
-			WHEN status = 'invalid' OR (status IN ('pending','ready') AND expires_at <= ?) THEN 0
+			WHEN `+deadReplacement+` THEN 0
 			WHEN status IN ('processing','valid') THEN 2 ELSE 1 END)
 		FROM orders WHERE replaces_certificate_id = ?`), now.UnixMilli(), certID).Scan(&state)
 	if err != nil {

@@ -343,22 +343,13 @@ func (au *Authority) recordValidation(ctx context.Context, c store.Challenge, a 
 	if verdict != nil && !ok {
 		return c, false, fmt.Errorf("validating %s: %w", c.Type, verdict) // a fault, not a verdict
 	}
-	if prob != nil {
-		prob.Identifier = &acme.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
-	}
 	var (
 		body []byte
-		owed []store.NewJob
 		res  store.ChallengeResult
 	)
 	at := au.clock.Now()
 	if prob != nil {
-		body, _ = json.Marshal(prob)
-		ev := au.challengeFailedEvent(ctx, a, c, prob, cl)
-		ev.At = at
-		ev.Jobs = au.AuditNotifyJobs(ev)
-		owed = ev.Jobs
-		res, err = au.db.FailChallengeAudited(ctx, c.ID, body, ev)
+		res, body, err = au.failChallengeAudited(ctx, c, a, prob, cl, at)
 	} else {
 		res, err = au.db.CompleteChallenge(ctx, c.ID, true, nil, at)
 	}
@@ -368,7 +359,6 @@ func (au *Authority) recordValidation(ctx context.Context, c store.Challenge, a 
 	if err != nil {
 		return c, false, err
 	}
-	au.Notified(owed)
 	outcome := acme.StatusValid
 	if prob != nil {
 		outcome = acme.StatusInvalid
@@ -417,19 +407,33 @@ func (au *Authority) FailAbandoned(ctx context.Context, challengeID string, cl C
 // validations, which limit answers judged wrong. A challenge settled
 // already is left as it is (settled false).
 func (au *Authority) failUnjudged(ctx context.Context, c store.Challenge, a store.Authz, prob *problem.Problem, cl Client) (settled bool, err error) {
-	prob.Identifier = &acme.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
-	body, _ := json.Marshal(prob)
-	ev := au.challengeFailedEvent(ctx, a, c, prob, cl)
-	ev.At = au.clock.Now()
-	ev.Jobs = au.AuditNotifyJobs(ev)
-	if _, err := au.db.FailChallengeAudited(ctx, c.ID, body, ev); err != nil {
+	if _, _, err := au.failChallengeAudited(ctx, c, a, prob, cl, au.clock.Now()); err != nil {
 		if errors.Is(err, store.ErrWrongState) {
 			return false, nil
 		}
 		return false, err
 	}
-	au.Notified(ev.Jobs)
 	return true, nil
+}
+
+// failChallengeAudited makes challenge c invalid at at with prob, naming the
+// authorization's identifier, and writes its challenge_failed row (by
+// the account, from cl) with the row's notifications in the same write,
+// handing those to the notifier once it is committed. It returns what
+// the write made of the order and the stored problem; ErrWrongState when
+// the challenge was settled already (no row, nothing notified).
+func (au *Authority) failChallengeAudited(ctx context.Context, c store.Challenge, a store.Authz, prob *problem.Problem, cl Client, at time.Time) (store.ChallengeResult, []byte, error) {
+	prob.Identifier = &acme.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
+	body, _ := json.Marshal(prob)
+	ev := au.challengeFailedEvent(ctx, a, c, prob, cl)
+	ev.At = at
+	ev.Jobs = au.AuditNotifyJobs(ev)
+	res, err := au.db.FailChallengeAudited(ctx, c.ID, body, ev)
+	if err != nil {
+		return res, body, err
+	}
+	au.Notified(ev.Jobs)
+	return res, body, nil
 }
 
 // challengeFailedEvent is the audit row of a failed challenge, by the
