@@ -150,7 +150,15 @@ func (w *answering) leave(id string, call *answerCall, c store.Challenge, err er
 
 // answerChallenge is AnswerChallenge's one answer.
 func (au *Authority) answerChallenge(ctx context.Context, c store.Challenge, a store.Authz, keyThumbprint string, cl Client) (store.Challenge, error) {
-	if st := au.AuthzStatus(a); st != acme.StatusPending {
+	switch st := au.AuthzStatus(a); st {
+	case acme.StatusPending:
+	case acme.StatusValid:
+		// Another of its challenges proved it (a client answering every
+		// type it supports, or two of its processes racing): the answer
+		// is a no-op, the challenge returned as it stands, as Boulder
+		// does — a refusal would read to the client as its order failing.
+		return c, nil
+	default:
 		return c, problem.MalformedF("the authorization is %s; its challenges can no longer be answered", st)
 	}
 	// Validate right here first, with nothing stored yet: most answers
