@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -42,25 +43,91 @@ func likePattern(p string) string {
 	return r.Replace(strings.ToLower(p))
 }
 
+// RenewEarlyBatch is how many certificates one of RenewEarly's
+// transactions stamps, with their audit rows. A selection by issuer (a CA
+// rotation) may hold a whole fleet: stamped in one transaction it would
+// hold the database's writes — every instance's issuance — for as long as
+// it takes, and every row it returned in memory.
+const RenewEarlyBatch = 500
+
+// RenewedEarly is what RenewEarly stamped: Count certificates, the first
+// of them (in id order) up to the number asked for.
+type RenewedEarly struct {
+	Count int
+	First []Certificate
+}
+
 // RenewEarly stamps the selected certificates with an operator's request
 // to renew early, at now, with explanationURL (which may be ""), and
 // writes one audit row per certificate from ev (its serial, order and
-// account filled in), in one transaction. It returns the certificates
-// stamped. A certificate asked again is stamped again: its window moves
-// to the later request, which still lies before any later answer.
+// account filled in) in the transaction that stamps it. It returns how
+// many it stamped and the first keep of them. A certificate asked again
+// is stamped again: its window moves to the later request, which still
+// lies before any later answer.
 //
-// One update (its guards re-checked on each certificate's newest row)
-// whose returned rows are the audit rows' subjects.
-func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanationURL string, ev AuditEvent, now time.Time) ([]Certificate, error) {
+// The selection is read once, its ids streamed in id order, and stamped
+// batch (RenewEarlyBatch when 0) at a time, each batch with its audit rows
+// in one transaction, its guards (unexpired, not revoked) re-checked on
+// each certificate's newest row. An error part way (the database gone, a
+// deadline) keeps the batches committed, each stamp with its audit row,
+// and returns them with the error: asking again stamps the rest.
+func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanationURL string, ev AuditEvent, now time.Time,
+	batch, keep int) (RenewedEarly, error) {
+	var done RenewedEarly
 	if sel.Empty() {
-		return nil, fmt.Errorf("store: renew early: the selection names no certificate")
+		return done, fmt.Errorf("store: renew early: the selection names no certificate")
 	}
 	if len(sel.Serials) > MaxRenewEarlyList || len(sel.OrderIDs) > MaxRenewEarlyList {
-		return nil, fmt.Errorf("store: renew early: at most %d serials and %d orders at once", MaxRenewEarlyList, MaxRenewEarlyList)
+		return done, fmt.Errorf("store: renew early: at most %d serials and %d orders at once", MaxRenewEarlyList, MaxRenewEarlyList)
 	}
-	// The SET's placeholders first, then the WHERE's.
+	if batch <= 0 {
+		batch = RenewEarlyBatch
+	}
+	where, args := renewEarlyWhere(sel, now)
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id FROM certificates WHERE `+where+` ORDER BY id`), args...)
+	if err != nil {
+		return done, fmt.Errorf("store: renew early: %w", db.unavailable(err))
+	}
+	defer rows.Close()
+	ids := make([]string, 0, batch)
+	flush := func() error {
+		if len(ids) == 0 {
+			return nil
+		}
+		stamped, err := db.renewEarlyBatch(ctx, ids, explanationURL, ev, now)
+		if err != nil {
+			return err
+		}
+		done.Count += len(stamped)
+		done.First = append(done.First, stamped[:min(len(stamped), max(keep-len(done.First), 0))]...)
+		ids = ids[:0]
+		return nil
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return done, fmt.Errorf("store: renew early: %w", err)
+		}
+		if ids = append(ids, id); len(ids) == batch {
+			if err := flush(); err != nil {
+				return done, fmt.Errorf("store: renew early, after %d certificates: %w", done.Count, err)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return done, fmt.Errorf("store: renew early, after %d certificates: %w", done.Count, db.unavailable(err))
+	}
+	if err := flush(); err != nil {
+		return done, fmt.Errorf("store: renew early, after %d certificates: %w", done.Count, err)
+	}
+	return done, nil
+}
+
+// renewEarlyWhere is the condition (and its arguments) of the
+// certificates sel selects that are unexpired and not revoked at now.
+func renewEarlyWhere(sel RenewEarlySelection, now time.Time) (string, []any) {
 	where := []string{"not_after > ?", "revoked_at IS NULL"}
-	args := []any{now.UnixMilli(), explanationURL, now.UnixMilli()}
+	args := []any{now.UnixMilli()}
 	add := func(cond string, vs ...any) { where, args = append(where, cond), append(args, vs...) }
 	in := func(col string, vs []string) {
 		marks := strings.TrimSuffix(strings.Repeat("?, ", len(vs)), ", ")
@@ -89,8 +156,22 @@ func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanati
 		add(`EXISTS (SELECT 1 FROM order_identifiers i WHERE i.order_id = certificates.order_id AND i.value LIKE ? ESCAPE '\')`,
 			likePattern(sel.Identifier))
 	}
-	stmt := `UPDATE certificates SET renew_early_at = ?, explanation_url = ? WHERE ` + strings.Join(where, " AND ") +
-		` RETURNING ` + certCols
+	return strings.Join(where, " AND "), args
+}
+
+// renewEarlyBatch stamps the certificates ids that are still unexpired
+// and not revoked, and writes their audit rows, in one transaction; it
+// returns the certificates stamped, in id order.
+//
+// One update (its guards re-checked on each certificate's newest row)
+// whose returned rows are the audit rows' subjects.
+func (db *DB) renewEarlyBatch(ctx context.Context, ids []string, explanationURL string, ev AuditEvent, now time.Time) ([]Certificate, error) {
+	args := []any{now.UnixMilli(), explanationURL, now.UnixMilli()}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	stmt := `UPDATE certificates SET renew_early_at = ?, explanation_url = ? WHERE not_after > ? AND revoked_at IS NULL AND id IN (` +
+		strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + `) RETURNING ` + certCols
 	var out []Certificate
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		out = nil // fn may run again (see engine)
@@ -112,6 +193,7 @@ func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanati
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		slices.SortFunc(out, func(a, b Certificate) int { return strings.Compare(a.ID, b.ID) })
 		for _, c := range out {
 			e := ev
 			e.Profile, e.Serial, e.OrderID, e.AccountID = c.Profile, c.Serial, c.OrderID, c.AccountID
@@ -121,10 +203,7 @@ func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanati
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("store: renew early: %w", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // UnnamedIssuer is a certificate stored before its issuer was recorded.

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,12 +106,15 @@ func TestRenewEarlyStampsExactlyTheSelectedLiveCertificatesAndAuditsEach(t *test
 		for i, c := range cases {
 			at := t0.Add(time.Duration(i+1) * time.Hour)
 			url := "https://status.example.com/" + c.name
-			got, err := f.db.RenewEarly(ctx, c.sel, url, AuditEvent{At: at, Event: acme.EventRenewEarly, Outcome: "success", ActorKind: "cli"}, at)
+			got, err := f.db.RenewEarly(ctx, c.sel, url, AuditEvent{At: at, Event: acme.EventRenewEarly, Outcome: "success", ActorKind: "cli"}, at, 0, 10)
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
+			if got.Count != len(got.First) {
+				t.Errorf("%s: counted %d, listed %d", c.name, got.Count, len(got.First))
+			}
 			var serials []string
-			for _, g := range got {
+			for _, g := range got.First {
 				serials = append(serials, g.Serial)
 			}
 			slices.Sort(serials)
@@ -152,12 +157,65 @@ func TestRenewEarlyStampsExactlyTheSelectedLiveCertificatesAndAuditsEach(t *test
 	})
 }
 
+// A renew-early of a whole issuer (a CA rotation) may select a fleet: it
+// is stamped a batch at a time, each batch with its audit rows in one
+// transaction, so that it never holds the database's writes for its whole
+// length. One that fails part way keeps the batches it committed, each
+// stamp with its audit row, says how many, and stamps nothing of the
+// batch that failed; asking again completes it.
+func TestARenewEarlyThatFailsPartWayKeepsItsCommittedBatchesEachAudited(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := renewalFixture{t, openTest(t)}
+		acct := f.account()
+		day := t0.Add(24 * time.Hour)
+		var certs []Certificate
+		for i := range 5 {
+			certs = append(certs, f.cert(acct, fmt.Sprintf("host%d.example.com", i), fmt.Sprintf("0%d", i+1), "aaaa", day))
+		}
+		slices.SortFunc(certs, func(a, b Certificate) int { return strings.Compare(a.ID, b.ID) })
+		// The fourth certificate's audit row cannot be written: the
+		// second batch of two fails.
+		refuse := map[string][]string{
+			"sqlite": {`CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_events WHEN NEW.serial = '` + certs[3].Serial +
+				`' BEGIN SELECT RAISE(ABORT, 'audit refused'); END`},
+			"postgres": {`CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+				IF NEW.serial = '` + certs[3].Serial + `' THEN RAISE EXCEPTION 'audit refused'; END IF; RETURN NEW; END $$`,
+				`CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION refuse_audit()`},
+		}[dialectOf(t).name]
+		for _, stmt := range refuse {
+			if _, err := f.db.wr.ExecContext(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ev := AuditEvent{At: t0, Event: acme.EventRenewEarly, Outcome: "success", ActorKind: "cli"}
+		got, err := f.db.RenewEarly(ctx, RenewEarlySelection{IssuerKeyID: "aaaa"}, "", ev, t0, 2, 10)
+		if err == nil || got.Count != 2 || !strings.Contains(err.Error(), "after 2 certificates") {
+			t.Fatalf("a renew-early whose second batch fails: %d stamped, %v; want 2 and an error saying so", got.Count, err)
+		}
+		for i, c := range certs {
+			cur, err := f.db.GetCertificate(ctx, "p", c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := f.db.SearchAudit(ctx, AuditFilter{Event: acme.EventRenewEarly, Serial: c.Serial})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stamped, audited := !cur.RenewEarlyAt.IsZero(), len(rows)
+			if want := i < 2; stamped != want || audited != map[bool]int{true: 1, false: 0}[want] {
+				t.Errorf("certificate %d of 5 in id order: stamped %v with %d audit rows; want stamped %v with one row each", i+1, stamped, audited, want)
+			}
+		}
+	})
+}
+
 func TestRenewEarlyRefusesASelectionThatNamesNothingButAProfile(t *testing.T) {
 	db := openTest(t)
 	f := renewalFixture{t, db}
 	f.cert(f.account(), "www.example.com", "0a", "aaaa", t0.Add(time.Hour))
-	if got, err := db.RenewEarly(context.Background(), RenewEarlySelection{Profile: "p"}, "", AuditEvent{}, t0); err == nil {
-		t.Fatalf("an empty selection stamped %d certificates", len(got))
+	if got, err := db.RenewEarly(context.Background(), RenewEarlySelection{Profile: "p"}, "", AuditEvent{}, t0, 0, 10); err == nil {
+		t.Fatalf("an empty selection stamped %d certificates", got.Count)
 	}
 }
 

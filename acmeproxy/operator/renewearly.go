@@ -119,11 +119,14 @@ func (op *Operator) RenewEarly(ctx context.Context, req RenewEarlyRequest, actor
 	}
 	ev := store.AuditEvent{At: now, Event: acme.EventRenewEarly,
 		Outcome: authority.OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID, Reason: "operator", Detail: detail}
-	certs, err := op.DB.RenewEarly(ctx, sel, req.ExplanationURL, ev, now)
+	done, err := op.DB.RenewEarly(ctx, sel, req.ExplanationURL, ev, now, 0, RenewEarlyListed)
 	if err != nil {
+		if done.Count > 0 {
+			return RenewEarlyView{}, fmt.Errorf("renew early stopped after %d certificates, each with its audit row (ask again to move the rest): %w", done.Count, err)
+		}
 		return RenewEarlyView{}, err
 	}
-	if len(certs) == 0 {
+	if done.Count == 0 {
 		// The attempt is the operator's act even when it moved nothing
 		// (as a prune that deleted nothing is recorded): one row saying
 		// what was asked for, so that the trail shows it was tried.
@@ -133,8 +136,8 @@ func (op *Operator) RenewEarly(ctx context.Context, req RenewEarlyRequest, actor
 			return RenewEarlyView{}, fmt.Errorf("renew early: the audit row of a selection that matched nothing: %w", err)
 		}
 	}
-	v := RenewEarlyView{At: now, ExplanationURL: req.ExplanationURL, Count: len(certs), Certificates: []RenewEarlyCertView{}}
-	for _, c := range certs[:min(len(certs), RenewEarlyListed)] {
+	v := RenewEarlyView{At: now, ExplanationURL: req.ExplanationURL, Count: done.Count, Certificates: []RenewEarlyCertView{}}
+	for _, c := range done.First {
 		v.Certificates = append(v.Certificates, RenewEarlyCertView{Profile: c.Profile, Serial: c.Serial, Order: c.OrderID,
 			Account: c.AccountID, NotAfter: c.NotAfter})
 	}
