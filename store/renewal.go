@@ -48,7 +48,7 @@ func likePattern(p string) string {
 // rotation) may hold a whole fleet: stamped in one transaction it would
 // hold the database's writes — every instance's issuance — for as long as
 // it takes, and every row it returned in memory.
-const RenewEarlyBatch = 500
+const RenewEarlyBatch = 100
 
 // RenewedEarly is what RenewEarly stamped: Count certificates, the first
 // of them (in id order) up to the number asked for.
@@ -89,7 +89,7 @@ func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanati
 		return done, fmt.Errorf("store: renew early: %w", db.unavailable(err))
 	}
 	defer rows.Close()
-	ids := make([]string, 0, batch)
+	ids := make([]string, 0, min(batch, RenewEarlyBatch))
 	flush := func() error {
 		if len(ids) == 0 {
 			return nil
