@@ -31,7 +31,10 @@ type certbotServer struct {
 	server   string // the profile's directory URL
 	rootFile string // Caddy's local root, which its HTTPS site chains to
 	root     *x509.Certificate
-	cb       certbotRun
+	// challengePort is where, on 127.0.0.1, the profile validates http-01
+	// (certbot's standalone server, or the test's own for another client).
+	challengePort int
+	cb            certbotRun
 }
 
 // startCertbotServer starts caddy (a built binary) with site, on a SQLite
@@ -85,7 +88,7 @@ https://localhost:%d {
 	}, site.env)
 
 	start := time.Now()
-	s := certbotServer{admin: admin, proc: startCaddy(t, caddy, config, env)}
+	s := certbotServer{admin: admin, proc: startCaddy(t, caddy, config, env), challengePort: certbotPort}
 	s.server = fmt.Sprintf("https://localhost:%d/acme/%s/directory", httpsPort, site.profile)
 	s.rootFile = filepath.Join(storage, "pki", "authorities", "local", "root.crt")
 	s.root = waitDirectory(t, s.proc, s.server, s.rootFile, 15*time.Second)
