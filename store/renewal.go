@@ -65,10 +65,13 @@ type RenewedEarly struct {
 // is stamped again: its window moves to the later request, which still
 // lies before any later answer.
 //
-// The selection is read once, its ids streamed in id order, and stamped
-// batch (RenewEarlyBatch when 0) at a time, each batch with its audit rows
-// in one transaction, its guards (unexpired, not revoked) re-checked on
-// each certificate's newest row. An error part way (the database gone, a
+// The selection's ids are read first, in one query whose snapshot ends
+// with it — a read held open across the writes would keep SQLite from
+// checkpointing its WAL, which would grow with every batch (tens of bytes
+// an id in memory instead: ~40 MB for a million) — then stamped batch
+// (RenewEarlyBatch when 0) at a time, each batch with its audit rows in
+// one transaction, its guards (unexpired, not revoked) re-checked on each
+// certificate's newest row. An error part way (the database gone, a
 // deadline) keeps the batches committed, each stamp with its audit row,
 // and returns them with the error: asking again stamps the rest.
 func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanationURL string, ev AuditEvent, now time.Time,
@@ -83,44 +86,41 @@ func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanati
 	if batch <= 0 {
 		batch = RenewEarlyBatch
 	}
+	ids, err := db.renewEarlySelected(ctx, sel, now)
+	if err != nil {
+		return done, fmt.Errorf("store: renew early: %w", err)
+	}
+	for len(ids) > 0 {
+		n := min(batch, len(ids))
+		stamped, err := db.renewEarlyBatch(ctx, ids[:n], explanationURL, ev, now)
+		if err != nil {
+			return done, fmt.Errorf("store: renew early, after %d certificates: %w", done.Count, err)
+		}
+		ids = ids[n:]
+		done.Count += len(stamped)
+		done.First = append(done.First, stamped[:min(len(stamped), max(keep-len(done.First), 0))]...)
+	}
+	return done, nil
+}
+
+// renewEarlySelected reads the ids of the certificates sel selects that
+// are unexpired and not revoked at now, in id order.
+func (db *DB) renewEarlySelected(ctx context.Context, sel RenewEarlySelection, now time.Time) ([]string, error) {
 	where, args := renewEarlyWhere(sel, now)
 	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id FROM certificates WHERE `+where+` ORDER BY id`), args...)
 	if err != nil {
-		return done, fmt.Errorf("store: renew early: %w", db.unavailable(err))
+		return nil, db.unavailable(err)
 	}
 	defer rows.Close()
-	ids := make([]string, 0, min(batch, RenewEarlyBatch))
-	flush := func() error {
-		if len(ids) == 0 {
-			return nil
-		}
-		stamped, err := db.renewEarlyBatch(ctx, ids, explanationURL, ev, now)
-		if err != nil {
-			return err
-		}
-		done.Count += len(stamped)
-		done.First = append(done.First, stamped[:min(len(stamped), max(keep-len(done.First), 0))]...)
-		ids = ids[:0]
-		return nil
-	}
+	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return done, fmt.Errorf("store: renew early: %w", err)
+			return nil, err
 		}
-		if ids = append(ids, id); len(ids) == batch {
-			if err := flush(); err != nil {
-				return done, fmt.Errorf("store: renew early, after %d certificates: %w", done.Count, err)
-			}
-		}
+		ids = append(ids, id)
 	}
-	if err := rows.Err(); err != nil {
-		return done, fmt.Errorf("store: renew early, after %d certificates: %w", done.Count, db.unavailable(err))
-	}
-	if err := flush(); err != nil {
-		return done, fmt.Errorf("store: renew early, after %d certificates: %w", done.Count, err)
-	}
-	return done, nil
+	return ids, db.unavailable(rows.Err())
 }
 
 // renewEarlyWhere is the condition (and its arguments) of the
