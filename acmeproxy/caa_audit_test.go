@@ -17,7 +17,7 @@ import (
 )
 
 // A finalize the CAA records refuse, checked again since the validation
-// is older than 8 hours, is audited as every refusal is: a
+// is older than 7 hours, is audited as every refusal is: a
 // finalize_refused row per refused identifier, of the order and its
 // account, with the client's address, the problem type as its reason and
 // a detail quoting the records that refused it — the issuers they name.

@@ -10,7 +10,8 @@ import (
 // CAAConfig turns on CAA checking for a profile (RFC 8659, with RFC
 // 8657's accounturi and validationmethods): every DNS identifier's CAA
 // records are checked when its authorization validates, and again at
-// finalize when that was more than 8 hours ago; the directory's
+// finalize when that was more than 7 hours ago (an hour short of the
+// Baseline Requirements' 8); the directory's
 // meta.caaIdentities lists Identities. Off when absent.
 type CAAConfig struct {
 	// Identities are the issuer domain names by which CAA issue and

@@ -29,11 +29,19 @@ type CAAChecker interface {
 	CheckCAA(ctx context.Context, domain string, wildcard bool, accountID, method string) error
 }
 
+// CAAReusePeriod is how long a CAA check may stand before a signature
+// (the CA/Browser Forum's Baseline Requirements §3.2.2.8: 8 hours).
+const CAAReusePeriod = 8 * time.Hour
+
 // CAARecheckAfter is how old an authorization's validation may be at
-// finalize before its CAA records are checked again (the CA/Browser
-// Forum's Baseline Requirements §3.2.2.8 allow a CAA check to be reused
-// for 8 hours).
-const CAARecheckAfter = 8 * time.Hour
+// finalize, or before a signing put off after it, before its CAA records
+// are checked again: an hour short of CAAReusePeriod (as Boulder's 7
+// hours), because the validation's stamp is not the age of its check.
+// The lookup ran before the stamp, the stamp may come from another
+// instance of the fleet whose clock runs ahead of this one's, and the
+// signature comes after the decision; with no margin, a signature could
+// rest on a check just over 8 hours old.
+const CAARecheckAfter = CAAReusePeriod - time.Hour
 
 // checkCAA checks the CAA records of the identifier of a, whose
 // challenge of type method has just been met; nil when the profile checks
