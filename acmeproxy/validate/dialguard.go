@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 // Validation connects where a client tells it to: the address its
@@ -75,8 +77,9 @@ func withIdentHost(ctx context.Context, host string) context.Context {
 
 // guardedDial returns d's DialContext with the address checks of
 // checkDialAddress, for a Validator without a Dial hook. A name is
-// resolved by lookup if it is set (each address it returns is then
-// dialled in turn, with an equal share of the time left), else by d.
+// resolved (one of several labels as a fully qualified one) by lookup if
+// it is set (each address it returns is then dialled in turn, with an
+// equal share of the time left), else by d.
 //
 // A loopback address is reached only for the identifier's own host: an
 // operator may validate a name or an address of this very machine, but a
@@ -100,8 +103,21 @@ func guardedDial(d *net.Dialer, lookup func(ctx context.Context, host string) ([
 			ctx, cancel = context.WithDeadline(ctx, d)
 			defer cancel()
 		}
-		if _, err := netip.ParseAddr(host); err == nil || lookup == nil {
+		if _, err := netip.ParseAddr(host); err == nil {
 			return d.DialContext(ctx, network, address)
+		}
+		// Rooted: a name of several labels to validate (or a redirect's)
+		// is fully qualified, never tried under the machine's search
+		// domains first (ndots:5 in Kubernetes), where a name someone
+		// else holds would answer in its place; /etc/hosts still answers
+		// it. A single label is left as it is: it resolves, if at all,
+		// as this machine resolves it — /etc/hosts (where Go's resolver
+		// matches it only unrooted) or a search domain.
+		if strings.Contains(strings.TrimSuffix(host, "."), ".") {
+			host = dns.Fqdn(host)
+		}
+		if lookup == nil {
+			return d.DialContext(ctx, network, net.JoinHostPort(host, port))
 		}
 		addrs, err := lookup(ctx, host)
 		if err != nil {

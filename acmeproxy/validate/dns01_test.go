@@ -104,19 +104,26 @@ func startDNS(t *testing.T, h dns.Handler) string {
 			pc.Close() // the TCP port is taken; try another
 			continue
 		}
-		var wg sync.WaitGroup
-		t.Cleanup(wg.Wait) // after the shutdowns below: cleanups run last first
-		for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
-			started := make(chan struct{})
-			srv.NotifyStartedFunc = func() { close(started) }
-			wg.Go(func() { srv.ActivateAndServe() })
-			<-started
-			t.Cleanup(func() { srv.Shutdown() })
-		}
+		serveDNS(t, h, pc, ln)
 		return addr
 	}
 	t.Fatal("no loopback port free for both UDP and TCP")
 	return ""
+}
+
+// serveDNS answers queries with h on pc (UDP) and ln (TCP) until the test
+// ends.
+func serveDNS(t *testing.T, h dns.Handler, pc net.PacketConn, ln net.Listener) {
+	t.Helper()
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // after the shutdowns below: cleanups run last first
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		wg.Go(func() { srv.ActivateAndServe() })
+		<-started
+		t.Cleanup(func() { srv.Shutdown() })
+	}
 }
 
 // silentResolver reads queries and never answers.

@@ -243,17 +243,19 @@ func (v *Validator) failed(parent context.Context, what string, err error) error
 	var dnsErr *net.DNSError
 	switch {
 	case errors.As(err, &dnsErr):
+		// Looked up rooted (see guardedDial); named as the client wrote it.
+		name := strings.TrimSuffix(dnsErr.Name, ".")
 		if dnsErr.IsNotFound {
-			return problem.DNSF("%s: no address found for %s", what, dnsErr.Name)
+			return problem.DNSF("%s: no address found for %s", what, name)
 		}
 		if dnsErr.IsTimeout {
-			return problem.DNSF("%s: timeout looking up %s", what, dnsErr.Name)
+			return problem.DNSF("%s: timeout looking up %s", what, name)
 		}
 		if noResolverAnswered(dnsErr) {
 			// As for dns-01 and CAA: the resolvers are this side's.
-			return fmt.Errorf("validate: %s: looking up %s: no resolver answered: %w", what, dnsErr.Name, err)
+			return fmt.Errorf("validate: %s: looking up %s: no resolver answered: %w", what, name, err)
 		}
-		return problem.DNSF("%s: looking up %s failed: %s", what, dnsErr.Name, dnsErr.Err)
+		return problem.DNSF("%s: looking up %s failed: %s", what, name, dnsErr.Err)
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		return problem.ConnectionF("%s: timed out after %s", what, v.timeout)
 	case errors.Is(err, syscall.ECONNREFUSED):
