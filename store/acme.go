@@ -497,15 +497,23 @@ func nonceKey(expires time.Time, nonce string) []byte {
 	return append(k, nonce...)
 }
 
+// NonceSweepMargin is how long past its expiry, in the sweeping
+// instance's clock, a spent nonce's record is kept. Every instance reads a
+// nonce's expiry in its own clock, and only the record refuses a replay:
+// one whose clock runs behind the sweeper's would otherwise take a nonce
+// spent and swept as fresh for as long as it runs behind.
+const NonceSweepMargin = 10 * time.Minute
+
 // PruneNonces forgets used nonces that have expired anyway: every key
-// below now's expiry prefix, in batches of sweepBatch, each its own write
-// (see deleteInBatches). It returns how many it forgot.
+// below the expiry prefix of now less NonceSweepMargin, in batches of
+// sweepBatch, each its own write (see deleteInBatches). It returns how
+// many it forgot.
 //
 // Each batch is one statement deleting expired keys, which nothing writes
 // again, lowest first, found by the primary key.
 func (db *DB) PruneNonces(ctx context.Context, now time.Time) (int64, error) {
 	n, err := db.deleteInBatches(ctx, `DELETE FROM used_nonces WHERE k IN
-		(SELECT k FROM used_nonces WHERE k < ? ORDER BY k LIMIT ?)`, nonceKey(now, ""))
+		(SELECT k FROM used_nonces WHERE k < ? ORDER BY k LIMIT ?)`, nonceKey(now.Add(-NonceSweepMargin), ""))
 	if err != nil {
 		return n, fmt.Errorf("store: pruning nonces: %w", err)
 	}

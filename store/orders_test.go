@@ -293,8 +293,34 @@ func TestANonceCanBeUsedOnce(t *testing.T) {
 		if fresh, err := db.UseNonce(ctx, "n1", t0.Add(time.Hour)); err != nil || fresh {
 			t.Fatalf("second use: fresh=%v err=%v; want refused", fresh, err)
 		}
-		if n, err := db.PruneNonces(ctx, t0.Add(2*time.Hour)); err != nil || n != 1 {
+		if n, err := db.PruneNonces(ctx, t0.Add(time.Hour+NonceSweepMargin+time.Second)); err != nil || n != 1 {
 			t.Fatalf("prune: %d %v", n, err)
+		}
+	})
+}
+
+// A nonce carries its expiry, which each instance reads in its own clock;
+// its spent record is what refuses a replay. The sweep, in the clock of
+// whichever instance runs it, keeps the record NonceSweepMargin past the
+// expiry, so that an instance whose clock runs behind the sweeper's (by
+// less than that) still refuses the nonce as spent rather than take it
+// as fresh.
+func TestASpentNonceIsKeptPastItsExpiryForInstancesWhoseClocksRunBehind(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		expires := t0.Add(time.Hour)
+		if fresh, err := db.UseNonce(ctx, "n1", expires); err != nil || !fresh {
+			t.Fatalf("first use: %v %v", fresh, err)
+		}
+		if _, err := db.PruneNonces(ctx, expires.Add(NonceSweepMargin-time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if fresh, err := db.UseNonce(ctx, "n1", expires); err != nil || fresh {
+			t.Fatalf("a replay after a sweep %s past its expiry: fresh=%v err=%v; want refused", NonceSweepMargin-time.Second, fresh, err)
+		}
+		if n, err := db.PruneNonces(ctx, expires.Add(NonceSweepMargin+time.Second)); err != nil || n != 1 {
+			t.Fatalf("a sweep past the margin forgot %d nonces (%v); want 1", n, err)
 		}
 	})
 }
