@@ -26,16 +26,24 @@ func TestAScriptLeavesNothingItStartedRunningAfterItsAttempt(t *testing.T) {
 		tail     string // what the script does after starting its child
 		timeout  time.Duration
 		wantKind string
+		// childStderr: the child keeps the script's stderr, which the
+		// delivery reads, open past the script's exit.
+		childStderr bool
 	}{
-		{"a script that hangs until its timeout", "sleep 1000", 200 * time.Millisecond, "retry"},
-		{"a script that exits", "exit 0", time.Minute, "done"},
+		{"a script that hangs until its timeout", "sleep 1000", 200 * time.Millisecond, "retry", false},
+		{"a script that exits", "exit 0", time.Minute, "done", false},
+		{"a script that exits while its child holds its stderr", "exit 0", time.Minute, "done", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			pidFile := filepath.Join(dir, "pid")
 			script := filepath.Join(dir, "hook.sh")
-			body := "#!/bin/sh\nsleep 1000 </dev/null >/dev/null 2>&1 &\necho $! > " + pidFile + "\n" + tt.tail + "\n"
+			redirect := " 2>&1"
+			if tt.childStderr {
+				redirect = ""
+			}
+			body := "#!/bin/sh\nsleep 1000 </dev/null >/dev/null" + redirect + " &\necho $! > " + pidFile + "\n" + tt.tail + "\n"
 			if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 				t.Fatal(err)
 			}

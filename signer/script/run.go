@@ -7,12 +7,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/internal/procgroup"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/scriptout"
 )
 
 // Output caps: what the program writes past them is discarded and the
@@ -35,7 +35,7 @@ type run struct {
 	Timeout time.Duration
 	// Redact takes the configured values out of what the program writes
 	// on stderr, the output that is stored and logged.
-	Redact redactor
+	Redact scriptout.Redactor
 }
 
 // result is what one execution did.
@@ -55,17 +55,7 @@ type result struct {
 
 // firstStderrLine is the first non-empty line the program wrote on
 // stderr, trimmed, at most 200 bytes.
-func (r result) firstStderrLine() string {
-	for _, l := range strings.Split(string(r.Stderr), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			if len(l) > 200 {
-				l = l[:200]
-			}
-			return l
-		}
-	}
-	return ""
-}
+func (r result) firstStderrLine() string { return scriptout.FirstLine(r.Stderr) }
 
 // describe says how the program ended, for the operator.
 func (r result) describe() string {
@@ -148,11 +138,11 @@ func execute(ctx context.Context, r run) (result, error) {
 		res     result
 		readers sync.WaitGroup
 	)
-	stdout := &capped{max: MaxStdout}
-	stderr := &capped{max: MaxStderr}
+	stdout := &scriptout.Capped{Max: MaxStdout}
+	stderr := &scriptout.Capped{Max: MaxStderr}
 	for _, p := range []struct {
 		f *os.File
-		w *capped
+		w *scriptout.Capped
 	}{{outR, stdout}, {errR, stderr}} {
 		readers.Add(1)
 		go func() {
@@ -189,8 +179,8 @@ func execute(ctx context.Context, r run) (result, error) {
 	outR.Close()
 	errR.Close()
 
-	res.Stdout, res.StdoutCapped = stdout.buf, stdout.over
-	res.Stderr, res.StderrCapped = r.Redact.redact(stderr.buf, stderr.over), stderr.over
+	res.Stdout, res.StdoutCapped = stdout.Buf, stdout.Over
+	res.Stderr, res.StderrCapped = r.Redact.Redact(stderr.Buf, stderr.Over), stderr.Over
 	res.Exit = cmd.ProcessState.ExitCode()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = ws.Signal()
@@ -203,21 +193,4 @@ func execute(ctx context.Context, r run) (result, error) {
 func kill(p *os.Process) {
 	procgroup.KillGroup(p.Pid)
 	_ = p.Kill()
-}
-
-// capped keeps the first max bytes written to it and notes the rest.
-type capped struct {
-	max  int
-	buf  []byte
-	over bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - len(c.buf); room < len(p) {
-		c.buf = append(c.buf, p[:max(room, 0)]...)
-		c.over = true
-		return len(p), nil
-	}
-	c.buf = append(c.buf, p...)
-	return len(p), nil
 }

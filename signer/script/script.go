@@ -32,6 +32,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/execpath"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/scriptout"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -70,8 +71,8 @@ type Options struct {
 	// Timeout bounds one run of the program (DefaultTimeout).
 	Timeout time.Duration
 	// Env is added to the program's environment; a PATH here replaces
-	// Caddy's. Its values are taken out of the program's stderr (see
-	// redactor).
+	// Caddy's. Its values of scriptout.MinRedacted bytes or more are
+	// taken out of the program's stderr, as "[redacted env NAME]".
 	Env map[string]string
 	// Revoke, when set, runs the program to revoke; when not, revocation
 	// is recorded by the proxy alone.
@@ -86,8 +87,8 @@ type Options struct {
 // Signer is the script signer of one profile.
 type Signer struct {
 	opts   Options
-	env    []string // PATH and Env, sorted by name
-	redact redactor // Env's values, out of the program's stderr
+	env    []string           // PATH and Env, sorted by name
+	redact scriptout.Redactor // Env's values, out of the program's stderr
 
 	mu        sync.Mutex
 	bound     signer.Bound   // its profile, once bound
@@ -135,7 +136,18 @@ func New(opts Options) (*Signer, error) {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	return &Signer{opts: opts, env: env, redact: newRedactor(opts.Env), tempFails: map[string]int{}, signed: map[string][][]byte{}}, nil
+	return &Signer{opts: opts, env: env, redact: envRedactor(opts.Env), tempFails: map[string]int{}, signed: map[string][][]byte{}}, nil
+}
+
+// envRedactor takes the values of env out of the program's stderr, each
+// as "[redacted env NAME]". The values PATH and the ACME_PROXY_ variables
+// get from elsewhere are not redacted.
+func envRedactor(env map[string]string) scriptout.Redactor {
+	named := make(map[string]string, len(env))
+	for k, v := range env {
+		named["env "+k] = v
+	}
+	return scriptout.NewRedactor(named)
 }
 
 // Bind gives the signer its profile's Settler, queue and store.

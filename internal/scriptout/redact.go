@@ -1,4 +1,4 @@
-package script
+package scriptout
 
 import (
 	"cmp"
@@ -6,39 +6,39 @@ import (
 	"strings"
 )
 
-// minRedacted is the length of the shortest value redacted from the
+// MinRedacted is the length of the shortest value redacted from a
 // program's output: a shorter one ("1", "on", "/srv") is no secret worth
 // the name, and replacing it wherever it occurs would mangle what the
 // operator reads.
-const minRedacted = 6
+const MinRedacted = 6
 
-// redactor takes out of the program's output the values of the variables
-// the configuration sets (Options.Env): a program may pass one on in its
-// diagnostics (a failing `curl -u user:$TOKEN -v`), and its output is
-// stored and logged (the job's last error, the order's failure detail,
-// the audit trail, notifications). The values PATH and the ACME_PROXY_
-// variables get from elsewhere are not redacted. A value is taken out as
-// written only: the program's encodings of it (base64, URL escapes) are
-// not recognized.
-type redactor struct {
+// Redactor takes out of a program's output the values its configuration
+// gives it (a script signer's env, a notify script's arguments): a
+// program may pass one on in its diagnostics (a failing `curl -u
+// user:$TOKEN -v`), and its output is stored and logged (the job's last
+// error, the order's failure detail, the audit trail, notifications). A
+// value is taken out as written only: the program's encodings of it
+// (base64, URL escapes) are not recognized. The zero Redactor redacts
+// nothing.
+type Redactor struct {
 	r *strings.Replacer // nil: nothing to redact
 	// values are the redacted values, longest first.
 	values []string
 }
 
-// newRedactor redacts the values of env of minRedacted bytes or more,
-// each replaced by "[redacted env NAME]"; where one value holds another,
-// the longer is replaced.
-func newRedactor(env map[string]string) redactor {
+// NewRedactor redacts the values of secrets of MinRedacted bytes or
+// more, each replaced by "[redacted NAME]", NAME its key ("env TOKEN");
+// where one value holds another, the longer is replaced.
+func NewRedactor(secrets map[string]string) Redactor {
 	type kv struct{ k, v string }
 	var vars []kv
-	for k, v := range env {
-		if len(v) >= minRedacted {
+	for k, v := range secrets {
+		if len(v) >= MinRedacted {
 			vars = append(vars, kv{k, v})
 		}
 	}
 	if len(vars) == 0 {
-		return redactor{}
+		return Redactor{}
 	}
 	// strings.Replacer tries its pairs in order at each position: the
 	// longest value first, and by name among equals so that one value
@@ -49,16 +49,16 @@ func newRedactor(env map[string]string) redactor {
 	pairs := make([]string, 0, 2*len(vars))
 	values := make([]string, len(vars))
 	for i, e := range vars {
-		pairs = append(pairs, e.v, "[redacted env "+e.k+"]")
+		pairs = append(pairs, e.v, "[redacted "+e.k+"]")
 		values[i] = e.v
 	}
-	return redactor{r: strings.NewReplacer(pairs...), values: values}
+	return Redactor{r: strings.NewReplacer(pairs...), values: values}
 }
 
-// redact is out with every configured value replaced. cut says out was
+// Redact is out with every configured value replaced. cut says out was
 // cut short (a cap): a value it ends in the middle of, which the
 // replacer cannot recognize, is dropped from its end too.
-func (d redactor) redact(out []byte, cut bool) []byte {
+func (d Redactor) Redact(out []byte, cut bool) []byte {
 	if d.r == nil || len(out) == 0 {
 		return out
 	}

@@ -1,13 +1,13 @@
-package script
+package scriptout
 
 import "testing"
 
 func TestTheConfiguredValuesAreTakenOutOfTheProgramsOutput(t *testing.T) {
-	env := map[string]string{
-		"TOKEN":     "s3cr3t-t0ken",
-		"TOKEN_URL": "https://user:s3cr3t-t0ken@pki.example.com",
-		"PIN":       "12345", // too short to be redacted
-		"CERT":      "line one\nline two",
+	secrets := map[string]string{
+		"env TOKEN":     "s3cr3t-t0ken",
+		"env TOKEN_URL": "https://user:s3cr3t-t0ken@pki.example.com",
+		"env PIN":       "12345", // too short to be redacted
+		"env CERT":      "line one\nline two",
 	}
 	tests := []struct {
 		name string
@@ -25,16 +25,16 @@ func TestTheConfiguredValuesAreTakenOutOfTheProgramsOutput(t *testing.T) {
 		{name: "output not cut keeps an end that merely looks like a value's start", out: "auth s3cr3t-t0", want: "auth s3cr3t-t0"},
 		{name: "output without a value is unchanged", out: "openssl: unable to load CA key", cut: true, want: "openssl: unable to load CA key"},
 	}
-	d := newRedactor(env)
+	d := NewRedactor(secrets)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := string(d.redact([]byte(tt.out), tt.cut)); got != tt.want {
+			if got := string(d.Redact([]byte(tt.out), tt.cut)); got != tt.want {
 				t.Errorf("redacted %q; want %q", got, tt.want)
 			}
 		})
 	}
 	t.Run("without configured values nothing changes", func(t *testing.T) {
-		if got := string(newRedactor(nil).redact([]byte("s3cr3t-t0ken"), true)); got != "s3cr3t-t0ken" {
+		if got := string(NewRedactor(nil).Redact([]byte("s3cr3t-t0ken"), true)); got != "s3cr3t-t0ken" {
 			t.Errorf("redacted %q", got)
 		}
 	})
