@@ -455,7 +455,7 @@ func (a *App) Start() error {
 	handlers = append(handlers, authority.DelegatedIssueJobs(a, a.log))
 	handlers = append(handlers, authority.SignerJobHandlers(a, a.authorities(), a.log)...)
 	handlers = append(handlers, authority.RevocationJobHandlers(a, a.authorities, a.db, clock.Real(), a.log)...)
-	handlers = append(handlers, a.notifier)
+	handlers = append(handlers, a.notifier, authority.NotifyRouteJobs(a))
 	lanes := a.signingLanes()
 	r, err := jobs.NewRunner(a.queue, measured(handlers), jobs.RunnerOptions{Logger: a.log, Lanes: lanes})
 	if err != nil {

@@ -389,6 +389,10 @@ func (op *Operator) DeactivateAccount(ctx context.Context, id string, actor auth
 	au, mounted := op.Profiles.Lookup(before.Profile)
 	if mounted {
 		ev.Jobs = au.AuditNotifyJobs(ev)
+	} else {
+		// The profile's destinations are known only where it is
+		// mounted: a notify_route job takes the event there.
+		ev.Jobs = authority.UnmountedNotifyJobs(ev)
 	}
 	a, err := op.DB.DeactivateAccountAudited(ctx, id, ev, ev.At)
 	if errors.Is(err, store.ErrWrongState) {
