@@ -240,8 +240,12 @@ func (op *Operator) ListOrders(ctx context.Context, f store.OrderFilter) (Page[O
 		f.Serial = serial
 	}
 	if f.After != "" {
-		if _, err := op.DB.OrderByID(ctx, f.After); err != nil {
+		o, err := op.DB.OrderByID(ctx, f.After)
+		if err != nil {
 			return Page[OrderView]{}, afterErr("order", f.After, err)
+		}
+		if why := orderOutside(o, f); why != "" {
+			return Page[OrderView]{}, outsideErr("order", f.After, why)
 		}
 	}
 	rows, err := op.DB.ListOrders(ctx, f)
@@ -265,6 +269,35 @@ func afterErr(what, id string, err error) error {
 			ErrInvalid, what, Clip(id), what)
 	}
 	return err
+}
+
+// outsideErr is the answer to a page cursor naming a row the list cannot
+// hold (why says why): taken as a position, it would start the page at a
+// row of another list, skipping or repeating rows of this one without a
+// word.
+func outsideErr(what, id, why string) error {
+	return fmt.Errorf("%w: after: %s %q %s, so it is not in this list (a page continues after the last %s of the previous page, listed with the same filters)",
+		ErrInvalid, what, Clip(id), why, what)
+}
+
+// orderOutside says which filter of f order o, a page cursor, does not
+// match; "" when it matches them all. Only what an order never changes is
+// compared: an order of the previous page may have changed status since,
+// and still marks where the next page starts.
+func orderOutside(o store.OrderSummary, f store.OrderFilter) string {
+	switch {
+	case f.Profile != "" && o.Profile != f.Profile:
+		return fmt.Sprintf("is of profile %s, not %s", Clip(o.Profile), Clip(f.Profile))
+	case f.AccountID != "" && o.AccountID != f.AccountID:
+		return fmt.Sprintf("is of account %s, not %s", Clip(o.AccountID), Clip(f.AccountID))
+	case f.Identifier != "" && !slices.ContainsFunc(o.Identifiers, func(id acme.Identifier) bool { return id.Value == f.Identifier }):
+		return fmt.Sprintf("has no identifier %q", Clip(f.Identifier))
+	case f.Serial != "" && (o.Certificate == nil || o.Certificate.Serial != f.Serial):
+		return fmt.Sprintf("has no certificate of serial %s", f.Serial)
+	case !f.Since.IsZero() && o.CreatedAt.UnixMilli() < f.Since.UnixMilli():
+		return fmt.Sprintf("was created before since (%s)", f.Since.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 // ShowOrder reads one order with its certificate chain.
@@ -353,8 +386,14 @@ func (op *Operator) ListAccounts(ctx context.Context, f store.AccountFilter) (Pa
 		return Page[AccountView]{}, fmt.Errorf("%w: status %q is not one of %s", ErrInvalid, Clip(string(f.Status)), statusList(accountStatuses))
 	}
 	if f.After != "" {
-		if _, err := op.DB.AccountByID(ctx, f.After); err != nil {
+		a, err := op.DB.AccountByID(ctx, f.After)
+		if err != nil {
 			return Page[AccountView]{}, afterErr("account", f.After, err)
+		}
+		// Its profile only: an account of the previous page may have
+		// been deactivated since, and still marks where the next starts.
+		if f.Profile != "" && a.Profile != f.Profile {
+			return Page[AccountView]{}, outsideErr("account", f.After, fmt.Sprintf("is of profile %s, not %s", Clip(a.Profile), Clip(f.Profile)))
 		}
 	}
 	rows, err := op.DB.ListAccounts(ctx, f)
