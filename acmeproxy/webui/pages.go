@@ -237,7 +237,7 @@ func revokeOrder(rq *request, id string) {
 	if v := rq.r.PostForm.Get("reason"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			rq.fail(http.StatusBadRequest, fmt.Errorf("reason %q is not a number", v))
+			rq.fail(http.StatusBadRequest, fmt.Errorf("reason %q is not a number", operator.Clip(v)))
 			return
 		}
 		reason = &n

@@ -202,7 +202,7 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method != rt.method {
 		h.Set("Allow", rt.method)
-		rq.fail(http.StatusMethodNotAllowed, fmt.Errorf("%s is not allowed here; use %s", r.Method, rt.method))
+		rq.fail(http.StatusMethodNotAllowed, fmt.Errorf("%s is not allowed here; use %s", operator.Clip(r.Method), rt.method))
 		return
 	}
 	if rt.method == http.MethodPost {
@@ -238,7 +238,7 @@ func (u *UI) checkPost(r *http.Request, user string) error {
 	switch site := r.Header.Get("Sec-Fetch-Site"); {
 	case site == "same-origin":
 	case site != "":
-		return fmt.Errorf("%w (Sec-Fetch-Site: %s)", errCrossSite, site)
+		return fmt.Errorf("%w (Sec-Fetch-Site: %q)", errCrossSite, operator.Clip(site))
 	default:
 		origin := r.Header.Get("Origin")
 		scheme := "http"
@@ -246,7 +246,7 @@ func (u *UI) checkPost(r *http.Request, user string) error {
 			scheme = "https"
 		}
 		if origin != scheme+"://"+r.Host {
-			return fmt.Errorf("%w (Origin: %q)", errCrossSite, origin)
+			return fmt.Errorf("%w (Origin: %q)", errCrossSite, operator.Clip(origin))
 		}
 	}
 	r.Body = http.MaxBytesReader(nil, r.Body, 64<<10)
@@ -413,7 +413,7 @@ func parseTime(name, v string) (time.Time, error) {
 			return t.UTC(), nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("%w: %s %q is not a time (2006-01-02T15:04 or RFC 3339, UTC)", operator.ErrInvalid, name, v)
+	return time.Time{}, fmt.Errorf("%w: %s %q is not a time (2006-01-02T15:04 or RFC 3339, UTC)", operator.ErrInvalid, name, operator.Clip(v))
 }
 
 // parseID reads a positive id; what names the value in the message
@@ -421,7 +421,7 @@ func parseTime(name, v string) (time.Time, error) {
 func parseID(what, id string) (int64, error) {
 	n, err := strconv.ParseInt(id, 10, 64)
 	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%w: %s %q is not a positive number", operator.ErrInvalid, what, id)
+		return 0, fmt.Errorf("%w: %s %q is not a positive number", operator.ErrInvalid, what, operator.Clip(id))
 	}
 	return n, nil
 }

@@ -617,3 +617,44 @@ func FuzzUIPath(f *testing.F) {
 		}
 	})
 }
+
+// A refusal that quotes what the request sent — a filter, a form's
+// field, a header — quotes at most its start: a value of 10 KiB is not
+// echoed whole into the page (nor into the log line of a refused POST).
+func TestARefusalQuotesOnlyTheStartOfALongValue(t *testing.T) {
+	long := strings.Repeat("z", 10<<10)
+	tests := []struct {
+		name   string
+		status int
+		send   func(f *fixture, t *testing.T) *httptest.ResponseRecorder
+	}{
+		{"orders since", 400, func(f *fixture, t *testing.T) *httptest.ResponseRecorder { return f.get(t, "/ops/orders?since="+long) }},
+		{"audit until", 400, func(f *fixture, t *testing.T) *httptest.ResponseRecorder { return f.get(t, "/ops/audit?until="+long) }},
+		{"audit before", 400, func(f *fixture, t *testing.T) *httptest.ResponseRecorder { return f.get(t, "/ops/audit?before="+long) }},
+		{"jobs before", 400, func(f *fixture, t *testing.T) *httptest.ResponseRecorder { return f.get(t, "/ops/jobs?before="+long) }},
+		{"a revocation's reason", 400, func(f *fixture, t *testing.T) *httptest.ResponseRecorder {
+			return f.post(t, "/ops/orders/order1/do-revoke", url.Values{"reason": {long}}, nil)
+		}},
+		{"Sec-Fetch-Site", 403, func(f *fixture, t *testing.T) *httptest.ResponseRecorder {
+			return f.post(t, "/ops/accounts/acct1/do-deactivate", nil, map[string]string{"Sec-Fetch-Site": long})
+		}},
+		{"Origin", 403, func(f *fixture, t *testing.T) *httptest.ResponseRecorder {
+			return f.post(t, "/ops/accounts/acct1/do-deactivate", nil, map[string]string{"Sec-Fetch-Site": "", "Origin": long})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, false)
+			w := tt.send(f, t)
+			if w.Code != tt.status {
+				t.Fatalf("status %d, want %d: %.300s", w.Code, tt.status, w.Body)
+			}
+			if !strings.Contains(w.Body.String(), "zzzz") {
+				t.Errorf("the refusal does not quote the value's start: %s", w.Body)
+			}
+			if strings.Contains(w.Body.String(), strings.Repeat("z", 1<<10)) {
+				t.Errorf("the refusal echoes the value whole (%d bytes)", w.Body.Len())
+			}
+		})
+	}
+}
