@@ -148,7 +148,7 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	if ae, ok := errors.AsType[caddy.APIError](err); ok && ae.HTTPStatus == http.StatusServiceUnavailable {
 		// As the ACME front says when the database is out of reach: a
 		// script or the CLI may ask again then.
-		w.Header().Set("Retry-After", "30")
+		w.Header().Set("Retry-After", strconv.Itoa(int(operator.UnavailableRetryAfter/time.Second)))
 	}
 	return err
 }

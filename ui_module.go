@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -187,6 +188,9 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 	u.app.awaitStart(ctx)
 	served := u.served.Load()
 	if served == nil {
+		// The store not open (the app's start failed, or has not opened
+		// it by the deadline): ask again later, as the admin API says.
+		w.Header().Set("Retry-After", strconv.Itoa(int(operator.UnavailableRetryAfter/time.Second)))
 		return caddyhttp.Error(http.StatusServiceUnavailable, errNoApp)
 	}
 	served.ServeHTTP(w, r.WithContext(ctx))

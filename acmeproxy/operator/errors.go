@@ -50,6 +50,11 @@ func Describe(err error) (status int, message string) {
 // makes (an audit prune of millions of rows, a renew-early of an issuer).
 const RequestDeadline = 5 * time.Minute
 
+// UnavailableRetryAfter is the Retry-After of the operator's fronts' 503
+// (the database out of reach, or slower than RequestDeadline): when a
+// script, the CLI or a person may ask again, as the ACME front says.
+const UnavailableRetryAfter = 30 * time.Second
+
 // MaxID bounds the ids the operator's fronts (the admin API, the web page)
 // take in their paths: orders', accounts' and EAB keys' ids are tens of
 // bytes, job ids digits, profile names at most 63. A longer one is

@@ -315,6 +315,10 @@ func (rq *request) fail(status int, err error) {
 		rq.ui.cfg.Logger.Error("web ui: request failed", zap.String("event", "ui_request_failed"), zap.String("path", rq.r.URL.Path), zap.Error(err))
 		msg = "the server failed to answer; its log says why"
 	}
+	if status == http.StatusServiceUnavailable {
+		// As the admin API's 503 says: when to load the page again.
+		rq.w.Header().Set("Retry-After", strconv.Itoa(int(operator.UnavailableRetryAfter/time.Second)))
+	}
 	rq.render(status, "error", http.StatusText(status), struct {
 		Status  int
 		Message string

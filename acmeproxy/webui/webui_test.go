@@ -658,3 +658,22 @@ func TestARefusalQuotesOnlyTheStartOfALongValue(t *testing.T) {
 		})
 	}
 }
+
+// A page the database cannot answer (out of reach, or slower than the
+// request's deadline) is a 503 that says when to ask again, as the admin
+// API's is.
+func TestAPageTheDatabaseCannotAnswerIsA503WithRetryAfter(t *testing.T) {
+	f := newFixture(t, false)
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	r := httptest.NewRequest(http.MethodGet, "https://ops.example.test/ops/orders", nil).WithContext(ctx)
+	r.Header.Set("X-Test-User", testUser)
+	w := httptest.NewRecorder()
+	f.ui.ServeHTTP(w, r)
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503: %s", w.Code, w.Body)
+	}
+	if got, want := w.Header().Get("Retry-After"), strconv.Itoa(int(operator.UnavailableRetryAfter/time.Second)); got != want {
+		t.Errorf("Retry-After %q; want %s", got, want)
+	}
+}
