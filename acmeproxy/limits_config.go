@@ -73,6 +73,13 @@ func (c *LimitsConfig) limitConfigs() map[string]*LimitConfig {
 // emission interval.
 const maxLimitCount = 1_000_000_000
 
+// maxLimitPeriod bounds a rate's period, as the days a duration may say
+// (parseDuration): the store keeps a bucket's theoretical arrival time as
+// Unix nanoseconds, now plus up to a period, and a period past the ~236
+// years left before int64 nanoseconds run out (year 2262) would wrap it
+// negative, every spend then allowed: the limit silently off.
+const maxLimitPeriod = 100 * 365 * 24 * time.Hour
+
 // isAccountID reports whether s has the form of an account id: letters,
 // digits, - and _, at most 64 (the store's are 26 base32 characters).
 func isAccountID(s string) bool {
@@ -154,6 +161,8 @@ func (l *LimitConfig) validate(name string, override bool) error {
 		return fmt.Errorf("period: %s is a cap, a count without a period", name)
 	case l.Period < 0:
 		return fmt.Errorf("period: must be positive, not %s", time.Duration(l.Period))
+	case time.Duration(l.Period) > maxLimitPeriod:
+		return fmt.Errorf("period: %s is longer than %dd (100 years), the longest a limit's period may be", time.Duration(l.Period), maxLimitPeriod/(24*time.Hour))
 	case !isCap && l.Period == 0 && !override:
 		return fmt.Errorf("period: required (a rate is a count per period)")
 	case !isCap && l.Period != 0 && time.Duration(l.Period)/time.Duration(l.Count) < time.Millisecond:

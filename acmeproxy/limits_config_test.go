@@ -30,6 +30,12 @@ func TestBadLimitsInJSONFailAtLoadNamingTheKey(t *testing.T) {
 		{"a cap with a period", `{"pending_authorizations": {"count": 5, "period": "1h"}}`, "limits.pending_authorizations: period: pending_authorizations is a cap"},
 		{"max identifiers past an order's bound", `{"max_identifiers": {"count": 1001}}`, "limits.max_identifiers: count: 1001 is over the 1000"},
 		{"a rate faster than one a millisecond", `{"orders_per_account": {"count": 10, "period": "5ms"}}`, "limits.orders_per_account: period: 10 per 5ms"},
+		{"a period past int64 nanoseconds from now", `{"accounts_per_ip": {"count": 1, "period": "2200000h"}}`,
+			"limits.accounts_per_ip: period: 2200000h0m0s is longer than 36500d"},
+		{"a period of nanoseconds past a century", `{"orders_per_account": {"count": 1, "period": 9223372036854775807}}`,
+			"limits.orders_per_account: period: 2562047h47m16.854775807s is longer than 36500d"},
+		{"an override's period past a century", `{"overrides": [{"eab_label": "f", "limit": "failed_validations", "count": 5, "period": "876001h"}]}`,
+			"limits.overrides[0]: period: 876001h0m0s is longer than 36500d"},
 		{"an override of no one", `{"overrides": [{"limit": "orders_per_account", "count": 5}]}`, "limits.overrides[0]: names exactly one of account or eab_label"},
 		{"an override of two subjects", `{"overrides": [{"account": "a", "eab_label": "b", "limit": "orders_per_account", "count": 5}]}`, "limits.overrides[0]: names exactly one"},
 		{"an override of an unknown limit", `{"overrides": [{"account": "a", "limit": "orders", "count": 5}]}`, `limits.overrides[0].limit: unknown limit "orders"`},
@@ -99,5 +105,17 @@ func TestALimitsBlockReplacesOnlyTheDefaultsItNames(t *testing.T) {
 	var back LimitsConfig
 	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back.Resolve(), want) {
 		t.Fatalf("round trip through %s: %+v (%v)", b, back.Resolve(), err)
+	}
+}
+
+// A period of a century, the longest, loads: the bound refuses only what
+// the store's bucket arithmetic cannot hold.
+func TestALimitsPeriodOfACenturyLoads(t *testing.T) {
+	c := profileWithLimits(t, `{"duplicate_certificates": {"count": 1, "period": "36500d"}}`)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Limits.Resolve().DuplicateCertificates; got != (authority.Rate{Count: 1, Period: 36500 * 24 * time.Hour}) {
+		t.Errorf("resolved %v; want 1 per 36500d", got)
 	}
 }

@@ -88,6 +88,8 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 		{"rate limit with a zero count", site("profile a\nlimits {\nfailed_validations 0 1h\n}"), `acme_proxy: limits.failed_validations: count "0" is not a positive number (or off)`},
 		{"rate limit with a bad period", site("profile a\nlimits {\nduplicate_certificates 5 weekly\n}"), `acme_proxy: limits.duplicate_certificates period: "weekly" is not a duration`},
 		{"rate limit with a negative period", site("profile a\nlimits {\norders_per_account 5 -1h\n}"), `acme_proxy: limits.orders_per_account period: "-1h" must be positive`},
+		{"rate limit period past a century", site("profile a\nlimits {\naccounts_per_ip 1 2200000h\n}"),
+			"acme_proxy: limits.accounts_per_ip: period: 2200000h0m0s is longer than 36500d"},
 		{"rate limit faster than one a millisecond", site("profile a\nlimits {\norders_per_account 5000 1s\n}"), "acme_proxy: limits.orders_per_account: period: 5000 per 1s is more than one a millisecond"},
 		{"cap with a period", site("profile a\nlimits {\npending_authorizations 100 1h\n}"), "acme_proxy: limits.pending_authorizations: want <count> or off, got 2 values"},
 		{"max identifiers over what an order holds", site("profile a\nlimits {\nmax_identifiers 5000\n}"), "acme_proxy: limits.max_identifiers: count: 5000 is over the 1000 identifiers an order can hold"},
