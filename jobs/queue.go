@@ -233,13 +233,21 @@ func (q *Queue) Count(ctx context.Context) ([]store.JobCount, error) { return q.
 // still succeed). Cancelling a settled job, or a Periodic handler's row
 // (IsPeriodic), is an error wrapping store.ErrWrongState.
 func (q *Queue) Cancel(ctx context.Context, id int64) (Job, error) {
+	return q.CancelAudited(ctx, id, nil)
+}
+
+// CancelAudited is Cancel with the audit row audit makes of the job as
+// the cancel left it, stored in the cancel's transaction (see
+// store.CancelJobAudited): a cancel whose row cannot be written changes
+// nothing.
+func (q *Queue) CancelAudited(ctx context.Context, id int64, audit func(Job) store.AuditEvent) (Job, error) {
 	if cur, err := q.db.GetJob(ctx, id); err != nil {
 		return Job{}, err
 	} else if IsPeriodic(cur) {
 		return Job{}, fmt.Errorf("%w: job %d (%s) is recurring housekeeping, which is not cancelled; retry runs it now",
 			store.ErrWrongState, id, cur.Kind)
 	}
-	job, err := q.db.CancelJob(ctx, id, q.clock.Now())
+	job, err := q.db.CancelJobAudited(ctx, id, q.clock.Now(), audit)
 	if err != nil {
 		return Job{}, err
 	}
@@ -254,7 +262,14 @@ const cancelledReason = "cancelled by an operator"
 // RetryNow makes a job run at once: a waiting job skips its backoff; a
 // failed or cancelled job is revived with a fresh attempt budget.
 func (q *Queue) RetryNow(ctx context.Context, id int64) (Job, error) {
-	job, err := q.db.RetryJobNow(ctx, id, q.clock.Now())
+	return q.RetryNowAudited(ctx, id, nil)
+}
+
+// RetryNowAudited is RetryNow with the audit row audit makes of the job
+// as the retry left it, stored in the retry's transaction (see
+// store.RetryJobNowAudited).
+func (q *Queue) RetryNowAudited(ctx context.Context, id int64, audit func(Job) store.AuditEvent) (Job, error) {
+	job, err := q.db.RetryJobNowAudited(ctx, id, q.clock.Now(), audit)
 	if err != nil {
 		return Job{}, err
 	}

@@ -94,13 +94,40 @@ func msOrNever(t time.Time) int64 {
 //
 // One insert, the primary key refusing a taken id.
 func (db *DB) CreateEABKey(ctx context.Context, k EABKey) error {
+	_, err := db.wr.ExecContext(ctx, db.q(insertEABKey), eabKeyRow(k)...)
+	return db.createEABKeyErr(err)
+}
+
+// CreateEABKeyAudited is CreateEABKey with ev, the audit row of the
+// minting, written in the same transaction: a key that binds accounts is
+// never stored without the row saying who minted it.
+func (db *DB) CreateEABKeyAudited(ctx context.Context, k EABKey, ev AuditEvent) error {
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, db.q(insertEABKey), eabKeyRow(k)...); err != nil {
+			return err
+		}
+		if err := db.insertAudit(ctx, tx, ev); err != nil {
+			return fmt.Errorf("writing audit event %s: %w", ev.Event, err)
+		}
+		return nil
+	})
+	return db.createEABKeyErr(err)
+}
+
+const insertEABKey = `INSERT INTO eab_keys (kid, profile, label, hmac_key, reusable, created_at, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`
+
+// eabKeyRow is the values of k's row, in insertEABKey's order.
+func eabKeyRow(k EABKey) []any {
 	reusable := 0
 	if k.Reusable {
 		reusable = 1
 	}
-	_, err := db.wr.ExecContext(ctx, db.q(`INSERT INTO eab_keys (kid, profile, label, hmac_key, reusable, created_at, expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		k.KID, k.Profile, k.Label, k.HMACKey, reusable, k.Created.UnixMilli(), msOrNever(k.Expires))
+	return []any{k.KID, k.Profile, k.Label, k.HMACKey, reusable, k.Created.UnixMilli(), msOrNever(k.Expires)}
+}
+
+// createEABKeyErr is the error of a key's insert as callers see it.
+func (db *DB) createEABKeyErr(err error) error {
 	if err != nil && db.dialect.uniqueViolation(err) {
 		return fmt.Errorf("%w: EAB key id taken", ErrConflict)
 	}
@@ -171,11 +198,31 @@ func (db *DB) ListEABKeys(ctx context.Context, f EABKeyFilter) ([]EABKey, error)
 //
 // One guarded statement; the read after a refusal only explains it.
 func (db *DB) RevokeEABKey(ctx context.Context, profile, kid string, now time.Time) (EABKey, error) {
+	return db.RevokeEABKeyAudited(ctx, profile, kid, now, nil)
+}
+
+// RevokeEABKeyAudited is RevokeEABKey with the audit row audit makes of
+// the key as revoked, written in the same transaction: the revocation and
+// the row saying who revoked are stored together or not at all. A nil
+// audit writes no row.
+func (db *DB) RevokeEABKeyAudited(ctx context.Context, profile, kid string, now time.Time, audit func(EABKey) AuditEvent) (EABKey, error) {
 	if !allHoldable(profile, kid) {
 		return EABKey{}, fmt.Errorf("%w: EAB key %q", ErrNotFound, kid)
 	}
-	k, err := scanEABKey(db.wr.QueryRowContext(ctx, db.q(`UPDATE eab_keys SET revoked_at = ?
-		WHERE profile = ? AND kid = ? AND revoked_at = 0 RETURNING `+eabCols), now.UnixMilli(), profile, kid))
+	var k EABKey
+	err := db.withTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		k, err = scanEABKey(tx.QueryRowContext(ctx, db.q(`UPDATE eab_keys SET revoked_at = ?
+			WHERE profile = ? AND kid = ? AND revoked_at = 0 RETURNING `+eabCols), now.UnixMilli(), profile, kid))
+		if err != nil || audit == nil {
+			return err
+		}
+		ev := audit(k)
+		if err := db.insertAudit(ctx, tx, ev); err != nil {
+			return fmt.Errorf("writing audit event %s: %w", ev.Event, err)
+		}
+		return nil
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		if _, gerr := db.EABKeyForBinding(ctx, profile, kid); gerr != nil {
 			return EABKey{}, gerr

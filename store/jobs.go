@@ -574,6 +574,14 @@ func (db *DB) announce(ctx context.Context, tx *sql.Tx, kind string) error {
 // read that explains a refusal only names the status the job was found
 // in.
 func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, error) {
+	return db.CancelJobAudited(ctx, id, now, nil)
+}
+
+// CancelJobAudited is CancelJob with the audit row audit makes of the job
+// as the cancel left it, written in the same transaction: an operator's
+// cancel and the row saying who cancelled are stored together or not at
+// all. A nil audit writes no row.
+func (db *DB) CancelJobAudited(ctx context.Context, id int64, now time.Time, audit func(Job) AuditEvent) (Job, error) {
 	var job Job
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -595,9 +603,22 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 				return fmt.Errorf("store: cancel job %d: announcing its abandon: %w", id, err)
 			}
 		}
-		return nil
+		return db.insertJobAudit(ctx, tx, job, audit)
 	})
 	return job, err
+}
+
+// insertJobAudit writes, inside tx, the audit row audit makes of job as
+// an operator's change left it; none when audit is nil.
+func (db *DB) insertJobAudit(ctx context.Context, tx *sql.Tx, job Job, audit func(Job) AuditEvent) error {
+	if audit == nil {
+		return nil
+	}
+	ev := audit(job)
+	if err := db.insertAudit(ctx, tx, ev); err != nil {
+		return fmt.Errorf("store: job %d: writing audit event %s: %w", job.ID, ev.Event, err)
+	}
+	return nil
 }
 
 // RetryJobNow makes a job ready to run now for an operator: a waiting job
@@ -612,6 +633,13 @@ func (db *DB) CancelJob(ctx context.Context, id int64, now time.Time) (Job, erro
 // of other instances are told at once, as of an enqueued job, so that the
 // operator's "now" does not wait for their poll.
 func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, error) {
+	return db.RetryJobNowAudited(ctx, id, now, nil)
+}
+
+// RetryJobNowAudited is RetryJobNow with the audit row audit makes of the
+// job as the retry left it, written in the same transaction (see
+// CancelJobAudited). A nil audit writes no row.
+func (db *DB) RetryJobNowAudited(ctx context.Context, id int64, now time.Time, audit func(Job) AuditEvent) (Job, error) {
 	var job Job
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -634,7 +662,7 @@ func (db *DB) RetryJobNow(ctx context.Context, id int64, now time.Time) (Job, er
 		if err := db.announce(ctx, tx, job.Kind); err != nil {
 			return fmt.Errorf("store: retry job %d: announcing it: %w", id, err)
 		}
-		return nil
+		return db.insertJobAudit(ctx, tx, job, audit)
 	})
 	return job, err
 }

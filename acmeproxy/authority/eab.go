@@ -52,12 +52,13 @@ func (au *Authority) MintEABKey(ctx context.Context, label string, reusable bool
 	if ttl > 0 {
 		k.Expires = now.Add(ttl)
 	}
-	if err := au.db.CreateEABKey(ctx, k); err != nil {
-		return store.EABKey{}, err
-	}
+	// The key and its audit row are one write: a key that binds accounts
+	// is never stored without the row saying who minted it.
 	ev := au.event(ctx, acme.EventEABKeyCreated, OutcomeSuccess, actor, Client{})
 	ev.Reason, ev.Detail = store.Clip(label, store.AuditFieldMax), "kid "+k.KID
-	au.audit(ctx, ev)
+	if err := au.db.CreateEABKeyAudited(ctx, k, ev); err != nil {
+		return store.EABKey{}, err
+	}
 	au.log.Info("EAB key minted", zap.String("event", acme.EventEABKeyCreated), zap.String("profile", au.cfg.Profile),
 		zap.String("eab_kid", k.KID), zap.String("eab_label", label), zap.Bool("reusable", reusable))
 	return k, nil
@@ -72,13 +73,16 @@ func (au *Authority) EABKeys(ctx context.Context, f store.EABKeyFilter) ([]store
 
 // RevokeEABKey revokes a key of the profile: it binds no new account.
 func (au *Authority) RevokeEABKey(ctx context.Context, kid string, actor Actor) (store.EABKey, error) {
-	k, err := au.db.RevokeEABKey(ctx, au.cfg.Profile, kid, au.clock.Now())
+	// The revocation and its audit row are one write (see MintEABKey).
+	ev := au.event(ctx, acme.EventEABKeyRevoked, OutcomeSuccess, actor, Client{})
+	k, err := au.db.RevokeEABKeyAudited(ctx, au.cfg.Profile, kid, ev.At, func(k store.EABKey) store.AuditEvent {
+		e := ev
+		e.Reason, e.Detail = store.Clip(k.Label, store.AuditFieldMax), "kid "+k.KID
+		return e
+	})
 	if err != nil {
 		return k, err
 	}
-	ev := au.event(ctx, acme.EventEABKeyRevoked, OutcomeSuccess, actor, Client{})
-	ev.Reason, ev.Detail = store.Clip(k.Label, store.AuditFieldMax), "kid "+k.KID
-	au.audit(ctx, ev)
 	au.log.Info("EAB key revoked", zap.String("event", acme.EventEABKeyRevoked), zap.String("profile", au.cfg.Profile),
 		zap.String("eab_kid", k.KID), zap.String("eab_label", k.Label))
 	return k, nil

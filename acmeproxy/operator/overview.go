@@ -13,6 +13,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -269,22 +270,34 @@ func normalSerial(serial string) (string, error) {
 // maxSerialOctets is RFC 5280's bound on a certificate serial's length.
 const maxSerialOctets = 20
 
-// RetryJobAs is RetryJob, audited with actor.
+// RetryJobAs is RetryJob, audited with actor: the retry and its audit row
+// are one write, so that no retry is stored without the row saying who
+// asked for it.
 func (op *Operator) RetryJobAs(ctx context.Context, id int64, actor authority.Actor) (JobView, error) {
-	j, err := op.RetryJob(ctx, id)
-	return op.auditJob(ctx, acme.EventJobRetried, actor, j, err)
-}
-
-// CancelJobAs is CancelJob, audited with actor.
-func (op *Operator) CancelJobAs(ctx context.Context, id int64, actor authority.Actor) (JobView, error) {
-	j, err := op.CancelJob(ctx, id)
-	return op.auditJob(ctx, acme.EventJobCancelled, actor, j, err)
-}
-
-func (op *Operator) auditJob(ctx context.Context, event string, actor authority.Actor, j JobView, err error) (JobView, error) {
+	j, err := op.Queue.RetryNowAudited(ctx, id, func(j jobs.Job) store.AuditEvent {
+		return op.jobAudit(acme.EventJobRetried, actor, jobView(j))
+	})
 	if err != nil {
-		return j, err
+		return JobView{}, jobErr(err)
 	}
+	return jobView(j), nil
+}
+
+// CancelJobAs is CancelJob, audited with actor: the cancel and its audit
+// row are one write (see RetryJobAs).
+func (op *Operator) CancelJobAs(ctx context.Context, id int64, actor authority.Actor) (JobView, error) {
+	j, err := op.Queue.CancelAudited(ctx, id, func(j jobs.Job) store.AuditEvent {
+		return op.jobAudit(acme.EventJobCancelled, actor, jobView(j))
+	})
+	if err != nil {
+		return JobView{}, jobErr(err)
+	}
+	return jobView(j), nil
+}
+
+// jobAudit is the audit row of an operator's event about job j, as the
+// change left it.
+func (op *Operator) jobAudit(event string, actor authority.Actor, j JobView) store.AuditEvent {
 	ev := store.AuditEvent{At: op.now(), Event: event, Outcome: authority.OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID,
 		Detail: fmt.Sprintf("job %d (%s) is now %s", j.ID, j.Kind, j.Status)}
 	// The profile and order the job works for, so that the audit trail of
@@ -297,10 +310,7 @@ func (op *Operator) auditJob(ctx context.Context, event string, actor authority.
 	if json.Unmarshal(j.Payload, &about) == nil {
 		ev.Profile, ev.OrderID = Clip(about.Profile), Clip(about.Order)
 	}
-	if err := op.DB.InsertAudit(ctx, ev); err != nil {
-		return j, fmt.Errorf("job %d: the %s audit row: %w", j.ID, event, err)
-	}
-	return j, nil
+	return ev
 }
 
 // AuthzView is an authorization of an order, with its challenges.

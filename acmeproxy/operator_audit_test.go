@@ -1,0 +1,113 @@
+package acmeproxy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// An operator's change and its audit row are one write: while the audit
+// trail cannot be written (the database went away between the two, as far
+// as the change is concerned), the change is refused and nothing changed;
+// once it can, the change lands with its one row. Written apart, a crash,
+// a lost connection or a deadline between the two left a retried or
+// cancelled job, a minted or revoked EAB key, that no audit row says who
+// changed.
+func TestAnOperatorsChangeIsNeverRecordedWithoutItsAuditRow(t *testing.T) {
+	actor := authority.Actor{Kind: authority.ActorCLI, ID: "alice"}
+	// Each case prepares a change: act makes it, changed says whether
+	// it landed.
+	tests := []struct {
+		name    string
+		event   string
+		prepare func(t *testing.T, ctx context.Context, e *testEnv, op *operator.Operator) (act func() error, changed func() bool)
+	}{
+		{"a job cancelled", vocab.EventJobCancelled, func(t *testing.T, ctx context.Context, e *testEnv, op *operator.Operator) (func() error, func() bool) {
+			j := waitingJob(t, ctx, e)
+			return func() error { _, err := op.CancelJobAs(ctx, j.ID, actor); return err },
+				func() bool { return jobStatus(t, ctx, e, j.ID) == store.JobCancelled }
+		}},
+		{"a job retried", vocab.EventJobRetried, func(t *testing.T, ctx context.Context, e *testEnv, op *operator.Operator) (func() error, func() bool) {
+			j := waitingJob(t, ctx, e)
+			if _, err := e.queue.Cancel(ctx, j.ID); err != nil {
+				t.Fatal(err)
+			}
+			return func() error { _, err := op.RetryJobAs(ctx, j.ID, actor); return err },
+				func() bool { return jobStatus(t, ctx, e, j.ID) != store.JobCancelled }
+		}},
+		{"an EAB key minted", vocab.EventEABKeyCreated, func(t *testing.T, ctx context.Context, e *testEnv, op *operator.Operator) (func() error, func() bool) {
+			return func() error { _, err := op.CreateEABKey(ctx, e.srv.Profile(), "team-a", false, 0, actor); return err },
+				func() bool { return len(eabKeys(t, ctx, op, e)) > 0 }
+		}},
+		{"an EAB key revoked", vocab.EventEABKeyRevoked, func(t *testing.T, ctx context.Context, e *testEnv, op *operator.Operator) (func() error, func() bool) {
+			k, err := op.CreateEABKey(ctx, e.srv.Profile(), "team-a", false, 0, actor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() error { _, err := op.RevokeEABKey(ctx, k.KID, actor); return err },
+				func() bool { ks := eabKeys(t, ctx, op, e); return len(ks) == 1 && ks[0].State == store.EABRevoked }
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				ctx := context.Background()
+				place := newPlace(t)
+				e := newTestEnvWith(t, envOptions{dbPath: place, mutate: func(c *ProfileConfig) { c.EAB = authority.EABOptional }})
+				op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+				act, changed := tc.prepare(t, ctx, e, op)
+				rows := func() int { return len(auditRows(t, e.db, store.AuditFilter{Event: tc.event})) }
+
+				end := auditOutage(t, place)
+				err := act()
+				if err == nil || changed() || rows() != 0 {
+					t.Errorf("while no audit row can be written: err %v, changed %v, %d %s rows; want an error, no change and no row",
+						err, changed(), rows(), tc.event)
+				}
+				end()
+
+				if err := act(); err != nil {
+					t.Fatalf("once audit rows can be written again: %v", err)
+				}
+				if !changed() || rows() != 1 {
+					t.Errorf("once audit rows can be written again: changed %v, %d %s rows; want the change with one row", changed(), rows(), tc.event)
+				}
+			})
+		})
+	}
+}
+
+// waitingJob is a signer's job of the env's profile, waiting an hour.
+func waitingJob(t *testing.T, ctx context.Context, e *testEnv) jobs.Job {
+	t.Helper()
+	j, _, err := e.queue.Enqueue(ctx, jobs.Spec{Kind: "script_issue", Key: "order1", Delay: time.Hour,
+		Payload: map[string]string{"profile": e.srv.Profile(), "order": "order1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func jobStatus(t *testing.T, ctx context.Context, e *testEnv, id int64) store.JobStatus {
+	t.Helper()
+	j, err := e.queue.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j.Status
+}
+
+func eabKeys(t *testing.T, ctx context.Context, op *operator.Operator, e *testEnv) []operator.EABKeyView {
+	t.Helper()
+	p, err := op.ListEABKeys(ctx, store.EABKeyFilter{Profile: e.srv.Profile()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Items
+}
