@@ -334,6 +334,11 @@ const AuditPruneBatch = 500
 // not nil, is asked in the transaction of the last batch for the row that
 // records the prune, given the total deleted; ok=false writes none. Between
 // batches the prune stops when ctx ends, returning what it deleted so far.
+// A prune that stops part way (ctx ended, a batch failed) after deleting
+// rows asks record for the row of those it deleted, and writes it on its
+// own, past ctx's end: the batches it committed are never left without a
+// row saying they were deleted, unless the database refuses that write
+// too (then both errors are returned).
 //
 // The cutoff row has a fixed key: a concurrent prune's insert of it waits
 // for this batch, which has deleted it again by its commit.
@@ -343,9 +348,21 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 		batch = AuditPruneBatch
 	}
 	var total int64
+	stopped := func(err error) (int64, error) {
+		err = fmt.Errorf("store: pruning the audit trail: %w", err)
+		if total == 0 || record == nil {
+			return total, err
+		}
+		if ev, ok := record(total); ok {
+			if werr := db.InsertAudit(context.WithoutCancel(ctx), ev); werr != nil {
+				return total, fmt.Errorf("%w; recording the %d rows it deleted: %w", err, total, werr)
+			}
+		}
+		return total, err
+	}
 	for {
 		if err := ctx.Err(); err != nil {
-			return total, fmt.Errorf("store: pruning the audit trail: %w", err)
+			return stopped(err)
 		}
 		var n int64
 		err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -371,7 +388,7 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 			return nil
 		})
 		if err != nil {
-			return total, fmt.Errorf("store: pruning the audit trail: %w", err)
+			return stopped(err)
 		}
 		total += n
 		if n < int64(batch) {

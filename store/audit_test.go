@@ -203,3 +203,51 @@ func TestARelayOrderStoresTheClientsUserAgentCutToTheBound(t *testing.T) {
 		}
 	})
 }
+
+// A prune that stops part way — its deadline passed, its client went
+// away, a batch failed — has deleted the batches before: its row records
+// those, as the row of a prune that ran to the end records all it
+// deleted. Stopped without it, a prune deleted audit rows that no row
+// said anyone deleted.
+func TestAPruneStoppedPartWayRecordsTheRowsItDeleted(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		cutoff := t0.Add(30 * 24 * time.Hour)
+		var old []time.Time
+		for i := range 5 {
+			old = append(old, cutoff.Add(-time.Duration(10-i)*time.Hour))
+		}
+		auditAt(t, db, old...) // o0 … o4, oldest first
+		// The fourth oldest row cannot be deleted: the second batch fails.
+		stmts := []string{`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events WHEN OLD.order_id = 'o3'
+			BEGIN SELECT RAISE(ABORT, 'o3 is kept'); END`}
+		if dialectOf(t).name == "postgres" {
+			stmts = []string{
+				`CREATE FUNCTION keep_o3() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+					IF OLD.order_id = 'o3' THEN RAISE EXCEPTION 'o3 is kept'; END IF; RETURN OLD; END $$`,
+				`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events FOR EACH ROW EXECUTE FUNCTION keep_o3()`,
+			}
+		}
+		for _, s := range stmts {
+			if _, err := rawW(db).ExecContext(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64) (AuditEvent, bool) {
+			return AuditEvent{At: cutoff, Event: "audit_pruned", Outcome: "success", ActorKind: "admin",
+				Detail: fmt.Sprintf("deleted %d", deleted)}, true
+		})
+		if err == nil || n != 3 {
+			t.Fatalf("PruneAudit: %d, %v; want the first batch's 3 deleted and the second's failure", n, err)
+		}
+		rows, err := db.SearchAudit(ctx, AuditFilter{Event: "audit_pruned"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].Detail != "deleted 3" {
+			t.Errorf("the prune's rows: %+v; want one recording the 3 rows deleted", rows)
+		}
+	})
+}
