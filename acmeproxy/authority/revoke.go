@@ -52,6 +52,9 @@ var (
 	ErrCertificateExpired = errors.New("the certificate has expired, and an expired certificate is not revoked")
 	// ErrRevocationFailed: the backend's job gave up without revoking.
 	ErrRevocationFailed = errors.New("the signer's backend did not revoke the certificate")
+	// ErrRevocationCancelled: the backend's job was cancelled (by an
+	// operator) before it revoked; the error wraps ErrRevocationFailed too.
+	ErrRevocationCancelled = errors.New("its job was cancelled")
 	// ErrRevocationRefused: the backend stated it will not revoke the
 	// certificate (signer.ErrRevocationRefused); asking again cannot help.
 	ErrRevocationRefused = errors.New("the signer's backend refused to revoke the certificate")
@@ -591,6 +594,9 @@ func (au *Authority) awaitRevocation(ctx context.Context, job jobs.Job, cert sto
 			// the signer's error, which says so when the backend refused.
 			if job.Status == store.JobFailed && strings.Contains(job.LastError, signer.ErrRevocationRefused.Error()) {
 				return RevokeResult{Job: job.ID}, fmt.Errorf("%w: job %d: %s", ErrRevocationRefused, job.ID, job.LastError)
+			}
+			if job.Status == store.JobCancelled {
+				return RevokeResult{Job: job.ID}, fmt.Errorf("%w: %w (job %d: %s)", ErrRevocationFailed, ErrRevocationCancelled, job.ID, job.LastError)
 			}
 			return RevokeResult{Job: job.ID}, fmt.Errorf("%w: job %d is %s: %s", ErrRevocationFailed, job.ID, job.Status, job.LastError)
 		}

@@ -30,6 +30,8 @@ func Describe(err error) (status int, message string) {
 		status, word = http.StatusBadRequest, ErrInvalid.Error()
 	case errors.Is(err, ErrConflict):
 		status, word = http.StatusConflict, ErrConflict.Error()
+	case errors.Is(err, ErrBackendFailed):
+		status, word = http.StatusBadGateway, ErrBackendFailed.Error()
 	case errors.Is(err, ErrNotMounted):
 		return http.StatusServiceUnavailable, err.Error()
 	case store.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded):

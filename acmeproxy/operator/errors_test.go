@@ -30,6 +30,8 @@ func TestDescribeGivesEachOperatorErrorItsStatusAndAMessageInTheOperatorsTerms(t
 			"the database cannot take writes or does not answer now; retry later"},
 		{"a database that did not answer in time", fmt.Errorf("store: order x: %w", context.DeadlineExceeded), http.StatusServiceUnavailable,
 			"the database cannot take writes or does not answer now; retry later"},
+		{"a backend that gave up", fmt.Errorf("%w: job 7 is failed: connection refused", ErrBackendFailed), http.StatusBadGateway,
+			"backend failed: job 7 is failed: connection refused"},
 		{"a server fault", errors.New("disk on fire"), 0, "disk on fire"},
 	}
 	for _, tc := range tests {

@@ -34,6 +34,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrNotMounted: the profile is not served by this process.
 	ErrNotMounted = errors.New("profile not mounted in this process")
+	// ErrBackendFailed: a signer's backend (an upstream CA, a script)
+	// gave up the change, not this server.
+	ErrBackendFailed = errors.New("backend failed")
 )
 
 // ProfileLister finds and lists the profiles mounted in this process.
@@ -335,9 +338,20 @@ func (op *Operator) RevokeOrder(ctx context.Context, id string, reason *int, act
 	case errors.Is(err, authority.ErrUnpublishable) && !errors.Is(err, signer.ErrIssuerUnavailable):
 		// The CA is gone: asking again cannot succeed.
 		return res, fmt.Errorf("%w: %w", ErrConflict, err)
+	case errors.Is(err, authority.ErrRevocationCancelled):
+		// Its signer_revoke job was cancelled while the request waited.
+		return res, fmt.Errorf("%w: %w; %s", ErrConflict, err, notRevoked)
+	case errors.Is(err, authority.ErrRevocationFailed):
+		// The backend's job gave up while the request waited: the
+		// backend's failure, not this server's; its last error is the
+		// operator's to read, as in the jobs list.
+		return res, fmt.Errorf("%w: %w; %s", ErrBackendFailed, err, notRevoked)
 	}
 	return res, err
 }
+
+// notRevoked ends the message of a revocation its job gave up.
+const notRevoked = "the certificate is not revoked, and revoking it again queues a new attempt"
 
 // RevokesInLedger reports whether the revocations of profile, mounted
 // here, are recorded in this database's ledger — on a front end, when the
