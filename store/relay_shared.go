@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -264,4 +265,49 @@ func scanRelayPlacement(row rowScanner) (RelayPlacement, error) {
 	}
 	p.Until, p.UpstreamOrderURL = ms(until), url.String
 	return p, nil
+}
+
+// A relay cool-down is the time before which an upstream asked a
+// profile's account to send nothing more (a 429's Retry-After). It is
+// kept in a row of rate_limits beside the buckets, the time as the row's
+// tat_ns: a cool-down that is over is the same as no row, as a bucket
+// whose TAT has passed is, and PruneLimits deletes it like one. So every
+// instance on one database waits out a rate limit one of them was told
+// of, rather than each sending the upstream a request to be told again.
+
+// relayCoolDownKey is the rate_limits row of the cool-down of a profile's
+// account at an upstream.
+func relayCoolDownKey(upstream, profile string) string {
+	return "relay_cool_down/" + upstream + "/" + profile
+}
+
+// RelayCoolDown is when the cool-down of a profile's account at an
+// upstream ends: the zero time when none was recorded (or it was
+// pruned); one in the past is over.
+func (db *DB) RelayCoolDown(ctx context.Context, upstream, profile string) (time.Time, error) {
+	var until int64
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT tat_ns FROM rate_limits WHERE key = ?`),
+		relayCoolDownKey(upstream, profile)).Scan(&until)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, fmt.Errorf("store: the relay cool-down of profile %s: %w", profile, err)
+	}
+	return time.Unix(0, until), nil
+}
+
+// ExtendRelayCoolDown makes the cool-down of a profile's account at an
+// upstream last until until, or longer when it does already.
+//
+// One upsert keeping the later time. A lazy write (see engine): a
+// cool-down lost to a power loss costs one more request answered 429.
+func (db *DB) ExtendRelayCoolDown(ctx context.Context, upstream, profile string, until time.Time) error {
+	if _, err := db.lazyWr.ExecContext(ctx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES (?, ?)
+		ON CONFLICT (key) DO UPDATE SET tat_ns = CASE WHEN excluded.tat_ns > rate_limits.tat_ns
+			THEN excluded.tat_ns ELSE rate_limits.tat_ns END`),
+		relayCoolDownKey(upstream, profile), until.UnixNano()); err != nil {
+		return fmt.Errorf("store: recording the relay cool-down of profile %s: %w", profile, db.unavailable(err))
+	}
+	return nil
 }

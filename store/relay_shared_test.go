@@ -176,3 +176,41 @@ func TestAReleasedClaimOnPlacingAnUpstreamOrderMayBeTakenAtOnce(t *testing.T) {
 		}
 	})
 }
+
+func TestARelayCoolDownRecordedByOneInstanceIsReadByAnotherAndOnlyLengthens(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		place := newPlace(t)
+		a, b := openAt(t, place), openAt(t, place)
+		if got, err := b.RelayCoolDown(ctx, "up", "p"); err != nil || !got.IsZero() {
+			t.Fatalf("before any: %v (%v); want the zero time", got, err)
+		}
+		steps := []struct {
+			name     string
+			extendTo time.Time
+			want     time.Time
+		}{
+			{"the first", t0.Add(time.Hour), t0.Add(time.Hour)},
+			{"a shorter one is not a shortening", t0.Add(time.Minute), t0.Add(time.Hour)},
+			{"a longer one lengthens it", t0.Add(2 * time.Hour), t0.Add(2 * time.Hour)},
+		}
+		for _, s := range steps {
+			if err := a.ExtendRelayCoolDown(ctx, "up", "p", s.extendTo); err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			got, err := b.RelayCoolDown(ctx, "up", "p")
+			if err != nil || !got.Equal(s.want) {
+				t.Errorf("%s: the other instance reads %v (%v); want %v", s.name, got, err, s.want)
+			}
+		}
+		if got, err := b.RelayCoolDown(ctx, "up", "other"); err != nil || !got.IsZero() {
+			t.Errorf("another profile's: %v (%v); want the zero time", got, err)
+		}
+		if _, err := a.PruneLimits(ctx, t0.Add(2*time.Hour), 0); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := b.RelayCoolDown(ctx, "up", "p"); err != nil || !got.IsZero() {
+			t.Errorf("once over and pruned: %v (%v); want the zero time", got, err)
+		}
+	})
+}

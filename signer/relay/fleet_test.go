@@ -3,10 +3,12 @@ package relay
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,6 +293,145 @@ func TestARelayRelaysTheOrderOfAPreparationKilledBeforeRecordingItsPlacement(t *
 		}
 		if got, err := b.db.GetRelayOrder(ctx, req.OrderID); err != nil || got.UpstreamOrderURL != order.Location {
 			t.Errorf("relayed %q (%v); want the dead instance's %q", got.UpstreamOrderURL, err, order.Location)
+		}
+	})
+}
+
+// limitedFleet is two instances, a and b, on one database and one
+// upstream that answers every request but its directory's and nonces'
+// with a 429 asking to wait two minutes; hits counts those requests.
+// b prepares upstream orders; neither's finalize waits for its relay.
+func limitedFleet(t *testing.T) (a, b *bench, up *httptest.Server, hits *atomic.Int32) {
+	t.Helper()
+	hits = new(atomic.Int32)
+	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		problemAnswer(http.StatusTooManyRequests, acme.ProblemTypeRateLimited, "too many new orders", "Retry-After", "120")(w, r)
+	})
+	dbs := openFleet(t, 2)
+	clk := clocktest.New(time.Now())
+	settler := &fakeSettler{issued: map[string][][]byte{}, failed: map[string][]string{}}
+	a = benchOn(t, dbs[0], clk, settler, up.URL+"/dir", ChallengeBypass, func(o *Options) { o.FinalizeWait = -1 })
+	b = benchOn(t, dbs[1], clk, settler, up.URL+"/dir", ChallengeBypass, func(o *Options) {
+		o.FinalizeWait = -1
+		o.PrepareUpstream = true
+	})
+	t.Cleanup(func() { _ = b.s.Close() })
+	return a, b, up, hits
+}
+
+// relayRateLimited runs the relay of a new order on instance x, which the
+// upstream answers with its 429.
+func relayRateLimited(t *testing.T, x *bench, name string) {
+	t.Helper()
+	req := x.finalized(t, name)
+	if _, err := x.s.Issue(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.s.RunJob(context.Background(), x.job(t, req.OrderID)).String(); !strings.HasPrefix(got, "retry after 2m0s: ") {
+		t.Fatalf("the relay of %s: %s; want to wait the upstream's 2 minutes", name, got)
+	}
+}
+
+// preparedOfAGoneOrder is the relay_prepared job, on instance x, of an
+// upstream order prepared for a local order that is gone: due to
+// deactivate it.
+func preparedOfAGoneOrder(t *testing.T, x *bench, up *httptest.Server) *jobs.Job {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, err := x.queue.Enqueue(ctx, jobs.Spec{Kind: PreparedKind, Key: "gone",
+		Payload: preparedPayload{Profile: "p", Order: "gone", Upstream: up.URL + "/order/1"}}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := x.queue.List(ctx, store.JobFilter{Kind: PreparedKind, Key: "gone"})
+	if err != nil || len(js) != 1 {
+		t.Fatalf("the relay_prepared job: %d (%v); want 1", len(js), err)
+	}
+	return &js[0]
+}
+
+// The upstream limits the account every instance on the database shares:
+// once it told one instance to wait, another's relay waits out the rest
+// of that wait rather than asking the upstream (and being told) again.
+func TestARateLimitOneInstanceWasToldOfCoolsTheProfileDownOnTheOthers(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, _, hits := limitedFleet(t)
+		relayRateLimited(t, a, "one.example.com")
+		seen := hits.Load()
+		two := b.finalized(t, "two.example.com")
+		if _, err := b.s.Issue(ctx, two); err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(30 * time.Second)
+		if got := b.s.RunJob(ctx, b.job(t, two.OrderID)).String(); !strings.HasPrefix(got, "retry after 1m30s: ") {
+			t.Errorf("instance b's relay during a's cool-down: %s; want it to wait out the rest of it", got)
+		}
+		if n := hits.Load() - seen; n != 0 {
+			t.Errorf("instance b asked the upstream %d times during the cool-down; want none", n)
+		}
+		b.clock.Advance(90 * time.Second)
+		b.s.RunJob(ctx, b.job(t, two.OrderID))
+		if hits.Load() == seen {
+			t.Errorf("instance b did not ask the upstream after the cool-down")
+		}
+	})
+}
+
+// A preparation (prepare_upstream on) asks the upstream nothing while
+// another instance waits out the account's rate limit: the finalize
+// relays what is not prepared.
+func TestAPreparationOnAnotherInstanceAsksTheUpstreamNothingDuringACoolDown(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, _, hits := limitedFleet(t)
+		relayRateLimited(t, a, "one.example.com")
+		seen := hits.Load()
+		b.finalizedAfter(t, "two.example.com", func(orderID string) {
+			b.s.PrepareOrder(ctx, orderID, b.clock.Now().Add(time.Hour))
+			b.s.awaitPreparation(ctx, orderID, time.Minute)
+		})
+		if n := hits.Load() - seen; n != 0 {
+			t.Errorf("instance b's preparation asked the upstream %d times during a's cool-down; want none", n)
+		}
+	})
+}
+
+// The deactivation of a prepared upstream order no finalize took waits
+// out the rate limit another instance was told of, as a relay does.
+func TestADeactivationOnAnotherInstanceWaitsOutACoolDown(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		a, b, up, hits := limitedFleet(t)
+		relayRateLimited(t, a, "one.example.com")
+		seen := hits.Load()
+		if got := b.s.RunJob(context.Background(), preparedOfAGoneOrder(t, b, up)).String(); !strings.HasPrefix(got, "retry after 2m0s: ") {
+			t.Errorf("instance b's deactivation during a's cool-down: %s; want it to wait out the cool-down", got)
+		}
+		if n := hits.Load() - seen; n != 0 {
+			t.Errorf("instance b's deactivation asked the upstream %d times during a's cool-down; want none", n)
+		}
+	})
+}
+
+// A deactivation the upstream answers with a 429 cools the profile down
+// for the relays too, on every instance.
+func TestADeactivationToldOfARateLimitCoolsTheProfileDown(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		a, b, up, hits := limitedFleet(t)
+		if got := b.s.RunJob(ctx, preparedOfAGoneOrder(t, b, up)).String(); !strings.HasPrefix(got, "retry after 2m0s: ") {
+			t.Fatalf("instance b's deactivation: %s; want to wait the upstream's 2 minutes", got)
+		}
+		seen := hits.Load()
+		one := a.finalized(t, "one.example.com")
+		if _, err := a.s.Issue(ctx, one); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.s.RunJob(ctx, a.job(t, one.OrderID)).String(); !strings.HasPrefix(got, "retry after 2m0s: ") {
+			t.Errorf("instance a's relay after b's deactivation was rate-limited: %s; want it to wait out the cool-down", got)
+		}
+		if n := hits.Load() - seen; n != 0 {
+			t.Errorf("instance a's relay asked the upstream %d times during b's cool-down; want none", n)
 		}
 	})
 }

@@ -66,7 +66,7 @@ const (
 // unless maxPreparing preparations are under way or the upstream asked
 // this profile to wait.
 func (s *Signer) PrepareOrder(ctx context.Context, orderID string, expires time.Time) {
-	if !s.opts.PrepareUpstream || s.coolingDown() > 0 {
+	if !s.opts.PrepareUpstream || s.coolingDownHere() > 0 {
 		return
 	}
 	b, log, err := s.binding()
@@ -192,6 +192,9 @@ func (s *Signer) runPrepare(ctx context.Context, b *signer.Binding, log *zap.Log
 	if err != nil || (o.Status != acme.StatusPending && o.Status != acme.StatusReady) || !s.clock.Now().Before(o.Expires) {
 		return // gone, finalized already, or over: nothing to prepare
 	}
+	if s.coolingDown(ctx) > 0 {
+		return // another instance was rate-limited: the finalize relays it
+	}
 	rec := &recorder{base: s.transport, now: s.clock.Now}
 	if err := s.prepare(withRecorder(ctx, rec), b, log, o); err != nil {
 		if s.life.Err() != nil {
@@ -206,7 +209,7 @@ func (s *Signer) runPrepare(ctx context.Context, b *signer.Binding, log *zap.Log
 			s.forgetAccount(ctx, b.Profile)
 		}
 		if f.verdict == coolDown {
-			s.coolDown(f.after)
+			s.coolDown(ctx, f.after)
 		}
 		log.Warn("preparing the upstream order failed; its finalize relays without it", zap.String("event", "relay_prepare_failed"),
 			zap.String("profile", b.Profile), zap.String("order", o.ID), zap.Stringer("verdict", f.verdict),
@@ -318,6 +321,9 @@ func (s *Signer) runPrepared(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	case (o.Status == acme.StatusPending || o.Status == acme.StatusReady) && s.clock.Now().Before(o.Expires):
 		return jobs.RetryAfter("the order may still be finalized", o.Expires.Sub(s.clock.Now()))
 	}
+	if wait := s.coolingDown(ctx); wait > 0 {
+		return jobs.RetryAfter(fmt.Sprintf("the upstream rate-limited this profile; waiting %s", wait.Round(time.Second)), wait)
+	}
 	actx, cancel := context.WithTimeout(ctx, s.opts.AttemptTimeout)
 	defer cancel()
 	rec := &recorder{base: s.transport, now: s.clock.Now}
@@ -328,6 +334,9 @@ func (s *Signer) runPrepared(ctx context.Context, job *jobs.Job) jobs.Outcome {
 			return jobs.RetryAfter("interrupted: "+s.secrets.reasonOf(err), 0)
 		}
 		f := s.secrets.classify(err, rec.lastResponse())
+		if f.verdict == coolDown {
+			s.coolDown(ctx, f.after)
+		}
 		return outcomeFor(f, "upstream "+s.secrets.directory+": deactivating "+s.secrets.text(p.Upstream)+": "+f.reason)
 	}
 	log.Info("prepared upstream order abandoned", zap.String("event", "relay_prepared_abandoned"),

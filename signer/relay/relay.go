@@ -134,7 +134,7 @@ type Signer struct {
 
 	mu       sync.Mutex
 	bound    signer.Bound // its profile, once bound
-	coolTill time.Time    // profile-wide: no upstream request before this
+	coolTill time.Time    // profile-wide: no upstream request before this (coolDown)
 	// offered is what the upstream's directory offers, as read until
 	// offerUntil (directory.go).
 	offered    upstreamOffer
@@ -527,7 +527,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 	if err != nil {
 		return jobs.RetryAfter(err.Error(), 30*time.Second)
 	}
-	if wait := s.coolingDown(); wait > 0 {
+	if wait := s.coolingDown(ctx); wait > 0 {
 		return jobs.RetryAfter(fmt.Sprintf("the upstream rate-limited this profile; waiting %s", wait.Round(time.Second)), wait)
 	}
 	ro, err := b.DB.GetRelayOrder(ctx, p.Order)
@@ -586,7 +586,7 @@ func (s *Signer) outcome(ctx context.Context, b *signer.Binding, log *zap.Logger
 		zap.String("order", ro.OrderID), zap.Stringer("verdict", f.verdict), zap.Duration("retry_after", f.after),
 		zap.String("reason", f.reason))
 	if f.verdict == coolDown {
-		s.coolDown(f.after)
+		s.coolDown(ctx, f.after)
 	}
 	if f.verdict == giveUp && f.refusal != 0 {
 		s.mu.Lock()
@@ -672,17 +672,59 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) e
 	return nil
 }
 
-func (s *Signer) coolingDown() time.Duration {
+// coolingDown is how long the profile still waits out an upstream's rate
+// limit (its account's 429): as this process was told, else as another
+// instance on the database was (coolDown records it there too). A
+// cool-down the store cannot tell is taken as none: the attempt goes on,
+// and an upstream still limiting the account says so again.
+func (s *Signer) coolingDown(ctx context.Context) time.Duration {
+	if wait := s.coolingDownHere(); wait > 0 {
+		return wait
+	}
+	b, _, err := s.binding()
+	if err != nil {
+		return 0
+	}
+	until, err := b.DB.RelayCoolDown(ctx, s.issuerKey, b.Profile)
+	if err != nil {
+		return 0
+	}
+	s.coolUntil(until)
+	return s.coolingDownHere()
+}
+
+// coolingDownHere is coolingDown as this process knows it, without asking
+// the store.
+func (s *Signer) coolingDownHere() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.coolTill.Sub(s.clock.Now())
 }
 
-func (s *Signer) coolDown(d time.Duration) {
+// coolDown makes the profile wait d before its next upstream request, on
+// every instance on the database: the upstream limits the account, which
+// they all share.
+func (s *Signer) coolDown(ctx context.Context, d time.Duration) {
+	until := s.clock.Now().Add(d)
+	s.coolUntil(until)
+	b, log, err := s.binding()
+	if err != nil {
+		return
+	}
+	if err := b.DB.ExtendRelayCoolDown(ctx, s.issuerKey, b.Profile, until); err != nil {
+		// This instance waits all the same; another learns of the limit
+		// from its own next request.
+		log.Warn("recording the upstream's rate limit for the other instances", zap.String("event", "relay_cool_down_unshared"),
+			zap.String("profile", b.Profile), zap.Error(err))
+	}
+}
+
+// coolUntil makes this process wait until until, unless it waits longer.
+func (s *Signer) coolUntil(until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t := s.clock.Now().Add(d); t.After(s.coolTill) {
-		s.coolTill = t
+	if until.After(s.coolTill) {
+		s.coolTill = until
 	}
 }
 
