@@ -121,3 +121,39 @@ func TestARevocationTheUpstreamRefusesIsARefusalAndOneItCannotAnswerIsNot(t *tes
 		})
 	}
 }
+
+// The refusal is held in the memory of the instance that heard it until
+// its abandon: one that dies in between leaves the job running, and the
+// instance that reclaims it once its lease lapses runs the attempt again,
+// hears the refusal again (the upstream order was not finalized) and
+// fails the order with it, once.
+func TestARefusalHeardByAnInstanceThatDiedBeforeItsAbandonIsHeardAgainByTheNext(t *testing.T) {
+	ctx := context.Background()
+	up := registeredUpstream(t, problemAnswer(400, acme.ProblemTypeBadCSR, "key too small"))
+	b := newBench(t, up.URL+"/dir", ChallengeBypass)
+	req := b.finalized(t, "refused-then-died.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	job := b.job(t, req.OrderID)
+	if out := b.s.RunJob(ctx, job); out.Kind() != "failed" {
+		t.Fatalf("the first instance's attempt: %s; want failed", out)
+	}
+	// The first instance dies here, its abandon never run.
+	next := b.anotherInstance(t, up.URL+"/dir")
+	out := next.RunJob(ctx, job)
+	if out.Kind() != "failed" {
+		t.Fatalf("the next instance's attempt: %s; want failed", out)
+	}
+	if err := next.AbandonJob(ctx, job, out.String()); err != nil {
+		t.Fatal(err)
+	}
+	b.settler.mu.Lock()
+	defer b.settler.mu.Unlock()
+	if got := b.settler.refused[req.OrderID]; got != signer.KindBadCSR {
+		t.Errorf("the order failed with refusal %d; want %d (badCSR)", got, signer.KindBadCSR)
+	}
+	if n := len(b.settler.failed[req.OrderID]); n != 1 {
+		t.Errorf("the order was settled %d times; want once", n)
+	}
+}
