@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -310,4 +311,29 @@ func (db *DB) ExtendRelayCoolDown(ctx context.Context, upstream, profile string,
 		return fmt.Errorf("store: recording the relay cool-down of profile %s: %w", profile, db.unavailable(err))
 	}
 	return nil
+}
+
+// LiveOrderNames reports whether an order of profile that is pending,
+// ready or processing, and not expired at now, names one of values
+// (identifier values as orders name them: "*.example.com" for a
+// wildcard). The relay asks before it deactivates an upstream
+// authorization that is valid: the upstream may have reused it for the
+// upstream order of such an order, which deactivating it would make
+// invalid (RFC 8555 §7.1.6).
+func (db *DB) LiveOrderNames(ctx context.Context, profile string, values []string, now time.Time) (bool, error) {
+	if len(values) == 0 {
+		return false, nil
+	}
+	args := []any{profile, now.UnixMilli()}
+	for _, v := range values {
+		args = append(args, v)
+	}
+	var found int
+	err := db.r.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM (SELECT 1 FROM order_identifiers i JOIN orders o ON o.id = i.order_id
+		WHERE o.profile = ? AND o.status IN ('pending', 'ready', 'processing') AND o.expires_at > ?
+			AND i.value IN (?`+strings.Repeat(", ?", len(values)-1)+`) LIMIT 1) AS live`), args...).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("store: live orders of profile %s naming %s: %w", profile, strings.Join(values, ", "), err)
+	}
+	return found > 0, nil
 }

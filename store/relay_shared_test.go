@@ -214,3 +214,39 @@ func TestARelayCoolDownRecordedByOneInstanceIsReadByAnotherAndOnlyLengthens(t *t
 		}
 	})
 }
+
+func TestLiveOrderNamesFindsOnlyAnUnexpiredOrderInProgressOfTheProfileNamingOneOfTheNames(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		o := newOrderWithAuthzs(t, db, 1) // pending, for a.example.com, in profile p, until t0+1h
+		tests := []struct {
+			name    string
+			profile string
+			values  []string
+			at      time.Time
+			want    bool
+		}{
+			{"ok/its name", "p", []string{"a.example.com"}, t0, true},
+			{"ok/its name among others", "p", []string{"x.example.com", "a.example.com"}, t0, true},
+			{"fail/another name", "p", []string{"b.example.com"}, t0, false},
+			{"fail/no name", "p", nil, t0, false},
+			{"fail/another profile", "q", []string{"a.example.com"}, t0, false},
+			{"fail/once it expired", "p", []string{"a.example.com"}, t0.Add(time.Hour), false},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				got, err := db.LiveOrderNames(ctx, tt.profile, tt.values, tt.at)
+				if err != nil || got != tt.want {
+					t.Errorf("LiveOrderNames(%s, %v, %v) = %v (%v); want %v", tt.profile, tt.values, tt.at, got, err, tt.want)
+				}
+			})
+		}
+		if err := db.FailOrder(ctx, o.ID, nil, "failed", t0); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := db.LiveOrderNames(ctx, "p", []string{"a.example.com"}, t0); err != nil || got {
+			t.Errorf("once its order failed: %v (%v); want false", got, err)
+		}
+	})
+}

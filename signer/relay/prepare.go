@@ -9,6 +9,7 @@ import (
 	"github.com/mholt/acmez/v3/acme"
 	"go.uber.org/zap"
 
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -346,7 +347,13 @@ func (s *Signer) runPrepared(ctx context.Context, job *jobs.Job) jobs.Outcome {
 }
 
 // deactivate deactivates every authorization of the upstream order at url
-// that could still serve it (pending or valid), and returns how many.
+// that could still serve it (pending or valid), and returns how many —
+// save a valid one whose name a live local order of the profile names:
+// the upstream may have reused it (Pebble and Boulder reuse an account's
+// valid authorizations) for that order's upstream order, which its
+// deactivation would make invalid (RFC 8555 §7.1.6), failing or
+// re-ordering a relay this one has nothing to do with. Left valid, it
+// expires upstream.
 func (s *Signer) deactivate(ctx context.Context, b *signer.Binding, url string) (int, error) {
 	c := s.upstream
 	acct, err := s.account(ctx, c, b.Profile)
@@ -368,6 +375,22 @@ func (s *Signer) deactivate(ctx context.Context, b *signer.Binding, url string) 
 		}
 		if authz.Status != acme.StatusPending && authz.Status != acme.StatusValid {
 			continue
+		}
+		if authz.Status == acme.StatusValid {
+			// A valid authorization for example.com may serve an order
+			// for *.example.com too, and one for *.example.com an order
+			// for example.com: both names are asked for.
+			names := []string{authz.Identifier.Value, "*." + authz.Identifier.Value}
+			if authz.Identifier.Type != vocab.IdentifierDNS {
+				names = names[:1]
+			}
+			live, err := b.DB.LiveOrderNames(ctx, b.Profile, names, s.clock.Now())
+			if err != nil {
+				return n, err
+			}
+			if live {
+				continue
+			}
 		}
 		if _, err := c.DeactivateAuthorization(ctx, acct, u); err != nil {
 			return n, fmt.Errorf("deactivating the upstream authorization for %s: %w", authz.IdentifierValue(), err)

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"path"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,7 +11,9 @@ import (
 	"github.com/letsencrypt/pebble/v2/core"
 	"github.com/letsencrypt/pebble/v2/wfe"
 
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // preparedBench is a Pebble bench with prepare_upstream on whose account
@@ -138,4 +141,78 @@ func TestAPreparedUpstreamOrderWithItsLifeAheadIsRelayedAsItIs(t *testing.T) {
 	if ro, err := b.db.GetRelayOrder(ctx, req.OrderID); err != nil || ro.UpstreamOrderURL != prepared {
 		t.Errorf("the relay records upstream order %q (%v); want the prepared %q", ro.UpstreamOrderURL, err, prepared)
 	}
+}
+
+// The upstream reuses its account's valid authorizations (Pebble here
+// always; Boulder too): the authorization a preparation had validated
+// for an order that was never finalized may be the one the upstream order
+// of a later order for the same name stands on. The earlier order's
+// relay_prepared job, come due, must not deactivate it under the later
+// one, whose upstream order would then be invalid.
+func TestADeactivationLeavesValidTheAuthorizationALiveOrderForTheNameMayStandOn(t *testing.T) {
+	ctx := context.Background()
+	up := newPebbleUpstreamOf(t, pebbleKnobs{authzReuse: 100})
+	b := newBench(t, up.srv.URL+wfe.DirectoryPath, ChallengeBypass, func(o *Options) {
+		o.Transport = up.srv.Client().Transport
+		o.FinalizeWait = -1
+		o.PrepareUpstream = true
+	})
+	t.Cleanup(func() { _ = b.s.Close() })
+	b.relayThrough(t, "warm.example.com")
+	const name = "shared.example.com"
+	earlier, first := b.finalizedPrepared(t, up, name, func(*core.Order, time.Time) {})
+	// The earlier order is over here, never relayed, while its
+	// authorization lives on upstream.
+	if err := b.db.FailOrder(ctx, earlier.OrderID, nil, "over", b.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	req, second := b.finalizedPrepared(t, up, name, func(*core.Order, time.Time) {})
+	if authzs := upstreamAuthzs(up, first); len(authzs) != 1 || !slices.Equal(upstreamAuthzs(up, second), authzs) {
+		t.Fatalf("the later upstream order's authorizations %v; want the earlier's %v, reused", upstreamAuthzs(up, second), authzs)
+	}
+	if _, _, err := b.queue.Enqueue(ctx, jobs.Spec{Kind: PreparedKind, Key: "gone",
+		Payload: preparedPayload{Profile: "p", Order: "gone", Upstream: first}}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := b.queue.List(ctx, store.JobFilter{Kind: PreparedKind, Key: "gone"})
+	if err != nil || len(js) != 1 {
+		t.Fatalf("the earlier order's relay_prepared job: %d (%v)", len(js), err)
+	}
+	if out := b.s.RunJob(ctx, &js[0]).String(); out != "done" {
+		t.Fatalf("the earlier order's relay_prepared job: %s", out)
+	}
+	shared := up.db.GetAuthorizationByID(upstreamAuthzs(up, first)[0])
+	shared.RLock()
+	status := shared.Status
+	shared.RUnlock()
+	if status != acme.StatusValid {
+		t.Errorf("the shared authorization is %s after the deactivation; want it valid", status)
+	}
+
+	up.reset()
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); out != "done" {
+		t.Fatalf("the later order's relay: %s", out)
+	}
+	if n := up.count("POST order-plz"); n != 0 {
+		t.Errorf("%d upstream orders placed for the later order; want none, its prepared one relayed", n)
+	}
+}
+
+// upstreamAuthzs are the IDs of the authorizations of the upstream order
+// at url.
+func upstreamAuthzs(up *pebbleUpstream, url string) []string {
+	o := up.db.GetOrderByID(path.Base(url))
+	if o == nil {
+		return nil
+	}
+	o.RLock()
+	defer o.RUnlock()
+	var ids []string
+	for _, a := range o.AuthorizationObjects {
+		ids = append(ids, a.ID)
+	}
+	return ids
 }
