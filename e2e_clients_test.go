@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"errors"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"log/slog"
 	"strconv"
@@ -182,6 +183,47 @@ func TestXCryptoACMEObtainsACertificateWithHTTP01(t *testing.T) {
 	chain := e2eFinishOrder(ctx, t, c, order, names)
 	env.checkIssued(t, chain, names...)
 	t.Logf("issued in %s", time.Since(start).Round(time.Millisecond))
+}
+
+// x/crypto/acme rolls its account over to a new key (RFC 8555 §7.3.5,
+// AccountKeyRollover): the account then issues with the new key, and the
+// old key no longer names any account.
+func TestXCryptoACMERollsItsAccountKeyOverAndIssuesWithTheNewOne(t *testing.T) {
+	env := newE2EEnv(t)
+	ln := e2eListen(t)
+	srv := serveE2EHTTP01(t, ln)
+	env.load(t, e2eConfig{ValidationHTTP: e2ePort(ln), ValidationTLS: freePort(t)})
+
+	ctx, cancel := context.WithTimeout(t.Context(), e2eWait)
+	defer cancel()
+	c := newE2EXCrypto(ctx, t, env)
+	before, err := c.GetReg(ctx, "")
+	if err != nil {
+		t.Fatalf("GetReg: %v", err)
+	}
+	oldKey := c.Key
+	if err := c.AccountKeyRollover(ctx, e2eP256Key(t)); err != nil {
+		t.Fatalf("AccountKeyRollover: %v", err)
+	}
+	after, err := c.GetReg(ctx, "")
+	if err != nil || after.URI != before.URI {
+		t.Fatalf("the account under the new key: %+v (%v); want %s", after, err, before.URI)
+	}
+
+	names := []string{"rollover.example.com"}
+	order, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(names...))
+	if err != nil {
+		t.Fatalf("AuthorizeOrder with the new key: %v", err)
+	}
+	for _, u := range order.AuthzURLs {
+		e2eAccept(ctx, t, c, e2ePendingHTTP01(ctx, t, c, srv, u))
+	}
+	env.checkIssued(t, e2eFinishOrder(ctx, t, c, order, names), names...)
+
+	old := &xacme.Client{Key: oldKey, HTTPClient: env.client, DirectoryURL: env.directoryURL(e2eProfile), UserAgent: "caddy-acme-proxy-e2e"}
+	if acct, err := old.GetReg(ctx, ""); !errors.Is(err, xacme.ErrNoAccount) {
+		t.Errorf("the old key after the rollover: account %+v, %v; want ErrNoAccount", acct, err)
+	}
 }
 
 // newE2EXCrypto returns an x/crypto/acme client with a new account
