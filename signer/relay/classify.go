@@ -67,11 +67,13 @@ const (
 	maxRetryAfter   = 24 * time.Hour
 )
 
-// permanentError marks a failure of our own making that retrying cannot
-// fix: a missing challenge type, a wildcard under http01, an upstream
-// order or authorization that is invalid. It is the explicit
-// counterpart of certmagic's ErrNoRetry: the caller says what is
-// permanent, classify does not guess.
+// permanentError marks a failure that retrying cannot fix: a missing
+// challenge type, a wildcard under http01, an upstream order or
+// authorization that is invalid. It is the explicit counterpart of
+// certmagic's ErrNoRetry: the caller says what is permanent, classify
+// does not guess. One that wraps an upstream's problem (the error of an
+// upstream order that became invalid) is that problem's refusal, as the
+// same problem answered at once would be.
 type permanentError struct{ err error }
 
 func (e permanentError) Error() string { return e.err.Error() }
@@ -93,6 +95,10 @@ func (r secrets) classify(err error, last response) failure {
 	var perm permanentError
 	if errors.As(err, &perm) {
 		f.verdict = giveUp
+		var p acme.Problem
+		if errors.As(perm.err, &p) {
+			f.refusal = refusalOf(p.Type)
+		}
 		return f
 	}
 	var p acme.Problem

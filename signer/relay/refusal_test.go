@@ -2,8 +2,11 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/mholt/acmez/v3/acme"
@@ -155,5 +158,89 @@ func TestARefusalHeardByAnInstanceThatDiedBeforeItsAbandonIsHeardAgainByTheNext(
 	}
 	if n := len(b.settler.failed[req.OrderID]); n != 1 {
 		t.Errorf("the order was settled %d times; want once", n)
+	}
+}
+
+// An upstream that finalizes asynchronously (Boulder, Let's Encrypt)
+// answers the finalize with the order processing, or already invalid,
+// and states its refusal as the order's error, not as the answer's
+// problem; Pebble never does (its issuance cannot fail). The client
+// hears that refusal as it would hear the same problem answered at once.
+func TestAnUpstreamOrderInvalidWithAnErrorFailsTheOrderWithThatRefusal(t *testing.T) {
+	tests := []struct {
+		name string
+		// finalize is the order's status in the finalize's answer.
+		finalize string
+		// problem is the type of the upstream order's error.
+		problem string
+		// want is the refusal the order fails with; zero: the generic failure.
+		want signer.Kind
+	}{
+		{"the CSR refused after processing", acme.StatusProcessing, acme.ProblemTypeBadCSR, signer.KindBadCSR},
+		{"the key refused after processing", acme.StatusProcessing, acme.ProblemTypeBadPublicKey, signer.KindBadCSR},
+		{"a name refused after processing", acme.StatusProcessing, acme.ProblemTypeRejectedIdentifier, signer.KindRejectedIdentifier},
+		{"CAA forbids the upstream after processing", acme.StatusProcessing, acme.ProblemTypeCAA, signer.KindRejectedIdentifier},
+		{"the CSR refused in the finalize's answer", acme.StatusInvalid, acme.ProblemTypeBadCSR, signer.KindBadCSR},
+		{"a name refused in the finalize's answer", acme.StatusInvalid, acme.ProblemTypeUnsupportedIdentifier, signer.KindRejectedIdentifier},
+		{"the upstream's own fault after processing", acme.StatusProcessing, acme.ProblemTypeServerInternal, 0},
+		{"our account refused after processing", acme.StatusProcessing, acme.ProblemTypeUnauthorized, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			var up *httptest.Server
+			order := func(status string) string {
+				o := map[string]any{
+					"status":         status,
+					"identifiers":    []map[string]string{{"type": "dns", "value": "refused-later.example.com"}},
+					"authorizations": []string{},
+					"finalize":       up.URL + "/finalize/1",
+				}
+				if status == acme.StatusInvalid {
+					o["error"] = map[string]any{"type": tt.problem, "detail": "refused by the upstream's policy", "status": 400}
+				}
+				out, err := json.Marshal(o)
+				if err != nil {
+					t.Error(err)
+				}
+				return string(out)
+			}
+			up = registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Location", up.URL+"/order/1")
+				switch r.URL.Path {
+				case "/order":
+					w.WriteHeader(http.StatusCreated)
+					_, _ = w.Write([]byte(order(acme.StatusReady)))
+				case "/finalize/1":
+					_, _ = w.Write([]byte(order(tt.finalize)))
+				case "/order/1":
+					_, _ = w.Write([]byte(order(acme.StatusInvalid)))
+				default:
+					http.NotFound(w, r)
+				}
+			})
+			b := newBench(t, up.URL+"/dir", ChallengeBypass, func(o *Options) { o.FinalizeWait = -1 })
+			req := b.finalized(t, "refused-later.example.com")
+			if _, err := b.s.Issue(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			job := b.job(t, req.OrderID)
+			out := b.s.RunJob(ctx, job)
+			if out.Kind() != "failed" || !strings.Contains(out.String(), tt.problem) {
+				t.Fatalf("the attempt: %s; want failed, naming %s", out, tt.problem)
+			}
+			if err := b.s.AbandonJob(ctx, job, out.String()); err != nil {
+				t.Fatal(err)
+			}
+			b.settler.mu.Lock()
+			defer b.settler.mu.Unlock()
+			if got := b.settler.refused[req.OrderID]; got != tt.want {
+				t.Errorf("the order failed with refusal %d; want %d", got, tt.want)
+			}
+			if n := len(b.settler.failed[req.OrderID]); n != 1 {
+				t.Errorf("the order was settled %d times; want once", n)
+			}
+		})
 	}
 }

@@ -116,7 +116,7 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 			// still processing is waited for below, with backoff.
 			order, err = c.FinalizeOrder(ctx, acct, order, ro.CSR)
 			if err != nil && order.Status == acme.StatusInvalid {
-				return signer.IssueOutcome{}, permanent("the upstream order %s became invalid at finalize: %s", order.Location, problemText(order.Error))
+				return signer.IssueOutcome{}, permanent("the upstream order %s became invalid at finalize: %w", order.Location, problemErr(order.Error))
 			}
 			if err != nil && order.Status != acme.StatusProcessing && order.Status != acme.StatusValid {
 				return signer.IssueOutcome{}, fmt.Errorf("finalizing the upstream order: %w", err)
@@ -137,6 +137,11 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 		case acme.StatusValid:
 			return s.download(ctx, c, acct, order, ro, log)
 		case acme.StatusInvalid:
+			if order.Error != nil {
+				// An upstream that finalizes asynchronously (Boulder)
+				// states its refusal of the CSR or a name here.
+				return signer.IssueOutcome{}, permanent("the upstream order %s is invalid: %w", order.Location, problemErr(order.Error))
+			}
 			return signer.IssueOutcome{}, permanent("the upstream order %s is invalid: %s", order.Location, s.invalidReason(ctx, c, acct, order))
 		default:
 			return signer.IssueOutcome{}, fmt.Errorf("the upstream order %s has status %q", order.Location, order.Status)
@@ -659,6 +664,16 @@ func problemText(p *acme.Problem) string {
 		return "no reason given"
 	}
 	return p.Error()
+}
+
+// problemErr is an upstream order's error as an error that classify
+// reads the client's refusal from (refusalOf), as from a problem the
+// upstream answered with; its text is problemText's.
+func problemErr(p *acme.Problem) error {
+	if p == nil {
+		return errors.New(problemText(p))
+	}
+	return *p
 }
 
 // challengeProblems collects the errors the upstream recorded on an
