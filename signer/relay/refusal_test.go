@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mholt/acmez/v3/acme"
 
@@ -242,5 +243,51 @@ func TestAnUpstreamOrderInvalidWithAnErrorFailsTheOrderWithThatRefusal(t *testin
 				t.Errorf("the order was settled %d times; want once", n)
 			}
 		})
+	}
+}
+
+// A refusal is held for the abandon the runner calls next. An attempt
+// whose lease lapsed before it returned is not abandoned here (the
+// runner that took its job over runs it again and hears the refusal
+// itself): its refusal is held until its order expires, when no attempt
+// of its job can run any more, and not past that.
+func TestARefusalNoAbandonCameForIsHeldUntilItsOrderExpiresAndNoLonger(t *testing.T) {
+	ctx := context.Background()
+	up := registeredUpstream(t, problemAnswer(400, acme.ProblemTypeBadCSR, "key too small"))
+	b := newBench(t, up.URL+"/dir", ChallengeBypass, func(o *Options) { o.FinalizeWait = -1 })
+	refuse := func(name string) string {
+		t.Helper()
+		req := b.finalized(t, name)
+		if _, err := b.s.Issue(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if out := b.s.RunJob(ctx, b.job(t, req.OrderID)); out.Kind() != "failed" {
+			t.Fatalf("the attempt for %s: %s; want failed", name, out)
+		}
+		return req.OrderID
+	}
+	held := func(orderID string) bool {
+		b.s.mu.Lock()
+		defer b.s.mu.Unlock()
+		_, ok := b.s.refusals[orderID]
+		return ok
+	}
+	lost := refuse("lease-lost.example.com") // its runner lost the lease: no abandon
+	ro, err := b.db.GetRelayOrder(ctx, lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(ro.Expires.Sub(b.clock.Now()) - time.Second)
+	refuse("before-expiry.example.com")
+	if !held(lost) {
+		t.Fatal("the refusal was dropped before its order expired, while an abandon may still come for it")
+	}
+	b.clock.Advance(2 * time.Second)
+	after := refuse("after-expiry.example.com")
+	if held(lost) {
+		t.Error("the refusal of an order that expired is still held")
+	}
+	if !held(after) {
+		t.Error("the refusal just heard is not held")
 	}
 }

@@ -157,8 +157,11 @@ type Signer struct {
 	// refusals holds, per order whose attempt the upstream refused for
 	// the client's request, the refusal AbandonJob passes to the client
 	// (see failure.refusal). A job given up on is abandoned at once by
-	// the runner that ran it, in this process.
-	refusals map[string]signer.Kind
+	// the runner that ran it, in this process — unless its lease lapsed
+	// before the attempt returned: then the runner that took the job
+	// over runs it again and hears the refusal itself, and the one held
+	// here is dropped once its order expired (keepRefusal).
+	refusals map[string]heldRefusal
 	// afterIssued, if set, runs in an attempt after it announced the
 	// certificate recorded (tests: the job's own bookkeeping held back).
 	afterIssued func()
@@ -589,14 +592,35 @@ func (s *Signer) outcome(ctx context.Context, b *signer.Binding, log *zap.Logger
 		s.coolDown(ctx, f.after)
 	}
 	if f.verdict == giveUp && f.refusal != 0 {
-		s.mu.Lock()
-		if s.refusals == nil {
-			s.refusals = make(map[string]signer.Kind)
-		}
-		s.refusals[ro.OrderID] = f.refusal
-		s.mu.Unlock()
+		s.keepRefusal(ro, f.refusal)
 	}
 	return outcomeFor(f, reason)
+}
+
+// heldRefusal is a refusal kept for AbandonJob, until its order expires.
+type heldRefusal struct {
+	kind  signer.Kind
+	until time.Time
+}
+
+// keepRefusal holds the refusal of ro's order for the AbandonJob the
+// runner calls next, and drops those of orders that expired: their jobs
+// are past their deadline, so no attempt of theirs runs any more, and
+// an abandon that has not come for one by then (its attempt's lease
+// lapsed, and another runner took the job over) is not coming here.
+func (s *Signer) keepRefusal(ro store.RelayOrder, kind signer.Kind) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, r := range s.refusals {
+		if !now.Before(r.until) {
+			delete(s.refusals, id)
+		}
+	}
+	if s.refusals == nil {
+		s.refusals = make(map[string]heldRefusal)
+	}
+	s.refusals[ro.OrderID] = heldRefusal{kind: kind, until: ro.Expires}
 }
 
 // outcomeFor is the job outcome of a classified failure: give up at once;
@@ -652,7 +676,7 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) e
 		detail = "relay to " + s.secrets.directory + " failed: " + reason
 	}
 	s.mu.Lock()
-	refusal := s.refusals[p.Order]
+	refusal := s.refusals[p.Order].kind
 	s.mu.Unlock()
 	settle := b.Settler.Failed
 	if refusal != 0 {
