@@ -353,12 +353,7 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 		if total == 0 || record == nil {
 			return total, err
 		}
-		if ev, ok := record(total); ok {
-			if werr := db.InsertAudit(context.WithoutCancel(ctx), ev); werr != nil {
-				return total, fmt.Errorf("%w; recording the %d rows it deleted: %w", err, total, werr)
-			}
-		}
-		return total, err
+		return total, db.recordStopped(ctx, err, func() (AuditEvent, bool) { return record(total) })
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -395,6 +390,24 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 			return total, nil
 		}
 	}
+}
+
+// recordStopped keeps a delete in batches that stopped part way with err
+// (its ctx ended, a batch failed) after committing some from leaving them
+// unrecorded: it asks record for the row of what was deleted so far and,
+// unless ok is false, writes it on its own, past ctx's end. It returns
+// err, joined by the write's error when the database refuses that too.
+// The delete records itself in its last batch's transaction when it runs
+// to the end; this is the row of one that did not.
+func (db *DB) recordStopped(ctx context.Context, err error, record func() (AuditEvent, bool)) error {
+	ev, ok := record()
+	if !ok {
+		return err
+	}
+	if werr := db.InsertAudit(context.WithoutCancel(ctx), ev); werr != nil {
+		return fmt.Errorf("%w; recording what it had deleted: %w", err, werr)
+	}
+	return err
 }
 
 // MaxPage is the most items one page of a list holds.

@@ -34,6 +34,14 @@ type Retention struct {
 	// deletes, each with its challenges, beyond the first order of the
 	// batch; default RetentionBatchAuthorizations.
 	BatchAuthorizations int
+	// Record, when not nil, is asked for the audit row that records the
+	// sweep, given what it deleted (LongestBatch measured up to the
+	// asking); ok=false writes none. It is asked in the transaction of
+	// the last batch, and the row written there: the last deletions and
+	// their record are one write. A sweep that stops part way after
+	// deleting something asks it for the row of what it deleted so far,
+	// written on its own (as PruneAudit's).
+	Record func(deleted Pruned) (ev AuditEvent, ok bool)
 }
 
 // Default batch bounds of PruneRetention: each batch is one write
@@ -89,7 +97,7 @@ func (p *Pruned) add(b Pruned) {
 // in one statement, guarded on having no order; a new order of it at that
 // moment, which the account's status refuses anyway, would fail on its
 // foreign key.) Between batches the sweep stops when ctx ends, returning
-// what it deleted so far.
+// what it deleted so far (and recording it, see Retention.Record).
 func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 	if r.BatchOrders <= 0 {
 		r.BatchOrders = RetentionBatchOrders
@@ -137,22 +145,44 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 			return b.Accounts == int64(r.BatchOrders), nil
 		}},
 	}
-	for _, ph := range phases {
+	last := -1
+	for i, ph := range phases {
+		if ph.on {
+			last = i
+		}
+	}
+	stopped := func(what string, err error) (Pruned, error) {
+		err = fmt.Errorf("store: pruning %s: %w", what, err)
+		if !total.Any() || r.Record == nil {
+			return total, err
+		}
+		return total, db.recordStopped(ctx, err, func() (AuditEvent, bool) { return r.Record(total) })
+	}
+	for i, ph := range phases {
 		for more := ph.on; more; {
 			if err := ctx.Err(); err != nil {
-				return total, fmt.Errorf("store: pruning %s: %w", ph.what, err)
+				return stopped(ph.what, err)
 			}
 			var b Pruned
 			began := time.Now()
 			err := db.withTx(ctx, func(tx *sql.Tx) error {
 				b = Pruned{} // fn may run again (see engine)
 				var err error
-				more, err = ph.batch(ctx, tx, &b)
-				return err
+				if more, err = ph.batch(ctx, tx, &b); err != nil || more || i != last || r.Record == nil {
+					return err
+				}
+				all := total
+				all.add(b)
+				all.Batches++
+				all.LongestBatch = max(all.LongestBatch, time.Since(began))
+				if ev, ok := r.Record(all); ok {
+					return db.insertAudit(ctx, tx, ev)
+				}
+				return nil
 			})
 			took := time.Since(began)
 			if err != nil {
-				return total, fmt.Errorf("store: pruning %s: %w", ph.what, err)
+				return stopped(ph.what, err)
 			}
 			total.add(b)
 			total.Batches++

@@ -471,3 +471,87 @@ func TestACertificateRevokedForKeyCompromiseOutlivesItsRetentionSoItsKeyStaysRef
 		}
 	})
 }
+
+// refuseWith makes the running test's database refuse what the
+// statements of its dialect say (triggers, by dialect name).
+func refuseWith(t *testing.T, db *DB, byDialect map[string][]string) {
+	t.Helper()
+	for _, s := range byDialect[dialectOf(t).name] {
+		if _, err := rawW(db).ExecContext(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// recordSweep is a Retention.Record writing a row that says what the
+// sweep deleted.
+func recordSweep(p Pruned) (AuditEvent, bool) {
+	return AuditEvent{At: t0, Event: acme.EventRetentionPruned, Outcome: "success", ActorKind: "system",
+		Detail: fmt.Sprintf("%d orders, %d accounts", p.Orders, p.Accounts)}, p.Any()
+}
+
+// The last batch of a sweep and the row recording the sweep are one
+// write: a row the database refuses leaves that batch undeleted, so
+// no order is gone without a row saying the sweep deleted it. Written
+// after the last batch, the row could be lost (the database gone, the
+// process killed) with the batch's rows deleted.
+func TestTheLastBatchOfARetentionSweepAndItsRowAreOneWrite(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		now := t0.Add(400 * day)
+		// A sweep of certificates alone: its one batch is its last.
+		makeOrder(t, db, newAccount(t, db, t0).ID, life{at: now.Add(-200 * day), state: "valid", notAfter: now.Add(-100 * day)})
+		refuseWith(t, db, map[string][]string{
+			"sqlite": {`CREATE TRIGGER refuse_sweep_row BEFORE INSERT ON audit_events WHEN NEW.event = 'retention_pruned'
+				BEGIN SELECT RAISE(ABORT, 'sweep row refused'); END`},
+			"postgres": {`CREATE FUNCTION refuse_sweep_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+				IF NEW.event = 'retention_pruned' THEN RAISE EXCEPTION 'sweep row refused'; END IF; RETURN NEW; END $$`,
+				`CREATE TRIGGER refuse_sweep_row BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION refuse_sweep_row()`},
+		})
+		plan := Retention{CertificatesBefore: now.Add(-90 * day), Now: now, Record: recordSweep}
+		got, err := db.PruneRetention(ctx, plan)
+		if err == nil || got.Any() {
+			t.Errorf("a sweep whose row is refused: %+v, %v; want nothing deleted and the refusal", got, err)
+		}
+		if n := rowCounts(t, db)["certificates"]; n != 1 {
+			t.Errorf("%d certificates left; want the certificate kept, as no row records its deletion", n)
+		}
+	})
+}
+
+// A sweep that stops part way — a batch failed, its context ended —
+// has deleted the batches before: its row records those, as the row of
+// a sweep that ran to the end records all it deleted.
+func TestARetentionSweepStoppedPartWayRecordsWhatItDeleted(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		now := t0.Add(400 * day)
+		makeOrder(t, db, newAccount(t, db, t0).ID, life{at: now.Add(-40 * day), state: "invalid"})
+		empty := newAccount(t, db, t0)
+		if _, err := db.DeactivateAccount(ctx, empty.ID, t0); err != nil {
+			t.Fatal(err)
+		}
+		// The orders go first; the accounts' batch, last, fails.
+		refuseWith(t, db, map[string][]string{
+			"sqlite": {`CREATE TRIGGER keep_accounts BEFORE DELETE ON accounts BEGIN SELECT RAISE(ABORT, 'accounts are kept'); END`},
+			"postgres": {`CREATE FUNCTION keep_accounts() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+				RAISE EXCEPTION 'accounts are kept'; END $$`,
+				`CREATE TRIGGER keep_accounts BEFORE DELETE ON accounts FOR EACH ROW EXECUTE FUNCTION keep_accounts()`},
+		})
+		plan := sweepAt(now)
+		plan.Record = recordSweep
+		got, err := db.PruneRetention(ctx, plan)
+		if err == nil || got.Orders != 1 || got.Accounts != 0 {
+			t.Fatalf("a sweep whose accounts' batch fails: %+v, %v; want the order deleted and the failure", got, err)
+		}
+		rows, err := db.SearchAudit(ctx, AuditFilter{Event: acme.EventRetentionPruned})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].Detail != "1 orders, 0 accounts" {
+			t.Errorf("the sweep's rows: %+v; want one recording the order deleted", rows)
+		}
+	})
+}

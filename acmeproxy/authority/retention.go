@@ -31,7 +31,9 @@ type Retention struct {
 // SweepRetention deletes, across every profile (also those no config
 // mounts any more), what r no longer keeps at now, in small batches (see
 // store.PruneRetention), and records a sweep that deleted anything in an
-// audit row of its own (actor system), written after the last batch.
+// audit row of its own (actor system): written in the transaction of its
+// last batch, or, when the sweep stops part way, on its own with what it
+// had deleted.
 func SweepRetention(ctx context.Context, db *store.DB, r Retention, now time.Time) (store.Pruned, error) {
 	plan := store.Retention{Now: now}
 	if r.Orders > 0 {
@@ -43,17 +45,13 @@ func SweepRetention(ctx context.Context, db *store.DB, r Retention, now time.Tim
 	if plan.OrdersBefore.IsZero() && plan.CertificatesBefore.IsZero() {
 		return store.Pruned{}, nil
 	}
-	p, err := db.PruneRetention(ctx, plan)
-	if p.Any() {
-		ev := store.AuditEvent{At: now, Event: acme.EventRetentionPruned, Outcome: OutcomeSuccess, ActorKind: ActorSystem, Reason: "retention",
+	plan.Record = func(p store.Pruned) (store.AuditEvent, bool) {
+		return store.AuditEvent{At: now, Event: acme.EventRetentionPruned, Outcome: OutcomeSuccess, ActorKind: ActorSystem, Reason: "retention",
 			Detail: fmt.Sprintf("the retention sweep deleted %d orders (%d authorizations, %d challenges), %d certificates (%d revocation rows) and %d deactivated accounts (order_retention %s, certificate_retention %s; longest batch %s)",
 				p.Orders, p.Authorizations, p.Challenges, p.Certificates, p.Revocations, p.Accounts,
-				keptFor(r.Orders), keptFor(r.Certificates), p.LongestBatch.Round(100*time.Microsecond))}
-		if werr := db.InsertAudit(context.WithoutCancel(ctx), ev); werr != nil && err == nil {
-			err = werr
-		}
+				keptFor(r.Orders), keptFor(r.Certificates), p.LongestBatch.Round(100*time.Microsecond))}, p.Any()
 	}
-	return p, err
+	return db.PruneRetention(ctx, plan)
 }
 
 // keptFor writes a retention as configured: days, or keep.
