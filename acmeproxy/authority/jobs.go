@@ -2,7 +2,6 @@ package authority
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
-	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
@@ -145,13 +143,9 @@ func ValidationJobs(profiles Profiles, db *store.DB, clk clock.Clock) jobs.Handl
 			}
 			au, ok := profiles.Lookup(p.Profile)
 			if !ok {
-				// A profile this process no longer mounts: no authority
-				// to audit it with; the challenge is settled all the same.
-				body, _ := json.Marshal(problem.Internal())
-				_, err := db.CompleteChallenge(ctx, p.Challenge, false, body, clk.Now())
-				if errors.Is(err, store.ErrWrongState) || errors.Is(err, store.ErrNotFound) {
-					return nil
-				}
+				// A profile this process does not mount: audited all the
+				// same, its notifications routed to where it is mounted.
+				_, err := failAbandonedUnmounted(ctx, db, p.Profile, p.Challenge, Client{IP: p.ClientIP, UserAgent: p.UserAgent}, clk.Now())
 				return err
 			}
 			// Audited and notified as challenge_failed.

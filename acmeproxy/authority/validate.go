@@ -431,8 +431,7 @@ func (au *Authority) failUnjudged(ctx context.Context, c store.Challenge, a stor
 // the write made of the order and the stored problem; ErrWrongState when
 // the challenge was settled already (no row, nothing notified).
 func (au *Authority) failChallengeAudited(ctx context.Context, c store.Challenge, a store.Authz, prob *problem.Problem, cl Client, at time.Time) (store.ChallengeResult, []byte, error) {
-	prob.Identifier = &acme.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
-	body, _ := json.Marshal(prob)
+	body := challengeProblem(a, prob)
 	ev := au.challengeFailedEvent(ctx, a, c, prob, cl)
 	ev.At = at
 	ev.Jobs = au.AuditNotifyJobs(ev)
@@ -450,9 +449,55 @@ func (au *Authority) failChallengeAudited(ctx context.Context, c store.Challenge
 // detail. Its notifications carry the same.
 func (au *Authority) challengeFailedEvent(ctx context.Context, a store.Authz, c store.Challenge, prob *problem.Problem, cl Client) store.AuditEvent {
 	ev := au.event(ctx, acme.EventChallengeFailed, OutcomeFailure, Actor{Kind: ActorAccount, ID: a.AccountID}, cl)
+	challengeFailed(&ev, a, c, prob)
+	return ev
+}
+
+// challengeFailed fills in what the challenge_failed row ev of challenge
+// c of authorization a, failed with prob, says of them.
+func challengeFailed(ev *store.AuditEvent, a store.Authz, c store.Challenge, prob *problem.Problem) {
 	ev.OrderID, ev.AccountID, ev.Identifiers = a.OrderID, a.AccountID, []acme.Identifier{a.Identifier}
 	ev.Reason, ev.Detail = string(prob.Type), c.Type+": "+prob.Detail
-	return ev
+}
+
+// challengeProblem is the stored error of a challenge of a failed with
+// prob: prob naming the authorization's identifier.
+func challengeProblem(a store.Authz, prob *problem.Problem) []byte {
+	prob.Identifier = &acme.Identifier{Type: a.Identifier.Type, Value: a.Identifier.Value}
+	body, _ := json.Marshal(prob)
+	return body
+}
+
+// failAbandonedUnmounted is FailAbandoned where the challenge's profile
+// is not mounted (a validation job retired on an instance whose config
+// lacks it, by its deadline or an operator's cancel): the challenge
+// becomes invalid with a serverInternal problem, audited as
+// challenge_failed in the same write, as failUnjudged does, and its
+// notifications are carried by a notify_route job to an instance that
+// mounts the profile, where its destinations are known. Without the
+// profile's authority the row names no reverse name of the client. A
+// challenge settled already, or gone, is left as it is (settled false).
+func failAbandonedUnmounted(ctx context.Context, db *store.DB, profile, challengeID string, cl Client, at time.Time) (settled bool, err error) {
+	c, a, err := db.GetChallenge(ctx, profile, challengeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	prob := problem.Internal()
+	body := challengeProblem(a, prob)
+	ev := store.AuditEvent{At: at, Event: acme.EventChallengeFailed, Outcome: OutcomeFailure, Profile: profile,
+		ActorKind: ActorAccount, ActorID: a.AccountID, ClientIP: cl.IP, UserAgent: cl.UserAgent}
+	challengeFailed(&ev, a, c, prob)
+	ev.Jobs = UnmountedNotifyJobs(ev)
+	if _, err := db.FailChallengeAudited(ctx, c.ID, body, ev); err != nil {
+		if errors.Is(err, store.ErrWrongState) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 // inlineValidationWait is how long a challenge POST waits for its
