@@ -63,6 +63,10 @@ type dialect interface {
 	// its one argument is the job's kind. "" when the dialect has no
 	// such signal.
 	announceJob() string
+	// serverClock is the statement reading the database server's clock
+	// (one timestamp column), for ReadServerClock; "" when the database
+	// has no server of its own (SQLite runs in this process).
+	serverClock() string
 	// rowLock is the clause a SELECT inside a write ends with to lock the
 	// rows it reads until the transaction ends, for a write that decides
 	// from them while other writes run at once (PostgreSQL's READ

@@ -622,6 +622,10 @@ func (postgresDialect) reclaimStuckOrders(cols string) string {
 		RETURNING ` + cols
 }
 
+// serverClock: clock_timestamp is the time the statement reads it, not
+// the start of its transaction (now()).
+func (postgresDialect) serverClock() string { return `SELECT clock_timestamp()` }
+
 // announceJob notifies the jobs channel; PostgreSQL delivers it when the
 // enqueuing transaction commits, and not if it rolls back.
 func (postgresDialect) announceJob() string {

@@ -308,6 +308,9 @@ func (sqliteDialect) reclaimStuckOrders(cols string) string {
 // SQLite's _txlock=immediate takes the database's write lock at BEGIN.
 func (sqliteDialect) lockForMigration(context.Context, *sql.Tx) error { return nil }
 
+// serverClock: none, SQLite's clock being this process's own.
+func (sqliteDialect) serverClock() string { return "" }
+
 // announceJob: SQLite has no signal between processes; their runners
 // find each other's jobs by polling.
 func (sqliteDialect) announceJob() string { return "" }
