@@ -457,7 +457,8 @@ func (a *App) Start() error {
 	handlers = append(handlers, authority.RevocationJobHandlers(a, a.authorities, a.db, clock.Real(), a.log)...)
 	handlers = append(handlers, a.notifier, authority.NotifyRouteJobs(a))
 	lanes := a.signingLanes()
-	r, err := jobs.NewRunner(a.queue, measured(handlers), jobs.RunnerOptions{Logger: a.log, Lanes: lanes})
+	r, err := jobs.NewRunner(a.queue, measured(handlers), jobs.RunnerOptions{Logger: a.log, Lanes: lanes,
+		OnClockReading: observeClockReading})
 	if err != nil {
 		return err
 	}

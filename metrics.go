@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,7 +83,8 @@ func registerProxyMetrics(reg *prometheus.Registry, db *store.DB, inService func
 	initProxyMetrics()
 	m := &proxyMetrics
 	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.issued, m.failed, m.deferred, m.revoked,
-		m.validations, m.refusals, m.rateLimited, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db, inService: inService}} {
+		m.validations, m.refusals, m.rateLimited, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db, inService: inService},
+		clockCollector{}} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -205,6 +207,33 @@ func measured(hs []jobs.Handler) []jobs.Handler {
 		out[i] = measuredJobs{h}
 	}
 	return out
+}
+
+// clockSkew is the last comparison of this process's clock with the
+// database server's that a job runner made (observeClockReading); nil
+// until one was made, and for ever on SQLite, which has no server clock.
+// One process has one clock, so every runner of it (a reload runs two a
+// moment) measures the same skew.
+var clockSkew atomic.Pointer[time.Duration]
+
+// observeClockReading is the runners' jobs.RunnerOptions.OnClockReading.
+func observeClockReading(c store.ClockReading) {
+	s := c.Skew()
+	clockSkew.Store(&s)
+}
+
+var clockSkewDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "clock_skew_seconds"),
+	"How far this instance's clock runs ahead of the PostgreSQL server's (negative: behind), as last measured; absent on SQLite.", nil, nil)
+
+// clockCollector reports clockSkew, once measured.
+type clockCollector struct{}
+
+func (clockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- clockSkewDesc }
+
+func (clockCollector) Collect(ch chan<- prometheus.Metric) {
+	if s := clockSkew.Load(); s != nil {
+		ch <- prometheus.MustNewConstMetric(clockSkewDesc, prometheus.GaugeValue, s.Seconds())
+	}
 }
 
 // storeCollector reads gauges from the store at scrape time: the job

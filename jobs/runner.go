@@ -55,6 +55,21 @@ type RunnerOptions struct {
 	// these. A job of a lane no runner serves waits, unclaimed, until one
 	// does (or its deadline passes, for the runner that then serves it).
 	Lanes []string
+	// ClockCheckEvery is how often (on the wall clock) the runner
+	// compares its Clock with the database server's, after a first
+	// comparison at Start; only where the database has a server of its
+	// own (PostgreSQL), which several instances share. 1m.
+	ClockCheckEvery time.Duration
+	// ClockSkewWarn is the skew from the server's clock (less half the
+	// round trip of the comparison, its uncertainty) beyond which the
+	// runner logs clock_skew: first at once, then at most every
+	// clockSkewLogEvery while it lasts. Leases are written in the clock of
+	// the instance holding them and read in the clock of the one looking
+	// for work: two instances 40s apart (a minute's lease renewed every
+	// 20s) take each other's running jobs. 10s.
+	ClockSkewWarn time.Duration
+	// OnClockReading, when set, is told of each comparison (a gauge).
+	OnClockReading func(store.ClockReading)
 }
 
 func (o *RunnerOptions) setDefaults() {
@@ -98,6 +113,12 @@ func (o *RunnerOptions) setDefaults() {
 	}
 	if o.AbandonRetry <= 0 {
 		o.AbandonRetry = time.Hour
+	}
+	if o.ClockCheckEvery <= 0 {
+		o.ClockCheckEvery = time.Minute
+	}
+	if o.ClockSkewWarn <= 0 {
+		o.ClockSkewWarn = 10 * time.Second
 	}
 }
 
@@ -157,6 +178,11 @@ type Runner struct {
 	// watchDone is closed when the watcher of other instances' jobs
 	// (store.WatchJobs) has returned.
 	watchDone chan struct{}
+	// clockSkews spaces the log lines of a clock skewed from the
+	// database server's; clockDone is closed when the loop comparing
+	// them has returned.
+	clockSkews logevery.Limiter
+	clockDone  chan struct{}
 
 	mu       sync.Mutex
 	inflight map[int64]*flight
@@ -192,6 +218,7 @@ func NewRunner(q *Queue, handlers []Handler, opts RunnerOptions) (*Runner, error
 
 		claimFailures: logevery.Limiter{Every: claimFailureLogEvery},
 		renewFailures: logevery.Limiter{Every: claimFailureLogEvery},
+		clockSkews:    logevery.Limiter{Every: clockSkewLogEvery},
 	}
 	for _, h := range handlers {
 		kind := h.Kind()
@@ -243,6 +270,12 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	r.loopCancel, r.loopDone = cancel, make(chan struct{})
+	r.clockDone = make(chan struct{})
+	if r.checkClock(ctx) {
+		go r.watchClock(loopCtx)
+	} else {
+		close(r.clockDone) // nothing to compare with
+	}
 	r.workCtx, r.workCancel = context.WithCancel(context.Background())
 	r.q.attach(r)
 	// Jobs other instances enqueue wake this runner too, where the
@@ -327,6 +360,7 @@ func (r *Runner) Stop() error {
 	r.loopCancel()
 	<-r.loopDone
 	<-r.watchDone
+	<-r.clockDone
 	r.q.detach(r)
 
 	if waitTimeout(&r.workers, r.opts.StopTimeout) {
@@ -359,6 +393,65 @@ func (r *Runner) Stop() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// clockSkewLogEvery is the least time between two log lines of a
+// skewed clock.
+const clockSkewLogEvery = 10 * time.Minute
+
+// clockCheckTimeout bounds one comparison of the clocks.
+const clockCheckTimeout = 5 * time.Second
+
+// watchClock compares the clocks every ClockCheckEvery until ctx ends.
+// The interval is timed by the wall clock, not by Clock: what is compared
+// is Clock with a real server's clock, and a fake Clock's timers are the
+// loop's, which tests step through one at a time.
+func (r *Runner) watchClock(ctx context.Context) {
+	defer close(r.clockDone)
+	t := time.NewTicker(r.opts.ClockCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.checkClock(ctx)
+	}
+}
+
+// checkClock compares the runner's clock with the database server's,
+// tells OnClockReading, and logs a skew beyond ClockSkewWarn (and its
+// end). It reports false when the database has no clock of its own to
+// compare with. A comparison that fails is skipped: the store's own
+// lines say why the database is away.
+func (r *Runner) checkClock(ctx context.Context) (comparable bool) {
+	ctx, cancel := context.WithTimeout(ctx, clockCheckTimeout)
+	defer cancel()
+	c, ok, err := r.q.db.ReadServerClock(ctx, r.opts.Clock.Now)
+	if err != nil {
+		r.log.Debug("comparing the clock with the database's", zap.Error(err))
+		return true
+	}
+	if !ok {
+		return false
+	}
+	if r.opts.OnClockReading != nil {
+		r.opts.OnClockReading(c)
+	}
+	skew := c.Skew()
+	if skew.Abs()-c.RoundTrip/2 > r.opts.ClockSkewWarn {
+		if log, n := r.clockSkews.Note(c.Local); log {
+			r.log.Warn("this instance's clock is not in step with the database server's: instances whose clocks differ by 40s take over each other's running jobs",
+				zap.String("event", "clock_skew"), zap.String("database", r.q.db.String()),
+				zap.Time("clock", c.Local), zap.Time("database_clock", c.Server), zap.Duration("skew", skew),
+				zap.Duration("round_trip", c.RoundTrip), zap.Duration("threshold", r.opts.ClockSkewWarn), zap.Int("times", n))
+		}
+	} else if log, n := r.clockSkews.Recovered(); log {
+		r.log.Info("this instance's clock is in step with the database server's again", zap.String("event", "clock_skew_recovered"),
+			zap.Time("clock", c.Local), zap.Time("database_clock", c.Server), zap.Duration("skew", skew), zap.Int("times", n))
+	}
+	return true
 }
 
 // reserve takes one of ks's slots for a job RunNow is about to store
