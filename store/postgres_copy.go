@@ -49,7 +49,7 @@ func copyTable(ctx context.Context, src *sql.Tx, tx *sql.Tx, t copyTableInfo) (T
 		quoted[i] = `"` + col + `"`
 	}
 	batch := newRowBatch(`INSERT INTO `+t.name+` (`+strings.Join(quoted, ", ")+`) VALUES `,
-		`(`+strings.TrimSuffix(strings.Repeat("?, ", len(t.columns)), ", ")+`)`)
+		`(`+marks(len(t.columns))+`)`)
 	in, err := src.QueryContext(ctx, `SELECT `+strings.Join(quoted, ", ")+` FROM `+t.name)
 	if err != nil {
 		return c, fmt.Errorf("store: reading %s: %w", t.name, err)

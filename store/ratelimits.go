@@ -249,7 +249,7 @@ func (db *DB) spendOrderTx(ctx context.Context, tx *sql.Tx, spends []LimitSpend,
 				keys = append(keys, s.Key)
 			}
 		}
-		if err := scanTATs(ctx, tx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`), keys, tats, nil); err != nil {
+		if err := scanTATs(ctx, tx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (`+marks(len(keys))+`)`), keys, tats, nil); err != nil {
 			return nil, false, err
 		}
 	}
@@ -588,7 +588,7 @@ func readTATs(ctx context.Context, db *DB, tx *sql.Tx, keys []string, lock strin
 		args[i] = k
 	}
 	if lock != "" {
-		err := scanTATs(ctx, tx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (?`+strings.Repeat(", ?", len(keys)-1)+`)`+lock), args, tats, nil)
+		err := scanTATs(ctx, tx, db.q(`SELECT key, tat_ns FROM rate_limits WHERE key IN (`+marks(len(keys))+`)`+lock), args, tats, nil)
 		return tats, err
 	}
 	vals, err := readTATVals(ctx, db, tx, args)

@@ -331,7 +331,7 @@ func (db *DB) LiveOrderNames(ctx context.Context, profile string, values []strin
 	var found int
 	err := db.r.QueryRowContext(ctx, db.q(`SELECT COUNT(*) FROM (SELECT 1 FROM order_identifiers i JOIN orders o ON o.id = i.order_id
 		WHERE o.profile = ? AND o.status IN ('pending', 'ready', 'processing') AND o.expires_at > ?
-			AND i.value IN (?`+strings.Repeat(", ?", len(values)-1)+`) LIMIT 1) AS live`), args...).Scan(&found)
+			AND i.value IN (`+marks(len(values))+`) LIMIT 1) AS live`), args...).Scan(&found)
 	if err != nil {
 		return false, fmt.Errorf("store: live orders of profile %s naming %s: %w", profile, strings.Join(values, ", "), err)
 	}

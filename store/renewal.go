@@ -107,20 +107,8 @@ func (db *DB) RenewEarly(ctx context.Context, sel RenewEarlySelection, explanati
 // are unexpired and not revoked at now, in id order.
 func (db *DB) renewEarlySelected(ctx context.Context, sel RenewEarlySelection, now time.Time) ([]string, error) {
 	where, args := renewEarlyWhere(sel, now)
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id FROM certificates WHERE `+where+` ORDER BY id`), args...)
-	if err != nil {
-		return nil, db.unavailable(err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, db.unavailable(rows.Err())
+	ids, err := queryStrings(ctx, db.r, db.q(`SELECT id FROM certificates WHERE `+where+` ORDER BY id`), args...)
+	return ids, db.unavailable(err)
 }
 
 // renewEarlyWhere is the condition (and its arguments) of the
@@ -130,12 +118,11 @@ func renewEarlyWhere(sel RenewEarlySelection, now time.Time) (string, []any) {
 	args := []any{now.UnixMilli()}
 	add := func(cond string, vs ...any) { where, args = append(where, cond), append(args, vs...) }
 	in := func(col string, vs []string) {
-		marks := strings.TrimSuffix(strings.Repeat("?, ", len(vs)), ", ")
 		anys := make([]any, len(vs))
 		for i, v := range vs {
 			anys[i] = v
 		}
-		add(col+" IN ("+marks+")", anys...)
+		add(col+" IN ("+marks(len(vs))+")", anys...)
 	}
 	if sel.Profile != "" {
 		add("profile = ?", sel.Profile)
@@ -170,8 +157,7 @@ func (db *DB) renewEarlyBatch(ctx context.Context, ids []string, explanationURL 
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	stmt := `UPDATE certificates SET renew_early_at = ?, explanation_url = ? WHERE not_after > ? AND revoked_at IS NULL AND id IN (` +
-		strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + `) RETURNING ` + certCols
+	stmt := `UPDATE certificates SET renew_early_at = ?, explanation_url = ? WHERE not_after > ? AND revoked_at IS NULL AND id IN (` + marks(len(ids)) + `) RETURNING ` + certCols
 	var out []Certificate
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		out = nil // fn may run again (see engine)

@@ -12,6 +12,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -152,3 +153,8 @@ func (db *DB) withLazyTx(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // q rewrites a statement written with ? placeholders for the dialect.
 func (db *DB) q(stmt string) string { return db.dialect.rebind(stmt) }
+
+// marks is n placeholders, "?, ?, …", for a list of n values (IN, VALUES).
+func marks(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
