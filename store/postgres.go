@@ -350,9 +350,21 @@ func (t turns) leave() { <-t }
 // jobsChannel is the LISTEN/NOTIFY channel of enqueued jobs.
 const jobsChannel = "acme_proxy_jobs"
 
+// listenQuiet is how long the listening connection may stay silent before
+// it is asked for a round trip, and listenAnswer how long that round trip
+// may take before the connection is given up and replaced. A connection
+// whose peer vanished without closing it (a host gone, a firewall's or
+// NAT's entry dropped) otherwise errs only when TCP keepalive gives up,
+// many minutes later, and meanwhile other instances' enqueues wake no
+// runner here: their jobs wait for its poll. (Variables for the tests.)
+var (
+	listenQuiet  = 30 * time.Second
+	listenAnswer = 10 * time.Second
+)
+
 // watchJobs LISTENs on a connection of its own, reconnecting after a
-// second when it is lost; after each (re)connection it wakes every kind,
-// for the announcements it may have missed.
+// second when it is lost or stops answering; after each (re)connection it
+// wakes every kind, for the announcements it may have missed.
 func (e *postgresEngine) watchJobs(ctx context.Context, wake func(kind string)) {
 	for ctx.Err() == nil {
 		e.listen(ctx, wake)
@@ -374,11 +386,26 @@ func (e *postgresEngine) listen(ctx context.Context, wake func(kind string)) {
 	}
 	wake("")
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		quiet, cancel := context.WithTimeout(ctx, listenQuiet)
+		n, err := conn.WaitForNotification(quiet)
+		cancel()
+		switch {
+		case err == nil:
+			wake(n.Payload)
+		case ctx.Err() == nil && quiet.Err() != nil:
+			// Nothing for a while: a wait cut by its own deadline leaves
+			// the connection usable (pgconn's default context handler
+			// sets a read deadline, it does not close). Does the server
+			// still answer on it?
+			answer, cancel := context.WithTimeout(ctx, listenAnswer)
+			err := conn.Ping(answer)
+			cancel()
+			if err != nil {
+				return
+			}
+		default:
 			return
 		}
-		wake(n.Payload)
 	}
 }
 
