@@ -213,10 +213,17 @@ func (c certbotRun) run(t *testing.T, args ...string) {
 // private key that matches it. It returns the leaf.
 func checkCertbotCert(t *testing.T, live string, root *x509.Certificate, name string) *x509.Certificate {
 	t.Helper()
-	fullchain := filepath.Join(live, "fullchain.pem")
+	return checkIssued(t, filepath.Join(live, "fullchain.pem"), filepath.Join(live, "privkey.pem"), root, name)
+}
+
+// checkIssued checks what a client saved: a full chain (fullchain, leaf
+// first) that verifies up to root for name and names exactly name, valid
+// now, and a private key (keyFile) that matches it. It returns the leaf.
+func checkIssued(t *testing.T, fullchain, keyFile string, root *x509.Certificate, name string) *x509.Certificate {
+	t.Helper()
 	chain, err := readCerts(fullchain)
 	if err != nil {
-		t.Fatalf("certbot's certificate: %v", err)
+		t.Fatalf("the client's certificate: %v", err)
 	}
 	leaf := chain[0]
 	roots := x509.NewCertPool()
@@ -237,8 +244,8 @@ func checkCertbotCert(t *testing.T, live string, root *x509.Certificate, name st
 		t.Errorf("%s names DNS %q, IP %v, email %q, URI %v; want exactly DNS %q",
 			fullchain, leaf.DNSNames, leaf.IPAddresses, leaf.EmailAddresses, leaf.URIs, name)
 	}
-	if _, err := tls.LoadX509KeyPair(fullchain, filepath.Join(live, "privkey.pem")); err != nil {
-		t.Errorf("certbot's key and certificate: %v", err)
+	if _, err := tls.LoadX509KeyPair(fullchain, keyFile); err != nil {
+		t.Errorf("the client's key and certificate: %v", err)
 	}
 	if now := time.Now(); now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
 		t.Errorf("%s is valid %s to %s, not now (%s)", fullchain, leaf.NotBefore, leaf.NotAfter, now)
