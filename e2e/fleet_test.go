@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -11,6 +12,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -359,15 +362,28 @@ func (f *fleet) issue(ctx context.Context, t testing.TB, c *xacme.Client, names 
 	return der, nil
 }
 
-// verify checks that chain's leaf is for name and chains to roots.
+// verifyChain checks that chain's leaf is for name and chains to roots.
 func verifyChain(t *testing.T, chain [][]byte, roots *x509.CertPool, name string) *x509.Certificate {
 	t.Helper()
+	leaf, err := checkChain(chain, roots, name)
+	if leaf == nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Error(err)
+	}
+	return leaf
+}
+
+// checkChain is verifyChain for a goroutine: it returns the leaf, if
+// there is one, and what is wrong.
+func checkChain(chain [][]byte, roots *x509.CertPool, name string) (*x509.Certificate, error) {
 	if len(chain) == 0 {
-		t.Fatal("an empty chain")
+		return nil, fmt.Errorf("an empty chain for %s", name)
 	}
 	leaf, err := x509.ParseCertificate(chain[0])
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("the certificate for %s: %w", name, err)
 	}
 	inter := x509.NewCertPool()
 	for _, der := range chain[1:] {
@@ -376,9 +392,9 @@ func verifyChain(t *testing.T, chain [][]byte, roots *x509.CertPool, name string
 		}
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, Intermediates: inter}); err != nil {
-		t.Errorf("the certificate for %s does not verify: %v", name, err)
+		return leaf, fmt.Errorf("the certificate for %s does not verify: %w", name, err)
 	}
-	return leaf
+	return leaf, nil
 }
 
 // ---- the fleet's CA, site certificate and upstream ----
@@ -425,15 +441,55 @@ func (f *fleet) makeCA(t *testing.T, dir string) {
 }
 
 // fleetPebble is an in-process Pebble behind a front that counts new
-// orders and can slow finalize down, so that relays are in flight when a
-// test needs them to be.
+// orders (in all and per name), counts the finalizes it answered, and can
+// slow finalize down, so that relays are in flight when a test needs them
+// to be.
 type fleetPebble struct {
 	srv           *httptest.Server
 	root          *x509.Certificate
 	dir           string
 	rootsFile     string
 	newOrders     atomic.Int64
+	finalized     atomic.Int64 // finalize requests answered
 	finalizeDelay atomic.Int64 // nanoseconds
+	mu            sync.Mutex
+	ordersFor     map[string]int // new-order requests naming each identifier
+}
+
+// noteOrder counts a new-order request's identifiers, read from its JWS
+// payload (RFC 8555 §7.4).
+func (p *fleetPebble) noteOrder(body []byte) {
+	var jws struct {
+		Payload string `json:"payload"`
+	}
+	var order struct {
+		Identifiers []struct {
+			Value string `json:"value"`
+		} `json:"identifiers"`
+	}
+	err := json.Unmarshal(body, &jws)
+	if err == nil {
+		var payload []byte
+		if payload, err = base64.RawURLEncoding.DecodeString(jws.Payload); err == nil {
+			err = json.Unmarshal(payload, &order)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.ordersFor["(unreadable)"]++
+		return
+	}
+	for _, id := range order.Identifiers {
+		p.ordersFor[id.Value]++
+	}
+}
+
+// orders returns how many new-order requests named name.
+func (p *fleetPebble) orders(name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ordersFor[name]
 }
 
 func startFleetPebble(t *testing.T, dnsAddr string, httpPort int) *fleetPebble {
@@ -450,14 +506,18 @@ func startFleetPebble(t *testing.T, dnsAddr string, httpPort int) *fleetPebble {
 	cai := ca.New(logger, st, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default"}})
 	vai := va.New(logger, httpPort, 1, false, dnsAddr, st)
 	wfei := wfe.New(logger, st, vai, cai, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
-	p := &fleetPebble{}
+	p := &fleetPebble{ordersFor: map[string]int{}}
 	h := wfei.Handler()
 	p.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.URL.Path == "/order-plz" {
 			p.newOrders.Add(1)
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			p.noteOrder(body)
 		}
 		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/finalize-order/") {
 			time.Sleep(time.Duration(p.finalizeDelay.Load()))
+			defer p.finalized.Add(1)
 		}
 		h.ServeHTTP(w, r)
 	}))
@@ -579,10 +639,15 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 			t.Fatalf("relay: %v", err)
 		}
 		verifyChain(t, chain, pebbleRoots, name)
+		if got := f.pebble.orders(name); got != 1 {
+			t.Errorf("the upstream saw %d orders for %s; want one", got, name)
+		}
 	})
 
 	// Orders of the internal profile, issued by several clients at once
-	// with their requests alternating, until stop.
+	// with their requests alternating; wait returns what went wrong with
+	// any of them: an order that did not reach valid, a certificate that
+	// is not for its name from the fleet's CA.
 	load := func(t *testing.T, clients, each int, prefix string) (done *atomic.Int64, wait func() []error) {
 		var (
 			wg   sync.WaitGroup
@@ -599,9 +664,12 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 				for j := range each {
 					name := fmt.Sprintf("%s-%d-%d.example.com", prefix, i, j)
 					ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-					_, err := f.issue(ctx, t, c, name)
+					chain, err := f.issue(ctx, t, c, name)
 					cancel()
 					done.Add(1)
+					if err == nil {
+						_, err = checkChain(chain, f.caPool, name)
+					}
 					if err != nil {
 						mu.Lock()
 						errs = append(errs, fmt.Errorf("%s: %w", name, err))
@@ -644,9 +712,12 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 		rt := f.alternating()
 		rt.pinTo(0)
 		c, _ := f.client(t, rt, "public")
-		before := f.pebble.newOrders.Load()
-		// Slow upstream finalizes keep the relays in flight.
-		f.pebble.finalizeDelay.Store(int64(3 * time.Second))
+		before, finalizedBefore := f.pebble.newOrders.Load(), f.pebble.finalized.Load()
+		// Slow upstream finalizes keep the relays in flight: slower than
+		// the 3 s a finalize waits for its relay (README, Relay signer),
+		// so that A answers every finalize processing, and its relays
+		// are still waiting on the upstream when it dies.
+		f.pebble.finalizeDelay.Store(int64(8 * time.Second))
 		defer f.pebble.finalizeDelay.Store(0)
 		type result struct {
 			name  string
@@ -688,7 +759,14 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 		}
 		rt.pinTo(1)
 		f.kill(t, A)
-		t.Logf("killed A with %d upstream orders placed", f.pebble.newOrders.Load()-before)
+		// A relay is finished only after its upstream finalize is
+		// answered: with fewer answered now, A died with relays of its
+		// own unfinished, which only B can finish.
+		upstreamFinalized := f.pebble.finalized.Load() - finalizedBefore
+		t.Logf("killed A with %d upstream orders placed and %d finalized", f.pebble.newOrders.Load()-before, upstreamFinalized)
+		if upstreamFinalized >= n {
+			t.Fatalf("every upstream finalize (%d) was answered before A died: no relay was in flight", upstreamFinalized)
+		}
 		for range n {
 			r := <-results
 			if r.err != nil {
@@ -696,6 +774,9 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 				continue
 			}
 			verifyChain(t, r.chain, pebbleRoots, r.name)
+			if got := f.pebble.orders(r.name); got != 1 {
+				t.Errorf("the upstream saw %d orders for %s; want it placed once", got, r.name)
+			}
 		}
 		if got := f.pebble.newOrders.Load() - before; got != n {
 			t.Errorf("the upstream saw %d new orders for %d relays; want each placed once", got, n)
