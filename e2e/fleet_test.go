@@ -143,6 +143,9 @@ func (f *fleet) config(in *fleetInstance) string {
 // start runs the instance's binary and waits until it answers.
 func (f *fleet) start(t *testing.T, in *fleetInstance) {
 	t.Helper()
+	if in.running() {
+		return
+	}
 	home := filepath.Join(in.storage, "home")
 	in.proc = startCaddy(t, f.bin, f.config(in), []string{"HOME=" + home, "XDG_DATA_HOME=" + home, "XDG_CONFIG_HOME=" + home})
 	hc := f.pinned(in)
@@ -164,6 +167,19 @@ func (f *fleet) start(t *testing.T, in *fleetInstance) {
 			t.Fatalf("caddy %s did not answer its directory within a minute: %v", in.name, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// running reports whether the instance's process is up.
+func (in *fleetInstance) running() bool {
+	if in.proc == nil {
+		return false
+	}
+	select {
+	case <-in.proc.exited:
+		return false
+	default:
+		return true
 	}
 }
 
@@ -794,54 +810,107 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 			t.Fatal(err)
 		}
 		key := c.Key
+		// Two loops per instance, each counted on its own instance's
+		// side, so that one instance's answers cannot stand in for the
+		// other's.
 		var (
-			stop              atomic.Bool
-			ok, failed, other atomic.Int64
-			mu                sync.Mutex
-			odd               []string
-			wg                sync.WaitGroup
+			stop       atomic.Bool
+			ok, failed [2]atomic.Int64
+			other      atomic.Int64
+			mu         sync.Mutex
+			odd        []string
+			statuses   = map[string]int{}
+			wg         sync.WaitGroup
 		)
+		loadCtx, cancelLoad := context.WithCancel(context.Background())
+		halt := func() { stop.Store(true); cancelLoad(); wg.Wait() }
+		defer halt() // a Fatalf below stops the loops too
+		// Issuing clients too, so that requests that write (new-order,
+		// the challenge, finalize) are in flight when PostgreSQL stops:
+		// each 5xx they are answered is held to the same rule.
+		checked := &outageChecker{next: f.alternating(), until: loadCtx}
+		for i := range 2 {
+			ic, _ := f.client(t, checked, "internal")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; !stop.Load(); j++ {
+					ctx, cancel := context.WithTimeout(loadCtx, 30*time.Second)
+					_, _ = f.issue(ctx, t, ic, fmt.Sprintf("pg-load-%d-%d.example.com", i, j))
+					cancel()
+				}
+			}()
+		}
 		for i := range 4 {
-			in := f.inst[i%2]
+			n := i % 2
+			in := f.inst[n]
 			hc := &http.Client{Timeout: 20 * time.Second, Transport: f.transport(in)}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for !stop.Load() {
-					status, ctype, body, err := postAsGet(hc, key, acct.URI, f.newNonceURL("internal"), order.URI)
-					switch {
-					case err == nil && status == http.StatusOK:
-						ok.Add(1)
-					case err == nil && status >= 500 && ctype == "application/problem+json" && strings.Contains(body, "urn:ietf:params:acme:error:"):
-						failed.Add(1)
-					default:
-						other.Add(1)
-						mu.Lock()
-						odd = append(odd, fmt.Sprintf("%s: %d %s %q %v", in.name, status, ctype, body, err))
-						mu.Unlock()
+					a, err := postAsGet(hc, key, acct.URI, f.newNonceURL("internal"), order.URI)
+					if err == nil && a.status == http.StatusOK {
+						ok[n].Add(1)
+						continue
 					}
+					perr := err
+					if perr == nil {
+						perr = outageProblem(a)
+					}
+					mu.Lock()
+					if perr == nil {
+						failed[n].Add(1)
+						statuses[fmt.Sprintf("%s %d", in.name, a.status)]++
+					} else if other.Add(1) <= 10 {
+						odd = append(odd, fmt.Sprintf("%s: %v", in.name, perr))
+					}
+					mu.Unlock()
 				}
 			}()
+		}
+		counts := func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Sprintf("ok A %d B %d, 5xx problems A %d B %d, other %d %v",
+				ok[0].Load(), ok[1].Load(), failed[0].Load(), failed[1].Load(), other.Load(), odd)
 		}
 		waitFor := func(what string, cond func() bool) {
 			deadline := time.Now().Add(time.Minute)
 			for !cond() {
 				if time.Now().After(deadline) {
-					t.Fatalf("%s: not within a minute (ok %d, 5xx %d, other %d)", what, ok.Load(), failed.Load(), other.Load())
+					t.Fatalf("%s: not within a minute (%s)", what, counts())
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
-		waitFor("answers before the restart", func() bool { return ok.Load() >= 8 })
+		each := func(c *[2]atomic.Int64, at [2]int64, n int64) func() bool {
+			return func() bool { return c[0].Load() >= at[0]+n && c[1].Load() >= at[1]+n }
+		}
+		waitFor("answers before the restart", each(&ok, [2]int64{}, 4))
 		pgtest.Stop(t)
-		waitFor("5xx problems while PostgreSQL is down", func() bool { return failed.Load() >= 8 })
+		waitFor("5xx problems from each instance while PostgreSQL is down", each(&failed, [2]int64{}, 4))
 		pgtest.Start(t)
-		after := ok.Load()
-		waitFor("answers again once PostgreSQL is back", func() bool { return ok.Load() >= after+8 })
-		stop.Store(true)
-		wg.Wait()
+		back := [2]int64{ok[0].Load(), ok[1].Load()}
+		waitFor("answers again from each instance once PostgreSQL is back", each(&ok, back, 4))
+		halt()
+		t.Logf("the failures: %v; the issuing clients' 5xx answers: %d", statuses, checked.problems.Load())
 		if other.Load() > 0 {
-			t.Errorf("%d answers were neither 200 nor a 5xx problem document (a hang shows as a timeout): %v", other.Load(), odd)
+			t.Errorf("answers neither 200 nor the problem document the README promises (a hang shows as a timeout; the first 10 shown): %s", counts())
+		}
+		if bad := checked.wrong(); len(bad) > 0 {
+			t.Errorf("the issuing clients were answered otherwise than 2xx-4xx or the problem document the README promises (the first 10 shown): %v", bad)
+		}
+		// Recovered means every request is answered again, not some: a
+		// pooled connection the restart left dead must not fail one.
+		for _, in := range f.inst {
+			hc := &http.Client{Timeout: 20 * time.Second, Transport: f.transport(in)}
+			for range 10 {
+				a, err := postAsGet(hc, key, acct.URI, f.newNonceURL("internal"), order.URI)
+				if err != nil || a.status != http.StatusOK {
+					t.Errorf("caddy %s after the restart: %d %s %v", in.name, a.status, a.body, err)
+				}
+			}
 		}
 		// Both instances issue again, with no restart of their own.
 		if _, err := f.issue(ctx, t, c, "after-pg.example.com"); err != nil {
@@ -897,36 +966,126 @@ func (f *fleet) newNonceURL(profile string) string {
 	return fmt.Sprintf("https://%s:%d/acme/%s/new-nonce", fleetHost, f.port, profile)
 }
 
+// answer is what an instance answered one request.
+type answer struct {
+	req    string // "GET new-nonce", "POST order"
+	status int
+	header http.Header
+	body   string
+}
+
+func (a answer) String() string {
+	return fmt.Sprintf("%s: %d Content-Type %q Retry-After %q %q", a.req, a.status,
+		a.header.Get("Content-Type"), a.header.Get("Retry-After"), a.body)
+}
+
 // postAsGet sends a POST-as-GET of url (RFC 8555 §6.3) signed by the
 // account, with a nonce fetched from the same instance first, and returns
-// the answer's status, content type and body.
-func postAsGet(hc *http.Client, key crypto.Signer, kid, nonceURL, url string) (int, string, string, error) {
+// the answer: the POST's, or the new-nonce request's if that gave no
+// nonce.
+func postAsGet(hc *http.Client, key crypto.Signer, kid, nonceURL, url string) (answer, error) {
 	resp, err := hc.Get(nonceURL)
 	if err != nil {
-		return 0, "", "", err
+		return answer{}, fmt.Errorf("GET new-nonce: %w", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	nonce := resp.Header.Get("Replay-Nonce")
 	if nonce == "" {
-		return resp.StatusCode, resp.Header.Get("Content-Type"), string(body), nil
+		return answer{"GET new-nonce", resp.StatusCode, resp.Header, string(body)}, nil
 	}
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, &jose.SignerOptions{
 		ExtraHeaders: map[jose.HeaderKey]any{"nonce": nonce, "url": url, "kid": kid}})
 	if err != nil {
-		return 0, "", "", err
+		return answer{}, err
 	}
 	jws, err := signer.Sign([]byte{})
 	if err != nil {
-		return 0, "", "", err
+		return answer{}, err
 	}
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(jws.FullSerialize()))
 	req.Header.Set("Content-Type", "application/jose+json")
 	resp, err = hc.Do(req)
 	if err != nil {
-		return 0, "", "", err
+		return answer{}, fmt.Errorf("POST %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, _ = io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("Content-Type"), string(body), nil
+	return answer{"POST " + url, resp.StatusCode, resp.Header, string(body)}, nil
+}
+
+// outageChecker passes requests on and holds each 5xx answer to
+// outageProblem; a request that fails in transport before until is done
+// counts against it too (the server is up: only a hang or a dropped
+// connection would fail so).
+type outageChecker struct {
+	next     http.RoundTripper
+	until    context.Context
+	problems atomic.Int64
+	mu       sync.Mutex
+	bad      []string
+}
+
+func (c *outageChecker) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	var wrong error
+	switch {
+	case err != nil:
+		if c.until.Err() == nil {
+			wrong = fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, err)
+		}
+	case resp.StatusCode >= 500:
+		body, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		if wrong = rerr; wrong == nil {
+			wrong = outageProblem(answer{req.Method + " " + req.URL.Path, resp.StatusCode, resp.Header, string(body)})
+		}
+		if wrong == nil {
+			c.problems.Add(1)
+		}
+	}
+	if wrong != nil {
+		c.mu.Lock()
+		if len(c.bad) < 10 {
+			c.bad = append(c.bad, wrong.Error())
+		}
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (c *outageChecker) wrong() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.bad...)
+}
+
+// outageProblem says what is wrong with a, answered while PostgreSQL was
+// away, against the README's Several instances section: a problem
+// document (RFC 7807, RFC 8555 §6.7) of type serverInternal whose status
+// is the answer's, 500 or 503; a 503 asks the client to come back with
+// Retry-After: 30.
+func outageProblem(a answer) error {
+	if a.status != http.StatusInternalServerError && a.status != http.StatusServiceUnavailable {
+		return fmt.Errorf("status %d, want 500 or 503: %v", a.status, a)
+	}
+	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
+		return fmt.Errorf("content type %q, want application/problem+json: %v", ct, a)
+	}
+	var p struct {
+		Type   string `json:"type"`
+		Detail string `json:"detail"`
+		Status int    `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &p); err != nil {
+		return fmt.Errorf("not a problem document (%w): %v", err, a)
+	}
+	if p.Type != "urn:ietf:params:acme:error:serverInternal" || p.Status != a.status || p.Detail == "" {
+		return fmt.Errorf("problem %+v, want type serverInternal, a detail and status %d: %v", p, a.status, a)
+	}
+	if ra := a.header.Get("Retry-After"); a.status == http.StatusServiceUnavailable && ra != "30" {
+		return fmt.Errorf("a 503 with Retry-After %q, want 30: %v", ra, a)
+	}
+	return nil
 }
