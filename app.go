@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -344,13 +345,17 @@ func (a *App) profileNotify(profile string, own []notify.Destination) ([]notify.
 }
 
 // expandNotify replaces known placeholders ({env.HOOK_SECRET}) in the
-// settings of destinations that may hold secrets. A placeholder of the
-// url, the secret, the smtp server or a header that is empty (its
-// variable unset) fails the load, naming the setting: an empty secret
-// would send every webhook unsigned, and the others would be refused, or
-// go nowhere, only at the first delivery. The username and password are
-// replaced as they are, since both empty means no authentication (the
-// email destination's own check refuses one without the other).
+// settings of destinations that may hold secrets or differ per host. A
+// placeholder of the url, the secret, the smtp server, a header, a
+// script's command or one of its arguments that is empty (its variable
+// unset) fails the load, naming the setting: an empty secret would send
+// every webhook unsigned, and the others would be refused, go nowhere, or
+// run the script without its token, found out only at the first
+// delivery. (A script's stderr is shown with its arguments, as run,
+// redacted: a token from a placeholder is covered.) The username and
+// password are replaced as they are, since both empty means no
+// authentication (the email destination's own check refuses one without
+// the other).
 func expandNotify(ds []notify.Destination) ([]notify.Destination, error) {
 	if len(ds) == 0 {
 		return ds, nil
@@ -371,6 +376,14 @@ func expandNotify(ds []notify.Destination) ([]notify.Destination, error) {
 		d.SMTP = expand(d, "smtp", d.SMTP)
 		d.Username = repl.ReplaceKnown(d.Username, "")
 		d.Password = repl.ReplaceKnown(d.Password, "")
+		d.Command = expand(d, "command", d.Command)
+		if len(d.Args) > 0 {
+			args := make([]string, len(d.Args))
+			for j, a := range d.Args {
+				args[j] = expand(d, "arg "+strconv.Itoa(j+1), a)
+			}
+			d.Args = args
+		}
 		if len(d.Headers) > 0 {
 			h := make(map[string]string, len(d.Headers))
 			for k, v := range d.Headers {

@@ -535,6 +535,19 @@ func TestAPlaceholderThatIsEmptyWhenTheConfigLoadsFailsTheLoadNamingTheKey(t *te
 			want: "signer.env PIN: evaluated placeholder {file./nonexistent/acme-proxy-pin} is empty",
 		},
 		{
+			name:     "a notify script argument whose placeholder is empty, which would run the script with an empty token",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a"}},
+			app: map[string]any{"notify": []map[string]any{{"type": "script", "command": "/bin/true",
+				"args": []string{"--token={env.ACME_PROXY_TEST_SET_SECRET}", "--key={env.ACME_PROXY_TEST_UNSET_KEY}"}}}},
+			want: "notify script: arg 2: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_KEY} is empty",
+		},
+		{
+			name: "a profile's notify script argument whose placeholder is empty",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "notify": []map[string]any{{"type": "script", "command": "/bin/true",
+				"args": []string{"{env.ACME_PROXY_TEST_UNSET_KEY}"}}}}},
+			want: "notify script: arg 1: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_KEY} is empty",
+		},
+		{
 			name:     "a relay directory whose placeholder is empty",
 			handlers: relay(map[string]any{"directory": "https://ca.example/{env.ACME_PROXY_TEST_UNSET_DIRECTORY}"}),
 			want:     "signer.directory: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_DIRECTORY} is empty",

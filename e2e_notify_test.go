@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -153,5 +155,67 @@ func TestNotifyDestinationsThatDifferOnlyInTheirSecretsLoadOnlyInDifferentProfil
 				t.Errorf("the error quotes a token: %v", err)
 			}
 		})
+	}
+}
+
+// A notify script's arguments take placeholders, as a webhook's header
+// does: the script is run with the {env.*} value, and that value, a token
+// as the README allows, appears neither in the delivery's last error
+// (where the script's stderr is shown, its arguments redacted) nor in
+// the admin API's job nor in Caddy's log.
+func TestANotifyScriptIsRunWithItsArgumentsPlaceholdersReplacedAndNeverShowsTheirValues(t *testing.T) {
+	const token = "notify-arg-token-e2e"
+	t.Setenv("E2E_NOTIFY_TOKEN", token)
+	dir := t.TempDir()
+	got := filepath.Join(dir, "args")
+	script := filepath.Join(dir, "notify.sh")
+	body := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$@\" > %s\necho \"receiver refused token $1\" >&2\nexit 1\n", got)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	env := newE2EEnv(t)
+	b := &revokeBench{env: env, admin: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	cfg := e2eConfig{ValidationHTTP: freePort(t), ValidationTLS: freePort(t), Admin: b.admin,
+		AppExtra: fmt.Sprintf("notify script %s {env.E2E_NOTIFY_TOKEN} {\n events %s\n}", script, acme.EventAccountCreated)}
+	env.load(t, cfg)
+	unloadAdminOnCleanup(t)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*e2eWait)
+	defer cancel()
+	newE2EXCrypto(ctx, t, env) // account_created
+
+	var job operator.JobView
+	for deadline := time.Now().Add(e2eWait); ; time.Sleep(20 * time.Millisecond) {
+		status, body := b.adminCall(t, http.MethodGet, "/acme_proxy/jobs?kind="+notify.Kind, "")
+		var jobs operator.Page[operator.JobView]
+		if status != http.StatusOK || json.Unmarshal(body, &jobs) != nil || len(jobs.Items) > 1 {
+			t.Fatalf("the notify_deliver jobs: %d %s; want at most one", status, body)
+		}
+		if len(jobs.Items) == 1 && jobs.Items[0].LastError != "" {
+			job = jobs.Items[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no delivery attempt failed within %s: %s", e2eWait, body)
+		}
+	}
+	args, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatalf("the script did not run: %v", err)
+	}
+	if string(args) != token+"\n" {
+		t.Errorf("the script was run with the arguments %q; want the placeholder's value %q", args, token)
+	}
+	if want := "receiver refused token [redacted arg 1]"; !strings.Contains(job.LastError, want) {
+		t.Errorf("the job's last error %q does not contain %q", job.LastError, want)
+	}
+	if s := fmt.Sprintf("%+v %s", job, job.Payload); strings.Contains(s, token) {
+		t.Errorf("the admin API's job carries the token: %s", s)
+	}
+	if log, err := os.ReadFile(env.LogFile); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(log), token) {
+		t.Errorf("Caddy's log carries the token:\n%s", log)
 	}
 }
