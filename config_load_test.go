@@ -548,6 +548,12 @@ func TestAPlaceholderThatIsEmptyWhenTheConfigLoadsFailsTheLoadNamingTheKey(t *te
 			want: "notify script: arg 1: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_KEY} is empty",
 		},
 		{
+			name: "a script signer argument whose placeholder is empty, which would run the program without its token",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "signer": map[string]any{"module": "script",
+				"command": []string{"/bin/true", "--token", "{env.ACME_PROXY_TEST_SET_SECRET}", "--pin={env.ACME_PROXY_TEST_UNSET_PIN}"}}}},
+			want: "signer.command arg 3: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_PIN} is empty",
+		},
+		{
 			name:     "a relay directory whose placeholder is empty",
 			handlers: relay(map[string]any{"directory": "https://ca.example/{env.ACME_PROXY_TEST_UNSET_DIRECTORY}"}),
 			want:     "signer.directory: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_DIRECTORY} is empty",

@@ -394,3 +394,86 @@ func TestAScriptRevocationSlowerThanTheWaitAnswers503AndAskingAgainFollowsTheSam
 		t.Errorf("the CA's index: %s; want the certificate revoked", index)
 	}
 }
+
+// A script signer's arguments take placeholders, as its env values do:
+// the program is run with the {env.*} value, and that value appears
+// neither in what the operator is shown of its stderr (the order's
+// failure detail, the audit row, the job) nor in Caddy's log, where it
+// is "[redacted arg N]".
+func TestAScriptSignerIsRunWithItsArgumentsPlaceholdersReplacedAndNeverShowsTheirValues(t *testing.T) {
+	const token = "sign-arg-token-e2e"
+	t.Setenv("E2E_SIGN_TOKEN", token)
+	dir := t.TempDir()
+	got := filepath.Join(dir, "args")
+	prog := filepath.Join(dir, "sign.sh")
+	body := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\nprintf '%%s\\n' \"$@\" > %s\necho \"the backend refused token $2\" >&2\nexit 2\n", got)
+	if err := os.WriteFile(prog, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := newE2EEnv(t)
+	ln := e2eListen(t)
+	srv, httpPort := serveE2EHTTP01(t, ln), e2ePort(ln)
+	env.load(t, e2eConfig{ValidationHTTP: httpPort, ValidationTLS: freePort(t),
+		ExtraProfiles: scriptProfileBlock(env, httpPort, "\t\t\tcommand "+prog+" --token {env.E2E_SIGN_TOKEN}")})
+	app := activeApp(t)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*e2eWait)
+	defer cancel()
+	const name = "placeholder.script-args.example.com"
+	c := &xacme.Client{Key: e2eP256Key(t), HTTPClient: env.client, DirectoryURL: env.directoryURL(scriptProfile)}
+	if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	o, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(name))
+	if err != nil {
+		t.Fatalf("AuthorizeOrder: %v", err)
+	}
+	e2eAccept(ctx, t, c, e2ePendingHTTP01(ctx, t, c, srv, o.AuthzURLs[0]))
+	if _, err := c.WaitAuthorization(ctx, o.AuthzURLs[0]); err != nil {
+		t.Fatal(err)
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{name}}, e2eP256Key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, csr, true); err == nil {
+		t.Fatal("the order was issued; want the program's refusal")
+	}
+
+	args, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatalf("the program did not run: %v", err)
+	}
+	if want := "--token\n" + token + "\n"; string(args) != want {
+		t.Errorf("the program was run with the arguments %q; want %q", args, want)
+	}
+	orderID := path.Base(o.URI)
+	v, err := app.Operator().ShowOrder(ctx, orderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shown = "the backend refused token [redacted arg 2]"
+	if !strings.Contains(v.FailureDetail, shown) {
+		t.Errorf("the operator's failure detail is %q; want %q", v.FailureDetail, shown)
+	}
+	evs, err := app.db.SearchAudit(ctx, store.AuditFilter{OrderID: orderID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := app.queue.List(ctx, store.JobFilter{Kind: script.IssueKind, Key: orderID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(env.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, s := range map[string]string{
+		"the failure detail": v.FailureDetail, "the audit rows": fmt.Sprintf("%+v", evs),
+		"the jobs": fmt.Sprintf("%+v", jobs), "Caddy's log": string(log),
+	} {
+		if strings.Contains(s, token) {
+			t.Errorf("%s carry the token: %s", what, s)
+		}
+	}
+}

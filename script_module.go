@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -20,7 +21,10 @@ import (
 // for what it reads and must print).
 type Script struct {
 	// Command is the program, an absolute path, and its arguments. It is
-	// run directly, never through a shell. Required.
+	// run directly, never through a shell. Placeholders in it are
+	// replaced when the config loads (one that is empty fails the load);
+	// an argument a placeholder filled (of 6 bytes or more) is redacted
+	// from the program's stderr, as the env values are. Required.
 	Command []string `json:"command"`
 	// Timeout bounds one run; the program's process group is killed when
 	// it passes. Default 1m.
@@ -108,11 +112,11 @@ func (s *Script) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// Provision replaces the placeholders of the env values — one that is
-// empty fails, naming the variable: the value is most likely a secret
-// (a PIN, a token) the program cannot do without — and builds the
-// signer, which checks that the command is an absolute path to an
-// executable file.
+// Provision replaces the placeholders of the env values and of the
+// command — one that is empty fails, naming the variable or the
+// argument: the value is most likely a secret (a PIN, a token) the
+// program cannot do without — and builds the signer, which checks that
+// the command is an absolute path to an executable file.
 func (s *Script) Provision(caddy.Context) error {
 	if s.Timeout < 0 {
 		return fmt.Errorf("signer.timeout: must be positive, not %s", time.Duration(s.Timeout))
@@ -126,9 +130,28 @@ func (s *Script) Provision(caddy.Context) error {
 		}
 		env[k] = v
 	}
+	// The command's placeholders are replaced as the env values' are; an
+	// argument a placeholder filled may be a token, so it is redacted
+	// from the program's stderr as they are.
+	command := make([]string, len(s.Command))
+	redact := map[string]string{}
+	for i, a := range s.Command {
+		key := "signer.command"
+		if i > 0 {
+			key += " arg " + strconv.Itoa(i)
+		}
+		v, err := expandRequired(repl, key, a)
+		if err != nil {
+			return err
+		}
+		if i > 0 && v != a {
+			redact["arg "+strconv.Itoa(i)] = v
+		}
+		command[i] = v
+	}
 	revoke := s.RevokeOn == nil || *s.RevokeOn
 	var err error
-	s.Signer, err = script.New(script.Options{Command: s.Command, Timeout: time.Duration(s.Timeout), Env: env, Revoke: revoke})
+	s.Signer, err = script.New(script.Options{Command: command, Timeout: time.Duration(s.Timeout), Env: env, Redact: redact, Revoke: revoke})
 	if err != nil {
 		return fmt.Errorf("signer: %w", err)
 	}

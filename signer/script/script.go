@@ -74,6 +74,11 @@ type Options struct {
 	// Caddy's. Its values of scriptout.MinRedacted bytes or more are
 	// taken out of the program's stderr, as "[redacted env NAME]".
 	Env map[string]string
+	// Redact are more values, by name, taken out of the program's stderr
+	// as Env's are, as "[redacted NAME]": the configuration's glue names
+	// here the arguments of Command that its placeholders filled ("arg
+	// 2"), which may be tokens.
+	Redact map[string]string
 	// Revoke, when set, runs the program to revoke; when not, revocation
 	// is recorded by the proxy alone.
 	Revoke bool
@@ -136,14 +141,18 @@ func New(opts Options) (*Signer, error) {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	return &Signer{opts: opts, env: env, redact: envRedactor(opts.Env), tempFails: map[string]int{}, signed: map[string][][]byte{}}, nil
+	return &Signer{opts: opts, env: env, redact: envRedactor(opts.Env, opts.Redact), tempFails: map[string]int{}, signed: map[string][][]byte{}}, nil
 }
 
 // envRedactor takes the values of env out of the program's stderr, each
-// as "[redacted env NAME]". The values PATH and the ACME_PROXY_ variables
-// get from elsewhere are not redacted.
-func envRedactor(env map[string]string) scriptout.Redactor {
-	named := make(map[string]string, len(env))
+// as "[redacted env NAME]", and those of more, each as "[redacted
+// NAME]". The values PATH and the ACME_PROXY_ variables get from
+// elsewhere are not redacted.
+func envRedactor(env, more map[string]string) scriptout.Redactor {
+	named := make(map[string]string, len(env)+len(more))
+	for k, v := range more {
+		named[k] = v
+	}
 	for k, v := range env {
 		named["env "+k] = v
 	}
