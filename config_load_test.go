@@ -554,6 +554,16 @@ func TestAPlaceholderThatIsEmptyWhenTheConfigLoadsFailsTheLoadNamingTheKey(t *te
 			want: "signer.command arg 3: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_PIN} is empty",
 		},
 		{
+			name:     "a CAA account URI prefix whose placeholder is empty, against which no accounturi would match",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "caa": map[string]any{"identities": []string{"ca.example.com"}, "account_uri_prefix": "https://ca.example.com/acme/{env.ACME_PROXY_TEST_UNSET_PROFILE}/account/"}}},
+			want:     "caa.account_uri_prefix: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_PROFILE} is empty",
+		},
+		{
+			name:     "terms of service whose placeholder is empty",
+			handlers: []map[string]any{{"handler": "acme_proxy", "profile": "a", "terms_of_service": "https://ca.example.com/tos/{env.ACME_PROXY_TEST_UNSET_TOS}"}},
+			want:     "terms_of_service: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_TOS} is empty",
+		},
+		{
 			name:     "a relay directory whose placeholder is empty",
 			handlers: relay(map[string]any{"directory": "https://ca.example/{env.ACME_PROXY_TEST_UNSET_DIRECTORY}"}),
 			want:     "signer.directory: evaluated placeholder {env.ACME_PROXY_TEST_UNSET_DIRECTORY} is empty",

@@ -42,6 +42,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.Notify, err = expandNotify(h.Notify); err != nil {
 		return err
 	}
+	if err := expandProfile(&h.ProfileConfig); err != nil {
+		return err
+	}
 	h.ProfileConfig.SetDefaults()
 	if err := h.ProfileConfig.Validate(); err != nil {
 		return err
@@ -97,6 +100,41 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	return h.app.register(h.server)
+}
+
+// expandProfile replaces the known placeholders ({env.CA_HOST}) of the
+// profile's settings that differ from one deployment to the next: the
+// URLs it publishes (crl_url, terms_of_service, website) and the names
+// CAA records name it by (caa.identities, caa.account_uri_prefix). One
+// that is empty fails, naming the key, rather than publish a URL or
+// match CAA records against a name made without it; the profile's
+// Validate then checks what they made.
+func expandProfile(c *acmeproxy.ProfileConfig) error {
+	repl := caddy.NewReplacer()
+	var err error
+	for _, s := range []struct {
+		key string
+		v   *string
+	}{{"crl_url", &c.CRLURL}, {"terms_of_service", &c.TermsOfService}, {"website", &c.Website}} {
+		if *s.v, err = expandRequired(repl, s.key, *s.v); err != nil {
+			return err
+		}
+	}
+	if c.CAA == nil {
+		return nil
+	}
+	caa := *c.CAA
+	caa.Identities = make([]string, len(c.CAA.Identities))
+	for i, id := range c.CAA.Identities {
+		if caa.Identities[i], err = expandRequired(repl, "caa.identities", id); err != nil {
+			return err
+		}
+	}
+	if caa.AccountURIPrefix, err = expandRequired(repl, "caa.account_uri_prefix", caa.AccountURIPrefix); err != nil {
+		return err
+	}
+	c.CAA = &caa
+	return nil
 }
 
 // checkCertificateProfileLifetimes refuses a certificate profile whose

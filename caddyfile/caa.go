@@ -1,6 +1,8 @@
 package caddyfile
 
 import (
+	"strings"
+
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
@@ -8,7 +10,7 @@ import (
 
 // parseCAA reads `caa { identities <names...>; account_uri_prefix <URL> }`
 // into a CAA configuration, which a repeated block extends, checked as
-// Provision checks it.
+// Provision checks it (unless it holds a placeholder).
 func parseCAA(d *caddyfile.Dispenser, c *acmeproxy.CAAConfig) (*acmeproxy.CAAConfig, error) {
 	if d.NextArg() {
 		return nil, d.Errf("acme_proxy: caa: unexpected argument %q; identities and account_uri_prefix go in a block", d.Val())
@@ -32,6 +34,11 @@ func parseCAA(d *caddyfile.Dispenser, c *acmeproxy.CAAConfig) (*acmeproxy.CAACon
 		if err != nil {
 			return nil, err
 		}
+	}
+	// Placeholders ({env.*}) are replaced at provision, where what is
+	// made of them is checked; a block without one is checked now.
+	if strings.Contains(c.AccountURIPrefix+strings.Join(c.Identities, " "), "{") {
+		return c, nil
 	}
 	if err := c.Validate(); err != nil {
 		return nil, d.Errf("acme_proxy: caa.%w", err)

@@ -594,7 +594,7 @@ func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 	}
 	// Placeholders ({env.*}) are replaced at provision, where a URL made
 	// of one is checked; a literal one is checked now.
-	if !strings.Contains(dst.URL+dst.SMTP, "{") {
+	if !strings.Contains(dst.URL+dst.SMTP+dst.Command, "{") {
 		if err := dst.Validate(); err != nil {
 			return dst, d.Errf("acme_proxy: %v", err)
 		}

@@ -231,3 +231,26 @@ func TestBadCaddyfilesFailWithAnErrorNamingTheKey(t *testing.T) {
 		})
 	}
 }
+
+// A setting that holds a placeholder ({env.CA_HOST}) is checked at
+// provision, once it is replaced, not at adapt, where a CAA name or a
+// script's path made of one is not yet what it will be.
+func TestSettingsMadeOfPlaceholdersAdaptForProvisionToCheck(t *testing.T) {
+	tests := []struct {
+		name, caddyfile, want string
+	}{
+		{"caa identity and account_uri_prefix",
+			"https://ca.example.test {\n\tacme_proxy {\n\t\tprofile a\n\t\tcaa {\n\t\t\tidentities {env.CA_HOST}\n\t\t\taccount_uri_prefix https://{env.CA_HOST}/acme/a/account/\n\t\t}\n\t}\n}\n",
+			`"account_uri_prefix": "https://{env.CA_HOST}/acme/a/account/"`},
+		{"notify script path",
+			"{\n\tacme_proxy {\n\t\tnotify script {env.NOTIFY_DIR}/acme-notify {env.NOTIFY_TOKEN}\n\t}\n}\n",
+			`"command": "{env.NOTIFY_DIR}/acme-notify"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := adapt(t, tt.caddyfile); !strings.Contains(got, tt.want) {
+				t.Errorf("adapted to\n%s\nwhich does not contain %s", got, tt.want)
+			}
+		})
+	}
+}
