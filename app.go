@@ -378,6 +378,7 @@ func expandNotify(ds []notify.Destination) ([]notify.Destination, error) {
 		d.Password = repl.ReplaceKnown(d.Password, "")
 		d.Command = expand(d, "command", d.Command)
 		if len(d.Args) > 0 {
+			d.WrittenArgs = d.Args
 			args := make([]string, len(d.Args))
 			for j, a := range d.Args {
 				args[j] = expand(d, "arg "+strconv.Itoa(j+1), a)

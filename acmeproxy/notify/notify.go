@@ -100,6 +100,12 @@ type Destination struct {
 	// it reads the event's JSON on stdin.
 	Command string   `json:"command,omitempty"`
 	Args    []string `json:"args,omitempty"`
+	// WrittenArgs is not config: the app's glue sets it to Args as the
+	// config writes them, before their placeholders ({env.TOKEN}) were
+	// replaced. The ID is made of them, so that it neither changes with
+	// nor is made of what a placeholder holds (a token rotated in the
+	// environment).
+	WrittenArgs []string `json:"-"`
 
 	// Scope is not config: the app's glue sets it to the profile whose
 	// own notify list holds the destination ("" for the app's list), so
@@ -232,8 +238,8 @@ func (d *Destination) Wants(event string) bool {
 // reloads and across instances with the same config: its type and a hash
 // of where it delivers — the URL less its userinfo, query values and
 // fragment, the names of its headers, the SMTP server, sender and
-// recipients, the script and its arguments — with its event filter and
-// scope. Nothing secret goes in (the HMAC key, header values, the SMTP
+// recipients, the script and its arguments as written (WrittenArgs) —
+// with its event filter and scope. Nothing secret goes in (the HMAC key, header values, the SMTP
 // username and password, a URL's credentials), so rotating a secret keeps
 // the ID, and the ID, which the admin API shows, cannot be used to guess
 // a secret.
@@ -254,18 +260,28 @@ func (d *Destination) ID() string {
 		To      []string `json:"to,omitempty"`
 		Command string   `json:"command,omitempty"`
 		Args    []string `json:"args,omitempty"`
-	}{d.Scope, d.Events, endpoint(d.URL), headers, d.SMTP, d.TLS, d.From, d.To, d.Command, d.Args})
+	}{d.Scope, d.Events, endpoint(d.URL), headers, d.SMTP, d.TLS, d.From, d.To, d.Command, d.idArgs()})
 	sum := sha256.Sum256(append([]byte("notify destination v2\n"), b...))
 	return d.Type + "-" + hex.EncodeToString(sum[:8])
 }
 
+// idArgs are the script's arguments as the ID knows them: as written.
+func (d *Destination) idArgs() []string {
+	if d.WrittenArgs != nil {
+		return d.WrittenArgs
+	}
+	return d.Args
+}
+
 // legacyID is the ID earlier releases wrote in job payloads: a hash
 // of every setting but the HMAC key and the SMTP password (so of header
-// values too). It is only ever computed to recognise their queued jobs,
-// never written or shown.
+// values too), and of the arguments as written (they replaced none).
+// It is only ever computed to recognise their queued jobs, never
+// written or shown.
 func (d *Destination) legacyID() string {
 	c := *d
 	c.Secret, c.Password = "", ""
+	c.Args = c.idArgs()
 	b, _ := json.Marshal(c)
 	sum := sha256.Sum256(b)
 	return d.Type + "-" + hex.EncodeToString(sum[:8])
