@@ -5,7 +5,8 @@
 // zlint encodes the CA/Browser Forum Baseline Requirements, RFC 5280 and
 // the root programs' rules. This project's CAs are private, so a few of
 // those rules do not apply; a test names each lint it accepts together
-// with the reason, and every other error or fatal result fails the test.
+// with the reason, and every other error or fatal result fails the test
+// (and, for a CRL, every warning too).
 package lintcheck
 
 import (
@@ -32,21 +33,32 @@ func Certificate(t testing.TB, der []byte, accept map[string]string) {
 		t.Errorf("lintcheck: parsing certificate: %v", err)
 		return
 	}
-	report(t, "certificate", zlint.LintCertificate(c), accept)
+	report(t, "certificate", zlint.LintCertificate(c), accept, lint.Error)
 }
 
-// CRL lints the DER CRL der the same way Certificate lints a certificate.
+// CRL lints the DER CRL der the same way Certificate lints a certificate,
+// except that a warning fails t too: zlint's CRL warnings are RFC 5280's
+// SHOULDs (a reasonCode of unspecified, a duplicate serial, an extension
+// not recommended), none of which a CA of this project has a reason to
+// break.
 func CRL(t testing.TB, der []byte, accept map[string]string) {
 	t.Helper()
+	CRLPassed(t, der, accept)
+}
+
+// CRLPassed is CRL, and returns the names of the lints that applied to
+// der and passed, sorted (the others did not apply, or failed t).
+func CRLPassed(t testing.TB, der []byte, accept map[string]string) []string {
+	t.Helper()
 	if !checkAccept(t, accept, lint.GlobalRegistry().RevocationListLints().Names()) {
-		return
+		return nil
 	}
 	crl, err := zx509.ParseRevocationList(der)
 	if err != nil {
 		t.Errorf("lintcheck: parsing CRL: %v", err)
-		return
+		return nil
 	}
-	report(t, "CRL", zlint.LintRevocationList(crl), accept)
+	return report(t, "CRL", zlint.LintRevocationList(crl), accept, lint.Warn)
 }
 
 // checkAccept reports whether every accepted lint is one of names (sorted)
@@ -67,11 +79,18 @@ func checkAccept(t testing.TB, accept map[string]string, names []string) bool {
 	return ok
 }
 
-func report(t testing.TB, what string, rs *zlint.ResultSet, accept map[string]string) {
+// report fails t for each result of rs at least as bad as worst (Warn,
+// Error) whose lint is not in accept, and returns the names of the lints
+// that passed.
+func report(t testing.TB, what string, rs *zlint.ResultSet, accept map[string]string, worst lint.LintStatus) []string {
 	t.Helper()
+	var passed []string
 	for _, name := range slices.Sorted(maps.Keys(rs.Results)) {
 		r := rs.Results[name]
-		if r.Status != lint.Error && r.Status != lint.Fatal {
+		if r.Status == lint.Pass {
+			passed = append(passed, name)
+		}
+		if r.Status < worst {
 			continue
 		}
 		if _, ok := accept[name]; ok {
@@ -79,4 +98,5 @@ func report(t testing.TB, what string, rs *zlint.ResultSet, accept map[string]st
 		}
 		t.Errorf("lintcheck: %s fails %s (%s): %s [%s]", what, name, r.Status, r.Details, r.LintMetadata.Citation)
 	}
+	return passed
 }

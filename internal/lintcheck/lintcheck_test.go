@@ -33,8 +33,9 @@ var privateLeafLints = map[string]string{
 	"e_sub_cert_aia_missing":                  "private CA: no OCSP responder, no caIssuers URL",
 }
 
-// testPKI returns a CA, a leaf it issued and a CRL it signed.
-func testPKI(t *testing.T) (leaf, crl []byte) {
+// testPKI returns a leaf a CA issued, a CRL it signed, and one listing
+// a serial twice (a zlint warning).
+func testPKI(t *testing.T) (leaf, crl, twice []byte) {
 	t.Helper()
 	now := time.Date(2026, time.October, 1, 12, 0, 0, 0, time.UTC)
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -73,11 +74,19 @@ func testPKI(t *testing.T) (leaf, crl []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return leaf, crl
+	entry := x509.RevocationListEntry{SerialNumber: big.NewInt(7), RevocationTime: now.Add(-time.Hour), ReasonCode: 1}
+	twice, err = x509.CreateRevocationList(rand.Reader, &x509.RevocationList{
+		Number: big.NewInt(2), ThisUpdate: now, NextUpdate: now.Add(24 * time.Hour),
+		RevokedCertificateEntries: []x509.RevocationListEntry{entry, entry},
+	}, ca, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf, crl, twice
 }
 
 func TestLintcheck(t *testing.T) {
-	leaf, crl := testPKI(t)
+	leaf, crl, twice := testPKI(t)
 	tests := []struct {
 		name   string
 		check  func(testing.TB, []byte, map[string]string)
@@ -96,6 +105,10 @@ func TestLintcheck(t *testing.T) {
 			map[string]string{"e_no_such_lint": "typo"}, []string{"e_no_such_lint is not a zlint lint"}},
 		{"fail/a certificate lint accepted for a CRL fails the test", CRL, crl,
 			map[string]string{"e_sub_cert_aia_missing": "wrong kind"}, []string{"e_sub_cert_aia_missing is not a zlint lint"}},
+		{"fail/a CRL zlint warns about fails the test", CRL, twice, nil,
+			[]string{"e_crl_unique_revoked_certificate (warn)"}},
+		{"ok/a CRL warning accepted with a reason passes", CRL, twice,
+			map[string]string{"e_crl_unique_revoked_certificate": "a test of accepting"}, nil},
 		{"fail/a certificate that does not parse fails the test", Certificate, []byte("garbage"), nil, []string{"parsing certificate"}},
 		{"fail/a CRL that does not parse fails the test", CRL, []byte("garbage"), nil, []string{"parsing CRL"}},
 	}
