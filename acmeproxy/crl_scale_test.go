@@ -28,6 +28,20 @@ import (
 // the test CA signed, and returns them with their leaves.
 func (e *testEnv) seedLeaves(ctx context.Context, n int) ([]store.Order, []*x509.Certificate) {
 	e.t.Helper()
+	serials := make([]*big.Int, n)
+	for i := range serials {
+		serial := make([]byte, 16)
+		_, _ = rand.Read(serial)
+		serial[0] &= 0x7f
+		serials[i] = new(big.Int).SetBytes(serial)
+	}
+	return e.seedLeavesAt(ctx, time.Now(), serials)
+}
+
+// seedLeavesAt is seedLeaves for leaves with the given serials, valid
+// from a minute before now for 12 hours.
+func (e *testEnv) seedLeavesAt(ctx context.Context, now time.Time, serials []*big.Int) ([]store.Order, []*x509.Certificate) {
+	e.t.Helper()
 	c := e.client(ctx)
 	accountID := path.Base(string(c.KID))
 	iss, err := e.ca.src(ctx)
@@ -36,15 +50,11 @@ func (e *testEnv) seedLeaves(ctx context.Context, n int) ([]store.Order, []*x509
 	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	spki, _ := x509.MarshalPKIXPublicKey(key.Public())
-	now := time.Now()
-	seeds := make([]store.SeededOrder, n)
-	leaves := make([]*x509.Certificate, n)
+	seeds := make([]store.SeededOrder, len(serials))
+	leaves := make([]*x509.Certificate, len(serials))
 	for i := range seeds {
 		name := fmt.Sprintf("burst-%d.example.com", i)
-		serial := make([]byte, 16)
-		_, _ = rand.Read(serial)
-		serial[0] &= 0x7f
-		tmpl := &x509.Certificate{SerialNumber: new(big.Int).SetBytes(serial), Subject: pkix.Name{CommonName: name},
+		tmpl := &x509.Certificate{SerialNumber: serials[i], Subject: pkix.Name{CommonName: name},
 			DNSNames: []string{name}, NotBefore: now.Add(-time.Minute), NotAfter: now.Add(12 * time.Hour),
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, iss.Chain[0], key.Public(), iss.Key)
