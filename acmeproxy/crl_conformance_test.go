@@ -401,6 +401,42 @@ func checkTime(t *testing.T, what string, s *cryptobyte.String) {
 	}
 }
 
+// Instances sharing a database do not share a clock: one that runs a
+// second behind the instance that recorded a revocation builds a CRL
+// whose thisUpdate is earlier than the revocation's time. The CRL still
+// lists the revocation, as revoked no later than its thisUpdate: a CRL
+// saying a certificate was revoked after the CRL was issued breaks RFC
+// 5280 §5.1.2.4/§5.1.2.6 (zlint's e_crl_revocation_time_after_this_update).
+func TestACRLBuiltOnAClockBehindTheRevokingInstancesListsTheRevocationByItsThisUpdate(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now().UTC().Truncate(time.Second)
+		behind, ahead := clocktest.New(start), clocktest.New(start.Add(time.Second))
+		place := newPlace(t)
+		ca := newTestCAWithKey(t, start, crlCAKeys[0].key())
+		a := newTestEnvWith(t, envOptions{dbPath: place, ca: ca, opts: func(o *Options) { o.Clock = ahead }})
+		b := newTestEnvWith(t, envOptions{dbPath: place, ca: ca, opts: func(o *Options) { o.Clock = behind }})
+		orders, leaves := a.seedLeavesAt(ctx, start, []*big.Int{big.NewInt(0x1234)})
+		if _, err := a.srv.Authority().RevokeOrder(ctx, orders[0].ID, nil, authority.Actor{Kind: authority.ActorAdmin, ID: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := b.srv.Authority().RegenerateCRL(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crl, err := x509.ParseRevocationList(stored.DER)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := mustEntry(t, crl, leaves[0].SerialNumber)
+		if got.RevocationTime.After(crl.ThisUpdate) {
+			t.Errorf("the CRL lists the revocation at %v, after its thisUpdate %v", got.RevocationTime, crl.ThisUpdate)
+		}
+		lintcheck.CRL(t, stored.DER, nil)
+	})
+}
+
 // RFC 5280 §5.1.2.4–6 encodes a CRL's times as UTCTime through 2049 and
 // as GeneralizedTime from 2050 on: a CRL built on the last day of 2049
 // has a thisUpdate of the one and a nextUpdate of the other, and one

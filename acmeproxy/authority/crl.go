@@ -490,7 +490,7 @@ func (au *Authority) publishTemplateCRL(ctx context.Context, cs signer.CRLSigner
 		tmpl := &x509.RevocationList{Number: big.NewInt(r.Number), ThisUpdate: this, NextUpdate: next,
 			RevokedCertificateEntries: make([]x509.RevocationListEntry, 0, len(r.Entries))}
 		for _, e := range r.Entries {
-			entry, err := crlEntry(e)
+			entry, err := crlEntry(e, this)
 			if err != nil {
 				return nil, this, next, err
 			}
@@ -511,16 +511,24 @@ func crlTimes(now time.Time) (this, next time.Time) {
 	return this, this.Add(CRLValidity)
 }
 
-// crlEntry is the CRL entry of a ledger row.
-func crlEntry(e store.CRLEntry) (x509.RevocationListEntry, error) {
+// crlEntry is the CRL entry of a ledger row on a CRL whose thisUpdate is
+// this.
+func crlEntry(e store.CRLEntry, this time.Time) (x509.RevocationListEntry, error) {
 	n, ok := new(big.Int).SetString(e.Serial, 16)
 	if !ok {
 		return x509.RevocationListEntry{}, fmt.Errorf("ledger serial %q is not hex", e.Serial)
 	}
+	// The revocation's time is the clock of the instance that recorded
+	// it; this CRL's, of the instance building it, may run behind. A CRL
+	// does not say a certificate was revoked after the CRL was issued
+	// (RFC 5280 §5.1.2.4, §5.1.2.6): revoked by its thisUpdate, then.
+	at := e.RevokedAt.UTC().Truncate(time.Second)
+	if at.After(this) {
+		at = this
+	}
 	// unspecified (0) is left out, as RFC 5280 §5.3.1 asks, and so is
 	// removeFromCRL (see crlReason).
-	return x509.RevocationListEntry{SerialNumber: n, RevocationTime: e.RevokedAt.UTC().Truncate(time.Second),
-		ReasonCode: crlReason(e.Reason)}, nil
+	return x509.RevocationListEntry{SerialNumber: n, RevocationTime: at, ReasonCode: crlReason(e.Reason)}, nil
 }
 
 // knownIssuer describes the CA with key id keyID if the profile's signer

@@ -104,7 +104,7 @@ func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSig
 		if err := checkFollows(r, now, follow); err != nil {
 			return nil, this, next, err
 		}
-		added, err := encodeCRLEntries(r.Entries)
+		added, err := encodeCRLEntries(r.Entries, this)
 		if err != nil {
 			return nil, this, next, err
 		}
@@ -129,13 +129,14 @@ func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSig
 	return crl, built.delta, nil
 }
 
-// encodeCRLEntries encodes the CRL entries of ledger rows, into one
-// buffer.
-func encodeCRLEntries(rows []store.CRLEntry) ([]keptEntry, error) {
+// encodeCRLEntries encodes the CRL entries of ledger rows on a CRL whose
+// thisUpdate is this (crlEntry), into one buffer. The CRLs after it keep
+// them as they are: their thisUpdate is later.
+func encodeCRLEntries(rows []store.CRLEntry, this time.Time) ([]keptEntry, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	ders, err := signer.EncodeCRLEntries(len(rows), func(i int) (x509.RevocationListEntry, error) { return crlEntry(rows[i]) })
+	ders, err := signer.EncodeCRLEntries(len(rows), func(i int) (x509.RevocationListEntry, error) { return crlEntry(rows[i], this) })
 	if err != nil {
 		return nil, err
 	}
