@@ -207,6 +207,26 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `profile: "a" is declared by two acme_proxy handlers`,
 		},
 		{
+			name:     "two handlers in one route with one prefix, the second never reached",
+			handlers: []map[string]any{{"profile": "a", "prefix": "/acme"}, {"profile": "b", "prefix": "/acme/"}},
+			want:     `prefix: profile "b" (prefix /acme) would never be reached: profile "a" (prefix /acme) comes before it in the same route and answers every path under /acme`,
+		},
+		{
+			name:     "a handler whose prefix lies under an earlier handler's",
+			handlers: []map[string]any{{"profile": "outer", "prefix": "/acme"}, {"profile": "inner", "prefix": "/acme/a"}},
+			want:     `prefix: profile "inner" (prefix /acme/a) would never be reached: profile "outer" (prefix /acme) comes before it in the same route and answers every path under /acme`,
+		},
+		{
+			name:     "a handler whose default prefix an earlier handler's prefix takes",
+			handlers: []map[string]any{{"profile": "a", "prefix": "/acme/b"}, {"profile": "b"}},
+			want:     `prefix: profile "b" (prefix /acme/b) would never be reached: profile "a" (prefix /acme/b) comes before it`,
+		},
+		{
+			name:     "a handler in a subroute under an earlier handler's prefix",
+			handlers: []map[string]any{{"profile": "outer", "prefix": "/acme"}, {"handler": "subroute", "routes": []any{map[string]any{"handle": []any{map[string]any{"handler": "acme_proxy", "profile": "inner", "prefix": "/acme/in"}}}}}},
+			want:     `prefix: profile "inner" (prefix /acme/in) would never be reached: profile "outer" (prefix /acme)`,
+		},
+		{
 			name:     "a prefix with a parent segment",
 			handlers: []map[string]any{{"profile": "a", "prefix": "/a/../b"}},
 			want:     `prefix: "/a/../b" must be a path of segments of letters, digits and -._~`,

@@ -49,6 +49,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.ProfileConfig.Validate(); err != nil {
 		return err
 	}
+	if err := checkReachable(ctx, h.Profile); err != nil {
+		return err
+	}
 	appMod, err := ctx.App("acme_proxy")
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNoApp, err)

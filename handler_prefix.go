@@ -1,0 +1,128 @@
+package caddyacmeproxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
+)
+
+// mountedHandler is an acme_proxy handler as a route of a Caddy server
+// holds it: its profile, its prefix (defaults applied) and whether a
+// matcher stands between it and the top of that route.
+type mountedHandler struct {
+	profile, prefix string
+	guarded         bool
+}
+
+// checkReachable refuses a handler that, in the server route it is
+// mounted in, another acme_proxy handler before it leaves unreachable: a
+// handler answers every path under its prefix, so one whose prefix is the
+// other's, or lies under it, would never see a request (two profiles
+// mounted at /acme, or /acme then /acme/a). Handlers of one route run in
+// the order written, not by the longest prefix, so this is the operator's
+// mistake, caught at load rather than found as a profile that answers
+// nothing. A matcher before the earlier handler (another site's host, a
+// handle block's path) takes the pair out of the check: the operator has
+// said which requests reach which handler.
+//
+// The route is read from the server being provisioned (Caddy passes it in
+// the context as caddyhttp.ServerCtxKey): the top-level route that holds
+// this handler still has its handlers' JSON while they are provisioned,
+// so every acme_proxy handler of that route is known here, the ones
+// provisioned later too. Without a server in the context (a handler
+// provisioned outside an HTTP app) there is nothing to compare with.
+func checkReachable(ctx caddy.Context, profile string) error {
+	srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil {
+		return nil
+	}
+	routes := srv.Routes
+	if srv.Errors != nil {
+		routes = append(append(caddyhttp.RouteList{}, routes...), srv.Errors.Routes...)
+	}
+	for _, r := range routes {
+		var hs []mountedHandler
+		collectMounted(r.HandlersRaw, false, &hs)
+		if !holdsProfile(hs, profile) {
+			continue
+		}
+		return checkShadowing(hs)
+	}
+	return nil
+}
+
+// holdsProfile reports whether hs mounts profile.
+func holdsProfile(hs []mountedHandler, profile string) bool {
+	for _, h := range hs {
+		if h.profile == profile {
+			return true
+		}
+	}
+	return false
+}
+
+// checkShadowing returns the first pair of hs (in the order requests meet
+// them) whose earlier handler, reached by every request that reaches the
+// route, answers the later one's whole prefix. Two handlers of one
+// profile are left to App.register, which says so.
+func checkShadowing(hs []mountedHandler) error {
+	for j, later := range hs {
+		for _, earlier := range hs[:j] {
+			if earlier.guarded || earlier.profile == later.profile {
+				continue
+			}
+			if later.prefix == earlier.prefix || strings.HasPrefix(later.prefix, earlier.prefix+"/") {
+				return fmt.Errorf("prefix: profile %q (prefix %s) would never be reached: profile %q (prefix %s) comes before it in the same route and answers every path under %s; give them prefixes that do not nest, or put the one with the longer prefix first",
+					later.profile, later.prefix, earlier.profile, earlier.prefix, earlier.prefix)
+			}
+		}
+	}
+	return nil
+}
+
+// collectMounted appends the acme_proxy handlers among handlers (a
+// route's handler JSON), in the order requests meet them, descending into
+// subroutes; guarded says a matcher stands above them. JSON that does not
+// decode is skipped: its own module's provisioning reports it.
+func collectMounted(handlers []json.RawMessage, guarded bool, out *[]mountedHandler) {
+	for _, raw := range handlers {
+		var kind struct {
+			Handler string `json:"handler"`
+		}
+		if json.Unmarshal(raw, &kind) != nil {
+			continue
+		}
+		switch kind.Handler {
+		case "acme_proxy":
+			var cfg acmeproxy.ProfileConfig
+			var names struct {
+				Profile string `json:"profile"`
+				Prefix  string `json:"prefix"`
+			}
+			if json.Unmarshal(raw, &names) != nil || names.Profile == "" {
+				continue
+			}
+			cfg.Profile, cfg.Prefix = names.Profile, names.Prefix
+			cfg.SetDefaults()
+			*out = append(*out, mountedHandler{profile: cfg.Profile, prefix: cfg.Prefix, guarded: guarded})
+		case "subroute":
+			var sub struct {
+				Routes []struct {
+					Match  []json.RawMessage `json:"match"`
+					Handle []json.RawMessage `json:"handle"`
+				} `json:"routes"`
+			}
+			if json.Unmarshal(raw, &sub) != nil {
+				continue
+			}
+			for _, r := range sub.Routes {
+				collectMounted(r.Handle, guarded || len(r.Match) > 0, out)
+			}
+		}
+	}
+}
