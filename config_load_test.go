@@ -227,6 +227,11 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 			want:     `prefix: profile "inner" (prefix /acme/in) would never be reached: profile "outer" (prefix /acme)`,
 		},
 		{
+			name:     "a handler whose prefix takes a later handler's order endpoints",
+			handlers: []map[string]any{{"profile": "inner", "prefix": "/acme/order"}, {"profile": "outer", "prefix": "/acme"}},
+			want:     `prefix: profile "inner" (prefix /acme/order) comes before profile "outer" (prefix /acme) in the same route and takes its order endpoints`,
+		},
+		{
 			name:     "a prefix with a parent segment",
 			handlers: []map[string]any{{"profile": "a", "prefix": "/a/../b"}},
 			want:     `prefix: "/a/../b" must be a path of segments of letters, digits and -._~`,

@@ -3,6 +3,7 @@ package caddyacmeproxy
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -68,8 +69,10 @@ func holdsProfile(hs []mountedHandler, profile string) bool {
 
 // checkShadowing returns the first pair of hs (in the order requests meet
 // them) whose earlier handler, reached by every request that reaches the
-// route, answers the later one's whole prefix. Two handlers of one
-// profile are left to App.register, which says so.
+// route, answers the later one's whole prefix, or the paths of some of
+// its endpoints (an earlier /acme/order takes the orders of a later
+// /acme). Two handlers of one profile are left to App.register, which
+// says so.
 func checkShadowing(hs []mountedHandler) error {
 	for j, later := range hs {
 		for _, earlier := range hs[:j] {
@@ -79,6 +82,14 @@ func checkShadowing(hs []mountedHandler) error {
 			if later.prefix == earlier.prefix || strings.HasPrefix(later.prefix, earlier.prefix+"/") {
 				return fmt.Errorf("prefix: profile %q (prefix %s) would never be reached: profile %q (prefix %s) comes before it in the same route and answers every path under %s; give them prefixes that do not nest, or put the one with the longer prefix first",
 					later.profile, later.prefix, earlier.profile, earlier.prefix, earlier.prefix)
+			}
+			below, ok := strings.CutPrefix(earlier.prefix, later.prefix+"/")
+			if !ok {
+				continue
+			}
+			if seg, _, _ := strings.Cut(below, "/"); slices.Contains(acmeproxy.EndpointSegments(), seg) {
+				return fmt.Errorf("prefix: profile %q (prefix %s) comes before profile %q (prefix %s) in the same route and takes its %s endpoints (%s/%s…); give %q a prefix below no endpoint of %q",
+					earlier.profile, earlier.prefix, later.profile, later.prefix, seg, later.prefix, seg, earlier.profile, later.profile)
 			}
 		}
 	}

@@ -78,6 +78,33 @@ http://b.example.com:%[1]d {
 }`,
 		},
 		{
+			name: "ok/the longer prefix first, below no endpoint of the shorter",
+			sites: `http://ca.example.com:%[1]d {
+	acme_proxy {
+		profile inner
+		prefix /acme/orders
+	}
+	acme_proxy {
+		profile outer
+		prefix /acme
+	}
+}`,
+		},
+		{
+			name: "fail/the longer prefix first, over an endpoint of the shorter",
+			sites: `http://ca.example.com:%[1]d {
+	acme_proxy {
+		profile inner
+		prefix /acme/directory
+	}
+	acme_proxy {
+		profile outer
+		prefix /acme
+	}
+}`,
+			want: `prefix: profile "inner" (prefix /acme/directory) comes before profile "outer" (prefix /acme) in the same route and takes its directory endpoints`,
+		},
+		{
 			name: "fail/the shorter prefix first",
 			sites: `http://ca.example.com:%[1]d {
 	acme_proxy {

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -330,6 +331,21 @@ func (s *Server) routes() []route {
 		{"/cert/{id}/{alt}", post, "cert", withID(s.handleAlternateCertificate)},
 		{"/renewal-info/{id}", getHead, "renewal-info", withID(s.handleRenewalInfo)},
 	}
+}
+
+// EndpointSegments are the first path segments below a prefix that a
+// profile's endpoints take (directory, order, …), read from its routes:
+// another profile mounted at <prefix>/<one of them> ahead of it would
+// answer those endpoints in its place.
+func EndpointSegments() []string {
+	var out []string
+	for _, rt := range (&Server{}).routes() {
+		seg, _, _ := strings.Cut(strings.TrimPrefix(rt.path, "/"), "/")
+		if seg != "" && !strings.HasPrefix(seg, "{") && !slices.Contains(out, seg) {
+			out = append(out, seg)
+		}
+	}
+	return out
 }
 
 // newMux builds the profile's router from routes: each route under its
