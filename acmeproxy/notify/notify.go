@@ -154,8 +154,15 @@ func (d *Destination) Validate() error {
 			given[ck] = k
 		}
 	case TypeEmail:
-		if _, _, err := net.SplitHostPort(d.SMTP); err != nil || d.SMTP == "" {
-			return fmt.Errorf("notify email: smtp: %q must be host:port", d.SMTP)
+		// The port as a dial would read it (a number, or a service's
+		// name): one it refuses, or 0, fails every delivery.
+		usable := false
+		if _, port, err := net.SplitHostPort(d.SMTP); err == nil {
+			p, err := net.LookupPort("tcp", port)
+			usable = err == nil && p > 0
+		}
+		if !usable {
+			return fmt.Errorf("notify email: smtp: %q must be host:port, the port from 1 to 65535", d.SMTP)
 		}
 		switch d.TLS {
 		case "", TLSStartTLS, TLSImplicit, TLSNone:

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/quotedprintable"
 	"net/http"
@@ -450,6 +451,40 @@ func TestAnEmailUsernameWithoutItsPasswordIsRefusedNamingTheEmptyOne(t *testing.
 	}
 	if strings.Contains(err.Error(), d.Username) {
 		t.Errorf("the error quotes the username: %v", err)
+	}
+}
+
+// An smtp address whose port no connection could use fails at load,
+// naming the key: else every delivery would fail before it left, and be
+// retried for a day. A port by number or by a service's name is taken.
+func TestAnEmailSMTPAddressIsRefusedWithoutAUsablePort(t *testing.T) {
+	tests := []struct {
+		name  string
+		smtp  string
+		valid bool
+	}{
+		{"ok/submission's port", "m.example.com:587", true},
+		{"ok/a service name", "m.example.com:smtp", true},
+		{"fail/a port above 65535", "m.example.com:99999", false},
+		{"fail/port 0", "m.example.com:0", false},
+		{"fail/a negative port", "m.example.com:-25", false},
+		{"fail/an empty port", "m.example.com:", false},
+		{"fail/a port that names no service", "m.example.com:nosuchservice", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := notify.Destination{Type: notify.TypeEmail, SMTP: tt.smtp, From: "a@example.com", To: []string{"b@example.com"}}
+			err := d.Validate()
+			if tt.valid {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if want := fmt.Sprintf("notify email: smtp: %q must be host:port", tt.smtp); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Validate: %v; want %q", err, want)
+			}
+		})
 	}
 }
 
