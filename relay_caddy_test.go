@@ -258,6 +258,11 @@ func TestLoadingABadRelayConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 		{"propagation timeout with http01", map[string]any{"directory": dir, "challenge": "http01", "propagation_timeout": "2m"}, "signer.propagation_timeout: only used with challenge dns01, not http01"},
 		{"propagation delay with bypass", map[string]any{"directory": dir, "challenge": "bypass", "propagation_delay": "5s"}, "signer.propagation_delay: only used with challenge dns01, not bypass"},
 		{"resolvers with the default challenge, http01", map[string]any{"directory": dir, "resolvers": []string{"1.1.1.1"}}, "signer.resolvers: only used with challenge dns01, not http01"},
+		{"email that is not an e-mail address", map[string]any{"directory": dir, "challenge": "bypass", "email": "pki at example.com"}, `signer.email: "pki at example.com" is not an e-mail address`},
+		{"email with a display name", map[string]any{"directory": dir, "challenge": "bypass", "email": "PKI <pki@example.com>"}, `signer.email: "PKI <pki@example.com>" is not an e-mail address`},
+		{"email of two addresses", map[string]any{"directory": dir, "challenge": "bypass", "email": "a@example.com,b@example.com"}, `signer.email: "a@example.com,b@example.com" is not an e-mail address`},
+		{"dns01 resolver with a port out of range", map[string]any{"directory": dir, "dns": map[string]any{"name": "acmeproxytest"}, "resolvers": []string{"10.0.0.53:99999"}}, "signer.resolvers"},
+		{"dns01 resolver with a space", map[string]any{"directory": dir, "dns": map[string]any{"name": "acmeproxytest"}, "resolvers": []string{"10.0.0.53 10.0.0.54"}}, "signer.resolvers"},
 		{"prepare_upstream neither on nor off", map[string]any{"directory": dir, "challenge": "bypass", "prepare_upstream": "yes"}, `signer.prepare_upstream: "yes" must be on or off`},
 	}
 	for _, tt := range tests {

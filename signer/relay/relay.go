@@ -21,6 +21,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/mail"
 	"net/url"
 	"strings"
 	"sync"
@@ -200,10 +201,23 @@ func New(opts Options) (*Signer, error) {
 	if opts.Storage == nil {
 		return nil, errors.New("relay: no storage for the upstream account")
 	}
+	// The upstream account's contact is mailto:<email>: anything but one
+	// bare address is refused by the upstream at registration, the
+	// first relay, rather than at load.
+	if e := opts.Email; e != "" {
+		if a, err := mail.ParseAddress(e); err != nil || a.Address != e {
+			return nil, &OptionError{"email", fmt.Sprintf("%q is not an e-mail address", e)}
+		}
+	}
 	switch opts.Challenge {
 	case ChallengeDNS01:
 		if opts.DNS == nil || opts.DNS.DNSProvider == nil {
 			return nil, &OptionError{"dns", "challenge dns01 needs a DNS provider"}
+		}
+		for _, r := range opts.DNS.Resolvers {
+			if problem := resolverProblem(r); problem != "" {
+				return nil, &OptionError{"resolvers", problem}
+			}
 		}
 	case ChallengeHTTP01, ChallengeBypass:
 	default:
@@ -281,6 +295,43 @@ func directoryProblem(directory string) string {
 		return fmt.Sprintf("%q %s", newSecrets(directory, "").directory, want)
 	}
 	return ""
+}
+
+// resolverProblem says what is wrong with a DNS server's address as
+// certmagic dials it: host[:port], the host an IP address or a host
+// name, the port (53 when left out) one a dial can use.
+func resolverProblem(s string) string {
+	host, port := s, "53"
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		host, port = h, p
+	}
+	if net.ParseIP(host) == nil && !isHostName(host) {
+		return fmt.Sprintf("%q is not an IP address or a host name, with an optional port", s)
+	}
+	if p, err := net.LookupPort("udp", port); err != nil || p == 0 {
+		return fmt.Sprintf("%q: the port must be from 1 to 65535", s)
+	}
+	return ""
+}
+
+// isHostName reports whether s is a host name a resolver may have:
+// dot-separated labels of letters, digits, hyphens and underscores.
+func isHostName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // observedTransport reports every upstream request to Options.Observe.
