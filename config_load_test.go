@@ -209,12 +209,12 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 		{
 			name:     "two handlers in one route with one prefix, the second never reached",
 			handlers: []map[string]any{{"profile": "a", "prefix": "/acme"}, {"profile": "b", "prefix": "/acme/"}},
-			want:     `prefix: profile "b" (prefix /acme) would never be reached: profile "a" (prefix /acme) comes before it in the same route and answers every path under /acme`,
+			want:     `prefix: profile "b" (prefix /acme) would never be reached: profile "a" (prefix /acme) comes before it and answers every path under /acme`,
 		},
 		{
 			name:     "a handler whose prefix lies under an earlier handler's",
 			handlers: []map[string]any{{"profile": "outer", "prefix": "/acme"}, {"profile": "inner", "prefix": "/acme/a"}},
-			want:     `prefix: profile "inner" (prefix /acme/a) would never be reached: profile "outer" (prefix /acme) comes before it in the same route and answers every path under /acme`,
+			want:     `prefix: profile "inner" (prefix /acme/a) would never be reached: profile "outer" (prefix /acme) comes before it and answers every path under /acme`,
 		},
 		{
 			name:     "a handler whose default prefix an earlier handler's prefix takes",
@@ -229,7 +229,7 @@ func TestLoadingABadJSONConfigFailsWithAnErrorNamingTheKey(t *testing.T) {
 		{
 			name:     "a handler whose prefix takes a later handler's order endpoints",
 			handlers: []map[string]any{{"profile": "inner", "prefix": "/acme/order"}, {"profile": "outer", "prefix": "/acme"}},
-			want:     `prefix: profile "inner" (prefix /acme/order) comes before profile "outer" (prefix /acme) in the same route and takes its order endpoints`,
+			want:     `prefix: profile "inner" (prefix /acme/order) comes before profile "outer" (prefix /acme) and takes its order endpoints`,
 		},
 		{
 			name:     "a prefix with a parent segment",

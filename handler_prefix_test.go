@@ -1,6 +1,7 @@
 package caddyacmeproxy
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -102,7 +103,7 @@ http://b.example.com:%[1]d {
 		prefix /acme
 	}
 }`,
-			want: `prefix: profile "inner" (prefix /acme/directory) comes before profile "outer" (prefix /acme) in the same route and takes its directory endpoints`,
+			want: `prefix: profile "inner" (prefix /acme/directory) comes before profile "outer" (prefix /acme) and takes its directory endpoints`,
 		},
 		{
 			name: "fail/the shorter prefix first",
@@ -116,7 +117,7 @@ http://b.example.com:%[1]d {
 		prefix /acme/a
 	}
 }`,
-			want: `prefix: profile "inner" (prefix /acme/a) would never be reached: profile "outer" (prefix /acme) comes before it in the same route`,
+			want: `prefix: profile "inner" (prefix /acme/a) would never be reached: profile "outer" (prefix /acme) comes before it`,
 		},
 		{
 			name: "fail/one prefix twice on one site",
@@ -141,6 +142,64 @@ http://b.example.com:%[1]d {
 			cfgJSON, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfgFile), nil)
 			if err != nil {
 				t.Fatalf("adapt: %v", err)
+			}
+			err = caddyValidate(t, cfgJSON)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("validate: %v", err)
+			case tt.want != "" && err == nil:
+				t.Fatalf("valid; want an error containing %q", tt.want)
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Errorf("error %q\ndoes not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// The same holds across the routes of a server, as a JSON config often
+// writes one handler a route: a later route's handler is never reached
+// under an earlier route's prefix unless that route has a matcher.
+func TestValidatingAJSONConfigRefusesAProfileAnEarlierRouteLeavesUnreachable(t *testing.T) {
+	outer := map[string]any{"handler": "acme_proxy", "profile": "outer", "prefix": "/acme"}
+	inner := map[string]any{"handler": "acme_proxy", "profile": "inner", "prefix": "/acme/a"}
+	tests := []struct {
+		name   string
+		routes []any
+		want   string // "" when the config is valid
+	}{
+		{
+			name:   "ok/the longer prefix in the earlier route",
+			routes: []any{map[string]any{"handle": []any{inner}}, map[string]any{"handle": []any{outer}}},
+		},
+		{
+			name: "ok/the earlier route has a host matcher",
+			routes: []any{map[string]any{"match": []any{map[string]any{"host": []string{"a.example.com"}}}, "handle": []any{outer}},
+				map[string]any{"handle": []any{inner}}},
+		},
+		{
+			name:   "fail/the shorter prefix in the earlier route",
+			routes: []any{map[string]any{"handle": []any{outer}}, map[string]any{"handle": []any{inner}}},
+			want:   `prefix: profile "inner" (prefix /acme/a) would never be reached: profile "outer" (prefix /acme) comes before it`,
+		},
+		{
+			name: "fail/the later route has a matcher of its own",
+			routes: []any{map[string]any{"handle": []any{outer}},
+				map[string]any{"match": []any{map[string]any{"host": []string{"a.example.com"}}}, "handle": []any{inner}}},
+			want: `prefix: profile "inner" (prefix /acme/a) would never be reached: profile "outer" (prefix /acme) comes before it`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := isolate(t)
+			cfg := validateConfig(t, dir, map[string]any{"database": filepath.Join(dir, "acme_proxy.db")}, freePort(t), nil)
+			var doc map[string]any
+			if err := json.Unmarshal(cfg, &doc); err != nil {
+				t.Fatal(err)
+			}
+			doc["apps"].(map[string]any)["http"].(map[string]any)["servers"].(map[string]any)["srv0"].(map[string]any)["routes"] = tt.routes
+			cfgJSON, err := json.Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
 			}
 			err = caddyValidate(t, cfgJSON)
 			switch {
