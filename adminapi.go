@@ -133,6 +133,19 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Allow", rt.method)
 		return apiError(http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s; use %s", r.Method, r.URL.Path, rt.method))
 	}
+	err := a.serveWith(w, r, rt, id)
+	if ae, ok := errors.AsType[caddy.APIError](err); ok && ae.HTTPStatus == http.StatusServiceUnavailable {
+		// As the ACME front says when the database is out of reach: a
+		// script or the CLI may ask again then. So too with no app to
+		// serve (a reload under way, or one that failed before any app
+		// started).
+		w.Header().Set("Retry-After", strconv.Itoa(int(operator.UnavailableRetryAfter/time.Second)))
+	}
+	return err
+}
+
+// serveWith serves rt, found for r, with the app serving now.
+func (a *AdminAPI) serveWith(w http.ResponseWriter, r *http.Request, rt adminRoute, id string) error {
 	app := a.appOf()
 	if app == nil || app.db == nil {
 		return apiError(http.StatusServiceUnavailable, errNoApp)
@@ -144,13 +157,7 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	// An app provisioned and not started yet opens its store at Start:
 	// wait for it (the store answers 503 if it never opens).
 	app.awaitStart(ctx)
-	err := rt.handle(w, r.WithContext(ctx), app.Operator(), id)
-	if ae, ok := errors.AsType[caddy.APIError](err); ok && ae.HTTPStatus == http.StatusServiceUnavailable {
-		// As the ACME front says when the database is out of reach: a
-		// script or the CLI may ask again then.
-		w.Header().Set("Retry-After", strconv.Itoa(int(operator.UnavailableRetryAfter/time.Second)))
-	}
-	return err
+	return rt.handle(w, r.WithContext(ctx), app.Operator(), id)
 }
 
 // appOf is the app the routes work on: the config's, or, when the config

@@ -2,15 +2,22 @@ package caddyacmeproxy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"go.uber.org/zap"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 )
 
 // The quickstart names no acme_proxy app: its handler pulls the app in.
@@ -77,5 +84,24 @@ func TestTheAdminAPIServesTheRunningAppAfterAReloadThatFailed(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With no app to serve (a config without one loaded, a reload that failed
+// before any app started, an app whose store is not open) the operator's
+// routes answer 503, and say when to ask again as every other 503 of the
+// operator's fronts does: the CLI or a script polling the admin API
+// during a reload has nothing else to go by.
+func TestAnAdminRequestWithNoAppToServeItIsA503WithRetryAfter(t *testing.T) {
+	a := &AdminAPI{app: &App{}, log: zap.NewNop()}
+	r := httptest.NewRequest(http.MethodGet, "/acme_proxy/orders", nil)
+	w := httptest.NewRecorder()
+	err := a.serve(w, r)
+	if ae, ok := errors.AsType[caddy.APIError](err); !ok || ae.HTTPStatus != http.StatusServiceUnavailable {
+		t.Fatalf("serve: %v; want a 503", err)
+	}
+	want := strconv.Itoa(int(operator.UnavailableRetryAfter / time.Second))
+	if got := w.Header().Get("Retry-After"); got != want {
+		t.Errorf("Retry-After %q; want %s", got, want)
 	}
 }
