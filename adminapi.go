@@ -582,7 +582,7 @@ func (a *AdminAPI) regenerateCRL(w http.ResponseWriter, r *http.Request, op *ope
 	if err := readNoInput(r); err != nil {
 		return err
 	}
-	v, err := op.RegenerateCRL(r.Context(), profile)
+	v, err := op.RegenerateCRL(r.Context(), profile, actorOf(r))
 	if err != nil {
 		return opError(err)
 	}

@@ -110,6 +110,7 @@ const (
 	EventRenewEarly              = "renew_early"             // an operator moved a certificate's renewal window to now (RFC 9773)
 	EventRateLimited             = "rate_limited"            // a request refused by one of the profile's limits (once per limit and subject an interval)
 	EventFinalizeRefused         = "finalize_refused"        // a finalize refused before signing: the CAA records, checked again, forbid it (one row per identifier)
+	EventCRLRegenerated          = "crl_regenerated"         // an operator published a new CRL of a profile's CA
 )
 
 // Events lists every event above, in their order: what an audit search
@@ -118,7 +119,7 @@ var Events = []string{EventCertificateIssued, EventCertificateIssueFailed, Event
 	EventRevocationRefused, EventRevocationFailed, EventRevocationReasonChanged, EventAccountCreated,
 	EventAccountDeactivated, EventChallengeFailed, EventRevocationRefusals, EventAuditPruned,
 	EventRetentionPruned, EventEABKeyCreated, EventEABKeyRevoked, EventAccountBindingRefused,
-	EventJobRetried, EventJobCancelled, EventRenewEarly, EventRateLimited, EventFinalizeRefused}
+	EventJobRetried, EventJobCancelled, EventRenewEarly, EventRateLimited, EventFinalizeRefused, EventCRLRegenerated}
 
 // CRLReason codes (RFC 5280 §5.3.1), as revoke-cert's "reason" carries
 // them (RFC 8555 §7.6). 7 is unassigned.

@@ -154,7 +154,7 @@ func TestAnOperatorsCRLRegenerationInTheSecondOfTheStoredCRLWaitsForTheNextSecon
 		}
 		done := make(chan result, 1)
 		go func() {
-			v, err := op.RegenerateCRL(ctx, e.srv.Profile())
+			v, err := op.RegenerateCRL(ctx, e.srv.Profile(), authority.Actor{Kind: authority.ActorCLI, ID: "alice"})
 			done <- result{v, err}
 		}()
 		timer := make(chan time.Time, 1)
@@ -211,7 +211,7 @@ func TestTwoRegenerationsRacingInOneSecondStoreCRLsOfTwoSeconds(t *testing.T) {
 		regenerate := func(ctx context.Context, e *testEnv) <-chan result {
 			out := make(chan result, 1)
 			go func() {
-				crl, err := e.srv.Authority().RegenerateCRLAfterStored(ctx)
+				crl, err := e.srv.Authority().RegenerateCRLAfterStored(ctx, authority.Actor{Kind: authority.ActorAdmin, ID: "alice"})
 				out <- result{crl, err}
 			}()
 			return out

@@ -2,6 +2,9 @@ package acmeproxy
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +55,17 @@ func TestAnOperatorsChangeIsNeverRecordedWithoutItsAuditRow(t *testing.T) {
 			}
 			return func() error { _, err := op.RevokeEABKey(ctx, k.KID, actor); return err },
 				func() bool { ks := eabKeys(t, ctx, op, e); return len(ks) == 1 && ks[0].State == store.EABRevoked }
+		}},
+		{"a CRL regenerated", vocab.EventCRLRegenerated, func(t *testing.T, ctx context.Context, e *testEnv, op *operator.Operator) (func() error, func() bool) {
+			// The runner's CRL refresh publishes CRLs of its own, which
+			// are no operator's change: stopped, it publishes none.
+			if err := e.runner.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			number := func() int64 { return crlNumber(t, ctx, e) }
+			before := number()
+			return func() error { _, err := op.RegenerateCRL(ctx, e.srv.Profile(), actor); return err },
+				func() bool { return number() > before }
 		}},
 	}
 	for _, tc := range tests {
@@ -110,4 +124,50 @@ func eabKeys(t *testing.T, ctx context.Context, op *operator.Operator, e *testEn
 		t.Fatal(err)
 	}
 	return p.Items
+}
+
+// crlNumber is the number of the CRL stored for the CA the env's profile
+// issues from now; 0 for none.
+func crlNumber(t *testing.T, ctx context.Context, e *testEnv) int64 {
+	t.Helper()
+	iss, err := e.srv.Authority().CurrentIssuer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.db.CRLNumber(ctx, iss.KeyID)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// An operator's CRL regeneration (the admin API's crl/{profile}/regenerate,
+// the CLI's crl regenerate) is an operator's change like the others: its
+// audit row says who asked, for which profile, and which CRL it published.
+func TestAnOperatorsCRLRegenerationIsAuditedWithTheOperatorAndTheCRLItPublished(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newTestEnv(t, nil)
+		op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+		actor := authority.Actor{Kind: authority.ActorCLI, ID: "alice"}
+		v, err := op.RegenerateCRL(ctx, e.srv.Profile(), actor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := auditRows(t, e.db, store.AuditFilter{Event: vocab.EventCRLRegenerated})
+		if len(rows) != 1 {
+			t.Fatalf("%d %s rows; want 1", len(rows), vocab.EventCRLRegenerated)
+		}
+		r := rows[0]
+		if r.ActorKind != actor.Kind || r.ActorID != actor.ID || r.Profile != e.srv.Profile() || r.Outcome != authority.OutcomeSuccess {
+			t.Errorf("the row: actor %s/%s, profile %q, outcome %s; want %s/%s, %q, %s",
+				r.ActorKind, r.ActorID, r.Profile, r.Outcome, actor.Kind, actor.ID, e.srv.Profile(), authority.OutcomeSuccess)
+		}
+		if want := fmt.Sprintf("CRL %d ", v.Number); !strings.Contains(r.Detail, want) || !strings.Contains(r.Detail, v.Issuer) {
+			t.Errorf("the row's detail %q does not name the CRL published, %q of CA %s", r.Detail, want, v.Issuer)
+		}
+	})
 }

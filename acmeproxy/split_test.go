@@ -409,7 +409,7 @@ func TestAFrontEndsOperatorShowsTheCRLTheFrontEndServes(t *testing.T) {
 		t.Errorf("crl show at the front end: %+v; want the CRL it serves, number %d, %d entries, of CA %s",
 			v, served.Number, len(served.RevokedCertificateEntries), signer.LeafIssuerKeyID(got.leaf))
 	}
-	_, err = op.RegenerateCRL(ctx, front.srv.Profile())
+	_, err = op.RegenerateCRL(ctx, front.srv.Profile(), authority.Actor{Kind: authority.ActorCLI, ID: "alice"})
 	if status, msg := operator.Describe(err); status != http.StatusConflict || !strings.Contains(msg, "holding") {
 		t.Errorf("crl regenerate at the front end: %d %q; want a conflict naming where to regenerate", status, msg)
 	}

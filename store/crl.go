@@ -235,6 +235,16 @@ type CRLBuildFrom func(r CRLRead) (der []byte, thisUpdate, nextUpdate time.Time,
 // latest CRL that is not base's (another publisher stored one, or a
 // revocation reason changed since, which marks it) means a full read.
 func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string, now, dropBefore time.Time, base *CRLBase, build CRLBuildFrom) (CRL, error) {
+	return db.PublishCRLFromAudited(ctx, issuerKeyID, issuerName, now, dropBefore, base, build, nil)
+}
+
+// PublishCRLFromAudited is PublishCRLFrom for a publication someone asked
+// for (an operator's regeneration): audit, when not nil, is the audit row
+// of the CRL stored, written in the transaction that names it, so that no
+// such CRL is stored without its row, and an attempt that does not store
+// its CRL (its number taken meanwhile) writes none.
+func (db *DB) PublishCRLFromAudited(ctx context.Context, issuerKeyID, issuerName string, now, dropBefore time.Time, base *CRLBase,
+	build CRLBuildFrom, audit func(CRL) AuditEvent) (CRL, error) {
 	if issuerKeyID == "" || issuerName == "" {
 		return CRL{}, errors.New("store: publishing a CRL needs an issuer's key id and name")
 	}
@@ -255,7 +265,7 @@ func (db *DB) PublishCRLFrom(ctx context.Context, issuerKeyID, issuerName string
 		}
 		out := CRL{IssuerKeyID: issuerKeyID, Number: snap.Number, ThisUpdate: this, NextUpdate: next,
 			LedgerSeq: snap.Seq, Entries: entries, DER: der, UpdatedAt: now, mark: snap.Mark}
-		out.LedgerSeq, err = db.storeCRL(ctx, issuerName, out, snap.storedSeq, share)
+		out.LedgerSeq, err = db.storeCRL(ctx, issuerName, out, snap.storedSeq, share, audit)
 		if errors.Is(err, errCRLPartGone) {
 			share = false // the next attempt writes every part
 		}
@@ -518,7 +528,10 @@ func splitCRL(der []byte) [][]byte {
 // number taken already without writing; SQLite's single writer needs
 // nothing more.) The stored CRL's mark is read locked, so that a reason
 // change committing meanwhile waits and is not overwritten.
-func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64, share bool) (int64, error) {
+//
+// audit, when not nil, is the audit row of crl, written with its last
+// write.
+func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64, share bool, audit func(CRL) AuditEvent) (int64, error) {
 	parts := holdingAll(splitCRL(crl.DER))
 	if len(parts) > 1 {
 		if share {
@@ -530,13 +543,14 @@ func (db *DB) storeCRL(ctx context.Context, issuerName string, crl CRL, storedSe
 			return 0, err
 		}
 	}
-	return db.finishCRL(ctx, issuerName, crl, storedSeq, parts)
+	return db.finishCRL(ctx, issuerName, crl, storedSeq, parts, audit)
 }
 
-// finishCRL is storeCRL's last write, of crl's last part and its crls
-// row, and the deletions after it: of the parts of lower numbers once crl
-// is named, of crl's own when it is refused.
-func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64, parts []crlPart) (int64, error) {
+// finishCRL is storeCRL's last write, of crl's last part, its crls row
+// and its audit row (audit, when not nil), and the deletions after it: of
+// the parts of lower numbers once crl is named, of crl's own when it is
+// refused.
+func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedSeq int64, parts []crlPart, audit func(CRL) AuditEvent) (int64, error) {
 	last := len(parts) - 1
 	seq := crl.LedgerSeq
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
@@ -591,7 +605,12 @@ func (db *DB) finishCRL(ctx context.Context, issuerName string, crl CRL, storedS
 		if err != nil {
 			return err
 		}
-		return oneRowOrTaken(res)
+		if err := oneRowOrTaken(res); err != nil || audit == nil {
+			return err
+		}
+		named := crl
+		named.LedgerSeq = seq
+		return db.insertAudit(ctx, tx, audit(named))
 	})
 	if err != nil {
 		if last > 0 && (errors.Is(err, errCRLNumberTaken) || errors.Is(err, errCRLPartGone)) {

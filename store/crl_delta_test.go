@@ -406,7 +406,7 @@ func BenchmarkStoringACRLOf100000Entries(b *testing.B) {
 					der[0], der[len(der)-1] = byte(number), byte(number) // each CRL its own bytes there
 					before := wal()
 					if _, err := db.storeCRL(ctx, "CN=ca", CRL{IssuerKeyID: "ca", Number: number, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour),
-						Entries: 100000, DER: der, UpdatedAt: t0}, 0, share); err != nil {
+						Entries: 100000, DER: der, UpdatedAt: t0}, 0, share, nil); err != nil {
 						b.Fatal(err)
 					}
 					walBytes += wal() - before

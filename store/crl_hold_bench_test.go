@@ -91,7 +91,7 @@ func BenchmarkTheWriterHeldByStoringACRLOf100000Entries(b *testing.B) {
 				number++
 				der[0] = byte(number) // each CRL its own bytes
 				if _, err := db.storeCRL(ctx, "CN=ca", CRL{IssuerKeyID: "ca", Number: number, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour),
-					Entries: 100000, DER: der, UpdatedAt: t0}, 0, false); err != nil {
+					Entries: 100000, DER: der, UpdatedAt: t0}, 0, false, nil); err != nil {
 					b.Fatal(err)
 				}
 				holds := rec.take()
@@ -148,7 +148,7 @@ func BenchmarkSmallWritesWhileACRLIsStored(b *testing.B) {
 						}
 						der[0] = byte(number)
 						if _, err := db.storeCRL(ctx, "CN=ca", CRL{IssuerKeyID: "ca", Number: number, ThisUpdate: t0, NextUpdate: t0.Add(time.Hour),
-							Entries: 100000, DER: der, UpdatedAt: t0}, 0, false); err != nil {
+							Entries: 100000, DER: der, UpdatedAt: t0}, 0, false, nil); err != nil {
 							b.Error(err)
 							return
 						}

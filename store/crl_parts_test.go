@@ -191,7 +191,7 @@ func TestACRLOvertakenBeforeItsLastWriteLeavesNoParts(t *testing.T) {
 		if err := db.withTx(ctx, func(tx *sql.Tx) error { return insertCRLPart(ctx, tx, db, slow, 1, parts[1]) }); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.finishCRL(ctx, "CN=ca", slow, 0, parts); !errors.Is(err, errCRLNumberTaken) {
+		if _, err := db.finishCRL(ctx, "CN=ca", slow, 0, parts, nil); !errors.Is(err, errCRLNumberTaken) {
 			t.Fatalf("the last write of CRL 1 with CRL %d stored: %v; want errCRLNumberTaken", fast.Number, err)
 		}
 		if stored := crlPartsOf(t, db, "ca"); len(stored) != 1 || stored[fast.Number] != 3 {

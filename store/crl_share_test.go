@@ -146,13 +146,13 @@ func TestACRLWhoseSharedPartsWentWithAnotherCRLIsRefusedAndLeavesNothing(t *test
 			t.Fatalf("CRL C's parts between name %d and %d; want the first CRL's rows, %d", cParts[1].heldBy, cParts[2].heldBy, first.Number)
 		}
 		// ...until B is named, and the first CRL's parts go.
-		if _, err := db.finishCRL(ctx, "CN=ca", b, first.LedgerSeq, bParts); err != nil {
+		if _, err := db.finishCRL(ctx, "CN=ca", b, first.LedgerSeq, bParts, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := db.writeCRLParts(ctx, "CN=ca", c, cParts[:len(cParts)-1]); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.finishCRL(ctx, "CN=ca", c, first.LedgerSeq, cParts); !errors.Is(err, errCRLPartGone) {
+		if _, err := db.finishCRL(ctx, "CN=ca", c, first.LedgerSeq, cParts, nil); !errors.Is(err, errCRLPartGone) {
 			t.Fatalf("the last write of CRL C, its shared parts gone: %v; want errCRLPartGone", err)
 		}
 		readsBack(t, db, b)
@@ -189,11 +189,11 @@ func TestACRLNotYetNamedKeepsThePartsItSharesThroughAnotherCRLsNaming(t *testing
 		if err := db.writeCRLParts(ctx, "CN=ca", c, cParts[:len(cParts)-1]); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.finishCRL(ctx, "CN=ca", b, first.LedgerSeq, bParts); err != nil {
+		if _, err := db.finishCRL(ctx, "CN=ca", b, first.LedgerSeq, bParts, nil); err != nil {
 			t.Fatal(err)
 		}
 		readsBack(t, db, b)
-		if _, err := db.finishCRL(ctx, "CN=ca", c, first.LedgerSeq, cParts); err != nil {
+		if _, err := db.finishCRL(ctx, "CN=ca", c, first.LedgerSeq, cParts, nil); err != nil {
 			t.Fatalf("the last write of C, named after B: %v", err)
 		}
 		readsBack(t, db, c)

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
@@ -306,7 +307,7 @@ func (au *Authority) ensureLeafCRL(ctx context.Context, leaf *x509.Certificate) 
 	}
 	// A first CRL another instance stored meanwhile, in this second, is
 	// the CRL the leaf names: published.
-	if _, err := au.publishCRL(ctx, iss, true); err != nil && !errors.As(err, new(*crlTooSoonError)) {
+	if _, err := au.publishCRL(ctx, iss, true, nil); err != nil && !errors.As(err, new(*crlTooSoonError)) {
 		return fmt.Errorf("%w: publishing the first CRL of CA %s: %w", errLeafCRLUnpublished, id, err)
 	}
 	if err := au.Publish(ctx); err != nil {
@@ -363,7 +364,7 @@ func (au *Authority) RegenerateCRL(ctx context.Context) (store.CRL, error) {
 	if err != nil {
 		return store.CRL{}, err
 	}
-	return au.publishCRL(ctx, iss, false)
+	return au.publishCRL(ctx, iss, false, nil)
 }
 
 // regenerated is the CA whose CRL a regeneration builds: the one the
@@ -375,19 +376,25 @@ func (au *Authority) regenerated(ctx context.Context) (signer.IssuerInfo, error)
 	return au.CurrentIssuer(ctx)
 }
 
-// RegenerateCRLAfterStored is RegenerateCRL (an operator's regeneration)
+// RegenerateCRLAfterStored is RegenerateCRL for an operator, actor,
 // holding the promise a crl_regenerate job holds (runCRL): the CRL is
 // built in a later second than the stored one's thisUpdate, waiting for
 // that second (at most crlSameSecondWait), so that a client revalidating
 // with If-Modified-Since alone is not told 304 for a CRL it does not
 // hold, and thisUpdate grows with cRLNumber.
-func (au *Authority) RegenerateCRLAfterStored(ctx context.Context) (store.CRL, error) {
+func (au *Authority) RegenerateCRLAfterStored(ctx context.Context, actor Actor) (store.CRL, error) {
 	iss, err := au.regenerated(ctx)
 	if err != nil {
 		return store.CRL{}, err
 	}
+	audit := func(crl store.CRL) store.AuditEvent {
+		return store.AuditEvent{At: au.clock.Now(), Event: acme.EventCRLRegenerated, Outcome: OutcomeSuccess, Profile: au.cfg.Profile,
+			ActorKind: actor.Kind, ActorID: actor.ID, Reason: "operator",
+			Detail: fmt.Sprintf("CRL %d of CA %s (%s), %d entries, next update %s", crl.Number, crl.IssuerKeyID, iss.Subject, crl.Entries,
+				crl.NextUpdate.UTC().Format(time.RFC3339))}
+	}
 	for {
-		crl, err := au.publishCRL(ctx, iss, true)
+		crl, err := au.publishCRL(ctx, iss, true, audit)
 		var soon *crlTooSoonError
 		if !errors.As(err, &soon) {
 			return crl, err
@@ -451,7 +458,9 @@ func checkFollows(r store.CRLRead, now time.Time, follow bool) error {
 // last CRL of iss and those revoked since (publishKeptCRL). With follow,
 // it builds only in a later second than the stored CRL's thisUpdate
 // (crlTooSoonError otherwise), as what serves it to clients promises.
-func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo, follow bool) (store.CRL, error) {
+// audit, when not nil, is the audit row of the CRL stored, written with
+// it (store.PublishCRLFromAudited).
+func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo, follow bool, audit func(store.CRL) store.AuditEvent) (store.CRL, error) {
 	cs, ok := au.CRLSigner()
 	if !ok {
 		return store.CRL{}, fmt.Errorf("the signer of profile %s publishes no CRL", au.cfg.Profile)
@@ -464,10 +473,10 @@ func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo, foll
 		err   error = errors.ErrUnsupported
 	)
 	if ecs, ok := cs.(signer.EncodedCRLSigner); ok {
-		crl, delta, err = au.publishKeptCRL(ctx, ecs, iss, now, follow)
+		crl, delta, err = au.publishKeptCRL(ctx, ecs, iss, now, follow, audit)
 	}
 	if errors.Is(err, errors.ErrUnsupported) {
-		crl, err = au.publishTemplateCRL(ctx, cs, iss, now, follow)
+		crl, err = au.publishTemplateCRL(ctx, cs, iss, now, follow, audit)
 	}
 	if err != nil {
 		return store.CRL{}, err
@@ -481,8 +490,9 @@ func (au *Authority) publishCRL(ctx context.Context, iss signer.IssuerInfo, foll
 
 // publishTemplateCRL publishes the CRL of iss from every entry of the
 // ledger still listed (crlDropBefore), signed as an x509 template.
-func (au *Authority) publishTemplateCRL(ctx context.Context, cs signer.CRLSigner, iss signer.IssuerInfo, now time.Time, follow bool) (store.CRL, error) {
-	return au.db.PublishCRLFrom(ctx, iss.KeyID, iss.NameID, now, crlDropBefore(now), nil, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
+func (au *Authority) publishTemplateCRL(ctx context.Context, cs signer.CRLSigner, iss signer.IssuerInfo, now time.Time, follow bool,
+	audit func(store.CRL) store.AuditEvent) (store.CRL, error) {
+	return au.db.PublishCRLFromAudited(ctx, iss.KeyID, iss.NameID, now, crlDropBefore(now), nil, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
 		this, next := crlTimes(now)
 		if err := checkFollows(r, now, follow); err != nil {
 			return nil, this, next, err
@@ -498,7 +508,7 @@ func (au *Authority) publishTemplateCRL(ctx context.Context, cs signer.CRLSigner
 		}
 		der, err := cs.SignCRL(ctx, iss.KeyID, tmpl)
 		return der, this, next, err
-	})
+	}, audit)
 }
 
 // crlDropBefore is when the certificate of an entry left off a CRL
@@ -608,7 +618,7 @@ func (au *Authority) runCRL(ctx context.Context, iss signer.IssuerInfo, jobIssue
 			return jobs.RetryAfter(fmt.Sprintf("CRL %d has the thisUpdate of this second", cur.Number), wait)
 		}
 	}
-	crl, err := au.publishCRL(ctx, iss, true)
+	crl, err := au.publishCRL(ctx, iss, true, nil)
 	if soon := (*crlTooSoonError)(nil); errors.As(err, &soon) {
 		return jobs.RetryAfter(soon.Error(), soon.wait)
 	}

@@ -88,7 +88,8 @@ func (c *crlCache) keepBuilt(issuer string, k *keptCRL) {
 // restart) or when it was last read in full crlFullEvery ago, from every
 // entry of the ledger still listed (crlDropBefore). delta says which. An error wrapping
 // errors.ErrUnsupported says cs cannot sign the CRL so.
-func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSigner, iss signer.IssuerInfo, now time.Time, follow bool) (crl store.CRL, delta bool, err error) {
+func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSigner, iss signer.IssuerInfo, now time.Time, follow bool,
+	audit func(store.CRL) store.AuditEvent) (crl store.CRL, delta bool, err error) {
 	prev := au.crls.lastBuilt(iss.KeyID)
 	var (
 		base *store.CRLBase
@@ -99,7 +100,7 @@ func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSig
 		base = &store.CRLBase{Number: prev.number, Seq: prev.seq, Mark: prev.mark, Count: int64(len(kept))}
 	}
 	var built *keptCRL
-	crl, err = au.db.PublishCRLFrom(ctx, iss.KeyID, iss.NameID, now, crlDropBefore(now), base, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
+	crl, err = au.db.PublishCRLFromAudited(ctx, iss.KeyID, iss.NameID, now, crlDropBefore(now), base, func(r store.CRLRead) ([]byte, time.Time, time.Time, error) {
 		this, next := crlTimes(now)
 		if err := checkFollows(r, now, follow); err != nil {
 			return nil, this, next, err
@@ -120,7 +121,7 @@ func (au *Authority) publishKeptCRL(ctx context.Context, cs signer.EncodedCRLSig
 		der, err := cs.SignEncodedCRL(ctx, iss.KeyID, &x509.RevocationList{Number: big.NewInt(r.Number), ThisUpdate: this, NextUpdate: next}, ders)
 		built = k
 		return der, this, next, err
-	})
+	}, audit)
 	if err != nil {
 		return store.CRL{}, false, err
 	}

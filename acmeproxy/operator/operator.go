@@ -765,9 +765,9 @@ func (op *Operator) ShowCRL(ctx context.Context, profile string) (CRLView, error
 
 // RegenerateCRL publishes a new CRL for a profile's CA now — in a later
 // second than the stored CRL's, as a regeneration job does, waiting for
-// it if need be. A front end holds no key to sign one with: it refuses,
-// naming where to ask.
-func (op *Operator) RegenerateCRL(ctx context.Context, profile string) (CRLView, error) {
+// it if need be — and audits it with actor. A front end holds no key to
+// sign one with: it refuses, naming where to ask.
+func (op *Operator) RegenerateCRL(ctx context.Context, profile string, actor authority.Actor) (CRLView, error) {
 	s, err := op.crlServer(profile)
 	if err != nil {
 		return CRLView{}, err
@@ -775,7 +775,7 @@ func (op *Operator) RegenerateCRL(ctx context.Context, profile string) (CRLView,
 	if s.Delegates() {
 		return CRLView{}, fmt.Errorf("%w: profile %s is mounted here without its signer; regenerate its CRL at an instance holding the signer", ErrConflict, profile)
 	}
-	crl, err := s.RegenerateCRLAfterStored(ctx)
+	crl, err := s.RegenerateCRLAfterStored(ctx, actor)
 	if err != nil {
 		return CRLView{}, err
 	}
