@@ -477,6 +477,8 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"ok/crl", "GET", "/acme_proxy/crl/e2e", "", 200, has(`"profile": "e2e"`, `"entries": 1`)},
 		{"fail/crl regenerate with a body, which is not acted on", "POST", "/acme_proxy/crl/e2e/regenerate", "garbage", 400, has("the body must be empty or {}")},
 		{"ok/crl regenerate", "POST", "/acme_proxy/crl/e2e/regenerate", "", 200, has(`"entries": 1`)},
+		{"ok/the crl regeneration is audited", "GET", "/acme_proxy/audit?event=crl_regenerated&profile=e2e", "", 200,
+			items(exactly(1), byAdminActor)},
 		{"fail/crl of an unknown profile", "GET", "/acme_proxy/crl/nope", "", 404, has("not mounted")},
 		{"fail/crl regenerate by GET", "GET", "/acme_proxy/crl/e2e/regenerate", "", 405, nil},
 		{"fail/crl by POST", "POST", "/acme_proxy/crl/e2e", "", 405, nil},
@@ -549,6 +551,8 @@ func TestTheAdminAPIAndTheCLIServeEveryOperatorRoute(t *testing.T) {
 		{"fail/retry an unknown job", []string{"jobs", "retry", "999999"}, "HTTP 404", nil},
 		{"ok/crl", []string{"crl", "show", "e2e"}, "", []string{"profile:", "e2e", "entries:"}},
 		{"ok/crl regenerate", []string{"crl", "regenerate", "e2e", "--json"}, "", []string{`"number":`}},
+		{"ok/the crl regenerations are audited, the CLI's as the CLI's", []string{"audit", "--event", "crl_regenerated", "--json"}, "",
+			[]string{`"kind": "cli"`, `"kind": "admin"`}},
 		{"fail/crl of an unknown profile", []string{"crl", "show", "nope"}, "HTTP 404", nil},
 		{"fail/no admin endpoint there", []string{"profiles", "--address", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, "connect", nil},
 	}
