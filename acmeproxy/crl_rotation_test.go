@@ -306,15 +306,18 @@ func TestARevocationNoCRLCanListIsRefusedAndNothingIsRecorded(t *testing.T) {
 		detail     string
 		retryAfter bool
 		operator   error // what the operator's revocation wraps
+		// the status the operator's fronts answer it with: asking
+		// again cannot succeed (409), or may later (503)
+		operatorStatus int
 	}{
 		{"ok/the storage the CA was kept in: the revocation reaches its CRL",
-			func(before localca.Storage) localca.Storage { return before }, http.StatusOK, "", false, nil},
+			func(before localca.Storage) localca.Storage { return before }, http.StatusOK, "", false, nil, 0},
 		{"fail/storage without the CA: refused, 500",
 			func(localca.Storage) localca.Storage { return &certmagic.FileStorage{Path: t.TempDir()} },
-			http.StatusInternalServerError, "no longer holds the CA", false, operator.ErrConflict},
+			http.StatusInternalServerError, "no longer holds the CA", false, operator.ErrConflict, http.StatusConflict},
 		{"fail/the CA's key cannot be read now: refused, 503 with Retry-After",
 			func(before localca.Storage) localca.Storage { return unreadable{before} },
-			http.StatusServiceUnavailable, "cannot be reached now", true, signer.ErrIssuerUnavailable},
+			http.StatusServiceUnavailable, "cannot be reached now", true, signer.ErrIssuerUnavailable, http.StatusServiceUnavailable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -362,6 +365,9 @@ func TestARevocationNoCRLCanListIsRefusedAndNothingIsRecorded(t *testing.T) {
 			}
 			if !errors.Is(opErr, authority.ErrUnpublishable) || !errors.Is(opErr, tc.operator) {
 				t.Errorf("the operator's revocation: %v; want authority.ErrUnpublishable and %v", opErr, tc.operator)
+			}
+			if status, msg := operator.Describe(opErr); status != tc.operatorStatus || strings.Contains(msg, "storage backend unreachable") {
+				t.Errorf("the operator's revocation is answered %d %q; want %d, without the storage's own error", status, msg, tc.operatorStatus)
 			}
 			for _, c := range []issued{cert, other} {
 				if got, err := second.db.CertificateOfOrder(ctx, c.order); err != nil || !got.RevokedAt.IsZero() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -36,6 +37,12 @@ func Describe(err error) (status int, message string) {
 		return http.StatusServiceUnavailable, err.Error()
 	case store.IsUnavailable(err), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, "the database cannot take writes or does not answer now; retry later"
+	case errors.Is(err, signer.ErrIssuerUnavailable):
+		// The CA's key is in storage that failed, or (a front end) not
+		// published yet by an instance holding it: as the ACME front
+		// tells a client, asking later may succeed. The storage's own
+		// error is the log's.
+		return http.StatusServiceUnavailable, "the issuing CA's key cannot be reached now, so nothing was changed; retry later"
 	default:
 		return 0, err.Error()
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -30,6 +31,9 @@ func TestDescribeGivesEachOperatorErrorItsStatusAndAMessageInTheOperatorsTerms(t
 			"the database cannot take writes or does not answer now; retry later"},
 		{"a database that did not answer in time", fmt.Errorf("store: order x: %w", context.DeadlineExceeded), http.StatusServiceUnavailable,
 			"the database cannot take writes or does not answer now; retry later"},
+		{"a CA key that cannot be read now", fmt.Errorf("%w: %w: reading CA 1b from storage: storage backend unreachable",
+			errors.New("no CRL can list the revocation"), signer.ErrIssuerUnavailable), http.StatusServiceUnavailable,
+			"the issuing CA's key cannot be reached now, so nothing was changed; retry later"},
 		{"a backend that gave up", fmt.Errorf("%w: job 7 is failed: connection refused", ErrBackendFailed), http.StatusBadGateway,
 			"backend failed: job 7 is failed: connection refused"},
 		{"a server fault", errors.New("disk on fire"), 0, "disk on fire"},
