@@ -266,6 +266,25 @@ func e2ePendingHTTP01(ctx context.Context, t *testing.T, c *xacme.Client, srv *e
 	return nil
 }
 
+// e2eAuthorizedOrder registers c, orders name, has the order's http-01
+// challenge met through srv and waits for its authorization: the order
+// is ready to finalize with a CSR for name.
+func e2eAuthorizedOrder(ctx context.Context, t *testing.T, c *xacme.Client, srv *e2eHTTP01Server, name string) *xacme.Order {
+	t.Helper()
+	if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	o, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(name))
+	if err != nil {
+		t.Fatalf("AuthorizeOrder: %v", err)
+	}
+	e2eAccept(ctx, t, c, e2ePendingHTTP01(ctx, t, c, srv, o.AuthzURLs[0]))
+	if _, err := c.WaitAuthorization(ctx, o.AuthzURLs[0]); err != nil {
+		t.Fatalf("WaitAuthorization: %v", err)
+	}
+	return o
+}
+
 // e2eAccept tells the server to validate the challenge.
 func e2eAccept(ctx context.Context, t *testing.T, c *xacme.Client, ch *xacme.Challenge) {
 	t.Helper()

@@ -223,17 +223,7 @@ func TestEveryWayAScriptSignerFailsReachesTheClientGenericallyAndTheOperatorInFu
 			defer cancel()
 			name := tt.mode + ".script-modes.example.com"
 			c := &xacme.Client{Key: e2eP256Key(t), HTTPClient: env.client, DirectoryURL: env.directoryURL(scriptProfile)}
-			if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
-				t.Fatalf("Register: %v", err)
-			}
-			o, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(name))
-			if err != nil {
-				t.Fatalf("AuthorizeOrder: %v", err)
-			}
-			e2eAccept(ctx, t, c, e2ePendingHTTP01(ctx, t, c, srv, o.AuthzURLs[0]))
-			if _, err := c.WaitAuthorization(ctx, o.AuthzURLs[0]); err != nil {
-				t.Fatal(err)
-			}
+			o := e2eAuthorizedOrder(ctx, t, c, srv, name)
 			csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{name}}, e2eP256Key(t))
 			if err != nil {
 				t.Fatal(err)
@@ -421,17 +411,7 @@ func TestAScriptSignerIsRunWithItsArgumentsPlaceholdersReplacedAndNeverShowsThei
 	defer cancel()
 	const name = "placeholder.script-args.example.com"
 	c := &xacme.Client{Key: e2eP256Key(t), HTTPClient: env.client, DirectoryURL: env.directoryURL(scriptProfile)}
-	if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
-		t.Fatalf("Register: %v", err)
-	}
-	o, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(name))
-	if err != nil {
-		t.Fatalf("AuthorizeOrder: %v", err)
-	}
-	e2eAccept(ctx, t, c, e2ePendingHTTP01(ctx, t, c, srv, o.AuthzURLs[0]))
-	if _, err := c.WaitAuthorization(ctx, o.AuthzURLs[0]); err != nil {
-		t.Fatal(err)
-	}
+	o := e2eAuthorizedOrder(ctx, t, c, srv, name)
 	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{name}}, e2eP256Key(t))
 	if err != nil {
 		t.Fatal(err)
