@@ -2,11 +2,13 @@ package caddyacmeproxy
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/asn1"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/go-acme/lego/v5/certificate"
 	"github.com/go-acme/lego/v5/challenge/http01"
 	"github.com/go-acme/lego/v5/challenge/tlsalpn01"
+	xacme "golang.org/x/crypto/acme"
 )
 
 // RFC 8738 end to end, over IPv4 and IPv6 loopback: lego proves an IP
@@ -169,4 +172,78 @@ func (p *sniCheckingALPN01) CleanUp(context.Context, string, string, string) err
 	err := p.ln.Close()
 	p.wg.Wait()
 	return err
+}
+
+// RFC 8738 §3 asks clients for an IPv6 address in RFC 5952 form; this
+// server takes another spelling and writes the address in that form
+// (README, "IP addresses (RFC 8738)"), so the order and its authorization
+// show ::1, validation reaches [::1], a CSR that names the address as a
+// dNSName is refused with badCSR and leaves the order ready, and a CSR
+// with the iPAddress is issued for.
+func TestXCryptoACMEOrdersAnIPv6AddressSpeltLongAndGetsItInRFC5952Form(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("IPv6 loopback is not available here: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	srv := serveE2EHTTP01(t, ln)
+	env := newE2EEnv(t)
+	env.load(t, e2eConfig{ValidationHTTP: e2ePort(ln), ValidationTLS: freePort(t)})
+
+	ctx, cancel := context.WithTimeout(t.Context(), e2eWait)
+	defer cancel()
+	c := newE2EXCrypto(ctx, t, env)
+	order, err := c.AuthorizeOrder(ctx, xacme.IPIDs("0:0:0:0:0:0:0:1"))
+	if err != nil {
+		t.Fatalf("AuthorizeOrder: %v", err)
+	}
+	if want := xacme.IPIDs("::1"); !slices.Equal(order.Identifiers, want) {
+		t.Errorf("the order's identifiers are %+v, want %+v", order.Identifiers, want)
+	}
+	if len(order.AuthzURLs) != 1 {
+		t.Fatalf("%d authorizations for one identifier", len(order.AuthzURLs))
+	}
+	z, err := c.GetAuthorization(ctx, order.AuthzURLs[0])
+	if err != nil {
+		t.Fatalf("GetAuthorization: %v", err)
+	}
+	if z.Identifier != (xacme.AuthzID{Type: "ip", Value: "::1"}) || z.Wildcard {
+		t.Errorf("the authorization is for %+v (wildcard %v), want ip ::1, no wildcard", z.Identifier, z.Wildcard)
+	}
+	e2eAccept(ctx, t, c, e2ePendingHTTP01(ctx, t, c, srv, order.AuthzURLs[0]))
+	if _, err := c.WaitAuthorization(ctx, order.AuthzURLs[0]); err != nil {
+		t.Fatalf("WaitAuthorization: %v", err)
+	}
+	if order, err = c.WaitOrder(ctx, order.URI); err != nil || order.Status != xacme.StatusReady {
+		t.Fatalf("WaitOrder: %+v, %v; want ready", order, err)
+	}
+
+	finalize := func(tmpl *x509.CertificateRequest) ([][]byte, error) {
+		csr, err := x509.CreateCertificateRequest(rand.Reader, tmpl, e2eP256Key(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain, _, err := c.CreateOrderCert(ctx, order.FinalizeURL, csr, true)
+		return chain, err
+	}
+	for _, bad := range []struct {
+		name string
+		tmpl *x509.CertificateRequest
+	}{
+		{"the address as a dNSName", &x509.CertificateRequest{DNSNames: []string{"::1"}}},
+		{"the address as a dNSName beside its iPAddress", &x509.CertificateRequest{DNSNames: []string{"::1"}, IPAddresses: []net.IP{net.IPv6loopback}}},
+	} {
+		_, err := finalize(bad.tmpl)
+		if ae, ok := errors.AsType[*xacme.Error](err); !ok || ae.ProblemType != "urn:ietf:params:acme:error:badCSR" {
+			t.Errorf("finalize with %s: %v; want a badCSR problem", bad.name, err)
+		}
+	}
+	chain, err := finalize(&x509.CertificateRequest{IPAddresses: []net.IP{net.ParseIP("0:0::1")}})
+	if err != nil {
+		t.Fatalf("finalize with the iPAddress ::1: %v", err)
+	}
+	leaf := env.checkIssued(t, chain, "::1")
+	if len(leaf.DNSNames) != 0 {
+		t.Errorf("the leaf names %q as dNSNames", leaf.DNSNames)
+	}
 }
