@@ -92,7 +92,10 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 }
 
 // smtpError classifies an SMTP failure: a 5xx reply is permanent. The
-// server's text is kept; it never holds our credentials.
+// server's text is kept, and none of ours: it may name the username (as
+// in "Authentication failed for <user>"), which the config writes in the
+// clear, never the password, which only the AUTH exchange carries,
+// encoded.
 func smtpError(step string, err error) error {
 	var te *textproto.Error
 	if errors.As(err, &te) && te.Code >= 500 {
