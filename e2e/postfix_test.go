@@ -1,0 +1,433 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"mime/quotedprintable"
+	"net"
+	"net/http"
+	"net/mail"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	xacme "golang.org/x/crypto/acme"
+)
+
+// A certificate issued by the built Caddy is mailed, as `notify email`
+// with `tls starttls` sends it, through Debian's Postfix — the MTA an
+// operator relays through — whose certificate is from the operator's
+// private CA, trusted as Go programs trust one (SSL_CERT_FILE in Caddy's
+// environment). Each recipient's maildir gets the one message: From, To
+// and the subject naming the event, the profile and the identifier, as
+// the README says, and a quoted-printable body whose lines carry the
+// event; Postfix's Received line says it came over TLS.
+func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverStartTLS(t *testing.T) {
+	const (
+		profile = "mta"
+		name    = "mail.example.com"
+		from    = "acme@example.net"
+	)
+	recipients := []string{"ops@example.com", "sec@example.com"}
+	caFile, certFile, keyFile := privateCAServerCert(t, "localhost")
+	mta := startPostfix(t, certFile, keyFile, recipients...)
+	caddy := buildCaddy(t)
+
+	s := startCertbotServer(t, caddy, "", certbotSite{
+		profile: profile,
+		body: fmt.Sprintf("notify email {\n smtp localhost:%d\n tls starttls\n from %s\n to %s\n events certificate_issued\n}",
+			mta.port, from, strings.Join(recipients, " ")),
+		env: []string{"SSL_CERT_FILE=" + caFile},
+	})
+	wellKnown := filepath.Join(t.TempDir(), "acme-challenge")
+	serveWellKnown(t, wellKnown, s.challengePort)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	leaf := issueOverHTTP01(ctx, t, s, wellKnown, name)
+	serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
+
+	for _, rcpt := range recipients {
+		msg := mta.waitMessage(t, rcpt, 20*time.Second)
+		h := msg.Header
+		if got := h.Get("From"); got != from {
+			t.Errorf("%s: From %q; want %q", rcpt, got, from)
+		}
+		if got, want := h.Get("To"), strings.Join(recipients, ", "); got != want {
+			t.Errorf("%s: To %q; want %q", rcpt, got, want)
+		}
+		if got, want := h.Get("Subject"), "[acme_proxy] certificate_issued ("+profile+"): "+name; got != want {
+			t.Errorf("%s: Subject %q; want %q", rcpt, got, want)
+		}
+		if got := h.Get("Received"); !strings.Contains(got, "(using TLSv1.") {
+			t.Errorf("%s: Postfix did not receive the mail over TLS: Received: %s", rcpt, got)
+		}
+		if got := h.Get("Content-Transfer-Encoding"); got != "quoted-printable" {
+			t.Fatalf("%s: Content-Transfer-Encoding %q; want quoted-printable", rcpt, got)
+		}
+		body, err := io.ReadAll(quotedprintable.NewReader(msg.Body))
+		if err != nil {
+			t.Fatalf("%s: the body is not quoted-printable: %v", rcpt, err)
+		}
+		lines := map[string]string{}
+		for l := range strings.Lines(string(body)) {
+			k, v, _ := strings.Cut(strings.TrimRight(l, "\r\n"), ":")
+			lines[k] = strings.TrimSpace(v)
+		}
+		for k, want := range map[string]string{"event": "certificate_issued", "profile": profile,
+			"identifier": "dns " + name, "serial": serial} {
+			if lines[k] != want {
+				t.Errorf("%s: the body's %s is %q; want %q in:\n%s", rcpt, k, lines[k], want, body)
+			}
+		}
+		if lines["order"] == "" || lines["account"] == "" || lines["time"] == "" {
+			t.Errorf("%s: the body names no order, account or time:\n%s", rcpt, body)
+		}
+	}
+}
+
+// issueOverHTTP01 registers an account at s's profile, has name
+// validated over http-01 (its key authorization served from wellKnown)
+// and returns the issued leaf.
+func issueOverHTTP01(ctx context.Context, t *testing.T, s certbotServer, wellKnown, name string) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(s.root)
+	c := &xacme.Client{Key: key, DirectoryURL: s.server, HTTPClient: &http.Client{
+		Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}}
+	if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	order, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(name))
+	if err != nil {
+		t.Fatalf("new order: %v", err)
+	}
+	for _, u := range order.AuthzURLs {
+		z, err := c.GetAuthorization(ctx, u)
+		if err != nil {
+			t.Fatalf("authorization: %v", err)
+		}
+		var chal *xacme.Challenge
+		for _, ch := range z.Challenges {
+			if ch.Type == "http-01" {
+				chal = ch
+			}
+		}
+		if chal == nil {
+			t.Fatalf("no http-01 challenge for %s", z.Identifier.Value)
+		}
+		keyAuth, err := c.HTTP01ChallengeResponse(chal.Token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(wellKnown, chal.Token), []byte(keyAuth), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Accept(ctx, chal); err != nil {
+			t.Fatalf("accept: %v", err)
+		}
+		if _, err := c.WaitAuthorization(ctx, z.URI); err != nil {
+			t.Fatalf("authorization of %s: %v", name, err)
+		}
+	}
+	order, err = c.WaitOrder(ctx, order.URI)
+	if err != nil {
+		t.Fatalf("order: %v", err)
+	}
+	chain, _, err := c.CreateOrderCert(ctx, order.FinalizeURL, csrFor(t, name), true)
+	if err != nil {
+		t.Fatalf("finalize: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(chain[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+// privateCAServerCert makes a CA, as an operator's private one, and a
+// server certificate it signs for host; it returns the PEM files of the
+// CA, the certificate and its key.
+func privateCAServerCert(t *testing.T, host string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Test Mail CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ = x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
+		Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}},
+		ca, key.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "smtpd.crt"), filepath.Join(dir, "smtpd.key")
+	for file, block := range map[string]*pem.Block{caFile: {Type: "CERTIFICATE", Bytes: caDER},
+		certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return caFile, certFile, keyFile
+}
+
+// postfixMTA is a Postfix the test started.
+type postfixMTA struct {
+	port int    // its smtpd's, on 127.0.0.1
+	mail string // virtual(8)'s base: a maildir per recipient, named after it
+}
+
+// startPostfix starts Debian's Postfix from a main.cf and master.cf of
+// its own in a temporary directory: one smtpd on 127.0.0.1 offering
+// STARTTLS with certFile and keyFile, and virtual(8) delivering each of
+// recipients (at example.com) to a maildir. On cleanup it is stopped
+// with `postfix stop`, and none of its processes may be left.
+//
+// Postfix's master runs only as root (`postfix start` exits 1 for any
+// other user): as another user the test skips.
+func startPostfix(t *testing.T, certFile, keyFile string, recipients ...string) postfixMTA {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: Postfix's master runs only as root (postfix start refuses any other user); run this test as root")
+	}
+	bin := needTool(t, "postfix", "install it with `apt-get install --no-install-recommends postfix`")
+	owner, err := user.Lookup("postfix")
+	if err != nil {
+		t.Fatalf("the postfix user, which Debian's package creates: %v", err)
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Postfix's daemons, as the postfix user, and virtual(8), as nobody,
+	// must reach the queue and the maildirs.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf, queue, data, mailBase := filepath.Join(dir, "conf"), filepath.Join(dir, "queue"), filepath.Join(dir, "data"), filepath.Join(dir, "mail")
+	for _, d := range []struct {
+		path     string
+		uid, gid string
+	}{{conf, "0", "0"}, {queue, "0", "0"}, {data, owner.Uid, owner.Gid}, {mailBase, nobody.Uid, nobody.Gid}} {
+		if err := os.Mkdir(d.path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		uid, err := strconv.Atoi(d.uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gid, err := strconv.Atoi(d.gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d.path, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mailboxes strings.Builder
+	for _, r := range recipients {
+		fmt.Fprintf(&mailboxes, "%s %s/\n", r, r)
+	}
+	port := freePort(t)
+	mainCF := fmt.Sprintf(`compatibility_level = 3.6
+queue_directory = %[1]s
+data_directory = %[2]s
+command_directory = /usr/sbin
+daemon_directory = /usr/lib/postfix/sbin
+meta_directory = /etc/postfix
+shlib_directory = /usr/lib/postfix
+mail_owner = postfix
+setgid_group = postdrop
+maillog_file = /dev/stdout
+inet_interfaces = 127.0.0.1
+inet_protocols = ipv4
+myhostname = mta.test
+mydestination =
+mynetworks = 127.0.0.0/8
+alias_maps =
+alias_database =
+virtual_mailbox_domains = example.com
+virtual_mailbox_base = %[3]s
+virtual_mailbox_maps = texthash:%[4]s/mailboxes
+virtual_uid_maps = static:%[5]s
+virtual_gid_maps = static:%[6]s
+smtpd_tls_security_level = may
+smtpd_tls_cert_file = %[7]s
+smtpd_tls_key_file = %[8]s
+smtpd_tls_received_header = yes
+`, queue, data, mailBase, conf, nobody.Uid, nobody.Gid, certFile, keyFile)
+	// Debian's master.cf, its smtpd on the test's port, nothing chrooted.
+	masterCF := fmt.Sprintf(`127.0.0.1:%d inet n - n - - smtpd
+pickup    unix  n - n 60    1 pickup
+cleanup   unix  n - n -     0 cleanup
+qmgr      unix  n - n 300   1 qmgr
+tlsmgr    unix  - - n 1000? 1 tlsmgr
+rewrite   unix  - - n -     - trivial-rewrite
+bounce    unix  - - n -     0 bounce
+defer     unix  - - n -     0 bounce
+trace     unix  - - n -     0 bounce
+verify    unix  - - n -     1 verify
+flush     unix  n - n 1000? 0 flush
+proxymap  unix  - - n -     - proxymap
+smtp      unix  - - n -     - smtp
+relay     unix  - - n -     - smtp
+showq     unix  n - n -     - showq
+error     unix  - - n -     - error
+retry     unix  - - n -     - error
+discard   unix  - - n -     - discard
+local     unix  - n n -     - local
+virtual   unix  - n n -     - virtual
+lmtp      unix  - - n -     - lmtp
+anvil     unix  - - n -     1 anvil
+scache    unix  - - n -     1 scache
+postlog   unix-dgram n - n - 1 postlogd
+`, port)
+	for file, text := range map[string]string{"main.cf": mainCF, "master.cf": masterCF, "mailboxes": mailboxes.String()} {
+		if err := os.WriteFile(filepath.Join(conf, file), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// start-fg keeps postfix-script in the foreground until the master
+	// exits; the master, in a session of its own, is stopped below.
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "-c", conf, "start-fg")
+	inOwnGroup(cmd)
+	out := new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("postfix start-fg: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	master := 0
+	t.Cleanup(func() {
+		if stop, err := exec.Command(bin, "-c", conf, "stop").CombinedOutput(); err != nil {
+			t.Errorf("postfix stop: %v\n%s", err, stop)
+		}
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			t.Errorf("postfix did not exit within 15 s of postfix stop")
+		}
+		cancel()
+		<-exited
+		if master != 0 && !groupGone(-master, 10*time.Second) {
+			_ = syscall.Kill(-master, syscall.SIGKILL)
+			t.Errorf("Postfix's processes (group %d) outlived postfix stop", master)
+		}
+		if t.Failed() {
+			t.Logf("postfix main.cf:\n%s\npostfix log:\n%s", mainCF, out)
+		}
+	})
+
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-exited:
+			t.Fatalf("postfix exited before its smtpd listened on %s:\n%s", addr, out)
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("postfix's smtpd did not listen on %s within 15 s:\n%s", addr, out)
+		}
+	}
+	pid, err := os.ReadFile(filepath.Join(queue, "pid", "master.pid"))
+	if err != nil {
+		t.Fatalf("postfix's master.pid: %v", err)
+	}
+	if master, err = strconv.Atoi(strings.TrimSpace(string(pid))); err != nil {
+		t.Fatalf("postfix's master.pid: %v", err)
+	}
+	return postfixMTA{port: port, mail: mailBase}
+}
+
+// groupGone waits until no process is left in process group -pgid.
+func groupGone(pgid int, within time.Duration) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		if err := syscall.Kill(pgid, 0); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// waitMessage waits for the one message delivered to rcpt's maildir.
+func (m postfixMTA) waitMessage(t *testing.T, rcpt string, within time.Duration) *mail.Message {
+	t.Helper()
+	dir := filepath.Join(m.mail, rcpt, "new")
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		entries, _ := os.ReadDir(dir)
+		if len(entries) > 1 {
+			t.Fatalf("%s got %d messages; want one", rcpt, len(entries))
+		}
+		if len(entries) == 1 {
+			f, err := os.Open(filepath.Join(dir, entries[0].Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			msg, err := mail.ReadMessage(f)
+			if err != nil {
+				t.Fatalf("the message delivered to %s: %v", rcpt, err)
+			}
+			return msg
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no message was delivered to %s within %s", rcpt, within)
+		}
+	}
+}
