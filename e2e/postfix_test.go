@@ -40,68 +40,95 @@ import (
 // environment). Each recipient's maildir gets the one message: From, To
 // and the subject naming the event, the profile and the identifier, as
 // the README says, and a quoted-printable body whose lines carry the
-// event; Postfix's Received line says it came over TLS.
+// event; Postfix's Received line says it came over TLS. With a username
+// and password, as the README's example has them, Postfix takes mail
+// only from a client that authenticated (AUTH PLAIN, checked by Cyrus
+// SASL), and the password is not in Caddy's log.
 func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverStartTLS(t *testing.T) {
 	const (
-		profile = "mta"
-		name    = "mail.example.com"
-		from    = "acme@example.net"
+		profile  = "mta"
+		name     = "mail.example.com"
+		from     = "acme@example.net"
+		password = "smtp-password-e2e"
 	)
 	recipients := []string{"ops@example.com", "sec@example.com"}
-	caFile, certFile, keyFile := privateCAServerCert(t, "localhost")
-	mta := startPostfix(t, certFile, keyFile, recipients...)
+	tests := []struct {
+		name     string
+		username string // "": no authentication
+	}{
+		{name: "without authentication"},
+		{name: "authenticated with the username and password", username: "acme"},
+	}
 	caddy := buildCaddy(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			caFile, certFile, keyFile := privateCAServerCert(t, "localhost")
+			mta := startPostfix(t, postfixConfig{certFile: certFile, keyFile: keyFile, recipients: recipients,
+				username: tc.username, password: password})
 
-	s := startCertbotServer(t, caddy, "", certbotSite{
-		profile: profile,
-		body: fmt.Sprintf("notify email {\n smtp localhost:%d\n tls starttls\n from %s\n to %s\n events certificate_issued\n}",
-			mta.port, from, strings.Join(recipients, " ")),
-		env: []string{"SSL_CERT_FILE=" + caFile},
-	})
-	wellKnown := filepath.Join(t.TempDir(), "acme-challenge")
-	serveWellKnown(t, wellKnown, s.challengePort)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	leaf := issueOverHTTP01(ctx, t, s, wellKnown, name)
-	serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
-
-	for _, rcpt := range recipients {
-		msg := mta.waitMessage(t, rcpt, 20*time.Second)
-		h := msg.Header
-		if got := h.Get("From"); got != from {
-			t.Errorf("%s: From %q; want %q", rcpt, got, from)
-		}
-		if got, want := h.Get("To"), strings.Join(recipients, ", "); got != want {
-			t.Errorf("%s: To %q; want %q", rcpt, got, want)
-		}
-		if got, want := h.Get("Subject"), "[acme_proxy] certificate_issued ("+profile+"): "+name; got != want {
-			t.Errorf("%s: Subject %q; want %q", rcpt, got, want)
-		}
-		if got := h.Get("Received"); !strings.Contains(got, "(using TLSv1.") {
-			t.Errorf("%s: Postfix did not receive the mail over TLS: Received: %s", rcpt, got)
-		}
-		if got := h.Get("Content-Transfer-Encoding"); got != "quoted-printable" {
-			t.Fatalf("%s: Content-Transfer-Encoding %q; want quoted-printable", rcpt, got)
-		}
-		body, err := io.ReadAll(quotedprintable.NewReader(msg.Body))
-		if err != nil {
-			t.Fatalf("%s: the body is not quoted-printable: %v", rcpt, err)
-		}
-		lines := map[string]string{}
-		for l := range strings.Lines(string(body)) {
-			k, v, _ := strings.Cut(strings.TrimRight(l, "\r\n"), ":")
-			lines[k] = strings.TrimSpace(v)
-		}
-		for k, want := range map[string]string{"event": "certificate_issued", "profile": profile,
-			"identifier": "dns " + name, "serial": serial} {
-			if lines[k] != want {
-				t.Errorf("%s: the body's %s is %q; want %q in:\n%s", rcpt, k, lines[k], want, body)
+			auth := ""
+			if tc.username != "" {
+				auth = fmt.Sprintf(" username %s\n password {env.SMTP_PASSWORD}\n", tc.username)
 			}
-		}
-		if lines["order"] == "" || lines["account"] == "" || lines["time"] == "" {
-			t.Errorf("%s: the body names no order, account or time:\n%s", rcpt, body)
-		}
+			s := startCertbotServer(t, caddy, "", certbotSite{
+				profile: profile,
+				body: fmt.Sprintf("notify email {\n smtp localhost:%d\n tls starttls\n from %s\n to %s\n%s events certificate_issued\n}",
+					mta.port, from, strings.Join(recipients, " "), auth),
+				env: []string{"SSL_CERT_FILE=" + caFile, "SMTP_PASSWORD=" + password},
+			})
+			wellKnown := filepath.Join(t.TempDir(), "acme-challenge")
+			serveWellKnown(t, wellKnown, s.challengePort)
+
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			leaf := issueOverHTTP01(ctx, t, s, wellKnown, name)
+			serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
+
+			for _, rcpt := range recipients {
+				msg := mta.waitMessage(t, rcpt, 20*time.Second)
+				h := msg.Header
+				if got := h.Get("From"); got != from {
+					t.Errorf("%s: From %q; want %q", rcpt, got, from)
+				}
+				if got, want := h.Get("To"), strings.Join(recipients, ", "); got != want {
+					t.Errorf("%s: To %q; want %q", rcpt, got, want)
+				}
+				if got, want := h.Get("Subject"), "[acme_proxy] certificate_issued ("+profile+"): "+name; got != want {
+					t.Errorf("%s: Subject %q; want %q", rcpt, got, want)
+				}
+				received := h.Get("Received")
+				if !strings.Contains(received, "(using TLSv1.") {
+					t.Errorf("%s: Postfix did not receive the mail over TLS: Received: %s", rcpt, received)
+				}
+				if want := "(Authenticated sender: " + tc.username + "@"; tc.username != "" && !strings.Contains(received, want) {
+					t.Errorf("%s: Postfix's Received line does not contain %q: %s", rcpt, want, received)
+				}
+				if got := h.Get("Content-Transfer-Encoding"); got != "quoted-printable" {
+					t.Fatalf("%s: Content-Transfer-Encoding %q; want quoted-printable", rcpt, got)
+				}
+				body, err := io.ReadAll(quotedprintable.NewReader(msg.Body))
+				if err != nil {
+					t.Fatalf("%s: the body is not quoted-printable: %v", rcpt, err)
+				}
+				lines := map[string]string{}
+				for l := range strings.Lines(string(body)) {
+					k, v, _ := strings.Cut(strings.TrimRight(l, "\r\n"), ":")
+					lines[k] = strings.TrimSpace(v)
+				}
+				for k, want := range map[string]string{"event": "certificate_issued", "profile": profile,
+					"identifier": "dns " + name, "serial": serial} {
+					if lines[k] != want {
+						t.Errorf("%s: the body's %s is %q; want %q in:\n%s", rcpt, k, lines[k], want, body)
+					}
+				}
+				if lines["order"] == "" || lines["account"] == "" || lines["time"] == "" {
+					t.Errorf("%s: the body names no order, account or time:\n%s", rcpt, body)
+				}
+			}
+			if strings.Contains(s.proc.out.String(), password) {
+				t.Errorf("Caddy's log carries the SMTP password")
+			}
+		})
 	}
 }
 
@@ -219,15 +246,24 @@ type postfixMTA struct {
 	mail string // virtual(8)'s base: a maildir per recipient, named after it
 }
 
+// postfixConfig is what startPostfix serves.
+type postfixConfig struct {
+	certFile, keyFile string   // smtpd's certificate and key, for STARTTLS
+	recipients        []string // at example.com, each given a maildir
+	// username, when set, makes smtpd take mail only from a client that
+	// authenticated as it with password (Cyrus SASL, from a sasldb).
+	username, password string
+}
+
 // startPostfix starts Debian's Postfix from a main.cf and master.cf of
 // its own in a temporary directory: one smtpd on 127.0.0.1 offering
-// STARTTLS with certFile and keyFile, and virtual(8) delivering each of
-// recipients (at example.com) to a maildir. On cleanup it is stopped
-// with `postfix stop`, and none of its processes may be left.
+// STARTTLS, and virtual(8) delivering each recipient to a maildir. On
+// cleanup it is stopped with `postfix stop`, and none of its processes
+// may be left.
 //
 // Postfix's master runs only as root (`postfix start` exits 1 for any
 // other user): as another user the test skips.
-func startPostfix(t *testing.T, certFile, keyFile string, recipients ...string) postfixMTA {
+func startPostfix(t *testing.T, cfg postfixConfig) postfixMTA {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: Postfix's master runs only as root (postfix start refuses any other user); run this test as root")
@@ -271,7 +307,7 @@ func startPostfix(t *testing.T, certFile, keyFile string, recipients ...string) 
 		}
 	}
 	var mailboxes strings.Builder
-	for _, r := range recipients {
+	for _, r := range cfg.recipients {
 		fmt.Fprintf(&mailboxes, "%s %s/\n", r, r)
 	}
 	port := freePort(t)
@@ -301,7 +337,10 @@ smtpd_tls_security_level = may
 smtpd_tls_cert_file = %[7]s
 smtpd_tls_key_file = %[8]s
 smtpd_tls_received_header = yes
-`, queue, data, mailBase, conf, nobody.Uid, nobody.Gid, certFile, keyFile)
+`, queue, data, mailBase, conf, nobody.Uid, nobody.Gid, cfg.certFile, cfg.keyFile)
+	if cfg.username != "" {
+		mainCF += postfixSASL(t, conf, owner, cfg.username, cfg.password)
+	}
 	// Debian's master.cf, its smtpd on the test's port, nothing chrooted.
 	masterCF := fmt.Sprintf(`127.0.0.1:%d inet n - n - - smtpd
 pickup    unix  n - n 60    1 pickup
@@ -391,6 +430,55 @@ postlog   unix-dgram n - n - 1 postlogd
 		t.Fatalf("postfix's master.pid: %v", err)
 	}
 	return postfixMTA{port: port, mail: mailBase}
+}
+
+// postfixSASL readies Cyrus SASL for Postfix's smtpd in conf: a sasldb
+// holding username and password, read by smtpd as the postfix user
+// owner, and the smtpd.conf that names it, in conf/sasl, where Debian's
+// Postfix has Cyrus look (cyrus_sasl_config_path is not read). It
+// returns the lines of main.cf that make smtpd take mail only from a
+// client that authenticated, over TLS.
+func postfixSASL(t *testing.T, conf string, owner *user.User, username, password string) string {
+	t.Helper()
+	hint := "install it with `apt-get install --no-install-recommends sasl2-bin libsasl2-modules`"
+	saslpasswd2 := needTool(t, "saslpasswd2", hint)
+	if plain, _ := filepath.Glob("/usr/lib/*/sasl2/libplain.so*"); len(plain) == 0 {
+		msg := "Cyrus SASL's PLAIN mechanism (libplain.so of libsasl2-modules) is missing; " + hint
+		if os.Getenv("ACMEPROXY_E2E") == "1" {
+			t.Fatalf("%s; ACMEPROXY_E2E=1 requires it", msg)
+		}
+		t.Skipf("skipping: %s (with ACMEPROXY_E2E=1 this fails instead)", msg)
+	}
+	const realm = "mta.test" // Postfix's myhostname
+	dir := filepath.Join(conf, "sasl")
+	db := filepath.Join(dir, "sasldb2")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	smtpdConf := fmt.Sprintf("pwcheck_method: auxprop\nauxprop_plugin: sasldb\nmech_list: PLAIN LOGIN\nsasldb_path: %s\n", db)
+	if err := os.WriteFile(filepath.Join(dir, "smtpd.conf"), []byte(smtpdConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(saslpasswd2, "-f", db, "-c", "-p", "-u", realm, username)
+	cmd.Stdin = strings.NewReader(password)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("saslpasswd2: %v\n%s", err, out)
+	}
+	uid, err := strconv.Atoi(owner.Uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(db, uid, -1); err != nil {
+		t.Fatal(err)
+	}
+	return `smtpd_sasl_auth_enable = yes
+smtpd_sasl_type = cyrus
+smtpd_sasl_path = smtpd
+smtpd_sasl_local_domain = ` + realm + `
+smtpd_sasl_authenticated_header = yes
+smtpd_tls_auth_only = yes
+smtpd_recipient_restrictions = permit_sasl_authenticated, reject
+`
 }
 
 // groupGone waits until no process is left in process group -pgid.
