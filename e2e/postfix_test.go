@@ -34,7 +34,7 @@ import (
 )
 
 // A certificate issued by the built Caddy is mailed, as `notify email`
-// with `tls starttls` sends it, through Debian's Postfix — the MTA an
+// with `tls starttls` or `tls implicit` sends it, through Debian's Postfix — the MTA an
 // operator relays through — whose certificate is from the operator's
 // private CA, trusted as Go programs trust one (SSL_CERT_FILE in Caddy's
 // environment). Each recipient's maildir gets the one message: From, To
@@ -44,7 +44,7 @@ import (
 // and password, as the README's example has them, Postfix takes mail
 // only from a client that authenticated (AUTH PLAIN, checked by Cyrus
 // SASL), and the password is not in Caddy's log.
-func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverStartTLS(t *testing.T) {
+func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T) {
 	const (
 		profile  = "mta"
 		name     = "mail.example.com"
@@ -54,17 +54,19 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverStartTLS(t *testi
 	recipients := []string{"ops@example.com", "sec@example.com"}
 	tests := []struct {
 		name     string
+		tls      string // the destination's tls
 		username string // "": no authentication
 	}{
-		{name: "without authentication"},
-		{name: "authenticated with the username and password", username: "acme"},
+		{name: "over STARTTLS without authentication", tls: "starttls"},
+		{name: "over STARTTLS authenticated with the username and password", tls: "starttls", username: "acme"},
+		{name: "over implicit TLS (SMTPS)", tls: "implicit"},
 	}
 	caddy := buildCaddy(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			caFile, certFile, keyFile := privateCAServerCert(t, "localhost")
 			mta := startPostfix(t, postfixConfig{certFile: certFile, keyFile: keyFile, recipients: recipients,
-				username: tc.username, password: password})
+				implicit: tc.tls == "implicit", username: tc.username, password: password})
 
 			auth := ""
 			if tc.username != "" {
@@ -72,8 +74,8 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverStartTLS(t *testi
 			}
 			s := startCertbotServer(t, caddy, "", certbotSite{
 				profile: profile,
-				body: fmt.Sprintf("notify email {\n smtp localhost:%d\n tls starttls\n from %s\n to %s\n%s events certificate_issued\n}",
-					mta.port, from, strings.Join(recipients, " "), auth),
+				body: fmt.Sprintf("notify email {\n smtp localhost:%d\n tls %s\n from %s\n to %s\n%s events certificate_issued\n}",
+					mta.port, tc.tls, from, strings.Join(recipients, " "), auth),
 				env: []string{"SSL_CERT_FILE=" + caFile, "SMTP_PASSWORD=" + password},
 			})
 			wellKnown := filepath.Join(t.TempDir(), "acme-challenge")
@@ -250,6 +252,9 @@ type postfixMTA struct {
 type postfixConfig struct {
 	certFile, keyFile string   // smtpd's certificate and key, for STARTTLS
 	recipients        []string // at example.com, each given a maildir
+	// implicit makes smtpd speak TLS from the first byte (SMTPS,
+	// smtpd_tls_wrappermode) rather than offer STARTTLS.
+	implicit bool
 	// username, when set, makes smtpd take mail only from a client that
 	// authenticated as it with password (Cyrus SASL, from a sasldb).
 	username, password string
@@ -257,7 +262,7 @@ type postfixConfig struct {
 
 // startPostfix starts Debian's Postfix from a main.cf and master.cf of
 // its own in a temporary directory: one smtpd on 127.0.0.1 offering
-// STARTTLS, and virtual(8) delivering each recipient to a maildir. On
+// STARTTLS (or speaking TLS at once), and virtual(8) delivering each recipient to a maildir. On
 // cleanup it is stopped with `postfix stop`, and none of its processes
 // may be left.
 //
@@ -342,7 +347,11 @@ smtpd_tls_received_header = yes
 		mainCF += postfixSASL(t, conf, owner, cfg.username, cfg.password)
 	}
 	// Debian's master.cf, its smtpd on the test's port, nothing chrooted.
-	masterCF := fmt.Sprintf(`127.0.0.1:%d inet n - n - - smtpd
+	smtpd := "smtpd"
+	if cfg.implicit {
+		smtpd += " -o smtpd_tls_wrappermode=yes -o smtpd_tls_security_level=encrypt"
+	}
+	masterCF := fmt.Sprintf(`127.0.0.1:%d inet n - n - - %s
 pickup    unix  n - n 60    1 pickup
 cleanup   unix  n - n -     0 cleanup
 qmgr      unix  n - n 300   1 qmgr
@@ -366,7 +375,7 @@ lmtp      unix  - - n -     - lmtp
 anvil     unix  - - n -     1 anvil
 scache    unix  - - n -     1 scache
 postlog   unix-dgram n - n - 1 postlogd
-`, port)
+`, port, smtpd)
 	for file, text := range map[string]string{"main.cf": mainCF, "master.cf": masterCF, "mailboxes": mailboxes.String()} {
 		if err := os.WriteFile(filepath.Join(conf, file), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
