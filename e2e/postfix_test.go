@@ -262,9 +262,9 @@ type postfixConfig struct {
 
 // startPostfix starts Debian's Postfix from a main.cf and master.cf of
 // its own in a temporary directory: one smtpd on 127.0.0.1 offering
-// STARTTLS (or speaking TLS at once), and virtual(8) delivering each recipient to a maildir. On
-// cleanup it is stopped with `postfix stop`, and none of its processes
-// may be left.
+// STARTTLS (or speaking TLS at once), and virtual(8) delivering each
+// recipient to a maildir. On cleanup it is stopped with `postfix stop`,
+// and none of its processes may be left.
 //
 // Postfix's master runs only as root (`postfix start` exits 1 for any
 // other user): as another user the test skips.
