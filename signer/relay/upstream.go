@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -54,14 +56,25 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 		gate  *recordGate // nil: the mapping is durable
 		claim *placement  // with prepare_upstream on: the claim to place it
 	)
+	// An upstream order at another host than the upstream's directory
+	// was placed at the upstream a reload has since replaced (one down,
+	// or left): the new upstream's account cannot read it, and the old
+	// one may not answer. It is placed again here; the old upstream's is
+	// left to expire there.
+	moved := ro.UpstreamOrderURL != "" && !sameOrigin(ro.UpstreamOrderURL, s.opts.Directory)
 	if ro.UpstreamOrderURL == "" && s.opts.PrepareUpstream {
 		if ro.UpstreamOrderURL, claim, err = s.adoptPrepared(ctx, b, ro.OrderID); err != nil {
 			return signer.IssueOutcome{}, err
 		}
 	}
-	if ro.UpstreamOrderURL == "" {
+	switch {
+	case moved:
+		log.Info("upstream order of another upstream placed again at this one", zap.String("event", "relay_upstream_moved"),
+			zap.String("profile", b.Profile), zap.String("order", ro.OrderID), zap.String("upstream_order", s.secrets.text(ro.UpstreamOrderURL)))
+		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, nil, ro.UpstreamOrderURL)
+	case ro.UpstreamOrderURL == "":
 		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, claim, "")
-	} else {
+	default:
 		order, err = c.GetOrder(ctx, acct, acme.Order{Location: ro.UpstreamOrderURL})
 		order.Location = ro.UpstreamOrderURL
 		var spent string
@@ -834,4 +847,33 @@ func parseKey(keyPEM string) (crypto.Signer, error) {
 		return nil, fmt.Errorf("a %T cannot sign", k)
 	}
 	return sk, nil
+}
+
+// sameOrigin reports whether two URLs have one scheme and host (a port
+// the scheme implies written or not): an upstream's resources are at its
+// directory's origin. A URL that does not parse is taken as the same,
+// to be asked as before.
+func sameOrigin(a, b string) bool {
+	ua, err := url.Parse(a)
+	if err != nil {
+		return true
+	}
+	ub, err := url.Parse(b)
+	if err != nil {
+		return true
+	}
+	return strings.EqualFold(ua.Scheme, ub.Scheme) && strings.EqualFold(hostPort(ua), hostPort(ub))
+}
+
+// hostPort is u's host and port, the scheme's default port when it names
+// none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	port := "443"
+	if strings.EqualFold(u.Scheme, "http") {
+		port = "80"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
