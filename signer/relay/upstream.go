@@ -56,17 +56,17 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 		gate  *recordGate // nil: the mapping is durable
 		claim *placement  // with prepare_upstream on: the claim to place it
 	)
-	// An upstream order at another host than the upstream's directory
-	// was placed at the upstream a reload has since replaced (one down,
-	// or left): the new upstream's account cannot read it, and the old
-	// one may not answer. It is placed again here; the old upstream's is
-	// left to expire there.
-	moved := ro.UpstreamOrderURL != "" && !sameOrigin(ro.UpstreamOrderURL, s.opts.Directory)
 	if ro.UpstreamOrderURL == "" && s.opts.PrepareUpstream {
 		if ro.UpstreamOrderURL, claim, err = s.adoptPrepared(ctx, b, ro.OrderID); err != nil {
 			return signer.IssueOutcome{}, err
 		}
 	}
+	// An upstream order at another host than the upstream's directory
+	// was placed (or prepared) at the upstream a reload has since
+	// replaced (one down, or left): the new upstream's account cannot
+	// read it, and the old one may not answer. It is placed again here;
+	// the old upstream's is left to expire there.
+	moved := ro.UpstreamOrderURL != "" && !sameOrigin(ro.UpstreamOrderURL, s.opts.Directory)
 	switch {
 	case moved:
 		log.Info("upstream order of another upstream placed again at this one", zap.String("event", "relay_upstream_moved"),
