@@ -61,12 +61,20 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 			return signer.IssueOutcome{}, err
 		}
 	}
-	// An upstream order at another host than the upstream's directory
-	// was placed (or prepared) at the upstream a reload has since
-	// replaced (one down, or left): the new upstream's account cannot
-	// read it, and the old one may not answer. It is placed again here;
-	// the old upstream's is left to expire there.
-	moved := ro.UpstreamOrderURL != "" && !sameOrigin(ro.UpstreamOrderURL, s.opts.Directory)
+	// An upstream order at another origin than the upstream's own
+	// newOrder was placed (or prepared) at the upstream a reload has
+	// since replaced (one down, or left): the new upstream's account
+	// cannot read it, and the old one may not answer. It is placed again
+	// here; the old upstream's is left to expire there. (The directory
+	// is acmez's copy, read for the account already.)
+	moved := false
+	if ro.UpstreamOrderURL != "" {
+		dir, err := c.GetDirectory(ctx)
+		if err != nil {
+			return signer.IssueOutcome{}, fmt.Errorf("reading the upstream directory: %w", err)
+		}
+		moved = !sameOrigin(ro.UpstreamOrderURL, dir.NewOrder)
+	}
 	switch {
 	case moved:
 		log.Info("upstream order of another upstream placed again at this one", zap.String("event", "relay_upstream_moved"),
@@ -850,9 +858,9 @@ func parseKey(keyPEM string) (crypto.Signer, error) {
 }
 
 // sameOrigin reports whether two URLs have one scheme and host (a port
-// the scheme implies written or not): an upstream's resources are at its
-// directory's origin. A URL that does not parse is taken as the same,
-// to be asked as before.
+// the scheme implies written or not): an upstream's orders are where its
+// newOrder is. A URL that does not parse is taken as the same, to be
+// asked as before.
 func sameOrigin(a, b string) bool {
 	ua, err := url.Parse(a)
 	if err != nil {

@@ -77,21 +77,20 @@ func TestARelayWhoseUpstreamAReloadChangedRelaysItsOrderInFlightToTheNewOne(t *t
 	}
 }
 
-func TestAnUpstreamOrderIsTheDirectorysWhenTheyShareSchemeHostAndPort(t *testing.T) {
+func TestAnUpstreamOrderIsTheUpstreamsWhenItSharesSchemeHostAndPortWithItsNewOrder(t *testing.T) {
 	for _, tc := range []struct {
-		name, order, directory string
-		same                   bool
+		name, order, newOrder string
+		same                  bool
 	}{
-		{"same/host", "https://acme.example/order/1", "https://acme.example/directory", true},
-		{"same/default port written", "https://acme.example:443/order/1", "https://ACME.example/directory", true},
-		{"same/credentials in the directory", "https://acme.example/order/1", "https://user:pass@acme.example/directory?token=x", true},
-		{"other/host", "https://acme-staging.example/order/1", "https://acme.example/directory", false},
-		{"other/port", "https://127.0.0.1:14000/my-order/1", "https://127.0.0.1:14001/dir", false},
-		{"other/scheme", "http://acme.example/order/1", "https://acme.example/directory", false},
+		{"same/host", "https://acme.example/order/1", "https://acme.example/new-order", true},
+		{"same/default port written", "https://acme.example:443/order/1", "https://ACME.example/new-order", true},
+		{"other/host", "https://acme-staging.example/order/1", "https://acme.example/new-order", false},
+		{"other/port", "https://127.0.0.1:14000/my-order/1", "https://127.0.0.1:14001/order-plz", false},
+		{"other/scheme", "http://acme.example/order/1", "https://acme.example/new-order", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := sameOrigin(tc.order, tc.directory); got != tc.same {
-				t.Errorf("sameOrigin(%q, %q) = %v; want %v", tc.order, tc.directory, got, tc.same)
+			if got := sameOrigin(tc.order, tc.newOrder); got != tc.same {
+				t.Errorf("sameOrigin(%q, %q) = %v; want %v", tc.order, tc.newOrder, got, tc.same)
 			}
 		})
 	}
