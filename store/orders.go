@@ -784,12 +784,15 @@ func (db *DB) completeChallenge(ctx context.Context, id string, valid bool, prob
 type ProcessingChallenge struct {
 	ID      string
 	Profile string
+	// AuthzExpires is its authorization's expiry, past which validating
+	// it is moot.
+	AuthzExpires time.Time
 }
 
 // ProcessingChallenges lists challenges in processing, for re-queueing
 // validations at start.
 func (db *DB) ProcessingChallenges(ctx context.Context) ([]ProcessingChallenge, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT c.id, o.profile FROM challenges c
+	rows, err := db.r.QueryContext(ctx, `SELECT c.id, o.profile, a.expires_at FROM challenges c
 		JOIN authorizations a ON a.id = c.authz_id JOIN orders o ON o.id = a.order_id
 		WHERE c.status = 'processing'`)
 	if err != nil {
@@ -798,10 +801,14 @@ func (db *DB) ProcessingChallenges(ctx context.Context) ([]ProcessingChallenge, 
 	defer rows.Close()
 	var out []ProcessingChallenge
 	for rows.Next() {
-		var p ProcessingChallenge
-		if err := rows.Scan(&p.ID, &p.Profile); err != nil {
+		var (
+			p       ProcessingChallenge
+			expires int64
+		)
+		if err := rows.Scan(&p.ID, &p.Profile, &expires); err != nil {
 			return nil, fmt.Errorf("store: processing challenges: %w", err)
 		}
+		p.AuthzExpires = ms(expires)
 		out = append(out, p)
 	}
 	return out, rows.Err()

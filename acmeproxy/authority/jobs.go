@@ -116,7 +116,9 @@ func ValidationJobs(profiles Profiles, db *store.DB, clk clock.Clock) jobs.Handl
 		// Re-queue validations owed to challenges left in processing
 		// (their job was pruned or lost with an older binary); the
 		// kind+key identity makes this a no-op for those whose job is
-		// alive.
+		// alive. Each ends with its authorization, as one queued at
+		// the challenge's POST does: where the profile is not mounted
+		// (a reload removed it) it would otherwise wait for ever.
 		recover: func(ctx context.Context, q *jobs.Queue) error {
 			owed, err := db.ProcessingChallenges(ctx)
 			if err != nil {
@@ -124,7 +126,7 @@ func ValidationJobs(profiles Profiles, db *store.DB, clk clock.Clock) jobs.Handl
 			}
 			for _, c := range owed {
 				if _, _, err := q.Enqueue(ctx, jobs.Spec{Kind: ValidateKind, Key: c.ID,
-					Payload: validatePayload{Profile: c.Profile, Challenge: c.ID}, MaxAttempts: validateAttempts}); err != nil {
+					Payload: validatePayload{Profile: c.Profile, Challenge: c.ID}, Deadline: c.AuthzExpires, MaxAttempts: validateAttempts}); err != nil {
 					return err
 				}
 			}
