@@ -61,29 +61,18 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 			return signer.IssueOutcome{}, err
 		}
 	}
-	// An upstream order at another origin than the upstream's own
-	// newOrder was placed (or prepared) at the upstream a reload has
-	// since replaced (one down, or left): the new upstream's account
-	// cannot read it, and the old one may not answer. It is placed again
-	// here; the old upstream's is left to expire there. (The directory
-	// is acmez's copy, read for the account already.)
-	moved := false
-	if ro.UpstreamOrderURL != "" {
-		dir, err := c.GetDirectory(ctx)
-		if err != nil {
-			return signer.IssueOutcome{}, fmt.Errorf("reading the upstream directory: %w", err)
-		}
-		moved = !sameOrigin(ro.UpstreamOrderURL, dir.NewOrder)
-	}
 	switch {
-	case moved:
-		log.Info("upstream order of another upstream placed again at this one", zap.String("event", "relay_upstream_moved"),
-			zap.String("profile", b.Profile), zap.String("order", ro.OrderID), zap.String("upstream_order", s.secrets.text(ro.UpstreamOrderURL)))
-		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, nil, ro.UpstreamOrderURL)
 	case ro.UpstreamOrderURL == "":
 		order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, claim, "")
 	default:
 		order, err = c.GetOrder(ctx, acct, acme.Order{Location: ro.UpstreamOrderURL})
+		if ofAnotherUpstream(ctx, c, ro.UpstreamOrderURL, err) {
+			log.Info("upstream order of another upstream placed again at this one", zap.String("event", "relay_upstream_moved"),
+				zap.String("profile", b.Profile), zap.String("order", ro.OrderID), zap.String("upstream_order", s.secrets.text(ro.UpstreamOrderURL)),
+				zap.String("read_error", s.secrets.text(err.Error())))
+			order, gate, err = s.newOrder(ctx, c, acct, b, log, ro, nil, ro.UpstreamOrderURL)
+			break
+		}
 		order.Location = ro.UpstreamOrderURL
 		var spent string
 		if err == nil {
@@ -855,6 +844,29 @@ func parseKey(keyPEM string) (crypto.Signer, error) {
 		return nil, fmt.Errorf("a %T cannot sign", k)
 	}
 	return sk, nil
+}
+
+// ofAnotherUpstream reports whether an upstream order whose read by
+// this upstream's account failed (readErr) is at another origin than the
+// upstream's own newOrder: then it was placed (or prepared) at an
+// upstream a reload has since replaced (one down, or left), which the new
+// upstream's account cannot read and which may not answer at all; it is
+// placed again here, the old upstream's left to expire there. An order
+// read without error is the upstream's wherever it lives (an upstream may
+// keep its orders at another origin than its newOrder): such an
+// upstream's order is placed again only after a read of it failed.
+// Without the directory (acmez's copy, read for the account already), or
+// once ctx has ended, nothing is judged: the read's error is returned as
+// before.
+func ofAnotherUpstream(ctx context.Context, c *acme.Client, orderURL string, readErr error) bool {
+	if readErr == nil || ctx.Err() != nil {
+		return false
+	}
+	dir, err := c.GetDirectory(ctx)
+	if err != nil {
+		return false
+	}
+	return !sameOrigin(orderURL, dir.NewOrder)
 }
 
 // sameOrigin reports whether two URLs have one scheme and host (a port

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -66,12 +67,15 @@ func TestARelayWhoseUpstreamAReloadChangedRelaysItsOrderInFlightToTheNewOne(t *t
 	if n := newUp.count("POST finalize-order"); n != 1 {
 		t.Errorf("the new upstream finalized %d orders; want 1", n)
 	}
+	// The old upstream was asked only to read its order, which the new
+	// upstream's account could not (its kid is not one it knows).
 	oldUp.mu.Lock()
-	asked := len(oldUp.n)
-	oldUp.mu.Unlock()
-	if asked != 0 {
-		t.Errorf("the old upstream was asked %v after the reload; want nothing", oldUp.n)
+	for k, n := range oldUp.n {
+		if k != "POST my-order" {
+			t.Errorf("the old upstream was asked %q %d times after the reload; want only reads of its order (%v)", k, n, oldUp.n)
+		}
 	}
+	oldUp.mu.Unlock()
 	if ro, err := after.db.GetRelayOrder(ctx, req.OrderID); err != nil || !strings.HasPrefix(ro.UpstreamOrderURL, newUp.srv.URL) {
 		t.Errorf("the relay's upstream order after the reload: %q (%v); want the new upstream's", ro.UpstreamOrderURL, err)
 	}
@@ -91,6 +95,39 @@ func TestAnUpstreamOrderIsTheUpstreamsWhenItSharesSchemeHostAndPortWithItsNewOrd
 		t.Run(tc.name, func(t *testing.T) {
 			if got := sameOrigin(tc.order, tc.newOrder); got != tc.same {
 				t.Errorf("sameOrigin(%q, %q) = %v; want %v", tc.order, tc.newOrder, got, tc.same)
+			}
+		})
+	}
+}
+
+// Only an upstream order whose read failed is judged by its origin: an
+// upstream that keeps its orders at another origin than its newOrder has
+// them read as usual, never placed again while they answer.
+func TestOnlyAnUpstreamOrderThatCouldNotBeReadIsTakenForAnotherUpstreams(t *testing.T) {
+	up := newPebbleUpstream(t)
+	b := pebbleBenchOn(t, up)
+	c := b.s.client(&recorder{base: b.s.transport, now: b.clock.Now})
+	here := up.srv.URL + "/my-order/1"
+	elsewhere := "https://acme.other.example/order/1"
+	readFailed := errors.New("HTTP 400 urn:ietf:params:acme:error:malformed")
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name     string
+		ctx      context.Context
+		orderURL string
+		readErr  error
+		want     bool
+	}{
+		{"read, at another origin", context.Background(), elsewhere, nil, false},
+		{"read, at the upstream's origin", context.Background(), here, nil, false},
+		{"unread, at the upstream's origin", context.Background(), here, readFailed, false},
+		{"unread, at another origin", context.Background(), elsewhere, readFailed, true},
+		{"unread, at another origin, the attempt's context ended", cancelled, elsewhere, readFailed, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ofAnotherUpstream(tc.ctx, c, tc.orderURL, tc.readErr); got != tc.want {
+				t.Errorf("ofAnotherUpstream(%q, %v) = %v; want %v", tc.orderURL, tc.readErr, got, tc.want)
 			}
 		})
 	}
