@@ -427,33 +427,53 @@ func writePEM(t *testing.T, file, typ string, der []byte) {
 // certificate for fleetHost it signed.
 func (f *fleet) makeCA(t *testing.T, dir string) {
 	t.Helper()
+	pki := makeTestPKI(t, dir, "fleet test CA", fleetHost, "site")
+	f.ca, f.caCert, f.caKey, f.siteCert, f.siteKey = pki.ca, pki.caFile, pki.caKeyFile, pki.certFile, pki.keyFile
+	f.caPool = x509.NewCertPool()
+	f.caPool.AddCert(f.ca)
+}
+
+// testPKI is a CA of a test's own and a server certificate it signed,
+// with the PEM files of each and their keys.
+type testPKI struct {
+	ca                *x509.Certificate
+	caFile, caKeyFile string
+	certFile, keyFile string
+}
+
+// makeTestPKI makes a CA named caName, able to sign certificates and
+// CRLs (a local_ca signer's, an operator's private one), and a server
+// certificate for host it signed, valid for a day; it writes them and
+// their keys (PKCS #8) into dir, as ca.pem and ca.key, <server>.pem and
+// <server>.key.
+func makeTestPKI(t *testing.T, dir, caName, host, server string) testPKI {
+	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleet test CA"},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: caName},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, caKey.Public(), caKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.ca, _ = x509.ParseCertificate(der)
-	f.caPool = x509.NewCertPool()
-	f.caPool.AddCert(f.ca)
-	f.caCert, f.caKey = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca.key")
-	writePEM(t, f.caCert, "CERTIFICATE", der)
+	p := testPKI{caFile: filepath.Join(dir, "ca.pem"), caKeyFile: filepath.Join(dir, "ca.key"),
+		certFile: filepath.Join(dir, server+".pem"), keyFile: filepath.Join(dir, server+".key")}
+	p.ca, _ = x509.ParseCertificate(der)
+	writePEM(t, p.caFile, "CERTIFICATE", der)
 	k, _ := x509.MarshalPKCS8PrivateKey(caKey)
-	writePEM(t, f.caKey, "PRIVATE KEY", k)
+	writePEM(t, p.caKeyFile, "PRIVATE KEY", k)
 
-	siteKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	site := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: fleetHost}, DNSNames: []string{fleetHost},
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	if der, err = x509.CreateCertificate(rand.Reader, site, f.ca, siteKey.Public(), caKey); err != nil {
+	if der, err = x509.CreateCertificate(rand.Reader, leaf, p.ca, key.Public(), caKey); err != nil {
 		t.Fatal(err)
 	}
-	f.siteCert, f.siteKey = filepath.Join(dir, "site.pem"), filepath.Join(dir, "site.key")
-	writePEM(t, f.siteCert, "CERTIFICATE", der)
-	k, _ = x509.MarshalPKCS8PrivateKey(siteKey)
-	writePEM(t, f.siteKey, "PRIVATE KEY", k)
+	writePEM(t, p.certFile, "CERTIFICATE", der)
+	k, _ = x509.MarshalPKCS8PrivateKey(key)
+	writePEM(t, p.keyFile, "PRIVATE KEY", k)
+	return p
 }
 
 // fleetPebble is an in-process Pebble behind a front that counts new

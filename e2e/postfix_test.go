@@ -9,13 +9,10 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"mime/quotedprintable"
 	"net"
 	"net/http"
@@ -64,7 +61,8 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 	caddy := buildCaddy(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			caFile, certFile, keyFile := privateCAServerCert(t, "localhost")
+			pki := makeTestPKI(t, t.TempDir(), "Test Mail CA", "localhost", "smtpd")
+			caFile, certFile, keyFile := pki.caFile, pki.certFile, pki.keyFile
 			mta := startPostfix(t, postfixConfig{certFile: certFile, keyFile: keyFile, recipients: recipients,
 				implicit: tc.tls == "implicit", username: tc.username, password: password})
 
@@ -195,51 +193,6 @@ func issueOverHTTP01(ctx context.Context, t *testing.T, s certbotServer, wellKno
 		t.Fatal(err)
 	}
 	return leaf
-}
-
-// privateCAServerCert makes a CA, as an operator's private one, and a
-// server certificate it signs for host; it returns the PEM files of the
-// CA, the certificate and its key.
-func privateCAServerCert(t *testing.T, host string) (caFile, certFile, keyFile string) {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Test Mail CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, caKey.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ = x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
-		Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}},
-		ca, key.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "smtpd.crt"), filepath.Join(dir, "smtpd.key")
-	for file, block := range map[string]*pem.Block{caFile: {Type: "CERTIFICATE", Bytes: caDER},
-		certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "PRIVATE KEY", Bytes: keyDER}} {
-		if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return caFile, certFile, keyFile
 }
 
 // postfixMTA is a Postfix the test started.
