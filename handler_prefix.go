@@ -87,6 +87,7 @@ func holdsProfile(hs []mountedHandler, profile string) bool {
 // /acme). Two handlers of one profile are left to App.register, which
 // says so.
 func checkShadowing(hs []mountedHandler) error {
+	endpoints := acmeproxy.EndpointSegments()
 	for j, later := range hs {
 		for _, earlier := range hs[:j] {
 			if earlier.guarded || earlier.profile == later.profile || (earlier.route != later.route && earlier.routeGuarded) {
@@ -100,7 +101,7 @@ func checkShadowing(hs []mountedHandler) error {
 			if !ok {
 				continue
 			}
-			if seg, _, _ := strings.Cut(below, "/"); slices.Contains(acmeproxy.EndpointSegments(), seg) {
+			if seg, _, _ := strings.Cut(below, "/"); slices.Contains(endpoints, seg) {
 				return fmt.Errorf("prefix: profile %q (prefix %s) comes before profile %q (prefix %s) and takes its %s endpoints (%s/%s…); give %q a prefix below no endpoint of %q",
 					earlier.profile, earlier.prefix, later.profile, later.prefix, seg, later.prefix, seg, earlier.profile, later.profile)
 			}
