@@ -20,6 +20,8 @@ import (
 	"github.com/go-acme/lego/v5/challenge/http01"
 	"github.com/go-acme/lego/v5/challenge/tlsalpn01"
 	xacme "golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/freeport"
 )
 
 // RFC 8738 end to end, over IPv4 and IPv6 loopback: lego proves an IP
@@ -85,21 +87,11 @@ func TestLegoObtainsACertificateForAnIPAddressOverHTTP01AndTLSALPN01(t *testing.
 // validation port both address families are validated on.
 func freeDualStackPort(t *testing.T) int {
 	t.Helper()
-	for range 20 {
-		ln6, err := net.Listen("tcp", "[::1]:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln6.Addr().(*net.TCPAddr).Port
-		ln4, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		ln6.Close()
-		if err == nil {
-			ln4.Close()
-			return port
-		}
+	port, err := freeport.TCP("127.0.0.1", "::1")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no port free on both 127.0.0.1 and ::1")
-	return 0
+	return port
 }
 
 // leafSANs returns the GeneralNames of the leaf's subjectAltName, of every

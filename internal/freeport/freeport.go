@@ -33,10 +33,11 @@ var handedOut struct {
 	ports map[int]bool
 }
 
-// TCP returns a port on host (an IP address) that was free a moment ago,
-// lies below the ephemeral range and was not returned before in this
-// process.
-func TCP(host string) (int, error) {
+// TCP returns a port on host (an IP address), and on each of more, that
+// was free a moment ago, lies below the ephemeral range and was not
+// returned before in this process: more names the other addresses a
+// program will bind the port on (::1 beside 127.0.0.1).
+func TCP(host string, more ...string) (int, error) {
 	top := ephemeralStart()
 	var last error
 	handedOut.Lock()
@@ -49,16 +50,32 @@ func TCP(host string) (int, error) {
 		if handedOut.ports[port] {
 			continue
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			last = err
+		if last = free(port, append([]string{host}, more...)); last != nil {
 			continue
 		}
-		ln.Close()
 		handedOut.ports[port] = true
 		return port, nil
 	}
 	return 0, fmt.Errorf("freeport: no free port below %d on %s: %w", top, host, last)
+}
+
+// free listens on port at each of hosts at once, and reports the first
+// that refused.
+func free(port int, hosts []string) error {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for _, h := range hosts {
+		ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
+	}
+	return nil
 }
 
 // ephemeralStart is the first port of the kernel's ephemeral range (Linux's
