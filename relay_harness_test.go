@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"io"
 	"log"
@@ -153,6 +154,9 @@ type relayPebble struct {
 	// held, while set, holds each newOrder without an answer
 	// until its request is cancelled (holdNewOrders).
 	held atomic.Pointer[heldNewOrders]
+	// limited, while set, is a name whose newOrders the front answers
+	// as Let's Encrypt answers one over a per-name rate limit.
+	limited atomic.Pointer[string]
 }
 
 // heldNewOrders tells a test about the newOrders Pebble's front holds.
@@ -285,8 +289,9 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 				Payload string `json:"payload"`
 			}
 			var order struct {
-				Profile  string `json:"profile"`
-				Replaces string `json:"replaces"`
+				Profile     string             `json:"profile"`
+				Replaces    string             `json:"replaces"`
+				Identifiers []vocab.Identifier `json:"identifiers"`
 			}
 			if json.Unmarshal(body, &jws) == nil {
 				if payload, err := base64.RawURLEncoding.DecodeString(jws.Payload); err == nil {
@@ -297,6 +302,16 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 			p.orderProfiles = append(p.orderProfiles, order.Profile)
 			p.orderReplaces = append(p.orderReplaces, order.Replaces)
 			p.mu.Unlock()
+			if name := p.limited.Load(); name != nil && slices.ContainsFunc(order.Identifiers, func(id vocab.Identifier) bool { return id.Value == *name }) {
+				// Boulder's words and Retry-After for its limit on
+				// certificates for one exact set of names (a week).
+				w.Header().Set("Retry-After", "604800")
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_ = json.NewEncoder(w).Encode(map[string]any{"type": "urn:ietf:params:acme:error:rateLimited", "status": 429,
+					"detail": fmt.Sprintf("too many certificates (5) already issued for %q in the last 168h0m0s, retry after 2026-12-12 00:00:00 UTC", *name)})
+				return
+			}
 		}
 		if r.URL.Path == wfe.DirectoryPath && p.noARI.Load() {
 			rec := httptest.NewRecorder()

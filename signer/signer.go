@@ -187,9 +187,9 @@ type Settler interface {
 	// the client sees a generic problem.
 	Failed(ctx context.Context, orderID string, detail string) error
 	// Refused records the signer's verdict against the request: the
-	// order fails with the problem of kind (KindBadCSR or
-	// KindRejectedIdentifier) and a generic detail; detail is for the
-	// operator.
+	// order fails with the problem of kind (KindBadCSR,
+	// KindRejectedIdentifier, KindBadValidity or KindRateLimited) and a
+	// generic detail; detail is for the operator.
 	Refused(ctx context.Context, orderID string, kind Kind, detail string) error
 }
 
@@ -291,6 +291,10 @@ const (
 	// KindBadValidity: the signer will not issue the notBefore and
 	// notAfter the order asks for (RFC 8555 malformed).
 	KindBadValidity
+	// KindRateLimited: the backend limits how often it issues for the
+	// order's names (an upstream CA's per-name rate limit), for longer
+	// than an order waits (RFC 8555 rateLimited).
+	KindRateLimited
 )
 
 // Error is a signer's refusal, with a detail fit for the client.

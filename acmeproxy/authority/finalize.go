@@ -172,7 +172,7 @@ func (au *Authority) issue(ctx context.Context, o store.Order, req signer.IssueR
 // request, which fails the order, rather than a fault on our side.
 func isVerdict(err error) bool {
 	e, ok := signer.AsError(err)
-	return ok && (e.Kind == signer.KindBadCSR || e.Kind == signer.KindRejectedIdentifier || e.Kind == signer.KindBadValidity)
+	return ok && (e.Kind == signer.KindBadCSR || e.Kind == signer.KindRejectedIdentifier || e.Kind == signer.KindBadValidity || e.Kind == signer.KindRateLimited)
 }
 
 // failOrder makes a processing order invalid with prob (what the client
@@ -210,6 +210,8 @@ func failureClass(err error) string {
 		return "rejected_identifier"
 	case signer.KindBadValidity:
 		return "bad_validity"
+	case signer.KindRateLimited:
+		return "rate_limited"
 	case signer.KindUnavailable:
 		return "signer_unavailable"
 	}
@@ -286,6 +288,8 @@ func signerProblem(err error) *problem.Problem {
 		return problem.RejectedIdentifierF("%s", e.Detail)
 	case signer.KindBadValidity:
 		return problem.MalformedF("%s", e.Detail)
+	case signer.KindRateLimited:
+		return problem.RateLimitedF(0, "%s", e.Detail)
 	}
 	p := problem.Internal()
 	p.Detail = "the signer is unavailable: " + e.Detail

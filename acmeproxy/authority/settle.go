@@ -57,6 +57,8 @@ func (au *Authority) Refused(ctx context.Context, orderID string, kind signer.Ki
 		p = problem.RejectedIdentifierF("the signer refused to issue for this order's identifiers; the operator can see why")
 	case signer.KindBadValidity:
 		p = problem.MalformedF("the signer refused the order's notBefore and notAfter; the operator can see why")
+	case signer.KindRateLimited:
+		p = problem.RateLimitedF(0, "the upstream CA rate-limited this order's identifiers; try again later (the operator can see until when)")
 	default:
 		return au.Failed(ctx, orderID, detail)
 	}

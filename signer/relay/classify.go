@@ -59,6 +59,9 @@ type failure struct {
 	// pass on to the client; zero when the reason is ours or unstated.
 	refusal signer.Kind
 	reason  string
+	// limitDetail is a rate limit's detail, as the upstream stated it:
+	// onNames reads in it whose limit it is.
+	limitDetail string
 }
 
 // Bounds on a wait the upstream asks for.
@@ -116,7 +119,7 @@ func (r secrets) classify(err error, last response) failure {
 		}
 		switch {
 		case status == http.StatusTooManyRequests || p.Type == acme.ProblemTypeRateLimited:
-			f.verdict = coolDown
+			f.verdict, f.limitDetail = coolDown, p.Detail
 		case status >= 500 || p.Type == acme.ProblemTypeServerInternal:
 			f.verdict = retry
 		case p.Type == acme.ProblemTypeBadNonce:

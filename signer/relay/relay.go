@@ -612,7 +612,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 			// fault nor ours.
 			return jobs.RetryAfter("interrupted: "+s.secrets.reasonOf(err), 0)
 		}
-		return s.outcome(ctx, b, log, ro, s.secrets.classify(err, rec.lastResponse()))
+		return s.outcome(ctx, b, log, ro, s.secrets.classify(err, rec.lastResponse()).onNames(ro.Identifiers))
 	}
 	if err := b.Settler.Issued(ctx, ro.OrderID, issued.Chain, issued.Alternates...); err != nil {
 		return jobs.Retry("recording the certificate: " + err.Error())
