@@ -2,7 +2,6 @@ package caddyacmeproxy
 
 import (
 	"context"
-	"crypto"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -36,7 +35,7 @@ func relayRevoke(t *testing.T, p *relayProcess, c *acme.Client, der []byte, reas
 	}
 	resp.Body.Close()
 	url := base + "/revoke-cert"
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: c.Key.(crypto.Signer)}, &jose.SignerOptions{
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: c.Key}, &jose.SignerOptions{
 		ExtraHeaders: map[jose.HeaderKey]any{"nonce": resp.Header.Get("Replay-Nonce"), "url": url, "kid": string(c.KID)},
 	})
 	if err != nil {

@@ -295,7 +295,6 @@ func (a *alternating) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (a *alternating) pinTo(i int) { a.pin.Store(int64(i + 1)) }
-func (a *alternating) unpin()      { a.pin.Store(0) }
 
 // client is an ACME client of profile, registered, over rt.
 func (f *fleet) client(t *testing.T, rt http.RoundTripper, profile string) (*xacme.Client, *xacme.Account) {

@@ -115,36 +115,7 @@ func scanOrder(r rowScanner) (Order, error) {
 
 const authzCols = `a.id, a.order_id, a.account_id, a.identifier_type, a.identifier_value, a.wildcard, a.status, a.expires_at`
 
-func scanAuthz(r rowScanner) (Authz, error) {
-	var (
-		a        Authz
-		wildcard int
-		expires  int64
-	)
-	if err := r.Scan(&a.ID, &a.OrderID, &a.AccountID, &a.Identifier.Type, &a.Identifier.Value, &wildcard, &a.Status, &expires); err != nil {
-		return Authz{}, err
-	}
-	a.Wildcard, a.Expires = wildcard != 0, ms(expires)
-	return a, nil
-}
-
 const challengeCols = `c.id, c.authz_id, c.type, c.token, c.status, c.validated_at, c.error`
-
-func scanChallenge(r rowScanner) (Challenge, error) {
-	var (
-		c         Challenge
-		validated sql.NullInt64
-		problem   sql.NullString
-	)
-	if err := r.Scan(&c.ID, &c.AuthzID, &c.Type, &c.Token, &c.Status, &validated, &problem); err != nil {
-		return Challenge{}, err
-	}
-	c.Validated = nullMs(validated)
-	if problem.Valid {
-		c.Error = []byte(problem.String)
-	}
-	return c, nil
-}
 
 func nullBytes(b []byte) any {
 	if b == nil {

@@ -65,7 +65,7 @@ func PreparePostgres(dsn string, opts PostgresOptions) (*DB, error) {
 	if err != nil {
 		// pgx's error quotes the DSN (password masked); ours does not
 		// quote it at all.
-		return nil, errors.New("store: the postgres DSN does not parse; expected postgres://user@host/db?... or host=... dbname=...")
+		return nil, errors.New("store: the postgres DSN does not parse; expected a URL (postgres://user@host/db) or keywords (host=HOST dbname=DB)")
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 8

@@ -561,20 +561,6 @@ func checkSpends(spends []LimitSpend) error {
 	return nil
 }
 
-// bucketKeys is the keys of spends, each once, in the order they first
-// come.
-func bucketKeys(spends []LimitSpend) []string {
-	keys := make([]string, 0, len(spends))
-	seen := make(map[string]bool, len(spends))
-	for _, s := range spends {
-		if !seen[s.Key] {
-			seen[s.Key] = true
-			keys = append(keys, s.Key)
-		}
-	}
-	return keys
-}
-
 // readTATs reads the stored TAT of each bucket of keys (distinct), by key;
 // none for a bucket without a row. lock is "" or the dialect's row lock,
 // to keep the rows read locked.
@@ -671,12 +657,6 @@ func (db *DB) readSpentTATs(ctx context.Context, tx *sql.Tx, spends []LimitSpend
 		}
 	}
 	return vals, nil
-}
-
-func writeTAT(ctx context.Context, db *DB, tx *sql.Tx, key string, tat int64) error {
-	_, err := tx.ExecContext(ctx, db.q(`INSERT INTO rate_limits (key, tat_ns) VALUES (?, ?)
-		ON CONFLICT (key) DO UPDATE SET tat_ns = excluded.tat_ns`), key, tat)
-	return err
 }
 
 // CountPendingAuthzs counts the authorizations of an account that are
