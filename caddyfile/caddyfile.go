@@ -63,7 +63,7 @@ type appJSON struct {
 //		order_retention <duration>|keep
 //		certificate_retention <duration>|keep
 //		notify webhook <url> { secret <s>; events <names...>; header <name> <value> }
-//		notify email { smtp <host:port>; tls starttls|implicit|none; from <addr>; to <addr...>; username <u>; password <p>; events <names...> }
+//		notify email { smtp <host:port>; tls starttls|implicit|none; from <addr>; to <addr...>; username <u>; password <p>; helo <name>; events <names...> }
 //		notify script <path> [<args...>] { events <names...> }
 //	}
 //
@@ -519,7 +519,7 @@ func parsePolicy(d *caddyfile.Dispenser, key string, pol *acmeproxy.IdentifierPo
 // parseNotify reads one notification destination:
 //
 //	notify webhook <url> [{ secret <s>; events <names...>; header <name> <value> }]
-//	notify email { smtp <host:port>; tls starttls|implicit|none; from <addr>; to <addr...>; username <u>; password <p>; events <names...> }
+//	notify email { smtp <host:port>; tls starttls|implicit|none; from <addr>; to <addr...>; username <u>; password <p>; helo <name>; events <names...> }
 //	notify script <path> [<args...>] [{ events <names...> }]
 func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 	var dst notify.Destination
@@ -585,6 +585,8 @@ func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 			dst.Username, err = OneArg(d, key("username"))
 		case sub == "password" && dst.Type == notify.TypeEmail:
 			dst.Password, err = OneArg(d, key("password"))
+		case sub == "helo" && dst.Type == notify.TypeEmail:
+			dst.HELO, err = OneArg(d, key("helo"))
 		default:
 			err = d.Errf("acme_proxy: notify %s: unknown setting %q", dst.Type, sub)
 		}

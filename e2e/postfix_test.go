@@ -40,7 +40,11 @@ import (
 // event; Postfix's Received line says it came over TLS. With a username
 // and password, as the README's example has them, Postfix takes mail
 // only from a client that authenticated (AUTH PLAIN, checked by Cyrus
-// SASL), and the password is not in Caddy's log.
+// SASL), and the password is not in Caddy's log. Postfix refuses a
+// client whose EHLO name is not fully qualified, as submission relays
+// often do (reject_non_fqdn_helo_hostname): Caddy greets it with the
+// destination's helo, or by default with a name Postfix takes, and the
+// Received line names it.
 func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T) {
 	const (
 		profile  = "mta"
@@ -53,8 +57,10 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 		name     string
 		tls      string // the destination's tls
 		username string // "": no authentication
+		helo     string // "": the default
 	}{
 		{name: "over STARTTLS without authentication", tls: "starttls"},
+		{name: "over STARTTLS greeting Postfix with the configured helo", tls: "starttls", helo: "acme-client.example.net"},
 		{name: "over STARTTLS authenticated with the username and password", tls: "starttls", username: "acme"},
 		{name: "over implicit TLS (SMTPS)", tls: "implicit"},
 	}
@@ -69,6 +75,9 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 			auth := ""
 			if tc.username != "" {
 				auth = fmt.Sprintf(" username %s\n password {env.SMTP_PASSWORD}\n", tc.username)
+			}
+			if tc.helo != "" {
+				auth += fmt.Sprintf(" helo %s\n", tc.helo)
 			}
 			s := startCertbotServer(t, caddy, "", certbotSite{
 				profile: profile,
@@ -97,6 +106,9 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 					t.Errorf("%s: Subject %q; want %q", rcpt, got, want)
 				}
 				received := h.Get("Received")
+				if want := "from " + tc.helo + " (localhost [127.0.0.1])"; tc.helo != "" && !strings.HasPrefix(received, want) {
+					t.Errorf("%s: Postfix's Received line does not start with %q (the helo): %s", rcpt, want, received)
+				}
 				if !strings.Contains(received, "(using TLSv1.") {
 					t.Errorf("%s: Postfix did not receive the mail over TLS: Received: %s", rcpt, received)
 				}
@@ -219,6 +231,9 @@ type postfixConfig struct {
 // recipient to a maildir. On cleanup it is stopped with `postfix stop`,
 // and none of its processes may be left.
 //
+// Its main.cf refuses an EHLO name that is not fully qualified, as
+// submission relays often do.
+//
 // Postfix's master runs only as root (`postfix start` exits 1 for any
 // other user): as another user the test skips.
 func startPostfix(t *testing.T, cfg postfixConfig) postfixMTA {
@@ -295,6 +310,8 @@ smtpd_tls_security_level = may
 smtpd_tls_cert_file = %[7]s
 smtpd_tls_key_file = %[8]s
 smtpd_tls_received_header = yes
+smtpd_helo_required = yes
+smtpd_helo_restrictions = reject_non_fqdn_helo_hostname, reject_invalid_helo_hostname
 `, queue, data, mailBase, conf, nobody.Uid, nobody.Gid, cfg.certFile, cfg.keyFile)
 	if cfg.username != "" {
 		mainCF += postfixSASL(t, conf, owner, cfg.username, cfg.password)

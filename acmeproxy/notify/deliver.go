@@ -113,7 +113,7 @@ func (d *Deliverer) Register(dests ...Destination) error {
 			prev, ok = d.dests[id]
 		}
 		if ok && !reflect.DeepEqual(prev, dst) {
-			return fmt.Errorf("notify %s: two destinations to %s differ only in their secrets (secret, header values, username, password or the URL's credentials); merge them or give them different events", dst.Type, dst.Describe())
+			return fmt.Errorf("notify %s: two destinations to %s differ only in their secrets (secret, header values, username, password or the URL's credentials) or helo; merge them or give them different events", dst.Type, dst.Describe())
 		}
 		seen[id] = dst
 	}

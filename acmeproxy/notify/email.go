@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/smtp"
 	"net/textproto"
+	"os"
 	"strings"
 	"time"
 )
@@ -53,7 +54,8 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 		return smtpError("greeting", err)
 	}
 	defer c.Close()
-	if err := c.Hello("localhost"); err != nil {
+	hostname, _ := os.Hostname()
+	if err := c.Hello(heloName(dst.HELO, hostname, conn.LocalAddr())); err != nil {
 		return smtpError("EHLO", err)
 	}
 	if dst.TLS == "" || dst.TLS == TLSStartTLS {
@@ -89,6 +91,64 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 	}
 	_ = c.Quit()
 	return nil
+}
+
+// heloName is the name the client gives in EHLO: the destination's helo
+// when set; else the machine's host name when it is fully qualified, as
+// Postfix's myhostname and sendmail's $j default to; else the address
+// literal of the connection's own end ("[192.0.2.1]"), which RFC 5321
+// 4.1.4 says a client without a domain name sends. Never a bare name
+// such as "localhost": servers that refuse a HELO not fully qualified
+// (Postfix's reject_non_fqdn_helo_hostname, common on submission
+// relays) would refuse every mail.
+func heloName(configured, hostname string, local net.Addr) string {
+	if configured != "" {
+		return configured
+	}
+	if h := strings.TrimSuffix(hostname, "."); isDomainName(h) && strings.Contains(h, ".") {
+		return h
+	}
+	if a, ok := local.(*net.TCPAddr); ok && a.IP != nil {
+		if v4 := a.IP.To4(); v4 != nil {
+			return "[" + v4.String() + "]"
+		}
+		return "[IPv6:" + a.IP.String() + "]"
+	}
+	return "[127.0.0.1]"
+}
+
+// isDomainName reports whether s is a host name as DNS writes one:
+// dot-separated labels of letters, digits and inner hyphens, each of 1
+// to 63 characters, 253 in all.
+func isDomainName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isAddressLiteral reports whether s is an RFC 5321 address literal:
+// "[192.0.2.1]" or "[IPv6:2001:db8::1]".
+func isAddressLiteral(s string) bool {
+	if !strings.HasPrefix(s, "[") || !strings.HasSuffix(s, "]") {
+		return false
+	}
+	inner := s[1 : len(s)-1]
+	if v6, ok := strings.CutPrefix(inner, "IPv6:"); ok {
+		return strings.Contains(v6, ":") && net.ParseIP(v6) != nil
+	}
+	ip := net.ParseIP(inner)
+	return ip != nil && ip.To4() != nil && !strings.Contains(inner, ":")
 }
 
 // smtpError classifies an SMTP failure: a 5xx reply is permanent. The

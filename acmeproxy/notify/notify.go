@@ -95,6 +95,11 @@ type Destination struct {
 	To       []string `json:"to,omitempty"`
 	Username string   `json:"username,omitempty"`
 	Password string   `json:"password,omitempty"`
+	// HELO (email) is the name given in EHLO: a domain name or an
+	// address literal ([192.0.2.1]). Default: the machine's host name
+	// when it is fully qualified, else the connection's own address as
+	// a literal.
+	HELO string `json:"helo,omitempty"`
 
 	// Command (script) is the program run, without a shell, with Args;
 	// it reads the event's JSON on stdin.
@@ -180,6 +185,9 @@ func (d *Destination) Validate() error {
 				return fmt.Errorf("notify email: to: %q is not an e-mail address", to)
 			}
 		}
+		if d.HELO != "" && !isDomainName(strings.TrimSuffix(d.HELO, ".")) && !isAddressLiteral(d.HELO) {
+			return fmt.Errorf("notify email: helo: %q is not a domain name or an address literal ([192.0.2.1], [IPv6:2001:db8::1])", d.HELO)
+		}
 		if (d.Username == "") != (d.Password == "") {
 			empty := "password"
 			if d.Username == "" {
@@ -219,6 +227,7 @@ func (d *Destination) checkOwnSettings() error {
 		{TypeWebhook, "url", d.URL != ""}, {TypeWebhook, "secret", d.Secret != ""}, {TypeWebhook, "headers", len(d.Headers) > 0},
 		{TypeEmail, "smtp", d.SMTP != ""}, {TypeEmail, "tls", d.TLS != ""}, {TypeEmail, "from", d.From != ""},
 		{TypeEmail, "to", len(d.To) > 0}, {TypeEmail, "username", d.Username != ""}, {TypeEmail, "password", d.Password != ""},
+		{TypeEmail, "helo", d.HELO != ""},
 		{TypeScript, "command", d.Command != ""}, {TypeScript, "args", len(d.Args) > 0},
 	}
 	known := false

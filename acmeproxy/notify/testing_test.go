@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"math/big"
 	"net"
 	"net/textproto"
@@ -126,13 +127,21 @@ type smtpServer struct {
 	// noStartTLS: EHLO does not offer STARTTLS (a server without it,
 	// or someone between that strips it).
 	noStartTLS bool
-	certs      *x509.CertPool
-	cfg        *tls.Config
+	// fqdnHELO: an EHLO name neither fully qualified nor an address
+	// literal is refused, as Postfix's reject_non_fqdn_helo_hostname
+	// does.
+	fqdnHELO bool
+	// authReply, when set, answers AUTH instead of 235; %s is the
+	// command's argument (a server quoting what it was sent).
+	authReply string
+	certs     *x509.CertPool
+	cfg       *tls.Config
 
-	mu    sync.Mutex
-	mails []mail
-	auths int // AUTH commands received, over TLS or not
-	got   chan struct{}
+	mu     sync.Mutex
+	mails  []mail
+	auths  int      // AUTH commands received, over TLS or not
+	hellos []string // EHLO (or HELO) names, in order
+	got    chan struct{}
 }
 
 // startSMTP serves SMTP on loopback, with STARTTLS (or TLS from the first
@@ -181,6 +190,13 @@ func (s *smtpServer) serve(c net.Conn) {
 		switch strings.ToUpper(verb) {
 		case "EHLO", "HELO":
 			m.hello = arg
+			s.mu.Lock()
+			s.hellos = append(s.hellos, arg)
+			s.mu.Unlock()
+			if s.fqdnHELO && !strings.Contains(arg, ".") && !strings.HasPrefix(arg, "[") {
+				reply("504 5.5.2 <" + arg + ">: Helo command rejected: need fully-qualified hostname")
+				continue
+			}
 			if !m.tls && !s.noStartTLS {
 				reply("250-test", "250-STARTTLS", "250 AUTH PLAIN")
 			} else {
@@ -199,6 +215,10 @@ func (s *smtpServer) serve(c net.Conn) {
 			s.mu.Lock()
 			s.auths++
 			s.mu.Unlock()
+			if s.authReply != "" {
+				reply(fmt.Sprintf(s.authReply, arg))
+				continue
+			}
 			reply("235 ok")
 		case "MAIL":
 			m.from = strings.TrimSuffix(strings.TrimPrefix(arg, "FROM:<"), ">")
@@ -236,6 +256,12 @@ func (s *smtpServer) authCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.auths
+}
+
+func (s *smtpServer) helloNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.hellos...)
 }
 
 func (s *smtpServer) received() []mail {
