@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -48,15 +49,17 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 		}
 		conn = tc
 	}
+	hide := credentialHider(dst)
+	fail := func(step string, err error) error { return smtpError(step, err, hide) }
 	c, err := smtp.NewClient(conn, host)
 	if err != nil {
 		conn.Close()
-		return smtpError("greeting", err)
+		return fail("greeting", err)
 	}
 	defer c.Close()
 	hostname, _ := os.Hostname()
 	if err := c.Hello(heloName(dst.HELO, hostname, conn.LocalAddr())); err != nil {
-		return smtpError("EHLO", err)
+		return fail("EHLO", err)
 	}
 	if dst.TLS == "" || dst.TLS == TLSStartTLS {
 		if ok, _ := c.Extension("STARTTLS"); !ok {
@@ -68,26 +71,26 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 	}
 	if dst.Username != "" {
 		if err := c.Auth(smtp.PlainAuth("", dst.Username, dst.Password, host)); err != nil {
-			return smtpError("AUTH", err)
+			return fail("AUTH", err)
 		}
 	}
 	if err := c.Mail(dst.From); err != nil {
-		return smtpError("MAIL FROM", err)
+		return fail("MAIL FROM", err)
 	}
 	for _, to := range dst.To {
 		if err := c.Rcpt(to); err != nil {
-			return smtpError("RCPT TO", err)
+			return fail("RCPT TO", err)
 		}
 	}
 	w, err := c.Data()
 	if err != nil {
-		return smtpError("DATA", err)
+		return fail("DATA", err)
 	}
 	if _, err := w.Write(mailMessage(dst, ev, time.Now())); err != nil {
-		return smtpError("DATA", err)
+		return fail("DATA", err)
 	}
 	if err := w.Close(); err != nil {
-		return smtpError("DATA", err)
+		return fail("DATA", err)
 	}
 	_ = c.Quit()
 	return nil
@@ -154,18 +157,52 @@ func isAddressLiteral(s string) bool {
 // smtpError classifies an SMTP failure: a 5xx reply is permanent. The
 // server's text is kept, and none of ours: it may name the username (as
 // in "Authentication failed for <user>"), which the config writes in the
-// clear, never the password, which only the AUTH exchange carries,
-// encoded.
-func smtpError(step string, err error) error {
+// clear. It may also quote what it was sent — sendmail's "500 5.5.1
+// Command unrecognized" repeats the command, AUTH PLAIN's credentials
+// too — so hide takes the password out of it first.
+func smtpError(step string, err error, hide *strings.Replacer) error {
 	var te *textproto.Error
 	if errors.As(err, &te) && te.Code >= 500 {
-		return permanent(fmt.Errorf("%s: %d %s", step, te.Code, te.Msg))
+		return permanent(fmt.Errorf("%s: %d %s", step, te.Code, hide.Replace(te.Msg)))
 	}
 	if errors.As(err, &te) {
-		return fmt.Errorf("%s: %d %s", step, te.Code, te.Msg)
+		return fmt.Errorf("%s: %d %s", step, te.Code, hide.Replace(te.Msg))
 	}
-	return fmt.Errorf("%s: %w", step, err)
+	return redactedError{err: err, text: step + ": " + hide.Replace(err.Error())}
 }
+
+// credentialHider replaces the destination's password in a server's
+// text, in each form the server was sent it or may quote it: as
+// configured, and base64-encoded, alone and as the AUTH PLAIN initial
+// response ("\x00user\x00password") that net/smtp sends.
+func credentialHider(dst Destination) *strings.Replacer {
+	if dst.Password == "" {
+		return strings.NewReplacer()
+	}
+	const shown = "[password]"
+	plain := "\x00" + dst.Username + "\x00" + dst.Password
+	var pairs []string
+	for _, form := range []string{plain, dst.Password} {
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding} {
+			pairs = append(pairs, enc.EncodeToString([]byte(form)), shown)
+		}
+	}
+	// Longest first (strings.Replacer tries its pairs in order at each
+	// position): the encoded forms hold no clear password, but the
+	// clear one may be a piece of an encoded one.
+	pairs = append(pairs, dst.Password, shown)
+	return strings.NewReplacer(pairs...)
+}
+
+// redactedError is an error whose text is its cause's, redacted;
+// errors.Is and errors.As still see the cause.
+type redactedError struct {
+	err  error
+	text string
+}
+
+func (e redactedError) Error() string { return e.text }
+func (e redactedError) Unwrap() error { return e.err }
 
 // mailMessage is the RFC 5322 message of an event: a subject naming the
 // event, the profile and the first identifier, and a plain-text body,

@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"fmt"
 	"math/big"
 	"net"
 	"net/textproto"
@@ -131,9 +130,9 @@ type smtpServer struct {
 	// literal is refused, as Postfix's reject_non_fqdn_helo_hostname
 	// does.
 	fqdnHELO bool
-	// authReply, when set, answers AUTH instead of 235; %s is the
+	// authReply, when set, answers AUTH instead of 235, given the
 	// command's argument (a server quoting what it was sent).
-	authReply string
+	authReply func(arg string) string
 	certs     *x509.CertPool
 	cfg       *tls.Config
 
@@ -215,8 +214,8 @@ func (s *smtpServer) serve(c net.Conn) {
 			s.mu.Lock()
 			s.auths++
 			s.mu.Unlock()
-			if s.authReply != "" {
-				reply(fmt.Sprintf(s.authReply, arg))
+			if s.authReply != nil {
+				reply(s.authReply(arg))
 				continue
 			}
 			reply("235 ok")
