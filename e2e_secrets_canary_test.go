@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -83,7 +84,8 @@ func (s *canaryServers) hangingUpHook(t *testing.T) *httptest.Server {
 
 // refusingSMTP is an SMTP server offering AUTH PLAIN without TLS (Go
 // allows it to 127.0.0.1) that refuses the credentials with a 535
-// naming the user, as some servers do.
+// naming the user, as some servers do, and quoting the command, as
+// sendmail quotes one it does not know.
 func (s *canaryServers) refusingSMTP(t *testing.T) string {
 	ln := e2eListen(t)
 	go func() {
@@ -111,12 +113,12 @@ func (s *canaryServers) refusingSMTP(t *testing.T) string {
 						_, b64, _ := strings.Cut(arg, " ")
 						raw, _ := base64.StdEncoding.DecodeString(b64)
 						parts := strings.Split(string(raw), "\x00")
-						s.saw("smtp " + strings.Join(parts, " "))
+						s.saw("smtp " + strings.Join(parts, " ") + " " + line)
 						user := ""
 						if len(parts) == 3 {
 							user = parts[1]
 						}
-						fmt.Fprintf(conn, "535 5.7.8 Authentication failed for %s\r\n", user)
+						fmt.Fprintf(conn, "535 5.7.8 Authentication failed for %s (%s)\r\n", user, line)
 					case "QUIT":
 						fmt.Fprintf(conn, "221 bye\r\n")
 						return
@@ -132,7 +134,8 @@ func (s *canaryServers) refusingSMTP(t *testing.T) string {
 
 // refusingUpstream is an ACME CA behind a gateway: it serves its
 // directory, then refuses newAccount with a 400 whose problem quotes the
-// directory request (its query, its Basic credentials) and the binding's
+// directory request (its query, its Basic credentials, decoded and as
+// the Authorization header carried them) and the binding's
 // MAC key, as a careless upstream's error might.
 func (s *canaryServers) refusingUpstream(t *testing.T, macKey string) *httptest.Server {
 	var (
@@ -145,7 +148,7 @@ func (s *canaryServers) refusingUpstream(t *testing.T, macKey string) *httptest.
 		case "/dir":
 			user, pass, _ := r.BasicAuth()
 			mu.Lock()
-			dir = fmt.Sprintf("GET %s (user %s, password %s)", r.RequestURI, user, pass)
+			dir = fmt.Sprintf("GET %s (user %s, password %s, Authorization: %s)", r.RequestURI, user, pass, r.Header.Get("Authorization"))
 			mu.Unlock()
 			s.saw(dir)
 			w.Header().Set("Content-Type", "application/json")
@@ -210,6 +213,15 @@ func TestNoConfiguredSecretAppearsInAnyLogLineAnswerOrStoredRow(t *testing.T) {
 	// looked for in what is shown.
 	identifiers := map[string]bool{"E2E_CANARY_RELAY_USER": true, "E2E_CANARY_SMTP_USER": true}
 	secrets := map[string]string{"the relay's EAB MAC key, decoded": relayMACRaw} // what → value
+	// The passwords as the protocols encoded them on the wire: quoted by
+	// a server, they are as good as in clear.
+	encoded := map[string]string{
+		"the SMTP credentials as AUTH PLAIN sent them": base64.StdEncoding.EncodeToString(
+			[]byte("\x00" + canaries["E2E_CANARY_SMTP_USER"] + "\x00" + canaries["E2E_CANARY_SMTP_PW"])),
+		"the relay's directory credentials as Basic sent them": base64.StdEncoding.EncodeToString(
+			[]byte(canaries["E2E_CANARY_RELAY_USER"] + ":" + canaries["E2E_CANARY_RELAY_PW"])),
+	}
+	maps.Copy(secrets, encoded)
 	for k, v := range canaries {
 		t.Setenv(k, v)
 		if !identifiers[k] {
@@ -373,6 +385,11 @@ func TestNoConfiguredSecretAppearsInAnyLogLineAnswerOrStoredRow(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no delivery to %s failed within %s: %s", waiting, e2eWait, body)
+		}
+	}
+	for what, v := range encoded {
+		if !servers.sawAny(v) {
+			t.Errorf("no outside party was sent %s: the test does not exercise it", what)
 		}
 	}
 	// Each secret was really used: sent where it belongs.

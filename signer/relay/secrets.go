@@ -11,7 +11,8 @@ import (
 // secrets is what of a relay's configuration must never be shown — in a
 // log line, an error, a job's last error, an order's failure detail —
 // and how to take it out of a text bound for one: the upstream
-// directory URL's user and password and its query's values (an upstream
+// directory URL's user and password (also as the Basic credentials Go's
+// HTTP client sends for them) and its query's values (an upstream
 // behind a gateway may take a token there), and the EAB HMAC key. Every
 // text the signer writes passes text (or err, for an error it returns),
 // so that there is one redaction, not one per call site.
@@ -66,12 +67,17 @@ func newSecrets(directory, macKey string) secrets {
 	}
 	var values []string
 	if u.User != nil {
-		if pw, ok := u.User.Password(); ok {
+		pw, ok := u.User.Password()
+		if ok {
 			values = append(values, pw)
 		} else {
 			// A user alone is a token (https://TOKEN@host/).
 			values = append(values, u.User.Username())
 		}
+		// Go's HTTP client sends the userinfo as Basic credentials, which
+		// a gateway's error page may quote from the Authorization header.
+		basic := []byte(u.User.Username() + ":" + pw)
+		values = append(values, base64.StdEncoding.EncodeToString(basic), base64.RawStdEncoding.EncodeToString(basic))
 	}
 	for pair := range strings.SplitSeq(u.RawQuery, "&") {
 		if _, v, ok := strings.Cut(pair, "="); ok && v != "" {

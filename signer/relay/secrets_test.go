@@ -41,7 +41,10 @@ var secretMAC = base64.RawURLEncoding.EncodeToString([]byte("\xfb\xff-the upstre
 // (as configured, percent-decoded, percent-encoded again): none may be
 // seen anywhere.
 var secretParts = []string{"relayuser", "s3cr", "(pw)X", "Secret123", "ey456", secretMAC,
-	base64.StdEncoding.EncodeToString([]byte("\xfb\xff-the upstream's HMAC key for EAB-\xfe"))}
+	base64.StdEncoding.EncodeToString([]byte("\xfb\xff-the upstream's HMAC key for EAB-\xfe")),
+	// The Basic credentials Go's HTTP client sends for the URL's
+	// userinfo, as an Authorization header quotes them.
+	base64.StdEncoding.EncodeToString([]byte("relayuser:s3cr@t(pw)X"))}
 
 // gatewayUpstream is an upstream behind a gateway that answers every
 // request, the directory's too, with answer; base is its own URL.
@@ -72,6 +75,11 @@ func TestNoSecretOfTheUpstreamDirectoryOrEABKeyIsLoggedOrStoredWhateverTheUpstre
 		{"fail/a gateway's 502 page quoting the request", func(t *testing.T) string {
 			return gatewayUpstream(t, func(w http.ResponseWriter, r *http.Request, _ string) {
 				http.Error(w, "<html>502 Bad Gateway: no backend for "+r.URL.RequestURI()+"</html>", http.StatusBadGateway)
+			})
+		}},
+		{"fail/a gateway's 401 page quoting the request's Authorization header", func(t *testing.T) string {
+			return gatewayUpstream(t, func(w http.ResponseWriter, r *http.Request, _ string) {
+				http.Error(w, "<html>401 Unauthorized: "+r.Header.Get("Authorization")+" is not accepted here</html>", http.StatusUnauthorized)
 			})
 		}},
 		{"fail/a directory that is no ACME, quoting the request", func(t *testing.T) string {
