@@ -154,9 +154,43 @@ type relayPebble struct {
 	// held, while set, holds each newOrder without an answer
 	// until its request is cancelled (holdNewOrders).
 	held atomic.Pointer[heldNewOrders]
+	// refusal, while set, answers the next requests of its kind in
+	// Pebble's stead (refuseNext).
+	refusal atomic.Pointer[frontRefusal]
+	// revocations are when Pebble's front received each revoke-cert
+	// POST, whatever it answered; refused, when it refused one in
+	// Pebble's stead.
+	revocations []time.Time
+	refused     []time.Time
 	// limited, while set, is a name whose newOrders the front answers
 	// as Let's Encrypt answers one over a per-name rate limit.
 	limited atomic.Pointer[string]
+}
+
+// frontRefusal is an answer the front gives, in Pebble's stead, to the
+// next left requests of kind: HTTP status with a problem document of
+// type, and a Retry-After of retryAfter unless "".
+type frontRefusal struct {
+	kind, typ, retryAfter string
+	status                int
+	left                  atomic.Int32
+}
+
+// refuseNext makes the front answer the next n POSTs of kind (a request
+// kind it counts) with status, a problem of type typ, and retryAfter as
+// the answer's Retry-After (none when "").
+func (p *relayPebble) refuseNext(kind string, n int, status int, typ, retryAfter string) {
+	r := &frontRefusal{kind: kind, typ: typ, retryAfter: retryAfter, status: status}
+	r.left.Store(int32(n))
+	p.refusal.Store(r)
+}
+
+// revocationTimes are when the front received each revoke-cert POST,
+// and when it refused one in Pebble's stead.
+func (p *relayPebble) revocationTimes() (received, refused []time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.revocations), slices.Clone(p.refused)
 }
 
 // heldNewOrders tells a test about the newOrders Pebble's front holds.
@@ -236,6 +270,7 @@ const (
 	pebbleNewAccount = "new-account"
 	pebbleNewOrder   = "new-order"
 	pebbleFinalize   = "finalize"
+	pebbleRevoke     = "revoke-cert"
 )
 
 func (p *relayPebble) front(h http.Handler) http.Handler {
@@ -263,11 +298,28 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 			kind = pebbleNewOrder
 		case strings.HasPrefix(r.URL.Path, "/finalize-order/"):
 			kind = pebbleFinalize
+		case r.URL.Path == "/revoke-cert":
+			kind = pebbleRevoke
 		}
 		if kind != "" && r.Method == http.MethodPost {
 			p.mu.Lock()
 			p.counts[kind]++
+			if kind == pebbleRevoke {
+				p.revocations = append(p.revocations, time.Now())
+			}
 			p.mu.Unlock()
+		}
+		if f := p.refusal.Load(); f != nil && kind == f.kind && r.Method == http.MethodPost && f.left.Add(-1) >= 0 {
+			p.mu.Lock()
+			p.refused = append(p.refused, time.Now())
+			p.mu.Unlock()
+			if f.retryAfter != "" {
+				w.Header().Set("Retry-After", f.retryAfter)
+			}
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(f.status)
+			_ = json.NewEncoder(w).Encode(map[string]any{"type": f.typ, "detail": "refused by the test's front", "status": f.status})
+			return
 		}
 		if h := p.held.Load(); h != nil && kind == pebbleNewOrder && r.Method == http.MethodPost {
 			// Read to its end: only then does the server notice a

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -192,4 +193,96 @@ func (p relayProfiles) All() []*authority.Authority {
 		out = append(out, s.Authority())
 	}
 	return out
+}
+
+// An upstream that answered 429 or 503 with a Retry-After asked the
+// relay to wait: a revocation waits too — its signer_revoke job asks the
+// upstream again no sooner than it said, rather than at the runner's
+// backoff — and so does one queued while another request of the profile
+// (an order's relay) is waiting out the upstream's rate limit. The
+// client is told when to ask again.
+func TestARevocationWaitsOutTheWaitTheUpstreamAskedFor(t *testing.T) {
+	const wait = 3 * time.Second
+	tests := []struct {
+		name string
+		// limit makes the upstream ask for the wait, before the
+		// revocation (of the certificate the test issued first) is
+		// asked for.
+		limit func(t *testing.T, ctx context.Context, b *relayBench, c *acme.Client)
+		// refusals is how many requests the upstream refuses: acmez,
+		// the relay's ACME client, sends a request answered 5xx three
+		// times in a row before it returns, whatever its Retry-After.
+		refusals int
+	}{
+		{"the revocation rate-limited", func(t *testing.T, ctx context.Context, b *relayBench, c *acme.Client) {
+			b.pebble.refuseNext(pebbleRevoke, 1, http.StatusTooManyRequests, "urn:ietf:params:acme:error:rateLimited", "3")
+		}, 1},
+		{"the revocation answered unavailable", func(t *testing.T, ctx context.Context, b *relayBench, c *acme.Client) {
+			b.pebble.refuseNext(pebbleRevoke, 3, http.StatusServiceUnavailable, "urn:ietf:params:acme:error:serverInternal", "3")
+		}, 3},
+		{"another order's relay rate-limited", func(t *testing.T, ctx context.Context, b *relayBench, c *acme.Client) {
+			b.pebble.refuseNext(pebbleNewOrder, 1, http.StatusTooManyRequests, "urn:ietf:params:acme:error:rateLimited", "3")
+			o := b.readyOrder(t, ctx, c, "limited.example.com")
+			fctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			_, _, _ = c.CreateOrderCert(fctx, o.FinalizeURL, relayCSR(t, "limited.example.com"), true)
+			relayWaitFor(t, 10*time.Second, "the upstream to rate-limit the order's relay", func() bool {
+				_, refused := b.pebble.revocationTimes()
+				return len(refused) == 1
+			})
+		}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+			defer cancel()
+			b := newRelayBench(t)
+			b.revokeWait = 300 * time.Millisecond
+			p := b.start()
+			c := p.client(t, ctx)
+			o := b.readyOrder(t, ctx, c, "waits.example.com")
+			ders, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, relayCSR(t, "waits.example.com"), true)
+			if err != nil {
+				t.Fatalf("finalize: %v", err)
+			}
+			leaf, err := x509.ParseCertificate(ders[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.limit(t, ctx, b, c)
+
+			relayRevoke(t, p, c, ders[0], 1)
+			relayWaitFor(t, 10*time.Second, "the revocation job's first attempt", func() bool {
+				js, err := p.queue.List(ctx, store.JobFilter{Kind: authority.RevokeKind})
+				_, refused := b.pebble.revocationTimes()
+				return err == nil && len(js) == 1 && (js[0].LastError != "" || js[0].Status == store.JobDone) && len(refused) == tt.refusals
+			})
+			// Asking again follows the job.
+			status, h, body := relayRevoke(t, p, c, ders[0], 1)
+			if after, _ := strconv.Atoi(h.Get("Retry-After")); status != http.StatusServiceUnavailable || !strings.Contains(body, "queued") || after < 2 {
+				t.Errorf("the revocation: %d %s (Retry-After %q); want 503 queued, to be asked again in about %s", status, body, h.Get("Retry-After"), wait)
+			}
+			relayWaitFor(t, 20*time.Second, "the revocation at the upstream", func() bool {
+				return b.pebble.store.GetRevokedCertificateBySerial(leaf.SerialNumber) != nil
+			})
+			received, refused := b.pebble.revocationTimes()
+			if len(refused) != tt.refusals {
+				t.Fatalf("the front refused %d requests; want %d", len(refused), tt.refusals)
+			}
+			last := refused[len(refused)-1]
+			asked := 0
+			for _, at := range received {
+				if !at.After(last) {
+					continue // a refused revocation
+				}
+				asked++
+				if early := last.Add(wait - 100*time.Millisecond).Sub(at); early > 0 {
+					t.Errorf("the upstream was asked to revoke %s before the end of the %s it asked the relay to wait", early.Round(time.Millisecond), wait)
+				}
+			}
+			if asked != 1 {
+				t.Errorf("the upstream was asked to revoke %d times after it asked the relay to wait; want once", asked)
+			}
+		})
+	}
 }

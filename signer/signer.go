@@ -109,6 +109,22 @@ const (
 // fails at once instead of being retried until the certificate expires.
 var ErrRevocationRefused = errors.New("the backend refused the revocation")
 
+// WaitError is a backend's request to be asked again no sooner than
+// After: an upstream CA's rate limit (429), or its Retry-After on an
+// answer that it is unavailable (503). Work that fails with it is tried
+// again then, not at its usual backoff. Spend says the failure costs
+// one of the work's attempts (an unavailable backend, which may never
+// return); without it, the wait is the backend's pacing (a rate limit),
+// which costs none.
+type WaitError struct {
+	After time.Duration
+	Spend bool
+	Err   error
+}
+
+func (e *WaitError) Error() string { return e.Err.Error() }
+func (e *WaitError) Unwrap() error { return e.Err }
+
 // Signer produces certificates for one profile.
 type Signer interface {
 	// Issue signs now (Chain) or accepts the work and finishes it later
@@ -121,7 +137,8 @@ type Signer interface {
 	// Revoke withdraws trust at whatever issued the certificate. It is
 	// idempotent. reason is an RFC 5280 CRLReason code, nil for none. An
 	// error that is ErrRevocationRefused is the backend's stated refusal,
-	// which asking again cannot change; any other is tried again.
+	// which asking again cannot change; one that is a *WaitError is tried
+	// again no sooner than it says; any other is tried again.
 	Revoke(ctx context.Context, cert *x509.Certificate, reason *int) error
 	// RevocationRoute says whether revocation is a local ledger write or a
 	// job.

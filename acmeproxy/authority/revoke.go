@@ -644,6 +644,17 @@ func (au *Authority) runRevoke(ctx context.Context, p revokePayload) jobs.Outcom
 			// The backend said no; the abandon audits and logs it.
 			return jobs.Failed(err.Error())
 		}
+		if we, ok := errors.AsType[*signer.WaitError](err); ok {
+			// The backend asked to be left alone a while (a rate limit,
+			// a maintenance window): asking sooner would only be refused
+			// again, and a rate limit only lengthened.
+			au.log.Info("revocation at the backend waits as the backend asked", zap.String("event", "revocation_attempt_deferred"),
+				zap.String("profile", au.cfg.Profile), zap.String("order", p.Order), zap.Duration("retry_after", we.After), zap.Error(err))
+			if we.Spend {
+				return jobs.RetryNoSooner(err.Error(), we.After)
+			}
+			return jobs.RetryAfter(err.Error(), we.After)
+		}
 		au.log.Warn("revocation at the backend failed", zap.String("event", "revocation_attempt_failed"),
 			zap.String("profile", au.cfg.Profile), zap.String("order", p.Order), zap.Error(err))
 		return jobs.Retry(err.Error())

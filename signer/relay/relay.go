@@ -863,7 +863,10 @@ func (b *boundedBody) Close() error { return b.body.Close() }
 // Revoke asks the upstream to revoke cert, signing with the upstream
 // account (which ordered it). A certificate already revoked is not an
 // error. Its error is stored as the revocation job's last error: it is
-// redacted.
+// redacted. While the profile waits out the upstream's rate limit it
+// asks nothing and answers a *signer.WaitError for the rest of the wait;
+// an answer that asks the relay to wait (a 429, which cools the whole
+// profile down as a relay's does, or a Retry-After on a 5xx) is one too.
 func (s *Signer) Revoke(ctx context.Context, cert *x509.Certificate, reason *int) error {
 	return s.secrets.err(s.revoke(ctx, cert, reason))
 }
@@ -872,6 +875,10 @@ func (s *Signer) revoke(ctx context.Context, cert *x509.Certificate, reason *int
 	b, _, err := s.binding()
 	if err != nil {
 		return err
+	}
+	if wait := s.coolingDown(ctx); wait > 0 {
+		return &signer.WaitError{After: wait, Err: fmt.Errorf("relay: revoking at %s: the upstream rate-limited this profile; waiting %s",
+			s.secrets.directory, wait.Round(time.Second))}
 	}
 	rec := &recorder{base: s.transport, now: s.clock.Now}
 	c := s.client(rec)
@@ -895,8 +902,14 @@ func (s *Signer) revoke(ctx context.Context, cert *x509.Certificate, reason *int
 	if f.forgetAccount {
 		s.forgetAccount(ctx, b.Profile)
 	}
-	if f.verdict == giveUp {
+	switch {
+	case f.verdict == giveUp:
 		return fmt.Errorf("relay: revoking at %s: %w: %w", s.secrets.directory, signer.ErrRevocationRefused, err)
+	case f.verdict == coolDown:
+		s.coolDown(ctx, f.after)
+		return &signer.WaitError{After: f.after, Err: fmt.Errorf("relay: revoking at %s: %w", s.secrets.directory, err)}
+	case f.after > 0 && f.failedAnswer:
+		return &signer.WaitError{After: f.after, Spend: true, Err: fmt.Errorf("relay: revoking at %s: %w", s.secrets.directory, err)}
 	}
 	return fmt.Errorf("relay: revoking at %s: %w", s.secrets.directory, err)
 }
