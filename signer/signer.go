@@ -204,10 +204,11 @@ type Settler interface {
 	// the client sees a generic problem.
 	Failed(ctx context.Context, orderID string, detail string) error
 	// Refused records the signer's verdict against the request: the
-	// order fails with the problem of kind (KindBadCSR,
-	// KindRejectedIdentifier, KindBadValidity or KindRateLimited) and a
-	// generic detail; detail is for the operator.
-	Refused(ctx context.Context, orderID string, kind Kind, detail string) error
+	// order fails with the problem of refusal's Kind (any but
+	// KindUnavailable), whose detail is refusal's Detail, or a generic
+	// one when it has none; detail is for the operator. A Detail is
+	// shown to the client as it is: it must hold no secret.
+	Refused(ctx context.Context, orderID string, refusal *Error, detail string) error
 }
 
 // Binding is what the ACME layer gives a signer that finishes later: the
@@ -308,6 +309,15 @@ const (
 	// KindBadValidity: the signer will not issue the notBefore and
 	// notAfter the order asks for (RFC 8555 malformed).
 	KindBadValidity
+	// KindCAA: the CAA records of a name forbid the signer's backend
+	// (an upstream CA) to issue for it (RFC 8555 caa, RFC 8659).
+	KindCAA
+	// KindDNS: the backend's validation of a name failed on the name's
+	// DNS (RFC 8555 dns): its servers do not answer, or answer an error.
+	KindDNS
+	// KindConnection: the backend's validation could not connect to the
+	// name (RFC 8555 connection).
+	KindConnection
 	// KindRateLimited: the backend limits how often it issues for the
 	// order's names (an upstream CA's per-name rate limit), for longer
 	// than an order waits (RFC 8555 rateLimited).

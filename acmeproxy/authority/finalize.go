@@ -172,7 +172,7 @@ func (au *Authority) issue(ctx context.Context, o store.Order, req signer.IssueR
 // request, which fails the order, rather than a fault on our side.
 func isVerdict(err error) bool {
 	e, ok := signer.AsError(err)
-	return ok && (e.Kind == signer.KindBadCSR || e.Kind == signer.KindRejectedIdentifier || e.Kind == signer.KindBadValidity || e.Kind == signer.KindRateLimited)
+	return ok && refusalProblem(e, false) != nil
 }
 
 // failOrder makes a processing order invalid with prob (what the client
@@ -212,6 +212,12 @@ func failureClass(err error) string {
 		return "bad_validity"
 	case signer.KindRateLimited:
 		return "rate_limited"
+	case signer.KindCAA:
+		return "caa"
+	case signer.KindDNS:
+		return "dns"
+	case signer.KindConnection:
+		return "connection"
 	case signer.KindUnavailable:
 		return "signer_unavailable"
 	}
@@ -281,19 +287,46 @@ func signerProblem(err error) *problem.Problem {
 	if !ok {
 		return problem.Internal()
 	}
-	switch e.Kind {
-	case signer.KindBadCSR:
-		return problem.BadCSRF("%s", e.Detail)
-	case signer.KindRejectedIdentifier:
-		return problem.RejectedIdentifierF("%s", e.Detail)
-	case signer.KindBadValidity:
-		return problem.MalformedF("%s", e.Detail)
-	case signer.KindRateLimited:
-		return problem.RateLimitedF(0, "%s", e.Detail)
+	if p := refusalProblem(e, false); p != nil {
+		return p
 	}
 	p := problem.Internal()
 	p.Detail = "the signer is unavailable: " + e.Detail
 	p.Status = http.StatusServiceUnavailable
+	return p
+}
+
+// refusalProblem is the problem a signer's refusal is for the client:
+// its kind's, with its detail; without one, a generic detail when
+// generic is set (a refusal reported later, whose reason is the
+// operator's), else none. Nil for what is no refusal (KindUnavailable).
+func refusalProblem(e *signer.Error, generic bool) *problem.Problem {
+	detail := func(otherwise string) string {
+		if e.Detail != "" || !generic {
+			return e.Detail
+		}
+		return otherwise + "; the operator can see why"
+	}
+	var p *problem.Problem
+	switch e.Kind {
+	case signer.KindBadCSR:
+		return problem.BadCSRF("%s", detail("the signer refused the CSR"))
+	case signer.KindRejectedIdentifier:
+		return problem.RejectedIdentifierF("%s", detail("the signer refused to issue for this order's identifiers"))
+	case signer.KindBadValidity:
+		return problem.MalformedF("%s", detail("the signer refused the order's notBefore and notAfter"))
+	case signer.KindRateLimited:
+		return problem.RateLimitedF(0, "%s", detail("the upstream CA rate-limited this order's identifiers; try again later"))
+	case signer.KindCAA:
+		p = problem.CAAF("%s", detail("the CAA records of this order's identifiers forbid its issuance"))
+		p.Status = http.StatusForbidden
+	case signer.KindDNS:
+		p = problem.DNSF("%s", detail("the DNS of this order's identifiers failed their validation"))
+		p.Status = http.StatusBadRequest
+	case signer.KindConnection:
+		p = problem.ConnectionF("%s", detail("their validation could not connect to this order's identifiers"))
+		p.Status = http.StatusBadRequest
+	}
 	return p
 }
 

@@ -46,26 +46,18 @@ func (au *Authority) Failed(ctx context.Context, orderID, detail string) error {
 }
 
 // Refused marks an order invalid on a verdict its signer reached later
-// (signer.Settler): the client sees the problem of kind with a generic
-// detail; detail, the signer's reason, is kept for the operator.
-func (au *Authority) Refused(ctx context.Context, orderID string, kind signer.Kind, detail string) error {
-	var p *problem.Problem
-	switch kind {
-	case signer.KindBadCSR:
-		p = problem.BadCSRF("the signer refused the CSR; the operator can see why")
-	case signer.KindRejectedIdentifier:
-		p = problem.RejectedIdentifierF("the signer refused to issue for this order's identifiers; the operator can see why")
-	case signer.KindBadValidity:
-		p = problem.MalformedF("the signer refused the order's notBefore and notAfter; the operator can see why")
-	case signer.KindRateLimited:
-		p = problem.RateLimitedF(0, "the upstream CA rate-limited this order's identifiers; try again later (the operator can see until when)")
-	default:
+// (signer.Settler): the client sees the problem of the refusal's kind,
+// with its detail or a generic one; detail, the signer's reason, is kept
+// for the operator.
+func (au *Authority) Refused(ctx context.Context, orderID string, refusal *signer.Error, detail string) error {
+	p := refusalProblem(refusal, true)
+	if p == nil {
 		return au.Failed(ctx, orderID, detail)
 	}
 	if settled, err := au.failAudited(ctx, orderID, p, detail); err != nil || settled {
 		return err
 	}
-	au.metrics.IssueFailed(au.cfg.Profile, failureClass(&signer.Error{Kind: kind}))
+	au.metrics.IssueFailed(au.cfg.Profile, failureClass(refusal))
 	au.log.Warn("certificate issuance refused by the signer", zap.String("event", acme.EventCertificateIssueFailed),
 		zap.String("profile", au.cfg.Profile), zap.String("order", orderID), zap.String("detail", detail))
 	return nil

@@ -30,7 +30,7 @@ func TestAFailedIssuanceIsNeverRecordedWithoutItsAuditRow(t *testing.T) {
 			return au.Failed(ctx, o.ID, "the script exited 1")
 		}},
 		{"a signer that refused later", func(ctx context.Context, au *Authority, o store.Order) error {
-			return au.Refused(ctx, o.ID, signer.KindBadCSR, "the key is too weak")
+			return au.Refused(ctx, o.ID, &signer.Error{Kind: signer.KindBadCSR}, "the key is too weak")
 		}},
 		{"a verdict at finalize", func(ctx context.Context, au *Authority, o store.Order) error {
 			au.failOrder(ctx, o, problem.BadCSRF("refused"), "refused", Client{})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/retryafter"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"net/http"
 	"regexp"
@@ -58,7 +59,12 @@ type failure struct {
 	// the client's request (its CSR, its names), the signer's refusal to
 	// pass on to the client; zero when the reason is ours or unstated.
 	refusal signer.Kind
-	reason  string
+	// refusalDetail is what the client is told of the refusal: the
+	// upstream's own detail for a refusal about its name the client can
+	// act on (its CAA records, its DNS, its reachability), without the
+	// relay's secrets and the upstream's URLs; "" for a generic detail.
+	refusalDetail string
+	reason        string
 	// limitDetail is a rate limit's detail, as the upstream stated it:
 	// onNames reads in it whose limit it is.
 	limitDetail string
@@ -101,6 +107,7 @@ func (r secrets) classify(err error, last response) failure {
 		var p acme.Problem
 		if errors.As(perm.err, &p) {
 			f.refusal = refusalOf(p.Type)
+			f.refusalDetail = r.refusalDetail(perm.err, p)
 		}
 		return f
 	}
@@ -139,6 +146,7 @@ func (r secrets) classify(err error, last response) failure {
 			// unauthorized, malformed (our JWS), caa, dns, ...
 			f.verdict = giveUp
 			f.refusal = refusalOf(p.Type)
+			f.refusalDetail = r.refusalDetail(err, p)
 		}
 	} else if last.status == http.StatusTooManyRequests {
 		f.verdict = coolDown
@@ -191,18 +199,92 @@ func withoutURLSecrets(s string) string {
 // the relay passes the client's CSR byte for byte and asks for its names,
 // so an upstream that refuses the CSR or a name refuses the client's
 // request, which its client should hear as such rather than as our
-// internal error (which it would retry). Every other stated reason
-// (unauthorized, malformed, a failed validation of our own answer) is
-// about the relay's own requests: zero.
+// internal error (which it would retry); so does one whose validation of
+// a name failed on the name itself — its CAA records forbid the upstream
+// CA, its DNS fails, it cannot be reached (RFC 8555 §6.7's caa, dns and
+// connection) — which the client's administrator can fix, and the
+// client hears it with that type. Every other stated reason
+// (unauthorized, malformed, incorrectResponse or tls about the relay's
+// own answer to a challenge) is about the relay's own requests: zero.
 func refusalOf(typ string) signer.Kind {
 	switch typ {
 	case acme.ProblemTypeBadCSR, acme.ProblemTypeBadPublicKey:
 		return signer.KindBadCSR
-	case acme.ProblemTypeRejectedIdentifier, acme.ProblemTypeUnsupportedIdentifier, acme.ProblemTypeCAA:
+	case acme.ProblemTypeRejectedIdentifier, acme.ProblemTypeUnsupportedIdentifier:
 		return signer.KindRejectedIdentifier
+	case acme.ProblemTypeCAA:
+		return signer.KindCAA
+	case acme.ProblemTypeDNS:
+		return signer.KindDNS
+	case acme.ProblemTypeConnection:
+		return signer.KindConnection
 	}
 	return 0
 }
+
+// maxRefusalDetail bounds the upstream's detail a client is shown.
+const maxRefusalDetail = 512
+
+// refusalDetail is what the client is told of the refusal p, which err
+// carries: for a refusal about a name (refusalOf's caa, dns and
+// connection), the upstream's detail, naming the name when err says
+// which (a nameProblem), without the relay's secrets and the upstream's
+// own URLs (the upstream's account, its order); "" for the others,
+// whose client hears a generic detail (the upstream's text there is
+// about the CSR or the relay's request, for the operator).
+func (r secrets) refusalDetail(err error, p acme.Problem) string {
+	switch refusalOf(p.Type) {
+	case signer.KindCAA, signer.KindDNS, signer.KindConnection:
+	default:
+		return ""
+	}
+	detail := r.clientText(p.Detail)
+	if detail == "" {
+		detail = "no detail given"
+	}
+	detail = textcut.Clip(detail, maxRefusalDetail, "…")
+	if np, ok := errors.AsType[nameProblem](err); ok {
+		return fmt.Sprintf("the upstream CA could not validate %s: %s", np.name, detail)
+	}
+	return "the upstream CA refused: " + detail
+}
+
+// clientText is s as a client may be shown it: as text shows it, and
+// with every URL at the upstream's host — its account's, its orders' —
+// cut to a mention: they are the relay's business.
+func (r secrets) clientText(s string) string {
+	s = r.text(s)
+	if r.upstreamHost == "" {
+		return s
+	}
+	return urlInText.ReplaceAllStringFunc(s, func(u string) string {
+		_, rest, _ := strings.Cut(u, "://")
+		host, _, _ := strings.Cut(rest, "/")
+		host, _, _ = strings.Cut(host, "?")
+		if strings.EqualFold(host, r.upstreamHost) {
+			return "(an upstream URL)"
+		}
+		return u
+	})
+}
+
+// nameProblem is the problem an upstream stated about one of the
+// order's names: the error of the challenge that failed to validate it.
+// Its text is the problem's.
+type nameProblem struct {
+	name string
+	acme.Problem
+}
+
+func (e nameProblem) Unwrap() error { return e.Problem }
+
+// withCause is err, whose text it has, also wrapping cause (for errors.As).
+type withCause struct {
+	error
+	cause error
+}
+
+func (e withCause) Unwrap() []error { return []error{e.error, e.cause} }
 
 // response is what classify needs from an upstream HTTP response.
 type response struct {

@@ -148,7 +148,7 @@ func TestUpstreamFailuresAreClassifiedByWhoseAnswerTheyAre(t *testing.T) {
 		{name: "400 badPublicKey", answer: problemAnswer(400, ns+"badPublicKey", "key too small"), want: giveUp, outcome: "failed: ", refusal: signer.KindBadCSR},
 		{name: "400 rejectedIdentifier", answer: problemAnswer(400, ns+"rejectedIdentifier", "forbidden by policy"), want: giveUp, outcome: "failed: ", refusal: signer.KindRejectedIdentifier},
 		{name: "400 unsupportedIdentifier", answer: problemAnswer(400, ns+"unsupportedIdentifier", "no email identifiers"), want: giveUp, outcome: "failed: ", refusal: signer.KindRejectedIdentifier},
-		{name: "403 caa", answer: problemAnswer(403, ns+"caa", "CAA forbids issuance"), want: giveUp, outcome: "failed: ", refusal: signer.KindRejectedIdentifier},
+		{name: "403 caa", answer: problemAnswer(403, ns+"caa", "CAA forbids issuance"), want: giveUp, outcome: "failed: ", refusal: signer.KindCAA},
 		{name: "400 malformed JWS", answer: problemAnswer(400, ns+"malformed", "JWS verification error"), want: giveUp, outcome: "failed: "},
 		{name: "400 badSignatureAlgorithm", answer: problemAnswer(400, ns+"badSignatureAlgorithm", "ES512 is not supported"), want: giveUp, outcome: "failed: "},
 		// The HTTP status decides; the document's status member is
@@ -323,6 +323,54 @@ func TestAWaitTheUpstreamAsksForSpendsTheAttemptOnlyWhenItAnsweredWithAnError(t 
 		t.Run(tt.name, func(t *testing.T) {
 			if got := outcomeFor(noSecrets.classify(errors.New("waited"), tt.last), "r"); got != tt.want {
 				t.Errorf("outcome %q (%+v); want %+v", got, got, tt.want)
+			}
+		})
+	}
+}
+
+// What a client is told of an upstream's refusal about its name is the
+// upstream's detail, without the relay's secrets and the upstream's own
+// URLs, bounded; a refusal about anything else gets a generic detail.
+func TestTheClientIsToldTheUpstreamsDetailOfARefusalAboutItsNameAndNothingSecret(t *testing.T) {
+	r := newSecrets("https://relay:pa55word@ca.example:14000/dir?token=s3cretToken", "")
+	long := strings.Repeat("x", 2*maxRefusalDetail)
+	tests := []struct {
+		name   string
+		err    error
+		want   string
+		absent []string
+	}{
+		{"ok/a challenge's CAA problem names the name",
+			nameProblem{name: "www.example.com", Problem: acme.Problem{Type: acme.ProblemTypeCAA, Detail: "CAA record for example.com prevents issuance"}},
+			"the upstream CA could not validate www.example.com: CAA record for example.com prevents issuance", nil},
+		{"ok/an answer's CAA problem",
+			acme.Problem{Type: acme.ProblemTypeCAA, Detail: "CAA record for example.com prevents issuance"},
+			"the upstream CA refused: CAA record for example.com prevents issuance", nil},
+		{"ok/a URL at the client's name is kept",
+			nameProblem{name: "www.example.com", Problem: acme.Problem{Type: acme.ProblemTypeConnection, Detail: "Fetching http://www.example.com/.well-known/acme-challenge/x: Timeout"}},
+			"the upstream CA could not validate www.example.com: Fetching http://www.example.com/.well-known/acme-challenge/x: Timeout", nil},
+		{"ok/the upstream's URLs and the relay's secrets are cut",
+			nameProblem{name: "www.example.com", Problem: acme.Problem{Type: acme.ProblemTypeDNS,
+				Detail: "DNS problem for account https://ca.example:14000/acct/7 (token s3cretToken, pa55word)"}},
+			"the upstream CA could not validate www.example.com: DNS problem for account (an upstream URL) (token REDACTED, REDACTED)",
+			[]string{"s3cretToken", "pa55word", "acct/7"}},
+		{"ok/a long detail is cut",
+			acme.Problem{Type: acme.ProblemTypeCAA, Detail: long},
+			"the upstream CA refused: " + long[:maxRefusalDetail-len("…")] + "…", nil},
+		{"ok/a refused CSR gets a generic detail", acme.Problem{Type: acme.ProblemTypeBadCSR, Detail: "key too small"}, "", nil},
+		{"ok/the relay's wrong answer is no refusal", nameProblem{name: "www.example.com",
+			Problem: acme.Problem{Type: acme.ProblemTypeUnauthorized, Detail: "Incorrect TXT record"}}, "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := r.classify(permanentError{fmt.Errorf("the upstream could not validate it: %w", tt.err)}, response{})
+			if f.refusalDetail != tt.want {
+				t.Errorf("the client's detail:\n %q\nwant\n %q", f.refusalDetail, tt.want)
+			}
+			for _, s := range tt.absent {
+				if strings.Contains(f.refusalDetail, s) {
+					t.Errorf("the client's detail %q shows %q", f.refusalDetail, s)
+				}
 			}
 		})
 	}

@@ -432,7 +432,8 @@ func (s *Signer) spentPrepared(ctx context.Context, c *acme.Client, acct acme.Ac
 		return "", err
 	}
 	if order.Status == acme.StatusInvalid {
-		return "it is invalid: " + s.invalidReason(ctx, c, acct, order), nil
+		reason, _ := s.invalidReason(ctx, c, acct, order)
+		return "it is invalid: " + reason, nil
 	}
 	now := s.clock.Now()
 	short := func(expires time.Time) bool { return !expires.IsZero() && expires.Sub(now) < preparedLifeNeeded }

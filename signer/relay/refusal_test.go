@@ -23,7 +23,7 @@ func TestAnUpstreamsRefusalOfTheClientsRequestFailsTheOrderWithThatRefusal(t *te
 		want signer.Kind
 	}{
 		{"a name refused", problemAnswer(400, acme.ProblemTypeRejectedIdentifier, "forbidden by policy"), signer.KindRejectedIdentifier},
-		{"CAA forbids the upstream", problemAnswer(403, acme.ProblemTypeCAA, "CAA record forbids issuance"), signer.KindRejectedIdentifier},
+		{"CAA forbids the upstream", problemAnswer(403, acme.ProblemTypeCAA, "CAA record forbids issuance"), signer.KindCAA},
 		{"the CSR refused", problemAnswer(400, acme.ProblemTypeBadCSR, "key too small"), signer.KindBadCSR},
 		{"our account refused", problemAnswer(403, acme.ProblemTypeUnauthorized, "account is not allowed"), 0},
 	}
@@ -180,7 +180,7 @@ func TestAnUpstreamOrderInvalidWithAnErrorFailsTheOrderWithThatRefusal(t *testin
 		{"the CSR refused after processing", acme.StatusProcessing, acme.ProblemTypeBadCSR, signer.KindBadCSR},
 		{"the key refused after processing", acme.StatusProcessing, acme.ProblemTypeBadPublicKey, signer.KindBadCSR},
 		{"a name refused after processing", acme.StatusProcessing, acme.ProblemTypeRejectedIdentifier, signer.KindRejectedIdentifier},
-		{"CAA forbids the upstream after processing", acme.StatusProcessing, acme.ProblemTypeCAA, signer.KindRejectedIdentifier},
+		{"CAA forbids the upstream after processing", acme.StatusProcessing, acme.ProblemTypeCAA, signer.KindCAA},
 		{"the CSR refused in the finalize's answer", acme.StatusInvalid, acme.ProblemTypeBadCSR, signer.KindBadCSR},
 		{"a name refused in the finalize's answer", acme.StatusInvalid, acme.ProblemTypeUnsupportedIdentifier, signer.KindRejectedIdentifier},
 		{"the upstream's own fault after processing", acme.StatusProcessing, acme.ProblemTypeServerInternal, 0},

@@ -643,15 +643,15 @@ func (s *Signer) outcome(ctx context.Context, b *signer.Binding, log *zap.Logger
 		s.coolDown(ctx, f.after)
 	}
 	if f.verdict == giveUp && f.refusal != 0 {
-		s.keepRefusal(ro, f.refusal)
+		s.keepRefusal(ro, &signer.Error{Kind: f.refusal, Detail: f.refusalDetail})
 	}
 	return outcomeFor(f, reason)
 }
 
 // heldRefusal is a refusal kept for AbandonJob, until its order expires.
 type heldRefusal struct {
-	kind  signer.Kind
-	until time.Time
+	refusal *signer.Error
+	until   time.Time
 }
 
 // keepRefusal holds the refusal of ro's order for the AbandonJob the
@@ -659,7 +659,7 @@ type heldRefusal struct {
 // are past their deadline, so no attempt of theirs runs any more, and
 // an abandon that has not come for one by then (its attempt's lease
 // lapsed, and another runner took the job over) is not coming here.
-func (s *Signer) keepRefusal(ro store.RelayOrder, kind signer.Kind) {
+func (s *Signer) keepRefusal(ro store.RelayOrder, refusal *signer.Error) {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -671,7 +671,7 @@ func (s *Signer) keepRefusal(ro store.RelayOrder, kind signer.Kind) {
 	if s.refusals == nil {
 		s.refusals = make(map[string]heldRefusal)
 	}
-	s.refusals[ro.OrderID] = heldRefusal{kind: kind, until: ro.Expires}
+	s.refusals[ro.OrderID] = heldRefusal{refusal: refusal, until: ro.Expires}
 }
 
 // outcomeFor is the job outcome of a classified failure: give up at once;
@@ -699,7 +699,8 @@ func outcomeFor(f failure, reason string) jobs.Outcome {
 // AbandonJob marks the order invalid through the Settler, with the real
 // reason for the operator, and records it on the mapping too. An order the
 // upstream refused for its CSR or names fails with that refusal's problem
-// (badCSR, rejectedIdentifier) instead of the generic one. Both writes are
+// (badCSR, rejectedIdentifier, caa, dns, connection) instead of the
+// generic one. Both writes are
 // guarded on the order still processing, so a second run changes nothing;
 // one that could not write (the database away) returns the error, and
 // the runner calls it again — the refusal is kept for that call.
@@ -727,10 +728,10 @@ func (s *Signer) AbandonJob(ctx context.Context, job *jobs.Job, reason string) e
 		detail = "relay to " + s.secrets.directory + " failed: " + reason
 	}
 	s.mu.Lock()
-	refusal := s.refusals[p.Order].kind
+	refusal := s.refusals[p.Order].refusal
 	s.mu.Unlock()
 	settle := b.Settler.Failed
-	if refusal != 0 {
+	if refusal != nil {
 		settle = func(ctx context.Context, order, detail string) error {
 			return b.Settler.Refused(ctx, order, refusal, detail)
 		}

@@ -33,6 +33,8 @@ type fakeSettler struct {
 	alternates map[string][][][]byte
 	failed     map[string][]string
 	refused    map[string]signer.Kind
+	// refusedDetail is the client's detail of each refusal.
+	refusedDetail map[string]string
 	// failErr, while set, is what Failed and Refused answer, recording
 	// nothing (the database away).
 	failErr error
@@ -59,8 +61,9 @@ func (f *fakeSettler) Failed(_ context.Context, id, detail string) error {
 	return nil
 }
 
-// Refused records the refusal's kind, and its detail as a failure.
-func (f *fakeSettler) Refused(ctx context.Context, id string, kind signer.Kind, detail string) error {
+// Refused records the refusal's kind and its client's detail, and the
+// operator's detail as a failure.
+func (f *fakeSettler) Refused(ctx context.Context, id string, refusal *signer.Error, detail string) error {
 	f.mu.Lock()
 	if f.failErr != nil {
 		defer f.mu.Unlock()
@@ -68,8 +71,10 @@ func (f *fakeSettler) Refused(ctx context.Context, id string, kind signer.Kind, 
 	}
 	if f.refused == nil {
 		f.refused = map[string]signer.Kind{}
+		f.refusedDetail = map[string]string{}
 	}
-	f.refused[id] = kind
+	f.refused[id] = refusal.Kind
+	f.refusedDetail[id] = refusal.Detail
 	f.mu.Unlock()
 	return f.Failed(ctx, id, "refused: "+detail)
 }

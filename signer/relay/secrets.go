@@ -30,6 +30,8 @@ type secrets struct {
 	// password, the names of its query's parameters only.
 	directory string
 	hide      *strings.Replacer // nil: nothing known to hide
+	// upstreamHost is the directory URL's host[:port] (clientText).
+	upstreamHost string
 }
 
 // minSecretLen is the length of the shortest value replaced wherever it
@@ -54,7 +56,7 @@ func newSecrets(directory, macKey string) secrets {
 	shown.User, shown.Fragment, shown.RawFragment = nil, "", ""
 	shown.RawQuery = queryNames(u.RawQuery)
 	shown.ForceQuery = false
-	r := secrets{directory: shown.String()}
+	r := secrets{directory: shown.String(), upstreamHost: u.Host}
 
 	var pairs []string
 	// The directory whole, as configured (acmez quotes it so) and as

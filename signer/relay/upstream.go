@@ -152,7 +152,8 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 				// states its refusal of the CSR or a name here.
 				return signer.IssueOutcome{}, permanent("the upstream order %s is invalid: %w", order.Location, problemErr(order.Error))
 			}
-			return signer.IssueOutcome{}, permanent("the upstream order %s is invalid: %s", order.Location, s.invalidReason(ctx, c, acct, order))
+			reason, failed := s.invalidReason(ctx, c, acct, order)
+			return signer.IssueOutcome{}, aboutName(permanent("the upstream order %s is invalid: %s", order.Location, reason), failed, "")
 		default:
 			return signer.IssueOutcome{}, fmt.Errorf("the upstream order %s has status %q", order.Location, order.Status)
 		}
@@ -356,7 +357,8 @@ func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, a
 			continue
 		case acme.StatusPending:
 		default:
-			return acme.Order{}, permanent("the upstream authorization for %s is %s: %s", authz.IdentifierValue(), authz.Status, challengeProblems(authz))
+			return acme.Order{}, aboutName(permanent("the upstream authorization for %s is %s: %s", authz.IdentifierValue(), authz.Status, challengeProblems(authz)),
+				authz, "")
 		}
 		var via *acme.Order
 		if i == len(order.Authorizations)-1 {
@@ -449,7 +451,8 @@ func (s *Signer) solve(ctx context.Context, c *acme.Client, rec *recorder, acct 
 	case acme.StatusValid:
 		return nil
 	case acme.StatusInvalid:
-		return permanent("the upstream could not validate %s by %s: %s", authz.IdentifierValue(), chal.Type, challengeProblems(authz))
+		return aboutName(permanent("the upstream could not validate %s by %s: %s", authz.IdentifierValue(), chal.Type, challengeProblems(authz)),
+			authz, chal.Type)
 	}
 	return permanent("the upstream authorization for %s became %s", authz.IdentifierValue(), authz.Status)
 }
@@ -638,9 +641,12 @@ func subjectOf(c *x509.Certificate) string {
 // authorizations live: an hour at Pebble; a valid one past its own
 // lifetime, an hour there too) is worth naming — else its own expiry
 // (an order is invalid once it expired, whatever its authorizations).
-func (s *Signer) invalidReason(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order) string {
+//
+// failed is the first of its authorizations that is invalid, if any
+// (zero otherwise): its challenge's error says why (aboutName).
+func (s *Signer) invalidReason(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order) (reason string, failed acme.Authorization) {
 	if order.Error != nil {
-		return problemText(order.Error)
+		return problemText(order.Error), failed
 	}
 	now := s.clock.Now()
 	past := func(t time.Time) bool { return !t.IsZero() && t.Before(now) }
@@ -653,6 +659,9 @@ func (s *Signer) invalidReason(ctx context.Context, c *acme.Client, acct acme.Ac
 		switch {
 		case authz.Status == acme.StatusInvalid:
 			out = append(out, fmt.Sprintf("its authorization for %s is invalid: %s", authz.IdentifierValue(), challengeProblems(authz)))
+			if failed.Status == "" {
+				failed = authz
+			}
 		case authz.Status == acme.StatusExpired || (authz.Status == acme.StatusPending || authz.Status == acme.StatusValid) && past(authz.Expires):
 			out = append(out, fmt.Sprintf("its authorization for %s expired at %s", authz.IdentifierValue(), authz.Expires.UTC().Format(time.RFC3339)))
 		case authz.Status != acme.StatusValid && authz.Status != acme.StatusPending:
@@ -663,9 +672,28 @@ func (s *Signer) invalidReason(ctx context.Context, c *acme.Client, acct acme.Ac
 		out = append(out, "it expired at "+order.Expires.UTC().Format(time.RFC3339))
 	}
 	if len(out) == 0 {
-		return "no reason given"
+		return "no reason given", failed
 	}
-	return strings.Join(out, "; ")
+	return strings.Join(out, "; "), failed
+}
+
+// aboutName is err (a permanentError) carrying, for classify, the
+// problem the upstream stated on authz's challenge of type chalType (any
+// challenge's when "" or when that one states none) as a nameProblem:
+// the refusal a validation failure is for the client. err as it is when
+// authz states no problem.
+func aboutName(err error, authz acme.Authorization, chalType string) error {
+	var p *acme.Problem
+	for _, ch := range authz.Challenges {
+		if ch.Error != nil && (ch.Type == chalType || p == nil) {
+			p = ch.Error
+		}
+	}
+	perm, ok := err.(permanentError)
+	if p == nil || !ok {
+		return err
+	}
+	return permanentError{withCause{perm.err, nameProblem{name: authz.IdentifierValue(), Problem: *p}}}
 }
 
 // problemText renders an upstream problem for an operator.

@@ -311,7 +311,7 @@ func (s *Signer) issueOutcome(ctx context.Context, b *signer.Binding, p issuePay
 			// signer's own choice, not the client's request to fix.
 			return jobs.Failed(prog + " refused validity dates the order did not ask for: " + why)
 		}
-		if err := b.Settler.Refused(ctx, p.Order, kind, prog+" refused the request: "+why); err != nil {
+		if err := b.Settler.Refused(ctx, p.Order, &signer.Error{Kind: kind}, prog+" refused the request: "+why); err != nil {
 			return jobs.Retry("recording the refusal: " + err.Error())
 		}
 		s.forgetTempFails(p.Order)

@@ -56,7 +56,8 @@ func (f *fakeSettler) Failed(_ context.Context, id, detail string) error {
 	return nil
 }
 
-func (f *fakeSettler) Refused(_ context.Context, id string, kind signer.Kind, detail string) error {
+func (f *fakeSettler) Refused(_ context.Context, id string, refusal *signer.Error, detail string) error {
+	kind := refusal.Kind
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.refused[id] = refusedAs{kind, detail}
