@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,5 +290,40 @@ func TestARefusalNoAbandonCameForIsHeldUntilItsOrderExpiresAndNoLonger(t *testin
 	}
 	if !held(after) {
 		t.Error("the refusal just heard is not held")
+	}
+}
+
+// An upstream that rate-limits a revocation limits the relay's account:
+// the revocation is to wait as long as it says, without spending an
+// attempt, and so is every other request of the profile — a relay, and
+// the next revocation — until then.
+func TestARevocationTheUpstreamRateLimitedCoolsTheWholeProfileDown(t *testing.T) {
+	ctx := context.Background()
+	var hits atomic.Int32
+	up := registeredUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		problemAnswer(429, acme.ProblemTypeRateLimited, "too many revocations", "Retry-After", "120")(w, r)
+	})
+	b := newBench(t, up.URL+"/dir", ChallengeBypass, func(o *Options) { o.FinalizeWait = -1 })
+	reason := 1
+	wantWait := func(what string, err error, d time.Duration) {
+		t.Helper()
+		if we, ok := errors.AsType[*signer.WaitError](err); !ok || we.After != d || we.Spend {
+			t.Errorf("%s: %v; want a wait of %s that spends no attempt", what, err, d)
+		}
+	}
+	wantWait("the revocation", b.s.Revoke(ctx, issuedLeaf(t), &reason), 2*time.Minute)
+	seen := hits.Load()
+	b.clock.Advance(30 * time.Second)
+	req := b.finalized(t, "after-a-revocation.example.com")
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String(); !strings.HasPrefix(out, "retry after 1m30s: ") {
+		t.Errorf("a relay during the cool-down: %s; want it to wait out the rest", out)
+	}
+	wantWait("the next revocation", b.s.Revoke(ctx, issuedLeaf(t), &reason), 90*time.Second)
+	if hits.Load() != seen {
+		t.Errorf("the upstream was asked %d times more during the cool-down; want none", hits.Load()-seen)
 	}
 }
