@@ -56,6 +56,9 @@ type App struct {
 	// runKinds are the kinds the runner handles, set at Start: the
 	// operator's pages read it while a reload may be starting the app.
 	runKinds atomic.Pointer[[]string]
+	// clockSkew is the skew of this process's clock from the PostgreSQL
+	// server's that the runner measured, for this config's metrics.
+	clockSkew clockSkew
 	// notifier delivers notify_deliver jobs to the destinations of the
 	// app and of every profile mounted.
 	notifier *notify.Deliverer
@@ -202,7 +205,7 @@ func (a *App) provision(ctx caddy.Context, log *zap.Logger) error {
 	if err := a.notifier.Register(a.Notify...); err != nil {
 		return err
 	}
-	if err := registerProxyMetrics(ctx.GetMetricsRegistry(), a.db, a.crlIssuersInService); err != nil {
+	if err := registerProxyMetrics(ctx.GetMetricsRegistry(), a.db, a.crlIssuersInService, &a.clockSkew); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	return nil
@@ -472,7 +475,7 @@ func (a *App) Start() error {
 	handlers = append(handlers, a.notifier, authority.NotifyRouteJobs(a))
 	lanes := a.signingLanes()
 	r, err := jobs.NewRunner(a.queue, measured(handlers), jobs.RunnerOptions{Logger: a.log, Lanes: lanes,
-		OnClockReading: observeClockReading})
+		OnClockReading: a.clockSkew.observe})
 	if err != nil {
 		return err
 	}

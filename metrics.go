@@ -76,15 +76,16 @@ func initProxyMetrics() {
 	})
 }
 
-// registerProxyMetrics registers the collectors, and one reading the
-// store at scrape time, on a config's registry. inService lists the CAs
-// whose CRLs the mounted profiles keep publishing (see storeCollector).
-func registerProxyMetrics(reg *prometheus.Registry, db *store.DB, inService func(context.Context) (map[string]bool, error)) error {
+// registerProxyMetrics registers the collectors, one reading the store
+// at scrape time and one reporting skew, the clock skew the config's app
+// measured, on a config's registry. inService lists the CAs whose CRLs
+// the mounted profiles keep publishing (see storeCollector).
+func registerProxyMetrics(reg *prometheus.Registry, db *store.DB, inService func(context.Context) (map[string]bool, error), skew *clockSkew) error {
 	initProxyMetrics()
 	m := &proxyMetrics
 	for _, c := range []prometheus.Collector{m.requests, m.requestDuration, m.issued, m.failed, m.deferred, m.revoked,
 		m.validations, m.refusals, m.rateLimited, m.jobRuns, m.jobDuration, m.upstream, &storeCollector{db: db, inService: inService},
-		clockCollector{}} {
+		clockCollector{skew}} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -210,28 +211,29 @@ func measured(hs []jobs.Handler) []jobs.Handler {
 }
 
 // clockSkew is the last comparison of this process's clock with the
-// database server's that a job runner made (observeClockReading); nil
-// until one was made, and for ever on SQLite, which has no server clock.
-// One process has one clock, so every runner of it (a reload runs two a
-// moment) measures the same skew.
-var clockSkew atomic.Pointer[time.Duration]
+// database server's that an app's job runner made (observe); nil until
+// one was made, and for ever on SQLite, which has no server clock. Each
+// app has its own, reported on its config's registry: after a reload
+// onto SQLite the gauge is gone, though the old config's runner, on
+// PostgreSQL, may measure again until it stops.
+type clockSkew struct{ last atomic.Pointer[time.Duration] }
 
-// observeClockReading is the runners' jobs.RunnerOptions.OnClockReading.
-func observeClockReading(c store.ClockReading) {
+// observe is a runner's jobs.RunnerOptions.OnClockReading.
+func (k *clockSkew) observe(c store.ClockReading) {
 	s := c.Skew()
-	clockSkew.Store(&s)
+	k.last.Store(&s)
 }
 
 var clockSkewDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "clock_skew_seconds"),
 	"How far this instance's clock runs ahead of the PostgreSQL server's (negative: behind), as last measured; absent on SQLite.", nil, nil)
 
-// clockCollector reports clockSkew, once measured.
-type clockCollector struct{}
+// clockCollector reports an app's clockSkew, once measured.
+type clockCollector struct{ skew *clockSkew }
 
 func (clockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- clockSkewDesc }
 
-func (clockCollector) Collect(ch chan<- prometheus.Metric) {
-	if s := clockSkew.Load(); s != nil {
+func (c clockCollector) Collect(ch chan<- prometheus.Metric) {
+	if s := c.skew.last.Load(); s != nil {
 		ch <- prometheus.MustNewConstMetric(clockSkewDesc, prometheus.GaugeValue, s.Seconds())
 	}
 }

@@ -62,7 +62,7 @@ func TestTheCRLGaugeReportsOnlyCAsInServiceNotAnExpiredCAsStaleCRL(t *testing.T)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			if err := registerProxyMetrics(reg, db, tt.inService); err != nil {
+			if err := registerProxyMetrics(reg, db, tt.inService, new(clockSkew)); err != nil {
 				t.Fatal(err)
 			}
 			mfs, err := reg.Gather()

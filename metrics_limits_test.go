@@ -19,7 +19,7 @@ func TestRateLimitedRefusalsAreCountedByProfileAndLimit(t *testing.T) {
 	}
 	defer db.Close()
 	reg := prometheus.NewRegistry()
-	if err := registerProxyMetrics(reg, db, nil); err != nil {
+	if err := registerProxyMetrics(reg, db, nil, new(clockSkew)); err != nil {
 		t.Fatal(err)
 	}
 	count := func(limit string) float64 {

@@ -32,7 +32,7 @@ func TestAScrapeWhileTheStoreCannotBeReadServesEveryOtherMetric(t *testing.T) {
 			}
 			defer db.Close()
 			reg := prometheus.NewRegistry()
-			if err := registerProxyMetrics(reg, db, nil); err != nil {
+			if err := registerProxyMetrics(reg, db, nil, new(clockSkew)); err != nil {
 				t.Fatal(err)
 			}
 			serverMetrics{}.Issued("scrape-test")
