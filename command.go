@@ -134,7 +134,7 @@ func configureCLI(cmd *cobra.Command, out io.Writer) {
 			"key":          "only jobs with this key (the order, certificate or CA a job works for)",
 			"abandon_owed": "true: only cancelled jobs whose giving up is still owed to a runner of their kind",
 			"event":        "only this event (certificate_issued, certificate_revoked, …; the README lists them)",
-			"outcome":      "only this outcome: success, failure or refused",
+			"outcome":      "only this outcome: success, failure, refused or interrupted",
 		}
 		return func(sc *cobra.Command) {
 			for _, n := range names {

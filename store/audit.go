@@ -20,7 +20,7 @@ type AuditEvent struct {
 	ID          int64
 	At          time.Time
 	Event       string // e.g. certificate_issued, certificate_revoked, revocation_refused
-	Outcome     string // success, failure, refused
+	Outcome     string // success, failure, refused, interrupted
 	Profile     string
 	ActorKind   string // acme_account, certificate_key, admin, cli, system
 	ActorID     string
@@ -332,10 +332,11 @@ const AuditPruneBatch = 500
 // the only statement the table lets delete: each batch writes its cutoff to
 // audit_prune_cutoff, deletes, and removes the cutoff again. record, when
 // not nil, is asked in the transaction of the last batch for the row that
-// records the prune, given the total deleted; ok=false writes none. Between
-// batches the prune stops when ctx ends, returning what it deleted so far.
-// A prune that stops part way (ctx ended, a batch failed) after deleting
-// rows asks record for the row of those it deleted, and writes it on its
+// records the prune, given the total deleted and stopped nil; ok=false
+// writes none. Between batches the prune stops when ctx ends, returning
+// what it deleted so far. A prune that stops part way (ctx ended, a batch
+// failed) after deleting rows asks record for the row of those it
+// deleted, with stopped the error it stopped with, and writes it on its
 // own, past ctx's end: the batches it committed are never left without a
 // row saying they were deleted, unless the database refuses that write
 // too (then both errors are returned).
@@ -343,7 +344,7 @@ const AuditPruneBatch = 500
 // The cutoff row has a fixed key: a concurrent prune's insert of it waits
 // for this batch, which has deleted it again by its commit.
 func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
-	record func(deleted int64) (ev AuditEvent, ok bool)) (int64, error) {
+	record func(deleted int64, stopped error) (ev AuditEvent, ok bool)) (int64, error) {
 	if batch <= 0 {
 		batch = AuditPruneBatch
 	}
@@ -353,7 +354,7 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 		if total == 0 || record == nil {
 			return total, err
 		}
-		return total, db.recordStopped(ctx, err, func() (AuditEvent, bool) { return record(total) })
+		return total, db.recordStopped(ctx, err, func() (AuditEvent, bool) { return record(total, err) })
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -376,7 +377,7 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 				return err
 			}
 			if n < int64(batch) && record != nil {
-				if ev, ok := record(total + n); ok {
+				if ev, ok := record(total+n, nil); ok {
 					return db.insertAudit(ctx, tx, ev)
 				}
 			}

@@ -106,7 +106,10 @@ func TestPruneAuditDeletesOnlyRowsOlderThanTheCutoffInBatchesAndRecordsItself(t 
 		auditAt(t, db, cutoff, cutoff.Add(time.Millisecond), cutoff.Add(time.Hour))
 
 		var recorded []int64
-		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64) (AuditEvent, bool) {
+		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64, stopped error) (AuditEvent, bool) {
+			if stopped != nil {
+				t.Errorf("a prune running to the end is recorded as stopped by %v", stopped)
+			}
 			recorded = append(recorded, deleted)
 			return AuditEvent{At: cutoff.Add(2 * time.Hour), Event: "audit_pruned", Outcome: "success", ActorKind: "admin",
 				Detail: fmt.Sprintf("deleted %d", deleted)}, true
@@ -146,7 +149,7 @@ func TestPruneAuditDeletesOnlyRowsOlderThanTheCutoffInBatchesAndRecordsItself(t 
 
 		// Nothing left to prune: no row deleted, and a record that declines
 		// writes none.
-		n, err = db.PruneAudit(ctx, cutoff, 3, func(int64) (AuditEvent, bool) { return AuditEvent{}, false })
+		n, err = db.PruneAudit(ctx, cutoff, 3, func(int64, error) (AuditEvent, bool) { return AuditEvent{}, false })
 		if err != nil || n != 0 {
 			t.Errorf("a second prune: %d, %v; want 0", n, err)
 		}
@@ -235,9 +238,9 @@ func TestAPruneStoppedPartWayRecordsTheRowsItDeleted(t *testing.T) {
 			}
 		}
 
-		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64) (AuditEvent, bool) {
-			return AuditEvent{At: cutoff, Event: "audit_pruned", Outcome: "success", ActorKind: "admin",
-				Detail: fmt.Sprintf("deleted %d", deleted)}, true
+		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64, stopped error) (AuditEvent, bool) {
+			return AuditEvent{At: cutoff, Event: "audit_pruned", Outcome: "interrupted", ActorKind: "admin",
+				Detail: fmt.Sprintf("deleted %d, stopped by: %v", deleted, stopped)}, true
 		})
 		if err == nil || n != 3 {
 			t.Fatalf("PruneAudit: %d, %v; want the first batch's 3 deleted and the second's failure", n, err)
@@ -246,8 +249,8 @@ func TestAPruneStoppedPartWayRecordsTheRowsItDeleted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) != 1 || rows[0].Detail != "deleted 3" {
-			t.Errorf("the prune's rows: %+v; want one recording the 3 rows deleted", rows)
+		if len(rows) != 1 || !strings.HasPrefix(rows[0].Detail, "deleted 3, stopped by: ") || !strings.Contains(rows[0].Detail, "o3 is kept") {
+			t.Errorf("the prune's rows: %+v; want one recording the 3 rows deleted and the failure it stopped at", rows)
 		}
 	})
 }

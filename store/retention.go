@@ -36,12 +36,13 @@ type Retention struct {
 	BatchAuthorizations int
 	// Record, when not nil, is asked for the audit row that records the
 	// sweep, given what it deleted (LongestBatch measured up to the
-	// asking); ok=false writes none. It is asked in the transaction of
-	// the last batch, and the row written there: the last deletions and
-	// their record are one write. A sweep that stops part way after
-	// deleting something asks it for the row of what it deleted so far,
-	// written on its own (as PruneAudit's).
-	Record func(deleted Pruned) (ev AuditEvent, ok bool)
+	// asking) and stopped nil; ok=false writes none. It is asked in the
+	// transaction of the last batch, and the row written there: the last
+	// deletions and their record are one write. A sweep that stops part
+	// way after deleting something asks it for the row of what it
+	// deleted so far, with stopped the error it stopped with, written on
+	// its own (as PruneAudit's).
+	Record func(deleted Pruned, stopped error) (ev AuditEvent, ok bool)
 }
 
 // Default batch bounds of PruneRetention: each batch is one write
@@ -156,7 +157,7 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 		if !total.Any() || r.Record == nil {
 			return total, err
 		}
-		return total, db.recordStopped(ctx, err, func() (AuditEvent, bool) { return r.Record(total) })
+		return total, db.recordStopped(ctx, err, func() (AuditEvent, bool) { return r.Record(total, err) })
 	}
 	for i, ph := range phases {
 		for more := ph.on; more; {
@@ -175,7 +176,7 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 				all.add(b)
 				all.Batches++
 				all.LongestBatch = max(all.LongestBatch, time.Since(began))
-				if ev, ok := r.Record(all); ok {
+				if ev, ok := r.Record(all, nil); ok {
 					return db.insertAudit(ctx, tx, ev)
 				}
 				return nil

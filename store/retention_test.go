@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -485,9 +486,12 @@ func refuseWith(t *testing.T, db *DB, byDialect map[string][]string) {
 
 // recordSweep is a Retention.Record writing a row that says what the
 // sweep deleted.
-func recordSweep(p Pruned) (AuditEvent, bool) {
-	return AuditEvent{At: t0, Event: acme.EventRetentionPruned, Outcome: "success", ActorKind: "system",
-		Detail: fmt.Sprintf("%d orders, %d accounts", p.Orders, p.Accounts)}, p.Any()
+func recordSweep(p Pruned, stopped error) (AuditEvent, bool) {
+	detail := fmt.Sprintf("%d orders, %d accounts", p.Orders, p.Accounts)
+	if stopped != nil {
+		detail += ", stopped by: " + stopped.Error()
+	}
+	return AuditEvent{At: t0, Event: acme.EventRetentionPruned, Outcome: "success", ActorKind: "system", Detail: detail}, p.Any()
 }
 
 // The last batch of a sweep and the row recording the sweep are one
@@ -550,8 +554,8 @@ func TestARetentionSweepStoppedPartWayRecordsWhatItDeleted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) != 1 || rows[0].Detail != "1 orders, 0 accounts" {
-			t.Errorf("the sweep's rows: %+v; want one recording the order deleted", rows)
+		if len(rows) != 1 || !strings.HasPrefix(rows[0].Detail, "1 orders, 0 accounts, stopped by: ") || !strings.Contains(rows[0].Detail, "accounts are kept") {
+			t.Errorf("the sweep's rows: %+v; want one recording the order deleted and the failure it stopped at", rows)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package authority
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -19,7 +20,27 @@ const (
 	OutcomeSuccess = "success"
 	OutcomeFailure = "failure"
 	OutcomeRefused = "refused"
+	// OutcomeInterrupted is a prune or sweep that stopped part way (its
+	// context ended, a batch failed) after deleting some of what it was
+	// to delete: its row says how much.
+	OutcomeInterrupted = "interrupted"
 )
+
+// PruneOutcome is the outcome of the audit row of a prune or sweep,
+// given the error it stopped with part way (nil: it ran to the end), and
+// what its detail adds: why it stopped. The cause is named by its kind,
+// never by the database's message (the job's log line has that).
+func PruneOutcome(stopped error) (outcome, detail string) {
+	switch {
+	case stopped == nil:
+		return OutcomeSuccess, ""
+	case errors.Is(stopped, context.DeadlineExceeded):
+		return OutcomeInterrupted, "; stopped part way: its deadline passed"
+	case errors.Is(stopped, context.Canceled):
+		return OutcomeInterrupted, "; stopped part way: it was cancelled (a reload, a shutdown, or its client gone)"
+	}
+	return OutcomeInterrupted, "; stopped part way: a batch failed"
+}
 
 // Reverse lookups of client addresses for audit rows.
 const (
@@ -134,10 +155,11 @@ const AuditSweepKind = "audit_sweep"
 // system), which later sweeps delete in turn.
 func SweepAudit(ctx context.Context, db *store.DB, retention time.Duration, now time.Time) (int64, error) {
 	before := now.Add(-retention)
-	return db.PruneAudit(ctx, before, 0, func(n int64) (store.AuditEvent, bool) {
-		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: OutcomeSuccess, ActorKind: ActorSystem, Reason: "retention",
-			Detail: fmt.Sprintf("the retention sweep deleted %d audit rows older than %s (audit_retention %s)",
-				n, before.UTC().Format(time.RFC3339), days(retention))}, n > 0
+	return db.PruneAudit(ctx, before, 0, func(n int64, stopped error) (store.AuditEvent, bool) {
+		outcome, why := PruneOutcome(stopped)
+		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: outcome, ActorKind: ActorSystem, Reason: "retention",
+			Detail: fmt.Sprintf("the retention sweep deleted %d audit rows older than %s (audit_retention %s)%s",
+				n, before.UTC().Format(time.RFC3339), days(retention), why)}, n > 0
 	})
 }
 

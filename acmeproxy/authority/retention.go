@@ -45,11 +45,12 @@ func SweepRetention(ctx context.Context, db *store.DB, r Retention, now time.Tim
 	if plan.OrdersBefore.IsZero() && plan.CertificatesBefore.IsZero() {
 		return store.Pruned{}, nil
 	}
-	plan.Record = func(p store.Pruned) (store.AuditEvent, bool) {
-		return store.AuditEvent{At: now, Event: acme.EventRetentionPruned, Outcome: OutcomeSuccess, ActorKind: ActorSystem, Reason: "retention",
-			Detail: fmt.Sprintf("the retention sweep deleted %d orders (%d authorizations, %d challenges), %d certificates (%d revocation rows) and %d deactivated accounts (order_retention %s, certificate_retention %s; longest batch %s)",
+	plan.Record = func(p store.Pruned, stopped error) (store.AuditEvent, bool) {
+		outcome, why := PruneOutcome(stopped)
+		return store.AuditEvent{At: now, Event: acme.EventRetentionPruned, Outcome: outcome, ActorKind: ActorSystem, Reason: "retention",
+			Detail: fmt.Sprintf("the retention sweep deleted %d orders (%d authorizations, %d challenges), %d certificates (%d revocation rows) and %d deactivated accounts (order_retention %s, certificate_retention %s; longest batch %s)%s",
 				p.Orders, p.Authorizations, p.Challenges, p.Certificates, p.Revocations, p.Accounts,
-				keptFor(r.Orders), keptFor(r.Certificates), p.LongestBatch.Round(100*time.Microsecond))}, p.Any()
+				keptFor(r.Orders), keptFor(r.Certificates), p.LongestBatch.Round(100*time.Microsecond), why)}, p.Any()
 	}
 	return db.PruneRetention(ctx, plan)
 }

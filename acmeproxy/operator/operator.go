@@ -647,7 +647,7 @@ type AuditView struct {
 	AccountEABLabel string `json:"account_eab_label,omitempty"`
 }
 
-var auditOutcomes = []string{authority.OutcomeSuccess, authority.OutcomeFailure, authority.OutcomeRefused}
+var auditOutcomes = []string{authority.OutcomeSuccess, authority.OutcomeFailure, authority.OutcomeRefused, authority.OutcomeInterrupted}
 
 // SearchAudit searches the audit trail, newest first.
 func (op *Operator) SearchAudit(ctx context.Context, f store.AuditFilter) (Page[AuditView], error) {
@@ -710,9 +710,10 @@ func (op *Operator) PruneAudit(ctx context.Context, before time.Time, actor auth
 		return AuditPruneView{}, fmt.Errorf("%w: before %s is in the future; a prune deletes only past rows", ErrInvalid,
 			before.UTC().Format(time.RFC3339))
 	}
-	n, err := op.DB.PruneAudit(ctx, before, 0, func(n int64) (store.AuditEvent, bool) {
-		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: authority.OutcomeSuccess, ActorKind: actor.Kind, ActorID: actor.ID,
-			Reason: "operator", Detail: fmt.Sprintf("deleted %d audit rows older than %s", n, before.UTC().Format(time.RFC3339))}, true
+	n, err := op.DB.PruneAudit(ctx, before, 0, func(n int64, stopped error) (store.AuditEvent, bool) {
+		outcome, why := authority.PruneOutcome(stopped)
+		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: outcome, ActorKind: actor.Kind, ActorID: actor.ID,
+			Reason: "operator", Detail: fmt.Sprintf("deleted %d audit rows older than %s%s", n, before.UTC().Format(time.RFC3339), why)}, true
 	})
 	if err != nil {
 		return AuditPruneView{Before: before, Deleted: n}, err

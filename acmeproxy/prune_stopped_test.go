@@ -1,0 +1,131 @@
+package acmeproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
+)
+
+// stopOnce is a context that ends (context.Canceled) once gone reports
+// true — once a batch that deleted a given row committed — as a reload
+// or a shutdown ends a sweep's job between two batches. Its Done never
+// closes: nothing is cut off inside a batch.
+type stopOnce struct {
+	context.Context
+	gone func() bool
+}
+
+func (c stopOnce) Err() error {
+	if c.gone() {
+		return context.Canceled
+	}
+	return c.Context.Err()
+}
+
+// A prune or sweep whose context ends part way (a reload or a shutdown
+// stopping its job, the operator's request gone) has deleted the
+// batches before and records them — as interrupted, saying it stopped
+// part way, not as a prune that ran to the end: the operator reading
+// the trail must not take the rows older than the cutoff for gone.
+func TestAPruneStoppedPartWayIsAuditedAsInterrupted(t *testing.T) {
+	const day = 24 * time.Hour
+	tests := []struct {
+		name string
+		// run fills the store, then prunes or sweeps with a context
+		// that ends after its first batch; event is its row's.
+		run   func(t *testing.T, e *testEnv) (event string, err error)
+		event string
+	}{
+		{name: "the audit sweep", event: vocab.EventAuditPruned, run: func(t *testing.T, e *testEnv) (string, error) {
+			now := time.Now()
+			gone := oldAuditRows(t, e, now.Add(-500*day), store.AuditPruneBatch+1)
+			_, err := authority.SweepAudit(stopOnce{t.Context(), gone}, e.db, 400*day, now)
+			return vocab.EventAuditPruned, err
+		}},
+		{name: "an operator's prune", event: vocab.EventAuditPruned, run: func(t *testing.T, e *testEnv) (string, error) {
+			now := time.Now()
+			gone := oldAuditRows(t, e, now.Add(-500*day), store.AuditPruneBatch+1)
+			op := &operator.Operator{DB: e.db, Queue: e.queue, Profiles: staticProfiles{e.srv.Profile(): e.srv}}
+			_, err := op.PruneAudit(stopOnce{t.Context(), gone}, now.Add(-day), authority.Actor{Kind: authority.ActorCLI, ID: "alice"})
+			return vocab.EventAuditPruned, err
+		}},
+		{name: "the retention sweep", event: vocab.EventRetentionPruned, run: func(t *testing.T, e *testEnv) (string, error) {
+			// A dead order (its phase first) and a deactivated account
+			// without orders (the last phase, never reached).
+			ctx := t.Context()
+			au := e.srv.Authority()
+			acct, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k1", KeyJWK: []byte(`{}`)}, authority.Client{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := au.CreateOrder(ctx, acct.ID, []vocab.Identifier{{Type: vocab.IdentifierDNS, Value: "a.example.com"}}, []bool{false},
+				time.Time{}, time.Time{}, "", nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.db.FailOrder(ctx, o.ID, nil, "test", time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			empty, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k2", KeyJWK: []byte(`{}`)}, authority.Client{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.db.DeactivateAccount(ctx, empty.ID, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			gone := func() bool {
+				_, err := e.db.GetOrder(context.Background(), e.srv.Profile(), o.ID)
+				return errors.Is(err, store.ErrNotFound)
+			}
+			_, err = authority.SweepRetention(stopOnce{ctx, gone}, e.db, authority.Retention{Orders: 30 * day, Certificates: 90 * day},
+				time.Now().Add(400*day))
+			return vocab.EventRetentionPruned, err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				e := newTestEnv(t, nil)
+				event, err := tt.run(t, e)
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("stopped after its first batch: %v; want context.Canceled", err)
+				}
+				rows := auditRows(t, e.db, store.AuditFilter{Event: event})
+				if len(rows) != 1 {
+					t.Fatalf("%d %s rows; want one: %+v", len(rows), event, rows)
+				}
+				if rows[0].Outcome != authority.OutcomeInterrupted || !strings.Contains(rows[0].Detail, "stopped part way") {
+					t.Errorf("the row of a prune stopped part way: outcome %q, detail %q; want interrupted, saying it stopped part way",
+						rows[0].Outcome, rows[0].Detail)
+				}
+			})
+		})
+	}
+}
+
+// oldAuditRows writes n audit rows from at on, a millisecond apart, and
+// returns what reports the oldest deleted.
+func oldAuditRows(t *testing.T, e *testEnv, at time.Time, n int) func() bool {
+	t.Helper()
+	for i := range n {
+		if err := e.db.InsertAudit(t.Context(), store.AuditEvent{At: at.Add(time.Duration(i) * time.Millisecond),
+			Event: vocab.EventCertificateIssued, Outcome: authority.OutcomeSuccess, OrderID: fmt.Sprint("old", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func() bool {
+		rows, err := e.db.SearchAudit(context.Background(), store.AuditFilter{OrderID: "old0"})
+		if err != nil {
+			t.Error(err)
+		}
+		return err == nil && len(rows) == 0
+	}
+}
