@@ -438,11 +438,9 @@ func (a *App) Start() error {
 			}
 			return nil
 		}},
-		// Audit rows past their retention, in small batches.
+		// The rows of prunes whose process ended part way, and audit
+		// rows past their retention, in small batches.
 		&jobs.Periodic{Name: authority.AuditSweepKind, Every: time.Hour, Do: func(ctx context.Context) error {
-			if a.auditRetention <= 0 {
-				return nil
-			}
 			_, err := authority.SweepAudit(ctx, a.db, a.auditRetention, time.Now())
 			return err
 		}},

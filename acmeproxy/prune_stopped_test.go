@@ -129,3 +129,104 @@ func oldAuditRows(t *testing.T, e *testEnv, at time.Time, n int) func() bool {
 		return err == nil && len(rows) == 0
 	}
 }
+
+// A prune whose process dies between two batches (here: its store is
+// closed under it, so that it writes nothing more) has committed the
+// batches before. What they deleted is audited all the same: the next
+// audit sweep, on any instance, finds the prune unfinished and writes
+// its row — interrupted, saying what it had deleted and that its
+// process ended. One row per prune, however many batches it ran.
+func TestAPruneKilledBetweenBatchesIsAuditedByTheNextSweep(t *testing.T) {
+	const day = 24 * time.Hour
+	tests := []struct {
+		name   string
+		event  string
+		detail string
+		// kill fills the store and runs the prune on killed, a store
+		// of its own at the environment's place, which stop closes.
+		kill func(t *testing.T, e *testEnv, killed *store.DB, stop func())
+	}{
+		{name: "the audit sweep", event: vocab.EventAuditPruned, detail: "the retention sweep deleted 500 audit rows",
+			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) {
+				gone := oldAuditRows(t, e, time.Now().Add(-500*day), store.AuditPruneBatch+1)
+				_, _ = authority.SweepAudit(stopOnce{t.Context(), func() bool { return gone() && stopped(stop) }}, killed, 400*day, time.Now())
+			}},
+		{name: "an operator's prune", event: vocab.EventAuditPruned, detail: "deleted 500 audit rows",
+			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) {
+				gone := oldAuditRows(t, e, time.Now().Add(-500*day), store.AuditPruneBatch+1)
+				op := &operator.Operator{DB: killed}
+				_, _ = op.PruneAudit(stopOnce{t.Context(), func() bool { return gone() && stopped(stop) }}, time.Now().Add(-day),
+					authority.Actor{Kind: authority.ActorCLI, ID: "alice"})
+			}},
+		{name: "the retention sweep", event: vocab.EventRetentionPruned, detail: "the retention sweep deleted 1 orders",
+			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) {
+				ctx := t.Context()
+				au := e.srv.Authority()
+				acct, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k1", KeyJWK: []byte(`{}`)}, authority.Client{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				o, err := au.CreateOrder(ctx, acct.ID, []vocab.Identifier{{Type: vocab.IdentifierDNS, Value: "a.example.com"}}, []bool{false},
+					time.Time{}, time.Time{}, "", nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := e.db.FailOrder(ctx, o.ID, nil, "test", time.Now()); err != nil {
+					t.Fatal(err)
+				}
+				empty, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k2", KeyJWK: []byte(`{}`)}, authority.Client{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.db.DeactivateAccount(ctx, empty.ID, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+				gone := func() bool {
+					_, err := e.db.GetOrder(context.Background(), e.srv.Profile(), o.ID)
+					return errors.Is(err, store.ErrNotFound) && stopped(stop)
+				}
+				_, _ = authority.SweepRetention(stopOnce{ctx, gone}, killed, authority.Retention{Orders: 30 * day, Certificates: 90 * day},
+					time.Now().Add(400*day))
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				place := newPlace(t)
+				e := newTestEnvWith(t, envOptions{dbPath: place})
+				killed, err := dialectOf(t).openAt(t.Context(), place, store.SQLiteOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { killed.Close() })
+				tt.kill(t, e, killed, func() { killed.Close() })
+				if rows := auditRows(t, e.db, store.AuditFilter{Event: tt.event}); len(rows) != 0 {
+					t.Fatalf("the killed prune wrote %+v; want nothing past its first batch", rows)
+				}
+
+				// The next audit sweep, an hour later, on the instance
+				// still running.
+				if _, err := authority.SweepAudit(t.Context(), e.db, 400*day, time.Now().Add(time.Hour)); err != nil {
+					t.Fatal(err)
+				}
+				rows := auditRows(t, e.db, store.AuditFilter{Event: tt.event, Outcome: authority.OutcomeInterrupted})
+				if len(rows) != 1 || !strings.HasPrefix(rows[0].Detail, tt.detail) || !strings.Contains(rows[0].Detail, "process ended") {
+					t.Fatalf("the killed prune's rows after the next sweep: %+v; want one, %q…, saying its process ended", rows, tt.detail)
+				}
+				// Found once: a later sweep writes it no more.
+				if _, err := authority.SweepAudit(t.Context(), e.db, 400*day, time.Now().Add(2*time.Hour)); err != nil {
+					t.Fatal(err)
+				}
+				if again := auditRows(t, e.db, store.AuditFilter{Event: tt.event, Outcome: authority.OutcomeInterrupted}); len(again) != 1 {
+					t.Errorf("%d rows of the killed prune after a second sweep; want 1", len(again))
+				}
+			})
+		})
+	}
+}
+
+// stopped runs stop once it is asked, and says so: the process ending.
+func stopped(stop func()) bool {
+	stop()
+	return true
+}

@@ -339,7 +339,11 @@ const AuditPruneBatch = 500
 // deleted, with stopped the error it stopped with, and writes it on its
 // own, past ctx's end: the batches it committed are never left without a
 // row saying they were deleted, unless the database refuses that write
-// too (then both errors are returned).
+// too (then both errors are returned). Nor when its process ends between
+// two batches: each batch but the last rewrites, in its transaction, the
+// row record gives for what was deleted so far with stopped
+// ErrPruneUnfinished (prune_progress), which RecordUnfinishedPrunes
+// writes to the trail should no other row end the prune.
 //
 // The cutoff row has a fixed key: a concurrent prune's insert of it waits
 // for this batch, which has deleted it again by its commit.
@@ -348,13 +352,16 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 	if batch <= 0 {
 		batch = AuditPruneBatch
 	}
-	var total int64
+	var (
+		total    int64
+		progress pruneProgress
+	)
 	stopped := func(err error) (int64, error) {
 		err = fmt.Errorf("store: pruning the audit trail: %w", err)
 		if total == 0 || record == nil {
 			return total, err
 		}
-		return total, db.recordStopped(ctx, err, func() (AuditEvent, bool) { return record(total, err) })
+		return total, db.recordStopped(ctx, err, &progress, func() (AuditEvent, bool) { return record(total, err) })
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -376,9 +383,18 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 			if _, err := tx.ExecContext(ctx, `DELETE FROM audit_prune_cutoff`); err != nil {
 				return err
 			}
-			if n < int64(batch) && record != nil {
+			switch {
+			case record == nil:
+			case n < int64(batch):
+				if err := progress.end(ctx, db, tx); err != nil {
+					return err
+				}
 				if ev, ok := record(total+n, nil); ok {
 					return db.insertAudit(ctx, tx, ev)
+				}
+			default:
+				if ev, ok := record(total+n, ErrPruneUnfinished); ok {
+					return progress.note(ctx, db, tx, ev)
 				}
 			}
 			return nil
@@ -397,15 +413,23 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
 // (its ctx ended, a batch failed) after committing some from leaving them
 // unrecorded: it asks record for the row of what was deleted so far and,
 // unless ok is false, writes it on its own, past ctx's end. It returns
-// err, joined by the write's error when the database refuses that too.
-// The delete records itself in its last batch's transaction when it runs
-// to the end; this is the row of one that did not.
-func (db *DB) recordStopped(ctx context.Context, err error, record func() (AuditEvent, bool)) error {
+// err, joined by the write's error when the database refuses that too
+// (its progress row stays, for RecordUnfinishedPrunes). The delete
+// records itself in its last batch's transaction when it runs to the
+// end; this is the row of one that did not, written with the deletion of
+// its progress row.
+func (db *DB) recordStopped(ctx context.Context, err error, progress *pruneProgress, record func() (AuditEvent, bool)) error {
 	ev, ok := record()
 	if !ok {
 		return err
 	}
-	if werr := db.InsertAudit(context.WithoutCancel(ctx), ev); werr != nil {
+	ctx = context.WithoutCancel(ctx)
+	if werr := db.withTx(ctx, func(tx *sql.Tx) error {
+		if err := progress.end(ctx, db, tx); err != nil {
+			return err
+		}
+		return db.insertAudit(ctx, tx, ev)
+	}); werr != nil {
 		return fmt.Errorf("%w; recording what it had deleted: %w", err, werr)
 	}
 	return err

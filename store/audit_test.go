@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -105,12 +106,16 @@ func TestPruneAuditDeletesOnlyRowsOlderThanTheCutoffInBatchesAndRecordsItself(t 
 		auditAt(t, db, old...)
 		auditAt(t, db, cutoff, cutoff.Add(time.Millisecond), cutoff.Add(time.Hour))
 
-		var recorded []int64
+		var recorded, progress []int64
 		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64, stopped error) (AuditEvent, bool) {
-			if stopped != nil {
+			switch {
+			case errors.Is(stopped, ErrPruneUnfinished):
+				progress = append(progress, deleted)
+			case stopped != nil:
 				t.Errorf("a prune running to the end is recorded as stopped by %v", stopped)
+			default:
+				recorded = append(recorded, deleted)
 			}
-			recorded = append(recorded, deleted)
 			return AuditEvent{At: cutoff.Add(2 * time.Hour), Event: "audit_pruned", Outcome: "success", ActorKind: "admin",
 				Detail: fmt.Sprintf("deleted %d", deleted)}, true
 		})
@@ -119,6 +124,15 @@ func TestPruneAuditDeletesOnlyRowsOlderThanTheCutoffInBatchesAndRecordsItself(t 
 		}
 		if len(recorded) != 1 || recorded[0] != n {
 			t.Errorf("the prune asked for its row %v; want once, with %d", recorded, n)
+		}
+		// The batches before the last keep the row of what they deleted,
+		// should the process end; the last one's row replaces it.
+		if fmt.Sprint(progress) != "[3 6]" {
+			t.Errorf("the prune kept its progress after the batches that deleted %v; want [3 6]", progress)
+		}
+		var left int
+		if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM prune_progress`).Scan(&left); err != nil || left != 0 {
+			t.Errorf("%d progress rows left behind (%v) by a prune that ran to the end", left, err)
 		}
 		rows, err := db.SearchAudit(ctx, AuditFilter{Limit: 1000})
 		if err != nil {

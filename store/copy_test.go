@@ -527,6 +527,12 @@ func TestMigrateStoreCopiesEveryColumnOfEveryRowAsTheSourceHoldsIt(t *testing.T)
 	if _, err := rawW(src).Exec(`UPDATE jobs SET rerun_at = ? WHERE key = 'a'`, t0.Add(time.Minute).UnixMilli()); err != nil {
 		t.Fatal(err)
 	}
+	// A prune under way (or whose process ended): its row is the trail's
+	// to write on the target.
+	if _, err := rawW(src).Exec(`INSERT INTO prune_progress (id, updated_at, audit_row) VALUES ('prune-1', ?, '{"Event":"audit_pruned"}')`,
+		t0.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
 
 	dst, _ := copyToPostgres(t, src)
 	tables, err := sqliteTablesParentsFirst(ctx, src.r)

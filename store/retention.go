@@ -41,7 +41,11 @@ type Retention struct {
 	// deletions and their record are one write. A sweep that stops part
 	// way after deleting something asks it for the row of what it
 	// deleted so far, with stopped the error it stopped with, written on
-	// its own (as PruneAudit's).
+	// its own (as PruneAudit's). Each batch but the last asks it for the
+	// row of what the sweep deleted so far with stopped
+	// ErrPruneUnfinished, kept in the batch's transaction for
+	// RecordUnfinishedPrunes should the sweep's process end before the
+	// next (as PruneAudit's).
 	Record func(deleted Pruned, stopped error) (ev AuditEvent, ok bool)
 }
 
@@ -152,12 +156,13 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 			last = i
 		}
 	}
+	var progress pruneProgress
 	stopped := func(what string, err error) (Pruned, error) {
 		err = fmt.Errorf("store: pruning %s: %w", what, err)
 		if !total.Any() || r.Record == nil {
 			return total, err
 		}
-		return total, db.recordStopped(ctx, err, func() (AuditEvent, bool) { return r.Record(total, err) })
+		return total, db.recordStopped(ctx, err, &progress, func() (AuditEvent, bool) { return r.Record(total, err) })
 	}
 	for i, ph := range phases {
 		for more := ph.on; more; {
@@ -169,13 +174,25 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 			err := db.withTx(ctx, func(tx *sql.Tx) error {
 				b = Pruned{} // fn may run again (see engine)
 				var err error
-				if more, err = ph.batch(ctx, tx, &b); err != nil || more || i != last || r.Record == nil {
+				if more, err = ph.batch(ctx, tx, &b); err != nil || r.Record == nil {
 					return err
 				}
 				all := total
 				all.add(b)
 				all.Batches++
 				all.LongestBatch = max(all.LongestBatch, time.Since(began))
+				if more || i != last {
+					if !b.Any() {
+						return nil // nothing more to record
+					}
+					if ev, ok := r.Record(all, ErrPruneUnfinished); ok {
+						return progress.note(ctx, db, tx, ev)
+					}
+					return nil
+				}
+				if err := progress.end(ctx, db, tx); err != nil {
+					return err
+				}
 				if ev, ok := r.Record(all, nil); ok {
 					return db.insertAudit(ctx, tx, ev)
 				}

@@ -630,4 +630,22 @@ var postgresMigrations = []migration{
 			`CREATE INDEX revocations_ledger ON revocations (issuer_key_id, id) WHERE issuer_key_id IS NOT NULL AND tx IS NULL`,
 		},
 	},
+	{
+		version: 36,
+		name:    "prune_progress",
+		stmts: []string{
+			// The audit row of each prune or sweep under way (PruneAudit,
+			// PruneRetention), rewritten with the running total in the
+			// transaction of each batch and deleted with the row written
+			// at its end: a prune whose process dies between two batches
+			// leaves it here, and RecordUnfinishedPrunes writes it to the
+			// trail, so that the batches it committed are audited. One
+			// row per prune under way.
+			`CREATE TABLE prune_progress (
+				id         TEXT PRIMARY KEY,
+				updated_at BIGINT NOT NULL,
+				audit_row  TEXT NOT NULL
+			)`,
+		},
+	},
 }

@@ -34,6 +34,8 @@ func PruneOutcome(stopped error) (outcome, detail string) {
 	switch {
 	case stopped == nil:
 		return OutcomeSuccess, ""
+	case errors.Is(stopped, store.ErrPruneUnfinished):
+		return OutcomeInterrupted, "; stopped part way: its process ended before it finished"
 	case errors.Is(stopped, context.DeadlineExceeded):
 		return OutcomeInterrupted, "; stopped part way: its deadline passed"
 	case errors.Is(stopped, context.Canceled):
@@ -150,10 +152,27 @@ func (au *Authority) audit(ctx context.Context, ev store.AuditEvent) {
 // AuditSweepKind is the periodic job that applies the audit retention.
 const AuditSweepKind = "audit_sweep"
 
-// SweepAudit deletes the audit rows older than retention at now, in small
-// batches, and records a sweep that deleted any in a row of its own (actor
-// system), which later sweeps delete in turn.
+// UnfinishedPruneAfter is how long a prune's progress may stand still
+// before the audit sweep takes its process for gone and writes its row
+// (store.RecordUnfinishedPrunes): a prune running rewrites it with every
+// batch, a few milliseconds to seconds apart; this leaves room for the
+// clocks of instances to differ.
+const UnfinishedPruneAfter = 15 * time.Minute
+
+// SweepAudit first writes the row of each prune or sweep whose process
+// ended part way, found by its progress standing still since
+// UnfinishedPruneAfter before now (store.RecordUnfinishedPrunes). Then,
+// unless retention is 0 (keep), it deletes the audit rows older than
+// retention at now, in small batches, and records a sweep that deleted
+// any in a row of its own (actor system), which later sweeps delete in
+// turn.
 func SweepAudit(ctx context.Context, db *store.DB, retention time.Duration, now time.Time) (int64, error) {
+	if _, err := db.RecordUnfinishedPrunes(ctx, now.Add(-UnfinishedPruneAfter)); err != nil {
+		return 0, err
+	}
+	if retention <= 0 {
+		return 0, nil
+	}
 	before := now.Add(-retention)
 	return db.PruneAudit(ctx, before, 0, func(n int64, stopped error) (store.AuditEvent, bool) {
 		outcome, why := PruneOutcome(stopped)
