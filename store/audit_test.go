@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -265,6 +267,71 @@ func TestAPruneStoppedPartWayRecordsTheRowsItDeleted(t *testing.T) {
 		}
 		if len(rows) != 1 || !strings.HasPrefix(rows[0].Detail, "deleted 3, stopped by: ") || !strings.Contains(rows[0].Detail, "o3 is kept") {
 			t.Errorf("the prune's rows: %+v; want one recording the 3 rows deleted and the failure it stopped at", rows)
+		}
+	})
+}
+
+// A prune whose process ends between two batches leaves the row of what
+// it had deleted in prune_progress. RecordUnfinishedPrunes writes it to
+// the trail once the prune stood still since the time given — not while
+// it may still run — and once, however many instances look at once.
+func TestAnUnfinishedPruneIsRecordedOnceWhenItStoodStill(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		cutoff := t0.Add(30 * 24 * time.Hour)
+		var old []time.Time
+		for i := range 5 {
+			old = append(old, cutoff.Add(-time.Duration(10-i)*time.Hour))
+		}
+		auditAt(t, db, old...) // o0 … o4, oldest first
+		// The second batch fails (o3 cannot be deleted), and the process
+		// ends where the prune would write its own row.
+		refuseWith(t, db, map[string][]string{
+			"sqlite": {`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events WHEN OLD.order_id = 'o3'
+				BEGIN SELECT RAISE(ABORT, 'o3 is kept'); END`},
+			"postgres": {`CREATE FUNCTION keep_o3() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+					IF OLD.order_id = 'o3' THEN RAISE EXCEPTION 'o3 is kept'; END IF; RETURN OLD; END $$`,
+				`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events FOR EACH ROW EXECUTE FUNCTION keep_o3()`},
+		})
+		func() {
+			defer func() { _ = recover() }()
+			_, _ = db.PruneAudit(ctx, cutoff, 3, func(deleted int64, stopped error) (AuditEvent, bool) {
+				if !errors.Is(stopped, ErrPruneUnfinished) {
+					panic("the process ends")
+				}
+				return AuditEvent{At: cutoff, Event: "audit_pruned", Outcome: "interrupted", ActorKind: "admin",
+					Detail: fmt.Sprintf("deleted %d, unfinished", deleted)}, true
+			})
+		}()
+		pruned := func() []AuditEvent {
+			rows, err := db.SearchAudit(ctx, AuditFilter{Event: "audit_pruned"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rows
+		}
+		if rows := pruned(); len(rows) != 0 {
+			t.Fatalf("the prune killed wrote %+v", rows)
+		}
+		if n, err := db.RecordUnfinishedPrunes(ctx, time.Now().Add(-time.Minute)); err != nil || n != 0 {
+			t.Errorf("a prune that moved a moment ago: %d recorded, %v; want none: it may still run", n, err)
+		}
+		var wg sync.WaitGroup
+		var recorded atomic.Int64
+		for range 3 {
+			wg.Go(func() {
+				n, err := db.RecordUnfinishedPrunes(ctx, time.Now().Add(time.Minute))
+				if err != nil {
+					t.Error(err)
+				}
+				recorded.Add(int64(n))
+			})
+		}
+		wg.Wait()
+		rows := pruned()
+		if recorded.Load() != 1 || len(rows) != 1 || rows[0].Detail != "deleted 3, unfinished" || rows[0].Outcome != "interrupted" {
+			t.Errorf("three instances looking at once recorded %d: %+v; want one row, of the 3 deleted", recorded.Load(), rows)
 		}
 	})
 }
