@@ -26,6 +26,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	apcaddyfile "github.com/acmeproxy/caddy-acme-proxy/caddyfile"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/incarnation"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -70,6 +71,11 @@ type App struct {
 	// flushStop and flushDone stop and await the loop that writes the
 	// summaries of refused revocations (see flushRefusals).
 	flushStop, flushDone chan struct{}
+	// incarnation is this process's registration among those using the
+	// store (see orphans.go); orphansStop and orphansDone stop and await
+	// the loop that resumes what exited ones left (resumeOrphans).
+	incarnation              *incarnation.Registry
+	orphansStop, orphansDone chan struct{}
 
 	mu       sync.RWMutex
 	profiles map[string]*acmeproxy.Server
@@ -231,6 +237,7 @@ func (a *App) database() (string, func() (*store.DB, error), error) {
 		if err != nil {
 			return "", nil, err
 		}
+		a.incarnation = incarnationIn(a.incarnationDir(""))
 		return "postgres:" + dsn, func() (*store.DB, error) {
 			return store.PreparePostgres(dsn, store.PostgresOptions{})
 		}, nil
@@ -260,6 +267,7 @@ func (a *App) database() (string, func() (*store.DB, error), error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("database: %w", err)
 	}
+	a.incarnation = incarnationIn(a.incarnationDir(path))
 	key := "sqlite:" + file
 	if !exists {
 		key = "sqlite-path:" + path
@@ -492,6 +500,12 @@ func (a *App) Start() error {
 	a.runner = r
 	a.flushStop, a.flushDone = make(chan struct{}), make(chan struct{})
 	go a.flushRefusals(refusalFlushEvery, a.flushStop, a.flushDone)
+	if err := a.incarnation.Register(); err != nil {
+		a.log.Warn("this process cannot register among those using the store: orders a crash of it leaves processing are resumed after "+
+			authority.StuckAfter.String(), zap.String("event", "incarnation_unregistered"), zap.Error(err))
+	}
+	a.orphansStop, a.orphansDone = make(chan struct{}), make(chan struct{})
+	go a.resumeOrphans(a.orphansStop, a.orphansDone)
 	started.add(a)
 	return nil
 }
@@ -691,6 +705,11 @@ func (a *App) Stop() error {
 		close(a.flushStop)
 		<-a.flushDone
 		a.flushStop = nil
+	}
+	if a.orphansStop != nil {
+		close(a.orphansStop)
+		<-a.orphansDone
+		a.orphansStop = nil
 	}
 	if a.runner == nil {
 		return nil

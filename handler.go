@@ -98,6 +98,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		DB: h.app.db, Queue: h.app.queue, Signer: sgn, Validator: v, Logger: ctx.Logger(),
 		SignerName: caddy.GetModuleName(mod),
 		Notify:     dests, Metrics: serverMetrics{},
+		Incarnation: h.app.incarnation,
 	})
 	if err != nil {
 		return err

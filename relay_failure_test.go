@@ -445,7 +445,7 @@ func TestRelaysInFlightAreRequeuedWhenAProcessStarts(t *testing.T) {
 		o := b.readyOrder(t, ctx, c, name)
 		id := path.Base(o.URI)
 		csr := relayCSR(t, name)
-		if won, err := first.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, time.Now()); err != nil || !won {
+		if won, err := first.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, "", time.Now()); err != nil || !won {
 			t.Fatalf("claim: %v %v", won, err)
 		}
 		if _, _, err := first.db.CreateRelayOrder(ctx, store.NewRelayOrder{OrderID: id, Profile: "relay", CSR: csr}, time.Now()); err != nil {

@@ -474,7 +474,7 @@ func TestAnOrderSignedLaterChecksCAAAgainWhenItsValidationIsOlderThanSevenHours(
 			// A finalize claimed the order and died before signing it.
 			id := path.Base(o.url)
 			claimed := clk.Now().Add(-2 * authority.StuckAfter)
-			if won, err := e.db.ClaimOrderForIssue(ctx, id, newCSR(t, newKey(t), "", []string{name}, nil), store.OrderClient{}, claimed); err != nil || !won {
+			if won, err := e.db.ClaimOrderForIssue(ctx, id, newCSR(t, newKey(t), "", []string{name}, nil), store.OrderClient{}, "", claimed); err != nil || !won {
 				t.Fatalf("claim: %v %v", won, err)
 			}
 			if n, err := e.srv.Authority().ResumeStuckOrders(ctx); n != 1 {
@@ -528,7 +528,7 @@ func TestASigningNearlyEightHoursAfterTheValidationChecksCAAAgain(t *testing.T) 
 			// A finalize claimed the order and died before signing it.
 			id := path.Base(o.url)
 			claimed := clk.Now().Add(-2 * authority.StuckAfter)
-			if won, err := e.db.ClaimOrderForIssue(ctx, id, newCSR(t, newKey(t), "", []string{name}, nil), store.OrderClient{}, claimed); err != nil || !won {
+			if won, err := e.db.ClaimOrderForIssue(ctx, id, newCSR(t, newKey(t), "", []string{name}, nil), store.OrderClient{}, "", claimed); err != nil || !won {
 				t.Fatalf("claim: %v %v", won, err)
 			}
 			if n, err := e.srv.Authority().ResumeStuckOrders(ctx); n != 1 {

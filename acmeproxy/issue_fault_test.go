@@ -121,7 +121,7 @@ func TestAnOrderResumedAfterAReloadIsCheckedAgainstTheCurrentPolicy(t *testing.T
 	_, o, csr := readyOrder(t, ctx, before, "soon-denied.example.com")
 	id := path.Base(o.URI)
 	// The finalize that claimed the order died before signing.
-	if won, err := before.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, time.Now().Add(-10*time.Minute)); err != nil || !won {
+	if won, err := before.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, "", time.Now().Add(-10*time.Minute)); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	// The reloaded config denies the name.

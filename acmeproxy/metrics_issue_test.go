@@ -288,7 +288,7 @@ func TestAnOrderTheResumeSweepFailsByTheReloadedConfigIsCountedAsAFailedIssuance
 			id := path.Base(o.url)
 			// The finalize that claimed the order died before signing.
 			csr := newCSR(t, newKey(t), "", []string{"soon-denied.example.com"}, nil)
-			if won, err := before.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, time.Now().Add(-10*time.Minute)); err != nil || !won {
+			if won, err := before.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, "", time.Now().Add(-10*time.Minute)); err != nil || !won {
 				t.Fatalf("claim: %v %v", won, err)
 			}
 			m := &issueMetrics{}

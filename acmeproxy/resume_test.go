@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,10 @@ import (
 
 	"golang.org/x/crypto/acme"
 
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/incarnation"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -34,7 +39,7 @@ func TestAnOrderACrashLeftProcessingIsFinishedByTheResumeSweep(t *testing.T) {
 	// The finalize that claimed this order died before signing: the claim
 	// is all that reached the database, ten minutes ago.
 	id := path.Base(o.URI)
-	if won, err := e.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, time.Now().Add(-10*time.Minute)); err != nil || !won {
+	if won, err := e.db.ClaimOrderForIssue(ctx, id, csr, store.OrderClient{}, "", time.Now().Add(-10*time.Minute)); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	if n, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil || n != 1 {
@@ -65,7 +70,7 @@ func TestAnOrderStillBeingFinalizedIsNotResumed(t *testing.T) {
 	o, _ := c.AuthorizeOrder(ctx, acme.DomainIDs("live.example.com"))
 	o = e.authorize(ctx, c, o)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if won, err := e.db.ClaimOrderForIssue(ctx, path.Base(o.URI), newCSR(t, key, "", []string{"live.example.com"}, nil), store.OrderClient{}, time.Now()); err != nil || !won {
+	if won, err := e.db.ClaimOrderForIssue(ctx, path.Base(o.URI), newCSR(t, key, "", []string{"live.example.com"}, nil), store.OrderClient{}, "", time.Now()); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	if n, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil || n != 0 {
@@ -98,7 +103,8 @@ func TestTheResumeSweepAppliesTheOrdersCertificateProfile(t *testing.T) {
 			o = e.authorize(ctx, c, o)
 			key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 			if won, err := e.db.ClaimOrderForIssue(ctx, path.Base(o.URI), newCSR(t, key, "", []string{"resume.example.com"}, nil),
-				store.OrderClient{}, time.Now().Add(-10*time.Minute)); err != nil || !won {
+				store.OrderClient{}, "",
+				time.Now().Add(-10*time.Minute)); err != nil || !won {
 				t.Fatalf("claim: %v %v", won, err)
 			}
 			sweeper := e
@@ -135,6 +141,97 @@ func TestTheResumeSweepAppliesTheOrdersCertificateProfile(t *testing.T) {
 			if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) || leaf.Subject.CommonName != "" {
 				t.Errorf("leaf EKU %v CN %q, want clientAuth only and no CN", leaf.ExtKeyUsage, leaf.Subject.CommonName)
 			}
+		})
+	}
+}
+
+// A finalize cut by a crash leaves its order processing, claimed by the
+// process that died. The process started after it (on the same SQLite
+// file, or on PostgreSQL on the same host) sees that claimer has exited
+// and resumes the order at once: a client such as certbot, which gives up
+// on a processing order after 90 s, sees it valid. An order claimed by a
+// process still running — another instance, a slow finalize — is left to
+// it until StuckAfter, however the restart looks at it.
+func TestARestartedProcessResumesAtOnceTheOrdersItsCrashedPredecessorClaimed(t *testing.T) {
+	tests := []struct {
+		name string
+		// claimer registers the process that claimed the order in dir
+		// and returns its id.
+		claimer    func(t *testing.T, dir string) string
+		wantStatus vocab.Status
+	}{
+		{name: "ok/a claimer that has exited", wantStatus: vocab.StatusValid,
+			claimer: func(t *testing.T, dir string) string {
+				// What a process killed with SIGKILL leaves: its file,
+				// whose lock the kernel dropped with it.
+				const id = "host:4242:0123456789abcdef01234567"
+				if err := os.WriteFile(filepath.Join(dir, id+".lock"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}},
+		{name: "ok/a claimer still running keeps its order", wantStatus: vocab.StatusProcessing,
+			claimer: func(t *testing.T, dir string) string {
+				live := incarnation.New(dir, time.Hour)
+				if err := live.Register(); err != nil {
+					t.Fatal(err)
+				}
+				return live.Self()
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				ctx := context.Background()
+				dir := t.TempDir()
+				restarted := incarnation.New(dir, time.Hour)
+				clk := clocktest.New(time.Now())
+				e := newTestEnvWith(t, envOptions{opts: func(o *Options) { o.Clock, o.Incarnation = clk, restarted }})
+				if err := restarted.Register(); err != nil {
+					t.Fatal(err)
+				}
+				alice := e.rawClient()
+				alice.register()
+				o := alice.readyOrder("cut.example.com")
+				// The finalize claimed the order a moment ago, then its
+				// process stopped answering.
+				id := path.Base(o.url)
+				claimer := tc.claimer(t, dir)
+				if won, err := e.db.ClaimOrderForIssue(ctx, id, newCSR(t, newKey(t), "", []string{"cut.example.com"}, nil),
+					store.OrderClient{}, claimer, clk.Now()); err != nil || !won {
+					t.Fatalf("claim: %v %v", won, err)
+				}
+				clk.Advance(2 * time.Second)
+
+				// What the restarted process does at start (app.go:
+				// resumeOrphans, then the resume sweep).
+				exited, err := restarted.Exited()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.srv.Authority().ResumeOrphanedOrders(ctx, exited); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil {
+					t.Fatal(err)
+				}
+				got := decodeAs[orderJSON](t, alice.read(o.url))
+				if got.Status != tc.wantStatus {
+					t.Fatalf("2s after the claim, at the restart, the order is %s (error %s); want %s", got.Status, got.Error, tc.wantStatus)
+				}
+				if tc.wantStatus != vocab.StatusProcessing {
+					return
+				}
+				// The last resort: a claim StuckAfter old is resumed,
+				// whoever made it.
+				clk.Advance(authority.StuckAfter)
+				if n, err := e.srv.Authority().ResumeStuckOrders(ctx); err != nil || n != 1 {
+					t.Fatalf("resume sweep StuckAfter after the claim: %d %v; want the order resumed", n, err)
+				}
+				if got := decodeAs[orderJSON](t, alice.read(o.url)); got.Status != vocab.StatusValid {
+					t.Fatalf("after the resume sweep the order is %s; want valid", got.Status)
+				}
+			})
 		})
 	}
 }

@@ -102,7 +102,7 @@ func issuanceFlow(ctx context.Context, db *DB, accountID, name string) error {
 	if err := spendNonce(); err != nil {
 		return fmt.Errorf("finalize nonce: %w", err)
 	}
-	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), OrderClient{}, t0); err != nil || !ok {
+	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), OrderClient{}, "", t0); err != nil || !ok {
 		return fmt.Errorf("claiming the order: %v, %w", ok, err)
 	}
 	return nil

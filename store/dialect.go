@@ -50,10 +50,12 @@ type dialect interface {
 	// LOCKED.
 	claimJobs(cols, lanes string) string
 	// reclaimStuckOrders is the statement that takes over orders left
-	// processing (see ReclaimStuckOrders), returning cols of each. Its
-	// arguments: now, profile, cutoff, the kind of job that keeps an order
-	// from being stuck, limit, cutoff. Same locking rule as claimJobs.
-	reclaimStuckOrders(cols string) string
+	// processing (see ReclaimStuckOrders) that the condition pick (one
+	// placeholder) holds for, returning cols of each. Its arguments: now,
+	// the new claimer, profile, pick's, the kind of job that keeps an
+	// order from being stuck (twice), limit, pick's. Same locking rule as
+	// claimJobs.
+	reclaimStuckOrders(cols, pick string) string
 	// lockForMigration is the first thing migrate does in its
 	// transaction: it makes concurrent openers of one database migrate
 	// one after the other, the first doing the work.

@@ -28,11 +28,11 @@ func TestClaimingAnOrderForIssueRecordsItsClientClippedAndReturnsItWithTheOrder(
 		}
 		longUA := strings.Repeat("u", 1000)
 		first := OrderClient{Addr: "192.0.2.7", UserAgent: longUA}
-		if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), first, t0); err != nil || !won {
+		if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), first, "", t0); err != nil || !won {
 			t.Fatalf("claim: %v %v", won, err)
 		}
 		// A losing claim changes nothing.
-		if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("other"), OrderClient{Addr: "198.51.100.1", UserAgent: "late"}, t0); err != nil || won {
+		if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("other"), OrderClient{Addr: "198.51.100.1", UserAgent: "late"}, "", t0); err != nil || won {
 			t.Fatalf("second claim: %v %v; want lost", won, err)
 		}
 		want := OrderClient{Addr: "192.0.2.7", UserAgent: Clip(longUA, AuditFieldMax)}
@@ -52,7 +52,7 @@ func TestClaimingAnOrderForIssueRecordsItsClientClippedAndReturnsItWithTheOrder(
 		if err != nil || len(listed) != 1 {
 			t.Fatalf("list: %v %v", listed, err)
 		}
-		stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10, "signer_issue")
+		stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10, "signer_issue", "")
 		if err != nil || len(stuck) != 1 {
 			t.Fatalf("reclaim: %v %v", stuck, err)
 		}

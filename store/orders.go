@@ -812,15 +812,16 @@ func (db *DB) DeactivateAuthz(ctx context.Context, id string, now time.Time) err
 }
 
 // ClaimOrderForIssue moves an unexpired ready order to processing and
-// records its CSR and the client finalizing it (clipped to AuditFieldMax).
-// Only one caller wins; the others get false.
+// records its CSR, the client finalizing it (clipped to AuditFieldMax)
+// and claimer, the process incarnation that claims it ("" for none; see
+// ReclaimOrdersClaimedBy). Only one caller wins; the others get false.
 //
 // One guarded statement: PostgreSQL re-checks status on the order's newest
 // row, so one claimer wins. The guard reaches the order by its key alone
 // (see "Rows read by their key" in dialect.go).
-func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, client OrderClient, now time.Time) (bool, error) {
+func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, client OrderClient, claimer string, now time.Time) (bool, error) {
 	res, err := db.lazyWr.ExecContext(ctx, db.q(claimOrderForIssue), csr, Clip(text(client.Addr), AuditFieldMax), Clip(text(client.UserAgent), AuditFieldMax),
-		now.UnixMilli(), id, now.UnixMilli())
+		strOrNull(claimer), now.UnixMilli(), id, now.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("store: claiming order %s: %w", id, err)
 	}
@@ -828,7 +829,7 @@ func (db *DB) ClaimOrderForIssue(ctx context.Context, id string, csr []byte, cli
 	return n == 1, err
 }
 
-const claimOrderForIssue = `UPDATE orders SET status = 'processing', csr = ?, client_addr = ?, user_agent = ?, updated_at = ?
+const claimOrderForIssue = `UPDATE orders SET status = 'processing', csr = ?, client_addr = ?, user_agent = ?, claimed_by = ?, updated_at = ?
 		WHERE id = ? AND (status = 'ready' AND expires_at > ?) IS TRUE`
 
 // Certificate is an issued certificate.
@@ -926,8 +927,8 @@ func scanCertificateRow(row rowScanner, id string) (Certificate, error) {
 // ReclaimStuckOrders takes over orders of a profile that have been
 // processing since before cutoff — a finalize whose process died between
 // claiming the order and recording the certificate — by touching them in
-// a guarded write, so that one caller resumes each. It returns them with
-// their CSR.
+// a guarded write, so that one caller resumes each, and recording claimer
+// ("" for none) as their claimer. It returns them with their CSR.
 //
 // An order with a live job (ready or running) of kind jobKind keyed by its
 // id is not stuck: that job will finish it, and resuming the order beside
@@ -941,9 +942,27 @@ func scanCertificateRow(row rowScanner, id string) (Certificate, error) {
 //
 // On PostgreSQL the orders are picked FOR UPDATE SKIP LOCKED and the guard
 // repeated on the update, so one caller takes each.
-func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int, jobKind string) ([]Order, error) {
+func (db *DB) ReclaimStuckOrders(ctx context.Context, profile string, cutoff, now time.Time, limit int, jobKind, claimer string) ([]Order, error) {
+	return db.reclaimOrders(ctx, profile, `updated_at < ?`, cutoff.UnixMilli(), now, limit, jobKind, claimer)
+}
+
+// ReclaimOrdersClaimedBy is ReclaimStuckOrders for the processing orders
+// of a profile that dead, a process incarnation the caller knows has
+// exited, claimed, however recently: nothing works on them any more. The
+// same orders are left alone (a live job of kind jobKind, an owed
+// Abandon), and claimer is recorded as their claimer, so a second caller
+// finds none of them.
+func (db *DB) ReclaimOrdersClaimedBy(ctx context.Context, profile, dead string, now time.Time, limit int, jobKind, claimer string) ([]Order, error) {
+	if dead == "" {
+		return nil, nil
+	}
+	return db.reclaimOrders(ctx, profile, `claimed_by = ?`, dead, now, limit, jobKind, claimer)
+}
+
+func (db *DB) reclaimOrders(ctx context.Context, profile, pick string, pickArg any, now time.Time, limit int, jobKind, claimer string) ([]Order, error) {
 	var out []Order
-	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols)), []any{now.UnixMilli(), profile, cutoff.UnixMilli(), jobKind, jobKind, limit, cutoff.UnixMilli()},
+	err := db.wr.queryEach(ctx, db.q(db.dialect.reclaimStuckOrders(orderCols, pick)),
+		[]any{now.UnixMilli(), strOrNull(claimer), profile, pickArg, jobKind, jobKind, limit, pickArg},
 		func() { out = nil },
 		func(r rowScanner) error {
 			o, err := scanOrder(r)

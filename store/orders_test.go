@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -214,7 +215,7 @@ func testExactlyOneOfConcurrentClaimsOfAReadyOrderWins(t *testing.T) {
 				wg.Go(func() {
 					<-start
 					var err error
-					won[i], err = dbs[i%len(dbs)].ClaimOrderForIssue(ctx, o.ID, []byte{byte(i)}, OrderClient{}, t0)
+					won[i], err = dbs[i%len(dbs)].ClaimOrderForIssue(ctx, o.ID, []byte{byte(i)}, OrderClient{}, "", t0)
 					if err != nil {
 						t.Errorf("claim %d: %v", i, err)
 					}
@@ -255,7 +256,7 @@ func TestAnExpiredOrderCannotBeClaimedForIssue(t *testing.T) {
 		c := challengeOf(t, db, o.AuthzIDs[0])
 		db.StartChallenge(ctx, c.ID, t0)
 		db.CompleteChallenge(ctx, c.ID, true, nil, t0)
-		if won, err := db.ClaimOrderForIssue(ctx, o.ID, nil, OrderClient{}, t0.Add(2*time.Hour)); err != nil || won {
+		if won, err := db.ClaimOrderForIssue(ctx, o.ID, nil, OrderClient{}, "", t0.Add(2*time.Hour)); err != nil || won {
 			t.Fatalf("claim after expiry: won=%v err=%v", won, err)
 		}
 	})
@@ -431,7 +432,7 @@ func TestAnOrdersCertificateProfileIsReadBackByEveryReaderOfTheOrder(t *testing.
 		if _, err := db.CompleteChallenge(ctx, c.Challenges[0].ID, true, nil, t0); err != nil {
 			t.Fatal(err)
 		}
-		if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, t0); err != nil || !won {
+		if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, "", t0); err != nil || !won {
 			t.Fatalf("claim: %v %v", won, err)
 		}
 	}
@@ -445,7 +446,7 @@ func TestAnOrdersCertificateProfileIsReadBackByEveryReaderOfTheOrder(t *testing.
 			t.Errorf("GetOrder(%s).CertificateProfile = %q, want %q", id, o.CertificateProfile, w)
 		}
 	}
-	stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10, "signer_issue")
+	stuck, err := db.ReclaimStuckOrders(ctx, "p", t0.Add(time.Minute), t0.Add(time.Minute), 10, "signer_issue", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +464,28 @@ func TestAnOrdersCertificateProfileIsReadBackByEveryReaderOfTheOrder(t *testing.
 // the kind named keeps it — a worker's signer_issue job, which will sign
 // it: resuming it beside that job would sign it twice. A job of another
 // kind, or one settled, keeps nothing.
+//
+// The same holds for an order whose claimer has exited, reclaimed however
+// recently it was claimed.
 func TestAStuckOrderIsNotReclaimedWhileALiveJobOfTheNamedKindWillFinishIt(t *testing.T) {
+	reclaims := []struct {
+		name    string
+		reclaim func(ctx context.Context, db *DB) ([]Order, error)
+	}{
+		{"by age", func(ctx context.Context, db *DB) ([]Order, error) {
+			later := t0.Add(10 * time.Minute)
+			return db.ReclaimStuckOrders(ctx, "p", later.Add(-5*time.Minute), later, 10, "signer_issue", "")
+		}},
+		{"by an exited claimer", func(ctx context.Context, db *DB) ([]Order, error) {
+			return db.ReclaimOrdersClaimedBy(ctx, "p", "dead", t0.Add(time.Second), 10, "signer_issue", "")
+		}},
+	}
+	for _, rc := range reclaims {
+		t.Run(rc.name, func(t *testing.T) { reclaimUnlessALiveJob(t, rc.reclaim) })
+	}
+}
+
+func reclaimUnlessALiveJob(t *testing.T, reclaim func(ctx context.Context, db *DB) ([]Order, error)) {
 	eachDialect(t, func(t *testing.T) {
 		tests := []struct {
 			name    string
@@ -499,7 +521,7 @@ func TestAStuckOrderIsNotReclaimedWhileALiveJobOfTheNamedKindWillFinishIt(t *tes
 				if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, t0); err != nil {
 					t.Fatal(err)
 				}
-				if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, t0); err != nil || !won {
+				if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, "dead", t0); err != nil || !won {
 					t.Fatalf("claim: %v %v", won, err)
 				}
 				if tt.job != nil {
@@ -524,8 +546,7 @@ func TestAStuckOrderIsNotReclaimedWhileALiveJobOfTheNamedKindWillFinishIt(t *tes
 						}
 					}
 				}
-				later := t0.Add(10 * time.Minute)
-				stuck, err := db.ReclaimStuckOrders(ctx, "p", later.Add(-5*time.Minute), later, 10, "signer_issue")
+				stuck, err := reclaim(ctx, db)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -533,6 +554,85 @@ func TestAStuckOrderIsNotReclaimedWhileALiveJobOfTheNamedKindWillFinishIt(t *tes
 					t.Errorf("reclaimed %d orders; want the order reclaimed: %v", len(stuck), tt.reclaim)
 				}
 			})
+		}
+	})
+}
+
+// A restarted process takes over the processing orders its exited
+// predecessor claimed, however recent the claim, and only those: one
+// claimed by a process still running stays with it until StuckAfter. The
+// takeover records the new claimer, so a second taker finds nothing, and
+// the orders are the new claimer's should it exit in turn.
+func TestTheOrdersAnExitedProcessClaimedAreReclaimedAtOnceAndOnlyThose(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := openTest(t)
+		acct, _, err := db.CreateAccount(ctx, Account{Profile: "p", Thumbprint: NewID(), KeyJWK: []byte(`{}`)}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim := func(claimer string) string {
+			t.Helper()
+			id := acme.Identifier{Type: "dns", Value: NewID() + ".example.com"}
+			o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{id}, Expires: t0.Add(time.Hour)},
+				[]Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []Challenge{{Type: "http-01", Token: NewID()}}}}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, t0); err != nil {
+				t.Fatal(err)
+			}
+			if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, claimer, t0); err != nil || !won {
+				t.Fatalf("claim: %v %v", won, err)
+			}
+			return o.ID
+		}
+		dead, live := claim("dead"), claim("live")
+		now := t0.Add(time.Second)
+		ids := func(os []Order) []string {
+			var out []string
+			for _, o := range os {
+				out = append(out, o.ID)
+			}
+			return out
+		}
+		steps := []struct {
+			name    string
+			reclaim func() ([]Order, error)
+			want    []string
+		}{
+			{"a second after the claims, nothing is stuck", func() ([]Order, error) {
+				return db.ReclaimStuckOrders(ctx, "p", now.Add(-5*time.Minute), now, 10, "signer_issue", "restarted")
+			}, nil},
+			{"the exited claimer's order is taken", func() ([]Order, error) {
+				return db.ReclaimOrdersClaimedBy(ctx, "p", "dead", now, 10, "signer_issue", "restarted")
+			}, []string{dead}},
+			{"once", func() ([]Order, error) {
+				return db.ReclaimOrdersClaimedBy(ctx, "p", "dead", now, 10, "signer_issue", "other")
+			}, nil},
+			{"another profile's are not", func() ([]Order, error) {
+				return db.ReclaimOrdersClaimedBy(ctx, "q", "live", now, 10, "signer_issue", "restarted")
+			}, nil},
+			{"it is now the new claimer's", func() ([]Order, error) {
+				return db.ReclaimOrdersClaimedBy(ctx, "p", "restarted", now, 10, "signer_issue", "third")
+			}, []string{dead}},
+			{"the running claimer's order waits for StuckAfter, the one taken over counts from the takeover", func() ([]Order, error) {
+				later := t0.Add(5*time.Minute + 500*time.Millisecond)
+				return db.ReclaimStuckOrders(ctx, "p", later.Add(-5*time.Minute), later, 10, "signer_issue", "restarted")
+			}, []string{live}},
+		}
+		for _, st := range steps {
+			got, err := st.reclaim()
+			if err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+			if !slices.Equal(ids(got), st.want) {
+				t.Errorf("%s: reclaimed %v, want %v", st.name, ids(got), st.want)
+			}
 		}
 	})
 }

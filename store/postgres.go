@@ -640,12 +640,12 @@ func (postgresDialect) claimJobs(cols, lanes string) string {
 
 // reclaimStuckOrders: as claimJobs, the pick skips rows another
 // transaction holds, and the outer guard re-checks the rest.
-func (postgresDialect) reclaimStuckOrders(cols string) string {
-	return `UPDATE orders SET updated_at = ?
-		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND updated_at < ?
+func (postgresDialect) reclaimStuckOrders(cols, pick string) string {
+	return `UPDATE orders SET updated_at = ?, claimed_by = ?
+		WHERE id IN (SELECT id FROM orders WHERE profile = ? AND status = 'processing' AND ` + pick + `
 			AND NOT EXISTS (SELECT 1 FROM jobs WHERE kind = ? AND key = orders.id AND status IN ('ready','running'))
 			AND NOT EXISTS (SELECT 1 FROM jobs WHERE kind = ? AND key = orders.id AND abandon_owed = 1) LIMIT ? FOR UPDATE SKIP LOCKED)
-		AND status = 'processing' AND updated_at < ?
+		AND status = 'processing' AND ` + pick + `
 		RETURNING ` + cols
 }
 

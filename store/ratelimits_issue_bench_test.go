@@ -58,7 +58,7 @@ func BenchmarkIssueOrderSpend(b *testing.B) {
 					if _, err := rawW(db).Exec(`UPDATE orders SET status = 'ready' WHERE id = ?`, o.ID); err != nil {
 						b.Fatal(err)
 					}
-					if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), OrderClient{}, now); err != nil || !won {
+					if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), OrderClient{}, "", now); err != nil || !won {
 						b.Fatalf("claim: %v %v", won, err)
 					}
 					orders[i] = o

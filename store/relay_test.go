@@ -15,7 +15,7 @@ func processingOrder(t *testing.T, db *DB) Order {
 	if _, err := rawW(db).Exec(`UPDATE orders SET status = 'ready' WHERE id = ?`, o.ID); err != nil {
 		t.Fatal(err)
 	}
-	if won, err := db.ClaimOrderForIssue(context.Background(), o.ID, []byte("csr"), OrderClient{}, t0); err != nil || !won {
+	if won, err := db.ClaimOrderForIssue(context.Background(), o.ID, []byte("csr"), OrderClient{}, "", t0); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	return o

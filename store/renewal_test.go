@@ -49,7 +49,7 @@ func (f renewalFixture) issue(o Order, serial, issuer string, notAfter time.Time
 	if _, err := f.db.CompleteChallenge(ctx, c.ID, true, nil, t0); err != nil {
 		f.t.Fatal(err)
 	}
-	if ok, err := f.db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, t0); err != nil || !ok {
+	if ok, err := f.db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, "", t0); err != nil || !ok {
 		f.t.Fatalf("claiming order %s: %v %v", o.ID, ok, err)
 	}
 	cert, err := f.db.IssueOrder(ctx, Certificate{OrderID: o.ID, Profile: "p", AccountID: o.AccountID, Serial: serial,

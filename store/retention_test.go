@@ -89,7 +89,7 @@ func makeOrder(t testing.TB, db *DB, acct string, l life) lived {
 	if l.state == "ready" || l.state == "invalid" {
 		return out
 	}
-	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, l.at); err != nil || !ok {
+	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, "", l.at); err != nil || !ok {
 		t.Fatalf("claiming order %s: %v %v", o.ID, ok, err)
 	}
 	if l.state == "relayed" || l.state == "abandoned" {

@@ -29,7 +29,7 @@ func issuedCertFor(t *testing.T, db *DB, serial string, spki []byte, notAfter ti
 	if _, err := db.CompleteChallenge(ctx, c.ID, true, nil, t0); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, t0); err != nil || !ok {
+	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, "", t0); err != nil || !ok {
 		t.Fatalf("claiming order %s: %v %v", o.ID, ok, err)
 	}
 	cert, err := db.IssueOrder(ctx, Certificate{OrderID: o.ID, Profile: "p", AccountID: o.AccountID, Serial: serial,

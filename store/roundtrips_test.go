@@ -134,7 +134,7 @@ func TestACertificateTakesNoMoreRoundTripsToPostgresThanItsBudget(t *testing.T) 
 			return err
 		}},
 		{"the order claimed for issue", 1, func() error {
-			if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), OrderClient{}, t0); err != nil || !ok {
+			if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), OrderClient{}, "", t0); err != nil || !ok {
 				return fmt.Errorf("claimed=%v: %w", ok, err)
 			}
 			return nil

@@ -648,4 +648,12 @@ var postgresMigrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 37,
+		name:    "orders_claimed_by",
+		stmts: []string{
+			// As SQLite's step.
+			`ALTER TABLE orders ADD COLUMN claimed_by TEXT`,
+		},
+	},
 }

@@ -831,4 +831,17 @@ var sqliteMigrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 37,
+		name:    "orders_claimed_by",
+		stmts: []string{
+			// The process incarnation (package incarnation) whose finalize,
+			// or resume, claimed a processing order; NULL for a claim made
+			// before this column, or by a process that registered none. A
+			// restarted process resumes at once the orders claimed by an
+			// incarnation of its host it sees has exited, rather than
+			// after StuckAfter (store.ReclaimOrdersClaimedBy).
+			`ALTER TABLE orders ADD COLUMN claimed_by TEXT`,
+		},
+	},
 }

@@ -295,12 +295,12 @@ func (sqliteDialect) claimJobs(cols, lanes string) string {
 // orders_status_created: the profile is compared as an expression no
 // index serves, which keeps SQLite's planner, having no statistics, from
 // reading every order of the profile through orders_profile_created.
-func (sqliteDialect) reclaimStuckOrders(cols string) string {
-	return `UPDATE orders SET updated_at = ?
-		WHERE id IN (SELECT id FROM orders WHERE profile || '' = ? AND status = 'processing' AND updated_at < ?
+func (sqliteDialect) reclaimStuckOrders(cols, pick string) string {
+	return `UPDATE orders SET updated_at = ?, claimed_by = ?
+		WHERE id IN (SELECT id FROM orders WHERE profile || '' = ? AND status = 'processing' AND ` + pick + `
 			AND NOT EXISTS (SELECT 1 FROM jobs WHERE kind = ? AND key = orders.id AND status IN ('ready','running'))
 			AND NOT EXISTS (SELECT 1 FROM jobs WHERE kind = ? AND key = orders.id AND abandon_owed = 1) LIMIT ?)
-		AND status = 'processing' AND updated_at < ?
+		AND status = 'processing' AND ` + pick + `
 		RETURNING ` + cols
 }
 

@@ -44,7 +44,7 @@ func TestTheRetentionSweepAndTheResumeSweepReadOnlyTheRowsTheyTake(t *testing.T)
 		t.Fatal(err)
 	}
 	later := t0.Add(400 * day)
-	if _, err := db.ReclaimStuckOrders(ctx, "p", later.Add(-time.Minute), later, 10, "signer_issue"); err != nil {
+	if _, err := db.ReclaimStuckOrders(ctx, "p", later.Add(-time.Minute), later, 10, "signer_issue", ""); err != nil {
 		t.Fatal(err)
 	}
 	pruned, err := db.PruneRetention(ctx, store.Retention{OrdersBefore: later, CertificatesBefore: later, Now: later})

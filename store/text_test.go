@@ -48,7 +48,7 @@ func TestTextFromOutsideThatIsNotUTF8IsStoredAsValidText(t *testing.T) {
 				if _, err := rawW(db).Exec(`UPDATE orders SET status = 'ready' WHERE id = ?`, o.ID); err != nil {
 					t.Fatal(err)
 				}
-				if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), OrderClient{UserAgent: tc.s}, t0); err != nil || !won {
+				if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), OrderClient{UserAgent: tc.s}, "", t0); err != nil || !won {
 					t.Fatalf("the finalize's claim: %v %v", won, err)
 				}
 				if err := db.FailOrder(ctx, o.ID, nil, tc.s, t0); err != nil {

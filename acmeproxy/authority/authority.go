@@ -18,6 +18,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/incarnation"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/logevery"
 	"github.com/acmeproxy/caddy-acme-proxy/jobs"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
@@ -108,6 +109,12 @@ type Options struct {
 	// its authorization validates, and again at finalize when that was
 	// more than CAARecheckAfter ago; nil checks none.
 	CAA CAAChecker
+	// Incarnation, when set, is this process's registration among the
+	// processes of its host: its id is recorded with each claim of an
+	// order, so that a later process that sees it exited resumes the
+	// orders it left processing at once (ResumeOrphanedOrders) rather
+	// than after StuckAfter. Nil records none.
+	Incarnation *incarnation.Registry
 }
 
 // DefaultRequestDeadline is Options.RequestDeadline's default: three
@@ -121,7 +128,8 @@ type Authority struct {
 	queue     *jobs.Queue
 	signer    signer.Signer
 	validator Validator
-	caa       CAAChecker // nil: no CAA checks
+	caa       CAAChecker            // nil: no CAA checks
+	incarn    *incarnation.Registry // nil: claims name no claimer
 	clock     clock.Clock
 	log       *zap.Logger
 
@@ -178,7 +186,7 @@ func New(cfg Config, opts Options) (*Authority, error) {
 		}
 	}
 	au := &Authority{
-		cfg: cfg, db: opts.DB, queue: opts.Queue, signer: opts.Signer, validator: opts.Validator, caa: opts.CAA,
+		cfg: cfg, db: opts.DB, queue: opts.Queue, signer: opts.Signer, validator: opts.Validator, caa: opts.CAA, incarn: opts.Incarnation,
 		clock: opts.Clock, log: opts.Logger,
 		inline: make(chan struct{}, maxInlineValidations),
 

@@ -71,7 +71,7 @@ func (au *Authority) Finalize(ctx context.Context, acct store.Account, orderID s
 	}
 
 	claimed := au.clock.Now()
-	won, err := au.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{Addr: cl.IP, UserAgent: cl.UserAgent}, claimed)
+	won, err := au.db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{Addr: cl.IP, UserAgent: cl.UserAgent}, au.claimer(), claimed)
 	if err != nil {
 		return o, err
 	}

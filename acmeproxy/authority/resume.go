@@ -15,7 +15,9 @@ import (
 // Finalize gives the signer signTimeout to answer; an order processing for
 // longer than StuckAfter with no answer recorded was claimed by a process
 // that died, and is resumed by ResumeStuckOrders. StuckAfter is well above
-// signTimeout so a slow but live finalize is never signed twice.
+// signTimeout so a slow but live finalize is never signed twice. It is the
+// last resort: an order whose claimer is known to have exited (a process
+// of this host, see ResumeOrphanedOrders) is resumed at once.
 const (
 	signTimeout = time.Minute
 	StuckAfter  = 5 * time.Minute
@@ -37,7 +39,7 @@ func (au *Authority) ResumeStuckOrders(ctx context.Context) (int, error) {
 	// An order a worker's signer_issue job will sign is not stuck, however
 	// long the job waits for a worker: resuming it beside the job would
 	// sign it twice where the worker holds the signer.
-	stuck, err := au.db.ReclaimStuckOrders(ctx, au.cfg.Profile, now.Add(-StuckAfter), now, 100, signer.IssueKind)
+	stuck, err := au.db.ReclaimStuckOrders(ctx, au.cfg.Profile, now.Add(-StuckAfter), now, 100, signer.IssueKind, au.claimer())
 	if err != nil {
 		return 0, err
 	}
@@ -55,4 +57,47 @@ func (au *Authority) ResumeStuckOrders(ctx context.Context) (int, error) {
 		}
 	}
 	return len(stuck), errors.Join(errs...)
+}
+
+// ResumeOrphanedOrders finishes, as ResumeStuckOrders does and however
+// recently they were claimed, the orders of the profile left processing by
+// the process incarnations in exited, which the caller knows have exited
+// (incarnation.Registry.Exited): a finalize cut by a crash is finished by
+// the restarted process at once, within the minute and a half a client
+// such as certbot waits, rather than StuckAfter later. An order claimed by
+// a process still running is never among them. It returns how many it
+// resumed.
+func (au *Authority) ResumeOrphanedOrders(ctx context.Context, exited []string) (int, error) {
+	var n int
+	var errs []error
+	for _, dead := range exited {
+		for {
+			orphans, err := au.db.ReclaimOrdersClaimedBy(ctx, au.cfg.Profile, dead, au.clock.Now(), 100, signer.IssueKind, au.claimer())
+			if err != nil {
+				return n, errors.Join(append(errs, err)...)
+			}
+			for _, o := range orphans {
+				au.log.Info("resuming an order whose claimer has exited", zap.String("event", "order_resumed"),
+					zap.String("profile", au.cfg.Profile), zap.String("order", o.ID), zap.String("claimer", dead))
+				if err := au.signStored(ctx, o); err != nil {
+					if _, verdict := problem.As(err); !verdict {
+						errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
+					}
+				}
+			}
+			n += len(orphans)
+			if len(orphans) < 100 || ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// claimer is the id recorded with this process's claims, "" for none.
+func (au *Authority) claimer() string {
+	if au.incarn == nil {
+		return ""
+	}
+	return au.incarn.Self()
 }

@@ -72,7 +72,7 @@ func TestAFailedIssuanceIsNeverRecordedWithoutItsAuditRow(t *testing.T) {
 				t.Fatal(err)
 			}
 			exec(`UPDATE orders SET status = 'ready' WHERE id = ?`, o.ID)
-			if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), store.OrderClient{}, clk.Now()); err != nil || !won {
+			if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte("csr"), store.OrderClient{}, "", clk.Now()); err != nil || !won {
 				t.Fatalf("claim: %v %v", won, err)
 			}
 			state := func() (acme.Status, int) {

@@ -73,7 +73,7 @@ func legacyCertWithSerial(t *testing.T, db *store.DB, now time.Time, name string
 	if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, store.OrderClient{}, now); err != nil || !ok {
+	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, store.OrderClient{}, "", now); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	hexSerial := hex.EncodeToString(serial.Bytes())

@@ -134,7 +134,7 @@ func issuedOrder(t *testing.T, db *store.DB, now time.Time, name string) store.O
 	if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, store.OrderClient{}, now); err != nil || !ok {
+	if ok, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, store.OrderClient{}, "", now); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	return o

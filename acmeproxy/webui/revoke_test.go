@@ -66,7 +66,7 @@ func (f *fixture) issuedBy(t *testing.T, name string, serialNumber *big.Int, iss
 	if _, err := f.db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, t0); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := f.db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, store.OrderClient{}, t0); err != nil || !ok {
+	if ok, err := f.db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, store.OrderClient{}, "", t0); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
 	serial := hex.EncodeToString(tmpl.SerialNumber.Bytes())

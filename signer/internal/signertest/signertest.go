@@ -59,7 +59,7 @@ func Finalized(t testing.TB, db *store.DB, now time.Time, name string, beforeCla
 	if err != nil {
 		t.Fatal(err)
 	}
-	if won, err := db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{}, now); err != nil || !won {
+	if won, err := db.ClaimOrderForIssue(ctx, o.ID, der, store.OrderClient{}, "", now); err != nil || !won {
 		t.Fatalf("claim: %v %v", won, err)
 	}
 	csr, err := x509.ParseCertificateRequest(der)
