@@ -725,11 +725,25 @@ func (a *App) Cleanup() error {
 	a.retired.Store(true)
 	a.ready.open(false)
 	if a.dbKey == "" {
+		a.releaseIncarnation()
 		return nil
 	}
 	a.flushServers(true)
 	_, err := dbPool.Delete(a.dbKey)
+	a.releaseIncarnation()
 	return err
+}
+
+// releaseIncarnation gives back the app's use of its process's
+// registration (see orphans.go), once.
+func (a *App) releaseIncarnation() {
+	if a.incarnation == nil {
+		return
+	}
+	if err := releaseIncarnation(a.incarnation); err != nil {
+		a.log.Warn("ending this process's registration among those using the store", zap.String("event", "incarnation_unregistered"), zap.Error(err))
+	}
+	a.incarnation = nil
 }
 
 // register mounts a profile's server; two handlers may not declare one

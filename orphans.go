@@ -18,16 +18,18 @@ import (
 // one per directory: every app of the process (a reload's old and new)
 // on one store shares its store's.
 var incarnations = struct {
-	mu sync.Mutex
-	of map[string]*incarnation.Registry
-}{of: map[string]*incarnation.Registry{}}
+	mu   sync.Mutex
+	of   map[string]*incarnation.Registry
+	refs map[string]int // the apps using each (see releaseIncarnation)
+}{of: map[string]*incarnation.Registry{}, refs: map[string]int{}}
 
 // incarnationKeep is how long the file of an incarnation found exited is
 // kept: by then every order it left processing was resumed by the resume
 // sweep, by whichever instance mounts its profile, were it not earlier.
 const incarnationKeep = authority.StuckAfter + 2*authority.ResumeEvery
 
-// incarnationIn is this process's registry in dir.
+// incarnationIn is this process's registry in dir, for one more app;
+// releaseIncarnation gives it back.
 func incarnationIn(dir string) *incarnation.Registry {
 	incarnations.mu.Lock()
 	defer incarnations.mu.Unlock()
@@ -36,7 +38,27 @@ func incarnationIn(dir string) *incarnation.Registry {
 		r = incarnation.New(dir, incarnationKeep)
 		incarnations.of[dir] = r
 	}
+	incarnations.refs[dir]++
 	return r
+}
+
+// releaseIncarnation gives back an app's use of r; the last app of the
+// process using its directory ends the registration (its file removed),
+// as a process that exits does: the store is closed, nothing of this
+// process works on its orders any more.
+func releaseIncarnation(r *incarnation.Registry) error {
+	incarnations.mu.Lock()
+	defer incarnations.mu.Unlock()
+	dir := r.Dir()
+	if incarnations.of[dir] != r {
+		return nil
+	}
+	if incarnations.refs[dir]--; incarnations.refs[dir] > 0 {
+		return nil
+	}
+	delete(incarnations.of, dir)
+	delete(incarnations.refs, dir)
+	return r.Close()
 }
 
 // incarnationDir is where the processes using the app's store register:

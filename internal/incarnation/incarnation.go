@@ -96,16 +96,41 @@ func (r *Registry) register() error {
 		os.Remove(tmp)
 		return fmt.Errorf("incarnation: %w", err)
 	}
+	r.mu.Lock()
 	r.self, r.file = id, f
+	r.mu.Unlock()
 	return nil
 }
 
-// Self is this process's id, "" before a successful Register.
+// Self is this process's id, "" before a successful Register and after
+// Close.
 func (r *Registry) Self() string {
 	if r.Register() != nil {
 		return ""
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.self
+}
+
+// Close ends the registration, for a process that no longer uses the
+// store: its file is removed, then its lock let go. Nothing it claimed is
+// being worked on any more, so another process finding it exited is
+// right. Register does nothing after Close.
+func (r *Registry) Close() error {
+	r.once.Do(func() { r.err = errors.New("incarnation: closed") })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.file == nil {
+		return nil
+	}
+	err := os.Remove(filepath.Join(r.dir, fileName(r.self)))
+	r.file.Close()
+	r.file, r.self = nil, ""
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("incarnation: %w", err)
+	}
+	return nil
 }
 
 // Exited lists the incarnations registered in the directory whose process
@@ -120,10 +145,11 @@ func (r *Registry) Exited() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("incarnation: %w", err)
 	}
+	self := r.Self()
 	var out []string
 	for _, e := range entries {
 		id, ok := idOf(e.Name())
-		if !ok || id == r.self {
+		if !ok || id == self {
 			continue
 		}
 		exited, err := r.probe(id, func(*os.File) error { return nil })

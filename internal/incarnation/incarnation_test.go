@@ -124,3 +124,27 @@ func TestTheFileOfAnExitedProcessIsRemovedKeepAfterItWasFirstFoundExited(t *test
 		t.Errorf("this process's own file: %v", err)
 	}
 }
+
+// A process that stops using the store (its last app cleaned up) ends its
+// registration: its file is gone, so it is neither running nor exited to
+// the others, and it claims nothing under that id any more.
+func TestAClosedRegistrationLeavesNothingBehind(t *testing.T) {
+	dir := t.TempDir()
+	r := New(dir, time.Hour)
+	if err := r.Register(); err != nil {
+		t.Fatal(err)
+	}
+	id := r.Self()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, id+".lock")); !os.IsNotExist(err) {
+		t.Errorf("the file is still there after Close: %v", err)
+	}
+	if got := r.Self(); got != "" {
+		t.Errorf("Self after Close = %q, want none", got)
+	}
+	if exited, err := New(dir, time.Hour).Exited(); err != nil || len(exited) != 0 {
+		t.Errorf("exited after Close: %v %v; want none", exited, err)
+	}
+}
