@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -128,4 +130,244 @@ func isMessage(e ast.Expr) bool {
 		return v.Op == token.ADD && (isMessage(v.X) || isMessage(v.Y))
 	}
 	return false
+}
+
+// An operator sets alerts by level as the README files each event: the
+// audit events at info (two at warn), the others in a list per level.
+// Every event the code logs is in exactly one of those places, and every
+// line naming it is written at the level the README gives it.
+func TestEveryLogEventIsWrittenAtTheLevelTheREADMEGivesIt(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := readmeLogLevels(t, string(readme))
+	logged := codeLogLevels(t)
+	if len(documented) < 50 || len(logged) < 50 {
+		t.Fatalf("the README files %d events by level and the code logs %d; the parsers no longer find them", len(documented), len(logged))
+	}
+	for event, levels := range logged {
+		want, ok := documented[event]
+		if !ok {
+			t.Errorf("the event %q, logged at %v, is in none of the README's lists by level", event, sortedKeys(levels))
+			continue
+		}
+		for level, where := range levels {
+			if level != want {
+				t.Errorf("the event %q is logged at %s (%s); the README files it under %s", event, level, where, want)
+			}
+		}
+	}
+	for event, level := range documented {
+		if logged[event] == nil {
+			t.Errorf("the README files the event %q under %s; no log line of the code names it", event, level)
+		}
+	}
+}
+
+// readmeLogLevels reads the README's log events by level: the audit events'
+// sentence ("at `info` (`a` and `b` at `warn`): `a`, `b`, `c` …") and the
+// bulleted lists that follow it. Text in parentheses, which explains an
+// event and may name others, is left out of the lists.
+func readmeLogLevels(t *testing.T, readme string) map[string]string {
+	t.Helper()
+	at := func(phrase string) int {
+		loc := regexp.MustCompile(strings.ReplaceAll(regexp.QuoteMeta(phrase), " ", `\s+`)).FindStringIndex(readme)
+		if loc == nil {
+			t.Fatalf("the README no longer says %q", phrase)
+		}
+		return loc[0]
+	}
+	i, j := at("These audit events are logged"), at("The others, by level:")
+	backticked := regexp.MustCompile("`([a-z0-9_]+)`")
+	levels := map[string]string{}
+	file := func(event, level string) {
+		if prev, ok := levels[event]; ok && prev != level {
+			t.Errorf("the README files the event %q under both %s and %s", event, prev, level)
+		}
+		levels[event] = level
+	}
+	audit := readme[i:j]
+	open, end := strings.Index(audit, "("), strings.Index(audit, "):")
+	if open < 0 || end < open {
+		t.Fatalf("the README's audit events' sentence no longer reads \"at `info` (… at `warn`): …\": %q", audit)
+	}
+	for _, m := range backticked.FindAllStringSubmatch(outsideParentheses(audit[end+1:]), -1) {
+		file(m[1], "info")
+	}
+	for _, m := range backticked.FindAllStringSubmatch(audit[open:end], -1) {
+		if m[1] != "warn" {
+			levels[m[1]] = "warn" // the exceptions the parentheses name
+		}
+	}
+	others := readme[j:]
+	if k := strings.Index(others, "\n#"); k >= 0 {
+		others = others[:k]
+	}
+	bullets := strings.Split(others, "\n- `")[1:]
+	if len(bullets) != 4 {
+		t.Fatalf("the README lists the other events in %d bullets; want one per level (error, warn, info, debug)", len(bullets))
+	}
+	for _, b := range bullets {
+		level, list, _ := strings.Cut(b, "`")
+		for _, m := range backticked.FindAllStringSubmatch(outsideParentheses(list), -1) {
+			file(m[1], level)
+		}
+	}
+	return levels
+}
+
+// outsideParentheses is s without the text in (possibly nested)
+// parentheses.
+func outsideParentheses(s string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range s {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')' && depth > 0:
+			depth--
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// codeLogLevels finds every log line of the code that names an event
+// (zap.String("event", …) among its fields, its value a literal or a
+// constant of the acme package) and returns, per event, the levels it is
+// written at, each with one place it is written so.
+func codeLogLevels(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	consts := map[string]string{} // the acme package's string constants
+	pkgs, err := filepath.Glob("acme/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range pkgs {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for k, name := range vs.Names {
+					if k < len(vs.Values) {
+						if lit, ok := vs.Values[k].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							consts[name.Name], _ = strconv.Unquote(lit.Value)
+						}
+					}
+				}
+			}
+		}
+	}
+	levels := map[string]map[string]string{}
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		// eventIn is the event a field, or fields, name: a zap.String("event", …)
+		// within n, or in the fields a variable of the function was given
+		// (fields := []zap.Field{zap.String("event", …), …}).
+		var vars map[string]ast.Node
+		var eventIn func(n ast.Node) string
+		eventIn = func(n ast.Node) (event string) {
+			if id, ok := n.(*ast.Ident); ok && vars[id.Name] != nil {
+				return eventIn(vars[id.Name])
+			}
+			ast.Inspect(n, func(n ast.Node) bool {
+				fc, ok := n.(*ast.CallExpr)
+				if !ok || len(fc.Args) != 2 || event != "" {
+					return event == ""
+				}
+				if lit, ok := fc.Args[0].(*ast.BasicLit); !ok || lit.Value != `"event"` {
+					return true
+				}
+				switch v := fc.Args[1].(type) {
+				case *ast.BasicLit:
+					event, _ = strconv.Unquote(v.Value)
+				case *ast.SelectorExpr:
+					if x, ok := v.X.(*ast.Ident); ok && x.Name == "acme" {
+						event = consts[v.Sel.Name]
+					}
+				}
+				if event == "" {
+					t.Errorf("%s: an event this test cannot read; name it with a literal or an acme constant", fset.Position(fc.Pos()))
+					event = "?"
+				}
+				return false
+			})
+			return event
+		}
+		for _, decl := range f.Decls {
+			vars = map[string]ast.Node{}
+			ast.Inspect(decl, func(n ast.Node) bool {
+				if as, ok := n.(*ast.AssignStmt); ok && as.Tok == token.DEFINE && len(as.Lhs) == len(as.Rhs) {
+					for k, lhs := range as.Lhs {
+						if id, ok := lhs.(*ast.Ident); ok {
+							if _, ok := as.Rhs[k].(*ast.CompositeLit); ok {
+								vars[id.Name] = as.Rhs[k]
+							}
+						}
+					}
+				}
+				call, ok := n.(*ast.CallExpr)
+				if !ok || len(call.Args) == 0 {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok || !isMessage(call.Args[0]) {
+					return true
+				}
+				level := map[string]string{"Debug": "debug", "Info": "info", "Warn": "warn", "Error": "error"}[sel.Sel.Name]
+				if level == "" {
+					return true
+				}
+				for _, a := range call.Args[1:] {
+					if event := eventIn(a); event != "" {
+						if levels[event] == nil {
+							levels[event] = map[string]string{}
+						}
+						levels[event][level] = fset.Position(call.Pos()).String()
+					}
+				}
+				return true
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return levels
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
