@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/notify"
 )
 
 // An operator alerts on the event names of the log and on the metrics'
@@ -370,4 +373,39 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// The README lists the events an audit search takes and those a notify
+// destination subscribes to; an operator writes them into a query or a
+// config. Each list is the code's, in its order.
+func TestTheREADMEsListsOfEventsAreTheCodes(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(readme)), " ")
+	backticked := regexp.MustCompile("`([a-z0-9_]+)`")
+	tests := []struct {
+		name, from, to string // the list lies between from and to
+		want           []string
+	}{
+		{"the audit search's events", "| the audit trail (`event` one of ", "; another is `400` with the list)", acme.Events},
+		{"the notify destinations' events", "Events: ", ". Every destination takes `events`", notify.Events},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, rest, ok := strings.Cut(text, tt.from)
+			list, _, ok2 := strings.Cut(rest, tt.to)
+			if !ok || !ok2 {
+				t.Fatalf("the README no longer has %q … %q", tt.from, tt.to)
+			}
+			var got []string
+			for _, m := range backticked.FindAllStringSubmatch(list, -1) {
+				got = append(got, m[1])
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("the README lists %q; the code %q", got, tt.want)
+			}
+		})
+	}
 }
