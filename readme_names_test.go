@@ -409,3 +409,83 @@ func TestTheREADMEsListsOfEventsAreTheCodes(t *testing.T) {
 		})
 	}
 }
+
+// The README's Metrics paragraph names the code's metrics, no more: an
+// operator's dashboard built on a name the code dropped or renamed would
+// show nothing. And revocations_refused_total's reasons are the code's.
+func TestTheREADMEsMetricsAreTheCodes(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(readme)), " ")
+	_, para, ok := strings.Cut(text, "Metrics (`caddy_acme_proxy_*` on Caddy's `/metrics`): ")
+	if !ok {
+		t.Fatal("the README no longer has its Metrics paragraph")
+	}
+	para, _, _ = strings.Cut(para, " Logs go through")
+	backticked := regexp.MustCompile("`([a-z0-9_]+)`")
+	documented := map[string]bool{}
+	for _, m := range backticked.FindAllStringSubmatch(outsideParentheses(para), -1) {
+		documented[m[1]] = true
+	}
+	code := map[string]bool{}
+	metric := regexp.MustCompile(`(?:counter|histogram)\("([a-z0-9_]+)"|BuildFQName\(metricsNamespace, metricsSubsystem, "([a-z0-9_]+)"\)`)
+	src, err := os.ReadFile("metrics.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range metric.FindAllStringSubmatch(string(src), -1) {
+		code[m[1]+m[2]] = true
+	}
+	if len(code) < 14 {
+		t.Fatalf("found %d metrics in metrics.go; the pattern no longer matches how it names them", len(code))
+	}
+	for name := range documented {
+		if !code[name] {
+			t.Errorf("the README names the metric %q; the code has none of that name", name)
+		}
+	}
+	for name := range code {
+		if !documented[name] {
+			t.Errorf("the metric %q is not in the README's Metrics paragraph", name)
+		}
+	}
+
+	_, refused, ok := strings.Cut(para, "`revocations_refused_total` (by reason: ")
+	if !ok {
+		t.Fatal("the README no longer lists revocations_refused_total's reasons")
+	}
+	refused, _, _ = strings.Cut(refused, ")")
+	var got []string
+	for _, m := range backticked.FindAllStringSubmatch(refused, -1) {
+		got = append(got, m[1])
+	}
+	// The reasons are the authority's Refusal… constants.
+	f, err := parser.ParseFile(token.NewFileSet(), "acmeproxy/authority/refusals.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, decl := range f.Decls {
+		if gd, ok := decl.(*ast.GenDecl); ok && gd.Tok == token.CONST {
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if len(vs.Names) == 1 && len(vs.Values) == 1 && strings.HasPrefix(vs.Names[0].Name, "Refusal") {
+					if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						v, _ := strconv.Unquote(lit.Value)
+						want = append(want, v)
+					}
+				}
+			}
+		}
+	}
+	if len(want) < 5 {
+		t.Fatalf("found %d Refusal constants in refusals.go; the reasons are named otherwise now", len(want))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("the README lists revocations_refused_total's reasons as %q; the code's are %q", got, want)
+	}
+}
