@@ -489,3 +489,101 @@ func TestTheREADMEsMetricsAreTheCodes(t *testing.T) {
 		t.Errorf("the README lists revocations_refused_total's reasons as %q; the code's are %q", got, want)
 	}
 }
+
+// Every word the Caddyfile adapter takes as a setting (a case of its
+// switches on a block's words, or a word compared with one) is in the
+// README's Caddyfiles or code spans: a setting added to the adapter is
+// documented with it.
+func TestEveryCaddyfileSettingOfTheAdapterIsInTheREADME(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The words the README shows as code: its fenced blocks and its spans.
+	shown := map[string]bool{}
+	word := regexp.MustCompile(`[a-z][a-z0-9_-]*`)
+	for _, code := range regexp.MustCompile("(?s)```.*?```|`[^`\n]+`").FindAllString(string(readme), -1) {
+		for _, w := range word.FindAllString(code, -1) {
+			shown[w] = true
+		}
+	}
+	files, err := filepath.Glob("caddyfile/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	checked := 0
+	for _, path := range append(files, root...) {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			fd, ok := n.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				return true
+			}
+			// Only what reads a Caddyfile: a function given a Dispenser or
+			// a Helper.
+			reads := false
+			for _, p := range fd.Type.Params.List {
+				if s := types(p.Type); s == "caddyfile.Dispenser" || s == "httpcaddyfile.Helper" {
+					reads = true
+				}
+			}
+			if !reads {
+				return false
+			}
+			var literals []*ast.BasicLit
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				switch v := n.(type) {
+				case *ast.CaseClause:
+					for _, e := range v.List {
+						if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							literals = append(literals, lit)
+						}
+					}
+				case *ast.BinaryExpr:
+					if lit, ok := v.Y.(*ast.BasicLit); ok && lit.Kind == token.STRING && (v.Op == token.EQL || v.Op == token.NEQ) {
+						literals = append(literals, lit)
+					}
+				}
+				return true
+			})
+			for _, lit := range literals {
+				w, _ := strconv.Unquote(lit.Value)
+				if !word.MatchString(w) || word.FindString(w) != w {
+					continue // not a word: "", "{", a path
+				}
+				checked++
+				if !shown[w] {
+					t.Errorf("%s: the Caddyfile adapter takes %q, which no Caddyfile or code span of the README shows", fset.Position(lit.Pos()), w)
+				}
+			}
+			return false
+		})
+	}
+	if checked < 50 {
+		t.Fatalf("found %d settings in the Caddyfile adapter; the walk no longer finds how it reads them", checked)
+	}
+}
+
+// types writes a parameter's type as its source does, less a pointer.
+func types(e ast.Expr) string {
+	switch v := e.(type) {
+	case *ast.StarExpr:
+		return types(v.X)
+	case *ast.SelectorExpr:
+		if x, ok := v.X.(*ast.Ident); ok {
+			return x.Name + "." + v.Sel.Name
+		}
+	}
+	return ""
+}
