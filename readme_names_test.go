@@ -587,3 +587,49 @@ func types(e ast.Expr) string {
 	}
 	return ""
 }
+
+// Every JSON member the README writes ("key": …) — of the config, the
+// admin API's answers, a script's or a webhook's payload — is one the code
+// reads or writes: a field's json tag. The names of a map's entries (a
+// certificate profile's name, an env variable's) are the operator's, not
+// fields, and are left out.
+func TestEveryJSONMemberTheREADMENamesIsAFieldOfTheCode(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := regexp.MustCompile(`"(env|certificate_profiles)": \{"[^"]+":`).ReplaceAllString(string(readme), `"$1": {`)
+	tags := map[string]bool{}
+	tag := regexp.MustCompile("json:\"([a-zA-Z_]+)[,\"]")
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range tag.FindAllStringSubmatch(string(src), -1) {
+			tags[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := regexp.MustCompile(`"([a-zA-Z_]+)":`).FindAllStringSubmatch(text, -1)
+	if len(members) < 50 {
+		t.Fatalf("found %d JSON members in the README; it writes more", len(members))
+	}
+	for _, m := range members {
+		if !tags[m[1]] {
+			t.Errorf("the README writes the JSON member %q; no field of the code is tagged so", m[1])
+		}
+	}
+}
