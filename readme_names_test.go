@@ -633,3 +633,60 @@ func TestEveryJSONMemberTheREADMENamesIsAFieldOfTheCode(t *testing.T) {
 		}
 	}
 }
+
+// An operator filters jobs by kind and reads the jobs metrics by it: the
+// README's list of job kinds is the code's — every constant naming a job
+// kind (…Kind = "…", the kinds of handlers) and every recurring job's name.
+func TestTheREADMEsJobKindsAreTheCodes(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(readme)), " ")
+	_, list, ok := strings.Cut(text, "Job kinds ")
+	list, _, ok2 := strings.Cut(list, " A POST's JSON body")
+	if !ok || !ok2 {
+		t.Fatal("the README no longer lists the job kinds before its paragraph on a POST's JSON body")
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z0-9_]+)`").FindAllStringSubmatch(outsideParentheses(list), -1) {
+		documented[m[1]] = true
+	}
+	kind := regexp.MustCompile(`(?m)^\s*(?:const\s+)?[A-Za-z]*Kind\s*=\s*"([a-z_]+)"|Periodic\{Name:\s*"([a-z_]+)"`)
+	code := map[string]string{}
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range kind.FindAllStringSubmatch(string(src), -1) {
+			code[m[1]+m[2]] = path
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(code) < 12 {
+		t.Fatalf("found %d job kinds in the code; the pattern no longer matches how it names them", len(code))
+	}
+	for k, path := range code {
+		if !documented[k] {
+			t.Errorf("the job kind %q (%s) is not in the README's list of job kinds", k, path)
+		}
+	}
+	for k := range documented {
+		if code[k] == "" {
+			t.Errorf("the README lists the job kind %q; the code has none", k)
+		}
+	}
+}
