@@ -534,7 +534,7 @@ func TestEveryCaddyfileSettingOfTheAdapterIsInTheREADME(t *testing.T) {
 			// a Helper.
 			reads := false
 			for _, p := range fd.Type.Params.List {
-				if s := types(p.Type); s == "caddyfile.Dispenser" || s == "httpcaddyfile.Helper" {
+				if s := typeName(p.Type); s == "caddyfile.Dispenser" || s == "httpcaddyfile.Helper" {
 					reads = true
 				}
 			}
@@ -575,11 +575,11 @@ func TestEveryCaddyfileSettingOfTheAdapterIsInTheREADME(t *testing.T) {
 	}
 }
 
-// types writes a parameter's type as its source does, less a pointer.
-func types(e ast.Expr) string {
+// typeName writes a parameter's type as its source does, less a pointer.
+func typeName(e ast.Expr) string {
 	switch v := e.(type) {
 	case *ast.StarExpr:
-		return types(v.X)
+		return typeName(v.X)
 	case *ast.SelectorExpr:
 		if x, ok := v.X.(*ast.Ident); ok {
 			return x.Name + "." + v.Sel.Name
@@ -601,28 +601,11 @@ func TestEveryJSONMemberTheREADMENamesIsAFieldOfTheCode(t *testing.T) {
 	text := regexp.MustCompile(`"(env|certificate_profiles)": \{"[^"]+":`).ReplaceAllString(string(readme), `"$1": {`)
 	tags := map[string]bool{}
 	tag := regexp.MustCompile("json:\"([a-zA-Z_]+)[,\"]")
-	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
+	eachSourceFile(t, func(_ string, src []byte) {
 		for _, m := range tag.FindAllStringSubmatch(string(src), -1) {
 			tags[m[1]] = true
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	members := regexp.MustCompile(`"([a-zA-Z_]+)":`).FindAllStringSubmatch(text, -1)
 	if len(members) < 50 {
 		t.Fatalf("found %d JSON members in the README; it writes more", len(members))
@@ -654,7 +637,31 @@ func TestTheREADMEsJobKindsAreTheCodes(t *testing.T) {
 	}
 	kind := regexp.MustCompile(`(?m)^\s*(?:const\s+)?[A-Za-z]*Kind\s*=\s*"([a-z_]+)"|Periodic\{Name:\s*"([a-z_]+)"`)
 	code := map[string]string{}
-	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	eachSourceFile(t, func(path string, src []byte) {
+		for _, m := range kind.FindAllStringSubmatch(string(src), -1) {
+			code[m[1]+m[2]] = path
+		}
+	})
+	if len(code) < 12 {
+		t.Fatalf("found %d job kinds in the code; the pattern no longer matches how it names them", len(code))
+	}
+	for k, path := range code {
+		if !documented[k] {
+			t.Errorf("the job kind %q (%s) is not in the README's list of job kinds", k, path)
+		}
+	}
+	for k := range documented {
+		if code[k] == "" {
+			t.Errorf("the README lists the job kind %q; the code has none", k)
+		}
+	}
+}
+
+// eachSourceFile calls fn with the path and contents of every non-test Go
+// file of the module, testdata and hidden directories left out.
+func eachSourceFile(t *testing.T, fn func(path string, src []byte)) {
+	t.Helper()
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -668,25 +675,10 @@ func TestTheREADMEsJobKindsAreTheCodes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for _, m := range kind.FindAllStringSubmatch(string(src), -1) {
-			code[m[1]+m[2]] = path
-		}
+		fn(path, src)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if len(code) < 12 {
-		t.Fatalf("found %d job kinds in the code; the pattern no longer matches how it names them", len(code))
-	}
-	for k, path := range code {
-		if !documented[k] {
-			t.Errorf("the job kind %q (%s) is not in the README's list of job kinds", k, path)
-		}
-	}
-	for k := range documented {
-		if code[k] == "" {
-			t.Errorf("the README lists the job kind %q; the code has none", k)
-		}
 	}
 }
