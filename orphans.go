@@ -106,7 +106,7 @@ func (a *App) resumeOrphans(stop <-chan struct{}, done chan<- struct{}) {
 func (a *App) resumeOrphansOnce(ctx context.Context) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			a.log.Error("resuming the orders of exited processes panicked", zap.String("event", "order_resume_failed"), zap.Any("panic", v))
+			a.log.Warn("resuming the orders of exited processes panicked; the next round, or the resume sweep, tries again", zap.String("event", "order_resume_failed"), zap.Any("panic", v))
 		}
 	}()
 	exited, err := a.incarnation.Exited()

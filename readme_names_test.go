@@ -389,7 +389,7 @@ func TestTheREADMEsListsOfEventsAreTheCodes(t *testing.T) {
 		name, from, to string // the list lies between from and to
 		want           []string
 	}{
-		{"the audit search's events", "| the audit trail (`event` one of ", "; another is `400` with the list)", acme.Events},
+		{"the audit search's events", "| the audit trail (`outcome` one of `success`, `failure`, `refused`, `interrupted`; `event` one of ", "; another is `400` with the list)", acme.Events},
 		{"the notify destinations' events", "Events: ", ". Every destination takes `events`", notify.Events},
 	}
 	for _, tt := range tests {
