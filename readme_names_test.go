@@ -36,20 +36,7 @@ func TestEveryLogEventAndMetricOfTheCodeIsInTheREADME(t *testing.T) {
 			func(n string) string { return "`" + n + "`" }},
 	}
 	found := map[string]int{}
-	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
+	eachSourceFile(t, func(path string, src []byte) {
 		for _, p := range patterns {
 			for _, m := range p.re.FindAllStringSubmatch(string(src), -1) {
 				name := m[1]
@@ -62,11 +49,7 @@ func TestEveryLogEventAndMetricOfTheCodeIsInTheREADME(t *testing.T) {
 				}
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The patterns still find what the code writes.
 	if found["log event"] < 50 || found["metric"] < 14 {
 		t.Fatalf("found %d log events and %d metrics in the code; the patterns no longer match how it names them", found["log event"], found["metric"])
@@ -79,19 +62,10 @@ func TestEveryLogEventAndMetricOfTheCodeIsInTheREADME(t *testing.T) {
 func TestEveryWarnAndErrorLogLineNamesAnEvent(t *testing.T) {
 	fset := token.NewFileSet()
 	checked := 0
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	eachSourceFile(t, func(path string, src []byte) {
+		f, err := parser.ParseFile(fset, path, src, 0)
 		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
@@ -113,11 +87,7 @@ func TestEveryWarnAndErrorLogLineNamesAnEvent(t *testing.T) {
 			t.Errorf("%s: a %s line without an event field", fset.Position(call.Pos()), strings.ToLower(sel.Sel.Name))
 			return true
 		})
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if checked < 60 {
 		t.Fatalf("found %d warn and error lines; the walk no longer finds how the code logs", checked)
 	}
@@ -276,19 +246,10 @@ func codeLogLevels(t *testing.T) map[string]map[string]string {
 		}
 	}
 	levels := map[string]map[string]string{}
-	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	eachSourceFile(t, func(path string, src []byte) {
+		f, err := parser.ParseFile(fset, path, src, 0)
 		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		// eventIn is the event a field, or fields, name: a zap.String("event", …)
 		// within n, or in the fields a variable of the function was given
@@ -358,11 +319,7 @@ func codeLogLevels(t *testing.T) map[string]map[string]string {
 				return true
 			})
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return levels
 }
 
