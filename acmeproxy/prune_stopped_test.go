@@ -61,31 +61,8 @@ func TestAPruneStoppedPartWayIsAuditedAsInterrupted(t *testing.T) {
 			// A dead order (its phase first) and a deactivated account
 			// without orders (the last phase, never reached).
 			ctx := t.Context()
-			au := e.srv.Authority()
-			acct, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k1", KeyJWK: []byte(`{}`)}, authority.Client{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			o, err := au.CreateOrder(ctx, acct.ID, []vocab.Identifier{{Type: vocab.IdentifierDNS, Value: "a.example.com"}}, []bool{false},
-				time.Time{}, time.Time{}, "", nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.db.FailOrder(ctx, o.ID, nil, "test", time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			empty, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k2", KeyJWK: []byte(`{}`)}, authority.Client{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := e.db.DeactivateAccount(ctx, empty.ID, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			gone := func() bool {
-				_, err := e.db.GetOrder(context.Background(), e.srv.Profile(), o.ID)
-				return errors.Is(err, store.ErrNotFound)
-			}
-			_, err = authority.SweepRetention(stopOnce{ctx, gone}, e.db, authority.Retention{Orders: 30 * day, Certificates: 90 * day},
+			gone := deadOrderAndEmptyAccount(t, e)
+			_, err := authority.SweepRetention(stopOnce{ctx, gone}, e.db, authority.Retention{Orders: 30 * day, Certificates: 90 * day},
 				time.Now().Add(400*day))
 			return vocab.EventRetentionPruned, err
 		}},
@@ -161,30 +138,8 @@ func TestAPruneKilledBetweenBatchesIsAuditedByTheNextSweep(t *testing.T) {
 		{name: "the retention sweep", event: vocab.EventRetentionPruned, detail: "the retention sweep deleted 1 orders",
 			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) {
 				ctx := t.Context()
-				au := e.srv.Authority()
-				acct, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k1", KeyJWK: []byte(`{}`)}, authority.Client{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				o, err := au.CreateOrder(ctx, acct.ID, []vocab.Identifier{{Type: vocab.IdentifierDNS, Value: "a.example.com"}}, []bool{false},
-					time.Time{}, time.Time{}, "", nil, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := e.db.FailOrder(ctx, o.ID, nil, "test", time.Now()); err != nil {
-					t.Fatal(err)
-				}
-				empty, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k2", KeyJWK: []byte(`{}`)}, authority.Client{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := e.db.DeactivateAccount(ctx, empty.ID, time.Now()); err != nil {
-					t.Fatal(err)
-				}
-				gone := func() bool {
-					_, err := e.db.GetOrder(context.Background(), e.srv.Profile(), o.ID)
-					return errors.Is(err, store.ErrNotFound) && stopped(stop)
-				}
+				orderGone := deadOrderAndEmptyAccount(t, e)
+				gone := func() bool { return orderGone() && stopped(stop) }
 				_, _ = authority.SweepRetention(stopOnce{ctx, gone}, killed, authority.Retention{Orders: 30 * day, Certificates: 90 * day},
 					time.Now().Add(400*day))
 			}},
@@ -229,4 +184,36 @@ func TestAPruneKilledBetweenBatchesIsAuditedByTheNextSweep(t *testing.T) {
 func stopped(stop func()) bool {
 	stop()
 	return true
+}
+
+// deadOrderAndEmptyAccount stores what the retention sweep deletes in its
+// first phase and its last: a failed order and a deactivated account
+// without orders. gone reports whether the order was deleted.
+func deadOrderAndEmptyAccount(t *testing.T, e *testEnv) (gone func() bool) {
+	t.Helper()
+	ctx := t.Context()
+	au := e.srv.Authority()
+	acct, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k1", KeyJWK: []byte(`{}`)}, authority.Client{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := au.CreateOrder(ctx, acct.ID, []vocab.Identifier{{Type: vocab.IdentifierDNS, Value: "a.example.com"}}, []bool{false},
+		time.Time{}, time.Time{}, "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.FailOrder(ctx, o.ID, nil, "test", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	empty, _, err := au.CreateAccount(ctx, store.Account{Thumbprint: "k2", KeyJWK: []byte(`{}`)}, authority.Client{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.DeactivateAccount(ctx, empty.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return func() bool {
+		_, err := e.db.GetOrder(context.Background(), e.srv.Profile(), o.ID)
+		return errors.Is(err, store.ErrNotFound)
+	}
 }
