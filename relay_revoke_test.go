@@ -60,18 +60,7 @@ func TestARelayedCertificateIsRevokedAtTheUpstreamOnceItsJobRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	b := newRelayBench(t)
-	b.revokeWait = 300 * time.Millisecond
-	p := b.start()
-	c := p.client(t, ctx)
-	o := b.readyOrder(t, ctx, c, "revoke.example.com")
-	ders, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, relayCSR(t, "revoke.example.com"), true)
-	if err != nil {
-		t.Fatalf("finalize: %v", err)
-	}
-	leaf, err := x509.ParseCertificate(ders[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, c, o, ders, leaf := relayRevocable(t, ctx, b, "revoke.example.com")
 	orderID := path.Base(o.URI)
 	// A second certificate, which an operator revokes.
 	o2 := b.readyOrder(t, ctx, c, "operator.example.com")
@@ -237,18 +226,7 @@ func TestARevocationWaitsOutTheWaitTheUpstreamAskedFor(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 			defer cancel()
 			b := newRelayBench(t)
-			b.revokeWait = 300 * time.Millisecond
-			p := b.start()
-			c := p.client(t, ctx)
-			o := b.readyOrder(t, ctx, c, "waits.example.com")
-			ders, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, relayCSR(t, "waits.example.com"), true)
-			if err != nil {
-				t.Fatalf("finalize: %v", err)
-			}
-			leaf, err := x509.ParseCertificate(ders[0])
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, c, _, ders, leaf := relayRevocable(t, ctx, b, "waits.example.com")
 			tt.limit(t, ctx, b, c)
 
 			relayRevoke(t, p, c, ders[0], 1)
@@ -285,4 +263,24 @@ func TestARevocationWaitsOutTheWaitTheUpstreamAskedFor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// relayRevocable starts a process on b whose revocations wait 300 ms in
+// their request, and issues a certificate for name through it to a new
+// client: its order, chain (DER) and leaf.
+func relayRevocable(t *testing.T, ctx context.Context, b *relayBench, name string) (*relayProcess, *acme.Client, *acme.Order, [][]byte, *x509.Certificate) {
+	t.Helper()
+	b.revokeWait = 300 * time.Millisecond
+	p := b.start()
+	c := p.client(t, ctx)
+	o := b.readyOrder(t, ctx, c, name)
+	ders, _, err := c.CreateOrderCert(ctx, o.FinalizeURL, relayCSR(t, name), true)
+	if err != nil {
+		t.Fatalf("finalize: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(ders[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, c, o, ders, leaf
 }
