@@ -232,27 +232,7 @@ func TestAPruneStoppedPartWayRecordsTheRowsItDeleted(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()
 		db := openTest(t)
-		cutoff := t0.Add(30 * 24 * time.Hour)
-		var old []time.Time
-		for i := range 5 {
-			old = append(old, cutoff.Add(-time.Duration(10-i)*time.Hour))
-		}
-		auditAt(t, db, old...) // o0 … o4, oldest first
-		// The fourth oldest row cannot be deleted: the second batch fails.
-		stmts := []string{`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events WHEN OLD.order_id = 'o3'
-			BEGIN SELECT RAISE(ABORT, 'o3 is kept'); END`}
-		if dialectOf(t).name == "postgres" {
-			stmts = []string{
-				`CREATE FUNCTION keep_o3() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-					IF OLD.order_id = 'o3' THEN RAISE EXCEPTION 'o3 is kept'; END IF; RETURN OLD; END $$`,
-				`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events FOR EACH ROW EXECUTE FUNCTION keep_o3()`,
-			}
-		}
-		for _, s := range stmts {
-			if _, err := rawW(db).ExecContext(ctx, s); err != nil {
-				t.Fatal(err)
-			}
-		}
+		cutoff := oldRowsTheSecondBatchFailsOn(t, db)
 
 		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64, stopped error) (AuditEvent, bool) {
 			return AuditEvent{At: cutoff, Event: "audit_pruned", Outcome: "interrupted", ActorKind: "admin",
@@ -279,21 +259,9 @@ func TestAnUnfinishedPruneIsRecordedOnceWhenItStoodStill(t *testing.T) {
 	eachDialect(t, func(t *testing.T) {
 		ctx := context.Background()
 		db := openTest(t)
-		cutoff := t0.Add(30 * 24 * time.Hour)
-		var old []time.Time
-		for i := range 5 {
-			old = append(old, cutoff.Add(-time.Duration(10-i)*time.Hour))
-		}
-		auditAt(t, db, old...) // o0 … o4, oldest first
-		// The second batch fails (o3 cannot be deleted), and the process
-		// ends where the prune would write its own row.
-		refuseWith(t, db, map[string][]string{
-			"sqlite": {`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events WHEN OLD.order_id = 'o3'
-				BEGIN SELECT RAISE(ABORT, 'o3 is kept'); END`},
-			"postgres": {`CREATE FUNCTION keep_o3() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-					IF OLD.order_id = 'o3' THEN RAISE EXCEPTION 'o3 is kept'; END IF; RETURN OLD; END $$`,
-				`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events FOR EACH ROW EXECUTE FUNCTION keep_o3()`},
-		})
+		// The second batch fails, and the process ends where the prune
+		// would write its own row.
+		cutoff := oldRowsTheSecondBatchFailsOn(t, db)
 		func() {
 			defer func() { _ = recover() }()
 			_, _ = db.PruneAudit(ctx, cutoff, 3, func(deleted int64, stopped error) (AuditEvent, bool) {
@@ -334,4 +302,26 @@ func TestAnUnfinishedPruneIsRecordedOnceWhenItStoodStill(t *testing.T) {
 			t.Errorf("three instances looking at once recorded %d: %+v; want one row, of the 3 deleted", recorded.Load(), rows)
 		}
 	})
+}
+
+// oldRowsTheSecondBatchFailsOn writes five audit rows older than the
+// cutoff it returns, o0 … o4 oldest first, of which the fourth, o3,
+// cannot be deleted: a prune in batches of 3 deletes the first batch and
+// fails on the second.
+func oldRowsTheSecondBatchFailsOn(t *testing.T, db *DB) (cutoff time.Time) {
+	t.Helper()
+	cutoff = t0.Add(30 * 24 * time.Hour)
+	var old []time.Time
+	for i := range 5 {
+		old = append(old, cutoff.Add(-time.Duration(10-i)*time.Hour))
+	}
+	auditAt(t, db, old...)
+	refuseWith(t, db, map[string][]string{
+		"sqlite": {`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events WHEN OLD.order_id = 'o3'
+			BEGIN SELECT RAISE(ABORT, 'o3 is kept'); END`},
+		"postgres": {`CREATE FUNCTION keep_o3() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+				IF OLD.order_id = 'o3' THEN RAISE EXCEPTION 'o3 is kept'; END IF; RETURN OLD; END $$`,
+			`CREATE TRIGGER keep_o3 BEFORE DELETE ON audit_events FOR EACH ROW EXECUTE FUNCTION keep_o3()`},
+	})
+	return cutoff
 }
