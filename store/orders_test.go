@@ -508,22 +508,7 @@ func reclaimUnlessALiveJob(t *testing.T, reclaim func(ctx context.Context, db *D
 				if err != nil {
 					t.Fatal(err)
 				}
-				id := acme.Identifier{Type: "dns", Value: "a.example.com"}
-				o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{id}, Expires: t0.Add(time.Hour)},
-					[]Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []Challenge{{Type: "http-01", Token: NewID()}}}}, t0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				a, err := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, t0); err != nil {
-					t.Fatal(err)
-				}
-				if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, "dead", t0); err != nil || !won {
-					t.Fatalf("claim: %v %v", won, err)
-				}
+				o := claimedOrder(t, db, acct.ID, "dead")
 				if tt.job != nil {
 					nj := *tt.job
 					nj.Key, nj.RunAt, nj.MaxAttempts = o.ID, t0, 3
@@ -571,27 +556,7 @@ func TestTheOrdersAnExitedProcessClaimedAreReclaimedAtOnceAndOnlyThose(t *testin
 		if err != nil {
 			t.Fatal(err)
 		}
-		claim := func(claimer string) string {
-			t.Helper()
-			id := acme.Identifier{Type: "dns", Value: NewID() + ".example.com"}
-			o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct.ID, Identifiers: []acme.Identifier{id}, Expires: t0.Add(time.Hour)},
-				[]Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []Challenge{{Type: "http-01", Token: NewID()}}}}, t0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, t0); err != nil {
-				t.Fatal(err)
-			}
-			if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, claimer, t0); err != nil || !won {
-				t.Fatalf("claim: %v %v", won, err)
-			}
-			return o.ID
-		}
-		dead, live := claim("dead"), claim("live")
+		dead, live := claimedOrder(t, db, acct.ID, "dead").ID, claimedOrder(t, db, acct.ID, "live").ID
 		now := t0.Add(time.Second)
 		ids := func(os []Order) []string {
 			var out []string
@@ -635,4 +600,28 @@ func TestTheOrdersAnExitedProcessClaimedAreReclaimedAtOnceAndOnlyThose(t *testin
 			}
 		}
 	})
+}
+
+// claimedOrder is a new order of account acct in profile "p" for a name of
+// its own, its challenge valid, claimed for issuance at t0 by claimer.
+func claimedOrder(t *testing.T, db *DB, acct, claimer string) Order {
+	t.Helper()
+	ctx := context.Background()
+	id := acme.Identifier{Type: "dns", Value: NewID() + ".example.com"}
+	o, err := db.CreateOrder(ctx, Order{Profile: "p", AccountID: acct, Identifiers: []acme.Identifier{id}, Expires: t0.Add(time.Hour)},
+		[]Authz{{Identifier: id, Expires: t0.Add(time.Hour), Challenges: []Challenge{{Type: "http-01", Token: NewID()}}}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.GetAuthz(ctx, "p", o.AuthzIDs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CompleteChallenge(ctx, a.Challenges[0].ID, true, nil, t0); err != nil {
+		t.Fatal(err)
+	}
+	if won, err := db.ClaimOrderForIssue(ctx, o.ID, []byte{1}, OrderClient{}, claimer, t0); err != nil || !won {
+		t.Fatalf("claim: %v %v", won, err)
+	}
+	return o
 }
