@@ -19,15 +19,25 @@ import (
 type pendingSigner struct {
 	*localca.Signer
 	wait *signer.Wait
+	req  signer.IssueRequest // the last one
+	// looked, when set, runs as the signer is asked how long an order
+	// takes, before it answers.
+	looked func(ctx context.Context, orderID string)
 }
 
-func (l *pendingSigner) Issue(context.Context, signer.IssueRequest) (signer.IssueOutcome, error) {
+func (l *pendingSigner) Issue(_ context.Context, req signer.IssueRequest) (signer.IssueOutcome, error) {
+	l.req = req
 	return signer.IssueOutcome{Pending: true}, nil
 }
 
 type estimatingSigner struct{ *pendingSigner }
 
-func (e estimatingSigner) ExpectedWait(context.Context, string) signer.Wait { return *e.wait }
+func (e estimatingSigner) ExpectedWait(ctx context.Context, orderID string) signer.Wait {
+	if e.looked != nil {
+		e.looked(ctx, orderID)
+	}
+	return *e.wait
+}
 
 func TestAProcessingOrderTellsTheClientToComeBackWhenItsSignerExpectsToBeDone(t *testing.T) {
 	dur := func(d time.Duration) *time.Duration { return &d }
@@ -89,7 +99,11 @@ func TestAProcessingOrderNothingWorksOnTellsTheClientToComeBackWhenTheResumeSwee
 		// this long after the poll (0: due).
 		handover *time.Duration
 		after    time.Duration // between the finalize and the poll
-		want     string
+		// settles: the signer records the order's certificate as the poll
+		// asks it how long it takes (after the poll read the order), its
+		// work then over.
+		settles bool
+		want    string
 	}{
 		{name: "ok/signing in the request, just claimed: a second", after: 30 * time.Second, want: "1"},
 		{name: "ok/signing in the request, claimed two minutes ago: until the sweep takes it", after: 2 * time.Minute, want: "180"},
@@ -101,6 +115,8 @@ func TestAProcessingOrderNothingWorksOnTellsTheClientToComeBackWhenTheResumeSwee
 			after: 2 * time.Minute, want: "1"},
 		{name: "ok/signer idle but the order's handover waiting: until its attempt", wait: idle, handover: new(90 * time.Second),
 			after: 2 * time.Minute, want: "90"},
+		{name: "ok/signer idle because it settled the order since the poll read it: a second", wait: idle, settles: true,
+			after: 2 * time.Minute, want: "1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,6 +143,18 @@ func TestAProcessingOrderNothingWorksOnTellsTheClientToComeBackWhenTheResumeSwee
 					t.Fatalf("finalize: %d %s; want a processing order", r.status, r.body)
 				}
 				fake.Advance(tc.after)
+				if tc.settles {
+					later.looked = func(ctx context.Context, orderID string) {
+						later.looked = nil
+						out, err := later.Signer.Issue(ctx, later.req)
+						if err == nil {
+							err = e.srv.Authority().Issued(ctx, orderID, out.Chain)
+						}
+						if err != nil {
+							t.Errorf("settling the order: %v", err)
+						}
+					}
+				}
 				if tc.handover != nil {
 					// In no lane the test's runner serves: it stays as queued.
 					if _, _, err := e.queue.Enqueue(ctx, jobs.Spec{Kind: signer.IssueKind, Key: path.Base(o.URI), Lane: "elsewhere",
@@ -137,6 +165,13 @@ func TestAProcessingOrderNothingWorksOnTellsTheClientToComeBackWhenTheResumeSwee
 				r = e.raw(c).post(o.URI, nil, jwsOpts{})
 				if ra := r.header.Get("Retry-After"); r.status != http.StatusOK || ra != tc.want {
 					t.Errorf("polling the order %s after the finalize: %d, Retry-After %q; want %q", tc.after, r.status, ra, tc.want)
+				}
+				if tc.settles {
+					r = e.raw(c).post(o.URI, nil, jwsOpts{})
+					_ = json.Unmarshal(r.body, &got)
+					if r.status != http.StatusOK || got.Status != "valid" {
+						t.Errorf("polling again: %d %s; want the order valid", r.status, r.body)
+					}
 				}
 			})
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -26,8 +27,9 @@ const (
 //     (a finalize or a resume gives the signer up to signTimeout), or
 //     when nothing can tell;
 //   - when no work on the order is live (the signer signs within the
-//     request, as the local CA does, or its job is settled or lost), the
-//     time until the resume sweep hands the order to the signer again.
+//     request, as the local CA does, or its job is settled or lost) and
+//     the order, read again, is still processing, the time until the
+//     resume sweep hands the order to the signer again.
 func (au *Authority) ProcessingRetryAfter(ctx context.Context, o store.Order) time.Duration {
 	now := au.clock.Now()
 	var w signer.Wait
@@ -50,9 +52,18 @@ func (au *Authority) ProcessingRetryAfter(ctx context.Context, o store.Order) ti
 	case !w.Idle || now.Sub(o.UpdatedAt) < signTimeout:
 		return minProcessingRetryAfter
 	}
+	// o was read before the work was looked at: work that settled the
+	// order in between (a signer records the certificate, then settles its
+	// job) looks idle too. Only the order read again tells the two apart;
+	// the client is not sent away until the sweep for an order that is
+	// done already.
+	cur, err := au.db.GetOrder(ctx, au.cfg.Profile, o.ID)
+	if err != nil || cur.Status != acme.StatusProcessing {
+		return minProcessingRetryAfter
+	}
 	// The first sweep after the order has been processing for StuckAfter
 	// resumes it; one overdue (no sweep ran yet) is resumed by the next.
-	d := o.UpdatedAt.Add(StuckAfter).Sub(now)
+	d := cur.UpdatedAt.Add(StuckAfter).Sub(now)
 	if d <= 0 {
 		d = ResumeEvery
 	}
