@@ -25,6 +25,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -244,6 +245,8 @@ type alternating struct {
 	finalized [2]atomic.Int64
 	// resend: see resendingAfterReload.
 	resend bool
+	// trace, when set, records every exchange.
+	trace *clientTrace
 }
 
 func (f *fleet) alternating() *alternating {
@@ -291,7 +294,61 @@ func (a *alternating) RoundTrip(req *http.Request) (*http.Response, error) {
 			a.finalized[i].Add(1)
 		}
 	}
+	if a.trace != nil {
+		a.trace.note(i, req, resp, err)
+	}
 	return resp, err
+}
+
+// clientTrace records each exchange of a client, for a failure message:
+// when (seconds since start), with which instance, the request, and the
+// answer's status, its order status or problem, and its Retry-After.
+type clientTrace struct {
+	mu    sync.Mutex
+	start time.Time
+	lines []string
+}
+
+func (ct *clientTrace) note(i int, req *http.Request, resp *http.Response, err error) {
+	line := fmt.Sprintf("%7.2fs %s %s %s", time.Since(ct.start).Seconds(), string("AB"[i]), req.Method, req.URL.Path)
+	if err != nil {
+		line += fmt.Sprintf(": %v", err)
+	} else {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		var doc struct {
+			Status json.RawMessage `json:"status"`
+			Type   string          `json:"type"`
+			Detail string          `json:"detail"`
+		}
+		_ = json.Unmarshal(body, &doc)
+		line += fmt.Sprintf(": %d", resp.StatusCode)
+		if doc.Type != "" {
+			line += " " + doc.Type + " " + doc.Detail
+		} else if len(doc.Status) > 0 {
+			line += " " + string(doc.Status)
+		}
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			line += " Retry-After " + ra
+		}
+	}
+	ct.mu.Lock()
+	ct.lines = append(ct.lines, line)
+	ct.mu.Unlock()
+}
+
+// about returns the lines of the exchanges whose path contains sub.
+func (ct *clientTrace) about(sub string) string {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	var b strings.Builder
+	for _, l := range ct.lines {
+		if strings.Contains(l, sub) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
 }
 
 func (a *alternating) pinTo(i int) { a.pin.Store(int64(i + 1)) }
@@ -748,19 +805,19 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 		rt.pinTo(0)
 		c, _ := f.client(t, rt, "public")
 		before, finalizedBefore := f.pebble.newOrders.Load(), f.pebble.finalized.Load()
-		// Slow upstream finalizes keep the relays in flight. (Slower
-		// than the 3 s a finalize waits for its relay, 8 s, every relay
-		// is still A's when it dies and only B can finish it; one CI run
-		// of that had a client wait out its 4 minutes although B issued
-		// every certificate after A's lease lapsed, ~61 s after the
-		// kill, and it passed in every run alone: left for its cause to
-		// be found. At 3 s A may finish some relays itself.)
-		f.pebble.finalizeDelay.Store(int64(3 * time.Second))
+		// Slow upstream finalizes keep the relays in flight: slower than
+		// the 3 s a finalize waits for its relay (README, Relay signer),
+		// so that A answers every finalize processing, and its relays
+		// are still waiting on the upstream when it dies.
+		f.pebble.finalizeDelay.Store(int64(8 * time.Second))
 		defer f.pebble.finalizeDelay.Store(0)
+		rt.trace = &clientTrace{start: time.Now()}
 		type result struct {
 			name  string
+			order string // its URL, once placed
 			chain [][]byte
 			err   error
+			at    time.Time // when the client was done
 		}
 		results := make(chan result, n)
 		for i := range n {
@@ -771,7 +828,7 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 				defer cancel()
 				order, err := f.authorize(ctx, c, name)
 				if err != nil {
-					results <- result{name: name, err: err}
+					results <- result{name: name, err: err, at: time.Now()}
 					return
 				}
 				chain, _, err := c.CreateOrderCert(ctx, order.FinalizeURL, csrFor(t, name), true)
@@ -782,7 +839,7 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 						chain, err = c.FetchCert(ctx, o.CertURL, true)
 					}
 				}
-				results <- result{name, chain, err}
+				results <- result{name, order.URI, chain, err, time.Now()}
 			}()
 		}
 		// Every order finalized at A (answered processing) and the first
@@ -797,12 +854,32 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 		}
 		rt.pinTo(1)
 		f.kill(t, A)
-		t.Logf("killed A with %d upstream orders placed and %d finalized", f.pebble.newOrders.Load()-before, f.pebble.finalized.Load()-finalizedBefore)
+		killed := time.Now()
+		// A relay is finished only after its upstream finalize is
+		// answered: with fewer answered now, A died with relays of its
+		// own unfinished, which only B can finish.
+		upstreamFinalized := f.pebble.finalized.Load() - finalizedBefore
+		t.Logf("killed A %.2fs after the clients started, with %d upstream orders placed and %d finalized",
+			killed.Sub(rt.trace.start).Seconds(), f.pebble.newOrders.Load()-before, upstreamFinalized)
+		if upstreamFinalized >= n {
+			t.Fatalf("every upstream finalize (%d) was answered before A died: no relay was in flight", upstreamFinalized)
+		}
+		// B takes A's relays over once their lease (a minute) lapses,
+		// and each client is to hear of its certificate within moments
+		// of that: a second minute is slack for a loaded machine.
+		const within = 2 * time.Minute
 		for range n {
 			r := <-results
+			answered := ""
+			if r.order != "" {
+				answered = "; what its client was answered (seconds since the clients started):\n" + rt.trace.about(path.Base(r.order))
+			}
 			if r.err != nil {
-				t.Errorf("%s: %v", r.name, r.err)
+				t.Errorf("%s: %v%s", r.name, r.err, answered)
 				continue
+			}
+			if took := r.at.Sub(killed); took > within {
+				t.Errorf("%s was issued %s after A died; want within %s%s", r.name, took.Round(time.Second), within, answered)
 			}
 			verifyChain(t, r.chain, pebbleRoots, r.name)
 			if got := f.pebble.orders(r.name); got != 1 {
