@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 	"io"
 	"log"
@@ -162,25 +161,27 @@ type relayPebble struct {
 	// Pebble's stead.
 	revocations []time.Time
 	refused     []time.Time
-	// limited, while set, is a name whose newOrders the front answers
-	// as Let's Encrypt answers one over a per-name rate limit.
-	limited atomic.Pointer[string]
 }
 
 // frontRefusal is an answer the front gives, in Pebble's stead, to the
 // next left requests of kind: HTTP status with a problem document of
-// type, and a Retry-After of retryAfter unless "".
+// type and detail, and a Retry-After of retryAfter unless "".
 type frontRefusal struct {
-	kind, typ, retryAfter string
-	status                int
-	left                  atomic.Int32
+	kind, typ, detail, retryAfter string
+	status                        int
+	left                          atomic.Int32
 }
 
 // refuseNext makes the front answer the next n POSTs of kind (a request
 // kind it counts) with status, a problem of type typ, and retryAfter as
 // the answer's Retry-After (none when "").
 func (p *relayPebble) refuseNext(kind string, n int, status int, typ, retryAfter string) {
-	r := &frontRefusal{kind: kind, typ: typ, retryAfter: retryAfter, status: status}
+	p.refuseNextSaying(kind, n, status, typ, "refused by the test's front", retryAfter)
+}
+
+// refuseNextSaying is refuseNext with the problem's detail.
+func (p *relayPebble) refuseNextSaying(kind string, n int, status int, typ, detail, retryAfter string) {
+	r := &frontRefusal{kind: kind, typ: typ, detail: detail, retryAfter: retryAfter, status: status}
 	r.left.Store(int32(n))
 	p.refusal.Store(r)
 }
@@ -318,7 +319,7 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 			}
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(f.status)
-			_ = json.NewEncoder(w).Encode(map[string]any{"type": f.typ, "detail": "refused by the test's front", "status": f.status})
+			_ = json.NewEncoder(w).Encode(map[string]any{"type": f.typ, "detail": f.detail, "status": f.status})
 			return
 		}
 		if h := p.held.Load(); h != nil && kind == pebbleNewOrder && r.Method == http.MethodPost {
@@ -341,9 +342,8 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 				Payload string `json:"payload"`
 			}
 			var order struct {
-				Profile     string             `json:"profile"`
-				Replaces    string             `json:"replaces"`
-				Identifiers []vocab.Identifier `json:"identifiers"`
+				Profile  string `json:"profile"`
+				Replaces string `json:"replaces"`
 			}
 			if json.Unmarshal(body, &jws) == nil {
 				if payload, err := base64.RawURLEncoding.DecodeString(jws.Payload); err == nil {
@@ -354,16 +354,6 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 			p.orderProfiles = append(p.orderProfiles, order.Profile)
 			p.orderReplaces = append(p.orderReplaces, order.Replaces)
 			p.mu.Unlock()
-			if name := p.limited.Load(); name != nil && slices.ContainsFunc(order.Identifiers, func(id vocab.Identifier) bool { return id.Value == *name }) {
-				// Boulder's words and Retry-After for its limit on
-				// certificates for one exact set of names (a week).
-				w.Header().Set("Retry-After", "604800")
-				w.Header().Set("Content-Type", "application/problem+json")
-				w.WriteHeader(http.StatusTooManyRequests)
-				_ = json.NewEncoder(w).Encode(map[string]any{"type": "urn:ietf:params:acme:error:rateLimited", "status": 429,
-					"detail": fmt.Sprintf("too many certificates (5) already issued for %q in the last 168h0m0s, retry after 2026-12-12 00:00:00 UTC", *name)})
-				return
-			}
 		}
 		if r.URL.Path == wfe.DirectoryPath && p.noARI.Load() {
 			rec := httptest.NewRecorder()

@@ -2,6 +2,8 @@ package caddyacmeproxy
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"path"
 	"strings"
 	"testing"
@@ -23,11 +25,14 @@ func TestAnUpstreamRateLimitOnANameFailsItsOrderAsRateLimitedAndPausesNoOtherNam
 	defer cancel()
 	b := newRelayBench(t)
 	limited := "limited.example.com"
-	b.pebble.limited.Store(&limited)
 	p := b.start()
 	c := p.client(t, ctx)
 
 	o := b.readyOrder(t, ctx, c, limited)
+	// Boulder's words and Retry-After for its limit on certificates for
+	// one exact set of names (a week), to the relay's newOrder.
+	b.pebble.refuseNextSaying(pebbleNewOrder, 1, http.StatusTooManyRequests, "urn:ietf:params:acme:error:rateLimited",
+		fmt.Sprintf("too many certificates (5) already issued for %q in the last 168h0m0s, retry after 2026-12-12 00:00:00 UTC", limited), "604800")
 	fctx, fcancel := context.WithTimeout(ctx, 15*time.Second)
 	_, _, err := c.CreateOrderCert(fctx, o.FinalizeURL, relayCSR(t, limited), true)
 	fcancel()
