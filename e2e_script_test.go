@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -289,7 +288,7 @@ func TestEveryWayAScriptSignerFailsReachesTheClientGenericallyAndTheOperatorInFu
 				}
 				pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 				if !proctest.Gone(pid) {
-					syscall.Kill(pid, syscall.SIGKILL)
+					proctest.Kill(pid)
 					t.Errorf("the sleeping grandchild %d outlived the timeout", pid)
 				}
 			}

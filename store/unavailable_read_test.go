@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/proctest"
 )
 
 func TestIsUnavailableKnowsEachDatabasesPassingConditions(t *testing.T) {
@@ -108,7 +109,7 @@ func TestAStatementWhosePostgresBackendDiesMidwayIsUnavailable(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			if err := proctest.Kill(pid); err != nil {
 				t.Fatalf("killing backend %d: %v", pid, err)
 			}
 			err = <-errc

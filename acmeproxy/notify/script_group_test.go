@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,7 +64,7 @@ func TestAScriptLeavesNothingItStartedRunningAfterItsAttempt(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !proctest.Gone(pid) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				_ = proctest.Kill(pid)
 				t.Errorf("the script's child %d outlived its attempt", pid)
 			}
 		})

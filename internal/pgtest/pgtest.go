@@ -25,7 +25,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -334,14 +333,12 @@ func Freeze(t testing.TB) (thaw func()) {
 			}
 		}
 	}
-	signal := func(sig syscall.Signal) {
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, sig) // a child gone meanwhile needs nothing
-		}
+	resume, err := suspend(pids)
+	if err != nil {
+		t.Fatalf("pgtest: freezing the cluster: %v", err)
 	}
-	signal(syscall.SIGSTOP)
 	var once sync.Once
-	thaw = func() { once.Do(func() { signal(syscall.SIGCONT) }) }
+	thaw = func() { once.Do(resume) }
 	t.Cleanup(thaw)
 	return thaw
 }
@@ -404,7 +401,7 @@ func (c *cluster) watch() {
 	script := fmt.Sprintf(`while kill -0 %d 2>/dev/null; do sleep 1; done; if [ -d %s ]; then %s; rm -rf %s; fi`,
 		os.Getpid(), q(c.dir), strings.Join(stop, " "), q(c.dir))
 	cmd := exec.Command("sh", "-c", script)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	detach(cmd)
 	if cmd.Start() == nil {
 		go cmd.Wait() // reaps it if this binary outlives it
 	}

@@ -43,3 +43,13 @@ func PidFrom(t testing.TB, file string) int {
 	t.Fatalf("the program did not write its pid to %s", file)
 	return 0
 }
+
+// Kill kills process pid (SIGKILL on Unix): a test's cleanup of a process
+// its program under test should have ended, or a crash it causes.
+func Kill(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}

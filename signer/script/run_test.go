@@ -123,7 +123,7 @@ func TestAtTheTimeoutTheProgramAndEverythingItStartedAreKilled(t *testing.T) {
 		t.Errorf("%+v; want timed out", res)
 	}
 	if pid := readPid(t, pidFile); !proctest.Gone(pid) {
-		syscall.Kill(pid, syscall.SIGKILL)
+		proctest.Kill(pid)
 		t.Errorf("the sleeping grandchild %d outlived the timeout", pid)
 	}
 }
@@ -143,7 +143,7 @@ func TestAProgramThatExitsLeavesNothingRunningBehind(t *testing.T) {
 		t.Errorf("%s, stdout %q; want exit 0 and done", res.describe(), res.Stdout)
 	}
 	if pid := readPid(t, pidFile); !proctest.Gone(pid) {
-		syscall.Kill(pid, syscall.SIGKILL)
+		proctest.Kill(pid)
 		t.Errorf("the background child %d outlived the program", pid)
 	}
 }
