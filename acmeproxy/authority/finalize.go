@@ -290,10 +290,7 @@ func signerProblem(err error) *problem.Problem {
 	if p := refusalProblem(e, false); p != nil {
 		return p
 	}
-	p := problem.Internal()
-	p.Detail = "the signer is unavailable: " + e.Detail
-	p.Status = http.StatusServiceUnavailable
-	return p
+	return problem.Unavailable("the signer is unavailable: %s", e.Detail)
 }
 
 // refusalProblem is the problem a signer's refusal is for the client:
@@ -307,8 +304,14 @@ func refusalProblem(e *signer.Error, generic bool) *problem.Problem {
 		}
 		return otherwise + "; the operator can see why"
 	}
-	var p *problem.Problem
-	switch e.Kind {
+	return kindProblem(e.Kind, detail)
+}
+
+// kindProblem is the problem of a refusal of kind k, whose detail is
+// detail's given the generic one; nil for KindUnavailable and any kind
+// unknown.
+func kindProblem(k signer.Kind, detail func(generic string) string) *problem.Problem {
+	switch k {
 	case signer.KindBadCSR:
 		return problem.BadCSRF("%s", detail("the signer refused the CSR"))
 	case signer.KindRejectedIdentifier:
@@ -318,16 +321,13 @@ func refusalProblem(e *signer.Error, generic bool) *problem.Problem {
 	case signer.KindRateLimited:
 		return problem.RateLimitedF(0, "%s", detail("the upstream CA rate-limited this order's identifiers; try again later"))
 	case signer.KindCAA:
-		p = problem.CAAF("%s", detail("the CAA records of this order's identifiers forbid its issuance"))
-		p.Status = http.StatusForbidden
+		return problem.CAARefusalF("%s", detail("the CAA records of this order's identifiers forbid its issuance"))
 	case signer.KindDNS:
-		p = problem.DNSF("%s", detail("the DNS of this order's identifiers failed their validation"))
-		p.Status = http.StatusBadRequest
+		return problem.DNSRefusalF("%s", detail("the DNS of this order's identifiers failed their validation"))
 	case signer.KindConnection:
-		p = problem.ConnectionF("%s", detail("their validation could not connect to this order's identifiers"))
-		p.Status = http.StatusBadRequest
+		return problem.ConnectionRefusalF("%s", detail("their validation could not connect to this order's identifiers"))
 	}
-	return p
+	return nil
 }
 
 // recordIssued stores a signed chain and makes the order valid, with the

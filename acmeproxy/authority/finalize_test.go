@@ -15,6 +15,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
+	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
 // A CSR must name the order's identifiers each in the SAN of its type
@@ -158,5 +159,58 @@ func TestACSRKeyThePolicyRefusesIsRefusedBeforeItsSignatureIsVerified(t *testing
 				t.Fatalf("refused with %v; want badCSR saying %q", err, tc.wantDetail)
 			}
 		})
+	}
+}
+
+// A signer's refusal is the problem of its kind, with the HTTP status a
+// finalize answers that type with, and its detail: the signer's own, or,
+// for a refusal reported later without one, a generic detail that sends
+// the client to the operator. KindUnavailable is no refusal.
+func TestASignersRefusalIsTheProblemOfItsKindWithItsStatus(t *testing.T) {
+	tests := []struct {
+		name       string
+		kind       signer.Kind
+		wantType   acme.ProblemType
+		wantStatus int
+		// wantGeneric is the detail of a refusal without one, reported
+		// later.
+		wantGeneric string
+	}{
+		{"bad CSR", signer.KindBadCSR, acme.ErrorBadCSR, 400, "the signer refused the CSR; the operator can see why"},
+		{"rejected identifier", signer.KindRejectedIdentifier, acme.ErrorRejectedIdentifier, 400, "the signer refused to issue for this order's identifiers; the operator can see why"},
+		{"bad validity", signer.KindBadValidity, acme.ErrorMalformed, 400, "the signer refused the order's notBefore and notAfter; the operator can see why"},
+		{"rate limited", signer.KindRateLimited, acme.ErrorRateLimited, 429, "the upstream CA rate-limited this order's identifiers; try again later; the operator can see why"},
+		{"CAA", signer.KindCAA, acme.ErrorCAA, 403, "the CAA records of this order's identifiers forbid its issuance; the operator can see why"},
+		{"DNS", signer.KindDNS, acme.ErrorDNS, 400, "the DNS of this order's identifiers failed their validation; the operator can see why"},
+		{"connection", signer.KindConnection, acme.ErrorConnection, 400, "their validation could not connect to this order's identifiers; the operator can see why"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, c := range []struct {
+				detail     string
+				generic    bool
+				wantDetail string
+			}{
+				{"the signer's words", false, "the signer's words"},
+				{"the signer's words", true, "the signer's words"},
+				{"", false, ""},
+				{"", true, tc.wantGeneric},
+			} {
+				p := refusalProblem(&signer.Error{Kind: tc.kind, Detail: c.detail}, c.generic)
+				if p == nil {
+					t.Fatalf("no problem for the refusal %+v", c)
+				}
+				if p.Type != tc.wantType || p.Status != tc.wantStatus || p.Detail != c.wantDetail {
+					t.Errorf("refusal %q (generic %v) is %s %d %q; want %s %d %q", c.detail, c.generic,
+						p.Type, p.Status, p.Detail, tc.wantType, tc.wantStatus, c.wantDetail)
+				}
+				if p.Identifier != nil || p.Subproblems != nil {
+					t.Errorf("a refusal without subproblems has an identifier or subproblems: %+v", p)
+				}
+			}
+		})
+	}
+	if p := refusalProblem(&signer.Error{Kind: signer.KindUnavailable, Detail: "down"}, true); p != nil {
+		t.Errorf("an unavailable signer is the refusal %+v; want none", p)
 	}
 }

@@ -191,10 +191,32 @@ func TLSF(format string, args ...any) *Problem {
 }
 
 // CAAF is a refusal by the identifier's CAA records (RFC 8555 §6.7, RFC
-// 8659): recorded on a challenge it carries no status; at finalize the
-// caller sets 403.
+// 8659): recorded on a challenge it carries no status; at finalize it is
+// CAARefusalF's.
 func CAAF(format string, args ...any) *Problem {
 	return &Problem{Type: acme.ErrorCAA, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Refusals of an order stated when it is finalized, about its
+// identifiers (a signer's backend, an upstream CA, found their CAA
+// records forbid it, their DNS failing, them out of reach): the order's
+// error, with the HTTP status a finalize answers it with, unlike the
+// challenge errors of the same types above, which carry none.
+
+// CAARefusalF is a finalize refused by the identifiers' CAA records: 403.
+func CAARefusalF(format string, args ...any) *Problem {
+	return newf(acme.ErrorCAA, http.StatusForbidden, format, args...)
+}
+
+// DNSRefusalF is a finalize refused for the identifiers' DNS: 400.
+func DNSRefusalF(format string, args ...any) *Problem {
+	return newf(acme.ErrorDNS, http.StatusBadRequest, format, args...)
+}
+
+// ConnectionRefusalF is a finalize refused for identifiers that could not
+// be reached: 400.
+func ConnectionRefusalF(format string, args ...any) *Problem {
+	return newf(acme.ErrorConnection, http.StatusBadRequest, format, args...)
 }
 
 // Internal answers a server fault. The detail is deliberately generic: the

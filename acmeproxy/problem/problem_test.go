@@ -91,6 +91,9 @@ func TestEachConstructorGivesItsTypeStatusAndDetail(t *testing.T) {
 		{"unavailable", problem.Unavailable("queued %s", "upstream"), acme.ErrorServerInternal, 503, "queued upstream"},
 		{"conflict", problem.ConflictF("key %s", "taken"), acme.ErrorMalformed, 409, "key taken"},
 		{"already replaced", problem.AlreadyReplacedF("certificate %s", "x.y"), acme.ErrorAlreadyReplaced, 409, "certificate x.y"},
+		{"CAA refusal at finalize", problem.CAARefusalF("CAA at %s", "a.example"), acme.ErrorCAA, 403, "CAA at a.example"},
+		{"DNS refusal at finalize", problem.DNSRefusalF("SERVFAIL at %s", "a.example"), acme.ErrorDNS, 400, "SERVFAIL at a.example"},
+		{"connection refusal at finalize", problem.ConnectionRefusalF("timeout at %s", "a.example"), acme.ErrorConnection, 400, "timeout at a.example"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,6 +119,7 @@ func TestValidationFailuresCarryNoHTTPStatus(t *testing.T) {
 		{"incorrect response", problem.IncorrectResponseF("got %q", "x"), acme.ErrorIncorrectResponse},
 		{"dns", problem.DNSF("no TXT at %s", "_acme-challenge.a"), acme.ErrorDNS},
 		{"tls", problem.TLSF("handshake with %s", "a"), acme.ErrorTLS},
+		{"caa", problem.CAAF("records at %s", "a"), acme.ErrorCAA},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
