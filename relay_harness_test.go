@@ -165,12 +165,18 @@ type relayPebble struct {
 
 // frontRefusal is an answer the front gives, in Pebble's stead, to the
 // next left requests of kind: HTTP status with a problem document of
-// type and detail, and a Retry-After of retryAfter unless "".
+// type and detail, and subproblems when set, and a Retry-After of
+// retryAfter unless "".
 type frontRefusal struct {
 	kind, typ, detail, retryAfter string
 	status                        int
+	subproblems                   []frontSubproblem
 	left                          atomic.Int32
 }
+
+// frontSubproblem is a subproblem (RFC 8555 §6.7.1) of a front's
+// refusal: a problem of type typ and detail about the DNS name name.
+type frontSubproblem struct{ typ, name, detail string }
 
 // refuseNext makes the front answer the next n POSTs of kind (a request
 // kind it counts) with status, a problem of type typ, and retryAfter as
@@ -182,6 +188,14 @@ func (p *relayPebble) refuseNext(kind string, n int, status int, typ, retryAfter
 // refuseNextSaying is refuseNext with the problem's detail.
 func (p *relayPebble) refuseNextSaying(kind string, n int, status int, typ, detail, retryAfter string) {
 	r := &frontRefusal{kind: kind, typ: typ, detail: detail, retryAfter: retryAfter, status: status}
+	r.left.Store(int32(n))
+	p.refusal.Store(r)
+}
+
+// refuseNextWithSubproblems is refuseNextSaying with subproblems, and
+// no Retry-After.
+func (p *relayPebble) refuseNextWithSubproblems(kind string, n int, status int, typ, detail string, subs ...frontSubproblem) {
+	r := &frontRefusal{kind: kind, typ: typ, detail: detail, status: status, subproblems: subs}
 	r.left.Store(int32(n))
 	p.refusal.Store(r)
 }
@@ -319,7 +333,15 @@ func (p *relayPebble) front(h http.Handler) http.Handler {
 			}
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(f.status)
-			_ = json.NewEncoder(w).Encode(map[string]any{"type": f.typ, "detail": f.detail, "status": f.status})
+			doc := map[string]any{"type": f.typ, "detail": f.detail, "status": f.status}
+			if len(f.subproblems) > 0 {
+				var subs []map[string]any
+				for _, sp := range f.subproblems {
+					subs = append(subs, map[string]any{"type": sp.typ, "detail": sp.detail, "identifier": map[string]string{"type": "dns", "value": sp.name}})
+				}
+				doc["subproblems"] = subs
+			}
+			_ = json.NewEncoder(w).Encode(doc)
 			return
 		}
 		if h := p.held.Load(); h != nil && kind == pebbleNewOrder && r.Method == http.MethodPost {

@@ -322,13 +322,31 @@ const (
 	// order's names (an upstream CA's per-name rate limit), for longer
 	// than an order waits (RFC 8555 rateLimited).
 	KindRateLimited
+	// KindCompound: the backend refused several of the order's names
+	// for reasons of different kinds, each stated in the refusal's
+	// Subproblems (RFC 8555 compound).
+	KindCompound
 )
+
+// Subproblem is a refusal about one of the order's identifiers (RFC 8555
+// §6.7.1), of a Kind other than KindUnavailable and KindCompound.
+type Subproblem struct {
+	Kind Kind
+	// Detail is shown to the client as it is: it must hold no secret.
+	Detail string
+	// Identifier is one of the order's own, as the order holds it.
+	Identifier acme.Identifier
+}
 
 // Error is a signer's refusal, with a detail fit for the client.
 type Error struct {
 	Kind   Kind
 	Detail string
 	Err    error // the cause, for the operator's log; may be nil
+	// Subproblems, when set, say which of the order's identifiers the
+	// refusal is about, and why for each; the client sees each as a
+	// subproblem of the order's error. The signer bounds how many.
+	Subproblems []Subproblem
 }
 
 func (e *Error) Error() string {

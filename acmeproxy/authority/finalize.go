@@ -218,6 +218,8 @@ func failureClass(err error) string {
 		return "dns"
 	case signer.KindConnection:
 		return "connection"
+	case signer.KindCompound:
+		return "compound"
 	case signer.KindUnavailable:
 		return "signer_unavailable"
 	}
@@ -297,6 +299,8 @@ func signerProblem(err error) *problem.Problem {
 // its kind's, with its detail; without one, a generic detail when
 // generic is set (a refusal reported later, whose reason is the
 // operator's), else none. Nil for what is no refusal (KindUnavailable).
+// A refusal about some of the order's identifiers carries a subproblem
+// for each (RFC 8555 §6.7.1), of its own kind and detail.
 func refusalProblem(e *signer.Error, generic bool) *problem.Problem {
 	detail := func(otherwise string) string {
 		if e.Detail != "" || !generic {
@@ -304,7 +308,22 @@ func refusalProblem(e *signer.Error, generic bool) *problem.Problem {
 		}
 		return otherwise + "; the operator can see why"
 	}
-	return kindProblem(e.Kind, detail)
+	p := kindProblem(e.Kind, detail)
+	if p == nil {
+		return nil
+	}
+	var subs []*problem.Problem
+	for _, sub := range e.Subproblems {
+		sp := kindProblem(sub.Kind, func(string) string { return sub.Detail })
+		if sp == nil || sub.Kind == signer.KindCompound {
+			continue
+		}
+		subs = append(subs, sp.For(sub.Identifier.Type, sub.Identifier.Value))
+	}
+	if len(subs) > 0 {
+		p = problem.CompoundOf(p, subs)
+	}
+	return p
 }
 
 // kindProblem is the problem of a refusal of kind k, whose detail is
@@ -326,6 +345,8 @@ func kindProblem(k signer.Kind, detail func(generic string) string) *problem.Pro
 		return problem.DNSRefusalF("%s", detail("the DNS of this order's identifiers failed their validation"))
 	case signer.KindConnection:
 		return problem.ConnectionRefusalF("%s", detail("their validation could not connect to this order's identifiers"))
+	case signer.KindCompound:
+		return problem.CompoundF("%s", detail("the signer refused several of this order's identifiers, each for its own reason (see the subproblems)"))
 	}
 	return nil
 }

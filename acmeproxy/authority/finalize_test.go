@@ -214,3 +214,54 @@ func TestASignersRefusalIsTheProblemOfItsKindWithItsStatus(t *testing.T) {
 		t.Errorf("an unavailable signer is the refusal %+v; want none", p)
 	}
 }
+
+// A signer's refusal about some of the order's identifiers is the
+// problem of its kind with a subproblem for each (RFC 8555 §6.7.1): the
+// subproblem's own type and detail, its identifier, and no HTTP status;
+// a refusal of several kinds is compound.
+func TestASignersRefusalAboutSomeIdentifiersCarriesASubproblemForEach(t *testing.T) {
+	a := acme.Identifier{Type: acme.IdentifierDNS, Value: "a.example.com"}
+	b := acme.Identifier{Type: acme.IdentifierIP, Value: "192.0.2.7"}
+	tests := []struct {
+		name       string
+		refusal    signer.Error
+		wantType   acme.ProblemType
+		wantStatus int
+		wantSubs   []problem.Problem
+	}{
+		{"ok/CAA refusals of two identifiers", signer.Error{Kind: signer.KindCAA, Detail: "the upstream CA refused: CAA", Subproblems: []signer.Subproblem{
+			{Kind: signer.KindCAA, Detail: "CAA record for a.example.com prevents issuance", Identifier: a},
+			{Kind: signer.KindCAA, Detail: "CAA record for 192.0.2.7 prevents issuance", Identifier: b}}},
+			acme.ErrorCAA, 403, []problem.Problem{
+				{Type: acme.ErrorCAA, Detail: "CAA record for a.example.com prevents issuance", Identifier: &a},
+				{Type: acme.ErrorCAA, Detail: "CAA record for 192.0.2.7 prevents issuance", Identifier: &b}}},
+		{"ok/refusals of different kinds are compound", signer.Error{Kind: signer.KindCompound, Detail: "the upstream CA refused: 2 failed", Subproblems: []signer.Subproblem{
+			{Kind: signer.KindCAA, Detail: "CAA forbids", Identifier: a},
+			{Kind: signer.KindDNS, Detail: "SERVFAIL", Identifier: b},
+			{Kind: signer.KindUnavailable, Detail: "no refusal", Identifier: b}}},
+			acme.ErrorCompound, 400, []problem.Problem{
+				{Type: acme.ErrorCAA, Detail: "CAA forbids", Identifier: &a},
+				{Type: acme.ErrorDNS, Detail: "SERVFAIL", Identifier: &b}}},
+		{"ok/a refused name", signer.Error{Kind: signer.KindRejectedIdentifier, Subproblems: []signer.Subproblem{
+			{Kind: signer.KindRejectedIdentifier, Detail: "a.example.com is a forbidden domain", Identifier: a}}},
+			acme.ErrorRejectedIdentifier, 400, []problem.Problem{
+				{Type: acme.ErrorRejectedIdentifier, Detail: "a.example.com is a forbidden domain", Identifier: &a}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := refusalProblem(&tc.refusal, true)
+			if p == nil || p.Type != tc.wantType || p.Status != tc.wantStatus || p.Identifier != nil {
+				t.Fatalf("the refusal is %+v; want %s %d about no identifier", p, tc.wantType, tc.wantStatus)
+			}
+			if len(p.Subproblems) != len(tc.wantSubs) {
+				t.Fatalf("%d subproblems %+v; want %d", len(p.Subproblems), p.Subproblems, len(tc.wantSubs))
+			}
+			for i, sp := range p.Subproblems {
+				w := tc.wantSubs[i]
+				if sp.Type != w.Type || sp.Detail != w.Detail || sp.Status != 0 || sp.Identifier == nil || *sp.Identifier != *w.Identifier || sp.Subproblems != nil {
+					t.Errorf("subproblem %d is %+v (about %v); want %s %q about %v, without a status", i, sp, sp.Identifier, w.Type, w.Detail, *w.Identifier)
+				}
+			}
+		})
+	}
+}

@@ -219,6 +219,12 @@ func ConnectionRefusalF(format string, args ...any) *Problem {
 	return newf(acme.ErrorConnection, http.StatusBadRequest, format, args...)
 }
 
+// CompoundF is a refusal of several identifiers for reasons of different
+// types (RFC 8555 §6.7.1), each a subproblem (CompoundOf): 400.
+func CompoundF(format string, args ...any) *Problem {
+	return newf(acme.ErrorCompound, http.StatusBadRequest, format, args...)
+}
+
 // Internal answers a server fault. The detail is deliberately generic: the
 // cause belongs in the operator's log, not in the client's answer.
 func Internal() *Problem {

@@ -93,6 +93,7 @@ func TestEachConstructorGivesItsTypeStatusAndDetail(t *testing.T) {
 		{"already replaced", problem.AlreadyReplacedF("certificate %s", "x.y"), acme.ErrorAlreadyReplaced, 409, "certificate x.y"},
 		{"CAA refusal at finalize", problem.CAARefusalF("CAA at %s", "a.example"), acme.ErrorCAA, 403, "CAA at a.example"},
 		{"DNS refusal at finalize", problem.DNSRefusalF("SERVFAIL at %s", "a.example"), acme.ErrorDNS, 400, "SERVFAIL at a.example"},
+		{"compound", problem.CompoundF("%d identifiers refused", 2), acme.ErrorCompound, 400, "2 identifiers refused"},
 		{"connection refusal at finalize", problem.ConnectionRefusalF("timeout at %s", "a.example"), acme.ErrorConnection, 400, "timeout at a.example"},
 	}
 	for _, tc := range tests {

@@ -64,7 +64,14 @@ type failure struct {
 	// act on (its CAA records, its DNS, its reachability), without the
 	// relay's secrets and the upstream's URLs; "" for a generic detail.
 	refusalDetail string
-	reason        string
+	// stated is, for a failure given up on for the upstream's stated
+	// problem with subproblems, that problem: classifyFor reads in it
+	// which of the order's identifiers it is about.
+	stated *acme.Problem
+	// subproblems are the client's: the refusal of each of the order's
+	// identifiers the upstream named (classifyFor).
+	subproblems []signer.Subproblem
+	reason      string
 	// limitDetail is a rate limit's detail, as the upstream stated it:
 	// onNames reads in it whose limit it is.
 	limitDetail string
@@ -107,8 +114,10 @@ func (r secrets) classify(err error, last response) failure {
 		var p acme.Problem
 		if errors.As(perm.err, &p) {
 			f.refusal = refusalOf(p.Type)
-			f.refusalDetail = r.refusalDetail(perm.err, p)
+			f.refusalDetail = r.refusalDetail(f.refusal, perm.err, p.Detail)
+			f.stated = withSubproblems(p)
 		}
+		f.reason = clipReason(f.reason)
 		return f
 	}
 	var p acme.Problem
@@ -146,7 +155,8 @@ func (r secrets) classify(err error, last response) failure {
 			// unauthorized, malformed (our JWS), caa, dns, ...
 			f.verdict = giveUp
 			f.refusal = refusalOf(p.Type)
-			f.refusalDetail = r.refusalDetail(err, p)
+			f.refusalDetail = r.refusalDetail(f.refusal, err, p.Detail)
+			f.stated = withSubproblems(p)
 		}
 	} else if last.status == http.StatusTooManyRequests {
 		f.verdict = coolDown
@@ -159,7 +169,24 @@ func (r secrets) classify(err error, last response) failure {
 	if f.verdict == coolDown && f.after == 0 {
 		f.after = defaultCoolDown
 	}
+	f.reason = clipReason(f.reason)
 	return f
+}
+
+// maxReason bounds a failure's reason, which the job's last error, the
+// order's failure detail and the log keep: an upstream's answer quoted
+// whole (its detail, each of its subproblems) is the upstream's to size.
+const maxReason = 8 << 10
+
+func clipReason(s string) string { return textcut.Clip(s, maxReason, "…") }
+
+// withSubproblems is p, for failure.stated, when it has subproblems;
+// else nil.
+func withSubproblems(p acme.Problem) *acme.Problem {
+	if len(p.Subproblems) == 0 {
+		return nil
+	}
+	return &p
 }
 
 // urlInText matches a URL quoted in an error's text, up to what ends it
@@ -225,20 +252,21 @@ func refusalOf(typ string) signer.Kind {
 // maxRefusalDetail bounds the upstream's detail a client is shown.
 const maxRefusalDetail = 512
 
-// refusalDetail is what the client is told of the refusal p, which err
-// carries: for a refusal about a name (refusalOf's caa, dns and
-// connection), the upstream's detail, naming the name when err says
-// which (a nameProblem), without the relay's secrets and the upstream's
-// own URLs (the upstream's account, its order); "" for the others,
-// whose client hears a generic detail (the upstream's text there is
-// about the CSR or the relay's request, for the operator).
-func (r secrets) refusalDetail(err error, p acme.Problem) string {
-	switch refusalOf(p.Type) {
-	case signer.KindCAA, signer.KindDNS, signer.KindConnection:
+// refusalDetail is what the client is told of a refusal of kind k, whose
+// upstream detail is detail, which err carries: for a refusal about a
+// name (refusalOf's caa, dns and connection, and a compound of them),
+// the upstream's detail, naming the name when err says which (a
+// nameProblem), without the relay's secrets and the upstream's own URLs
+// (the upstream's account, its order); "" for the others, whose client
+// hears a generic detail (the upstream's text there is about the CSR or
+// the relay's request, for the operator).
+func (r secrets) refusalDetail(k signer.Kind, err error, detail string) string {
+	switch k {
+	case signer.KindCAA, signer.KindDNS, signer.KindConnection, signer.KindCompound:
 	default:
 		return ""
 	}
-	detail := r.clientText(p.Detail)
+	detail = r.clientText(detail)
 	if detail == "" {
 		detail = "no detail given"
 	}

@@ -205,7 +205,7 @@ func (s *Signer) runPrepare(ctx context.Context, b *signer.Binding, log *zap.Log
 				zap.String("profile", b.Profile), zap.String("order", o.ID), zap.String("reason", s.secrets.reasonOf(err)))
 			return
 		}
-		f := s.secrets.classify(err, rec.lastResponse()).onNames(o.Identifiers)
+		f := s.secrets.classifyFor(err, rec.lastResponse(), o.Identifiers)
 		if f.forgetAccount {
 			s.forgetAccount(ctx, b.Profile)
 		}

@@ -612,7 +612,7 @@ func (s *Signer) RunJob(ctx context.Context, job *jobs.Job) jobs.Outcome {
 			// fault nor ours.
 			return jobs.RetryAfter("interrupted: "+s.secrets.reasonOf(err), 0)
 		}
-		return s.outcome(ctx, b, log, ro, s.secrets.classify(err, rec.lastResponse()).onNames(ro.Identifiers))
+		return s.outcome(ctx, b, log, ro, s.secrets.classifyFor(err, rec.lastResponse(), ro.Identifiers))
 	}
 	if err := b.Settler.Issued(ctx, ro.OrderID, issued.Chain, issued.Alternates...); err != nil {
 		return jobs.Retry("recording the certificate: " + err.Error())
@@ -643,7 +643,7 @@ func (s *Signer) outcome(ctx context.Context, b *signer.Binding, log *zap.Logger
 		s.coolDown(ctx, f.after)
 	}
 	if f.verdict == giveUp && f.refusal != 0 {
-		s.keepRefusal(ro, &signer.Error{Kind: f.refusal, Detail: f.refusalDetail})
+		s.keepRefusal(ro, &signer.Error{Kind: f.refusal, Detail: f.refusalDetail, Subproblems: f.subproblems})
 	}
 	return outcomeFor(f, reason)
 }
@@ -699,7 +699,8 @@ func outcomeFor(f failure, reason string) jobs.Outcome {
 // AbandonJob marks the order invalid through the Settler, with the real
 // reason for the operator, and records it on the mapping too. An order the
 // upstream refused for its CSR or names fails with that refusal's problem
-// (badCSR, rejectedIdentifier, caa, dns, connection) instead of the
+// (badCSR, rejectedIdentifier, caa, dns, connection, compound), with a
+// subproblem for each of its names the upstream named, instead of the
 // generic one. Both writes are
 // guarded on the order still processing, so a second run changes nothing;
 // one that could not write (the database away) returns the error, and

@@ -33,8 +33,10 @@ type fakeSettler struct {
 	alternates map[string][][][]byte
 	failed     map[string][]string
 	refused    map[string]signer.Kind
-	// refusedDetail is the client's detail of each refusal.
+	// refusedDetail is the client's detail of each refusal;
+	// refusedSubs its subproblems.
 	refusedDetail map[string]string
+	refusedSubs   map[string][]signer.Subproblem
 	// failErr, while set, is what Failed and Refused answer, recording
 	// nothing (the database away).
 	failErr error
@@ -72,9 +74,11 @@ func (f *fakeSettler) Refused(ctx context.Context, id string, refusal *signer.Er
 	if f.refused == nil {
 		f.refused = map[string]signer.Kind{}
 		f.refusedDetail = map[string]string{}
+		f.refusedSubs = map[string][]signer.Subproblem{}
 	}
 	f.refused[id] = refusal.Kind
 	f.refusedDetail[id] = refusal.Detail
+	f.refusedSubs[id] = refusal.Subproblems
 	f.mu.Unlock()
 	return f.Failed(ctx, id, "refused: "+detail)
 }
