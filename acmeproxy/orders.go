@@ -169,12 +169,7 @@ func (s *Server) checkIdentifiers(in []acme.Identifier) ([]acme.Identifier, []bo
 		}
 	}
 	if len(subs) > 0 {
-		top := *subs[0]
-		top.Identifier, top.Status = nil, http.StatusBadRequest
-		if len(subs) > 1 {
-			top.Detail = "several identifiers were refused; see subproblems"
-		}
-		return nil, nil, problem.CompoundOf(&top, subs)
+		return nil, nil, problem.IdentifiersRefused(subs, "several identifiers were refused; see subproblems")
 	}
 	if len(out) > maxIdentifiers {
 		return nil, nil, problem.RejectedIdentifierF("an order may have at most %d identifiers, not %d", maxIdentifiers, len(out))

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -203,14 +202,6 @@ func (au *Authority) staleCAA(ctx context.Context, o store.Order) ([]*problem.Pr
 // subproblems (one per refused identifier; at least one): 403 for records
 // that forbid, 400 for a lookup that failed.
 func caaRefusal(subs []*problem.Problem) *problem.Problem {
-	top := *subs[0]
-	top.Identifier, top.Status = nil, http.StatusForbidden
-	if top.Type != acme.ErrorCAA {
-		top.Status = http.StatusBadRequest
-	}
-	if len(subs) > 1 {
-		top.Detail = fmt.Sprintf("the CAA records of %d identifiers, checked again since their validation is older than %s, refuse issuance (see the subproblems)",
-			len(subs), CAARecheckAfter)
-	}
-	return problem.CompoundOf(&top, subs)
+	return problem.IdentifiersRefused(subs, fmt.Sprintf("the CAA records of %d identifiers, checked again since their validation is older than %s, refuse issuance (see the subproblems)",
+		len(subs), CAARecheckAfter))
 }

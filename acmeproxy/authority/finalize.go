@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -240,12 +239,7 @@ func (au *Authority) policyRefusal(idents []acme.Identifier) *problem.Problem {
 	if len(subs) == 0 {
 		return nil
 	}
-	top := *subs[0]
-	top.Identifier, top.Status = nil, http.StatusBadRequest
-	if len(subs) > 1 {
-		top.Detail = "several identifiers were refused; see subproblems"
-	}
-	return problem.CompoundOf(&top, subs)
+	return problem.IdentifiersRefused(subs, "several identifiers were refused; see subproblems")
 }
 
 // ValidityRefusal asks the signer, when it builds the leaf's validity

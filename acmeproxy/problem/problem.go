@@ -244,6 +244,24 @@ func CompoundOf(top *Problem, subs []*Problem) *Problem {
 	return top
 }
 
+// IdentifiersRefused is the answer to a request refused for some of its
+// identifiers, subs a problem for each (at least one, each naming its
+// identifier): the first one's type and detail without its identifier
+// — several instead of the detail when there are more — and each a
+// subproblem (RFC 8555 §6.7.1); status 403 for caa (as CAARefusalF),
+// 400 otherwise.
+func IdentifiersRefused(subs []*Problem, several string) *Problem {
+	top := *subs[0]
+	top.Identifier, top.Status = nil, http.StatusBadRequest
+	if top.Type == acme.ErrorCAA {
+		top.Status = http.StatusForbidden
+	}
+	if len(subs) > 1 {
+		top.Detail = several
+	}
+	return CompoundOf(&top, subs)
+}
+
 // InvalidProfileF answers a new-order naming a certificate profile the
 // server does not offer, or a finalize of an order whose certificate
 // profile is no longer offered (draft-ietf-acme-profiles).
