@@ -22,11 +22,12 @@ type Metrics interface {
 	// Issued counts a certificate issued.
 	Issued(profile string)
 	// IssueFailed counts an issuance that failed for good, its order
-	// made invalid, once per order, by reason class (bad_csr,
-	// rejected_identifier, bad_validity, abandoned, invalid_profile
-	// for an order whose certificate profile a reload removed before it
-	// was signed, and caa for one whose CAA records, checked again
-	// before a deferred signing, forbid it).
+	// made invalid, once per order, by reason class: failureClass's
+	// (bad_csr, rejected_identifier, bad_validity, rate_limited, caa,
+	// dns, connection, compound, internal), abandoned, and
+	// invalid_profile for an order whose certificate profile a reload
+	// removed before it was signed. The README's metrics list is the
+	// operator's copy.
 	IssueFailed(profile, reason string)
 	// IssueDeferred counts a finalize whose signing was put off by a
 	// fault on our side (the signer unavailable, the leaf's CRL not yet
