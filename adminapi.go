@@ -131,7 +131,8 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	if r.Method != rt.method {
 		w.Header().Set("Allow", rt.method)
-		return apiError(http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s; use %s", r.Method, r.URL.Path, rt.method))
+		return apiError(http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s; use %s",
+			operator.Clip(r.Method), operator.Clip(r.URL.Path), rt.method))
 	}
 	err := a.serveWith(w, r, rt, id)
 	if ae, ok := errors.AsType[caddy.APIError](err); ok && ae.HTTPStatus == http.StatusServiceUnavailable {

@@ -79,3 +79,32 @@ func TestARefusedExplanationURLIsNotQuotedWithItsCredentials(t *testing.T) {
 		})
 	}
 }
+
+// A request by the wrong method is told which to use without being sent
+// its path or its method back: a route's path may be padded with slashes
+// (they are trimmed to find it) and a method is any token, as long as
+// the request line Caddy's admin endpoint reads.
+func TestAnAdminMethodNotAllowedQuotesAtMostTheStartOfThePathAndMethod(t *testing.T) {
+	tests := []struct {
+		name, method, uri string
+	}{
+		{"a path padded with slashes", http.MethodGet, "orders/o/revoke" + strings.Repeat("/", 30<<10)},
+		{"a path of many leading slashes", http.MethodGet, strings.Repeat("/", 30<<10) + "renew-early"},
+		{"a long method", strings.Repeat("M", 30<<10), "orders"},
+	}
+	a := fuzzAdminAPI(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, adminBase+tt.uri, nil)
+			r.Method = tt.method
+			err := a.serve(httptest.NewRecorder(), r)
+			ae, ok := errors.AsType[caddy.APIError](err)
+			if !ok || ae.HTTPStatus != http.StatusMethodNotAllowed {
+				t.Fatalf("%.40s %.40s…: %.200v; want a 405", tt.method, tt.uri, err)
+			}
+			if len(ae.Message) > 1024 || len(err.Error()) > 1024 {
+				t.Errorf("an answer of %d bytes, a log line of %d; want at most 1024: %.200q…", len(ae.Message), len(err.Error()), ae.Message)
+			}
+		})
+	}
+}
