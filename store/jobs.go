@@ -502,7 +502,7 @@ func (db *DB) RetryJob(ctx context.Context, id int64, owner string, runAt time.T
 	return db.settleUnlessCancelled(ctx, "retry", id, owner,
 		`status = 'ready', finished_at = NULL, rerun_at = NULL,
 		 attempts = attempts - ?, run_at = ?, last_error = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?`,
-		refunded, runAt.UnixMilli(), text(reason), now.UnixMilli())
+		refunded, runAt.UnixMilli(), failureText(reason), now.UnixMilli())
 }
 
 // RetireJob settles a job as failed or cancelled for good.
@@ -512,7 +512,7 @@ func (db *DB) RetireJob(ctx context.Context, id int64, owner string, status JobS
 	}
 	_, err := db.settle(ctx, "retire", id, owner,
 		`status = ?, last_error = ?, rerun_at = NULL, lease_owner = NULL, lease_until = NULL, updated_at = ?, finished_at = ?`,
-		string(status), text(reason), now.UnixMilli(), now.UnixMilli())
+		string(status), failureText(reason), now.UnixMilli(), now.UnixMilli())
 	return err
 }
 

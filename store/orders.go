@@ -866,7 +866,7 @@ type Certificate struct {
 // One guarded statement.
 func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail string, now time.Time) error {
 	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
-		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(text(detail)), now.UnixMilli(), id)
+		WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(failureText(detail)), now.UnixMilli(), id)
 	if err != nil {
 		return fmt.Errorf("store: failing order %s: %w", id, err)
 	}
@@ -884,7 +884,7 @@ func (db *DB) FailOrder(ctx context.Context, id string, problem []byte, detail s
 func (db *DB) FailOrderAudited(ctx context.Context, id string, problem []byte, detail string, ev AuditEvent, now time.Time) error {
 	err := db.withTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, db.q(`UPDATE orders SET status = 'invalid', error = ?, failure_detail = ?, updated_at = ?
-			WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(text(detail)), now.UnixMilli(), id)
+			WHERE id = ? AND status IN ('pending','ready','processing')`), nullBytes(problem), strOrNull(failureText(detail)), now.UnixMilli(), id)
 		if err != nil {
 			return err
 		}

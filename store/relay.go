@@ -197,7 +197,7 @@ func (db *DB) SettleRelayOrder(ctx context.Context, orderID, status, detail stri
 		return fmt.Errorf("store: cannot settle relay order %s as %q", orderID, status)
 	}
 	if _, err := db.lazyWr.ExecContext(ctx, db.q(`UPDATE relay_orders SET status = ?, detail = ?, updated_at = ?
-		WHERE order_id = ? AND status = 'processing'`), status, text(detail), now.UnixMilli(), orderID); err != nil {
+		WHERE order_id = ? AND status = 'processing'`), status, failureText(detail), now.UnixMilli(), orderID); err != nil {
 		return fmt.Errorf("store: settling relay order %s: %w", orderID, err)
 	}
 	return nil

@@ -39,3 +39,16 @@ func allHoldable(ss ...string) bool {
 	}
 	return true
 }
+
+// FailureTextMax bounds, in bytes, the text a row keeps for the operator
+// about a failure: a job's last error, an order's failure detail, a relay
+// order's detail. Such text quotes what an outside party answered (an
+// upstream CA's Location or problem, an SMTP server's reply, a program's
+// stderr), and is written again at every retry; a longer one is cut by
+// Clip, its start kept.
+const FailureTextMax = 4 << 10
+
+// failureText is s made storable (see text) and cut to FailureTextMax.
+func failureText(s string) string {
+	return Clip(text(s), FailureTextMax)
+}
