@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/x509"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -277,7 +279,8 @@ func TestNoConfiguredSecretAppearsInAnyLogLineAnswerOrStoredRow(t *testing.T) {
 		}, "\n"),
 		ExtraProfiles: profile("relayed", "signer relay {\ndirectory {env.E2E_CANARY_RELAY_DIR}\neab canary-kid {env.E2E_CANARY_RELAY_EAB}\nchallenge bypass\n}") +
 			profile("scripted", fmt.Sprintf("signer script {\ncommand %s {env.E2E_CANARY_SIGN_ARG}\nenv SIGN_TOKEN {env.E2E_CANARY_SIGN_ENV}\ntimeout 10s\n}", signer)) +
-			profile("bound", "eab required"),
+			profile("bound", "eab required") +
+			"route /ui* {\nacme_proxy_ui {\nprefix /ui\ninsecure_no_auth\n}\n}\n",
 	})
 	unloadAdminOnCleanup(t)
 	if got := activeApp(t).db.String(); !strings.HasPrefix(got, "postgres ") {
@@ -424,6 +427,49 @@ func TestNoConfiguredSecretAppearsInAnyLogLineAnswerOrStoredRow(t *testing.T) {
 		}
 		seen["the CLI's caddy acme-proxy "+strings.Join(args, " ")] = out
 	}
+	// What the operator's browser is shown: the web page's every list,
+	// and each order, account and job it links to.
+	ui := func(rel string) string {
+		t.Helper()
+		u := fmt.Sprintf("https://127.0.0.1:%d/ui/%s", env.HTTPSPort, rel)
+		resp, err := env.client.Get(u)
+		if err != nil {
+			t.Fatalf("GET %s: %v", u, err)
+		}
+		defer resp.Body.Close()
+		page, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d %v\n%s", u, resp.StatusCode, err, page)
+		}
+		seen["the web page "+u] = string(page)
+		return string(page)
+	}
+	var accounts operator.Page[operator.AccountView]
+	if err := json.Unmarshal([]byte(admin(http.MethodGet, "/acme_proxy/accounts?limit=500", "")), &accounts); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"", "orders", "accounts", "jobs", "audit", "orders/" + relayed, "orders/" + scripted} {
+		ui(rel)
+	}
+	for _, a := range accounts.Items {
+		ui("accounts/" + a.ID)
+	}
+	for _, j := range jobs.Items {
+		ui(fmt.Sprintf("jobs/%d", j.ID))
+	}
+	// What a monitoring system scrapes.
+	status, metrics := b.adminCall(t, http.MethodGet, "/metrics", "")
+	if status != http.StatusOK || !strings.Contains(string(metrics), "caddy_acme_proxy_") {
+		t.Errorf("GET /metrics: %d, without the proxy's metrics", status)
+	}
+	seen["the metrics"] = string(metrics)
+	// What the database keeps, every row of every table, read directly:
+	// a column no answer shows (a relay order's detail, an order's
+	// failure detail, a job's payload) is stored all the same.
+	for what, text := range storedRows(t, dsn+" password="+canaries["E2E_CANARY_PG_PW"]) {
+		seen[what] = text
+	}
+
 	for _, file := range []string{env.LogFile, debugLog} {
 		data, err := os.ReadFile(file)
 		if err != nil {
@@ -444,4 +490,59 @@ func TestNoConfiguredSecretAppearsInAnyLogLineAnswerOrStoredRow(t *testing.T) {
 			}
 		}
 	}
+}
+
+// storedRows is every row of every table of the database at dsn, as text
+// (a bytea column's printable bytes as they are), by table and row.
+func storedRows(t *testing.T, dsn string) map[string]string {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(t.Context(), `SELECT table_name, column_name, data_type FROM information_schema.columns
+		WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := map[string][]string{} // table → the expressions of its columns as text
+	for rows.Next() {
+		var table, col, typ string
+		if err := rows.Scan(&table, &col, &typ); err != nil {
+			t.Fatal(err)
+		}
+		expr := fmt.Sprintf("%q::text", col)
+		if typ == "bytea" {
+			expr = fmt.Sprintf("encode(%q, 'escape')", col)
+		}
+		cols[table] = append(cols[table], expr)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"jobs", "orders", "relay_orders", "audit_events"} {
+		if cols[want] == nil {
+			t.Errorf("the database has no table %s (it has %d): the test reads the wrong one", want, len(cols))
+		}
+	}
+	out := map[string]string{}
+	for table, exprs := range cols {
+		rows, err := db.QueryContext(t.Context(), fmt.Sprintf("SELECT concat_ws(' | ', %s) FROM %q", strings.Join(exprs, ", "), table))
+		if err != nil {
+			t.Fatalf("reading %s: %v", table, err)
+		}
+		for i := 1; rows.Next(); i++ {
+			var text string
+			if err := rows.Scan(&text); err != nil {
+				t.Fatal(err)
+			}
+			out[fmt.Sprintf("row %d of the %s table", i, table)] = text
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+	}
+	return out
 }
