@@ -180,7 +180,8 @@ func (s *canaryServers) refusingUpstream(t *testing.T, macKey string) *httptest.
 // credentials, SMTP credentials, a script signer's env and argument
 // tokens, a notify script's argument token), each a distinct canary,
 // appear in no log line at any level, no admin API answer but the one
-// that mints an EAB key, no CLI output, no job or audit row and no ACME
+// that mints an EAB key, no CLI output, no page of the web UI, no metric,
+// no row of any table (read from the database directly) and no ACME
 // problem, while every one of them is used and every outside party it
 // is sent to fails, quoting what it was sent. (The user names beside the
 // relay's and the SMTP password are shown by design: only their use is
