@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -198,5 +201,26 @@ func TestEveryChangeRefusesAFormFromAnotherOriginAndTakesOneFromItsOwn(t *testin
 				}
 			})
 		}
+	}
+}
+
+// A refused POST is logged with the start of its path only: a route's
+// path may be padded with any number of slashes (they are trimmed to
+// find it), and a page of another origin can have the operator's browser
+// post to one as long as a request line may be.
+func TestARefusedPostIsLoggedWithTheStartOfItsPathOnly(t *testing.T) {
+	f := newFixture(t, false)
+	core, logs := observer.New(zap.WarnLevel)
+	f.ui.cfg.Logger = zap.New(core)
+	path := fmt.Sprintf("/ops/jobs/%d/do-cancel", f.job) + strings.Repeat("/", 30<<10)
+	if w := f.post(t, path, url.Values{"csrf": {"not the token"}}, nil); w.Code != http.StatusForbidden {
+		t.Fatalf("POST with a wrong token: %d; want 403", w.Code)
+	}
+	refused := logs.FilterField(zap.String("event", "ui_post_refused")).All()
+	if len(refused) != 1 {
+		t.Fatalf("%d ui_post_refused lines; want 1", len(refused))
+	}
+	if got := refused[0].ContextMap()["path"].(string); len(got) > 1024 {
+		t.Errorf("the line's path is %d bytes; want at most 1024: %.80q…", len(got), got)
 	}
 }

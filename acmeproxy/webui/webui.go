@@ -207,7 +207,7 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if rt.method == http.MethodPost {
 		if err := u.checkPost(r, user); err != nil {
-			u.cfg.Logger.Warn("web ui: refused a POST", zap.String("event", "ui_post_refused"), zap.String("path", r.URL.Path), zap.String("user", user), zap.Error(err))
+			u.cfg.Logger.Warn("web ui: refused a POST", zap.String("event", "ui_post_refused"), zap.String("path", operator.Clip(r.URL.Path)), zap.String("user", user), zap.Error(err))
 			rq.fail(http.StatusForbidden, err)
 			return
 		}
@@ -312,7 +312,7 @@ func (rq *request) fail(status int, err error) {
 	}
 	if status == 0 || status == http.StatusInternalServerError {
 		status = http.StatusInternalServerError
-		rq.ui.cfg.Logger.Error("web ui: request failed", zap.String("event", "ui_request_failed"), zap.String("path", rq.r.URL.Path), zap.Error(err))
+		rq.ui.cfg.Logger.Error("web ui: request failed", zap.String("event", "ui_request_failed"), zap.String("path", operator.Clip(rq.r.URL.Path)), zap.Error(err))
 		msg = "the server failed to answer; its log says why"
 	}
 	if status == http.StatusServiceUnavailable {
