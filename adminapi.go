@@ -222,11 +222,12 @@ func readJSONBody(r *http.Request, max int64, optional bool, v any, shape string
 	if err := dec.Decode(v); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			// Say what was wrong in the body's terms: encoding/json's text
-			// names the Go struct and type it decodes into.
+			// names the Go struct and type it decodes into. Its Value
+			// quotes a number whole, by its start here.
 			if te.Field != "" {
-				err = fmt.Errorf("%q is a JSON %s, not a %s", te.Field, te.Value, jsonKind(te.Type))
+				err = fmt.Errorf("%q is a JSON %s, not a %s", te.Field, operator.Clip(te.Value), jsonKind(te.Type))
 			} else {
-				err = fmt.Errorf("it is a JSON %s", te.Value)
+				err = fmt.Errorf("it is a JSON %s", operator.Clip(te.Value))
 			}
 		} else if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			// Quoted by its start: the name is the client's.

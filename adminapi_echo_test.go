@@ -36,6 +36,7 @@ func TestAnAdminErrorQuotesAtMostTheStartOfAValueItRefuses(t *testing.T) {
 		{"a parameter's name", "GET", "orders?" + strings.Repeat("n", 30<<10) + "=1", ""},
 		{"a field's name", "POST", "eab/create", `{"` + strings.Repeat("f", 30<<10) + `":1}`},
 		{"an EAB key's expiry", "POST", "eab/create", `{"profile":"p","label":"l","expires":"` + strings.Repeat("9", 30<<10) + `"}`},
+		{"a revocation reason's number", "POST", "orders/o/revoke", `{"reason":` + strings.Repeat("9", 30<<10) + `}`},
 	}
 	a := fuzzAdminAPI(t)
 	for _, tt := range tests {
