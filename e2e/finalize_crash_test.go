@@ -14,9 +14,6 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, to hold a lock and watch the orders from outside
 
 	xacme "golang.org/x/crypto/acme"
-
-	"github.com/acmeproxy/caddy-acme-proxy/internal/pgtest"
-	"github.com/acmeproxy/caddy-acme-proxy/internal/testdns"
 )
 
 // TestCaddyKilledMidFinalizeFinishesTheOrderWithinAMinuteOfItsRestart
@@ -29,17 +26,7 @@ import (
 // well within the 90 s certbot waits for a processing order, rather than
 // after the resume sweep's StuckAfter (README, Durability).
 func TestCaddyKilledMidFinalizeFinishesTheOrderWithinAMinuteOfItsRestart(t *testing.T) {
-	f := &fleet{dsn: pgtest.DSN(t)}
-	dir := t.TempDir()
-	d, err := testdns.Start(fleetZone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	f.dns = d
-	f.port, f.httpPort = freePortOn(t, "127.0.0.1"), freePortOn(t, "127.0.0.1")
-	f.makeCA(t, dir)
-	f.bin = buildCaddy(t)
+	f, dir := newFleet(t, "127.0.0.1")
 	in := &fleetInstance{name: "A", ip: "127.0.0.1", adminPort: freePortOn(t, "127.0.0.1"), storage: filepath.Join(dir, "a")}
 	f.inst[0] = in
 	f.start(t, in)

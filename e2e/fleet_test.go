@@ -132,6 +132,26 @@ type fleetInstance struct {
 	proc      *caddyProc
 }
 
+// newFleet is a fleet on a PostgreSQL database of the test's own, with
+// its test DNS server, its ACME and HTTP ports free on every one of ips,
+// its CA and the Caddy binary built; no instance yet. dir is the test's
+// directory, for the instances' storage.
+func newFleet(t *testing.T, ips ...string) (f *fleet, dir string) {
+	t.Helper()
+	f = &fleet{dsn: pgtest.DSN(t)}
+	dir = t.TempDir()
+	d, err := testdns.Start(fleetZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	f.dns = d
+	f.port, f.httpPort = freePortOn(t, ips...), freePortOn(t, ips...)
+	f.makeCA(t, dir)
+	f.bin = buildCaddy(t)
+	return f, dir
+}
+
 func (f *fleet) config(in *fleetInstance) string {
 	relay := ""
 	if in.relay {
@@ -667,18 +687,8 @@ func freePortOn(t *testing.T, ips ...string) int {
 // relays in flight; PostgreSQL restarted under load.
 func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t *testing.T) {
 	needLoopback2(t)
-	f := &fleet{dsn: pgtest.DSN(t)}
-	dir := t.TempDir()
-	d, err := testdns.Start(fleetZone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	f.dns = d
-	f.port, f.httpPort = freePortOn(t, "127.0.0.1", "127.0.0.2"), freePortOn(t, "127.0.0.1", "127.0.0.2")
-	f.pebble = startFleetPebble(t, d.Addr, f.httpPort)
-	f.makeCA(t, dir)
-	f.bin = buildCaddy(t)
+	f, dir := newFleet(t, "127.0.0.1", "127.0.0.2")
+	f.pebble = startFleetPebble(t, f.dns.Addr, f.httpPort)
 	f.inst[0] = &fleetInstance{name: "A", ip: "127.0.0.1", adminPort: freePortOn(t, "127.0.0.1"), storage: filepath.Join(dir, "a"), relay: true}
 	// B mounts no relay signer at first: then only A can run a relay, and
 	// B's answer to the upstream can only come from the database.
