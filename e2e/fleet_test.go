@@ -27,6 +27,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -752,61 +753,54 @@ func TestTwoCaddyInstancesOnOnePostgreSQLServeEveryRequestAndFinishEveryRelay(t 
 		}
 	})
 
-	// Orders of the internal profile, issued by several clients at once
-	// with their requests alternating; wait returns what went wrong with
-	// any of them: an order that did not reach valid, a certificate that
-	// is not for its name from the fleet's CA.
-	load := func(t *testing.T, clients, each int, prefix string) (done *atomic.Int64, wait func() []error) {
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			errs []error
-		)
-		done = new(atomic.Int64)
-		for i := range clients {
-			rt := f.alternating().resendingAfterReload()
-			c, _ := f.client(t, rt, "internal")
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range each {
-					name := fmt.Sprintf("%s-%d-%d.example.com", prefix, i, j)
-					ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-					chain, err := f.issue(ctx, t, c, name)
-					cancel()
-					done.Add(1)
-					if err == nil {
-						_, err = checkChain(chain, f.caPool, name)
-					}
-					if err != nil {
-						mu.Lock()
-						errs = append(errs, fmt.Errorf("%s: %w", name, err))
-						mu.Unlock()
-					}
-				}
-			}()
-		}
-		return done, func() []error { wg.Wait(); return errs }
-	}
-
 	t.Run("a config reload of B during load loses nothing", func(t *testing.T) {
-		const clients, each = 4, 8
-		done, wait := load(t, clients, each, "reload")
-		// Mid-load, B is reloaded: it now mounts the relay profile too.
-		deadline := time.Now().Add(time.Minute)
-		for done.Load() < clients {
-			if time.Now().After(deadline) {
-				t.Fatal("the load did not get going within a minute")
+		const clients = 4
+		l := f.load(t, clients, "reload")
+		defer l.stop() // a Fatalf below stops the clients too
+		waitFor := func(what string, n int, counts func(issuance) bool) {
+			deadline := time.Now().Add(2 * time.Minute)
+			for l.count(counts) < n {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: fewer than %d within two minutes (%s)", what, n, l)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
+		waitFor("issuances before the reload", clients, func(is issuance) bool { return is.err == nil })
+		// Mid-load, B is reloaded: it now mounts the relay profile too.
 		B.relay = true
+		reloading := time.Now()
 		f.reload(t, B)
-		if n := done.Load(); n >= clients*each {
-			t.Errorf("the load was over (%d issuances) when the reload returned; it must overlap", n)
+		reloaded := time.Now()
+		// The clients go on until a few orders begun after the reload
+		// returned were issued with requests that B answered.
+		waitFor("issuances through B begun after the reload", clients, func(is issuance) bool {
+			return is.err == nil && is.viaB > 0 && is.start.After(reloaded)
+		})
+		all := l.stop()
+		var before, during, after int
+		for _, is := range all {
+			switch {
+			case is.err != nil:
+				t.Errorf("%s (%.2fs to %.2fs after the clients started): %v", is.name,
+					is.start.Sub(l.began).Seconds(), is.end.Sub(l.began).Seconds(), is.err)
+			case is.end.Before(reloading):
+				before++
+			case is.start.After(reloaded):
+				after++
+			default:
+				during++
+			}
 		}
-		for _, err := range wait() {
-			t.Error(err)
+		t.Logf("the reload took %s; issued before it %d, in flight during it %d, begun after it %d",
+			reloaded.Sub(reloading).Round(time.Millisecond), before, during, after)
+		// Each client issues one order after another: an order of each was
+		// in flight when the reload began, unless it was between two.
+		if during == 0 {
+			t.Errorf("no order was in flight while B reloaded (%s); the reload must overlap the load", l)
+		}
+		if started := l.started.Load(); int64(len(all)) != started {
+			t.Errorf("%d orders were begun and %d finished; every one must finish", started, len(all))
 		}
 		resp, err := f.pinned(B).Get(f.directory("public"))
 		if err != nil || resp.StatusCode != http.StatusOK {
@@ -1196,4 +1190,93 @@ func outageProblem(a answer) error {
 		return fmt.Errorf("a 503 with Retry-After %q, want 30: %v", ra, a)
 	}
 	return nil
+}
+
+// issuing is a load of orders of the internal profile: several clients,
+// each issuing one order after another, its requests alternating between
+// the instances, until stop. It lasts as long as the test needs it to, so
+// that what is to happen under load cannot find it over.
+type issuing struct {
+	began   time.Time
+	halt    atomic.Bool
+	wg      sync.WaitGroup
+	started atomic.Int64 // orders begun
+
+	mu   sync.Mutex
+	done []issuance // orders finished, issued or not
+}
+
+// issuance is one order of the load, from its new-order to its
+// certificate, checked: for the internal profile's name, from the fleet's
+// CA.
+type issuance struct {
+	name       string
+	start, end time.Time
+	viaB       int64 // requests of the order that B answered
+	err        error
+}
+
+// load starts clients issuing orders for names starting with prefix.
+func (f *fleet) load(t *testing.T, clients int, prefix string) *issuing {
+	l := &issuing{began: time.Now()}
+	for i := range clients {
+		rt := f.alternating().resendingAfterReload()
+		c, _ := f.client(t, rt, "internal")
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for j := 0; !l.halt.Load(); j++ {
+				is := issuance{name: fmt.Sprintf("%s-%d-%d.example.com", prefix, i, j), start: time.Now()}
+				l.started.Add(1)
+				viaB := rt.served[1].Load()
+				// Not stop's to cut: an order begun is seen to its end.
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				chain, err := f.issue(ctx, t, c, is.name)
+				cancel()
+				if err == nil {
+					_, err = checkChain(chain, f.caPool, is.name)
+				}
+				is.end, is.viaB, is.err = time.Now(), rt.served[1].Load()-viaB, err
+				l.mu.Lock()
+				l.done = append(l.done, is)
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+// count is how many of the finished orders counts counts.
+func (l *issuing) count(counts func(issuance) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, is := range l.done {
+		if counts(is) {
+			n++
+		}
+	}
+	return n
+}
+
+// stop has each client finish the order it is issuing, then issue no
+// more; it returns every order finished.
+func (l *issuing) stop() []issuance {
+	l.halt.Store(true)
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.done)
+}
+
+func (l *issuing) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var failed []string
+	for _, is := range l.done {
+		if is.err != nil && len(failed) < 5 {
+			failed = append(failed, fmt.Sprintf("%s: %v", is.name, is.err))
+		}
+	}
+	return fmt.Sprintf("%d orders begun, %d finished, failed (the first 5): %v", l.started.Load(), len(l.done), failed)
 }
