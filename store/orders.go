@@ -44,6 +44,10 @@ type Order struct {
 	// refuses, with ErrConflict, a second order replacing one certificate
 	// while an earlier one is not invalid.
 	ReplacesCertificateID string
+	// ClaimedBy is the process incarnation that claimed the order for
+	// issuance or last resumed it (ClaimOrderForIssue, ReclaimStuckOrders);
+	// "" for none recorded.
+	ClaimedBy string
 }
 
 // OrderClient describes the client that finalized an order: its address
@@ -79,7 +83,7 @@ type Challenge struct {
 
 // orderScanCols are the columns scanOrder reads, in its order.
 var orderScanCols = []string{"id", "profile", "account_id", "status", "identifiers", "not_before", "not_after", "expires_at",
-	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent", "certificate_profile", "replaces", "replaces_certificate_id", "updated_at"}
+	"error", "csr", "certificate_id", "created_at", "client_addr", "user_agent", "certificate_profile", "replaces", "replaces_certificate_id", "updated_at", "claimed_by"}
 
 var orderCols = strings.Join(orderScanCols, ", ")
 
@@ -95,13 +99,14 @@ func scanOrder(r rowScanner) (Order, error) {
 		updated          int64
 		problem, certID  sql.NullString
 		replacesCert     sql.NullString
+		claimedBy        sql.NullString
 		csr              []byte
 	)
 	if err := r.Scan(&o.ID, &o.Profile, &o.AccountID, &o.Status, &idents, &nb, &na, &expires, &problem, &csr, &certID, &created,
-		&o.Client.Addr, &o.Client.UserAgent, &o.CertificateProfile, &o.Replaces, &replacesCert, &updated); err != nil {
+		&o.Client.Addr, &o.Client.UserAgent, &o.CertificateProfile, &o.Replaces, &replacesCert, &updated, &claimedBy); err != nil {
 		return Order{}, err
 	}
-	o.ReplacesCertificateID = replacesCert.String
+	o.ReplacesCertificateID, o.ClaimedBy = replacesCert.String, claimedBy.String
 	if err := json.Unmarshal([]byte(idents), &o.Identifiers); err != nil {
 		return Order{}, fmt.Errorf("order %s identifiers: %w", o.ID, err)
 	}

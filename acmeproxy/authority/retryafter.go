@@ -2,6 +2,7 @@ package authority
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
@@ -29,7 +30,9 @@ const (
 //   - when no work on the order is live (the signer signs within the
 //     request, as the local CA does, or its job is settled or lost) and
 //     the order, read again, is still processing, the time until the
-//     resume sweep hands the order to the signer again.
+//     resume sweep hands the order to the signer again; at most
+//     ResumeEvery where its claimer is a process this one knows has
+//     exited, whose orders this one resumes every ResumeEvery.
 func (au *Authority) ProcessingRetryAfter(ctx context.Context, o store.Order) time.Duration {
 	now := au.clock.Now()
 	var w signer.Wait
@@ -67,7 +70,29 @@ func (au *Authority) ProcessingRetryAfter(ctx context.Context, o store.Order) ti
 	if d <= 0 {
 		d = ResumeEvery
 	}
+	// A claimer this process can tell has exited leaves its orders to this
+	// process's next round of resuming them (ResumeOrphanedOrders, every
+	// ResumeEvery), which comes sooner than the sweep.
+	if d > ResumeEvery && au.claimerExited(cur.ClaimedBy) {
+		d = ResumeEvery
+	}
 	return retryAfterOf(d)
+}
+
+// claimerExited reports whether claimer, an order's claimer, is a process
+// incarnation this process knows has exited (incarnation.Registry.Exited:
+// one of this host, registered beside this one's). This process resumes
+// its orders then; one that cannot tell (no registration, a claimer of
+// another host) says not.
+func (au *Authority) claimerExited(claimer string) bool {
+	if claimer == "" || au.incarn == nil || au.incarn.Self() == "" {
+		return false
+	}
+	exited, err := au.incarn.Exited()
+	if err != nil {
+		return false
+	}
+	return slices.Contains(exited, claimer)
 }
 
 // retryAfterOf is the Retry-After of a wait d: rounded up to whole
