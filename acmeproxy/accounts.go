@@ -162,7 +162,7 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request, id string
 			// a boolean, as newAccount does: its value is ignored.
 			TermsOfServiceAgreed bool `json:"termsOfServiceAgreed"`
 		}
-		if err := decodeExactPayload(req.payload, &p); err != nil {
+		if err := decodePayload(req.payload, &p); err != nil {
 			return err
 		}
 		// RFC 8555 §7.3.2: the server MUST ignore updates to the status

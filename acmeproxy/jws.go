@@ -115,24 +115,16 @@ func (s *Server) verify(ctx context.Context, r *http.Request, mode keyMode) (*si
 // client that sent something else: the payload must be one JSON object.
 // encoding/json takes a literal null into a struct or map as "nothing to
 // set", so null is refused here, not read as an empty object.
+//
+// Member names are read as JSON has them, by go-jose's decoder (the one
+// the JWS around the payload is read with): case-sensitively, so
+// "Status" beside or instead of "status" is a member RFC 8555 has the
+// server ignore (§7.3.2, §7.6) rather than the one it knows —
+// encoding/json would deactivate an authorization asked
+// {"Status":"deactivated"}, or take {"TermsOfServiceAgreed":true} as
+// agreement to the terms — and a member sent twice is refused rather
+// than read as whichever came last.
 func decodePayload(payload []byte, v any) error {
-	if err := payloadIsObject(payload); err != nil {
-		return err
-	}
-	if err := json.Unmarshal(payload, v); err != nil {
-		return problem.MalformedF("the request payload %s", problem.JSONFault(err))
-	}
-	return nil
-}
-
-// decodeExactPayload is decodePayload reading member names as JSON has
-// them, for a payload whose members RFC 8555 has the server ignore when
-// it does not know them (an account update, §7.3.2): go-jose's decoder, as
-// the JWS around the payload is read, matches names case-sensitively, so
-// "Status" beside "status" is ignored rather than read as the one known —
-// encoding/json would deactivate an account asked {"Status":"deactivated"}
-// — and refuses a member sent twice rather than read whichever came last.
-func decodeExactPayload(payload []byte, v any) error {
 	if err := payloadIsObject(payload); err != nil {
 		return err
 	}

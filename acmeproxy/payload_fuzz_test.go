@@ -166,18 +166,14 @@ func (fx *fuzzFixture) accountPayload(t testing.TB, payload []byte, update bool)
 	ctx := context.Background()
 	key := newKey(t)
 	tp := fuzzThumbprint(t, key.Public())
-	// What the payload asks, read independently of the handler: an
-	// update's member names case-sensitively (go-jose's decoder, see
-	// decodeExactPayload).
+	// What the payload asks, read independently of the handler: its
+	// member names case-sensitively (go-jose's decoder, see
+	// decodePayload).
 	var asked struct {
 		Contact *[]string `json:"contact"`
 		Status  string    `json:"status"`
 	}
-	decode := json.Unmarshal
-	if update {
-		decode = josejson.Unmarshal
-	}
-	askErr := decode(payload, &asked)
+	askErr := josejson.Unmarshal(payload, &asked)
 
 	if !update {
 		prob := checkAnswer(t, "new-account", fx.serve(t, fuzzBase+"/new-account", key, "", payload), http.StatusCreated)
@@ -379,7 +375,7 @@ func (fx *revokeFixture) revokePayload(t testing.TB, payload []byte, byCertKey b
 		Certificate string `json:"certificate"`
 		Reason      *int   `json:"reason"`
 	}
-	if err := json.Unmarshal(payload, &asked); err != nil {
+	if err := josejson.Unmarshal(payload, &asked); err != nil {
 		t.Fatalf("revoked for a payload that is not a JSON object: %q", payload)
 	}
 	if der, err := base64.RawURLEncoding.DecodeString(asked.Certificate); err != nil || !bytes.Equal(der, fx.cert.der) {
@@ -472,7 +468,7 @@ func (fx *keyChangeFixture) keyChangePayload(t testing.TB, payload []byte) *prob
 		Account string          `json:"account"`
 		OldKey  json.RawMessage `json:"oldKey"`
 	}
-	if err := json.Unmarshal(payload, &asked); err != nil {
+	if err := josejson.Unmarshal(payload, &asked); err != nil {
 		t.Fatalf("changed the key for an inner payload that is not a JSON object: %q", payload)
 	}
 	old, err := parsePublicJWK(asked.OldKey)
@@ -621,7 +617,7 @@ func (fx *finalizeFixture) finalizePayload(t testing.TB, payload []byte) *proble
 	var asked struct {
 		CSR string `json:"csr"`
 	}
-	if err := json.Unmarshal(payload, &asked); err != nil {
+	if err := josejson.Unmarshal(payload, &asked); err != nil {
 		t.Fatalf("issued for a payload that is not a JSON object: %q", payload)
 	}
 	der, err := base64.RawURLEncoding.DecodeString(asked.CSR)
