@@ -1,7 +1,10 @@
 package acmeproxy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -160,4 +163,65 @@ func TestEveryPayloadReadsMemberNamesExactlyAndRefusesAMemberSentTwice(t *testin
 			})
 		}
 	})
+}
+
+// RFC 8555 §7.4.1: a server that does not allow pre-authorization "MUST
+// omit the newAuthz field of the directory"; the path a client might
+// guess is no resource, answered as any other (404, a problem document
+// with a nonce and the index link).
+func TestTheDirectoryHasNoNewAuthzAndNoSuchResourceIsServed(t *testing.T) {
+	e := newTestEnv(t, nil)
+	var dir map[string]any
+	if err := json.Unmarshal(e.plain(http.MethodGet, e.dirURL).body, &dir); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := dir["newAuthz"]; ok {
+		t.Errorf("the directory names newAuthz %v", v)
+	}
+	alice := e.rawClient()
+	alice.register()
+	r := alice.post(e.url("/new-authz"), map[string]any{"identifier": dnsID("pre.example.com")}, jwsOpts{})
+	wantProblem(t, r, http.StatusNotFound, acme.ErrorMalformed)
+	if r.header.Get("Replay-Nonce") == "" || !e.hasIndexLink(r) {
+		t.Errorf("the 404 lacks a Replay-Nonce or the index link: %v", r.header)
+	}
+}
+
+// RFC 8555 §7.4.2: the certificate's default format is
+// application/pem-certificate-chain, the one format served here; a
+// client's Accept for another (application/pkix-cert,
+// application/pkcs7-mime) is answered with the chain in that format and
+// its Content-Type says so, rather than a 406 no ACME client expects.
+func TestACertificateIsServedAsAPEMChainWhateverTheClientAccepts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newTestEnv(t, nil)
+	owner := e.client(ctx)
+	c := e.issue(ctx, owner, "accept.example.com")
+	rc := e.raw(owner)
+	certURL := decodeAs[orderJSON](t, rc.read(e.url("/order/"+c.order))).Certificate
+	for _, accept := range []string{"", "application/pem-certificate-chain", "application/pkix-cert", "application/pkcs7-mime", "*/*"} {
+		t.Run("ok/Accept "+accept, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, certURL, bytes.NewReader(rc.sign(certURL, nil, jwsOpts{})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/jose+json")
+			if accept != "" {
+				req.Header.Set("Accept", accept)
+			}
+			resp, err := e.ts.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/pem-certificate-chain" {
+				t.Fatalf("%d %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+			}
+			if got := firstCertificate(t, body); !bytes.Equal(got.Raw, c.der) {
+				t.Errorf("the chain's first certificate is not the one issued")
+			}
+		})
+	}
 }
