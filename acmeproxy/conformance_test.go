@@ -225,3 +225,37 @@ func TestACertificateIsServedAsAPEMChainWhateverTheClientAccepts(t *testing.T) {
 		})
 	}
 }
+
+// A protected header that is a JSON object but has a member of the wrong
+// type, or one twice, is malformed, and its detail says which rather than
+// that the header is not a JSON object.
+func TestAProtectedHeaderMemberOfTheWrongTypeIsNamedInTheDetail(t *testing.T) {
+	e := newTestEnv(t, nil)
+	alice := e.rawClient()
+	alice.register()
+	tests := []struct {
+		name       string
+		header     func() string
+		wantDetail string
+	}{
+		{"fail/a nonce that is a number", func() string {
+			return `{"alg":"ES256","kid":"` + alice.kid + `","nonce":12,"url":"` + alice.kid + `"}`
+		}, `the JWS protected header has a number where "nonce" takes a string`},
+		{"fail/a url that is an object", func() string {
+			return `{"alg":"ES256","kid":"` + alice.kid + `","nonce":"` + alice.nonce() + `","url":{}}`
+		}, `the JWS protected header has an object where "url" takes a string`},
+		{"fail/a kid twice", func() string {
+			return `{"alg":"ES256","kid":"` + alice.kid + `","kid":"` + alice.kid + `","nonce":"` + alice.nonce() + `","url":"` + alice.kid + `"}`
+		}, `the JWS protected header has a member twice`},
+		{"fail/a header that is an array", func() string { return `["ES256"]` }, `the JWS protected header is not a JSON object`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := alice.postRaw(alice.kid, "application/jose+json", alice.rawSigned(tc.header(), ""))
+			wantProblem(t, r, http.StatusBadRequest, acme.ErrorMalformed)
+			if r.problem.Detail != tc.wantDetail {
+				t.Errorf("detail %q, want %q", r.problem.Detail, tc.wantDetail)
+			}
+		})
+	}
+}

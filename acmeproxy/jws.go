@@ -197,7 +197,7 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	}
 	var hdr protectedHeader
 	if err := josejson.Unmarshal(rawHdr, &hdr); err != nil {
-		return nil, problem.MalformedF("the JWS protected header is not a JSON object")
+		return nil, problem.MalformedF("the JWS protected header %s", headerFault(rawHdr, err))
 	}
 	if hdr.Crit != nil {
 		return nil, problem.MalformedF("the JWS protected header has a crit parameter, which this server does not support")
@@ -291,6 +291,21 @@ func (s *Server) verifyJWS(ctx context.Context, body []byte, base, wantURL strin
 	}
 	req.payload, req.postAsGet = payload, len(payload) == 0
 	return req, nil
+}
+
+// headerFault says what is wrong with a protected header go-jose's
+// decoder refused with err: not a JSON object, a member twice, or one of
+// the wrong type, named as encoding/json names it ("has a number where
+// "nonce" takes a string") — "is not a JSON object" for a header that is
+// one would send a client looking in the wrong place.
+func headerFault(raw []byte, err error) string {
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return "is not a JSON object"
+	}
+	if jerr := json.Unmarshal(raw, &protectedHeader{}); jerr != nil {
+		err = jerr
+	}
+	return problem.JSONFault(err)
 }
 
 func isAllowedAlg(alg string) bool {
