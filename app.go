@@ -357,8 +357,8 @@ func (a *App) profileNotify(profile string, own []notify.Destination) ([]notify.
 
 // expandNotify replaces known placeholders ({env.HOOK_SECRET}) in the
 // settings of destinations that may hold secrets or differ per host. A
-// placeholder of the url, the secret, the smtp server, a header, a
-// script's command or one of its arguments that is empty (its variable
+// placeholder of the url, the secret, the smtp server or helo, a header,
+// a script's command or one of its arguments that is empty (its variable
 // unset) fails the load, naming the setting: an empty secret would send
 // every webhook unsigned, and the others would be refused, go nowhere, or
 // run the script without its token, found out only at the first
@@ -385,6 +385,7 @@ func expandNotify(ds []notify.Destination) ([]notify.Destination, error) {
 		d.URL = expand(d, "url", d.URL)
 		d.Secret = expand(d, "secret", d.Secret)
 		d.SMTP = expand(d, "smtp", d.SMTP)
+		d.HELO = expand(d, "helo", d.HELO)
 		d.Username = repl.ReplaceKnown(d.Username, "")
 		d.Password = repl.ReplaceKnown(d.Password, "")
 		d.Command = expand(d, "command", d.Command)

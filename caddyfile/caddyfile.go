@@ -594,9 +594,10 @@ func parseNotify(d *caddyfile.Dispenser) (notify.Destination, error) {
 			return dst, err
 		}
 	}
-	// Placeholders ({env.*}) are replaced at provision, where a URL made
-	// of one is checked; a literal one is checked now.
-	if !strings.Contains(dst.URL+dst.SMTP+dst.Command, "{") {
+	// Placeholders ({env.*}) are replaced at provision, where a URL (an
+	// smtp, a helo, a command) made of one is checked; a literal one is
+	// checked now.
+	if !strings.Contains(dst.URL+dst.SMTP+dst.HELO+dst.Command, "{") {
 		if err := dst.Validate(); err != nil {
 			return dst, d.Errf("acme_proxy: %v", err)
 		}

@@ -43,8 +43,8 @@ import (
 // SASL), and the password is not in Caddy's log. Postfix refuses a
 // client whose EHLO name is not fully qualified, as submission relays
 // often do (reject_non_fqdn_helo_hostname): Caddy greets it with the
-// destination's helo, or by default with a name Postfix takes, and the
-// Received line names it.
+// destination's helo (its placeholders replaced), or by default with a
+// name Postfix takes, and the Received line names it.
 func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T) {
 	const (
 		profile  = "mta"
@@ -57,10 +57,12 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 		name     string
 		tls      string // the destination's tls
 		username string // "": no authentication
-		helo     string // "": the default
+		helo     string // as the config writes it; "": the default
+		greeted  string // the name Postfix is greeted with, when helo is set
 	}{
 		{name: "over STARTTLS without authentication", tls: "starttls"},
-		{name: "over STARTTLS greeting Postfix with the configured helo", tls: "starttls", helo: "acme-client.example.net"},
+		{name: "over STARTTLS greeting Postfix with the configured helo", tls: "starttls", helo: "acme-client.example.net", greeted: "acme-client.example.net"},
+		{name: "over STARTTLS greeting Postfix with a helo from the environment", tls: "starttls", helo: "{env.SMTP_HELO}", greeted: "acme-env.example.net"},
 		{name: "over STARTTLS authenticated with the username and password", tls: "starttls", username: "acme"},
 		{name: "over implicit TLS (SMTPS)", tls: "implicit"},
 	}
@@ -84,7 +86,7 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 				profile: profile,
 				body: fmt.Sprintf("notify email {\n smtp localhost:%d\n tls %s\n from %s\n to %s\n%s events certificate_issued\n}",
 					mta.port, tc.tls, from, strings.Join(recipients, " "), auth),
-				env: []string{"SSL_CERT_FILE=" + caFile, "SMTP_PASSWORD=" + password},
+				env: []string{"SSL_CERT_FILE=" + caFile, "SMTP_PASSWORD=" + password, "SMTP_HELO=acme-env.example.net"},
 			})
 			wellKnown := filepath.Join(t.TempDir(), "acme-challenge")
 			serveWellKnown(t, wellKnown, s.challengePort)
@@ -107,7 +109,7 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 					t.Errorf("%s: Subject %q; want %q", rcpt, got, want)
 				}
 				received := h.Get("Received")
-				if want := "from " + tc.helo + " (localhost [127.0.0.1])"; tc.helo != "" && !strings.HasPrefix(received, want) {
+				if want := "from " + tc.greeted + " (localhost [127.0.0.1])"; tc.helo != "" && !strings.HasPrefix(received, want) {
 					t.Errorf("%s: Postfix's Received line does not start with %q (the helo): %s", rcpt, want, received)
 				}
 				if !strings.Contains(received, "(using TLSv1.") {

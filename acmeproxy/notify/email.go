@@ -108,7 +108,7 @@ func heloName(configured, hostname string, local net.Addr) string {
 	if configured != "" {
 		return configured
 	}
-	if h := strings.TrimSuffix(hostname, "."); isDomainName(h) && strings.Contains(h, ".") {
+	if h := strings.TrimSuffix(hostname, "."); isFQDN(h) {
 		return h
 	}
 	if a, ok := local.(*net.TCPAddr); ok && a.IP != nil {
@@ -138,6 +138,17 @@ func isDomainName(s string) bool {
 		}
 	}
 	return true
+}
+
+// isFQDN reports whether s (without a root dot) is a fully qualified
+// domain name: a domain name of two labels or more whose last, a
+// top-level domain, is not all digits (so "192.0.2.1" is not one).
+func isFQDN(s string) bool {
+	i := strings.LastIndexByte(s, '.')
+	if i < 0 || !isDomainName(s) {
+		return false
+	}
+	return strings.ContainsFunc(s[i+1:], func(r rune) bool { return r < '0' || r > '9' })
 }
 
 // isAddressLiteral reports whether s is an RFC 5321 address literal:

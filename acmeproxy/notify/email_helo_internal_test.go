@@ -23,6 +23,7 @@ func TestTheDefaultEHLONameIsTheFullyQualifiedHostNameElseTheAddressLiteral(t *t
 		{"a bare host name: the IPv6 literal", "", "vm", v6, "[IPv6:2001:db8::7]"},
 		{"localhost: the literal", "", "localhost", v4, "[192.0.2.7]"},
 		{"a host name that is no DNS name: the literal", "", "my_host.example.com", v4, "[192.0.2.7]"},
+		{"a host name that is an IPv4 address: the literal", "", "192.0.2.9", v4, "[192.0.2.7]"},
 		{"no host name: the literal", "", "", v4, "[192.0.2.7]"},
 	}
 	for _, tt := range tests {

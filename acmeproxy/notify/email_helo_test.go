@@ -49,7 +49,8 @@ func TestAnEmailGreetsTheServerWithANameAServerRefusingNonFQDNNamesTakes(t *test
 	}
 }
 
-// A helo that no server could take, or one on another type of
+// A helo that no server could take (RFC 5321 has EHLO take a fully
+// qualified name or an address literal), or one on another type of
 // destination, fails at load naming the key.
 func TestAnEmailHELOThatIsNoNameFailsAtLoadNamingIt(t *testing.T) {
 	email := func(helo string) notify.Destination {
@@ -66,6 +67,9 @@ func TestAnEmailHELOThatIsNoNameFailsAtLoadNamingIt(t *testing.T) {
 		{"ok/an IPv6 address literal", email("[IPv6:2001:db8::1]"), ""},
 		{"fail/a blank", email("mail example"), `notify email: helo: "mail example" is not a domain name or an address literal`},
 		{"fail/a line break", email("a.example\r\nRCPT TO:<x@example.com>"), "notify email: helo: "},
+		{"fail/a bare name, as {system.hostname} often is", email("vm"), `notify email: helo: "vm" is not fully qualified`},
+		{"fail/localhost", email("localhost"), `notify email: helo: "localhost" is not fully qualified`},
+		{"fail/an IPv4 address without brackets", email("192.0.2.1"), `notify email: helo: "192.0.2.1" is not a domain name or an address literal`},
 		{"fail/an underscore", email("mail_1.example.net"), "notify email: helo: "},
 		{"fail/an address without brackets", email("192.0.2.1:25"), "notify email: helo: "},
 		{"fail/an IPv6 literal without its tag", email("[2001:db8::1]"), "notify email: helo: "},

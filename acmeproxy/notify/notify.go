@@ -185,7 +185,14 @@ func (d *Destination) Validate() error {
 				return fmt.Errorf("notify email: to: %q is not an e-mail address", to)
 			}
 		}
-		if d.HELO != "" && !isDomainName(strings.TrimSuffix(d.HELO, ".")) && !isAddressLiteral(d.HELO) {
+		// RFC 5321 4.1.1.1 and 2.3.5: EHLO takes a fully qualified
+		// domain name or an address literal. A bare name ("vm", what
+		// {system.hostname} often is) is refused by relays checking it
+		// (Postfix's reject_non_fqdn_helo_hostname), so every delivery.
+		if h := strings.TrimSuffix(d.HELO, "."); d.HELO != "" && !isFQDN(h) && !isAddressLiteral(d.HELO) {
+			if isDomainName(h) && !strings.Contains(h, ".") {
+				return fmt.Errorf("notify email: helo: %q is not fully qualified (acme.example.com) nor an address literal ([192.0.2.1]): relays refuse a bare name", d.HELO)
+			}
 			return fmt.Errorf("notify email: helo: %q is not a domain name or an address literal ([192.0.2.1], [IPv6:2001:db8::1])", d.HELO)
 		}
 		if (d.Username == "") != (d.Password == "") {
