@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -147,6 +148,115 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 	}
 }
 
+// Caddy sends a notify email's username and password only to a server
+// that asks for them, and never in the clear to one that is not local:
+// Postfix without authentication (smtpd_sasl_auth_enable=no), or one
+// offering AUTH only over TLS (smtpd_tls_auth_only) to a tls none
+// client, is not sent AUTH, nor is one offering no STARTTLS to a
+// starttls client. Each delivery is abandoned at its first attempt, as
+// no retry changes the server's settings, with one log line
+// (notification_abandoned) saying why, without the password; Postfix
+// counts no AUTH command in the session, and delivers no mail.
+func TestANotifyEmailsCredentialsAreNotSentToAPostfixThatDoesNotAskForThem(t *testing.T) {
+	const (
+		profile  = "mta"
+		password = "smtp-password-e2e-never-sent"
+	)
+	rcpt := "ops@example.com"
+	tests := []struct {
+		name   string
+		tls    string        // the destination's
+		server postfixConfig // which STARTTLS and AUTH Postfix offers
+		want   string        // in the abandoned notification's reason
+	}{
+		{name: "Postfix without authentication, over STARTTLS", tls: "starttls",
+			want: "AUTH: the server does not offer authentication (no AUTH in its EHLO answer); the username and password were not sent"},
+		{name: "Postfix offering AUTH only over TLS, to a tls none client on localhost", tls: "none",
+			server: postfixConfig{username: "acme", password: password},
+			want:   "AUTH: the server does not offer authentication"},
+		{name: "Postfix without STARTTLS, to a starttls client", tls: "starttls", server: postfixConfig{noTLS: true},
+			want: "the server does not offer STARTTLS"},
+	}
+	needPostfix(t)
+	caddy := buildCaddy(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pki := makeTestPKI(t, t.TempDir(), "Test Mail CA", "localhost", "smtpd")
+			cfg := tc.server
+			cfg.certFile, cfg.keyFile, cfg.recipients = pki.certFile, pki.keyFile, []string{rcpt}
+			mta := startPostfix(t, cfg)
+			s := startCertbotServer(t, caddy, "", certbotSite{
+				profile: profile,
+				body: fmt.Sprintf("notify email {\n smtp localhost:%d\n tls %s\n from acme@example.net\n to %s\n"+
+					" username acme\n password {env.SMTP_PASSWORD}\n events account_created\n}", mta.port, tc.tls, rcpt),
+				env: []string{"SSL_CERT_FILE=" + pki.caFile, "SMTP_PASSWORD=" + password},
+			})
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			registerAccount(ctx, t, s) // account_created
+
+			var abandoned struct {
+				Reason   string `json:"reason"`
+				Attempts int    `json:"attempts"`
+			}
+			for deadline := time.Now().Add(20 * time.Second); abandoned.Reason == ""; time.Sleep(100 * time.Millisecond) {
+				for l := range strings.Lines(s.proc.out.String()) {
+					if strings.Contains(l, `"notification abandoned"`) {
+						if err := json.Unmarshal([]byte(l), &abandoned); err != nil {
+							t.Fatalf("the notification_abandoned line: %v: %s", err, l)
+						}
+					}
+				}
+				if abandoned.Reason == "" && time.Now().After(deadline) {
+					t.Fatalf("no notification was abandoned within 20 s; Caddy's log:\n%s", s.proc.out)
+				}
+			}
+			if !strings.Contains(abandoned.Reason, tc.want) || abandoned.Attempts != 1 {
+				t.Errorf("abandoned after %d attempts: %q; want at the first with %q", abandoned.Attempts, abandoned.Reason, tc.want)
+			}
+			// Postfix logs each session's commands as it ends:
+			// "disconnect from localhost[127.0.0.1] ehlo=2 starttls=1
+			// auth=0/1 quit=1 commands=4/5".
+			var session string
+			for deadline := time.Now().Add(10 * time.Second); session == ""; time.Sleep(100 * time.Millisecond) {
+				for l := range strings.Lines(mta.log.String()) {
+					if strings.Contains(l, "disconnect from ") {
+						session = strings.TrimSpace(l)
+					}
+				}
+				if session == "" && time.Now().After(deadline) {
+					t.Fatalf("Postfix logged no session's end within 10 s")
+				}
+			}
+			if strings.Contains(session, " auth=") {
+				t.Errorf("Postfix was sent AUTH: %s", session)
+			}
+			if entries, _ := os.ReadDir(filepath.Join(mta.mail, rcpt, "new")); len(entries) != 0 {
+				t.Errorf("Postfix delivered %d mails; want none", len(entries))
+			}
+			if strings.Contains(s.proc.out.String(), password) {
+				t.Errorf("Caddy's log carries the SMTP password")
+			}
+		})
+	}
+}
+
+// registerAccount registers an account at s's profile.
+func registerAccount(ctx context.Context, t *testing.T, s certbotServer) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(s.root)
+	c := &xacme.Client{Key: key, DirectoryURL: s.server, HTTPClient: &http.Client{
+		Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}}
+	if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+}
+
 // issueOverHTTP01 registers an account at s's profile, has name
 // validated over http-01 (its key authorization served from wellKnown)
 // and returns the issued leaf.
@@ -212,8 +322,9 @@ func issueOverHTTP01(ctx context.Context, t *testing.T, s certbotServer, wellKno
 
 // postfixMTA is a Postfix the test started.
 type postfixMTA struct {
-	port int    // its smtpd's, on 127.0.0.1
-	mail string // virtual(8)'s base: a maildir per recipient, named after it
+	port int         // its smtpd's, on 127.0.0.1
+	mail string      // virtual(8)'s base: a maildir per recipient, named after it
+	log  *syncBuffer // what it logged (maillog_file)
 }
 
 // postfixConfig is what startPostfix serves.
@@ -224,8 +335,11 @@ type postfixConfig struct {
 	// smtpd_tls_wrappermode) rather than offer STARTTLS.
 	implicit bool
 	// username, when set, makes smtpd take mail only from a client that
-	// authenticated as it with password (Cyrus SASL, from a sasldb).
+	// authenticated as it with password (Cyrus SASL, from a sasldb),
+	// over TLS; else smtpd offers no AUTH (smtpd_sasl_auth_enable=no).
 	username, password string
+	// noTLS makes smtpd offer no STARTTLS (smtpd_tls_security_level=none).
+	noTLS bool
 }
 
 // startPostfix starts Debian's Postfix from a main.cf and master.cf of
@@ -312,6 +426,11 @@ smtpd_helo_restrictions = reject_non_fqdn_helo_hostname, reject_invalid_helo_hos
 `, queue, data, mailBase, conf, nobody.Uid, nobody.Gid, cfg.certFile, cfg.keyFile)
 	if cfg.username != "" {
 		mainCF += postfixSASL(t, conf, owner, cfg.username, cfg.password)
+	} else {
+		mainCF += "smtpd_sasl_auth_enable = no\n"
+	}
+	if cfg.noTLS {
+		mainCF += "smtpd_tls_security_level = none\n"
 	}
 	// Debian's master.cf, its smtpd on the test's port, nothing chrooted.
 	smtpd := "smtpd"
@@ -405,7 +524,7 @@ postlog   unix-dgram n - n - 1 postlogd
 	if master, err = strconv.Atoi(strings.TrimSpace(string(pid))); err != nil {
 		t.Fatalf("postfix's master.pid: %v", err)
 	}
-	return postfixMTA{port: port, mail: mailBase}
+	return postfixMTA{port: port, mail: mailBase, log: out}
 }
 
 // needPostfix returns postfix's path, or skips the test (fails it under

@@ -14,12 +14,14 @@ import (
 	"net/smtp"
 	"net/textproto"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
 
-// email sends the event as a plain-text mail. SMTP 5xx answers and a
-// server without the STARTTLS it was required to offer are permanent;
+// email sends the event as a plain-text mail. SMTP 5xx answers, a
+// server without the STARTTLS it was required to offer, and one not
+// asking by AUTH PLAIN for the credentials configured are permanent;
 // 4xx answers and connection failures are retried.
 func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err error) {
 	host, _, _ := net.SplitHostPort(dst.SMTP)
@@ -70,6 +72,20 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 		}
 	}
 	if dst.Username != "" {
+		// net/smtp sends AUTH PLAIN, the credentials in its first line,
+		// whatever the server offered: they go only to a server whose
+		// EHLO answer (after STARTTLS: PlainAuth refuses a clear one but
+		// to localhost) asks for them by PLAIN. One that does not would
+		// answer 5xx, or take the mail without them, but has them; it is
+		// a setting of the server's or of this destination, which no
+		// retry changes.
+		offered, mechs := c.Extension("AUTH")
+		if !offered {
+			return permanent(errors.New("AUTH: the server does not offer authentication (no AUTH in its EHLO answer); the username and password were not sent (remove them if the server takes mail without)"))
+		}
+		if !slices.ContainsFunc(strings.Fields(mechs), func(m string) bool { return strings.EqualFold(m, "PLAIN") }) {
+			return permanent(fmt.Errorf("AUTH: the server offers %s, not PLAIN, the one mechanism sent; the username and password were not sent", oneLine(mechs)))
+		}
 		if err := c.Auth(smtp.PlainAuth("", dst.Username, dst.Password, host)); err != nil {
 			return fail("AUTH", err)
 		}

@@ -130,6 +130,9 @@ type smtpServer struct {
 	// literal is refused, as Postfix's reject_non_fqdn_helo_hostname
 	// does.
 	fqdnHELO bool
+	// authMechs is what EHLO offers as AUTH mechanisms: "" is "PLAIN",
+	// "-" offers no AUTH at all (a server without authentication).
+	authMechs string
 	// authReply, when set, answers AUTH instead of 235, given the
 	// command's argument (a server quoting what it was sent).
 	authReply func(arg string) string
@@ -196,11 +199,20 @@ func (s *smtpServer) serve(c net.Conn) {
 				reply("504 5.5.2 <" + arg + ">: Helo command rejected: need fully-qualified hostname")
 				continue
 			}
+			lines := []string{"250-test"}
 			if !m.tls && !s.noStartTLS {
-				reply("250-test", "250-STARTTLS", "250 AUTH PLAIN")
-			} else {
-				reply("250-test", "250 AUTH PLAIN")
+				lines = append(lines, "250-STARTTLS")
 			}
+			switch s.authMechs {
+			case "":
+				lines = append(lines, "250-AUTH PLAIN")
+			case "-":
+			default:
+				lines = append(lines, "250-AUTH "+s.authMechs)
+			}
+			last := len(lines) - 1
+			lines[last] = "250 " + lines[last][len("250-"):]
+			reply(lines...)
 		case "STARTTLS":
 			reply("220 go ahead")
 			tc := tls.Server(c, s.cfg)
