@@ -159,6 +159,12 @@ func (d *Destination) Validate() error {
 			given[ck] = k
 		}
 	case TypeEmail:
+		// A URL or a user ("smtp://acme:pw@host:587", as other tools take
+		// it) is not quoted: it may hold the password, and a load's error
+		// is logged.
+		if strings.ContainsAny(d.SMTP, "@/") {
+			return fmt.Errorf("notify email: smtp: must be host:port, not a URL nor user@host (the credentials go in username and password, the transport in tls)")
+		}
 		// The port as a dial would read it (a number, or a service's
 		// name): one it refuses, or 0, fails every delivery.
 		usable := false

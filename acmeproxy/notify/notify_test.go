@@ -488,6 +488,36 @@ func TestAnEmailSMTPAddressIsRefusedWithoutAUsablePort(t *testing.T) {
 	}
 }
 
+// An smtp written as a URL or with a user ("smtp://acme:{env.SMTP_PASSWORD}@m.example.com:587",
+// as other tools take it) fails the load, naming the key, and the error
+// does not quote it: it holds the password, and the load's error is
+// logged. "user@host:port" is no host either (its lookup would fail
+// every delivery, for a day).
+func TestAnEmailSMTPWrittenAsAURLWithCredentialsIsRefusedWithoutQuotingThem(t *testing.T) {
+	const password = "pw-CANARY-2718"
+	tests := []struct {
+		name string
+		smtp string
+	}{
+		{"fail/a URL with a username and password", "smtp://acme:" + password + "@m.example.com:587"},
+		{"fail/user:password@host:port", "acme:" + password + "@m.example.com:587"},
+		{"fail/user@host:port", "acme@m.example.com:587"},
+		{"fail/a URL without credentials", "smtps://m.example.com:465"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := notify.Destination{Type: notify.TypeEmail, SMTP: tt.smtp, From: "a@example.com", To: []string{"b@example.com"}}
+			err := d.Validate()
+			if want := "notify email: smtp: must be host:port"; err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Validate: %v; want %q", err, want)
+			}
+			if err != nil && strings.Contains(err.Error(), password) {
+				t.Errorf("the error quotes the password: %v", err)
+			}
+		})
+	}
+}
+
 // A setting of another type of destination would be ignored: it is most
 // likely a mistake about which destination is being written.
 func TestASettingOfAnotherTypeOfDestinationFailsNamingIt(t *testing.T) {
