@@ -95,10 +95,11 @@ type Destination struct {
 	To       []string `json:"to,omitempty"`
 	Username string   `json:"username,omitempty"`
 	Password string   `json:"password,omitempty"`
-	// HELO (email) is the name given in EHLO: a domain name or an
-	// address literal ([192.0.2.1]). Default: the machine's host name
-	// when it is fully qualified, else the connection's own address as
-	// a literal.
+	// HELO (email) is the name given in EHLO: a fully qualified domain
+	// name or an address literal ([192.0.2.1]), its placeholders
+	// ({env.HOSTNAME}) replaced by the app's glue. Default: the
+	// machine's host name when it is fully qualified, else the
+	// connection's own address as a literal.
 	HELO string `json:"helo,omitempty"`
 
 	// Command (script) is the program run, without a shell, with Args;
