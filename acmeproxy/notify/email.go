@@ -33,9 +33,27 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 	}
 	tlsCfg.ServerName = host
 
+	// timedOut says a step ran out of the attempt's time: what it was
+	// left with (the connection's deadline, the attempt's, as "i/o
+	// timeout", or "use of closed network connection" where the
+	// connection was closed at the timeout) does not say so.
+	// It is nil for another failure.
+	timedOut := func(step string, err error) error {
+		if te := (*textproto.Error)(nil); errors.As(err, &te) {
+			return nil // the server's answer, in time
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return redactedError{err: err, text: fmt.Sprintf("%s: timed out after %s", step, d.opts.Timeout)}
+		}
+		return nil
+	}
+
 	var dialer net.Dialer
 	conn, err := dialer.DialContext(ctx, "tcp", dst.SMTP)
 	if err != nil {
+		if te := timedOut("connect", err); te != nil {
+			return te
+		}
 		return err
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -47,12 +65,20 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 		tc := tls.Client(conn, tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
+			if te := timedOut("TLS", err); te != nil {
+				return te
+			}
 			return fmt.Errorf("TLS: %w", err)
 		}
 		conn = tc
 	}
 	hide := credentialHider(dst)
-	fail := func(step string, err error) error { return smtpError(step, err, hide) }
+	fail := func(step string, err error) error {
+		if te := timedOut(step, err); te != nil {
+			return te
+		}
+		return smtpError(step, err, hide)
+	}
 	c, err := smtp.NewClient(conn, host)
 	if err != nil {
 		conn.Close()
@@ -68,6 +94,9 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 			return permanent(errors.New("the server does not offer STARTTLS (set tls implicit or none)"))
 		}
 		if err := c.StartTLS(tlsCfg); err != nil {
+			if te := timedOut("STARTTLS", err); te != nil {
+				return te
+			}
 			return fmt.Errorf("STARTTLS: %w", err)
 		}
 	}
