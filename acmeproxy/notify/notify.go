@@ -363,9 +363,14 @@ type payload struct {
 }
 
 // Delivery jobs' budget: attempts, and how long an event stays worth
-// delivering.
+// delivering. The attempts last the lifetime at the job runner's backoff
+// (30 s doubling to an hour: seven waits make the first hour, 22 more
+// the next 22, the runner's ±10 % either way), so a receiver down for
+// most of a day still gets the event, and a delivery to one down all
+// day fails at its deadline rather than hours before it; at 10 attempts
+// the budget was spent three hours in.
 const (
-	MaxAttempts = 10
+	MaxAttempts = 30
 	Lifetime    = 24 * time.Hour
 )
 
