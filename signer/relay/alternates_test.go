@@ -5,8 +5,19 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
+	"net/http"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/letsencrypt/pebble/v2/wfe"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/acmeproxy/caddy-acme-proxy/clock/clocktest"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // topIssuer is the issuer named by the last certificate of a DER chain:
@@ -86,4 +97,45 @@ func mustParse(t *testing.T, der []byte) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return c
+}
+
+func TestAnUpstreamLinkingThousandsOfAlternateChainsThatFailCostsOnlyAFewRequestsAndOneLineForTheRest(t *testing.T) {
+	const offered = 500
+	up := newPebbleUpstreamWithAlternates(t, 0)
+	up.certHeader = func(code int, h http.Header) {
+		if code != http.StatusOK {
+			return // an answer to one of the broken links
+		}
+		for i := range offered {
+			// Pebble knows none of them: each download fails. Some
+			// are sent twice.
+			h.Add("Link", fmt.Sprintf(`<%s/certZ/gone-%d>;rel="alternate"`, up.srv.URL, i%(offered-10)))
+		}
+	}
+	core, logs := observer.New(zap.DebugLevel)
+	db, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "acme.db"), store.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b := benchLogging(t, db, clocktest.New(time.Now()), &fakeSettler{issued: map[string][][]byte{}, failed: map[string][]string{}},
+		zap.New(core), up.srv.URL+wfe.DirectoryPath, ChallengeBypass, func(o *Options) {
+			o.Transport = up.srv.Client().Transport
+			o.FinalizeWait = -1
+		})
+	chain, alts := relayedWithAlternates(t, b, "many-alts.example.com")
+	if len(chain) < 2 || len(alts) != 0 {
+		t.Fatalf("a chain of %d certificates and %d alternates; want the certificate issued without any", len(chain), len(alts))
+	}
+	if n := up.count("POST certZ"); n > 1+maxAlternateTries {
+		t.Errorf("%d certificate downloads for %d alternate links; want the chain's and at most %d more", n, offered, maxAlternateTries)
+	}
+	skipped := logs.FilterField(zap.String("event", "relay_alternate_skipped")).Len()
+	untried := logs.FilterField(zap.String("event", "relay_alternates_untried")).All()
+	if skipped > maxAlternateTries || len(untried) != 1 {
+		t.Fatalf("%d lines for alternates left out and %d for those untried; want at most %d and 1", skipped, len(untried), maxAlternateTries)
+	}
+	if got := untried[0].ContextMap()["offered"]; got != int64(offered-10) {
+		t.Errorf("the line says %v alternates offered; want the %d distinct ones", got, offered-10)
+	}
 }

@@ -51,6 +51,13 @@ const (
 	maxBadNonce = 10
 	// stashSize bounds the nonces kept for downloads.
 	stashSize = 16
+	// maxAlternateTries bounds the alternate chains (Link rel="alternate",
+	// RFC 8555 §7.4.2) a download tries, kept or not: each costs signed
+	// upstream requests and, when it fails, a log line, and an upstream
+	// linking thousands that all fail would otherwise cost thousands of
+	// each per attempt. Twice what is kept (store.MaxAlternateChains),
+	// so that a few broken ones leave room for the good.
+	maxAlternateTries = 8
 )
 
 // nonceStash holds upstream nonces for the relay's own requests, apart

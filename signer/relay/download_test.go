@@ -33,6 +33,9 @@ type pebbleUpstream struct {
 	n   map[string]int
 	// certs, when set, rewrites the body of each certificate download.
 	certs func(t *testing.T, chain []byte) []byte
+	// certHeader, when set, rewrites the header of each certificate
+	// download's answer, of status code.
+	certHeader func(code int, h http.Header)
 	// pebble serves the requests; db is its store (see restart).
 	pebble http.Handler
 	db     *pebbledb.MemoryStore
@@ -94,10 +97,10 @@ func newPebbleUpstreamOf(t *testing.T, k pebbleKnobs) *pebbleUpstream {
 		kind, _, _ := strings.Cut(path, "/")
 		u.mu.Lock()
 		u.n[r.Method+" "+kind]++
-		rewrite := u.certs
+		rewrite, header := u.certs, u.certHeader
 		h := u.pebble
 		u.mu.Unlock()
-		if kind != "certZ" || rewrite == nil {
+		if kind != "certZ" || rewrite == nil && header == nil {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -105,8 +108,15 @@ func newPebbleUpstreamOf(t *testing.T, k pebbleKnobs) *pebbleUpstream {
 		h.ServeHTTP(rec, r)
 		maps.Copy(w.Header(), rec.Header())
 		w.Header().Del("Content-Length")
+		if header != nil {
+			header(rec.Code, w.Header())
+		}
 		w.WriteHeader(rec.Code)
-		w.Write(rewrite(t, rec.Body.Bytes()))
+		body := rec.Body.Bytes()
+		if rewrite != nil {
+			body = rewrite(t, body)
+		}
+		w.Write(body)
 	}))
 	t.Cleanup(u.srv.Close)
 	return u

@@ -526,7 +526,8 @@ func orNone(s string) string {
 // order's (signer.CheckLeaf) and that each of its certificates is signed
 // by the next (checkLinks): the chain is what the client gets. The
 // upstream's alternate chains (a cross-signed issuer beside its own, RFC
-// 8555 §7.4.2) come along, up to store.MaxAlternateChains, so that a
+// 8555 §7.4.2) come along, up to store.MaxAlternateChains of the first
+// maxAlternateTries distinct ones linked, so that a
 // client preferring another root gets it from the relay as it would
 // upstream; one that cannot be downloaded or is not a chain for the same
 // leaf is left out (logged), the certificate is not held up for it.
@@ -561,6 +562,12 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 		return signer.IssueOutcome{}, fmt.Errorf("the upstream's certificate chain is broken: %w", err)
 	}
 	out := signer.IssueOutcome{Chain: ders}
+	altURLs = distinctAlternates(altURLs, order.Certificate)
+	if len(altURLs) > maxAlternateTries {
+		log.Warn("the upstream offers more alternate chains than are tried; the rest are left out", zap.String("event", "relay_alternates_untried"),
+			zap.String("order", ro.OrderID), zap.Int("offered", len(altURLs)), zap.Int("tried", maxAlternateTries))
+		altURLs = altURLs[:maxAlternateTries]
+	}
 	for _, u := range altURLs {
 		if len(out.Alternates) == store.MaxAlternateChains {
 			log.Warn("the upstream offers more alternate chains than are kept", zap.String("event", "relay_alternates_dropped"),
@@ -590,6 +597,20 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 		out.Alternates = append(out.Alternates, altDERs)
 	}
 	return out, nil
+}
+
+// distinctAlternates is urls in order, each once, without the chain's
+// own URL.
+func distinctAlternates(urls []string, own string) []string {
+	seen := map[string]bool{own: true}
+	out := urls[:0:0]
+	for _, u := range urls {
+		if !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // checkLinks says whether a chain (DER, leaf first) is one: each of its
