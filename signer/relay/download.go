@@ -37,6 +37,14 @@ const (
 	// boundedAnswers): an order of a hundred names, the largest resource
 	// the relay reads, takes some kilobytes.
 	maxAnswerBytes = 2 << 20
+	// maxProblemBytes bounds an answer that is a problem document
+	// (application/problem+json, RFC 8555 §6.7): acmez builds a
+	// problem's text by concatenation, one subproblem at a time, and
+	// wraps every error with it, so that its cost grows with the square
+	// of the document's size — some 20 s of CPU for one of 2 MiB of tiny
+	// subproblems, 50 ms at this bound. A refusal naming each of a
+	// hundred names of an order with a sentence each takes some 20 KiB.
+	maxProblemBytes = 64 << 10
 	// maxUpLinks bounds how many issuers a chain is completed with from
 	// the answer's Link rel="up" (RFC 8555 §7.4.2), for an upstream that
 	// sends the leaf alone.

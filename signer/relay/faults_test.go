@@ -190,7 +190,7 @@ func TestAnUpstreamAnswerIsReadWholeUpToItsBoundAndNoFurther(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			body := &boundedBody{body: io.NopCloser(bytes.NewReader(make([]byte, tt.size))), left: maxAnswerBytes}
+			body := &boundedBody{body: io.NopCloser(bytes.NewReader(make([]byte, tt.size))), left: maxAnswerBytes, bound: maxAnswerBytes, what: "answer"}
 			got, err := io.ReadAll(body)
 			if tt.ok && (err != nil || len(got) != tt.size) {
 				t.Errorf("read %d of %d bytes (%v); want all", len(got), tt.size, err)

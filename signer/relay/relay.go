@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/mail"
@@ -819,16 +820,22 @@ func (s *Signer) newClient(rt http.RoundTripper) *acme.Client {
 	}
 }
 
-// boundedAnswers stops reading an upstream answer past maxAnswerBytes:
-// acmez reads every answer whole into memory, and an upstream (or a
-// gateway in front of it) answering without end would otherwise fill
-// it, for as long as the client's timeout lets it.
+// boundedAnswers stops reading an upstream answer past maxAnswerBytes,
+// a problem document past maxProblemBytes: acmez reads every answer
+// whole into memory, and an upstream (or a gateway in front of it)
+// answering without end would otherwise fill it, for as long as the
+// client's timeout lets it; and its text of a problem costs the square
+// of the problem's size (see maxProblemBytes).
 type boundedAnswers struct{ next http.RoundTripper }
 
 func (t boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err == nil {
-		resp.Body = &boundedBody{body: resp.Body, left: maxAnswerBytes}
+		bound, what := maxAnswerBytes, "answer"
+		if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/problem+json" {
+			bound, what = maxProblemBytes, "problem document"
+		}
+		resp.Body = &boundedBody{body: resp.Body, left: bound, bound: bound, what: what}
 	}
 	return resp, err
 }
@@ -836,8 +843,10 @@ func (t boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 // boundedBody is an answer's body that fails once more than its bound is
 // read.
 type boundedBody struct {
-	body io.ReadCloser
-	left int
+	body  io.ReadCloser
+	left  int
+	bound int
+	what  string // in the error: "answer"
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
@@ -850,7 +859,7 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 		if n, err := b.body.Read(probe[:]); n == 0 {
 			return 0, err
 		}
-		return 0, fmt.Errorf("the upstream's answer is larger than %d bytes", maxAnswerBytes)
+		return 0, fmt.Errorf("the upstream's %s is larger than %d bytes", b.what, b.bound)
 	}
 	if len(p) > b.left {
 		p = p[:b.left]
