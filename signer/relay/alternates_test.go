@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,6 +107,8 @@ func TestAnUpstreamLinkingThousandsOfAlternateChainsThatFailCostsOnlyAFewRequest
 		if code != http.StatusOK {
 			return // an answer to one of the broken links
 		}
+		// Longer than any CA's: never asked.
+		h.Add("Link", fmt.Sprintf(`<%s/certZ/%s>;rel="alternate"`, up.srv.URL, strings.Repeat("x", maxUpstreamURL)))
 		for i := range offered {
 			// Pebble knows none of them: each download fails. Some
 			// are sent twice.
@@ -134,6 +137,11 @@ func TestAnUpstreamLinkingThousandsOfAlternateChainsThatFailCostsOnlyAFewRequest
 	untried := logs.FilterField(zap.String("event", "relay_alternates_untried")).All()
 	if skipped > maxAlternateTries || len(untried) != 1 {
 		t.Fatalf("%d lines for alternates left out and %d for those untried; want at most %d and 1", skipped, len(untried), maxAlternateTries)
+	}
+	for _, e := range logs.FilterField(zap.String("event", "relay_alternate_skipped")).All() {
+		if u, _ := e.ContextMap()["url"].(string); len(u) > maxUpstreamURL {
+			t.Errorf("an alternate at a URL of %d bytes was tried", len(u))
+		}
 	}
 	if got := untried[0].ContextMap()["offered"]; got != int64(offered-10) {
 		t.Errorf("the line says %v alternates offered; want the %d distinct ones", got, offered-10)

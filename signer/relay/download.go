@@ -141,6 +141,9 @@ func (s *Signer) fetchChain(ctx context.Context, c *acme.Client, acct acme.Accou
 		if len(up) == 0 {
 			return chain, alternates, nil
 		}
+		if err := urlProblem("issuer", up[0]); err != nil {
+			return nil, nil, err
+		}
 		u = up[0]
 	}
 	return nil, nil, fmt.Errorf("the upstream's certificate chain goes on past %d issuers", maxUpLinks)

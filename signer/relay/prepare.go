@@ -369,6 +369,9 @@ func (s *Signer) deactivate(ctx context.Context, b *signer.Binding, url string) 
 	}
 	n := 0
 	for _, u := range order.Authorizations {
+		if err := urlProblem("authorization", u); err != nil {
+			return n, err
+		}
 		authz, err := c.GetAuthorization(ctx, acct, u)
 		if err != nil {
 			return n, fmt.Errorf("reading an upstream authorization: %w", err)
@@ -441,6 +444,9 @@ func (s *Signer) spentPrepared(ctx context.Context, c *acme.Client, acct acme.Ac
 		return fmt.Sprintf("it expires at %s", order.Expires.UTC().Format(time.RFC3339)), nil
 	}
 	for _, u := range order.Authorizations {
+		if err := urlProblem("authorization", u); err != nil {
+			return "", err
+		}
 		authz, err := c.GetAuthorization(ctx, acct, u)
 		if err != nil {
 			return "", fmt.Errorf("reading an upstream authorization: %w", err)

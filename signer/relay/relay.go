@@ -363,6 +363,9 @@ func newTransport(roots *x509.CertPool) http.RoundTripper {
 	// waiting inline); with the default two idle connections per host,
 	// the others would each open a new TLS connection to the upstream.
 	t.MaxIdleConnsPerHost = 32
+	// An ACME answer's header takes some hundred bytes; Go's default
+	// bound, 10 MB, would have each held in memory whole.
+	t.MaxResponseHeaderBytes = maxResponseHeader
 	if roots != nil {
 		t.TLSClientConfig.RootCAs = roots
 	}

@@ -124,6 +124,9 @@ func (s *Signer) relay(ctx context.Context, c *acme.Client, rec *recorder, b *si
 			// acmez does not wait here (PollTimeout, see client): it
 			// returns the order as the finalize left it, and an order
 			// still processing is waited for below, with backoff.
+			if err := urlProblem("finalize", order.Finalize); err != nil {
+				return signer.IssueOutcome{}, err
+			}
 			order, err = c.FinalizeOrder(ctx, acct, order, ro.CSR)
 			if err != nil && order.Status == acme.StatusInvalid {
 				return signer.IssueOutcome{}, permanent("the upstream order %s became invalid at finalize: %w", order.Location, problemErr(order.Error))
@@ -268,6 +271,9 @@ func (s *Signer) placeOrder(ctx context.Context, c *acme.Client, acct acme.Accou
 	if order.Location == "" {
 		return order, errors.New("the upstream created an order without a Location")
 	}
+	if err := urlProblem("order", order.Location); err != nil {
+		return acme.Order{}, fmt.Errorf("creating the upstream order: %w", err)
+	}
 	return order, nil
 }
 
@@ -348,6 +354,9 @@ const (
 func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, order acme.Order, orderID string) (acme.Order, error) {
 	var read acme.Order
 	for i, u := range order.Authorizations {
+		if err := urlProblem("authorization", u); err != nil {
+			return acme.Order{}, err
+		}
 		authz, err := c.GetAuthorization(ctx, acct, u)
 		if err != nil {
 			return acme.Order{}, fmt.Errorf("reading an upstream authorization: %w", err)
@@ -496,7 +505,7 @@ func (s *Signer) pick(authz acme.Authorization) (acme.Challenge, error) {
 	switch s.opts.Challenge {
 	case ChallengeBypass:
 		if len(authz.Challenges) > 0 {
-			return authz.Challenges[0], nil
+			return checkedChallenge(authz.Challenges[0], false)
 		}
 	case ChallengeDNS01:
 		want = acme.ChallengeTypeDNS01
@@ -508,7 +517,7 @@ func (s *Signer) pick(authz acme.Authorization) (acme.Challenge, error) {
 	}
 	for _, ch := range authz.Challenges {
 		if ch.Type == want {
-			return ch, nil
+			return checkedChallenge(ch, true)
 		}
 	}
 	return acme.Challenge{}, permanent("the upstream offers no %s challenge for %s (it offers: %s)",
@@ -534,6 +543,9 @@ func orNone(s string) string {
 func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account, order acme.Order, ro store.RelayOrder, log *zap.Logger) (signer.IssueOutcome, error) {
 	if order.Certificate == "" {
 		return signer.IssueOutcome{}, fmt.Errorf("the upstream order %s is valid without a certificate URL", order.Location)
+	}
+	if err := urlProblem("certificate", order.Certificate); err != nil {
+		return signer.IssueOutcome{}, err
 	}
 	body, altURLs, err := s.fetchChain(ctx, c, acct, order.Certificate)
 	if err != nil {
@@ -600,12 +612,12 @@ func (s *Signer) download(ctx context.Context, c *acme.Client, acct acme.Account
 }
 
 // distinctAlternates is urls in order, each once, without the chain's
-// own URL.
+// own URL and those longer than maxUpstreamURL.
 func distinctAlternates(urls []string, own string) []string {
 	seen := map[string]bool{own: true}
 	out := urls[:0:0]
 	for _, u := range urls {
-		if !seen[u] {
+		if !seen[u] && urlProblem("alternate chain", u) == nil {
 			seen[u] = true
 			out = append(out, u)
 		}
@@ -673,6 +685,9 @@ func (s *Signer) invalidReason(ctx context.Context, c *acme.Client, acct acme.Ac
 	past := func(t time.Time) bool { return !t.IsZero() && t.Before(now) }
 	var out []string
 	for _, u := range order.Authorizations {
+		if urlProblem("authorization", u) != nil {
+			continue
+		}
 		authz, err := c.GetAuthorization(ctx, acct, u)
 		if err != nil {
 			continue
@@ -809,6 +824,9 @@ func (s *Signer) account(ctx context.Context, c *acme.Client, profile string) (a
 		}
 		acct, err = c.NewAccount(ctx, acct)
 		if err != nil {
+			return acme.Account{}, fmt.Errorf("registering the upstream account: %w", err)
+		}
+		if err := urlProblem("account", acct.Location); err != nil {
 			return acme.Account{}, fmt.Errorf("registering the upstream account: %w", err)
 		}
 		if err := db.SetRelayAccountRegistration(ctx, s.issuerKey, profile, acct.Location, acct.Contact, s.clock.Now()); err != nil {
