@@ -455,7 +455,7 @@ func TestAnOrderThatFailsToBeCreatedGivesItsSpendBack(t *testing.T) {
 	if r := c.post(e.url("/new-order"), map[string]any{"identifiers": idents}, jwsOpts{}); r.status != http.StatusServiceUnavailable {
 		t.Fatalf("new-order in a full database: %d %s; want 503", r.status, r.body)
 	}
-	if _, err := e.db.PruneAudit(ctx, time.Now().Add(time.Hour), 0, func(int64, error) (store.AuditEvent, bool) { return store.AuditEvent{}, false }); err != nil {
+	if _, err := e.db.PruneAudit(ctx, time.Now().Add(time.Hour), 0, nil, func(int64, error) (store.AuditEvent, bool) { return store.AuditEvent{}, false }); err != nil {
 		t.Fatal(err)
 	}
 	if r := c.post(e.url("/new-order"), map[string]any{"identifiers": idents}, jwsOpts{}); r.status != http.StatusCreated {

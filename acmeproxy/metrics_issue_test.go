@@ -230,7 +230,7 @@ func TestAFailedIssuanceIsCountedAndLoggedOnceWhenItsFirstRecordingFailed(t *tes
 		t.Fatalf("no order_fail_record_failed line: the test did not make the failure's write fail")
 	}
 
-	if _, err := e.db.PruneAudit(ctx, time.Now().Add(time.Hour), 10000, func(int64, error) (store.AuditEvent, bool) { return store.AuditEvent{}, false }); err != nil {
+	if _, err := e.db.PruneAudit(ctx, time.Now().Add(time.Hour), 10000, nil, func(int64, error) (store.AuditEvent, bool) { return store.AuditEvent{}, false }); err != nil {
 		t.Fatalf("making room: %v", err)
 	}
 	fake.Advance(authority.StuckAfter + time.Minute)

@@ -120,28 +120,34 @@ func TestAPruneKilledBetweenBatchesIsAuditedByTheNextSweep(t *testing.T) {
 		event  string
 		detail string
 		// kill fills the store and runs the prune on killed, a store
-		// of its own at the environment's place, which stop closes.
-		kill func(t *testing.T, e *testEnv, killed *store.DB, stop func())
+		// of its own at the environment's place, which stop closes,
+		// and returns the time the prune ran at (its clock's).
+		kill func(t *testing.T, e *testEnv, killed *store.DB, stop func()) (ranAt time.Time)
 	}{
 		{name: "the audit sweep", event: vocab.EventAuditPruned, detail: "the retention sweep deleted 500 audit rows",
-			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) {
-				gone := oldAuditRows(t, e, time.Now().Add(-500*day), store.AuditPruneBatch+1)
-				_, _ = authority.SweepAudit(stopOnce{t.Context(), func() bool { return gone() && stopped(stop) }}, killed, 400*day, time.Now())
+			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) time.Time {
+				now := time.Now()
+				gone := oldAuditRows(t, e, now.Add(-500*day), store.AuditPruneBatch+1)
+				_, _ = authority.SweepAudit(stopOnce{t.Context(), func() bool { return gone() && stopped(stop) }}, killed, 400*day, now)
+				return now
 			}},
 		{name: "an operator's prune", event: vocab.EventAuditPruned, detail: "deleted 500 audit rows",
-			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) {
-				gone := oldAuditRows(t, e, time.Now().Add(-500*day), store.AuditPruneBatch+1)
+			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) time.Time {
+				now := time.Now()
+				gone := oldAuditRows(t, e, now.Add(-500*day), store.AuditPruneBatch+1)
 				op := &operator.Operator{DB: killed}
-				_, _ = op.PruneAudit(stopOnce{t.Context(), func() bool { return gone() && stopped(stop) }}, time.Now().Add(-day),
+				_, _ = op.PruneAudit(stopOnce{t.Context(), func() bool { return gone() && stopped(stop) }}, now.Add(-day),
 					authority.Actor{Kind: authority.ActorCLI, ID: "alice"})
+				return now
 			}},
 		{name: "the retention sweep", event: vocab.EventRetentionPruned, detail: "the retention sweep deleted 1 orders",
-			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) {
+			kill: func(t *testing.T, e *testEnv, killed *store.DB, stop func()) time.Time {
 				ctx := t.Context()
 				orderGone := deadOrderAndEmptyAccount(t, e)
 				gone := func() bool { return orderGone() && stopped(stop) }
-				_, _ = authority.SweepRetention(stopOnce{ctx, gone}, killed, authority.Retention{Orders: 30 * day, Certificates: 90 * day},
-					time.Now().Add(400*day))
+				now := time.Now().Add(400 * day)
+				_, _ = authority.SweepRetention(stopOnce{ctx, gone}, killed, authority.Retention{Orders: 30 * day, Certificates: 90 * day}, now)
+				return now
 			}},
 	}
 	for _, tt := range tests {
@@ -154,14 +160,14 @@ func TestAPruneKilledBetweenBatchesIsAuditedByTheNextSweep(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { killed.Close() })
-				tt.kill(t, e, killed, func() { killed.Close() })
+				ranAt := tt.kill(t, e, killed, func() { killed.Close() })
 				if rows := auditRows(t, e.db, store.AuditFilter{Event: tt.event}); len(rows) != 0 {
 					t.Fatalf("the killed prune wrote %+v; want nothing past its first batch", rows)
 				}
 
 				// The next audit sweep, an hour later, on the instance
 				// still running.
-				if _, err := authority.SweepAudit(t.Context(), e.db, 400*day, time.Now().Add(time.Hour)); err != nil {
+				if _, err := authority.SweepAudit(t.Context(), e.db, 400*day, ranAt.Add(time.Hour)); err != nil {
 					t.Fatal(err)
 				}
 				rows := auditRows(t, e.db, store.AuditFilter{Event: tt.event, Outcome: authority.OutcomeInterrupted})
@@ -169,7 +175,7 @@ func TestAPruneKilledBetweenBatchesIsAuditedByTheNextSweep(t *testing.T) {
 					t.Fatalf("the killed prune's rows after the next sweep: %+v; want one, %q…, saying its process ended", rows, tt.detail)
 				}
 				// Found once: a later sweep writes it no more.
-				if _, err := authority.SweepAudit(t.Context(), e.db, 400*day, time.Now().Add(2*time.Hour)); err != nil {
+				if _, err := authority.SweepAudit(t.Context(), e.db, 400*day, ranAt.Add(2*time.Hour)); err != nil {
 					t.Fatal(err)
 				}
 				if again := auditRows(t, e.db, store.AuditFilter{Event: tt.event, Outcome: authority.OutcomeInterrupted}); len(again) != 1 {

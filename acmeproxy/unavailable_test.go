@@ -103,7 +103,7 @@ func TestAFullDatabaseIsAnswered503WithRetryAfterAndLoggedOncePerInterval(t *tes
 	for range 3 {
 		newOrder()
 	}
-	if _, err := e.db.PruneAudit(ctx, time.Now().Add(time.Hour), 10000, func(int64, error) (store.AuditEvent, bool) { return store.AuditEvent{}, false }); err != nil {
+	if _, err := e.db.PruneAudit(ctx, time.Now().Add(time.Hour), 10000, nil, func(int64, error) (store.AuditEvent, bool) { return store.AuditEvent{}, false }); err != nil {
 		t.Fatalf("making room: %v", err)
 	}
 	if r := raw.post(e.url("/new-order"), map[string]any{"identifiers": []map[string]string{dnsID("room.example.com")}}, jwsOpts{}); r.status != http.StatusCreated {

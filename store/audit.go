@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 )
 
@@ -343,18 +344,20 @@ const AuditPruneBatch = 500
 // two batches: each batch but the last rewrites, in its transaction, the
 // row record gives for what was deleted so far with stopped
 // ErrPruneUnfinished (prune_progress), which RecordUnfinishedPrunes
-// writes to the trail should no other row end the prune.
+// writes to the trail should no other row end the prune. That row's time
+// is clk's (the wall clock when nil), the clock of whoever prunes, which
+// the sweep comparing it reads too.
 //
 // The cutoff row has a fixed key: a concurrent prune's insert of it waits
 // for this batch, which has deleted it again by its commit.
-func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int,
+func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int, clk clock.Clock,
 	record func(deleted int64, stopped error) (ev AuditEvent, ok bool)) (int64, error) {
 	if batch <= 0 {
 		batch = AuditPruneBatch
 	}
 	var (
 		total    int64
-		progress pruneProgress
+		progress = pruneProgress{clock: clk}
 	)
 	stopped := func(err error) (int64, error) {
 		err = fmt.Errorf("store: pruning the audit trail: %w", err)

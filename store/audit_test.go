@@ -109,7 +109,7 @@ func TestPruneAuditDeletesOnlyRowsOlderThanTheCutoffInBatchesAndRecordsItself(t 
 		auditAt(t, db, cutoff, cutoff.Add(time.Millisecond), cutoff.Add(time.Hour))
 
 		var recorded, progress []int64
-		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64, stopped error) (AuditEvent, bool) {
+		n, err := db.PruneAudit(ctx, cutoff, 3, nil, func(deleted int64, stopped error) (AuditEvent, bool) {
 			switch {
 			case errors.Is(stopped, ErrPruneUnfinished):
 				progress = append(progress, deleted)
@@ -165,7 +165,7 @@ func TestPruneAuditDeletesOnlyRowsOlderThanTheCutoffInBatchesAndRecordsItself(t 
 
 		// Nothing left to prune: no row deleted, and a record that declines
 		// writes none.
-		n, err = db.PruneAudit(ctx, cutoff, 3, func(int64, error) (AuditEvent, bool) { return AuditEvent{}, false })
+		n, err = db.PruneAudit(ctx, cutoff, 3, nil, func(int64, error) (AuditEvent, bool) { return AuditEvent{}, false })
 		if err != nil || n != 0 {
 			t.Errorf("a second prune: %d, %v; want 0", n, err)
 		}
@@ -234,7 +234,7 @@ func TestAPruneStoppedPartWayRecordsTheRowsItDeleted(t *testing.T) {
 		db := openTest(t)
 		cutoff := oldRowsTheSecondBatchFailsOn(t, db)
 
-		n, err := db.PruneAudit(ctx, cutoff, 3, func(deleted int64, stopped error) (AuditEvent, bool) {
+		n, err := db.PruneAudit(ctx, cutoff, 3, nil, func(deleted int64, stopped error) (AuditEvent, bool) {
 			return AuditEvent{At: cutoff, Event: "audit_pruned", Outcome: "interrupted", ActorKind: "admin",
 				Detail: fmt.Sprintf("deleted %d, stopped by: %v", deleted, stopped)}, true
 		})
@@ -264,7 +264,7 @@ func TestAnUnfinishedPruneIsRecordedOnceWhenItStoodStill(t *testing.T) {
 		cutoff := oldRowsTheSecondBatchFailsOn(t, db)
 		func() {
 			defer func() { _ = recover() }()
-			_, _ = db.PruneAudit(ctx, cutoff, 3, func(deleted int64, stopped error) (AuditEvent, bool) {
+			_, _ = db.PruneAudit(ctx, cutoff, 3, nil, func(deleted int64, stopped error) (AuditEvent, bool) {
 				if !errors.Is(stopped, ErrPruneUnfinished) {
 					panic("the process ends")
 				}

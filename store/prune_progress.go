@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
 )
 
 // ErrPruneUnfinished is the stop a prune's record is asked about while
@@ -15,11 +17,39 @@ import (
 // RecordUnfinishedPrunes writes it then.
 var ErrPruneUnfinished = errors.New("store: the prune's process ended before it finished")
 
+// ClockAt is a clock that reads now when it is made and moves on from
+// there by the wall clock's monotonic reading (as ReadServerClock takes
+// its midpoint); its timers are the wall clock's. A prune whose caller is
+// handed a time rather than a clock (a sweep) times its progress row by
+// it: the caller's time, moved on by the time the prune took. A zero now
+// gives the wall clock.
+func ClockAt(now time.Time) clock.Clock {
+	if now.IsZero() {
+		return clock.Real()
+	}
+	return clockAt{at: now, began: time.Now()}
+}
+
+type clockAt struct{ at, began time.Time }
+
+func (c clockAt) Now() time.Time                       { return c.at.Add(time.Since(c.began)) }
+func (c clockAt) NewTimer(d time.Duration) clock.Timer { return clock.Real().NewTimer(d) }
+
 // pruneProgress is one prune's row in prune_progress: the audit row of
-// what it deleted so far, for the trail should its process end.
+// what it deleted so far, for the trail should its process end, timed by
+// the prune's clock (the wall clock when nil).
 type pruneProgress struct {
+	clock   clock.Clock
 	id      string
 	written bool
+}
+
+// now is the prune's clock's time.
+func (p *pruneProgress) now() time.Time {
+	if p.clock == nil {
+		p.clock = clock.Real()
+	}
+	return p.clock.Now()
 }
 
 // note rewrites, in tx of a batch, the prune's audit row as it stands
@@ -36,7 +66,7 @@ func (p *pruneProgress) note(ctx context.Context, db *DB, tx *sql.Tx, ev AuditEv
 	}
 	if _, err := tx.ExecContext(ctx, db.q(`INSERT INTO prune_progress (id, updated_at, audit_row) VALUES (?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET updated_at = excluded.updated_at, audit_row = excluded.audit_row`),
-		p.id, time.Now().UnixMilli(), string(row)); err != nil {
+		p.id, p.now().UnixMilli(), string(row)); err != nil {
 		return err
 	}
 	p.written = true

@@ -156,7 +156,7 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 			last = i
 		}
 	}
-	var progress pruneProgress
+	progress := pruneProgress{clock: ClockAt(r.Now)}
 	stopped := func(what string, err error) (Pruned, error) {
 		err = fmt.Errorf("store: pruning %s: %w", what, err)
 		if !total.Any() || r.Record == nil {

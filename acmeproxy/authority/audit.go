@@ -174,7 +174,7 @@ func SweepAudit(ctx context.Context, db *store.DB, retention time.Duration, now 
 		return 0, nil
 	}
 	before := now.Add(-retention)
-	return db.PruneAudit(ctx, before, 0, func(n int64, stopped error) (store.AuditEvent, bool) {
+	return db.PruneAudit(ctx, before, 0, store.ClockAt(now), func(n int64, stopped error) (store.AuditEvent, bool) {
 		outcome, why := PruneOutcome(stopped)
 		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: outcome, ActorKind: ActorSystem, Reason: "retention",
 			Detail: fmt.Sprintf("the retention sweep deleted %d audit rows older than %s (audit_retention %s)%s",

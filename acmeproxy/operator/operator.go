@@ -710,7 +710,7 @@ func (op *Operator) PruneAudit(ctx context.Context, before time.Time, actor auth
 		return AuditPruneView{}, fmt.Errorf("%w: before %s is in the future; a prune deletes only past rows", ErrInvalid,
 			before.UTC().Format(time.RFC3339))
 	}
-	n, err := op.DB.PruneAudit(ctx, before, 0, func(n int64, stopped error) (store.AuditEvent, bool) {
+	n, err := op.DB.PruneAudit(ctx, before, 0, op.Clock, func(n int64, stopped error) (store.AuditEvent, bool) {
 		outcome, why := authority.PruneOutcome(stopped)
 		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: outcome, ActorKind: actor.Kind, ActorID: actor.ID,
 			Reason: "operator", Detail: fmt.Sprintf("deleted %d audit rows older than %s%s", n, before.UTC().Format(time.RFC3339), why)}, true
