@@ -359,6 +359,7 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int, clk c
 		total    int64
 		progress = pruneProgress{clock: clk}
 	)
+	defer progress.stop()
 	stopped := func(err error) (int64, error) {
 		err = fmt.Errorf("store: pruning the audit trail: %w", err)
 		if total == 0 || record == nil {

@@ -35,13 +35,25 @@ type clockAt struct{ at, began time.Time }
 func (c clockAt) Now() time.Time                       { return c.at.Add(time.Since(c.began)) }
 func (c clockAt) NewTimer(d time.Duration) clock.Timer { return clock.Real().NewTimer(d) }
 
+// PruneHeartbeat is how often a prune under way moves the time of its
+// progress row on, from its first batch's commit to its end: also while
+// a batch runs, however long the database takes over it. The wait
+// RecordUnfinishedPrunes is given (the audit sweep's 15 minutes) is many
+// of these, so that only the row of a prune no process runs any more
+// stands still that long, not that of a prune whose batch is slow.
+const PruneHeartbeat = time.Minute
+
 // pruneProgress is one prune's row in prune_progress: the audit row of
 // what it deleted so far, for the trail should its process end, timed by
-// the prune's clock (the wall clock when nil).
+// the prune's clock (the wall clock when nil). Its prune calls stop
+// before it returns, outside any transaction.
 type pruneProgress struct {
 	clock   clock.Clock
 	id      string
 	written bool
+	// stopBeat ends the heartbeat and waits for it to return; nil
+	// while none runs.
+	stopBeat func()
 }
 
 // now is the prune's clock's time.
@@ -70,7 +82,47 @@ func (p *pruneProgress) note(ctx context.Context, db *DB, tx *sql.Tx, ev AuditEv
 		return err
 	}
 	p.written = true
+	p.beat(ctx, db)
 	return nil
+}
+
+// beat starts, once, the prune's heartbeat: every PruneHeartbeat of its
+// clock, until stop, the row's time moves on to the clock's, in a write
+// of its own. A beat the database refuses is not the prune's failure:
+// the next beat, or the next batch, moves the row on. (On SQLite a beat
+// waits for a batch holding the writer, as a sweep's write would.)
+func (p *pruneProgress) beat(ctx context.Context, db *DB) {
+	if p.stopBeat != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	id, clk := p.id, p.clock
+	t := clk.NewTimer(PruneHeartbeat) // the first beat counts from the row's first write
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			now := clk.Now().UnixMilli()
+			_, _ = db.wr.ExecContext(ctx, db.q(`UPDATE prune_progress SET updated_at = ? WHERE id = ? AND updated_at < ?`), now, id, now)
+			t = clk.NewTimer(PruneHeartbeat)
+		}
+	}()
+	p.stopBeat = func() { cancel(); <-done }
+}
+
+// stop ends the heartbeat, if one runs. Never inside a transaction of
+// the store: on SQLite a beat may be waiting for it.
+func (p *pruneProgress) stop() {
+	if p.stopBeat != nil {
+		p.stopBeat()
+		p.stopBeat = nil
+	}
 }
 
 // end deletes, in tx of the row recording the prune, its progress row.
@@ -83,55 +135,52 @@ func (p *pruneProgress) end(ctx context.Context, db *DB, tx *sql.Tx) error {
 }
 
 // RecordUnfinishedPrunes writes to the audit trail the row of each prune
-// whose process ended between two batches — its progress row last
-// rewritten before staleBefore, which a prune running rewrites with
-// every batch — and returns how many it wrote. Each is written once,
-// with its progress row deleted in the same transaction, however many
-// instances look at once.
+// whose process ended part way — its progress row last moved on before
+// staleBefore, which a prune running does with every batch and every
+// PruneHeartbeat — and returns how many it wrote. Each is written once,
+// with its progress row deleted in the same transaction, and only if
+// the row still stood still before staleBefore then: however many
+// instances look at once, and whatever the prune did since it was read.
 func (db *DB) RecordUnfinishedPrunes(ctx context.Context, staleBefore time.Time) (int, error) {
-	type stale struct {
-		id  string
-		at  int64
-		row string
-	}
-	var found []stale
-	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id, updated_at, audit_row FROM prune_progress WHERE updated_at < ?`), staleBefore.UnixMilli())
+	var found []string
+	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id FROM prune_progress WHERE updated_at < ?`), staleBefore.UnixMilli())
 	if err != nil {
 		return 0, fmt.Errorf("store: reading unfinished prunes: %w", err)
 	}
 	for rows.Next() {
-		var s stale
-		if err := rows.Scan(&s.id, &s.at, &s.row); err != nil {
+		var id string
+		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("store: reading unfinished prunes: %w", err)
 		}
-		found = append(found, s)
+		found = append(found, id)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("store: reading unfinished prunes: %w", err)
 	}
 	n := 0
-	for _, s := range found {
-		var ev AuditEvent
-		if err := json.Unmarshal([]byte(s.row), &ev); err != nil {
-			return n, fmt.Errorf("store: reading unfinished prune %s: %w", s.id, err)
-		}
+	for _, id := range found {
 		wrote := false
 		err := db.withTx(ctx, func(tx *sql.Tx) error {
 			wrote = false // fn may run again (see engine)
-			res, err := tx.ExecContext(ctx, db.q(`DELETE FROM prune_progress WHERE id = ? AND updated_at = ?`), s.id, s.at)
-			if err != nil {
+			var row string
+			switch err := tx.QueryRowContext(ctx, db.q(`DELETE FROM prune_progress WHERE id = ? AND updated_at < ? RETURNING audit_row`),
+				id, staleBefore.UnixMilli()).Scan(&row); {
+			case errors.Is(err, sql.ErrNoRows):
+				return nil // recorded meanwhile, or the prune went on after all
+			case err != nil:
 				return err
 			}
-			if k, err := res.RowsAffected(); err != nil || k == 0 {
-				return err // recorded meanwhile, or the prune went on after all
+			var ev AuditEvent
+			if err := json.Unmarshal([]byte(row), &ev); err != nil {
+				return fmt.Errorf("reading its row: %w", err)
 			}
 			wrote = true
 			return db.insertAudit(ctx, tx, ev)
 		})
 		if err != nil {
-			return n, fmt.Errorf("store: recording unfinished prune %s: %w", s.id, err)
+			return n, fmt.Errorf("store: recording unfinished prune %s: %w", id, err)
 		}
 		if wrote {
 			n++

@@ -53,3 +53,89 @@ func TestAPrunesProgressIsTimedByTheClockItIsGiven(t *testing.T) {
 		}
 	})
 }
+
+// A prune whose batch takes longer than the sweep's wait (a slow
+// database) still runs: the sweep that looks meanwhile, on any instance,
+// does not take it for ended and write its row, and the trail gets the
+// one row of the prune, which ran to the end. On SQLite the batch holds
+// the writer, which the sweep's write waits for; on PostgreSQL the sweep
+// runs at once, and finds the prune's row moved on while the batch runs.
+func TestAPruneWhoseBatchOutlastsTheSweepsWaitIsNotTakenForEnded(t *testing.T) {
+	eachDialect(t, func(t *testing.T) {
+		ctx := t.Context()
+		db := openTest(t)
+		clk := clocktest.New(t0)
+		cutoff := t0.Add(30 * 24 * time.Hour)
+		var old []time.Time
+		for i := range 7 {
+			old = append(old, cutoff.Add(-time.Duration(i+1)*time.Hour))
+		}
+		auditAt(t, db, old...)
+
+		// The second batch is held inside its transaction until
+		// released: a DELETE the database takes 16 minutes over.
+		held, release := make(chan struct{}), make(chan struct{})
+		calls := 0
+		type result struct {
+			n   int64
+			err error
+		}
+		pruned := make(chan result, 1)
+		go func() {
+			n, err := db.PruneAudit(ctx, cutoff, 3, clk, func(deleted int64, stopped error) (AuditEvent, bool) {
+				if calls++; calls == 2 {
+					close(held)
+					<-release
+				}
+				outcome := "success"
+				if stopped != nil {
+					outcome = "interrupted"
+				}
+				return AuditEvent{At: cutoff.Add(time.Hour), Event: "audit_pruned", Outcome: outcome, ActorKind: "admin",
+					Detail: fmt.Sprintf("deleted %d", deleted)}, true
+			})
+			pruned <- result{n, err}
+		}()
+		<-held
+		clk.Advance(16 * time.Minute)
+		atOnce := dialectOf(t).name == "postgres" // the sweep's write runs at once
+		if atOnce {
+			// The prune's heartbeat has written and waits for its next
+			// (bounded, so that a prune without one fails below rather
+			// than hangs here).
+			wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := clk.NextTimer(wait)
+			cancel()
+			if err != nil {
+				t.Errorf("the prune waits for nothing while its batch runs: %v", err)
+			}
+		}
+		swept := make(chan result, 1)
+		go func() {
+			n, err := db.RecordUnfinishedPrunes(ctx, clk.Now().Add(-15*time.Minute))
+			swept <- result{int64(n), err}
+		}()
+		var sweep result
+		if atOnce {
+			sweep = <-swept
+		}
+		close(release)
+		prune := <-pruned
+		if !atOnce {
+			sweep = <-swept
+		}
+		if sweep.err != nil || sweep.n != 0 {
+			t.Errorf("the sweep while the batch ran recorded %d (%v); want none: the prune still ran", sweep.n, sweep.err)
+		}
+		if prune.err != nil || prune.n != 7 {
+			t.Errorf("the prune: %d deleted, %v; want 7", prune.n, prune.err)
+		}
+		rows, err := db.SearchAudit(ctx, AuditFilter{Event: "audit_pruned"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].Outcome != "success" || rows[0].Detail != "deleted 7" {
+			t.Errorf("the trail's rows of the prune: %+v; want one, success, of the 7 deleted", rows)
+		}
+	})
+}

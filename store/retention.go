@@ -157,6 +157,7 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 		}
 	}
 	progress := pruneProgress{clock: ClockAt(r.Now)}
+	defer progress.stop()
 	stopped := func(what string, err error) (Pruned, error) {
 		err = fmt.Errorf("store: pruning %s: %w", what, err)
 		if !total.Any() || r.Record == nil {

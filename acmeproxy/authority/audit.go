@@ -154,9 +154,10 @@ const AuditSweepKind = "audit_sweep"
 
 // UnfinishedPruneAfter is how long a prune's progress may stand still
 // before the audit sweep takes its process for gone and writes its row
-// (store.RecordUnfinishedPrunes): a prune running rewrites it with every
-// batch, a few milliseconds to seconds apart; this leaves room for the
-// clocks of instances to differ.
+// (store.RecordUnfinishedPrunes): a prune running moves it on with every
+// batch and every store.PruneHeartbeat (a minute), also while a batch
+// runs, however slow; this leaves room for the clocks of instances to
+// differ.
 const UnfinishedPruneAfter = 15 * time.Minute
 
 // SweepAudit first writes the row of each prune or sweep whose process
