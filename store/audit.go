@@ -417,11 +417,14 @@ func (db *DB) PruneAudit(ctx context.Context, before time.Time, batch int, clk c
 // (its ctx ended, a batch failed) after committing some from leaving them
 // unrecorded: it asks record for the row of what was deleted so far and,
 // unless ok is false, writes it on its own, past ctx's end. It returns
-// err, joined by the write's error when the database refuses that too
-// (its progress row stays, for RecordUnfinishedPrunes). The delete
-// records itself in its last batch's transaction when it runs to the
-// end; this is the row of one that did not, written with the deletion of
-// its progress row.
+// err, joined by the write's error when the database refuses that too.
+// Its progress row then stays, for RecordUnfinishedPrunes, but no longer
+// saying that the process ended: the row of the stop replaces it there
+// (keep), or, should the database refuse that as well, db in this process
+// keeps it for its next RecordUnfinishedPrunes. The delete records
+// itself in its last batch's transaction when it runs to the end; this
+// is the row of one that did not, written with the deletion of its
+// progress row.
 func (db *DB) recordStopped(ctx context.Context, err error, progress *pruneProgress, record func() (AuditEvent, bool)) error {
 	ev, ok := record()
 	if !ok {
@@ -434,6 +437,11 @@ func (db *DB) recordStopped(ctx context.Context, err error, progress *pruneProgr
 		}
 		return db.insertAudit(ctx, tx, ev)
 	}); werr != nil {
+		if progress.written {
+			if kerr := progress.keep(ctx, db, ev); kerr != nil {
+				progress.rememberStop(db, ev)
+			}
+		}
 		return fmt.Errorf("%w; recording what it had deleted: %w", err, werr)
 	}
 	return err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
@@ -125,6 +126,104 @@ func (p *pruneProgress) stop() {
 	}
 }
 
+// keep rewrites, in a write of its own, the progress row with ev: the
+// row of the prune's stop, which the database refused to write to the
+// trail. RecordUnfinishedPrunes writes it there once it stood still, in
+// place of the row saying the prune's process ended, which it is not.
+func (p *pruneProgress) keep(ctx context.Context, db *DB, ev AuditEvent) error {
+	if !p.written {
+		return errors.New("the prune has no progress row")
+	}
+	ev.Jobs = nil
+	row, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	res, err := db.wr.ExecContext(ctx, db.q(`UPDATE prune_progress SET audit_row = ?, updated_at = ? WHERE id = ?`),
+		string(row), p.now().UnixMilli(), p.id)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return errors.Join(errors.New("its progress row is gone"), err)
+	}
+	return nil
+}
+
+// refusedStops are the rows of this process's prunes that stopped part
+// way and whose row of that the database refused, both in the trail and
+// in their progress row (keep): the next RecordUnfinishedPrunes on the
+// store they pruned writes each in place of its progress row's, which
+// says the process ended, as soon as it can. Keyed by the store and the
+// progress row's id. (Another instance's sweep that comes first, or one
+// on another store of this process, still writes the progress row's.)
+var refusedStops = struct {
+	sync.Mutex
+	rows map[refusedStop]AuditEvent
+}{rows: map[refusedStop]AuditEvent{}}
+
+type refusedStop struct {
+	db *DB
+	id string
+}
+
+// rememberStop keeps ev, the refused row of p's prune's stop, for this
+// process's next RecordUnfinishedPrunes.
+func (p *pruneProgress) rememberStop(db *DB, ev AuditEvent) {
+	if !p.written {
+		return
+	}
+	refusedStops.Lock()
+	defer refusedStops.Unlock()
+	refusedStops.rows[refusedStop{db, p.id}] = ev
+}
+
+// recordRefusedStops writes the refused rows of the stopped prunes of db
+// (refusedStops), each with the deletion of its progress
+// row, stale or not: their prunes are known to have stopped. A row whose
+// progress row is gone (another instance recorded the prune) is
+// forgotten. It returns how many it wrote.
+func (db *DB) recordRefusedStops(ctx context.Context) (int, error) {
+	refusedStops.Lock()
+	type refused struct {
+		id string
+		ev AuditEvent
+	}
+	var of []refused
+	for k, ev := range refusedStops.rows {
+		if k.db == db {
+			of = append(of, refused{k.id, ev})
+		}
+	}
+	refusedStops.Unlock()
+	n := 0
+	for _, r := range of {
+		wrote := false
+		err := db.withTx(ctx, func(tx *sql.Tx) error {
+			wrote = false // fn may run again (see engine)
+			res, err := tx.ExecContext(ctx, db.q(`DELETE FROM prune_progress WHERE id = ?`), r.id)
+			if err != nil {
+				return err
+			}
+			if k, err := res.RowsAffected(); err != nil || k == 0 {
+				return err
+			}
+			wrote = true
+			return db.insertAudit(ctx, tx, r.ev)
+		})
+		if err != nil {
+			return n, fmt.Errorf("store: recording stopped prune %s: %w", r.id, err)
+		}
+		refusedStops.Lock()
+		delete(refusedStops.rows, refusedStop{db, r.id})
+		refusedStops.Unlock()
+		if wrote {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // end deletes, in tx of the row recording the prune, its progress row.
 func (p *pruneProgress) end(ctx context.Context, db *DB, tx *sql.Tx) error {
 	if !p.written {
@@ -141,25 +240,32 @@ func (p *pruneProgress) end(ctx context.Context, db *DB, tx *sql.Tx) error {
 // with its progress row deleted in the same transaction, and only if
 // the row still stood still before staleBefore then: however many
 // instances look at once, and whatever the prune did since it was read.
+// The row of a prune that stopped, but whose row of its stop the
+// database refused, says so, not that its process ended: its progress
+// row holds it (see recordStopped), or, when the database refused that
+// too, this store does, and writes it first, at once.
 func (db *DB) RecordUnfinishedPrunes(ctx context.Context, staleBefore time.Time) (int, error) {
+	n, err := db.recordRefusedStops(ctx)
+	if err != nil {
+		return n, err
+	}
 	var found []string
 	rows, err := db.r.QueryContext(ctx, db.q(`SELECT id FROM prune_progress WHERE updated_at < ?`), staleBefore.UnixMilli())
 	if err != nil {
-		return 0, fmt.Errorf("store: reading unfinished prunes: %w", err)
+		return n, fmt.Errorf("store: reading unfinished prunes: %w", err)
 	}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("store: reading unfinished prunes: %w", err)
+			return n, fmt.Errorf("store: reading unfinished prunes: %w", err)
 		}
 		found = append(found, id)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("store: reading unfinished prunes: %w", err)
+		return n, fmt.Errorf("store: reading unfinished prunes: %w", err)
 	}
-	n := 0
 	for _, id := range found {
 		wrote := false
 		err := db.withTx(ctx, func(tx *sql.Tx) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +139,73 @@ func TestAPruneWhoseBatchOutlastsTheSweepsWaitIsNotTakenForEnded(t *testing.T) {
 			t.Errorf("the trail's rows of the prune: %+v; want one, success, of the 7 deleted", rows)
 		}
 	})
+}
+
+// A prune that stops part way (here a batch failed) and whose row of
+// that stop the database refuses too is not written up later as a prune
+// whose process ended: the trail gets the row of its stop, saying why it
+// stopped, once the database takes writes again — from its progress row
+// when the database took that write, else from this process, whose next
+// look at unfinished prunes writes it.
+func TestAPruneWhoseRowOfItsStopWasRefusedIsRecordedAsStoppedNotAsEnded(t *testing.T) {
+	refuse := map[string]map[string][]string{
+		"the row refused": {
+			"sqlite": {`CREATE TRIGGER refuse_stop BEFORE INSERT ON audit_events WHEN NEW.event = 'audit_pruned'
+				BEGIN SELECT RAISE(ABORT, 'refused'); END`},
+			"postgres": {`CREATE FUNCTION refuse_stop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+					RAISE EXCEPTION 'refused'; END $$`,
+				`CREATE TRIGGER refuse_stop BEFORE INSERT ON audit_events FOR EACH ROW WHEN (NEW.event = 'audit_pruned')
+					EXECUTE FUNCTION refuse_stop()`},
+		},
+		"every write refused": {
+			"sqlite": {`CREATE TRIGGER refuse_stop BEFORE INSERT ON audit_events WHEN NEW.event = 'audit_pruned'
+				BEGIN SELECT RAISE(ABORT, 'refused'); END`,
+				`CREATE TRIGGER refuse_progress BEFORE UPDATE ON prune_progress BEGIN SELECT RAISE(ABORT, 'refused'); END`},
+			"postgres": {`CREATE FUNCTION refuse_stop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+					RAISE EXCEPTION 'refused'; END $$`,
+				`CREATE TRIGGER refuse_stop BEFORE INSERT ON audit_events FOR EACH ROW WHEN (NEW.event = 'audit_pruned')
+					EXECUTE FUNCTION refuse_stop()`,
+				`CREATE TRIGGER refuse_progress BEFORE UPDATE ON prune_progress FOR EACH ROW EXECUTE FUNCTION refuse_stop()`},
+		},
+	}
+	allow := map[string][]string{
+		"sqlite":   {`DROP TRIGGER refuse_stop`, `DROP TRIGGER IF EXISTS refuse_progress`},
+		"postgres": {`DROP TRIGGER refuse_stop ON audit_events`, `DROP TRIGGER IF EXISTS refuse_progress ON prune_progress`},
+	}
+	for _, name := range []string{"the row refused", "every write refused"} {
+		t.Run(name, func(t *testing.T) {
+			eachDialect(t, func(t *testing.T) {
+				ctx := t.Context()
+				db := openTest(t)
+				clk := clocktest.New(t0)
+				cutoff := oldRowsTheSecondBatchFailsOn(t, db)
+				refuseWith(t, db, refuse[name])
+				n, err := db.PruneAudit(ctx, cutoff, 3, clk, func(deleted int64, stopped error) (AuditEvent, bool) {
+					why := "a batch failed"
+					if errors.Is(stopped, ErrPruneUnfinished) {
+						why = "its process ended"
+					}
+					return AuditEvent{At: cutoff, Event: "audit_pruned", Outcome: "interrupted", ActorKind: "admin",
+						Detail: fmt.Sprintf("deleted %d, stopped: %s", deleted, why)}, true
+				})
+				if err == nil || n != 3 || !strings.Contains(err.Error(), "refused") {
+					t.Fatalf("PruneAudit: %d, %v; want the first batch's 3 deleted, and its row refused", n, err)
+				}
+
+				// The database takes writes again; the next audit sweep
+				// looks, past the wait.
+				refuseWith(t, db, allow)
+				if n, err := db.RecordUnfinishedPrunes(ctx, t0.Add(time.Hour)); err != nil || n != 1 {
+					t.Errorf("the sweep recorded %d (%v); want the stopped prune's row", n, err)
+				}
+				rows, err := db.SearchAudit(ctx, AuditFilter{Event: "audit_pruned"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rows) != 1 || rows[0].Detail != "deleted 3, stopped: a batch failed" {
+					t.Errorf("the trail's rows of the prune: %+v; want one, of the 3 deleted, saying a batch failed", rows)
+				}
+			})
+		})
+	}
 }
