@@ -150,21 +150,16 @@ func (p *pruneProgress) keep(ctx context.Context, db *DB, ev AuditEvent) error {
 	return nil
 }
 
-// refusedStops are the rows of this process's prunes that stopped part
-// way and whose row of that the database refused, both in the trail and
-// in their progress row (keep): the next RecordUnfinishedPrunes on the
-// store they pruned writes each in place of its progress row's, which
-// says the process ended, as soon as it can. Keyed by the store and the
-// progress row's id. (Another instance's sweep that comes first, or one
-// on another store of this process, still writes the progress row's.)
-var refusedStops = struct {
-	sync.Mutex
-	rows map[refusedStop]AuditEvent
-}{rows: map[refusedStop]AuditEvent{}}
-
-type refusedStop struct {
-	db *DB
-	id string
+// refusedStops are the rows of the prunes of a store in this process
+// that stopped part way and whose row of that the database refused, both
+// in the trail and in their progress row (keep), by their progress row's
+// id: the store's next RecordUnfinishedPrunes writes each in place of
+// its progress row's, which says the process ended, as soon as it can.
+// (Another instance's sweep that comes first, or one after a reload that
+// opened the store anew, still writes the progress row's.)
+type refusedStops struct {
+	mu   sync.Mutex
+	rows map[string]AuditEvent
 }
 
 // rememberStop keeps ev, the refused row of p's prune's stop, for this
@@ -173,9 +168,12 @@ func (p *pruneProgress) rememberStop(db *DB, ev AuditEvent) {
 	if !p.written {
 		return
 	}
-	refusedStops.Lock()
-	defer refusedStops.Unlock()
-	refusedStops.rows[refusedStop{db, p.id}] = ev
+	db.refusedStops.mu.Lock()
+	defer db.refusedStops.mu.Unlock()
+	if db.refusedStops.rows == nil {
+		db.refusedStops.rows = map[string]AuditEvent{}
+	}
+	db.refusedStops.rows[p.id] = ev
 }
 
 // recordRefusedStops writes the refused rows of the stopped prunes of db
@@ -184,18 +182,16 @@ func (p *pruneProgress) rememberStop(db *DB, ev AuditEvent) {
 // progress row is gone (another instance recorded the prune) is
 // forgotten. It returns how many it wrote.
 func (db *DB) recordRefusedStops(ctx context.Context) (int, error) {
-	refusedStops.Lock()
+	db.refusedStops.mu.Lock()
 	type refused struct {
 		id string
 		ev AuditEvent
 	}
 	var of []refused
-	for k, ev := range refusedStops.rows {
-		if k.db == db {
-			of = append(of, refused{k.id, ev})
-		}
+	for id, ev := range db.refusedStops.rows {
+		of = append(of, refused{id, ev})
 	}
-	refusedStops.Unlock()
+	db.refusedStops.mu.Unlock()
 	n := 0
 	for _, r := range of {
 		wrote := false
@@ -214,9 +210,9 @@ func (db *DB) recordRefusedStops(ctx context.Context) (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("store: recording stopped prune %s: %w", r.id, err)
 		}
-		refusedStops.Lock()
-		delete(refusedStops.rows, refusedStop{db, r.id})
-		refusedStops.Unlock()
+		db.refusedStops.mu.Lock()
+		delete(db.refusedStops.rows, r.id)
+		db.refusedStops.mu.Unlock()
 		if wrote {
 			n++
 		}

@@ -50,6 +50,9 @@ type DB struct {
 	// write (RevokeCertificate) once its ledger row has its id, before
 	// the write commits: a test holds the write open there.
 	revocationRow func(certificateID string)
+
+	// refusedStops: see recordStopped.
+	refusedStops refusedStops
 }
 
 // newDB builds a closed store on a dialect's read pool and write engine,
