@@ -241,8 +241,9 @@ func TestANotifyEmailsCredentialsAreNotSentToAPostfixThatDoesNotAskForThem(t *te
 	}
 }
 
-// registerAccount registers an account at s's profile.
-func registerAccount(ctx context.Context, t *testing.T, s certbotServer) {
+// registerAccount registers an account at s's profile and returns its
+// client.
+func registerAccount(ctx context.Context, t *testing.T, s certbotServer) *xacme.Client {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -255,6 +256,7 @@ func registerAccount(ctx context.Context, t *testing.T, s certbotServer) {
 	if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
 		t.Fatalf("register: %v", err)
 	}
+	return c
 }
 
 // issueOverHTTP01 registers an account at s's profile, has name
@@ -262,17 +264,7 @@ func registerAccount(ctx context.Context, t *testing.T, s certbotServer) {
 // and returns the issued leaf.
 func issueOverHTTP01(ctx context.Context, t *testing.T, s certbotServer, wellKnown, name string) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(s.root)
-	c := &xacme.Client{Key: key, DirectoryURL: s.server, HTTPClient: &http.Client{
-		Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}}
-	if _, err := c.Register(ctx, &xacme.Account{}, xacme.AcceptTOS); err != nil {
-		t.Fatalf("register: %v", err)
-	}
+	c := registerAccount(ctx, t, s)
 	order, err := c.AuthorizeOrder(ctx, xacme.DomainIDs(name))
 	if err != nil {
 		t.Fatalf("new order: %v", err)
