@@ -33,18 +33,7 @@ func TestAnUpstreamsRefusalOfTheClientsRequestFailsTheOrderWithThatRefusal(t *te
 			ctx := context.Background()
 			up := registeredUpstream(t, tt.answer)
 			b := newBench(t, up.URL+"/dir", ChallengeBypass)
-			req := b.finalized(t, "refused.example.com")
-			if _, err := b.s.Issue(ctx, req); err != nil {
-				t.Fatal(err)
-			}
-			job := b.job(t, req.OrderID)
-			out := b.s.RunJob(ctx, job)
-			if out.Kind() != "failed" {
-				t.Fatalf("the attempt: %s; want failed (a stated reason is not retried)", out)
-			}
-			if err := b.s.AbandonJob(ctx, job, out.String()); err != nil {
-				t.Fatal(err)
-			}
+			req := b.refused(ctx, t, "refused.example.com", "")
 			b.settler.mu.Lock()
 			defer b.settler.mu.Unlock()
 			if got := b.settler.refused[req.OrderID]; got != tt.want {
@@ -223,18 +212,7 @@ func TestAnUpstreamOrderInvalidWithAnErrorFailsTheOrderWithThatRefusal(t *testin
 				}
 			})
 			b := newBench(t, up.URL+"/dir", ChallengeBypass, func(o *Options) { o.FinalizeWait = -1 })
-			req := b.finalized(t, "refused-later.example.com")
-			if _, err := b.s.Issue(ctx, req); err != nil {
-				t.Fatal(err)
-			}
-			job := b.job(t, req.OrderID)
-			out := b.s.RunJob(ctx, job)
-			if out.Kind() != "failed" || !strings.Contains(out.String(), tt.problem) {
-				t.Fatalf("the attempt: %s; want failed, naming %s", out, tt.problem)
-			}
-			if err := b.s.AbandonJob(ctx, job, out.String()); err != nil {
-				t.Fatal(err)
-			}
+			req := b.refused(ctx, t, "refused-later.example.com", tt.problem)
 			b.settler.mu.Lock()
 			defer b.settler.mu.Unlock()
 			if got := b.settler.refused[req.OrderID]; got != tt.want {

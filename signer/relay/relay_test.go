@@ -150,6 +150,28 @@ func (b *bench) finalizedAfter(t *testing.T, name string, beforeClaim func(order
 	return req
 }
 
+// refused finalizes an order of name, runs its relay job once and
+// abandons the job with the attempt's outcome, as the runner does after
+// an attempt that failed for good; the test fails unless the attempt
+// failed and naming, if set, is in its outcome. It returns the order's
+// request.
+func (b *bench) refused(ctx context.Context, t *testing.T, name, naming string) signer.IssueRequest {
+	t.Helper()
+	req := b.finalized(t, name)
+	if _, err := b.s.Issue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	job := b.job(t, req.OrderID)
+	out := b.s.RunJob(ctx, job)
+	if out.Kind() != "failed" || !strings.Contains(out.String(), naming) {
+		t.Fatalf("the attempt: %s; want failed (a stated reason is not retried), naming %q", out, naming)
+	}
+	if err := b.s.AbandonJob(ctx, job, out.String()); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 // binding is what the bench's signer is bound to.
 func (b *bench) binding(t *testing.T) *signer.Binding {
 	t.Helper()

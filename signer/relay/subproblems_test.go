@@ -182,18 +182,7 @@ func TestAnUpstreamsCompoundRefusalReachesTheSettlerWithItsSubproblems(t *testin
 			}})
 	})
 	b := newBench(t, up.URL+"/dir", ChallengeBypass)
-	req := b.finalized(t, name)
-	if _, err := b.s.Issue(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	job := b.job(t, req.OrderID)
-	out := b.s.RunJob(ctx, job)
-	if out.Kind() != "failed" {
-		t.Fatalf("the attempt: %s; want failed", out)
-	}
-	if err := b.s.AbandonJob(ctx, job, out.String()); err != nil {
-		t.Fatal(err)
-	}
+	req := b.refused(ctx, t, name, "")
 	b.settler.mu.Lock()
 	defer b.settler.mu.Unlock()
 	want := []signer.Subproblem{{Kind: signer.KindCAA, Detail: "CAA record for example.com prevents issuance", Identifier: vocab.Identifier{Type: "dns", Value: name}}}
