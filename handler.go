@@ -220,16 +220,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if !h.server.Handles(r.URL.Path) {
 		return next.ServeHTTP(w, r)
 	}
-	// Behind a trusted proxy the client is the address Caddy read from
-	// its headers (trusted_proxies), as Caddy's logs and matchers have
-	// it, not the proxy's connection.
 	// A request that comes before the app has opened the store waits for
 	// it; the server answers 503 if the app stopped without.
 	h.app.awaitStart(r.Context())
+	// Behind a trusted proxy the client is the address Caddy read from
+	// its headers (trusted_proxies), as Caddy's logs and matchers have
+	// it, not the proxy's connection; and the scheme is the one the
+	// proxy's client used (X-Forwarded-Proto, its last value, as Caddy's
+	// reverse_proxy reads it from a trusted proxy), so that a front that
+	// terminates TLS gives its clients https:// URLs. Nobody else's
+	// X-Forwarded-Proto counts.
 	if trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool); trusted {
-		if ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ip != "" {
-			r = r.WithContext(acmeproxy.WithClientIP(r.Context(), ip))
+		ctx := r.Context()
+		if ip, _ := caddyhttp.GetVar(ctx, caddyhttp.ClientIPVarKey).(string); ip != "" {
+			ctx = acmeproxy.WithClientIP(ctx, ip)
 		}
+		if protos := r.Header.Values("X-Forwarded-Proto"); len(protos) > 0 {
+			ctx = acmeproxy.WithForwardedProto(ctx, protos[len(protos)-1])
+		}
+		r = r.WithContext(ctx)
 	}
 	h.server.ServeHTTP(w, r)
 	return nil
