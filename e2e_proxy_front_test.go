@@ -5,20 +5,28 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"text/template"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	xacme "golang.org/x/crypto/acme"
+
+	"github.com/acmeproxy/caddy-acme-proxy/jobs"
+	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
 // A front that terminates TLS and forwards plain HTTP to the Caddy
 // serving acme_proxy: here a second site of the same Caddy, https on the
 // e2e HTTPS port, reverse_proxy to a plain-HTTP site on its own port
-// (backPort) that serves the profile. Caddy's reverse_proxy keeps the
+// (backPort) that serves the profile, and the operator's page under
+// /open. Caddy's reverse_proxy keeps the
 // Host and sends X-Forwarded-Proto; the back's server trusts the ranges
 // in trusted (trusted_proxies), none when it is empty.
 var e2eFrontCaddyfile = template.Must(template.New("Caddyfile").Parse(`{
@@ -47,6 +55,12 @@ https://127.0.0.1:{{.Env.HTTPSPort}} {
 }
 
 http://127.0.0.1:{{.BackPort}} {
+	route /open* {
+		acme_proxy_ui {
+			prefix /open
+			insecure_no_auth
+		}
+	}
 	acme_proxy {
 		profile ` + e2eProfile + `
 		resolvers {{.Env.DNSAddr}}
@@ -221,6 +235,62 @@ func TestATrustedProxysXForwardedProtoIsTheSchemeOnlyWhenItIsHTTPOrHTTPS(t *test
 				h.Add("X-Forwarded-Proto", p)
 			}
 			checkURLsUnder(t, e2eDirectoryURLs(t, env.client, url, h), fmt.Sprintf("%s://127.0.0.1:%d/acme/%s/", tc.want, back, e2eProfile))
+		})
+	}
+}
+
+// The operator's page behind the same front: a browser that sends no
+// Sec-Fetch-Site has its form checked by Origin, the front's https://
+// one, which the page's own scheme matches only when the back trusts the
+// front (its X-Forwarded-Proto); from a front it does not trust, the form
+// is refused as another origin's.
+func TestBehindATrustedTLSTerminatingFrontThePagesOwnFormsAreAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		trusted string
+		want    int
+	}{
+		{"ok/a front the back trusts", "127.0.0.1/32", http.StatusSeeOther},
+		{"refused/a front the back does not trust", "", http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newE2EEnv(t)
+			loadFront(t, e2eFront{Env: env, BackPort: freePort(t), ValidationHTTP: freePort(t), ValidationTLS: freePort(t), Trusted: tc.trusted})
+			idle, _, err := activeApp(t).queue.Enqueue(t.Context(), jobs.Spec{Kind: "test_idle", Key: "front", Delay: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			origin := fmt.Sprintf("https://127.0.0.1:%d", env.HTTPSPort)
+			base := fmt.Sprintf("%s/open/jobs/%d", origin, idle.ID)
+			status, page := getEventually(t, env.client, base+"/cancel")
+			if status != http.StatusOK {
+				t.Fatalf("the confirmation page through the front: %d %s", status, page)
+			}
+			m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(string(page))
+			if m == nil {
+				t.Fatalf("no CSRF token on the confirmation page:\n%s", page)
+			}
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/do-cancel", strings.NewReader(url.Values{"csrf": {m[1]}}.Encode()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", origin) // as a browser sends it; no Sec-Fetch-Site
+			client := *env.client
+			client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Fatalf("the page's form posted through the front: %d, want %d\n%s", resp.StatusCode, tc.want, body)
+			}
+			j, err := activeApp(t).queue.Get(t.Context(), idle.ID)
+			if cancelled := err == nil && j.Status == store.JobCancelled; cancelled != (tc.want == http.StatusSeeOther) {
+				t.Errorf("the job is %v (%v); want cancelled: %v", j.Status, err, tc.want == http.StatusSeeOther)
+			}
 		})
 	}
 }

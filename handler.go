@@ -14,6 +14,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/validate"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/forwarded"
 	"github.com/acmeproxy/caddy-acme-proxy/signer"
 )
 
@@ -231,12 +232,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// terminates TLS gives its clients https:// URLs. Nobody else's
 	// X-Forwarded-Proto counts.
 	if trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool); trusted {
-		ctx := r.Context()
+		ctx := forwarded.FromTrustedProxy(r)
 		if ip, _ := caddyhttp.GetVar(ctx, caddyhttp.ClientIPVarKey).(string); ip != "" {
 			ctx = acmeproxy.WithClientIP(ctx, ip)
-		}
-		if protos := r.Header.Values("X-Forwarded-Proto"); len(protos) > 0 {
-			ctx = acmeproxy.WithForwardedProto(ctx, protos[len(protos)-1])
 		}
 		r = r.WithContext(ctx)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/webui"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/forwarded"
 )
 
 // defaultUIUser is the placeholder Caddy's authentication handler
@@ -192,6 +193,11 @@ func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 		// it by the deadline): ask again later, as the admin API says.
 		w.Header().Set("Retry-After", strconv.Itoa(int(operator.UnavailableRetryAfter/time.Second)))
 		return caddyhttp.Error(http.StatusServiceUnavailable, errNoApp)
+	}
+	if trusted, _ := caddyhttp.GetVar(ctx, caddyhttp.TrustedProxyVarKey).(bool); trusted {
+		// A page behind a front that terminates TLS: its Origin is the
+		// front's scheme (checkPost).
+		ctx = forwarded.FromTrustedProxy(r.WithContext(ctx))
 	}
 	served.ServeHTTP(w, r.WithContext(ctx))
 	return nil

@@ -26,6 +26,7 @@ import (
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/problem"
 	"github.com/acmeproxy/caddy-acme-proxy/clock"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/forwarded"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/logevery"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/warmstack"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
@@ -150,49 +151,17 @@ func (s *Server) Handles(path string) bool {
 
 // baseURL is the profile's absolute URL as this request reached it.
 func (s *Server) baseURL(r *http.Request) string {
-	return scheme(r) + "://" + r.Host + s.cfg.Prefix
+	return forwarded.Scheme(r) + "://" + r.Host + s.cfg.Prefix
 }
 
 // requestURL is the absolute URL the request was sent to, which a JWS
 // "url" must equal (RFC 8555 §6.4).
 func (s *Server) requestURL(r *http.Request) string {
-	u := scheme(r) + "://" + r.Host + r.URL.EscapedPath()
+	u := forwarded.Scheme(r) + "://" + r.Host + r.URL.EscapedPath()
 	if r.URL.RawQuery != "" {
 		u += "?" + r.URL.RawQuery
 	}
 	return u
-}
-
-// forwardedProtoKey carries the scheme a trusted proxy's client used
-// (WithForwardedProto).
-type forwardedProtoKey struct{}
-
-// WithForwardedProto tells the Server that the request with ctx came
-// through a proxy the HTTP server in front trusts (Caddy's
-// trusted_proxies), whose client reached it over proto, as the proxy's
-// X-Forwarded-Proto says: a front that terminates TLS and forwards plain
-// HTTP. The profile's URLs are then given, and a JWS url checked, in that
-// scheme rather than the connection's. A proto other than http or https
-// (any case) changes nothing. Only a trusted proxy's header may be passed:
-// any client can send one.
-func WithForwardedProto(ctx context.Context, proto string) context.Context {
-	proto = strings.ToLower(strings.TrimSpace(proto))
-	if proto != "http" && proto != "https" {
-		return ctx
-	}
-	return context.WithValue(ctx, forwardedProtoKey{}, proto)
-}
-
-// scheme is the scheme the request's client used: the one
-// WithForwardedProto gave, else the connection's.
-func scheme(r *http.Request) string {
-	if proto, ok := r.Context().Value(forwardedProtoKey{}).(string); ok {
-		return proto
-	}
-	if r.TLS != nil {
-		return "https"
-	}
-	return "http"
 }
 
 // clientIPKey carries a request's client address (WithClientIP).

@@ -32,6 +32,7 @@ import (
 
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/authority"
 	"github.com/acmeproxy/caddy-acme-proxy/acmeproxy/operator"
+	"github.com/acmeproxy/caddy-acme-proxy/internal/forwarded"
 )
 
 //go:embed templates/*.html static/*
@@ -241,11 +242,7 @@ func (u *UI) checkPost(r *http.Request, user string) error {
 		return fmt.Errorf("%w (Sec-Fetch-Site: %q)", errCrossSite, operator.Clip(site))
 	default:
 		origin := r.Header.Get("Origin")
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		if origin != scheme+"://"+r.Host {
+		if origin != forwarded.Scheme(r)+"://"+r.Host {
 			return fmt.Errorf("%w (Origin: %q)", errCrossSite, operator.Clip(origin))
 		}
 	}
