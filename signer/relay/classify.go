@@ -148,7 +148,7 @@ func (r secrets) classify(err error, last response) failure {
 			// they are, which only the answer's Link says.
 			f.verdict = giveUp
 			if last.termsOfService != "" {
-				f.reason += " (the upstream's terms of service: " + r.text(last.termsOfService) + ")"
+				f.reason += " (the upstream's terms of service: " + quotedURL(r.text(last.termsOfService)) + ")"
 			}
 		default:
 			// The CA stated a reason: badCSR, rejectedIdentifier,

@@ -367,6 +367,9 @@ func (s *Signer) deactivate(ctx context.Context, b *signer.Binding, url string) 
 	if order.Status == acme.StatusInvalid || order.Status == acme.StatusValid || order.Status == acme.StatusProcessing {
 		return 0, nil
 	}
+	if err := authorizationsProblem(order); err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, u := range order.Authorizations {
 		if err := urlProblem("authorization", u); err != nil {
@@ -442,6 +445,9 @@ func (s *Signer) spentPrepared(ctx context.Context, c *acme.Client, acct acme.Ac
 	short := func(expires time.Time) bool { return !expires.IsZero() && expires.Sub(now) < preparedLifeNeeded }
 	if short(order.Expires) {
 		return fmt.Sprintf("it expires at %s", order.Expires.UTC().Format(time.RFC3339)), nil
+	}
+	if err := authorizationsProblem(order); err != nil {
+		return "", err
 	}
 	for _, u := range order.Authorizations {
 		if err := urlProblem("authorization", u); err != nil {

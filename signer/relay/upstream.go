@@ -352,6 +352,9 @@ const (
 // it by reading the order, and returns the order as last read (once no
 // longer pending); else a zero Order, and the caller reads it.
 func (s *Signer) authorize(ctx context.Context, c *acme.Client, rec *recorder, acct acme.Account, order acme.Order, orderID string) (acme.Order, error) {
+	if err := authorizationsProblem(order); err != nil {
+		return acme.Order{}, err
+	}
 	var read acme.Order
 	for i, u := range order.Authorizations {
 		if err := urlProblem("authorization", u); err != nil {
@@ -684,7 +687,12 @@ func (s *Signer) invalidReason(ctx context.Context, c *acme.Client, acct acme.Ac
 	now := s.clock.Now()
 	past := func(t time.Time) bool { return !t.IsZero() && t.Before(now) }
 	var out []string
-	for _, u := range order.Authorizations {
+	authorizations := order.Authorizations
+	if err := authorizationsProblem(order); err != nil {
+		authorizations = nil // none is read
+		out = append(out, "its authorizations were not read: "+err.Error())
+	}
+	for _, u := range authorizations {
 		if urlProblem("authorization", u) != nil {
 			continue
 		}

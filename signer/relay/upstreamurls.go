@@ -22,6 +22,11 @@ const (
 	maxChallengeToken = 256
 	// maxResponseHeader bounds an upstream answer's header.
 	maxResponseHeader = 64 << 10
+	// maxOrderIdentifiers bounds the identifiers, and so the
+	// authorizations, of an upstream order: the most a local order may
+	// have (acmeproxy's maxIdentifiers), whose upstream order has as
+	// many.
+	maxOrderIdentifiers = 1000
 )
 
 // urlProblem is the error of an upstream's URL of what ("order") that is
@@ -32,6 +37,32 @@ func urlProblem(what, u string) error {
 		return nil
 	}
 	return fmt.Errorf("the upstream's %s URL is %d bytes long, longer than %d: %s", what, len(u), maxUpstreamURL, textcut.Clip(u, 64, "…"))
+}
+
+// quotedURL is an upstream's URL for a reason: whole when within
+// maxUpstreamURL, else its start and its length.
+func quotedURL(u string) string {
+	if len(u) <= maxUpstreamURL {
+		return u
+	}
+	return fmt.Sprintf("%s (%d bytes, longer than %d)", textcut.Clip(u, 64, "…"), len(u), maxUpstreamURL)
+}
+
+// authorizationsProblem is the error of an upstream order listing more
+// authorizations than identifiers (RFC 8555 §7.1.3: one per identifier
+// at most), or than an order may have identifiers; nil for one that does
+// not. The relay reads each authorization an order lists: it asks for
+// none of such an order's. It is an answer that is not ACME's, retried
+// like one.
+func authorizationsProblem(order acme.Order) error {
+	n := len(order.Authorizations)
+	switch {
+	case n > maxOrderIdentifiers:
+		return fmt.Errorf("the upstream's order lists %d authorizations, more than the %d identifiers an order may have", n, maxOrderIdentifiers)
+	case n > len(order.Identifiers):
+		return fmt.Errorf("the upstream's order lists %d authorizations for %d identifiers", n, len(order.Identifiers))
+	}
+	return nil
 }
 
 // tokenProblem is the error of a challenge token that is not base64url

@@ -2,13 +2,20 @@ package relay
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/mholt/acmez/v3/acme"
 
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
@@ -24,12 +31,15 @@ type quirks struct {
 // authorization's JSON, /authz/1). Each string may name the upstream's
 // own URL as {up}. Its certificate, /cert/1, links an issuer at a URL
 // longer than maxUpstreamURL. Anything else is refused: the relay got
-// past what the test looks at.
-func quirkyUpstream(t *testing.T, q quirks) *httptest.Server {
+// past what the test looks at. Each of seen is shown every request.
+func quirkyUpstream(t *testing.T, q quirks, seen ...func(*http.Request)) *httptest.Server {
 	t.Helper()
 	var up *httptest.Server
 	fill := func(s string) string { return strings.ReplaceAll(s, "{up}", up.URL) }
 	up = fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		for _, f := range seen {
+			f(r)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
 		case "/account":
@@ -155,6 +165,99 @@ func TestAnUpstreamAnswersHeaderLargerThanAnyACMEAnswersIsNotRead(t *testing.T) 
 			}
 			if tt.ok != (err == nil) {
 				t.Errorf("reading an answer with a header of %d bytes: %v; want ok %v", tt.filler, err, tt.ok)
+			}
+		})
+	}
+}
+
+// An upstream order lists an authorization per identifier at most (RFC
+// 8555 §7.1.3), and the relay reads each one it lists: an order listing
+// more than its identifiers, or more than an order may have, fails the
+// attempt as an answer that is not ACME's, which is retried, before any
+// authorization is asked for.
+func TestAnUpstreamOrderListingMoreAuthorizationsThanIdentifiersIsRefusedBeforeAnyIsRead(t *testing.T) {
+	order := func(names, authzs int) string {
+		ids := make([]string, names)
+		for i := range ids {
+			ids[i] = fmt.Sprintf(`{"type":"dns","value":"n%d.example.com"}`, i)
+		}
+		urls := make([]string, authzs)
+		for i := range urls {
+			urls[i] = `"{up}/authz/1"`
+		}
+		return `{"status":"pending","identifiers":[` + strings.Join(ids, ",") + `],"finalize":"{up}/finalize/1","authorizations":[` +
+			strings.Join(urls, ",") + `]}`
+	}
+	const authz = `{"status":"pending","identifier":{"type":"dns","value":"n0.example.com"},"challenges":[{"type":"http-01","url":"{up}/chal/1","token":"LoqXcYV8q5ONbJQxbmR7SCTNo3tiAXDfowyjxAjEuX0","status":"pending"}]}`
+	tests := []struct {
+		name   string
+		order  string
+		refuse bool
+	}{
+		{"ok/an authorization per identifier is read", order(2, 2), false},
+		{"fail/more authorizations than identifiers", order(1, 50), true},
+		{"fail/more authorizations than an order may have identifiers", order(maxOrderIdentifiers+1, maxOrderIdentifiers+1), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var read atomic.Int32
+			q := quirks{account: "{up}/acct/1", location: "{up}/order/1", order: tt.order, authz: authz}
+			up := quirkyUpstream(t, q, func(r *http.Request) {
+				if strings.HasPrefix(r.URL.Path, "/authz/") {
+					read.Add(1)
+				}
+			})
+			b := newBench(t, up.URL+"/dir", ChallengeBypass)
+			ctx := context.Background()
+			req := b.finalized(t, "n0.example.com")
+			if _, err := b.s.Issue(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			out := b.s.RunJob(ctx, b.job(t, req.OrderID)).String()
+			switch {
+			case tt.refuse && (!strings.HasPrefix(out, "retry: ") || !strings.Contains(out, "authorizations")):
+				t.Errorf("outcome %.300q; want a retry saying the order lists too many authorizations", out)
+			case tt.refuse && read.Load() != 0:
+				t.Errorf("the relay read %d authorizations of the order; want none", read.Load())
+			case !tt.refuse && read.Load() == 0:
+				t.Errorf("outcome %.300q; want the authorizations read", out)
+			}
+		})
+	}
+}
+
+// The terms of service an upstream links when it wants them agreed to
+// (userActionRequired) are quoted in the relay's reason, the operator's
+// to read: a URL longer than any CA's is quoted only in part, as its
+// other URLs are.
+func TestAnUpstreamsTermsOfServiceURLLongerThanAnyCAsIsQuotedOnlyInPart(t *testing.T) {
+	tests := []struct {
+		name  string
+		terms string
+		whole bool
+	}{
+		{"ok/a CA's terms are quoted whole", "https://ca.example/terms/2027-01-01.pdf", true},
+		{"fail/terms longer than any CA's are cut", "https://ca.example/terms/" + strings.Repeat("t", 60<<10), false},
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := fakeUpstream(t, problemAnswer(403, "urn:ietf:params:acme:error:userActionRequired", "Terms of service have changed",
+				"Link", "<"+tt.terms+`>;rel="terms-of-service"`))
+			s := &Signer{opts: Options{Directory: up.URL + "/dir"}}
+			rec := &recorder{base: http.DefaultTransport, now: time.Now}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := s.client(rec).NewAccount(ctx, acme.Account{PrivateKey: key, TermsOfServiceAgreed: true})
+			if err == nil {
+				t.Fatal("the upstream call succeeded")
+			}
+			f := noSecrets.classify(err, rec.lastResponse())
+			if strings.Contains(f.reason, tt.terms) != tt.whole {
+				t.Errorf("reason (%d bytes) %.300q; want the terms quoted whole: %v", len(f.reason), f.reason, tt.whole)
+			}
+			if !strings.Contains(f.reason, "the upstream's terms of service: https://ca.example/terms/") || len(f.reason) > 1024 {
+				t.Errorf("reason (%d bytes) %.300q; want the start of the terms' URL quoted, within 1 KiB", len(f.reason), f.reason)
 			}
 		})
 	}
