@@ -140,6 +140,22 @@ func TestRelayThroughCaddyObtainsFromPebbleWithEachChallengeStrategy(t *testing.
 		trusting.checkChainEndsAtRoot(t, res.Certificate, "bypass.example.com")
 	})
 
+	// The app's runner takes up the signer_revoke job at once: a client
+	// revoking is answered once the upstream revoked, not asked to retry.
+	t.Run("a revocation is answered once the upstream revoked it", func(t *testing.T) {
+		c := newRelayLego(t, ctx, base+"bypass/directory", client, d)
+		res, err := c.Certificate.Obtain(ctx, certificate.ObtainRequest{Domains: []string{"revoked.example.com"}, Bundle: true, KeyType: certcrypto.EC256})
+		if err != nil {
+			t.Fatalf("obtain: %v", err)
+		}
+		if err := c.Certificate.Revoke(ctx, res.Certificate); err != nil {
+			t.Fatalf("lego Revoke: %v; want success", err)
+		}
+		if trusting.store.GetRevokedCertificateBySerial(relayLeaf(t, res).SerialNumber) == nil {
+			t.Error("Pebble does not report the certificate revoked")
+		}
+	})
+
 	t.Run("a client preferring the upstream's alternate chain gets it", func(t *testing.T) {
 		alt := trusting.altRoots[0]
 		res, err := obtain(t, "bypass", certificate.ObtainRequest{Domains: []string{"preferred.example.com"}, PreferredChain: alt.Subject.CommonName})

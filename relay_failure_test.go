@@ -244,12 +244,19 @@ func (b *relayBench) proveOrder(t *testing.T, ctx context.Context, c *acme.Clien
 
 func relayCSR(t *testing.T, names ...string) []byte {
 	t.Helper()
+	der, _ := relayCSRAndKey(t, names...)
+	return der
+}
+
+// relayCSRAndKey is relayCSR with the CSR's key.
+func relayCSRAndKey(t *testing.T, names ...string) ([]byte, *ecdsa.PrivateKey) {
+	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: names[0]}, DNSNames: names}, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return der
+	return der, key
 }
 
 func pemOf(ders [][]byte) []byte {

@@ -2,6 +2,7 @@ package caddyacmeproxy
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -28,6 +29,18 @@ import (
 // to see the 503.
 func relayRevoke(t *testing.T, p *relayProcess, c *acme.Client, der []byte, reason int) (int, http.Header, string) {
 	t.Helper()
+	return relayRevokeSigned(t, p, jose.SigningKey{Algorithm: jose.ES256, Key: c.Key}, map[jose.HeaderKey]any{"kid": string(c.KID)}, false, der, reason)
+}
+
+// relayRevokeByKey is relayRevoke signed by key, its jwk in the request
+// (the certificate's own key, RFC 8555 §7.6).
+func relayRevokeByKey(t *testing.T, p *relayProcess, key *ecdsa.PrivateKey, der []byte, reason int) (int, http.Header, string) {
+	t.Helper()
+	return relayRevokeSigned(t, p, jose.SigningKey{Algorithm: jose.ES256, Key: key}, map[jose.HeaderKey]any{}, true, der, reason)
+}
+
+func relayRevokeSigned(t *testing.T, p *relayProcess, key jose.SigningKey, headers map[jose.HeaderKey]any, embedJWK bool, der []byte, reason int) (int, http.Header, string) {
+	t.Helper()
 	hc := p.ts.Client()
 	base := strings.TrimSuffix(p.dirURL, "/directory")
 	resp, err := hc.Head(base + "/new-nonce")
@@ -36,9 +49,8 @@ func relayRevoke(t *testing.T, p *relayProcess, c *acme.Client, der []byte, reas
 	}
 	resp.Body.Close()
 	url := base + "/revoke-cert"
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: c.Key}, &jose.SignerOptions{
-		ExtraHeaders: map[jose.HeaderKey]any{"nonce": resp.Header.Get("Replay-Nonce"), "url": url, "kid": string(c.KID)},
-	})
+	headers["nonce"], headers["url"] = resp.Header.Get("Replay-Nonce"), url
+	signer, err := jose.NewSigner(key, &jose.SignerOptions{ExtraHeaders: headers, EmbedJWK: embedJWK})
 	if err != nil {
 		t.Fatal(err)
 	}
