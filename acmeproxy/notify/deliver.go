@@ -175,6 +175,15 @@ func (d *Deliverer) Run(ctx context.Context, job *jobs.Job) jobs.Outcome {
 			zap.String("notification", p.Event.Event), zap.String("destination", dst.Describe()), zap.Int64("job", job.ID))
 		return jobs.Done()
 	}
+	if pe := (*partialError)(nil); errors.As(err, &pe) {
+		// Delivered, to some: done, not retried (that would mail the
+		// others again); the refused recipients are named here.
+		d.log.Warn("notification partly delivered", zap.String("event", "notification_partly_delivered"),
+			zap.String("notification", p.Event.Event), zap.String("profile", p.Event.Profile),
+			zap.String("destination", dst.Describe()), zap.Int64("job", job.ID),
+			zap.Strings("delivered", pe.delivered), zap.Strings("refused", pe.refused))
+		return jobs.Done()
+	}
 	reason := dst.Describe() + ": " + err.Error()
 	if pe := (*permanentError)(nil); errors.As(err, &pe) {
 		return jobs.Failed(reason) // logged once, by Abandon

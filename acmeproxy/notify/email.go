@@ -14,15 +14,19 @@ import (
 	"net/smtp"
 	"net/textproto"
 	"os"
-	"slices"
 	"strings"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 )
 
 // email sends the event as a plain-text mail. SMTP 5xx answers, a
 // server without the STARTTLS it was required to offer, and one not
-// asking by AUTH PLAIN for the credentials configured are permanent;
-// 4xx answers and connection failures are retried.
+// asking by AUTH PLAIN or LOGIN for the credentials configured are
+// permanent; 4xx answers and connection failures are retried. Each
+// recipient is asked for at RCPT TO: the mail goes to those accepted
+// (a *partialError names the others); when none is, the attempt is
+// retried if one refusal was 4xx, and is permanent if all were 5xx.
 func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err error) {
 	host, _, _ := net.SplitHostPort(dst.SMTP)
 	var tlsCfg *tls.Config
@@ -97,35 +101,47 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 			if te := timedOut("STARTTLS", err); te != nil {
 				return te
 			}
+			if te := (*textproto.Error)(nil); errors.As(err, &te) {
+				return redactedError{err: err, text: "STARTTLS: " + smtpReply(te, hide)}
+			}
 			return fmt.Errorf("STARTTLS: %w", err)
 		}
 	}
 	if dst.Username != "" {
-		// net/smtp sends AUTH PLAIN, the credentials in its first line,
-		// whatever the server offered: they go only to a server whose
-		// EHLO answer (after STARTTLS: PlainAuth refuses a clear one but
-		// to localhost) asks for them by PLAIN. One that does not would
-		// answer 5xx, or take the mail without them, but has them; it is
-		// a setting of the server's or of this destination, which no
-		// retry changes.
-		offered, mechs := c.Extension("AUTH")
-		if !offered {
-			return permanent(errors.New("AUTH: the server does not offer authentication (no AUTH in its EHLO answer); the username and password were not sent (remove them if the server takes mail without)"))
-		}
-		if !slices.ContainsFunc(strings.Fields(mechs), func(m string) bool { return strings.EqualFold(m, "PLAIN") }) {
-			return permanent(fmt.Errorf("AUTH: the server offers %s, not PLAIN, the one mechanism sent; the username and password were not sent", oneLine(mechs)))
-		}
-		if err := c.Auth(smtp.PlainAuth("", dst.Username, dst.Password, host)); err != nil {
+		if err := authenticate(c, dst, host); err != nil {
+			if pe := (*permanentError)(nil); errors.As(err, &pe) {
+				return err
+			}
 			return fail("AUTH", err)
 		}
 	}
 	if err := c.Mail(dst.From); err != nil {
 		return fail("MAIL FROM", err)
 	}
+	// Each recipient is asked for on its own: one refused does not keep
+	// the mail from the others. A refusal is a reply; a connection
+	// lost or timed out fails the attempt, retried whole.
+	var accepted, refused []string
+	temporary := false
 	for _, to := range dst.To {
-		if err := c.Rcpt(to); err != nil {
+		err := c.Rcpt(to)
+		if err == nil {
+			accepted = append(accepted, to)
+			continue
+		}
+		te := (*textproto.Error)(nil)
+		if !errors.As(err, &te) {
 			return fail("RCPT TO", err)
 		}
+		temporary = temporary || te.Code < 500
+		refused = append(refused, "<"+oneLine(to)+"> "+smtpReply(te, hide))
+	}
+	if len(accepted) == 0 {
+		err := fmt.Errorf("RCPT TO: every recipient was refused: %s", strings.Join(refused, "; "))
+		if temporary {
+			return err // a 4xx among them: the server may take it later
+		}
+		return permanent(err)
 	}
 	w, err := c.Data()
 	if err != nil {
@@ -138,7 +154,38 @@ func (d *Deliverer) email(ctx context.Context, dst Destination, ev Event) (err e
 		return fail("DATA", err)
 	}
 	_ = c.Quit()
+	if len(refused) > 0 {
+		return &partialError{delivered: accepted, refused: refused}
+	}
 	return nil
+}
+
+// partialError is a mail delivered to some of its recipients, refused
+// for the others at RCPT TO. It is not retried: the job cannot narrow
+// its recipients, and a retry would send the mail again to those who
+// have it.
+type partialError struct {
+	delivered []string
+	refused   []string // "<address> code first line of the reply"
+}
+
+func (e *partialError) Error() string {
+	return fmt.Sprintf("delivered to %s; refused at RCPT TO: %s",
+		strings.Join(e.delivered, ", "), strings.Join(e.refused, "; "))
+}
+
+// maxReply bounds the text of a server's reply in an error: the reply
+// is outside text, of any length and as many lines as the server
+// likes, and the error goes into a log line whole.
+const maxReply = 200
+
+// smtpReply renders a server's reply as its code and its first line,
+// the password taken out (before the cut, so no piece of it is left)
+// and cut to maxReply bytes: "550 5.1.1 <x@example.com>: Recipient
+// address rejected".
+func smtpReply(te *textproto.Error, hide *strings.Replacer) string {
+	first, _, _ := strings.Cut(te.Msg, "\n")
+	return textcut.Clip(fmt.Sprintf("%03d %s", te.Code, oneLine(hide.Replace(first))), maxReply, "…")
 }
 
 // heloName is the name the client gives in EHLO: the destination's helo
@@ -219,10 +266,10 @@ func isAddressLiteral(s string) bool {
 func smtpError(step string, err error, hide *strings.Replacer) error {
 	var te *textproto.Error
 	if errors.As(err, &te) && te.Code >= 500 {
-		return permanent(fmt.Errorf("%s: %d %s", step, te.Code, hide.Replace(te.Msg)))
+		return permanent(redactedError{err: err, text: step + ": " + smtpReply(te, hide)})
 	}
 	if errors.As(err, &te) {
-		return fmt.Errorf("%s: %d %s", step, te.Code, hide.Replace(te.Msg))
+		return redactedError{err: err, text: step + ": " + smtpReply(te, hide)}
 	}
 	return redactedError{err: err, text: step + ": " + hide.Replace(err.Error())}
 }

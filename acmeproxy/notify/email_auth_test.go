@@ -12,14 +12,15 @@ import (
 )
 
 // The username and password go only to a server that asks for them:
-// one whose EHLO answer offers AUTH with PLAIN, the mechanism sent.
-// Go's SMTP client sends AUTH PLAIN, the credentials in its first line,
-// whatever the server offered; a server not offering it (a relay
+// one whose EHLO answer offers AUTH with PLAIN, or else LOGIN (which
+// Microsoft 365, Exchange and some relays offer alone), the mechanisms
+// sent. Go's SMTP client sends AUTH PLAIN, the credentials in its first
+// line, whatever the server offered; a server not offering it (a relay
 // trusting its network, Postfix's smtpd_sasl_auth_enable=no, a
 // submission port offering AUTH only over TLS to a tls none client)
 // would be sent them. The delivery is abandoned at once instead, with
 // an error saying why and holding no secret.
-func TestAnEmailsCredentialsGoOnlyToAServerThatOffersAUTHPLAIN(t *testing.T) {
+func TestAnEmailsCredentialsGoOnlyToAServerThatOffersAUTHPLAINOrLOGIN(t *testing.T) {
 	const password = "pw-CANARY-0815"
 	tests := []struct {
 		name      string
@@ -27,20 +28,26 @@ func TestAnEmailsCredentialsGoOnlyToAServerThatOffersAUTHPLAIN(t *testing.T) {
 		implicit  bool   // the server speaks TLS at once
 		authMechs string // the server's AUTH offer ("-": none)
 		wantAuth  int    // AUTH commands the server gets
+		wantMech  string // the one they used, when delivered
 		wantErr   string // "": delivered
 	}{
-		{name: "ok/over STARTTLS to a server offering AUTH PLAIN", wantAuth: 1},
-		{name: "ok/over implicit TLS to a server offering AUTH LOGIN PLAIN", tls: notify.TLSImplicit, implicit: true,
-			authMechs: "LOGIN PLAIN", wantAuth: 1},
-		{name: "ok/over tls none to 127.0.0.1 offering AUTH PLAIN", tls: notify.TLSNone, wantAuth: 1},
+		{name: "ok/over STARTTLS to a server offering AUTH PLAIN", wantAuth: 1, wantMech: "PLAIN"},
+		{name: "ok/over implicit TLS to a server offering AUTH LOGIN PLAIN, by PLAIN", tls: notify.TLSImplicit, implicit: true,
+			authMechs: "LOGIN PLAIN", wantAuth: 1, wantMech: "PLAIN"},
+		{name: "ok/over tls none to 127.0.0.1 offering AUTH PLAIN", tls: notify.TLSNone, wantAuth: 1, wantMech: "PLAIN"},
+		{name: "ok/over STARTTLS to a server offering AUTH LOGIN XOAUTH2 only, as Microsoft 365 does, by LOGIN",
+			authMechs: "LOGIN XOAUTH2", wantAuth: 1, wantMech: "LOGIN"},
+		{name: "ok/over implicit TLS to a server offering AUTH login in lower case, by LOGIN", tls: notify.TLSImplicit, implicit: true,
+			authMechs: "login", wantAuth: 1, wantMech: "LOGIN"},
+		{name: "ok/over tls none to 127.0.0.1 offering AUTH LOGIN only", tls: notify.TLSNone, authMechs: "LOGIN", wantAuth: 1, wantMech: "LOGIN"},
 		{name: "fail/over STARTTLS to a server offering no AUTH", authMechs: "-",
 			wantErr: "AUTH: the server does not offer authentication (no AUTH in its EHLO answer); the username and password were not sent"},
 		{name: "fail/over implicit TLS to a server offering no AUTH", tls: notify.TLSImplicit, implicit: true, authMechs: "-",
 			wantErr: "AUTH: the server does not offer authentication"},
 		{name: "fail/over tls none to 127.0.0.1 offering no AUTH in the clear", tls: notify.TLSNone, authMechs: "-",
 			wantErr: "AUTH: the server does not offer authentication"},
-		{name: "fail/to a server offering AUTH without PLAIN", authMechs: "LOGIN CRAM-MD5",
-			wantErr: "AUTH: the server offers LOGIN CRAM-MD5, not PLAIN, the one mechanism sent; the username and password were not sent"},
+		{name: "fail/to a server offering AUTH without PLAIN or LOGIN", authMechs: "CRAM-MD5 XOAUTH2",
+			wantErr: "AUTH: the server offers CRAM-MD5 XOAUTH2, neither PLAIN nor LOGIN, the mechanisms sent; the username and password were not sent"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,7 +63,21 @@ func TestAnEmailsCredentialsGoOnlyToAServerThatOffersAUTHPLAIN(t *testing.T) {
 			}
 			if tt.wantErr == "" {
 				if j.Status != store.JobDone {
-					t.Errorf("job %s after %d attempts: %s", j.Status, j.Attempts, j.LastError)
+					t.Fatalf("job %s after %d attempts: %s", j.Status, j.Attempts, j.LastError)
+				}
+				m := srv.received()
+				if len(m) != 1 {
+					t.Fatalf("the server got %d mails; want one", len(m))
+				}
+				if mech, _, _ := strings.Cut(m[0].auth, " "); !strings.EqualFold(mech, tt.wantMech) {
+					t.Errorf("authenticated by AUTH %s; want %s", m[0].auth, tt.wantMech)
+				}
+				wantLogins := 0
+				if tt.wantMech == "LOGIN" {
+					wantLogins = 1
+				}
+				if got := srv.loginsSeen(); len(got) != wantLogins || wantLogins == 1 && got[0] != "acme:"+password {
+					t.Errorf("the server's LOGIN prompts were answered %q; want the username and password, %d times", got, wantLogins)
 				}
 				return
 			}

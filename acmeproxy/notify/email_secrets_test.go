@@ -23,16 +23,20 @@ func TestAnSMTPAnswerQuotingTheAUTHCommandDoesNotCarryThePassword(t *testing.T) 
 	plain := base64.StdEncoding.EncodeToString([]byte("\x00" + user + "\x00" + password))
 	tests := []struct {
 		name      string
+		mechs     string // the server's AUTH offer; "": PLAIN
 		reply     func(arg string) string
 		permanent bool
 	}{
-		{"fail/a 500 repeating the command, as sendmail does", func(arg string) string {
+		{name: "fail/a 535 to LOGIN quoting the answers to its prompts", mechs: "LOGIN", reply: func(arg string) string {
+			return "535 5.7.8 Authentication failed: " + arg
+		}, permanent: true},
+		{"fail/a 500 repeating the command, as sendmail does", "", func(arg string) string {
 			return fmt.Sprintf(`500 5.5.1 Command unrecognized: "AUTH %s"`, arg)
 		}, true},
-		{"fail/a 535 quoting the encoded credentials", func(arg string) string {
+		{"fail/a 535 quoting the encoded credentials", "", func(arg string) string {
 			return "535 5.7.8 Authentication failed for " + arg
 		}, true},
-		{"fail/a 454 quoting the decoded credentials", func(arg string) string {
+		{"fail/a 454 quoting the decoded credentials", "", func(arg string) string {
 			_, b64, _ := strings.Cut(arg, " ")
 			raw, _ := base64.StdEncoding.DecodeString(b64)
 			return "454 4.7.0 Temporary authentication failure: " + strings.ReplaceAll(string(raw), "\x00", " ")
@@ -42,6 +46,7 @@ func TestAnSMTPAnswerQuotingTheAUTHCommandDoesNotCarryThePassword(t *testing.T) 
 		t.Run(tt.name, func(t *testing.T) {
 			srv := startSMTP(t, false)
 			srv.authReply = tt.reply
+			srv.authMechs = tt.mechs
 			dst := notify.Destination{Type: notify.TypeEmail, SMTP: srv.addr, From: "acme@example.com",
 				To: []string{"ops@example.com"}, Username: user, Password: password}
 			r := newRig(t, notify.Options{TLS: &tls.Config{RootCAs: srv.certs}}, dst)

@@ -273,7 +273,7 @@ func TestAnEmailArrivesOverStartTLSAndOverImplicitTLS(t *testing.T) {
 
 func TestAnEmailRefusedByTheServerIsAbandoned(t *testing.T) {
 	srv := startSMTP(t, false)
-	srv.rejectTo = "nobody@example.com"
+	srv.rcptReply = map[string]string{"nobody@example.com": "550 no such user"}
 	dst := notify.Destination{Type: notify.TypeEmail, SMTP: srv.addr, From: "acme@example.com", To: []string{"nobody@example.com"}}
 	r := newRig(t, notify.Options{TLS: &tls.Config{RootCAs: srv.certs}}, dst)
 	ids := r.event(t, sampleEvent(acme.EventCertificateIssued), dst)

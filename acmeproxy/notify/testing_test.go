@@ -8,10 +8,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"math/big"
 	"net"
 	"net/textproto"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -122,7 +124,9 @@ type mail struct {
 type smtpServer struct {
 	addr     string
 	implicit bool
-	rejectTo string // RCPT TO this address is answered 550
+	// rcptReply answers RCPT TO an address, by address, with a refusal
+	// ("550 5.1.1 no such user") instead of 250.
+	rcptReply map[string]string
 	// noStartTLS: EHLO does not offer STARTTLS (a server without it,
 	// or someone between that strips it).
 	noStartTLS bool
@@ -134,7 +138,9 @@ type smtpServer struct {
 	// "-" offers no AUTH at all (a server without authentication).
 	authMechs string
 	// authReply, when set, answers AUTH instead of 235, given the
-	// command's argument (a server quoting what it was sent).
+	// command's argument (a server quoting what it was sent); for LOGIN
+	// the argument is "LOGIN <username> <password>" as the client sent
+	// them, base64-encoded, after the prompts.
 	authReply func(arg string) string
 	certs     *x509.CertPool
 	cfg       *tls.Config
@@ -142,6 +148,7 @@ type smtpServer struct {
 	mu     sync.Mutex
 	mails  []mail
 	auths  int      // AUTH commands received, over TLS or not
+	logins []string // "username:password" each AUTH LOGIN was sent
 	hellos []string // EHLO (or HELO) names, in order
 	got    chan struct{}
 }
@@ -226,6 +233,33 @@ func (s *smtpServer) serve(c net.Conn) {
 			s.mu.Lock()
 			s.auths++
 			s.mu.Unlock()
+			mech, _, _ := strings.Cut(arg, " ")
+			offered := s.authMechs
+			if offered == "" {
+				offered = "PLAIN"
+			}
+			if !slices.Contains(strings.Fields(strings.ToUpper(offered)), strings.ToUpper(mech)) {
+				reply("504 5.5.4 Unrecognized authentication type")
+				continue
+			}
+			if strings.EqualFold(mech, "LOGIN") && !strings.Contains(arg, " ") {
+				// draft-murchison-sasl-login: prompts, base64-encoded.
+				var answers []string
+				for _, prompt := range []string{"Username:", "Password:"} {
+					reply("334 " + base64.StdEncoding.EncodeToString([]byte(prompt)))
+					a, err := tp.ReadLine()
+					if err != nil {
+						return
+					}
+					answers = append(answers, a)
+				}
+				arg = "LOGIN " + strings.Join(answers, " ")
+				user, _ := base64.StdEncoding.DecodeString(answers[0])
+				pass, _ := base64.StdEncoding.DecodeString(answers[1])
+				s.mu.Lock()
+				s.logins = append(s.logins, string(user)+":"+string(pass))
+				s.mu.Unlock()
+			}
 			if s.authReply != nil {
 				reply(s.authReply(arg))
 				continue
@@ -236,8 +270,8 @@ func (s *smtpServer) serve(c net.Conn) {
 			reply("250 ok")
 		case "RCPT":
 			to := strings.TrimSuffix(strings.TrimPrefix(arg, "TO:<"), ">")
-			if to == s.rejectTo {
-				reply("550 no such user")
+			if r, ok := s.rcptReply[to]; ok {
+				reply(r)
 				continue
 			}
 			m.to = append(m.to, to)
@@ -267,6 +301,12 @@ func (s *smtpServer) authCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.auths
+}
+
+func (s *smtpServer) loginsSeen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.logins...)
 }
 
 func (s *smtpServer) helloNames() []string {
