@@ -41,7 +41,8 @@ import (
 // event; Postfix's Received line says it came over TLS. With a username
 // and password, as the README's example has them, Postfix takes mail
 // only from a client that authenticated (AUTH PLAIN, checked by Cyrus
-// SASL), and the password is not in Caddy's log. Postfix refuses a
+// SASL; AUTH LOGIN when Postfix offers LOGIN alone, as Microsoft 365
+// does), and the password is not in Caddy's log. Postfix refuses a
 // client whose EHLO name is not fully qualified, as submission relays
 // often do (reject_non_fqdn_helo_hostname): Caddy greets it with the
 // destination's helo (its placeholders replaced), or by default with a
@@ -60,11 +61,15 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 		username string // "": no authentication
 		helo     string // as the config writes it; "": the default
 		greeted  string // the name Postfix is greeted with, when helo is set
+		mechs    string // the SASL mechanisms Postfix offers; "": PLAIN LOGIN
+		method   string // the one Postfix logs the client used, with a username
 	}{
 		{name: "over STARTTLS without authentication", tls: "starttls"},
 		{name: "over STARTTLS greeting Postfix with the configured helo", tls: "starttls", helo: "acme-client.example.net", greeted: "acme-client.example.net"},
 		{name: "over STARTTLS greeting Postfix with a helo from the environment", tls: "starttls", helo: "{env.SMTP_HELO}", greeted: "acme-env.example.net"},
-		{name: "over STARTTLS authenticated with the username and password", tls: "starttls", username: "acme"},
+		{name: "over STARTTLS authenticated with the username and password", tls: "starttls", username: "acme", method: "PLAIN"},
+		{name: "over STARTTLS authenticated by AUTH LOGIN, the one mechanism Postfix offers", tls: "starttls", username: "acme",
+			mechs: "LOGIN", method: "LOGIN"},
 		{name: "over implicit TLS (SMTPS)", tls: "implicit"},
 	}
 	needPostfix(t)
@@ -74,7 +79,7 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 			pki := makeTestPKI(t, t.TempDir(), "Test Mail CA", "localhost", "smtpd")
 			caFile, certFile, keyFile := pki.caFile, pki.certFile, pki.keyFile
 			mta := startPostfix(t, postfixConfig{certFile: certFile, keyFile: keyFile, recipients: recipients,
-				implicit: tc.tls == "implicit", username: tc.username, password: password})
+				implicit: tc.tls == "implicit", username: tc.username, password: password, mechs: tc.mechs})
 
 			auth := ""
 			if tc.username != "" {
@@ -141,10 +146,71 @@ func TestAnIssuedCertificatesEmailIsDeliveredThroughPostfixOverTLS(t *testing.T)
 					t.Errorf("%s: the body names no order, account or time:\n%s", rcpt, body)
 				}
 			}
+			// smtpd logs "client=localhost[127.0.0.1], sasl_method=LOGIN,
+			// sasl_username=acme" for a client that authenticated.
+			if want := "sasl_method=" + tc.method + ","; tc.method != "" && !strings.Contains(mta.log.String(), want) {
+				t.Errorf("Postfix's log lacks %q: the client did not authenticate by %s", want, tc.method)
+			}
 			if strings.Contains(s.proc.out.String(), password) {
 				t.Errorf("Caddy's log carries the SMTP password")
 			}
 		})
+	}
+}
+
+// A recipient Postfix refuses at RCPT TO (one not in its mailbox table:
+// "550 5.1.1 … User unknown in virtual mailbox table") does not keep the
+// mail from the others: the one it accepts gets it, once, and Caddy logs
+// one notification_partly_delivered line naming the refused recipient
+// with the first line of Postfix's reply; nothing is abandoned.
+func TestANotifyEmailGoesToTheRecipientsPostfixAcceptsWhenItRefusesOne(t *testing.T) {
+	const (
+		profile = "mta"
+		ops     = "ops@example.com"
+		unknown = "nobody@example.com"
+	)
+	needPostfix(t)
+	caddy := buildCaddy(t)
+	pki := makeTestPKI(t, t.TempDir(), "Test Mail CA", "localhost", "smtpd")
+	mta := startPostfix(t, postfixConfig{certFile: pki.certFile, keyFile: pki.keyFile, recipients: []string{ops}})
+	s := startCertbotServer(t, caddy, "", certbotSite{
+		profile: profile,
+		body: fmt.Sprintf("notify email {\n smtp localhost:%d\n tls starttls\n from acme@example.net\n to %s %s\n events account_created\n}",
+			mta.port, unknown, ops),
+		env: []string{"SSL_CERT_FILE=" + pki.caFile},
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	registerAccount(ctx, t, s) // account_created
+
+	msg := mta.waitMessage(t, ops, 20*time.Second)
+	if got, want := msg.Header.Get("Subject"), "[acme_proxy] account_created ("+profile+")"; got != want {
+		t.Errorf("Subject %q; want %q", got, want)
+	}
+	var partly struct {
+		Level     string   `json:"level"`
+		Delivered []string `json:"delivered"`
+		Refused   []string `json:"refused"`
+	}
+	for deadline := time.Now().Add(10 * time.Second); partly.Level == ""; time.Sleep(100 * time.Millisecond) {
+		for l := range strings.Lines(s.proc.out.String()) {
+			if strings.Contains(l, `"notification_partly_delivered"`) {
+				if err := json.Unmarshal([]byte(l), &partly); err != nil {
+					t.Fatalf("the notification_partly_delivered line: %v: %s", err, l)
+				}
+			}
+		}
+		if partly.Level == "" && time.Now().After(deadline) {
+			t.Fatalf("no notification_partly_delivered line within 10 s; Caddy's log:\n%s", s.proc.out)
+		}
+	}
+	want := "<" + unknown + "> 550 5.1.1 <" + unknown + ">: Recipient address rejected: User unknown in virtual mailbox table"
+	if partly.Level != "warn" || len(partly.Delivered) != 1 || partly.Delivered[0] != ops ||
+		len(partly.Refused) != 1 || partly.Refused[0] != want {
+		t.Errorf("notification_partly_delivered: %+v; want at warn, delivered to %s, refused %q", partly, ops, want)
+	}
+	if strings.Contains(s.proc.out.String(), `"notification abandoned"`) {
+		t.Errorf("the notification was abandoned; Caddy's log:\n%s", s.proc.out)
 	}
 }
 
@@ -330,6 +396,9 @@ type postfixConfig struct {
 	// authenticated as it with password (Cyrus SASL, from a sasldb),
 	// over TLS; else smtpd offers no AUTH (smtpd_sasl_auth_enable=no).
 	username, password string
+	// mechs is the SASL mechanisms smtpd offers (Cyrus's mech_list);
+	// "": PLAIN LOGIN.
+	mechs string
 	// noTLS makes smtpd offer no STARTTLS (smtpd_tls_security_level=none).
 	noTLS bool
 }
@@ -417,7 +486,7 @@ smtpd_helo_required = yes
 smtpd_helo_restrictions = reject_non_fqdn_helo_hostname, reject_invalid_helo_hostname
 `, queue, data, mailBase, conf, nobody.Uid, nobody.Gid, cfg.certFile, cfg.keyFile)
 	if cfg.username != "" {
-		mainCF += postfixSASL(t, conf, owner, cfg.username, cfg.password)
+		mainCF += postfixSASL(t, conf, owner, cfg.username, cfg.password, cfg.mechs)
 	} else {
 		mainCF += "smtpd_sasl_auth_enable = no\n"
 	}
@@ -537,12 +606,18 @@ func needPostfix(t *testing.T) string {
 // Postfix has Cyrus look (cyrus_sasl_config_path is not read). It
 // returns the lines of main.cf that make smtpd take mail only from a
 // client that authenticated, over TLS.
-func postfixSASL(t *testing.T, conf string, owner *user.User, username, password string) string {
+func postfixSASL(t *testing.T, conf string, owner *user.User, username, password, mechs string) string {
 	t.Helper()
 	hint := "install it with `apt-get install --no-install-recommends sasl2-bin libsasl2-modules`"
 	saslpasswd2 := needTool(t, "saslpasswd2", hint)
-	if plain, _ := filepath.Glob("/usr/lib/*/sasl2/libplain.so*"); len(plain) == 0 {
-		needEnvironment(t, "Cyrus SASL's PLAIN mechanism (libplain.so of libsasl2-modules) is missing; "+hint)
+	if mechs == "" {
+		mechs = "PLAIN LOGIN"
+	}
+	for _, mech := range strings.Fields(mechs) {
+		lib := "lib" + strings.ToLower(mech) + ".so*"
+		if found, _ := filepath.Glob("/usr/lib/*/sasl2/" + lib); len(found) == 0 {
+			needEnvironment(t, "Cyrus SASL's "+mech+" mechanism ("+lib+" of libsasl2-modules) is missing; "+hint)
+		}
 	}
 	const realm = "mta.test" // Postfix's myhostname
 	dir := filepath.Join(conf, "sasl")
@@ -550,7 +625,7 @@ func postfixSASL(t *testing.T, conf string, owner *user.User, username, password
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	smtpdConf := fmt.Sprintf("pwcheck_method: auxprop\nauxprop_plugin: sasldb\nmech_list: PLAIN LOGIN\nsasldb_path: %s\n", db)
+	smtpdConf := fmt.Sprintf("pwcheck_method: auxprop\nauxprop_plugin: sasldb\nmech_list: %s\nsasldb_path: %s\n", mechs, db)
 	if err := os.WriteFile(filepath.Join(dir, "smtpd.conf"), []byte(smtpdConf), 0o644); err != nil {
 		t.Fatal(err)
 	}
