@@ -276,8 +276,9 @@ func smtpError(step string, err error, hide *strings.Replacer) error {
 
 // credentialHider replaces the destination's password in a server's
 // text, in each form the server was sent it or may quote it: as
-// configured, and base64-encoded, alone and as the AUTH PLAIN initial
-// response ("\x00user\x00password") that net/smtp sends.
+// configured, and base64-encoded, alone (as AUTH LOGIN answers its
+// password prompt) and as the AUTH PLAIN initial response
+// ("\x00user\x00password") that net/smtp sends.
 func credentialHider(dst Destination) *strings.Replacer {
 	if dst.Password == "" {
 		return strings.NewReplacer()
