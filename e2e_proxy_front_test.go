@@ -5,10 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"regexp"
 	"strings"
 	"testing"
 	"text/template"
@@ -266,26 +263,10 @@ func TestBehindATrustedTLSTerminatingFrontThePagesOwnFormsAreAccepted(t *testing
 			if status != http.StatusOK {
 				t.Fatalf("the confirmation page through the front: %d %s", status, page)
 			}
-			m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(string(page))
-			if m == nil {
-				t.Fatalf("no CSRF token on the confirmation page:\n%s", page)
-			}
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/do-cancel", strings.NewReader(url.Values{"csrf": {m[1]}}.Encode()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			req.Header.Set("Origin", origin) // as a browser sends it; no Sec-Fetch-Site
-			client := *env.client
-			client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != tc.want {
-				t.Fatalf("the page's form posted through the front: %d, want %d\n%s", resp.StatusCode, tc.want, body)
+			// As a browser sends it: its Origin, no Sec-Fetch-Site.
+			status, body := postForm(t, env.client, base+"/do-cancel", csrfOf(t, page), http.Header{"Origin": {origin}})
+			if status != tc.want {
+				t.Fatalf("the page's form posted through the front: %d, want %d\n%s", status, tc.want, body)
 			}
 			j, err := activeApp(t).queue.Get(t.Context(), idle.ID)
 			if cancelled := err == nil && j.Status == store.JobCancelled; cancelled != (tc.want == http.StatusSeeOther) {

@@ -290,29 +290,13 @@ func TestAConfirmationFormServedBeforeAReloadIsAcceptedAfterIt(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("the confirmation page: %d %s", status, page)
 	}
-	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(string(page))
-	if m == nil {
-		t.Fatalf("no CSRF token on the confirmation page:\n%s", page)
-	}
+	csrf := csrfOf(t, page)
 
 	env.load(t, cfg) // caddy reload
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/do-cancel", strings.NewReader(url.Values{"csrf": {m[1]}}.Encode()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	client := *env.client
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("the form posted after the reload: %d, want 303\n%s", resp.StatusCode, body)
+	status, body := postForm(t, env.client, base+"/do-cancel", csrf, http.Header{"Sec-Fetch-Site": {"same-origin"}})
+	if status != http.StatusSeeOther {
+		t.Fatalf("the form posted after the reload: %d, want 303\n%s", status, body)
 	}
 	j, err := activeApp(t).queue.Get(t.Context(), idle.ID)
 	if err != nil || j.Status != store.JobCancelled {
@@ -499,4 +483,37 @@ func TestThePageMountedWithHandlePathLinksUnderItsPath(t *testing.T) {
 	if err != nil || j.Status != store.JobCancelled {
 		t.Errorf("the job is %v (%v); want cancelled", j.Status, err)
 	}
+}
+
+// csrfOf is the CSRF token of a confirmation page's form; the test fails
+// without one.
+func csrfOf(t *testing.T, page string) string {
+	t.Helper()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no CSRF token on the confirmation page:\n%s", page)
+	}
+	return m[1]
+}
+
+// postForm posts a page's form with its token to target, with the
+// headers a browser would add (hdr), and returns the answer's status and
+// body without following its redirect.
+func postForm(t *testing.T, c *http.Client, target, csrf string, hdr http.Header) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, target, strings.NewReader(url.Values{"csrf": {csrf}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = hdr.Clone()
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	client := *c
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
 }
