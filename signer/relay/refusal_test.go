@@ -34,14 +34,7 @@ func TestAnUpstreamsRefusalOfTheClientsRequestFailsTheOrderWithThatRefusal(t *te
 			up := registeredUpstream(t, tt.answer)
 			b := newBench(t, up.URL+"/dir", ChallengeBypass)
 			req := b.refused(ctx, t, "refused.example.com", "")
-			b.settler.mu.Lock()
-			defer b.settler.mu.Unlock()
-			if got := b.settler.refused[req.OrderID]; got != tt.want {
-				t.Errorf("the order failed with refusal %d; want %d", got, tt.want)
-			}
-			if len(b.settler.failed[req.OrderID]) != 1 {
-				t.Errorf("the order was settled %d times; want once", len(b.settler.failed[req.OrderID]))
-			}
+			b.checkRefusedOnce(t, req.OrderID, tt.want)
 			if len(b.s.refusals) != 0 {
 				t.Errorf("refusals kept after the abandon: %v", b.s.refusals)
 			}
@@ -79,14 +72,7 @@ func TestAnAbandonThatCouldNotFailTheOrderSaysSoAndTheRetryFailsItWithTheRefusal
 	if err := b.s.AbandonJob(ctx, job, out.String()); err != nil {
 		t.Fatalf("the abandon tried again: %v", err)
 	}
-	b.settler.mu.Lock()
-	defer b.settler.mu.Unlock()
-	if got := b.settler.refused[req.OrderID]; got != signer.KindBadCSR {
-		t.Errorf("the order failed with refusal %d; want %d (badCSR)", got, signer.KindBadCSR)
-	}
-	if n := len(b.settler.failed[req.OrderID]); n != 1 {
-		t.Errorf("the order was settled %d times; want once", n)
-	}
+	b.checkRefusedOnce(t, req.OrderID, signer.KindBadCSR)
 }
 
 func TestARevocationTheUpstreamRefusesIsARefusalAndOneItCannotAnswerIsNot(t *testing.T) {
@@ -142,14 +128,7 @@ func TestARefusalHeardByAnInstanceThatDiedBeforeItsAbandonIsHeardAgainByTheNext(
 	if err := next.AbandonJob(ctx, job, out.String()); err != nil {
 		t.Fatal(err)
 	}
-	b.settler.mu.Lock()
-	defer b.settler.mu.Unlock()
-	if got := b.settler.refused[req.OrderID]; got != signer.KindBadCSR {
-		t.Errorf("the order failed with refusal %d; want %d (badCSR)", got, signer.KindBadCSR)
-	}
-	if n := len(b.settler.failed[req.OrderID]); n != 1 {
-		t.Errorf("the order was settled %d times; want once", n)
-	}
+	b.checkRefusedOnce(t, req.OrderID, signer.KindBadCSR)
 }
 
 // An upstream that finalizes asynchronously (Boulder, Let's Encrypt)
@@ -213,14 +192,7 @@ func TestAnUpstreamOrderInvalidWithAnErrorFailsTheOrderWithThatRefusal(t *testin
 			})
 			b := newBench(t, up.URL+"/dir", ChallengeBypass, func(o *Options) { o.FinalizeWait = -1 })
 			req := b.refused(ctx, t, "refused-later.example.com", tt.problem)
-			b.settler.mu.Lock()
-			defer b.settler.mu.Unlock()
-			if got := b.settler.refused[req.OrderID]; got != tt.want {
-				t.Errorf("the order failed with refusal %d; want %d", got, tt.want)
-			}
-			if n := len(b.settler.failed[req.OrderID]); n != 1 {
-				t.Errorf("the order was settled %d times; want once", n)
-			}
+			b.checkRefusedOnce(t, req.OrderID, tt.want)
 		})
 	}
 }

@@ -172,6 +172,20 @@ func (b *bench) refused(ctx context.Context, t *testing.T, name, naming string) 
 	return req
 }
 
+// checkRefusedOnce fails the test unless the order was settled failed
+// once, refused as want (zero: the generic failure).
+func (b *bench) checkRefusedOnce(t *testing.T, orderID string, want signer.Kind) {
+	t.Helper()
+	b.settler.mu.Lock()
+	defer b.settler.mu.Unlock()
+	if got := b.settler.refused[orderID]; got != want {
+		t.Errorf("the order failed with refusal %d; want %d", got, want)
+	}
+	if n := len(b.settler.failed[orderID]); n != 1 {
+		t.Errorf("the order was settled %d times; want once", n)
+	}
+}
+
 // binding is what the bench's signer is bound to.
 func (b *bench) binding(t *testing.T) *signer.Binding {
 	t.Helper()
