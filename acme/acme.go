@@ -23,6 +23,12 @@ const (
 	IdentifierIP  = "ip"  // RFC 8738
 )
 
+// MaxOrderIdentifiers bounds one order's identifiers (and so its
+// authorizations) whatever a profile's max_identifiers limit says, which
+// is at most this: it bounds an order's row here, and an upstream CA's
+// order the relay reads.
+const MaxOrderIdentifiers = 1000
+
 // Challenge types (RFC 8555 §8.3, §8.4; RFC 8737).
 const (
 	ChallengeHTTP01    = "http-01"

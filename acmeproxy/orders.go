@@ -14,7 +14,7 @@ import (
 
 // maxIdentifiers bounds one order whatever the max_identifiers limit says
 // (which is at most this, and 100 by default): it bounds the order's row.
-const maxIdentifiers = 1000
+const maxIdentifiers = acme.MaxOrderIdentifiers
 
 // An order's write spends or checks a failed_validations bucket per
 // identifier beside three of its own (orders_per_account,

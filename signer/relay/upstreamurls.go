@@ -6,6 +6,7 @@ import (
 
 	"github.com/mholt/acmez/v3/acme"
 
+	vocab "github.com/acmeproxy/caddy-acme-proxy/acme"
 	"github.com/acmeproxy/caddy-acme-proxy/internal/textcut"
 )
 
@@ -24,9 +25,8 @@ const (
 	maxResponseHeader = 64 << 10
 	// maxOrderIdentifiers bounds the identifiers, and so the
 	// authorizations, of an upstream order: the most a local order may
-	// have (acmeproxy's maxIdentifiers), whose upstream order has as
-	// many.
-	maxOrderIdentifiers = 1000
+	// have, whose upstream order has as many.
+	maxOrderIdentifiers = vocab.MaxOrderIdentifiers
 )
 
 // urlProblem is the error of an upstream's URL of what ("order") that is
