@@ -31,3 +31,20 @@ type realTimer struct{ t *time.Timer }
 
 func (r realTimer) C() <-chan time.Time { return r.t.C }
 func (r realTimer) Stop() bool          { return r.t.Stop() }
+
+// At is a clock that reads now when it is made and moves on from there
+// by the wall clock's monotonic reading; its timers are the wall
+// clock's: for work whose caller is handed a time rather than a clock (a
+// sweep's), timed by that time moved on by how long the work took. A
+// zero now gives the wall clock.
+func At(now time.Time) Clock {
+	if now.IsZero() {
+		return Real()
+	}
+	return atClock{at: now, began: time.Now()}
+}
+
+type atClock struct{ at, began time.Time }
+
+func (c atClock) Now() time.Time                 { return c.at.Add(time.Since(c.began)) }
+func (c atClock) NewTimer(d time.Duration) Timer { return Real().NewTimer(d) }

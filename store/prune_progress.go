@@ -18,24 +18,6 @@ import (
 // RecordUnfinishedPrunes writes it then.
 var ErrPruneUnfinished = errors.New("store: the prune's process ended before it finished")
 
-// ClockAt is a clock that reads now when it is made and moves on from
-// there by the wall clock's monotonic reading (as ReadServerClock takes
-// its midpoint); its timers are the wall clock's. A prune whose caller is
-// handed a time rather than a clock (a sweep) times its progress row by
-// it: the caller's time, moved on by the time the prune took. A zero now
-// gives the wall clock.
-func ClockAt(now time.Time) clock.Clock {
-	if now.IsZero() {
-		return clock.Real()
-	}
-	return clockAt{at: now, began: time.Now()}
-}
-
-type clockAt struct{ at, began time.Time }
-
-func (c clockAt) Now() time.Time                       { return c.at.Add(time.Since(c.began)) }
-func (c clockAt) NewTimer(d time.Duration) clock.Timer { return clock.Real().NewTimer(d) }
-
 // PruneHeartbeat is how often a prune under way moves the time of its
 // progress row on, from its first batch's commit to its end: also while
 // a batch runs, however long the database takes over it. The wait

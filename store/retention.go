@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
 )
 
 // Retention says what PruneRetention deletes. A zero cutoff deletes
@@ -156,7 +158,7 @@ func (db *DB) PruneRetention(ctx context.Context, r Retention) (Pruned, error) {
 			last = i
 		}
 	}
-	progress := pruneProgress{clock: ClockAt(r.Now)}
+	progress := pruneProgress{clock: clock.At(r.Now)}
 	defer progress.stop()
 	stopped := func(what string, err error) (Pruned, error) {
 		err = fmt.Errorf("store: pruning %s: %w", what, err)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/acmeproxy/caddy-acme-proxy/acme"
+	"github.com/acmeproxy/caddy-acme-proxy/clock"
 	"github.com/acmeproxy/caddy-acme-proxy/store"
 )
 
@@ -175,7 +176,7 @@ func SweepAudit(ctx context.Context, db *store.DB, retention time.Duration, now 
 		return 0, nil
 	}
 	before := now.Add(-retention)
-	return db.PruneAudit(ctx, before, 0, store.ClockAt(now), func(n int64, stopped error) (store.AuditEvent, bool) {
+	return db.PruneAudit(ctx, before, 0, clock.At(now), func(n int64, stopped error) (store.AuditEvent, bool) {
 		outcome, why := PruneOutcome(stopped)
 		return store.AuditEvent{At: now, Event: acme.EventAuditPruned, Outcome: outcome, ActorKind: ActorSystem, Reason: "retention",
 			Detail: fmt.Sprintf("the retention sweep deleted %d audit rows older than %s (audit_retention %s)%s",
